@@ -1,0 +1,45 @@
+"""`gpushare`: one click group; each command group lives in its own module."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .. import __version__
+from ..errors import GpushareError, PolicyError
+
+
+class _Group(click.Group):
+    """Translate our errors to exit codes in one place: messages on stderr, no tracebacks."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except PolicyError as exc:
+            click.echo(exc.report(), err=True)
+            sys.exit(exc.exit_code)
+        except GpushareError as exc:
+            click.echo(f"gpushare: error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gpushare")
+def main() -> None:
+    """Share GPUs on Slurm from one site policy.
+
+    Describe exclusive GPUs, MIG layouts, MPS and time-sliced shards once in a
+    policy file (see etc/ for examples), check it with `gpushare validate`, and
+    render slurm.conf, gres.conf and cgroup.conf from it with `gpushare render`.
+    """
+
+
+def _register() -> None:
+    from . import catalogue, config
+
+    for cmd in (*config.COMMANDS, catalogue.catalogue):
+        main.add_command(cmd)
+
+
+_register()

@@ -1,0 +1,83 @@
+"""TRESBillingWeights derived from the hardware, per tier (Slurm partition).
+
+One whole GPU of model M bills ``w(M)`` (``billing.gpu_weights``, default 1).
+A MIG instance bills ``w(M) * max(c/C, m/M)``: the larger of its share of the
+GPU's compute slices and of its memory slices, since that is what it takes
+away from everybody else. A shard bills ``w(M) / replicas``; an MPS unit
+``w(M) / units``.
+
+Slurm bills a job the sum of weight x allocated count over every TRES the job
+has, and a typed request counts twice (``gres/gpu`` and ``gres/gpu:<type>``),
+an untyped one only once. So within a partition the untyped ``GRES/gpu`` weight
+is the cheapest GPU kind there (a floor for untyped requests), and each type
+adds only its excess over that floor: a typed job bills exactly its kind's
+weight.
+"""
+
+from __future__ import annotations
+
+from ..errors import Problem
+from .model import Billing
+from .site import Group
+
+
+def fmt(value: float) -> str:
+    """Stable, short number text for Slurm config files."""
+    text = f"{value:.6f}".rstrip("0").rstrip(".")
+    return text or "0"
+
+
+def gpu_weight(billing: Billing, model_name: str) -> float:
+    return billing.gpu_weights.get(model_name, billing.default_gpu_weight)
+
+
+def kind_weights(groups: tuple[Group, ...], billing: Billing) -> dict[str, float]:
+    """Weight of one allocated unit per GRES kind: 'gpu:<type>', 'shard', 'mps'."""
+    weights: dict[str, set[float]] = {}
+    for group in groups:
+        whole = gpu_weight(billing, group.model.name)
+        for slot in group.gpus:
+            if slot.mode == "mig":
+                for name in slot.layout:
+                    w = whole * slot.model.profile(name).fraction(slot.model)
+                    weights.setdefault(f"gpu:{slot.model.mig_slurm_type(name)}", set()).add(round(w, 6))
+                continue
+            weights.setdefault(f"gpu:{slot.slurm_type}", set()).add(round(whole, 6))
+            if slot.mode == "shard":
+                weights.setdefault("shard", set()).add(round(whole / slot.replicas, 6))
+            elif slot.mode == "mps":
+                weights.setdefault("mps", set()).add(round(whole / slot.units, 6))
+    return {k: max(v) for k, v in weights.items()}, weights
+
+
+def tier_weights(groups: tuple[Group, ...], billing: Billing, path: str) -> tuple[tuple[tuple[str, float], ...], list[Problem]]:
+    """The (TRES, weight) pairs of one partition's TRESBillingWeights, and any conflicts."""
+    single, seen = kind_weights(groups, billing)
+    problems = [
+        Problem(
+            path,
+            f"GRES/{kind} would need several billing weights in one partition ({', '.join(fmt(w) for w in sorted(ws))}): "
+            "Slurm has one weight per TRES per partition; give these GPUs the same replicas/units/model weight "
+            "or put their node groups in separate tiers",
+        )
+        for kind, ws in sorted(seen.items())
+        if len(ws) > 1 and not kind.startswith("gpu:")
+    ]
+    problems += [
+        Problem(path, f"GRES/{kind} has different weights on different models ({', '.join(fmt(w) for w in sorted(ws))}); give each model its own type")
+        for kind, ws in sorted(seen.items())
+        if len(ws) > 1 and kind.startswith("gpu:")
+    ]
+    pairs: list[tuple[str, float]] = []
+    if billing.cpu:
+        pairs.append(("CPU", billing.cpu))
+    if billing.mem_per_gb:
+        pairs.append(("Mem", billing.mem_per_gb))
+    gpu_kinds = {k: w for k, w in single.items() if k.startswith("gpu:")}
+    if gpu_kinds:
+        floor = min(gpu_kinds.values())
+        pairs.append(("GRES/gpu", floor))
+        if len(gpu_kinds) > 1:
+            pairs += [(f"GRES/{k}", round(w - floor, 6)) for k, w in sorted(gpu_kinds.items()) if w - floor > 1e-9]
+    pairs += [(f"GRES/{k}", single[k]) for k in ("mps", "shard") if k in single]
+    return tuple(pairs), problems

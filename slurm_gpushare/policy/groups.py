@@ -1,0 +1,220 @@
+"""Node-group rules: hostlists, GPU models, and each GPU's sharing mode.
+
+``resolve_groups`` returns the resolved groups and every problem it found;
+a group with problems is left out of the result but its siblings are still
+checked, so one run reports everything.
+"""
+
+from __future__ import annotations
+
+import re
+
+import hostlist
+
+from ..errors import Problem
+from ..hardware import CatalogueError, GpuModel, check_layout, get_model, models
+from ..slurmversion import SlurmVersion
+from .model import NodeGroup, Sharing
+from .site import MODES, GpuSlot, Group
+
+MPS_UNITS = tuple(n for n in range(2, 101) if 100 % n == 0)
+MAX_REPLICAS = 1024  # Slurm caps a File= GRES count at 1024
+MIG_WITH_SHARED_FIXED = SlurmVersion(23, 2, 7)  # Bug 17482: wrong MIG devices constrained
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def resolve_groups(
+    groups: list[NodeGroup], version: SlurmVersion
+) -> tuple[list[Group], list[Problem]]:
+    problems: list[Problem] = []
+    resolved: list[Group] = []
+    owner: dict[str, int] = {}
+    seen_names: dict[str, int] = {}
+    for i, spec in enumerate(groups):
+        path = f"node_groups[{i}]"
+        if spec.name in seen_names:
+            problems.append(
+                Problem(f"{path}.name", f"{spec.name!r} is already used by node_groups[{seen_names[spec.name]}]")
+            )
+        seen_names.setdefault(spec.name, i)
+        nodes = _expand(spec.nodes, f"{path}.nodes", problems)
+        for node in nodes:
+            if node in owner and owner[node] != i:
+                problems.append(
+                    Problem(
+                        f"{path}.nodes",
+                        f"node {node} is also in node_groups[{owner[node]}] "
+                        f"({groups[owner[node]].nodes}); a node belongs to one group",
+                    )
+                )
+                break
+        for node in nodes:
+            owner.setdefault(node, i)
+        group = _resolve_group(spec, path, nodes, version, problems)
+        if group is not None:
+            resolved.append(group)
+    return resolved, problems
+
+
+def _expand(text: str, path: str, problems: list[Problem]) -> tuple[str, ...]:
+    try:
+        nodes = hostlist.expand_hostlist(text, allow_duplicates=True)
+    except hostlist.BadHostlist as exc:
+        problems.append(Problem(path, f"{text!r} is not a valid hostlist ({exc}); write e.g. gpu-[01-16] or a,b,c"))
+        return ()
+    bad = [n for n in nodes if not _NODE_NAME.match(n)]
+    if bad:
+        problems.append(Problem(path, f"{bad[0]!r} is not a valid node name (letters, digits, '-', '_', '.')"))
+        return ()
+    dup = _first_duplicate(nodes)
+    if dup:
+        problems.append(Problem(path, f"node {dup[0]} is listed twice in {text!r}"))
+    if not nodes:
+        problems.append(Problem(path, "the hostlist names no nodes"))
+    return tuple(dict.fromkeys(nodes))
+
+
+def _resolve_group(spec, path, nodes, version, problems) -> Group | None:
+    try:
+        model = get_model(spec.gpu.model)
+    except CatalogueError as exc:
+        problems.append(Problem(f"{path}.gpu.model", str(exc)))
+        return None
+    before = len(problems)
+    slots: dict[int, GpuSlot] = {}
+    for j, sharing in enumerate(spec.sharing):
+        _resolve_sharing(sharing, f"{path}.sharing[{j}]", spec.gpu.count, model, slots, problems)
+    for index in range(spec.gpu.count):
+        slots.setdefault(index, GpuSlot(index, "exclusive", model, model.slurm_type))
+    _check_mode_mix(list(slots.values()), f"{path}.sharing", version, problems)
+    if len(problems) > before or not nodes:
+        return None
+    gpus = tuple(slots[i] for i in sorted(slots))
+    return Group(spec, nodes, hostlist.collect_hostlist(list(nodes)), model, gpus)
+
+
+def parse_indexes(value: str | int, count: int) -> list[int]:
+    """'0-3', '4,5', 6 -> GPU indexes; ValueError names what would be accepted."""
+    if isinstance(value, bool):
+        raise ValueError("expected GPU indexes such as 0, \"0-3\" or \"4,5\"")
+    text = str(value).strip()
+    indexes: list[int] = []
+    for part in text.split(","):
+        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+        if not m:
+            raise ValueError(f"{text!r} is not a GPU index list; write e.g. 0, \"0-3\" or \"4,5\"")
+        lo, hi = int(m[1]), int(m[2] if m[2] is not None else m[1])
+        if hi < lo:
+            raise ValueError(f"range {part.strip()!r} runs backwards")
+        indexes.extend(range(lo, hi + 1))
+    out_of_range = [i for i in indexes if i >= count]
+    if out_of_range:
+        raise ValueError(
+            f"GPU index {out_of_range[0]} is out of range: this group has {count} GPU(s), indexes 0-{count - 1}"
+        )
+    return indexes
+
+
+def _resolve_sharing(sharing: Sharing, path, count, model: GpuModel, slots, problems) -> None:
+    try:
+        indexes = parse_indexes(sharing.gpus, count)
+    except ValueError as exc:
+        problems.append(Problem(f"{path}.gpus", str(exc)))
+        return
+    slot = _make_slot(sharing, path, model, problems)
+    for index in indexes:
+        if index in slots:
+            problems.append(Problem(f"{path}.gpus", f"GPU {index} already has a sharing mode from an earlier entry"))
+            return
+    if slot is None:
+        return
+    for index in indexes:
+        slots[index] = GpuSlot(index, slot.mode, model, slot.slurm_type, slot.layout, slot.replicas, slot.units)
+
+
+def _make_slot(sharing: Sharing, path, model: GpuModel, problems) -> GpuSlot | None:
+    mode = sharing.mode.lower()
+    if mode not in MODES:
+        problems.append(Problem(f"{path}.mode", f"{sharing.mode!r} is not a sharing mode; allowed: {', '.join(MODES)}"))
+        return None
+    before = len(problems)
+    _forbid_other_keys(sharing, mode, path, problems)
+    slurm_type = sharing.type or model.slurm_type
+    if mode == "mig":
+        layout = _resolve_layout(sharing.layout, f"{path}.layout", model, problems)
+        if len(problems) > before:
+            return None
+        return GpuSlot(0, mode, model, model.slurm_type, layout=layout)
+    if mode == "shard":
+        replicas = sharing.replicas
+        if replicas is None:
+            problems.append(Problem(f"{path}.replicas", "required for mode shard: an integer >= 2"))
+        elif not 2 <= replicas <= MAX_REPLICAS:
+            problems.append(
+                Problem(f"{path}.replicas", f"{replicas} is not allowed: replicas must be >= 2 (one replica is an exclusive GPU) and <= {MAX_REPLICAS}")
+            )
+        return None if len(problems) > before else GpuSlot(0, mode, model, slurm_type, replicas=replicas)
+    if mode == "mps":
+        units = sharing.units
+        if units is None:
+            problems.append(Problem(f"{path}.units", f"required for mode mps: one of {', '.join(map(str, MPS_UNITS))}"))
+        elif units not in MPS_UNITS:
+            problems.append(
+                Problem(
+                    f"{path}.units",
+                    f"{units} units do not give whole percentages per unit; allowed: {', '.join(map(str, MPS_UNITS))} (divisors of 100)",
+                )
+            )
+        return None if len(problems) > before else GpuSlot(0, mode, model, slurm_type, units=units)
+    return None if len(problems) > before else GpuSlot(0, mode, model, slurm_type)
+
+
+_KEYS_FOR = {"mig": {"layout"}, "shard": {"replicas", "type"}, "mps": {"units", "type"}, "exclusive": {"type"}}
+
+
+def _forbid_other_keys(sharing: Sharing, mode: str, path: str, problems) -> None:
+    for key in ("layout", "replicas", "units", "type"):
+        if getattr(sharing, key) is not None and key not in _KEYS_FOR[mode]:
+            owners = [m for m, keys in _KEYS_FOR.items() if key in keys]
+            problems.append(Problem(f"{path}.{key}", f"not used by mode {mode}; it applies to mode {' / '.join(owners)}"))
+
+
+def _resolve_layout(layout, path, model: GpuModel, problems) -> tuple[str, ...]:
+    if not model.mig_capable:
+        mig = ", ".join(m.name for m in models() if m.mig_capable)
+        problems.append(Problem(path.rsplit(".", 1)[0] + ".mode", f"{model.name} does not support MIG; MIG models: {mig}"))
+        return ()
+    named = model.named_layouts()
+    if layout is None or layout == [] or layout == "":
+        problems.append(Problem(path, f"required for mode mig: a list of profiles or one of {', '.join(sorted(named))}"))
+        return ()
+    if isinstance(layout, str):
+        if layout not in named:
+            problems.append(Problem(path, f"{layout!r} is not a named layout for {model.name}; known: {', '.join(sorted(named))}"))
+            return ()
+        return tuple(named[layout])
+    reasons = check_layout(model, list(layout))
+    for reason in reasons:
+        problems.append(Problem(path, reason))
+    return tuple(layout)
+
+
+def _check_mode_mix(slots: list[GpuSlot], path, version: SlurmVersion, problems) -> None:
+    modes = {s.mode for s in slots}
+    if {"mps", "shard"} <= modes:
+        problems.append(
+            Problem(path, "mps and shard on the same node are not supported by Slurm (one shared GRES per node); put them in separate node groups")
+        )
+    if "mig" in modes and modes & {"mps", "shard"} and version < MIG_WITH_SHARED_FIXED:
+        problems.append(
+            Problem(path, f"MIG together with {'/'.join(sorted(modes & {'mps', 'shard'}))} on one node constrains the wrong MIG devices before Slurm 23.02.7 (Bug 17482); upgrade or split the node group")
+        )
+
+
+def _first_duplicate(nodes: list[str]) -> list[str]:
+    seen: set[str] = set()
+    for node in nodes:
+        if node in seen:
+            return [node]
+        seen.add(node)
+    return []

@@ -1,0 +1,151 @@
+"""The site policy's shape: strict (unknown keys rejected), versioned, frozen.
+
+Only structure and per-field ranges live here; rules that relate several
+fields (layouts against the hardware, hostlist overlaps, tiers against node
+groups) are in ``rules.py`` so that every such problem is reported at once.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NAME = r"^[A-Za-z][A-Za-z0-9_.-]{0,62}$"
+SLURM_NAME = r"^[a-z][a-z0-9_-]{0,39}$"
+ABS_PATH = r"^/[A-Za-z0-9_./+-]*$"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+
+class Hooks(Strict):
+    """Node hooks and the submission plugin. A hook left empty is not configured."""
+
+    prolog: str | None = Field(None, pattern=ABS_PATH)
+    epilog: str | None = Field(None, pattern=ABS_PATH)
+    task_prolog: str | None = Field(None, pattern=ABS_PATH)
+    job_submit_lua: bool = False
+
+
+class Paths(Strict):
+    slurm_conf_dir: str = Field("/etc/slurm", pattern=ABS_PATH)
+    gres_include: str = Field("/etc/slurm/gres.d/gpushare-mig.conf", pattern=ABS_PATH)
+    state_dir: str = Field("/var/lib/gpushare", pattern=ABS_PATH)
+    log_dir: str = Field("/var/log/slurm", pattern=ABS_PATH)
+    spool_dir: str = Field("/var/spool/slurm", pattern=ABS_PATH)
+
+
+class Accounting(Strict):
+    host: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
+    port: int = Field(6819, ge=1, le=65535)
+    enforce: list[Literal["associations", "limits", "qos", "safe", "nojobs", "nosteps"]] = [
+        "associations",
+        "limits",
+        "qos",
+    ]
+
+
+class Priority(Strict):
+    decay_half_life: str = Field("7-0", pattern=r"^\d+(-\d+)?(:\d+){0,2}$")
+    weight_fairshare: int = Field(10000, ge=0)
+    weight_age: int = Field(1000, ge=0)
+    weight_qos: int = Field(1000, ge=0)
+    weight_partition: int = Field(1000, ge=0)
+    max_age: str = Field("7-0", pattern=r"^\d+(-\d+)?(:\d+){0,2}$")
+
+
+class Cluster(Strict):
+    name: str = Field(pattern=SLURM_NAME)
+    slurm_version: str | float | int
+    controller: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
+    hooks: Hooks = Hooks()
+    paths: Paths = Paths()
+    accounting: Accounting = Accounting()
+    priority: Priority = Priority()
+    cgroups: bool = True
+    slurmd_config_overrides: bool = False
+
+
+class Sharing(Strict):
+    """How one GPU or a range of GPUs on every node of the group is shared."""
+
+    gpus: str | int
+    mode: str
+    layout: str | list[str] | None = None
+    replicas: int | None = None
+    units: int | None = None
+    type: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9_.]{0,39}$")
+
+
+class GpuHardware(Strict):
+    model: str
+    count: int = Field(ge=1, le=64)
+
+
+class NodeGroup(Strict):
+    name: str = Field(pattern=NAME)
+    nodes: str = Field(min_length=1)
+    gpu: GpuHardware
+    cpus: int = Field(ge=1)
+    memory_mb: int = Field(ge=1)
+    sockets: int | None = Field(None, ge=1)
+    cores_per_socket: int | None = Field(None, ge=1)
+    threads_per_core: int | None = Field(None, ge=1)
+    features: list[str] = []
+    sharing: list[Sharing] = []
+
+
+class Quota(Strict):
+    """Limits on what one tenant may hold at once (Slurm GrpTRES)."""
+
+    gpu: int | None = Field(None, ge=0)
+    shard: int | None = Field(None, ge=0)
+    mps: int | None = Field(None, ge=0)
+
+
+class Tenant(Strict):
+    name: str = Field(pattern=SLURM_NAME)
+    shares: int | str
+    parent: str | None = None
+    description: str = ""
+    users: list[str] = []
+    quota: Quota = Quota()
+
+
+class Tier(Strict):
+    name: str = Field(pattern=SLURM_NAME)
+    node_groups: list[str] = Field(min_length=1)
+    default: bool = False
+    priority: int = Field(1, ge=0, le=65533)
+    preempt_mode: str = "off"
+    usage_factor: float = Field(1.0, ge=0)
+    max_time: str = Field("UNLIMITED", pattern=r"^(UNLIMITED|INFINITE|\d+(-\d+)?(:\d+){0,2})$")
+    gpu_types: list[str] = []
+    allow_accounts: list[str] = []
+
+
+class Submission(Strict):
+    reject_multi_slice: bool = True
+    fail_open: bool = False
+    route_by_gres: bool = True
+    set_gpu_type: bool = True
+    aliases: dict[str, str] = {}
+
+
+class Billing(Strict):
+    gpu_weights: dict[str, float] = {}
+    default_gpu_weight: float = Field(1.0, gt=0)
+    cpu: float = Field(0.0, ge=0)
+    mem_per_gb: float = Field(0.0, ge=0)
+
+
+class Policy(Strict):
+    version: Literal[1]
+    cluster: Cluster
+    node_groups: list[NodeGroup] = Field(min_length=1)
+    tenants: list[Tenant] = []
+    tiers: list[Tier] = Field(min_length=1)
+    submission: Submission = Submission()
+    billing: Billing = Billing()

@@ -1,0 +1,154 @@
+"""Rules that relate parts of the policy: tenants, tiers, billing, submission."""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import Problem
+from ..hardware import CatalogueError, get_model
+from .billing import tier_weights
+from .model import Policy
+from .site import Group, TierView
+
+PREEMPT_MODES = ("off", "requeue", "cancel")
+_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
+_ALIAS = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
+
+def _duplicates(names: list[str], path: str, what: str) -> list[Problem]:
+    seen: dict[str, int] = {}
+    out = []
+    for i, name in enumerate(names):
+        if name in seen:
+            out.append(Problem(f"{path}[{i}].name", f"{what} {name!r} is already defined at {path}[{seen[name]}]"))
+        seen.setdefault(name, i)
+    return out
+
+
+def check_tenants(policy: Policy) -> list[Problem]:
+    tenants = policy.tenants
+    problems = _duplicates([t.name for t in tenants], "tenants", "tenant")
+    names = {t.name for t in tenants}
+    for i, t in enumerate(tenants):
+        path = f"tenants[{i}]"
+        if isinstance(t.shares, str):
+            if t.shares != "parent":
+                problems.append(Problem(f"{path}.shares", f"{t.shares!r} is not allowed: a positive integer or 'parent'"))
+        elif isinstance(t.shares, bool) or t.shares <= 0:
+            problems.append(Problem(f"{path}.shares", f"{t.shares} is not allowed: shares must be a positive integer (or 'parent')"))
+        if t.parent is not None and t.parent not in names:
+            problems.append(Problem(f"{path}.parent", f"{t.parent!r} is not a tenant; known: {', '.join(sorted(names))}"))
+        if t.parent == t.name:
+            problems.append(Problem(f"{path}.parent", "a tenant cannot be its own parent"))
+        for j, user in enumerate(t.users):
+            if not _USER.match(user):
+                problems.append(Problem(f"{path}.users[{j}]", f"{user!r} is not a valid user name (lower-case letters, digits, '_', '-', '.')"))
+        if len(set(t.users)) != len(t.users):
+            problems.append(Problem(f"{path}.users", "a user is listed twice"))
+    problems += _cycles(policy)
+    return problems
+
+
+def _cycles(policy: Policy) -> list[Problem]:
+    parent = {t.name: t.parent for t in policy.tenants}
+    out = []
+    for i, t in enumerate(policy.tenants):
+        seen, cur = set(), t.name
+        while cur is not None and cur in parent:
+            if cur in seen:
+                out.append(Problem(f"tenants[{i}].parent", f"tenant {t.name!r} is in a parent cycle"))
+                break
+            seen.add(cur)
+            cur = parent[cur]
+    return out
+
+
+def check_tiers(policy: Policy, groups: list[Group]) -> tuple[list[TierView], list[Problem]]:
+    problems = _duplicates([t.name for t in policy.tiers], "tiers", "tier")
+    by_name = {g.name: g for g in groups}
+    declared = {g.name for g in policy.node_groups}
+    tenants = {t.name for t in policy.tenants}
+    defaults = [i for i, t in enumerate(policy.tiers) if t.default]
+    if len(defaults) > 1:
+        problems.append(Problem(f"tiers[{defaults[1]}].default", f"only one tier can be the default; tiers[{defaults[0]}] already is"))
+    default_index = defaults[0] if defaults else 0
+    views = []
+    for i, tier in enumerate(policy.tiers):
+        path = f"tiers[{i}]"
+        mode = tier.preempt_mode.lower()
+        if mode == "suspend":
+            problems.append(Problem(f"{path}.preempt_mode", "'suspend' is not allowed for GPU jobs: suspended jobs keep their GRES; use requeue or cancel (or off)"))
+        elif mode not in PREEMPT_MODES:
+            problems.append(Problem(f"{path}.preempt_mode", f"{tier.preempt_mode!r} is not allowed; use one of {', '.join(PREEMPT_MODES)}"))
+        for j, name in enumerate(tier.node_groups):
+            if name not in declared:
+                problems.append(Problem(f"{path}.node_groups[{j}]", f"{name!r} is not a node group; known: {', '.join(sorted(declared))}"))
+        for j, account in enumerate(tier.allow_accounts):
+            if account not in tenants:
+                problems.append(Problem(f"{path}.allow_accounts[{j}]", f"{account!r} is not a tenant; known: {', '.join(sorted(tenants)) or '(none)'}"))
+        members = tuple(by_name[n] for n in dict.fromkeys(tier.node_groups) if n in by_name)
+        types = {t for g in members for (n, t) in g.gres if n == "gpu"}
+        for j, gtype in enumerate(tier.gpu_types):
+            if gtype not in types:
+                problems.append(Problem(f"{path}.gpu_types[{j}]", f"{gtype!r} is not a GPU type on this tier's nodes; available: {', '.join(sorted(types))}"))
+        weights, conflicts = tier_weights(members, policy.billing, path)
+        problems += conflicts
+        views.append(TierView(tier, members, weights, i == default_index))
+    return views, problems
+
+
+def check_types(groups: list[Group]) -> list[Problem]:
+    """A custom whole-GPU type must not shadow a MIG type or another model's type."""
+    owners: dict[str, str] = {}
+    problems = []
+    for g in groups:
+        for slot in g.gpus:
+            names = slot.mig_types() if slot.mode == "mig" else (slot.slurm_type,)
+            for t in names:
+                model = owners.setdefault(t, g.model.name)
+                if model != g.model.name:
+                    problems.append(Problem(f"node_groups[{g.name}]", f"GPU type {t!r} is used for both {model} and {g.model.name}; a type names one kind of GPU"))
+    return problems
+
+
+def check_billing(policy: Policy) -> list[Problem]:
+    problems = []
+    for name, weight in policy.billing.gpu_weights.items():
+        try:
+            get_model(name)
+        except CatalogueError as exc:
+            problems.append(Problem(f"billing.gpu_weights.{name}", str(exc)))
+        if weight <= 0:
+            problems.append(Problem(f"billing.gpu_weights.{name}", f"{weight} is not allowed: a GPU weight must be > 0"))
+    return problems
+
+
+def check_submission(policy: Policy, groups: list[Group]) -> list[Problem]:
+    types = {t for g in groups for (n, t) in g.gres if n == "gpu"}
+    modes = {s.mode for g in groups for s in g.gpus}
+    problems = []
+    for alias, target in policy.submission.aliases.items():
+        path = f"submission.aliases.{alias}"
+        if not _ALIAS.match(alias):
+            problems.append(Problem(path, "an alias name is lower-case letters, digits and '_' (at most 32)"))
+        if alias in types:
+            problems.append(Problem(path, f"{alias!r} is already a real GPU type; an alias cannot shadow it"))
+        problems += _check_alias_target(path, target, types, modes)
+    return problems
+
+
+def _check_alias_target(path, target: str, types, modes) -> list[Problem]:
+    forms = "accepted: 'gpu:<type>', 'shard', 'mps:<percent 1-100>'"
+    m = re.fullmatch(r"gpu:([a-z0-9_.]+)|shard|mps:(\d+)", target.strip())
+    if not m:
+        return [Problem(path, f"{target!r} is not an alias target; {forms}")]
+    if m[1] is not None and m[1] not in types:
+        return [Problem(path, f"GPU type {m[1]!r} does not exist on this cluster; types: {', '.join(sorted(types))}")]
+    if target.startswith("shard") and "shard" not in modes:
+        return [Problem(path, "no node group time-slices GPUs (mode shard)")]
+    if m[2] is not None:
+        if "mps" not in modes:
+            return [Problem(path, "no node group shares GPUs with MPS (mode mps)")]
+        if not 1 <= int(m[2]) <= 100:
+            return [Problem(path, f"{m[2]} is not a percentage of one GPU; use 1-100")]
+    return []

@@ -1,0 +1,116 @@
+"""The validated, resolved site: what every renderer and later layer reads.
+
+Everything here is derived from the policy and the hardware catalogue; nothing
+is typed twice. Built by ``policy.load`` only after every rule has passed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from ..hardware import GpuModel
+from ..slurmversion import SlurmVersion
+from .model import NodeGroup, Policy, Tier
+
+MODES = ("exclusive", "mig", "shard", "mps")
+
+
+@dataclass(frozen=True)
+class GpuSlot:
+    """One physical GPU position (index) on every node of a group, and how it is shared."""
+
+    index: int
+    mode: str
+    model: GpuModel
+    slurm_type: str
+    layout: tuple[str, ...] = ()
+    replicas: int = 0
+    units: int = 0
+
+    @property
+    def device(self) -> str:
+        # Assumes the GPU's device minor equals its index (true unless a site
+        # renumbers devices); the node runtime checks minors against NVML.
+        return f"/dev/nvidia{self.index}"
+
+    def mig_types(self) -> tuple[str, ...]:
+        return tuple(self.model.mig_slurm_type(p) for p in self.layout)
+
+
+@dataclass(frozen=True)
+class Group:
+    spec: NodeGroup
+    nodes: tuple[str, ...]
+    hostlist: str
+    model: GpuModel
+    gpus: tuple[GpuSlot, ...]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @cached_property
+    def gres(self) -> dict[tuple[str, str], int]:
+        """GRES per node: {(name, type): count}, type '' for untyped shard/mps."""
+        counts: Counter[tuple[str, str]] = Counter()
+        for slot in self.gpus:
+            if slot.mode == "mig":
+                for t in slot.mig_types():
+                    counts["gpu", t] += 1
+                continue
+            counts["gpu", slot.slurm_type] += 1
+            if slot.mode == "shard":
+                counts["shard", ""] += slot.replicas
+            elif slot.mode == "mps":
+                counts["mps", ""] += slot.units
+        return dict(sorted(counts.items()))
+
+    def slots(self, mode: str) -> tuple[GpuSlot, ...]:
+        return tuple(s for s in self.gpus if s.mode == mode)
+
+
+@dataclass(frozen=True)
+class TierView:
+    spec: Tier
+    groups: tuple[Group, ...]
+    billing: tuple[tuple[str, float], ...]
+    is_default: bool
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @cached_property
+    def hostlist(self) -> str:
+        from hostlist import collect_hostlist
+
+        return collect_hostlist([n for g in self.groups for n in g.nodes])
+
+
+@dataclass(frozen=True)
+class Site:
+    policy: Policy
+    version: SlurmVersion
+    groups: tuple[Group, ...]
+    tiers: tuple[TierView, ...]
+    source_name: str = "policy"
+    source_sha256: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def cluster(self):
+        return self.policy.cluster
+
+    @cached_property
+    def gpu_types(self) -> tuple[str, ...]:
+        return tuple(sorted({t for g in self.groups for (n, t) in g.gres if n == "gpu"}))
+
+    @cached_property
+    def uses(self) -> frozenset[str]:
+        """GRES names in use ('gpu', 'shard', 'mps')."""
+        return frozenset(n for g in self.groups for (n, _t) in g.gres)
+
+    def group(self, name: str) -> Group:
+        return next(g for g in self.groups if g.name == name)

@@ -1,0 +1,151 @@
+"""Template contexts: everything a template prints, computed here in tested Python."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ..policy import Group, Site, TierView
+
+GRES_TYPES = "gpu,mps,shard"  # always all three: changing GresTypes needs a full restart
+
+
+def gres_string(group: Group) -> str:
+    """slurm.conf ``Gres=`` for one node group: gpu:<type>:N,...,shard:N,mps:N."""
+    parts = [f"{name}:{gtype}:{n}" if gtype else f"{name}:{n}" for (name, gtype), n in group.gres.items()]
+    return ",".join(parts)
+
+
+def accounting_tres(site: Site) -> list[str]:
+    """Every GPU TRES worth tracking, typed ones included, and every TRES a billing weight names."""
+    tres = {"gres/gpu"} | {f"gres/gpu:{t}" for t in site.gpu_types}
+    tres |= {f"gres/{n}" for n in site.uses if n != "gpu"}
+    for tier in site.tiers:
+        tres |= {k.lower() for k, _ in tier.billing if k.startswith("GRES/")}
+    return sorted(tres)
+
+
+def preemption(site: Site) -> dict[str, str] | None:
+    modes = {t.spec.preempt_mode.lower() for t in site.tiers} - {"off"}
+    if not modes:
+        return None
+    return {"type": "preempt/partition_prio", "mode": "REQUEUE" if "requeue" in modes else "CANCEL"}
+
+
+def node_lines(site: Site) -> list[dict]:
+    out = []
+    for g in site.groups:
+        spec = g.spec
+        hw = {"CPUs": spec.cpus, "Sockets": spec.sockets, "CoresPerSocket": spec.cores_per_socket,
+              "ThreadsPerCore": spec.threads_per_core, "RealMemory": spec.memory_mb}
+        attrs = [(k, v) for k, v in hw.items() if v is not None]
+        attrs.append(("Gres", gres_string(g)))
+        if spec.features:
+            attrs.append(("Features", ",".join(spec.features)))
+        attrs.append(("State", "UNKNOWN"))
+        out.append({"group": g, "nodes": g.hostlist, "attrs": attrs})
+    return out
+
+
+def partition_lines(site: Site) -> list[dict]:
+    preempting = preemption(site) is not None
+    out = []
+    for tier in site.tiers:
+        spec = tier.spec
+        attrs = [("Nodes", tier.hostlist), ("Default", "YES" if tier.is_default else "NO"),
+                 ("MaxTime", spec.max_time), ("PriorityTier", spec.priority),
+                 ("DefMemPerCPU", def_mem_per_cpu(tier))]
+        if preempting:
+            attrs.append(("PreemptMode", spec.preempt_mode.upper()))
+        if spec.allow_accounts:
+            attrs.append(("AllowAccounts", ",".join(spec.allow_accounts)))
+        if tier.billing:
+            from .env import kv
+
+            attrs.append(("TRESBillingWeights", f'"{kv(tier.billing)}"'))
+        attrs.append(("State", "UP"))
+        out.append({"tier": tier, "attrs": attrs})
+    return out
+
+
+def def_mem_per_cpu(tier: TierView) -> int:
+    """Without a default, a job without --mem gets the whole node's memory and nothing can share it."""
+    return min(g.spec.memory_mb // g.spec.cpus for g in tier.groups)
+
+
+def hooks(site: Site) -> list[tuple[str, str]]:
+    h = site.cluster.hooks
+    pairs = [("Prolog", h.prolog), ("Epilog", h.epilog), ("TaskProlog", h.task_prolog)]
+    out = [(k, v) for k, v in pairs if v]
+    if h.prolog:
+        # Alloc: set MIG / MPS up when the job is allocated, before its batch script starts.
+        out.insert(0, ("PrologFlags", "Alloc,Contain" if site.cluster.cgroups else "Alloc"))
+    if h.job_submit_lua:
+        out.append(("JobSubmitPlugins", "lua"))
+    return out
+
+
+def mig_nodes(site: Site) -> list[dict]:
+    return [
+        {"nodes": g.hostlist, "gpus": [(s.index, list(s.layout)) for s in g.slots("mig")]}
+        for g in site.groups
+        if g.slots("mig")
+    ]
+
+
+def gres_conf_lines(site: Site) -> list[dict]:
+    """Non-MIG gres.conf lines per group, contiguous GPUs of one type merged into one File= range."""
+    out = []
+    for g in site.groups:
+        lines = []
+        for gtype, indexes in _runs(g):
+            lines.append(f"NodeName={g.hostlist} Name=gpu Type={gtype} File={_devices(indexes)}")
+        for slot in g.gpus:
+            if slot.mode in ("shard", "mps"):
+                count = slot.replicas if slot.mode == "shard" else slot.units
+                lines.append(f"NodeName={g.hostlist} Name={slot.mode} Count={count} File={slot.device}")
+        out.append({"group": g, "lines": lines})
+    return out
+
+
+def _runs(group: Group) -> list[tuple[str, list[int]]]:
+    runs: list[tuple[str, list[int]]] = []
+    for slot in group.gpus:
+        if slot.mode == "mig":
+            continue
+        if runs and runs[-1][0] == slot.slurm_type and runs[-1][1][-1] == slot.index - 1:
+            runs[-1][1].append(slot.index)
+        else:
+            runs.append((slot.slurm_type, [slot.index]))
+    return runs
+
+
+def _devices(indexes: list[int]) -> str:
+    if len(indexes) == 1:
+        return f"/dev/nvidia{indexes[0]}"
+    return f"/dev/nvidia[{indexes[0]}-{indexes[-1]}]"
+
+
+def describe(group: Group) -> str:
+    """'8 x H100-SXM5-80GB (0-3 exclusive; 4-5 mig 2x3g.40gb; 6 shard x4)' for comments."""
+    runs: list[tuple[str, list[int]]] = []
+    for slot in group.gpus:
+        what = _slot_text(slot)
+        if runs and runs[-1][0] == what and runs[-1][1][-1] == slot.index - 1:
+            runs[-1][1].append(slot.index)
+        else:
+            runs.append((what, [slot.index]))
+    parts = [f"{_span(ix)} {what}" for what, ix in runs]
+    return f"{len(group.gpus)} x {group.model.name} ({'; '.join(parts)})"
+
+
+def _span(indexes: list[int]) -> str:
+    return str(indexes[0]) if len(indexes) == 1 else f"{indexes[0]}-{indexes[-1]}"
+
+
+def _slot_text(slot) -> str:
+    if slot.mode == "mig":
+        counts = Counter(slot.layout)
+        return "mig " + "+".join(f"{n}x{p}" if n > 1 else p for p, n in counts.items())
+    extra = {"exclusive": "", "shard": f" x{slot.replicas}", "mps": f" {slot.units} units"}[slot.mode]
+    typed = "" if slot.slurm_type == slot.model.slurm_type else f" (type {slot.slurm_type})"
+    return f"{slot.mode}{extra}{typed}"

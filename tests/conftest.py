@@ -1,0 +1,39 @@
+"""Shared fixtures. A tier's own conftest decides whether it can run."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def minimal_policy() -> dict:
+    """The smallest valid policy; tests copy it and break one thing."""
+    return {
+        "version": 1,
+        "cluster": {"name": "t", "slurm_version": "24.11", "controller": "ctl"},
+        "node_groups": [
+            {
+                "name": "g",
+                "nodes": "gpu-[01-02]",
+                "gpu": {"model": "A100-SXM4-40GB", "count": 4},
+                "cpus": 16,
+                "memory_mb": 64000,
+                "sharing": [
+                    {"gpus": "0-1", "mode": "exclusive"},
+                    {"gpus": 2, "mode": "mig", "layout": ["3g.20gb", "3g.20gb"]},
+                    {"gpus": 3, "mode": "shard", "replicas": 4},
+                ],
+            }
+        ],
+        "tenants": [{"name": "a", "shares": 1}],
+        "tiers": [{"name": "batch", "node_groups": ["g"]}],
+    }
+
+
+@pytest.fixture
+def policy() -> dict:
+    return copy.deepcopy(minimal_policy())
