@@ -108,7 +108,7 @@ def _place(model: GpuModel, key: tuple[str, ...]) -> Placement | None:
     starts = _search(ordered, 0, [])
     if starts is None:
         return None
-    return tuple((p.name, s) for p, s in zip(ordered, starts))
+    return tuple((p.name, s) for p, s in zip(ordered, starts, strict=True))
 
 
 def _search(ordered: list[MigProfile], used: int, starts: list[int]) -> list[int] | None:
@@ -126,7 +126,7 @@ def _search(ordered: list[MigProfile], used: int, starts: list[int]) -> list[int
     for start in profile.placements:
         mask = width << start
         if start >= floor and not used & mask:
-            found = _search(ordered, used | mask, starts + [start])
+            found = _search(ordered, used | mask, [*starts, start])
             if found is not None:
                 return found
     return None

@@ -142,9 +142,7 @@ class GpuModel:
 
         '+me' profiles get no 'all-' layout: only one fits per GPU.
         """
-        layouts = {
-            f"all-{p.name}": (p.name,) * p.max_instances for p in self.mig_profiles if not p.media_extensions
-        }
+        layouts = {f"all-{p.name}": (p.name,) * p.max_instances for p in self.mig_profiles if not p.media_extensions}
         balanced = self._balanced()
         if balanced:
             layouts["all-balanced"] = balanced
