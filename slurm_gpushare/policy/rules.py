@@ -97,17 +97,19 @@ def check_tiers(policy: Policy, groups: list[Group]) -> tuple[list[TierView], li
     return views, problems
 
 
-def check_types(groups: list[Group]) -> list[Problem]:
+def check_types(policy: Policy, groups: list[Group]) -> list[Problem]:
     """A custom whole-GPU type must not shadow a MIG type or another model's type."""
+    index = {id(spec): i for i, spec in enumerate(policy.node_groups)}
     owners: dict[str, str] = {}
     problems = []
     for g in groups:
+        i = index[id(g.spec)]
         for slot in g.gpus:
             names = slot.mig_types() if slot.mode == "mig" else (slot.slurm_type,)
             for t in names:
                 model = owners.setdefault(t, g.model.name)
                 if model != g.model.name:
-                    problems.append(Problem(f"node_groups[{g.name}]", f"GPU type {t!r} is used for both {model} and {g.model.name}; a type names one kind of GPU"))
+                    problems.append(Problem(f"node_groups[{i}].sharing", f"GPU type {t!r} is used for both {model} and {g.model.name}; a type names one kind of GPU"))
     return problems
 
 

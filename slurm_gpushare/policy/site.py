@@ -114,3 +114,14 @@ class Site:
 
     def group(self, name: str) -> Group:
         return next(g for g in self.groups if g.name == name)
+
+    @cached_property
+    def _node_index(self) -> dict[str, Group]:
+        return {n: g for g in self.groups for n in g.nodes}
+
+    def group_for_node(self, node: str) -> Group:
+        """The group a Slurm node name belongs to; KeyError names the node if none does."""
+        try:
+            return self._node_index[node]
+        except KeyError:
+            raise KeyError(f"node {node!r} is in no node group of this policy") from None

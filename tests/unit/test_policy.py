@@ -304,3 +304,17 @@ def test_bad_yaml():
 def test_hostile_hook_path(policy):
     policy["cluster"]["hooks"] = {"prolog": "/usr/bin/x; rm -rf /"}
     one(policy, "cluster.hooks.prolog", "pattern")
+
+
+def test_custom_type_cannot_name_two_models(policy):
+    second = dict(policy["node_groups"][0], name="h", nodes="gpu-[03-04]", gpu={"model": "H100-SXM5-80GB", "count": 1},
+                  sharing=[{"gpus": 0, "mode": "exclusive", "type": "a100_40g"}])
+    policy["node_groups"].append(second)
+    one(policy, "node_groups[1].sharing", "GPU type 'a100_40g' is used for both A100-SXM4-40GB and H100-SXM5-80GB")
+
+
+def test_group_for_node(policy):
+    site = build_site(policy, "t.yaml")
+    assert site.group_for_node("gpu-02").name == "g"
+    with pytest.raises(KeyError, match="gpu-99"):
+        site.group_for_node("gpu-99")
