@@ -17,7 +17,10 @@ from .rules import check_billing, check_submission, check_tenants, check_tiers, 
 from .site import Site
 
 
-class _StrictLoader(yaml.SafeLoader):
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML has it: ~10x faster
+
+
+class _StrictLoader(_SafeLoader):
     """SafeLoader that refuses duplicate keys instead of keeping the last one silently."""
 
 
