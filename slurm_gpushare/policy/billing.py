@@ -31,23 +31,41 @@ def gpu_weight(billing: Billing, model_name: str) -> float:
     return billing.gpu_weights.get(model_name, billing.default_gpu_weight)
 
 
-def kind_weights(groups: tuple[Group, ...], billing: Billing) -> dict[str, float]:
-    """Weight of one allocated unit per GRES kind: 'gpu:<type>', 'shard', 'mps'."""
-    weights: dict[str, set[float]] = {}
+def kind_weights(groups: tuple[Group, ...], billing: Billing) -> tuple[dict[str, float], dict[str, set[float]]]:
+    """Weight of one allocated unit per GRES kind ('gpu:<type>', 'shard', 'mps'), and every weight seen."""
+    seen: dict[str, set[float]] = {}
     for group in groups:
         whole = gpu_weight(billing, group.model.name)
-        for slot in group.gpus:
-            if slot.mode == "mig":
-                for name in slot.layout:
-                    w = whole * slot.model.profile(name).fraction(slot.model)
-                    weights.setdefault(f"gpu:{slot.model.mig_slurm_type(name)}", set()).add(round(w, 6))
-                continue
-            weights.setdefault(f"gpu:{slot.slurm_type}", set()).add(round(whole, 6))
-            if slot.mode == "shard":
-                weights.setdefault("shard", set()).add(round(whole / slot.replicas, 6))
-            elif slot.mode == "mps":
-                weights.setdefault("mps", set()).add(round(whole / slot.units, 6))
-    return {k: max(v) for k, v in weights.items()}, weights
+        for kind, fraction in unit_fractions(group):
+            seen.setdefault(kind, set()).add(round(whole * fraction, 6))
+    return {k: max(v) for k, v in seen.items()}, seen
+
+
+def unit_fractions(group: Group) -> list[tuple[str, float]]:
+    """(kind, GPU fraction of one allocated unit) for every GRES kind of a group.
+
+    The same fractions bill jobs and count GPU-equivalents in accounting.
+    """
+    out: list[tuple[str, float]] = []
+    for slot in group.gpus:
+        if slot.mode == "mig":
+            out += [(f"gpu:{slot.model.mig_slurm_type(p)}", slot.model.profile(p).fraction(slot.model)) for p in slot.layout]
+            continue
+        out.append((f"gpu:{slot.slurm_type}", 1.0))
+        if slot.mode == "shard":
+            out.append(("shard", 1.0 / slot.replicas))
+        elif slot.mode == "mps":
+            out.append(("mps", 1.0 / slot.units))
+    return out
+
+
+def tier_fractions(groups: tuple[Group, ...]) -> dict[str, float]:
+    """GPU fraction of one unit of each TRES ('gres/gpu:<type>', 'gres/shard', 'gres/mps') in one partition.
+
+    Validation guarantees one value per TRES within a tier. Untyped 'gres/gpu'
+    is absent: what an untyped GPU was is only known from its type.
+    """
+    return {f"gres/{kind}": round(f, 9) for g in groups for kind, f in unit_fractions(g)}
 
 
 def tier_weights(groups: tuple[Group, ...], billing: Billing, path: str) -> tuple[tuple[tuple[str, float], ...], list[Problem]]:

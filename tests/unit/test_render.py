@@ -139,3 +139,12 @@ def test_cgroups_off_uses_linuxproc(policy):
 def test_def_mem_per_cpu_lets_jobs_share_nodes(policy):
     text = render_all(build_site(policy, "t.yaml"))["slurm.conf"]
     assert "DefMemPerCPU=4000" in text  # 64000 MB / 16 CPUs
+
+
+def test_tier_fractions_match_billing_formula():
+    from slurm_gpushare.policy.billing import tier_fractions
+
+    site = site_of("small-lab.yaml")
+    fr = tier_fractions(site.tiers[0].groups)
+    assert fr["gres/gpu:a100_40g_1g.5gb"] == pytest.approx(1 / 7)
+    assert fr["gres/shard"] == 0.25 and fr["gres/mps"] == 0.01 and fr["gres/gpu:l40s"] == 1.0
