@@ -36,9 +36,9 @@ def main() -> None:
 
 
 def _register() -> None:
-    from . import catalogue, config
+    from . import catalogue, config, node
 
-    for cmd in (*config.COMMANDS, catalogue.catalogue):
+    for cmd in (*config.COMMANDS, catalogue.catalogue, *node.COMMANDS):
         main.add_command(cmd)
 
 

@@ -1,0 +1,239 @@
+"""`gpushare node`: what runs on a GPU node (MIG layout, the node's gres.conf include).
+
+Thin: load the policy, pick the NVML backend (real, or the fake with
+--fake-nvml / GPUSHARE_FAKE_NVML), call node.mig / node.gresconf, print.
+Exit codes: 0 in sync / done, 1 differs or refused, 2 usage or other error.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import GpushareError, PolicyError
+
+FAKE_ENV = "GPUSHARE_FAKE_NVML"
+
+
+class _NodeGroup(click.Group):
+    """Our errors become messages and exit codes here, whether or not `gpushare` wraps us.
+    A policy that cannot be loaded is an 'other error' (2) for node commands."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except PolicyError as exc:
+            click.echo(exc.report(), err=True)
+            sys.exit(2)
+        except GpushareError as exc:
+            click.echo(f"gpushare node: error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+
+
+class NodeError(GpushareError):
+    """The node is not in the policy, or similar problems with the command's inputs."""
+
+
+def _common(fn):
+    """--policy, --node, --fake-nvml: every command that reads a node's GPUs takes them."""
+    fn = click.option("--fake-nvml", "fake_state", envvar=FAKE_ENV, type=click.Path(dir_okay=False),
+                      help=f"Use the fake NVML on this state file (env {FAKE_ENV}); for test clusters only.")(fn)
+    fn = click.option("--node", "node_name", default=None, help="Slurm node name (default: this host's short name).")(fn)
+    return click.option("--policy", "policy_path", required=True, type=click.Path(dir_okay=False),
+                        help="The site policy (gpushare.yaml).")(fn)
+
+
+def _target(policy_path: str, node_name: str | None):
+    """(site, node name, its GPU slots)."""
+    from ..policy import load_file
+
+    site = load_file(policy_path)
+    node = node_name or socket.gethostname().split(".", 1)[0]
+    try:
+        group = site.group_for_node(node)
+    except KeyError as exc:
+        raise NodeError(f"{exc.args[0]} ({policy_path}); pass --node NAME") from None
+    return site, node, group.gpus
+
+
+def _backend(fake_state: str | None):
+    from ..gpu import open_backend
+
+    if fake_state is not None:
+        click.echo(f"gpushare node: using fake NVML state {fake_state} (not the real GPUs)", err=True)
+    return open_backend(fake_state)
+
+
+@click.group(cls=_NodeGroup)
+def node() -> None:
+    """Commands for a GPU node: check and apply the policy's MIG layout, write the
+    node's gres.conf include from live MIG state, build a fake NVML for test clusters."""
+
+
+@node.group()
+def mig() -> None:
+    """The policy's MIG layout on this node. Never changes MIG mode."""
+
+
+@mig.command("assert")
+@_common
+def mig_assert(policy_path: str, node_name: str | None, fake_state: str | None) -> None:
+    """Exit 0 if every GPU is as the policy says, else print the differences and exit 1."""
+    from ..node.mig import differences, observe
+
+    _site, name, slots = _target(policy_path, node_name)
+    with _backend(fake_state) as backend:
+        found = differences(slots, observe(backend, [s.index for s in slots]))
+    if found:
+        click.echo(f"node {name}: MIG layout differs from the policy:")
+        for line in found:
+            click.echo(f"  {line}")
+        sys.exit(1)
+    click.echo(f"node {name}: MIG layout matches the policy")
+
+
+@mig.command("apply")
+@_common
+@click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
+def mig_apply(policy_path: str, node_name: str | None, fake_state: str | None, dry_run: bool) -> None:
+    """Bring the MIG layout to the policy, changing only GPUs that differ.
+
+    Refused (exit 1) while processes run on a GPU that would change, or when
+    MIG mode is off on a GPU the policy shares with MIG."""
+    from ..node.mig import apply_actions, differences, observe
+
+    _site, name, slots = _target(policy_path, node_name)
+    indexes = [s.index for s in slots]
+    with _backend(fake_state) as backend:
+        actions = _plan_or_refuse(name, slots, observe(backend, indexes))
+        if not actions:
+            click.echo(f"node {name}: MIG layout already matches the policy; nothing to do")
+            return
+        for action in actions:
+            click.echo(f"{'would ' if dry_run else ''}{action}")
+        if dry_run:
+            return
+        apply_actions(backend, actions)
+        left = differences(slots, observe(backend, indexes))
+    if left:
+        raise NodeError(f"node {name}: MIG layout still differs after apply:\n  " + "\n  ".join(left))
+    click.echo(f"node {name}: MIG layout applied ({len(actions)} actions); now run `gpushare node gres-conf`")
+
+
+def _plan_or_refuse(name: str, slots, state):
+    """The plan, or MigRefused with every reason prefixed by the node name."""
+    from ..node.mig import MigRefused, plan_mig
+
+    try:
+        return plan_mig(slots, state)
+    except MigRefused as exc:
+        raise MigRefused([f"node {name}: {r}" for r in exc.reasons]) from None
+
+
+@node.command("gres-conf")
+@_common
+@click.option("--out", "out", default=None,
+              help="Where to write it (default: the policy's cluster.paths.gres_include; '-' for stdout).")
+def gres_conf(policy_path: str, node_name: str | None, fake_state: str | None, out: str | None) -> None:
+    """Write this node's gres.conf include (MIG devices) from live MIG state.
+
+    Refused (exit 1) when the live layout differs from the policy, so it never
+    disagrees with the slurm.conf `gpushare render` wrote."""
+    from ..gpu import read_mig_minors
+    from ..node.gresconf import node_gres_conf
+
+    site, name, slots = _target(policy_path, node_name)
+    with _backend(fake_state) as backend:
+        minors = read_mig_minors(backend.mig_minors_path) if any(s.mode == "mig" for s in slots) else {}
+        text = node_gres_conf(name, slots, backend, minors)
+    if out == "-":
+        click.echo(text, nl=False)
+        return
+    from ..outfiles import atomic_write
+
+    target = Path(out or site.cluster.paths.gres_include)
+    atomic_write(target, text)
+    click.echo(f"node {name}: wrote {target}")
+
+
+# ---- fake NVML (test clusters) -------------------------------------------------------
+
+
+def _indexes(value: str) -> list[int]:
+    try:
+        return [int(v) for v in value.split(",") if v.strip()] if value else []
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of GPU indexes, e.g. 0,1") from None
+
+
+@node.group("fake-nvml")
+def fake_nvml() -> None:
+    """Build and poke a fake NVML state for test clusters. Only ever writes the
+    state file you name (and its .mig-minors / .lock next to it); a real
+    node's GPUs are never touched and never read."""
+
+
+@fake_nvml.command("init")
+@click.option("--state", required=True, type=click.Path(dir_okay=False), help="State file to create.")
+@click.option("--model", required=True, help="Catalogue model, e.g. A100-SXM4-40GB (see `gpushare catalogue`).")
+@click.option("--count", required=True, type=click.IntRange(1, 32), help="Number of GPUs.")
+@click.option("--mig", "mig", default="", help="Comma-separated indexes of GPUs with MIG mode on, e.g. 0,1.")
+@click.option("--minors", default="", help="Comma-separated device minors, one per GPU (default: the index).")
+@click.option("--seed", default=None, help="Seed for the GPU UUIDs (default: this host's short name).")
+@click.option("--force", is_flag=True, help="Replace an existing state file.")
+def fake_init(state: str, model: str, count: int, mig: str, minors: str, seed: str | None, force: bool) -> None:
+    """Create a fake NVML state: COUNT GPUs of MODEL, MIG mode on for --mig, no instances."""
+    from ..gpu.fakenvml import FakeNvml
+
+    path = Path(state)
+    _check_replaceable(path, force)
+    fake = FakeNvml.build(path, model=model, count=count, mig_enabled=_indexes(mig),
+                          minors=_indexes(minors) or None, seed=socket.gethostname().split(".", 1)[0] if seed is None else seed)
+    click.echo(f"fake NVML: {count} x {model} in {path} (MIG on: {mig or 'none'}); mig-minors at {fake.mig_minors_path}")
+
+
+def _check_replaceable(path: Path, force: bool) -> None:
+    """--force replaces a fake NVML state, never some other file that happens to be there."""
+    if not path.exists():
+        return
+    if not force:
+        raise NodeError(f"{path} exists; pass --force to replace the fake NVML state")
+    from ..gpu.fakenvml import STATE_FORMAT
+
+    try:
+        is_fake = json.loads(path.read_text(encoding="utf-8")).get("format") == STATE_FORMAT
+    except (OSError, ValueError, AttributeError):
+        is_fake = False
+    if not is_fake:
+        raise NodeError(f"{path} is not a fake NVML state; refusing to replace it")
+
+
+@fake_nvml.command("add-process")
+@click.option("--state", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--gpu", "index", required=True, type=int)
+@click.option("--pid", required=True, type=int)
+@click.option("--gi", type=int, default=None, help="GPU instance id (MIG GPUs).")
+@click.option("--ci", type=int, default=None, help="Compute instance id (MIG GPUs).")
+@click.option("--used-mib", type=int, default=0)
+def fake_add_process(state: str, index: int, pid: int, gi: int | None, ci: int | None, used_mib: int) -> None:
+    """Pretend a CUDA process PID runs on a GPU (or on one MIG device)."""
+    from ..gpu.fakenvml import FakeNvml
+
+    FakeNvml(state).add_process(index, pid, gi=gi, ci=ci, used_mib=used_mib)
+
+
+@fake_nvml.command("remove-process")
+@click.option("--state", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--pid", required=True, type=int)
+def fake_remove_process(state: str, pid: int) -> None:
+    """Pretend process PID exited."""
+    from ..gpu.fakenvml import FakeNvml
+
+    FakeNvml(state).remove_process(pid)
+
+
+COMMANDS = (node,)

@@ -1,0 +1,1056 @@
+"""A fake NVML with pynvml's names, argument orders, return shapes and error codes.
+
+Why a fake and not mocks: the node runtime's real code (``NvmlBackend``) has
+to run unchanged against it, in unit tests and on the docker test cluster's
+MIG node, where the prolog, task prolog, epilog and `gpushare` commands are
+separate processes that must see one GPU. So:
+
+- every function takes the arguments pynvml's takes, in the same order, with
+  the same out-parameters (``ctypes.byref(c_uint())`` counts, ctypes arrays
+  the caller allocates, a placement passed by reference);
+- results have pynvml's attribute names (``.id``, ``.sliceCount``,
+  ``.memorySizeMB``, ``.placement.start``, ``c_nvmlMemory_t.total``);
+- failures raise ``NVMLError`` subclasses named and numbered as pynvml's,
+  decided by the MIG rules in the hardware catalogue (placements, overlap,
+  max instances, in-use), never by what a test would like;
+- state is a JSON file changed under an fcntl lock, read-modify-write per
+  call, so several processes share one GPU state;
+- anything it does not model raises ``NotImplementedError`` by name.
+
+pynvml is not needed: the constants and error classes are defined here with
+the values of nvidia-ml-py 13.615.71 (tests compare them when it is installed).
+Parts of NVML whose real behaviour is unconfirmed (reference sheet section 7)
+raise NotImplementedError instead of guessing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import hashlib
+import json
+import os
+import string
+import sys
+import tempfile
+import uuid as uuidlib
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from ..errors import GpushareError
+from ..hardware import CatalogueError, GpuModel, MigProfile, get_model
+from .migminors import mig_minors_text
+
+# ---- constants: names and values as in pynvml (NVML-H) ----------------------
+
+NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_ALREADY_INITIALIZED = 5
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_INSUFFICIENT_SIZE = 7
+NVML_ERROR_INSUFFICIENT_POWER = 8
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_IRQ_ISSUE = 11
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_CORRUPTED_INFOROM = 14
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_RESET_REQUIRED = 16
+NVML_ERROR_OPERATING_SYSTEM = 17
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+NVML_ERROR_IN_USE = 19
+NVML_ERROR_MEMORY = 20
+NVML_ERROR_NO_DATA = 21
+NVML_ERROR_VGPU_ECC_NOT_SUPPORTED = 22
+NVML_ERROR_INSUFFICIENT_RESOURCES = 23
+NVML_ERROR_FREQ_NOT_SUPPORTED = 24
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
+NVML_ERROR_DEPRECATED = 26
+NVML_ERROR_NOT_READY = 27
+NVML_ERROR_GPU_NOT_FOUND = 28
+NVML_ERROR_INVALID_STATE = 29
+NVML_ERROR_RESET_TYPE_NOT_SUPPORTED = 30
+NVML_ERROR_UNKNOWN = 999
+
+NVML_DEVICE_MIG_DISABLE = 0x0
+NVML_DEVICE_MIG_ENABLE = 0x1
+
+NVML_GPU_INSTANCE_PROFILE_1_SLICE = 0x0
+NVML_GPU_INSTANCE_PROFILE_2_SLICE = 0x1
+NVML_GPU_INSTANCE_PROFILE_3_SLICE = 0x2
+NVML_GPU_INSTANCE_PROFILE_4_SLICE = 0x3
+NVML_GPU_INSTANCE_PROFILE_7_SLICE = 0x4
+NVML_GPU_INSTANCE_PROFILE_8_SLICE = 0x5
+NVML_GPU_INSTANCE_PROFILE_6_SLICE = 0x6
+NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1 = 0x7
+NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1 = 0x8
+NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2 = 0x9
+NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX = 0xA
+NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX = 0xB
+NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX = 0xC
+NVML_GPU_INSTANCE_PROFILE_1_SLICE_NO_ME = 0xD
+NVML_GPU_INSTANCE_PROFILE_2_SLICE_NO_ME = 0xE
+NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME = 0xF
+NVML_GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME = 0x10
+NVML_GPU_INSTANCE_PROFILE_3_SLICE_GFX = 0x11
+NVML_GPU_INSTANCE_PROFILE_COUNT = 0x12
+
+NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE = 0x0
+NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE = 0x1
+NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE = 0x2
+NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE = 0x3
+NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE = 0x4
+NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE = 0x5
+NVML_COMPUTE_INSTANCE_PROFILE_6_SLICE = 0x6
+NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1 = 0x7
+NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE_NVL = 0x8
+NVML_COMPUTE_INSTANCE_PROFILE_COUNT = 0x9
+
+NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED = 0x0
+NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT = 0x1
+
+NVML_DEVICE_UUID_V2_BUFFER_SIZE = 96
+NVML_DEVICE_NAME_V2_BUFFER_SIZE = 96
+NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE = 32
+NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE = 16
+
+nvmlGpuInstanceProfileInfo_v2 = 0x02000098
+nvmlComputeInstanceProfileInfo_v2 = 0x02000088
+
+_NOT_MIG = 0xFFFFFFFF  # gpuInstanceId / computeInstanceId of a process outside MIG (NVML-H)
+_MIB = 1 << 20
+
+# ---- errors: pynvml's class layout (NVMLError(value) returns the subclass) ---
+
+
+class NVMLError(Exception):
+    """pynvml's error base: ``.value`` is the NVML_ERROR_* code."""
+
+    _valClassMapping: ClassVar[dict[int, type]] = {}
+
+    def __new__(typ, value):
+        if typ is NVMLError:
+            typ = NVMLError._valClassMapping.get(value, typ)
+        obj = Exception.__new__(typ)
+        obj.value = value
+        return obj
+
+    def __init__(self, value=None):
+        super().__init__(self.value)
+
+    def __str__(self):
+        return _ERROR_NAMES.get(self.value, f"NVML Error with code {self.value}")
+
+
+def _error_names() -> dict[int, str]:
+    return {v: k for k, v in globals().items() if k.startswith("NVML_ERROR_")}
+
+
+def _make_error_classes() -> None:
+    """NVMLError_<CamelCase> per code, named exactly as pynvml's _extractNVMLErrorsAsClasses does."""
+    module = sys.modules[__name__]
+    for name, value in list(vars(module).items()):
+        if not name.startswith("NVML_ERROR_"):
+            continue
+        class_name = "NVMLError_" + string.capwords(name.replace("NVML_ERROR_", ""), "_").replace("_", "")
+
+        def new(typ, *args, _value=value):
+            return NVMLError.__new__(typ, _value)
+
+        cls = type(class_name, (NVMLError,), {"__new__": new, "__module__": __name__})
+        setattr(module, class_name, cls)
+        NVMLError._valClassMapping[value] = cls
+
+
+_ERROR_NAMES = _error_names()
+_make_error_classes()
+
+
+class FakeNvmlError(GpushareError):
+    """Misuse of the fake's own builder or test helpers (not an NVML failure)."""
+
+
+# ---- structures: pynvml's field names and ctypes layouts ----------------------
+
+
+class _Printable(ctypes.Structure):
+    """Like pynvml's _PrintableStructure: char arrays read back as str."""
+
+    def __getattribute__(self, name):
+        value = super().__getattribute__(name)
+        return value.decode() if isinstance(value, bytes) else value
+
+
+class c_nvmlGpuInstancePlacement_t(ctypes.Structure):
+    _fields_ = [("start", ctypes.c_uint), ("size", ctypes.c_uint)]
+
+
+class c_nvmlComputeInstancePlacement_t(ctypes.Structure):
+    _fields_ = [("start", ctypes.c_uint), ("size", ctypes.c_uint)]
+
+
+_GI_PROFILE_FIELDS = [
+    ("id", ctypes.c_uint),
+    ("isP2pSupported", ctypes.c_uint),
+    ("sliceCount", ctypes.c_uint),
+    ("instanceCount", ctypes.c_uint),
+    ("multiprocessorCount", ctypes.c_uint),
+    ("copyEngineCount", ctypes.c_uint),
+    ("decoderCount", ctypes.c_uint),
+    ("encoderCount", ctypes.c_uint),
+    ("jpegCount", ctypes.c_uint),
+    ("ofaCount", ctypes.c_uint),
+    ("memorySizeMB", ctypes.c_ulonglong),
+]
+
+
+class c_nvmlGpuInstanceProfileInfo_t(ctypes.Structure):
+    _fields_ = _GI_PROFILE_FIELDS
+
+
+class c_nvmlGpuInstanceProfileInfo_v2_t(_Printable):
+    _fields_ = [("version", ctypes.c_uint), *_GI_PROFILE_FIELDS, ("name", ctypes.c_char * NVML_DEVICE_NAME_V2_BUFFER_SIZE)]
+
+    def __init__(self):
+        super().__init__(version=nvmlGpuInstanceProfileInfo_v2)
+
+
+_CI_PROFILE_FIELDS = [
+    ("id", ctypes.c_uint),
+    ("sliceCount", ctypes.c_uint),
+    ("instanceCount", ctypes.c_uint),
+    ("multiprocessorCount", ctypes.c_uint),
+    ("sharedCopyEngineCount", ctypes.c_uint),
+    ("sharedDecoderCount", ctypes.c_uint),
+    ("sharedEncoderCount", ctypes.c_uint),
+    ("sharedJpegCount", ctypes.c_uint),
+    ("sharedOfaCount", ctypes.c_uint),
+]
+
+
+class c_nvmlComputeInstanceProfileInfo_t(ctypes.Structure):
+    _fields_ = _CI_PROFILE_FIELDS
+
+
+class c_nvmlComputeInstanceProfileInfo_v2_t(_Printable):
+    _fields_ = [("version", ctypes.c_uint), *_CI_PROFILE_FIELDS, ("name", ctypes.c_char * NVML_DEVICE_NAME_V2_BUFFER_SIZE)]
+
+    def __init__(self):
+        super().__init__(version=nvmlComputeInstanceProfileInfo_v2)
+
+
+class c_nvmlMemory_t(_Printable):
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+class nvmlPciInfo_t(_Printable):
+    _fields_ = [
+        ("busIdLegacy", ctypes.c_char * NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE),
+        ("domain", ctypes.c_uint),
+        ("bus", ctypes.c_uint),
+        ("device", ctypes.c_uint),
+        ("pciDeviceId", ctypes.c_uint),
+        ("pciSubSystemId", ctypes.c_uint),
+        ("busId", ctypes.c_char * NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE),
+    ]
+
+
+# Handle types. pynvml's are opaque ctypes pointers; callers only allocate
+# arrays of them and pass elements back, so py_object arrays carry the fake's
+# handle objects through the same code.
+c_nvmlDevice_t = ctypes.py_object
+c_nvmlGpuInstance_t = ctypes.py_object
+c_nvmlComputeInstance_t = ctypes.py_object
+
+
+class nvmlFriendlyObject:
+    """pynvml's plain-attribute object (what process queries return)."""
+
+    def __init__(self, dictionary):
+        for key, value in dictionary.items():
+            setattr(self, key, value)
+
+    def __str__(self):
+        return str(self.__dict__)
+
+
+@dataclass(frozen=True)
+class _GpuInstanceInfo:
+    """nvmlGpuInstanceInfo_t's attributes (device, id, profileId, placement)."""
+
+    device: object
+    id: int
+    profileId: int
+    placement: c_nvmlGpuInstancePlacement_t
+
+
+@dataclass(frozen=True)
+class _ComputeInstanceInfo:
+    """nvmlComputeInstanceInfo_t's attributes."""
+
+    device: object
+    gpuInstance: object
+    id: int
+    profileId: int
+    placement: c_nvmlComputeInstancePlacement_t
+
+
+# ---- handles: what the fake hands out; ``serial`` makes stale handles fail ----
+
+
+@dataclass(frozen=True)
+class _Device:
+    index: int
+
+
+@dataclass(frozen=True)
+class _Gi:
+    index: int
+    gi: int
+    serial: int
+
+
+@dataclass(frozen=True)
+class _Ci:
+    index: int
+    gi: int
+    ci: int
+    serial: int
+
+
+@dataclass(frozen=True)
+class _Mig:
+    index: int
+    gi: int
+    ci: int
+    serial: int
+
+
+def _fail(code: int):
+    raise NVMLError(code)
+
+
+def _unconfirmed(what: str):
+    raise NotImplementedError(f"fake NVML does not implement {what}: real behaviour unconfirmed (reference sheet section 7)")
+
+
+# ---- out-parameters, checked as strictly as C would need them ----------------
+
+
+def _out_uint(ref) -> ctypes.c_uint:
+    """The c_uint behind ``ctypes.byref(c_uint())`` (or a pointer to one)."""
+    target = getattr(ref, "_obj", None) if type(ref).__name__ == "CArgObject" else None
+    if target is None and isinstance(ref, ctypes._Pointer):
+        target = ref.contents
+    if not isinstance(target, ctypes.c_uint):
+        raise TypeError(f"count must be ctypes.byref(ctypes.c_uint()), got {ref!r}")
+    return target
+
+
+def _by_ref(ref, cls):
+    """A structure passed by reference: the C API takes a pointer, and pynvml passes the argument straight through."""
+    target = getattr(ref, "_obj", None) if type(ref).__name__ == "CArgObject" else None
+    if target is None and isinstance(ref, ctypes._Pointer):
+        target = ref.contents
+    if not isinstance(target, cls):
+        raise TypeError(f"pass ctypes.byref({cls.__name__}()): the C function takes a pointer, got {ref!r}")
+    return target
+
+
+def _array(ref, elem_type):
+    if ref is not None and not (isinstance(ref, ctypes.Array) and ref._type_ is elem_type):
+        raise TypeError(f"expected None or a ctypes array of {elem_type.__name__}, got {ref!r}")
+    return ref
+
+
+def _fill(array, items, count_ref) -> None:
+    """Write ``items`` into the caller's array: too small is INSUFFICIENT_SIZE, as in NVML."""
+    count = _out_uint(count_ref)
+    if array is not None and len(array) < len(items):
+        count.value = len(items)
+        _fail(NVML_ERROR_INSUFFICIENT_SIZE)
+    count.value = len(items)
+    for i, item in enumerate(items if array is not None else ()):
+        array[i] = item
+
+
+# ---- derived values ------------------------------------------------------------
+
+
+def _uuid(prefix: str, *parts: object) -> str:
+    """A uuid4-shaped id derived from ``parts``: deterministic, so state files diff cleanly."""
+    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:16]
+    return f"{prefix}-{uuidlib.UUID(bytes=digest, version=4)}"
+
+
+def _gi_id_range(model: GpuModel, profile: MigProfile) -> range:
+    """GI ids the driver uses for this instance size: 0 for the whole GPU, 1-2 for
+    halves, 3-6 quarters, 7-14 eighths (matches reference 1.5's observations).
+    Which one an instance gets depends on what exists, so callers must ask."""
+    parts = model.memory_slices // profile.memory_slices
+    if parts < 1 or parts & (parts - 1):
+        return range(15)
+    level = parts.bit_length() - 1
+    return range(2**level - 1, 2 ** (level + 1) - 1)
+
+
+def _ci_profiles(profile: MigProfile) -> dict[int, tuple[str, int]]:
+    """{CI profile constant: (CI name, compute slices)} allowed inside a GI of ``profile``."""
+    out = {}
+    for name, constant in profile.compute_profiles:
+        slices = profile.compute_slices if name == profile.name else int(name.split("c.", 1)[0])
+        out[constant] = (name, slices)
+    return out
+
+
+def _profile_by_id(model: GpuModel, profile_id: int) -> MigProfile:
+    try:
+        return model.profile_for_id(profile_id)
+    except CatalogueError:
+        _fail(NVML_ERROR_INVALID_ARGUMENT)
+
+
+def _ci_by_serial(gi: dict, ci_id: int, serial: int | None = None) -> dict:
+    for ci in gi["cis"]:
+        if ci["id"] == ci_id and serial in (None, ci["serial"]):
+            return ci
+    _fail(NVML_ERROR_INVALID_ARGUMENT if serial is not None else NVML_ERROR_NOT_FOUND)
+
+
+def _mig_devices(gpu: dict) -> list[tuple[dict, dict]]:
+    """(GI, CI) pairs in MIG-device index order: by GI id, then CI id."""
+    return [(gi, ci) for gi in sorted(gpu["instances"], key=lambda g: g["id"]) for ci in sorted(gi["cis"], key=lambda c: c["id"])]
+
+
+def _process_object(proc: dict, gi: int, ci: int):
+    return nvmlFriendlyObject(
+        {"pid": proc["pid"], "usedGpuMemory": proc["used_mib"] * _MIB, "gpuInstanceId": gi, "computeInstanceId": ci}
+    )
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Write, fsync, rename: another process reads the old state or the new one."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; other users' processes read GPU state too
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ---- the fake ------------------------------------------------------------------
+
+STATE_FORMAT = "gpushare-fake-nvml/1"
+
+
+class FakeNvml:
+    """A pynvml-like object over one JSON state file (see the module docstring).
+
+    Give it to ``NvmlBackend`` where the real ``pynvml`` module would go. The
+    methods whose names start with ``nvml`` are the NVML API; ``build``,
+    ``add_process``, ``remove_process`` and ``set_mig_mode`` are test-side
+    helpers standing in for things outside NVML (installing GPUs, a CUDA
+    application starting, an admin running ``nvidia-smi -mig``).
+    """
+
+    NVMLError = NVMLError
+
+    def __init__(self, state_path: str | os.PathLike):
+        self.state_path = Path(state_path)
+        self._lock_path = self.state_path.with_name(self.state_path.name + ".lock")
+        self._inits = 0
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise NotImplementedError(f"fake NVML does not implement {name}")
+
+    @property
+    def mig_minors_path(self) -> Path:
+        """Where this fake's /proc/driver/nvidia-caps/mig-minors lives (next to the state)."""
+        return self.state_path.with_name(self.state_path.name + ".mig-minors")
+
+    # ---- builder and helpers -------------------------------------------------
+
+    @classmethod
+    def build(cls, state_path, model: str = "H100-SXM5-80GB", count: int = 8, mig_enabled=(4, 5),
+              minors=None, seed: str = "") -> FakeNvml:
+        """Write a fresh state: ``count`` GPUs of ``model``, MIG mode on for ``mig_enabled``
+        (no instances yet), device minors ``minors`` (default: equal to the index)."""
+        gpu_model = _builder_model(model)
+        minors = list(range(count)) if minors is None else list(minors)
+        _check_build(gpu_model, count, list(mig_enabled), minors)
+        fake = cls(state_path)
+        gpus = [_new_gpu(gpu_model, i, minors[i], i in set(mig_enabled), seed) for i in range(count)]
+        fake.state_path.parent.mkdir(parents=True, exist_ok=True)
+        with fake._locked(write=True, fresh=True) as state:
+            state.update({"format": STATE_FORMAT, "serial": 0, "gpus": gpus})
+        _write_text(fake.mig_minors_path, mig_minors_text())
+        return fake
+
+    def add_process(self, index: int, pid: int, gi: int | None = None, ci: int | None = None, used_mib: int = 0) -> None:
+        """A CUDA process appears on GPU ``index`` (on MIG GPUs: on compute instance ``gi``/``ci``)."""
+        with self._locked(write=True) as state:
+            gpu = _helper_gpu(state, index)
+            _check_process_target(gpu, gi, ci)
+            gpu["processes"].append({"pid": pid, "used_mib": used_mib, "gi": gi, "ci": ci})
+
+    def remove_process(self, pid: int) -> None:
+        """Process ``pid`` exits (from every GPU it used)."""
+        with self._locked(write=True) as state:
+            found = False
+            for gpu in state["gpus"]:
+                before = len(gpu["processes"])
+                gpu["processes"] = [p for p in gpu["processes"] if p["pid"] != pid]
+                found = found or len(gpu["processes"]) != before
+            if not found:
+                raise FakeNvmlError(f"fake NVML {self.state_path}: no process {pid} on any GPU")
+
+    def set_mig_mode(self, index: int, current: bool, pending: bool | None = None) -> None:
+        """What an admin's `nvidia-smi -mig` would leave behind (the suite never does this)."""
+        with self._locked(write=True) as state:
+            gpu = _helper_gpu(state, index)
+            if not get_model(gpu["model"]).mig_capable:
+                raise FakeNvmlError(f"fake GPU {index} ({gpu['model']}) does not support MIG")
+            if not current and gpu["instances"]:
+                raise FakeNvmlError(f"fake GPU {index} still has MIG instances; destroy them before disabling MIG")
+            gpu["mig_current"] = int(current)
+            gpu["mig_pending"] = int(current if pending is None else pending)
+
+    # ---- state file ----------------------------------------------------------
+
+    @contextmanager
+    def _locked(self, write: bool, fresh: bool = False):
+        """Hold the lock for one whole read-modify-write; an exception leaves the file untouched."""
+        with self._open_lock(write) as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
+            state = {} if fresh else self._load()
+            yield state
+            if write:
+                _write_json(self.state_path, state)
+
+    def _open_lock(self, write: bool):
+        """Readers open the lock read-only, so an unprivileged process (a task
+        prolog) can share a root-written state; flock does not need write access."""
+        if write or not self._lock_path.exists():
+            fd = os.open(self._lock_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            return os.fdopen(fd, "a", encoding="utf-8")
+        return open(self._lock_path, encoding="utf-8")
+
+    def _load(self) -> dict:
+        try:
+            state = json.loads(self.state_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise FakeNvmlError(f"fake NVML state {self.state_path} does not exist; create it with `gpushare node fake-nvml init`") from None
+        if state.get("format") != STATE_FORMAT:
+            raise FakeNvmlError(f"{self.state_path} is not a fake NVML state ({STATE_FORMAT})")
+        return state
+
+    @contextmanager
+    def _nvml(self, write: bool = False):
+        """An NVML call: initialised first (UNINITIALIZED otherwise), then locked state."""
+        if not self._inits:
+            _fail(NVML_ERROR_UNINITIALIZED)
+        with self._locked(write) as state:
+            yield state
+
+    # ---- handle resolution ---------------------------------------------------
+
+    def _gpu(self, state: dict, handle) -> dict:
+        if not isinstance(handle, _Device) or not 0 <= handle.index < len(state["gpus"]):
+            _fail(NVML_ERROR_INVALID_ARGUMENT)
+        return state["gpus"][handle.index]
+
+    def _mig_gpu(self, state: dict, handle) -> dict:
+        """A parent GPU on which MIG calls are allowed: MIG-capable and MIG mode on."""
+        gpu = self._gpu(state, handle)
+        if not get_model(gpu["model"]).mig_capable or not gpu["mig_current"]:
+            _fail(NVML_ERROR_NOT_SUPPORTED)
+        return gpu
+
+    def _gi(self, state: dict, handle) -> tuple[dict, dict]:
+        if not isinstance(handle, _Gi):
+            _fail(NVML_ERROR_INVALID_ARGUMENT)
+        gpu = self._mig_gpu(state, _Device(handle.index))
+        for gi in gpu["instances"]:
+            if gi["id"] == handle.gi and gi["serial"] == handle.serial:
+                return gpu, gi
+        _fail(NVML_ERROR_INVALID_ARGUMENT)  # destroyed since: the handle is stale
+
+    def _ci(self, state: dict, handle) -> tuple[dict, dict, dict]:
+        if not isinstance(handle, _Ci):
+            _fail(NVML_ERROR_INVALID_ARGUMENT)
+        gpu = self._mig_gpu(state, _Device(handle.index))
+        for gi in gpu["instances"]:
+            if gi["id"] == handle.gi:
+                return gpu, gi, _ci_by_serial(gi, handle.ci, handle.serial)
+        _fail(NVML_ERROR_INVALID_ARGUMENT)
+
+    def _mig(self, state: dict, handle) -> tuple[dict, dict, dict]:
+        gpu, gi, ci = self._ci(state, _Ci(handle.index, handle.gi, handle.ci, handle.serial))
+        return gpu, gi, ci
+
+    def _any_device(self, state: dict, handle) -> tuple[dict, tuple[dict, dict] | None]:
+        """A parent or a MIG device handle: (GPU, (GI, CI) or None)."""
+        if isinstance(handle, _Mig):
+            gpu, gi, ci = self._mig(state, handle)
+            return gpu, (gi, ci)
+        return self._gpu(state, handle), None
+
+    # ---- init, identity --------------------------------------------------------
+
+    def nvmlInit(self):
+        return self.nvmlInitWithFlags(0)
+
+    def nvmlInitWithFlags(self, flags):
+        if not self.state_path.exists():
+            _fail(NVML_ERROR_DRIVER_NOT_LOADED)
+        self._inits += 1
+
+    def nvmlShutdown(self):
+        if not self._inits:
+            _fail(NVML_ERROR_UNINITIALIZED)
+        self._inits -= 1
+
+    def nvmlErrorString(self, result):
+        return _ERROR_NAMES.get(result, f"NVML Error with code {result}")
+
+    def nvmlDeviceGetCount(self):
+        with self._nvml() as state:
+            return len(state["gpus"])
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        with self._nvml() as state:
+            self._gpu(state, _Device(index))
+        return _Device(index)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        wanted = uuid.decode() if isinstance(uuid, bytes) else uuid
+        with self._nvml() as state:
+            for gpu in state["gpus"]:
+                if gpu["uuid"] == wanted:
+                    return _Device(gpu["index"])
+                for gi, ci in _mig_devices(gpu):
+                    if ci["uuid"] == wanted:
+                        return _Mig(gpu["index"], gi["id"], ci["id"], ci["serial"])
+            _fail(NVML_ERROR_NOT_FOUND)
+
+    def nvmlDeviceGetName(self, handle):
+        with self._nvml() as state:
+            gpu, mig = self._any_device(state, handle)
+            model = get_model(gpu["model"])
+            if mig is None:
+                return model.nvml_names[0]
+            gi, ci = mig
+            ci_name = _ci_profiles(model.profile_for_id(gi["profile_id"]))[ci["profile_id"]][0]
+            return f"{model.nvml_names[0]} MIG {ci_name}"
+
+    def nvmlDeviceGetUUID(self, handle):
+        with self._nvml() as state:
+            gpu, mig = self._any_device(state, handle)
+            return gpu["uuid"] if mig is None else mig[1]["uuid"]
+
+    def nvmlDeviceGetMinorNumber(self, handle):
+        if isinstance(handle, _Mig):
+            _unconfirmed("nvmlDeviceGetMinorNumber on a MIG device handle")
+        with self._nvml() as state:
+            return self._gpu(state, handle)["minor"]
+
+    def nvmlDeviceGetPciInfo(self, handle):
+        if isinstance(handle, _Mig):
+            _unconfirmed("nvmlDeviceGetPciInfo on a MIG device handle")
+        with self._nvml() as state:
+            gpu = self._gpu(state, handle)
+        info = nvmlPciInfo_t()
+        info.domain, info.bus, info.device = 0, gpu["pci_bus"], 0
+        info.pciDeviceId = gpu["pci_device_id"]
+        info.busId = b"%08X:%02X:%02X.0" % (0, gpu["pci_bus"], 0)
+        info.busIdLegacy = b"%04X:%02X:%02X.0" % (0, gpu["pci_bus"], 0)
+        return info
+
+    def nvmlDeviceGetMemoryInfo(self, handle, version=None):
+        if version:
+            raise NotImplementedError("fake NVML does not implement nvmlDeviceGetMemoryInfo version 2")
+        with self._nvml() as state:
+            gpu, mig = self._any_device(state, handle)
+            model = get_model(gpu["model"])
+            if mig is None:
+                total, procs = model.memory_mib, gpu["processes"]
+            else:
+                gi, ci = mig
+                total = model.profile_for_id(gi["profile_id"]).memory_mib
+                procs = [p for p in gpu["processes"] if (p["gi"], p["ci"]) == (gi["id"], ci["id"])]
+        used = min(total, sum(p["used_mib"] for p in procs))
+        return c_nvmlMemory_t(total * _MIB, (total - used) * _MIB, used * _MIB)
+
+    # ---- MIG mode and GPU-instance profiles ------------------------------------
+
+    def nvmlDeviceGetMigMode(self, device):
+        with self._nvml() as state:
+            gpu = self._gpu(state, device)
+            if not get_model(gpu["model"]).mig_capable:
+                _fail(NVML_ERROR_NOT_SUPPORTED)
+            return [gpu["mig_current"], gpu["mig_pending"]]
+
+    def nvmlDeviceGetGpuInstanceProfileInfo(self, device, profile, version=2):
+        if version not in (1, 2):
+            _fail(NVML_ERROR_FUNCTION_NOT_FOUND)
+        if not 0 <= profile < NVML_GPU_INSTANCE_PROFILE_COUNT:
+            _fail(NVML_ERROR_INVALID_ARGUMENT)
+        with self._nvml() as state:
+            model = get_model(self._mig_gpu(state, device)["model"])
+        try:
+            found = model.profile_for_constant(profile)
+        except CatalogueError:
+            _fail(NVML_ERROR_NOT_SUPPORTED)
+        return _gi_profile_info(found, version)
+
+    nvmlDeviceGetGpuInstanceProfileInfoV = nvmlDeviceGetGpuInstanceProfileInfo
+
+    def nvmlDeviceGetGpuInstancePossiblePlacements(self, device, profileId, placementsRef, countRef):
+        array = _array(placementsRef, c_nvmlGpuInstancePlacement_t)
+        with self._nvml() as state:
+            profile = _profile_by_id(get_model(self._mig_gpu(state, device)["model"]), profileId)
+        _fill(array, [c_nvmlGpuInstancePlacement_t(s, profile.memory_slices) for s in profile.placements], countRef)
+        return NVML_SUCCESS
+
+    def nvmlDeviceGetGpuInstanceRemainingCapacity(self, device, profileId):
+        with self._nvml() as state:
+            gpu = self._mig_gpu(state, device)
+            model = get_model(gpu["model"])
+            profile = _profile_by_id(model, profileId)
+            return _remaining(model, gpu, profile)
+
+    # ---- GPU instances -----------------------------------------------------------
+
+    def nvmlDeviceCreateGpuInstance(self, device, profileId):
+        raise NotImplementedError(
+            "fake NVML does not implement nvmlDeviceCreateGpuInstance (driver-chosen placement); "
+            "use nvmlDeviceCreateGpuInstanceWithPlacement"
+        )
+
+    def nvmlDeviceCreateGpuInstanceWithPlacement(self, device, profileId, placement):
+        want = _by_ref(placement, c_nvmlGpuInstancePlacement_t)
+        with self._nvml(write=True) as state:
+            gpu = self._mig_gpu(state, device)
+            model = get_model(gpu["model"])
+            profile = _profile_by_id(model, profileId)
+            if _fit_problem(model, gpu, profile, want.start, want.size) is not None:
+                _fail(NVML_ERROR_INSUFFICIENT_RESOURCES)
+            record = _new_gi(state, gpu, model, profile, want.start)
+            return _Gi(gpu["index"], record["id"], record["serial"])
+
+    def nvmlDeviceGetGpuInstances(self, device, profileId, gpuInstancesRef, countRef):
+        array = _array(gpuInstancesRef, c_nvmlGpuInstance_t)
+        with self._nvml() as state:
+            gpu = self._mig_gpu(state, device)
+            _profile_by_id(get_model(gpu["model"]), profileId)
+            found = [_Gi(gpu["index"], g["id"], g["serial"]) for g in sorted(gpu["instances"], key=lambda g: g["id"]) if g["profile_id"] == profileId]
+        _fill(array, found, countRef)
+        return NVML_SUCCESS
+
+    def nvmlDeviceGetGpuInstanceById(self, device, gpuInstanceId):
+        with self._nvml() as state:
+            gpu = self._mig_gpu(state, device)
+            for gi in gpu["instances"]:
+                if gi["id"] == gpuInstanceId:
+                    return _Gi(gpu["index"], gi["id"], gi["serial"])
+            _fail(NVML_ERROR_NOT_FOUND)
+
+    def nvmlGpuInstanceGetInfo(self, gpuInstance):
+        with self._nvml() as state:
+            gpu, gi = self._gi(state, gpuInstance)
+        return _GpuInstanceInfo(_Device(gpu["index"]), gi["id"], gi["profile_id"], c_nvmlGpuInstancePlacement_t(gi["start"], gi["size"]))
+
+    def nvmlGpuInstanceDestroy(self, gpuInstance):
+        with self._nvml(write=True) as state:
+            gpu, gi = self._gi(state, gpuInstance)
+            if gi["cis"] or any(p["gi"] == gi["id"] for p in gpu["processes"]):
+                _fail(NVML_ERROR_IN_USE)
+            gpu["instances"].remove(gi)
+        return NVML_SUCCESS
+
+    # ---- compute instances -------------------------------------------------------
+
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(self, device, profile, engProfile, version=2):
+        if version not in (1, 2):
+            _fail(NVML_ERROR_FUNCTION_NOT_FOUND)
+        with self._nvml() as state:
+            gpu, gi = self._gi(state, device)
+        if not 0 <= profile < NVML_COMPUTE_INSTANCE_PROFILE_COUNT or not 0 <= engProfile < NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT:
+            _fail(NVML_ERROR_INVALID_ARGUMENT)
+        gi_profile = get_model(gpu["model"]).profile_for_id(gi["profile_id"])
+        allowed = _ci_profiles(gi_profile)
+        if profile not in allowed:
+            _fail(NVML_ERROR_NOT_SUPPORTED)
+        return _ci_profile_info(gi_profile, profile, *allowed[profile], version)
+
+    nvmlGpuInstanceGetComputeInstanceProfileInfoV = nvmlGpuInstanceGetComputeInstanceProfileInfo
+
+    def nvmlGpuInstanceCreateComputeInstance(self, gpuInstance, profileId):
+        with self._nvml(write=True) as state:
+            gpu, gi = self._gi(state, gpuInstance)
+            gi_profile = get_model(gpu["model"]).profile_for_id(gi["profile_id"])
+            start = _ci_start(gi, gi_profile, profileId)
+            if start is None:
+                _fail(NVML_ERROR_INSUFFICIENT_RESOURCES)
+            ci = _new_ci(state, gpu, gi, gi_profile, profileId, start)
+            return _Ci(gpu["index"], gi["id"], ci["id"], ci["serial"])
+
+    def nvmlGpuInstanceGetComputeInstances(self, gpuInstance, profileId, computeInstancesRef, countRef):
+        array = _array(computeInstancesRef, c_nvmlComputeInstance_t)
+        with self._nvml() as state:
+            gpu, gi = self._gi(state, gpuInstance)
+            if profileId not in _ci_profiles(get_model(gpu["model"]).profile_for_id(gi["profile_id"])):
+                _fail(NVML_ERROR_NOT_SUPPORTED)
+            found = [_Ci(gpu["index"], gi["id"], c["id"], c["serial"]) for c in sorted(gi["cis"], key=lambda c: c["id"]) if c["profile_id"] == profileId]
+        _fill(array, found, countRef)
+        return NVML_SUCCESS
+
+    def nvmlGpuInstanceGetComputeInstanceById(self, gpuInstance, computeInstanceId):
+        with self._nvml() as state:
+            gpu, gi = self._gi(state, gpuInstance)
+            ci = _ci_by_serial(gi, computeInstanceId)
+            return _Ci(gpu["index"], gi["id"], ci["id"], ci["serial"])
+
+    def nvmlComputeInstanceGetInfo(self, computeInstance):
+        with self._nvml() as state:
+            gpu, gi, ci = self._ci(state, computeInstance)
+        return _ComputeInstanceInfo(
+            _Device(gpu["index"]), _Gi(gpu["index"], gi["id"], gi["serial"]), ci["id"], ci["profile_id"],
+            c_nvmlComputeInstancePlacement_t(ci["start"], ci["size"]),
+        )
+
+    nvmlComputeInstanceGetInfo_v2 = nvmlComputeInstanceGetInfo
+
+    def nvmlComputeInstanceDestroy(self, computeInstance):
+        with self._nvml(write=True) as state:
+            gpu, gi, ci = self._ci(state, computeInstance)
+            if any((p["gi"], p["ci"]) == (gi["id"], ci["id"]) for p in gpu["processes"]):
+                _fail(NVML_ERROR_IN_USE)
+            gi["cis"].remove(ci)
+        return NVML_SUCCESS
+
+    # ---- MIG devices ---------------------------------------------------------------
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, device):
+        with self._nvml() as state:
+            gpu = self._gpu(state, device)
+            model = get_model(gpu["model"])
+            return model.compute_slices if model.mig_capable and gpu["mig_current"] else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device, index):
+        with self._nvml() as state:
+            gpu = self._mig_gpu(state, device)
+            if not 0 <= index < get_model(gpu["model"]).compute_slices:
+                _fail(NVML_ERROR_INVALID_ARGUMENT)
+            devices = _mig_devices(gpu)
+            if index >= len(devices):
+                _fail(NVML_ERROR_NOT_FOUND)
+            gi, ci = devices[index]
+            return _Mig(gpu["index"], gi["id"], ci["id"], ci["serial"])
+
+    def nvmlDeviceIsMigDeviceHandle(self, device):
+        with self._nvml() as state:
+            self._any_device(state, device)
+        return ctypes.c_uint(int(isinstance(device, _Mig)))  # pynvml returns the c_uint itself
+
+    def nvmlDeviceGetGpuInstanceId(self, device):
+        if not isinstance(device, _Mig):
+            _unconfirmed("nvmlDeviceGetGpuInstanceId on a non-MIG handle")
+        with self._nvml() as state:
+            return self._mig(state, device)[1]["id"]
+
+    def nvmlDeviceGetComputeInstanceId(self, device):
+        if not isinstance(device, _Mig):
+            _unconfirmed("nvmlDeviceGetComputeInstanceId on a non-MIG handle")
+        with self._nvml() as state:
+            return self._mig(state, device)[2]["id"]
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, migDevice):
+        if not isinstance(migDevice, _Mig):
+            _fail(NVML_ERROR_INVALID_ARGUMENT)
+        with self._nvml() as state:
+            return _Device(self._mig(state, migDevice)[0]["index"])
+
+    # ---- processes -------------------------------------------------------------------
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        """On a MIG-enabled parent this returns [], as NVML does for a caller without
+        the privilege to aggregate (reference 4): ask each MIG device instead."""
+        with self._nvml() as state:
+            gpu, mig = self._any_device(state, handle)
+            if mig is not None:
+                gi, ci = mig
+                return [_process_object(p, gi["id"], ci["id"]) for p in gpu["processes"] if (p["gi"], p["ci"]) == (gi["id"], ci["id"])]
+            if gpu["mig_current"]:
+                return []
+            return [_process_object(p, _NOT_MIG, _NOT_MIG) for p in gpu["processes"]]
+
+
+# ---- rules -------------------------------------------------------------------------------
+
+
+def _fit_problem(model: GpuModel, gpu: dict, profile: MigProfile, start: int, size: int) -> str | None:
+    """Why this GI cannot be created (None if it can): what NVML reports as INSUFFICIENT_RESOURCES."""
+    if start not in profile.placements or size != profile.memory_slices:
+        return f"{start}:{size} is not a placement of {profile.name}"
+    same = [g for g in gpu["instances"] if g["profile_id"] == profile.profile_id]
+    if len(same) >= profile.max_instances:
+        return f"{profile.name} already has its maximum of {profile.max_instances}"
+    taken = {s for g in gpu["instances"] for s in range(g["start"], g["start"] + g["size"])}
+    if taken & set(range(start, start + size)):
+        return "memory slices overlap an existing GPU instance"
+    used = sum(model.profile_for_id(g["profile_id"]).compute_slices for g in gpu["instances"])
+    if used + profile.compute_slices > model.compute_slices:
+        return "not enough free compute slices"
+    return None
+
+
+def _remaining(model: GpuModel, gpu: dict, profile: MigProfile) -> int:
+    """How many more GIs of ``profile`` fit now: free placements, capped by the
+    profile's maximum and the compute slices left."""
+    free = sum(1 for s in profile.placements if _fit_problem(model, gpu, profile, s, profile.memory_slices) is None)
+    same = sum(1 for g in gpu["instances"] if g["profile_id"] == profile.profile_id)
+    used = sum(model.profile_for_id(g["profile_id"]).compute_slices for g in gpu["instances"])
+    return max(0, min(free, profile.max_instances - same, (model.compute_slices - used) // profile.compute_slices))
+
+
+def _ci_start(gi: dict, gi_profile: MigProfile, ci_constant: int) -> int | None:
+    """Lowest free compute-slice start for a CI of this profile, or None if it does not fit."""
+    allowed = _ci_profiles(gi_profile)
+    if ci_constant not in allowed:
+        _fail(NVML_ERROR_NOT_SUPPORTED if 0 <= ci_constant < NVML_COMPUTE_INSTANCE_PROFILE_COUNT else NVML_ERROR_INVALID_ARGUMENT)
+    slices = allowed[ci_constant][1]
+    if sum(1 for c in gi["cis"] if c["profile_id"] == ci_constant) >= gi_profile.compute_slices // slices:
+        return None
+    taken = {s for c in gi["cis"] for s in range(c["start"], c["start"] + c["size"])}
+    for start in range(gi_profile.compute_slices - slices + 1):
+        if not taken & set(range(start, start + slices)):
+            return start
+    return None
+
+
+def _new_gi(state: dict, gpu: dict, model: GpuModel, profile: MigProfile, start: int) -> dict:
+    used = {g["id"] for g in gpu["instances"]}
+    gi_id = next((i for i in _gi_id_range(model, profile) if i not in used), None)
+    if gi_id is None:
+        _fail(NVML_ERROR_INSUFFICIENT_RESOURCES)
+    state["serial"] += 1
+    record = {"id": gi_id, "profile_id": profile.profile_id, "start": start, "size": profile.memory_slices,
+              "serial": state["serial"], "cis": []}
+    gpu["instances"].append(record)
+    gpu["instances"].sort(key=lambda g: g["id"])
+    return record
+
+
+def _new_ci(state: dict, gpu: dict, gi: dict, gi_profile: MigProfile, ci_constant: int, start: int) -> dict:
+    used = {c["id"] for c in gi["cis"]}
+    ci_id = next(i for i in range(8) if i not in used)
+    state["serial"] += 1
+    record = {"id": ci_id, "profile_id": ci_constant, "start": start, "size": _ci_profiles(gi_profile)[ci_constant][1],
+              "serial": state["serial"], "uuid": _uuid("MIG", gpu["uuid"], state["serial"])}
+    gi["cis"].append(record)
+    gi["cis"].sort(key=lambda c: c["id"])
+    return record
+
+
+def _gi_profile_info(profile: MigProfile, version: int):
+    info = c_nvmlGpuInstanceProfileInfo_v2_t() if version == 2 else c_nvmlGpuInstanceProfileInfo_t()
+    info.id = profile.profile_id
+    info.sliceCount = profile.compute_slices
+    info.instanceCount = profile.max_instances
+    info.multiprocessorCount = profile.multiprocessors or 0
+    info.memorySizeMB = profile.memory_mib
+    if version == 2:
+        info.name = f"MIG {profile.name}".encode()
+    return info
+
+
+def _ci_profile_info(gi_profile: MigProfile, constant: int, name: str, slices: int, version: int):
+    info = c_nvmlComputeInstanceProfileInfo_v2_t() if version == 2 else c_nvmlComputeInstanceProfileInfo_t()
+    info.id = constant  # CI profile IDs equal the constants (reference 2, via nvidia-smi)
+    info.sliceCount = slices
+    info.instanceCount = gi_profile.compute_slices // slices
+    info.multiprocessorCount = (gi_profile.multiprocessors or 0) * slices // gi_profile.compute_slices
+    if version == 2:
+        info.name = f"MIG {name}".encode()
+    return info
+
+
+# ---- builder helpers -----------------------------------------------------------------------
+
+
+def _builder_model(name: str) -> GpuModel:
+    try:
+        return get_model(name)
+    except CatalogueError as exc:
+        raise FakeNvmlError(str(exc)) from None
+
+
+def _check_build(model: GpuModel, count: int, mig_enabled: list[int], minors: list[int]) -> None:
+    if not 1 <= count <= 32:
+        raise FakeNvmlError(f"a fake node has 1 to 32 GPUs (mig-minors covers gpu0-gpu31), not {count}")
+    bad = [i for i in mig_enabled if not 0 <= i < count]
+    if bad:
+        raise FakeNvmlError(f"MIG GPU indexes {bad} are not among the {count} GPUs (0-{count - 1})")
+    if mig_enabled and not model.mig_capable:
+        raise FakeNvmlError(f"{model.name} does not support MIG; MIG GPUs requested: {mig_enabled}")
+    if len(minors) != count or len(set(minors)) != count or not all(0 <= m <= 31 for m in minors):
+        raise FakeNvmlError(f"minors must be {count} distinct numbers in 0-31, got {minors}")
+
+
+def _new_gpu(model: GpuModel, index: int, minor: int, mig: bool, seed: str) -> dict:
+    return {
+        "index": index, "model": model.name, "uuid": _uuid("GPU", seed, model.name, index), "minor": minor,
+        "pci_bus": 0x10 + index, "pci_device_id": model.pci_device_ids[0] if model.pci_device_ids else 0,
+        "mig_current": int(mig), "mig_pending": int(mig), "instances": [], "processes": [],
+    }
+
+
+def _helper_gpu(state: dict, index: int) -> dict:
+    if not 0 <= index < len(state["gpus"]):
+        raise FakeNvmlError(f"fake node has GPUs 0-{len(state['gpus']) - 1}, not {index}")
+    return state["gpus"][index]
+
+
+def _check_process_target(gpu: dict, gi: int | None, ci: int | None) -> None:
+    """Processes run on a whole GPU, or (MIG mode) on one existing compute instance."""
+    if not gpu["mig_current"]:
+        if gi is not None or ci is not None:
+            raise FakeNvmlError(f"fake GPU {gpu['index']} is not in MIG mode: a process there has no GI/CI")
+        return
+    if not any(g["id"] == gi and any(c["id"] == ci for c in g["cis"]) for g in gpu["instances"]):
+        raise FakeNvmlError(f"fake GPU {gpu['index']} is in MIG mode: name an existing GI and CI, not gi={gi} ci={ci}")
+
+
+def _write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="ascii") as fh:
+        fh.write(text)
+    os.chmod(tmp, 0o444)  # as the driver's mig-minors: world-readable
+    os.replace(tmp, path)
+
+
+def _export_module_names() -> None:
+    """Constants, error classes and struct types are read off the NVML object, as off
+    the pynvml module: give the class the module's pynvml-named attributes."""
+    prefixes = ("NVML_", "NVMLError", "c_nvml", "nvmlPciInfo_t", "nvmlFriendlyObject",
+                "nvmlGpuInstanceProfileInfo_v2", "nvmlComputeInstanceProfileInfo_v2")
+    for name, value in list(globals().items()):
+        if name.startswith(prefixes) and name not in vars(FakeNvml):
+            setattr(FakeNvml, name, value)
+
+
+_export_module_names()

@@ -1,0 +1,80 @@
+"""/proc/driver/nvidia-caps/mig-minors: which /dev/nvidia-caps minor grants which MIG instance.
+
+Slurm's MIG lines need ``/dev/nvidia-caps/nvidia-cap<minor>`` for the GPU
+instance and the compute instance. The driver publishes the whole static
+table (every GPU minor 0-31, GI 0-14, CI 0-7) whether or not the instances
+exist, keyed by the GPU's *device minor*, not its NVML index (reference 3).
+Pure: parsing and the closed-form table, no GPU access.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..errors import GpushareError
+
+MIG_MINORS = Path("/proc/driver/nvidia-caps/mig-minors")
+
+# Key: (gpu minor, GI id, CI id or None for the GI's own access capability).
+MinorKey = tuple[int, int, int | None]
+
+_GPUS, _GIS, _CIS = 32, 15, 8
+_ACCESS = re.compile(r"gpu(\d+)/gi(\d+)(?:/ci(\d+))?/access")
+_OTHER = frozenset({"config", "monitor"})
+
+
+class MigMinorsError(GpushareError):
+    """A mig-minors file that cannot be read or has a line we do not understand."""
+
+
+def gi_access_minor(gpu_minor: int, gi: int) -> int:
+    """The closed form behind the driver's table: 135 minors per GPU, 9 per GI (reference 3)."""
+    return 3 + 135 * gpu_minor + 9 * gi
+
+
+def ci_access_minor(gpu_minor: int, gi: int, ci: int) -> int:
+    return gi_access_minor(gpu_minor, gi) + 1 + ci
+
+
+def mig_minors_text() -> str:
+    """The full static table as the driver writes it (used by the fake NVML)."""
+    lines = ["config 1", "monitor 2"]
+    for gpu in range(_GPUS):
+        for gi in range(_GIS):
+            lines.append(f"gpu{gpu}/gi{gi}/access {gi_access_minor(gpu, gi)}")
+            lines += [f"gpu{gpu}/gi{gi}/ci{ci}/access {ci_access_minor(gpu, gi, ci)}" for ci in range(_CIS)]
+    return "\n".join(lines) + "\n"
+
+
+def parse_mig_minors(text: str, source: str = "mig-minors") -> dict[MinorKey, int]:
+    """{(gpu minor, gi, ci or None): minor}; any line we cannot read is an error, not skipped."""
+    table: dict[MinorKey, int] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            key, minor = _parse_line(line, f"{source}:{number}")
+            if key is not None:
+                table[key] = minor
+    return table
+
+
+def _parse_line(line: str, where: str) -> tuple[MinorKey | None, int]:
+    name, _, value = line.strip().rpartition(" ")
+    if not value.isdigit():
+        raise MigMinorsError(f"{where}: expected '<name> <minor>', got {line!r}")
+    if name in _OTHER:
+        return None, int(value)
+    match = _ACCESS.fullmatch(name)
+    if match is None:
+        raise MigMinorsError(f"{where}: unknown capability {name!r}; expected config, monitor, gpuN/giG/access or gpuN/giG/ciC/access")
+    gpu, gi, ci = match.groups()
+    return (int(gpu), int(gi), None if ci is None else int(ci)), int(value)
+
+
+def read_mig_minors(path: Path = MIG_MINORS) -> dict[MinorKey, int]:
+    """Parse the file at ``path``; a missing file means the driver has no MIG support loaded."""
+    try:
+        text = Path(path).read_text(encoding="ascii")
+    except OSError as exc:
+        raise MigMinorsError(f"cannot read {path}: {exc.strerror} (is the NVIDIA driver with MIG support loaded?)") from None
+    return parse_mig_minors(text, str(path))
