@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .errors import RenderError
 from .render import header_ok
+from .render.files import COMMENT
 
 
 def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
@@ -41,7 +42,7 @@ def plan_writes(files: dict[str, str], out: Path, force: bool) -> tuple[dict[str
             old = target.read_text(encoding="utf-8", errors="replace")
             if old == text:
                 continue
-            if not force and not header_ok(old):
+            if not force and not header_ok(old, COMMENT.get(name, "#")):
                 refused.append(name)
                 continue
         changed[name] = text

@@ -36,9 +36,9 @@ def main() -> None:
 
 
 def _register() -> None:
-    from . import catalogue, config, node
+    from . import catalogue, check, config, node
 
-    for cmd in (*config.COMMANDS, catalogue.catalogue, *node.COMMANDS):
+    for cmd in (*config.COMMANDS, catalogue.catalogue, *node.COMMANDS, *check.COMMANDS):
         main.add_command(cmd)
 
 

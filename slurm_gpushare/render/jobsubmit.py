@@ -1,0 +1,105 @@
+"""job_submit.lua: the submission rules of ``slurm_gpushare.submit``, with the policy as Lua tables.
+
+The tables are emitted as literals (built once when slurmctld loads the
+script, never per job); the rules are hand-written Lua in the template that
+mirrors ``submit/decide.py`` line for line. tests/cases/submit.yaml runs
+through both and requires the same decision, codes, messages and rewrites.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..policy import Site
+from ..submit import tables as tb
+from ..submit.tables import Tables, build_tables
+from .env import environment
+
+NAME = "job_submit.lua"
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_KEYWORDS = frozenset(
+    "and break do else elseif end false for function goto if in local nil not or repeat return then true until while".split()
+)
+
+
+def lua_data(t: Tables) -> dict:
+    """Everything job_submit.lua reads, as plain data; sets are emitted as {key = true} so no Lua builds them."""
+    return {
+        "prefix": t.prefix,
+        "reject_multi_slice": t.reject_multi_slice,
+        "fail_open": t.fail_open,
+        "route_by_gres": t.route_by_gres,
+        "set_gpu_type": t.set_gpu_type,
+        "max_len": tb.MAX_LEN,
+        "max_count": tb.MAX_COUNT,
+        "max_type_len": tb.MAX_TYPE_LEN,
+        "suffixes": dict(tb.SUFFIXES),
+        "passthrough_names": {n: True for n in tb.PASSTHROUGH_NAMES},
+        "passthrough_prefixes": {p.rstrip("/"): True for p in tb.PASSTHROUGH_PREFIXES},
+        "fields": list(tb.FIELDS),
+        "per": {"tres_per_socket": "socket", "tres_per_task": "task"},
+        "kinds": ["gpu", "shard", "mps"],
+        "gres_names": {n: True for n in tb.GRES_NAMES},
+        "gpu_types": list(t.gpu_types),
+        "gpu_type_set": {x: True for x in t.gpu_types},
+        "shared": t.shared,
+        "aliases": {k: {"name": a.name, "type": a.type, "per": a.per} for k, a in t.aliases.items()},
+        "texts": dict(t.texts),
+        "tiers": [
+            {"name": x.name, "is_default": x.is_default, "gpu": list(x.gpu), "gpu_set": {g: True for g in x.gpu}, "shared": x.shared}
+            for x in t.tiers
+        ],
+        "tier_index": {x.name: i + 1 for i, x in enumerate(t.tiers)},
+        "default_tier": next(i + 1 for i, x in enumerate(t.tiers) if x.is_default),
+    }
+
+
+def lua_string(text: str) -> str:
+    """A double-quoted Lua 5.1/5.4 string literal; control bytes as \\ddd (both versions read it)."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 32 or ord(ch) == 127:
+            out.append(f"\\{ord(ch):03d}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _key(key: str) -> str:
+    return key if _IDENT.fullmatch(key) and key not in _KEYWORDS else f"[{lua_string(key)}]"
+
+
+def to_lua(value, indent: int = 0) -> str:
+    """Python data as a Lua table constructor: dict keys sorted, lists in order; short tables on one line."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return lua_string(value)
+    if isinstance(value, dict):
+        items = [f"{_key(str(k))} = {to_lua(v, indent + 1)}" for k, v in sorted(value.items())]
+    elif isinstance(value, (list, tuple)):
+        items = [to_lua(v, indent + 1) for v in value]
+    else:
+        raise TypeError(f"cannot write {type(value).__name__} as Lua")
+    flat = "{ " + ", ".join(items) + " }" if items else "{}"
+    if len(flat) + 2 * indent <= 100 and "\n" not in flat:
+        return flat
+    pad = "  " * (indent + 1)
+    return "{\n" + "".join(f"{pad}{item},\n" for item in items) + "  " * indent + "}"
+
+
+def render_body(site: Site, data: dict | None = None) -> str:
+    """The script without its header. ``data`` replaces the policy tables (tests inject broken ones)."""
+    data = lua_data(build_tables(site)) if data is None else data
+    return environment().get_template("job_submit.lua.j2").render(site=site, version=site.version, tables=to_lua(data))
+
+
+def job_submit_lua(site: Site) -> str:
+    """The whole job_submit.lua, with the generated-by header in Lua comments."""
+    from .files import with_header
+
+    return with_header(site, NAME, render_body(site), comment="--")

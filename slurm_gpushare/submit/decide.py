@@ -1,0 +1,242 @@
+"""The submission decision: a job's GPU requests against the site policy. Pure.
+
+Rules, in the order they are applied (job_submit.lua applies the same ones):
+
+1. Each tres_per_* field is parsed (``parse.py``); aliases are resolved
+   (``gpu:<alias>:N``); a GRES named twice in one field is refused. Any such
+   problem gives ``BAD_REQUEST <field>`` and nothing else is checked.
+2. No GRES in any field (a field of 'none', as sbatch sends for --gres=none,
+   has none): the job is not a GPU job and is left untouched.
+3. Per request, at most one of:
+   - ``UNKNOWN_TYPE gpu:<t>``: no such GPU type (or MIG profile type) here;
+   - ``UNKNOWN_TYPE shard|mps[:<t>]``: no GPU (of that type) is shared that way;
+   - ``MPS_RANGE mps=<n>``: more MPS units than the largest MPS GPU has
+     (100 = one whole GPU); always on, because Slurm takes a shared request
+     from one GPU (gpushare does not set MULTIPLE_SHARING_GRES_PJ);
+   - with ``reject_multi_slice``: ``SCOPE <shard|mps> <field>`` for a shared
+     GRES per task or per socket (it multiplies on one node), and
+     ``OVER shard=<n>`` for more than one shard per node or per job.
+4. ``MIXED a+b``: whole GPUs/MIG (gpu), shards and MPS in one job.
+5. Placement (only when accepted): a job without a partition, with
+   ``route_by_gres``, goes to the first tier in routing order (default, then
+   priority, then name) that serves all its requests; the partition is set only
+   when that tier is not the default. With ``set_gpu_type``, untyped gpu
+   requests get the type when the job's tier(s) serve exactly one GPU type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from .parse import BadRequest, Gres, Other, parse_field
+from .tables import FIELDS, Tables, TierCaps
+
+KINDS = ("gpu", "shard", "mps")
+_PER = {"tres_per_task": "task", "tres_per_socket": "socket"}
+
+
+@dataclass(frozen=True)
+class Violation:
+    code: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Accepted or not, why, and what to change in the job (partition, rewritten tres_per_* fields)."""
+
+    accepted: bool
+    violations: tuple[Violation, ...] = ()
+    partition: str | None = None
+    fields: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def codes(self) -> list[str]:
+        return [v.code for v in self.violations]
+
+    @property
+    def changes(self) -> list[str]:
+        out = [f"partition={self.partition}"] if self.partition else []
+        return out + [f"{k}={v}" for k, v in self.fields.items()]
+
+    @property
+    def user_message(self) -> str | None:
+        """What job_submit.lua shows the user (slurm.log_user), byte for byte."""
+        if self.violations:
+            return "gpushare rejected this job:\n" + "\n".join(str(v) for v in self.violations)
+        if self.changes:
+            return "gpushare changed this job: " + ", ".join(self.changes)
+        return None
+
+
+def decide(t: Tables, job: Mapping[str, str | None], modify: bool = False, current_partition: str | None = None) -> Decision:
+    """Decide on a job given as job_submit's fields (tres_per_*, partition).
+
+    ``modify``: the fields are an update of an existing job (slurm_job_modify):
+    only the fields present are checked, an empty field clears the GRES and
+    passes, there is no routing, and the job's partition is
+    ``job['partition']`` or else ``current_partition``.
+    """
+    parsed, bad = _parse_all(t, job, modify)
+    if bad:
+        return Decision(False, tuple(bad))
+    requests = [e for entries in parsed.values() for e in entries if isinstance(e, Gres)]
+    if not requests:
+        return Decision(True)
+    violations = [v for r in requests if (v := check_request(t, r)) is not None]
+    mixed = check_mixed(requests)
+    if mixed:
+        violations.append(mixed)
+    if violations:
+        return Decision(False, tuple(violations))
+    return _place(t, job, parsed, modify, current_partition)
+
+
+def _parse_all(t: Tables, job, modify) -> tuple[dict[str, list[Gres | Other]], list[Violation]]:
+    parsed: dict[str, list[Gres | Other]] = {}
+    bad: list[Violation] = []
+    for name in FIELDS:
+        text = job.get(name)
+        if text is None or _no_gres(text, modify):
+            continue
+        try:
+            entries = [resolve_alias(t, e) for e in parse_field(name, text)]
+            check_duplicates(name, entries)
+        except BadRequest as exc:
+            bad.append(Violation(f"BAD_REQUEST {name}", str(exc)))
+            continue
+        parsed[name] = entries
+    return parsed, bad
+
+
+def _no_gres(text, modify: bool) -> bool:
+    """'none' (what sbatch sends for --gres=none) asks for no GRES; in an update, so does ''."""
+    return isinstance(text, str) and (text.lower() == "none" or (modify and text == ""))
+
+
+def resolve_alias(t: Tables, e: Gres | Other) -> Gres | Other:
+    """``gpu:<alias>:N`` -> the alias target, N times (an mps alias multiplies its units)."""
+    if not isinstance(e, Gres) or e.name != "gpu" or e.type not in t.aliases:
+        return e
+    a = t.aliases[e.type]
+    return replace(e, name=a.name, type=a.type, count=e.count * a.per, alias=e.type)
+
+
+def check_duplicates(field_name: str, entries: list[Gres | Other]) -> None:
+    seen: dict[str, str] = {}
+    for e in entries:
+        if not isinstance(e, Gres):
+            continue
+        if e.key in seen:
+            raise BadRequest(f"{field_name}: {e.key} is requested twice ('{seen[e.key]}' and '{e.raw}'); ask once with the total")
+        seen[e.key] = e.raw
+
+
+def check_request(t: Tables, r: Gres) -> Violation | None:
+    if r.name == "gpu":
+        return None if not r.type or r.type in t.gpu_types else _unknown_gpu(t, r.type)
+    per = t.shared.get(r.name)
+    code = f"UNKNOWN_TYPE {r.key}"
+    if per is None:
+        return Violation(code, f"no GPU on this cluster is shared as {r.name}; it offers: {t.texts['offers']}")
+    if r.type and r.type not in per:
+        return Violation(code, f"no GPU of type '{r.type}' is shared as {r.name} here; {r.name} GPUs: {t.texts[r.name + '_types']}")
+    most = per[r.type]
+    if r.name == "mps" and r.count > most:
+        return Violation(
+            f"MPS_RANGE mps={r.count}",
+            f"an MPS share is part of one GPU: 1 to {most} here, where {most} is the whole GPU; {r.count} is more than "
+            "one GPU can give, and Slurm takes a shared request from one GPU. Ask for whole GPUs instead, e.g. --gres=gpu:1",
+        )
+    return _multi_slice(t, r)
+
+
+def _multi_slice(t: Tables, r: Gres) -> Violation | None:
+    if not t.reject_multi_slice:
+        return None
+    unit = _PER.get(r.field)
+    if unit:
+        return Violation(
+            f"SCOPE {r.name} {r.field}",
+            f"{r.name} in {r.field} is requested per {unit}, so a job with several {unit}s on a node holds several "
+            f"slices of the same GPU (reject_multi_slice); ask per node instead, e.g. --gres={r.name}:{r.count}",
+        )
+    if r.name == "shard" and r.count > 1:
+        n = r.count
+        return Violation(
+            f"OVER shard={n}",
+            f"{n} shards are not {n} GPUs: they are {n} time slices of the same GPU, one device reserved {n} times, "
+            "and the job gets no more of it than with one. Ask for --gres=shard:1, or for whole GPUs with --gres=gpu:1",
+        )
+    return None
+
+
+def _unknown_gpu(t: Tables, gtype: str) -> Violation:
+    low = gtype.lower()
+    matches = [x for x in t.gpu_types if x.endswith("_" + low)]
+    if low != gtype and low in t.gpu_types:
+        hint = f" (types are lower case: {low})"
+    elif matches:
+        hint = f" (did you mean {' or '.join(matches)}?)"
+    else:
+        hint = ""
+    aliases = f"; aliases: {t.texts['aliases']}" if t.aliases else ""
+    return Violation(f"UNKNOWN_TYPE gpu:{gtype}", f"this cluster has no GPU type '{gtype}'{hint}; types: {t.texts['gpu_types']}{aliases}")
+
+
+def check_mixed(requests: list[Gres]) -> Violation | None:
+    kinds = [k for k in KINDS if any(r.name == k for r in requests)]
+    if len(kinds) < 2:
+        return None
+    return Violation(
+        f"MIXED {'+'.join(kinds)}",
+        f"one job cannot combine {' and '.join(kinds)}: it gets whole GPUs or MIG slices (gpu), or shards, or an MPS "
+        "share, one kind only (Slurm refuses the mix); submit separate jobs",
+    )
+
+
+def serves(tier: TierCaps, r: Gres) -> bool:
+    if r.name == "gpu":
+        return r.type in tier.gpu if r.type else bool(tier.gpu)
+    per = tier.shared.get(r.name, {})
+    return r.type in per and r.count <= per[r.type]
+
+
+def _place(t: Tables, job, parsed, modify, current_partition) -> Decision:
+    """An accepted GPU job: its partition (routing) and the fields to rewrite (aliases, a single GPU type).
+
+    A changed field is written whole in this Slurm's format, so Slurm parses
+    what we wrote, not a mix of the user's and ours.
+    """
+    requests = [e for entries in parsed.values() for e in entries if isinstance(e, Gres)]
+    tiers, partition = job_tiers(t, job.get("partition") or (current_partition if modify else None), requests, modify)
+    types = {x for tier in tiers for x in tier.gpu}
+    fields: dict[str, str] = {}
+    for name, entries in parsed.items():
+        new = [_typed(e, types) if t.set_gpu_type and len(types) == 1 else e for e in entries]
+        if any(isinstance(e, Gres) and (e.alias or e is not o) for e, o in zip(new, entries)):
+            fields[name] = ",".join(e.text(t.prefix) if isinstance(e, Gres) else e.raw for e in new)
+    return Decision(True, (), partition, fields)
+
+
+def _typed(e: Gres | Other, types: set[str]) -> Gres | Other:
+    """Give an untyped gpu request the one type its tier serves: typed TRES count only typed requests."""
+    if isinstance(e, Gres) and e.name == "gpu" and not e.type:
+        return replace(e, type=next(iter(types)))
+    return e
+
+
+def job_tiers(t: Tables, partition: str | None, requests: list[Gres], modify: bool) -> tuple[list[TierCaps], str | None]:
+    """The tiers the job can run in, and the partition to set (None: leave it)."""
+    if partition:
+        tiers = [t.tier(p) for p in partition.split(",")]
+        return ([x for x in tiers if x is not None] if all(tiers) else []), None
+    if t.route_by_gres and not modify:
+        for tier in t.tiers:
+            if all(serves(tier, r) for r in requests):
+                return [tier], None if tier.is_default else tier.name
+    return [t.default_tier], None

@@ -1,0 +1,136 @@
+"""Reading the GRES part of Slurm's tres_per_* strings, as job_submit sees them.
+
+Accepted entry forms (comma-separated): ``gres/gpu:a100:2`` (23.11+),
+``gres:gpu:2`` (before), bare ``gpu:2``, and ``gres/gpu=2``. A count is
+optional (default 1) and may carry k/m/g/t/p (x1024^n) as Slurm allows.
+Non-GRES TRES such as 23.11's ``cpu=4`` in tres_per_task are kept verbatim.
+
+Every problem is reported as one message naming the field; job_submit.lua
+implements exactly this grammar (tests/lua run the same corpus).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .tables import (
+    GRES_NAMES,
+    MAX_COUNT,
+    MAX_LEN,
+    MAX_TYPE_LEN,
+    PASSTHROUGH_NAMES,
+    PASSTHROUGH_PREFIXES,
+    SUFFIXES,
+)
+
+_COUNT = re.compile(r"([0-9]+)([kKmMgGtTpP]?)")
+_NEGATIVE = re.compile(r"-[0-9]+")
+_HEAD = re.compile(r"([a-z]+)([=:/])")
+_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+_GRES_NAMES_TEXT = ", ".join(GRES_NAMES)
+
+
+@dataclass(frozen=True)
+class Gres:
+    """One GRES request: ``name[:type]:count`` from entry ``raw`` of ``field``."""
+
+    field: str
+    name: str
+    type: str
+    count: int
+    raw: str
+    alias: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}:{self.type}" if self.type else self.name
+
+    def text(self, prefix: str) -> str:
+        return f"{prefix}{self.key}:{self.count}"
+
+
+@dataclass(frozen=True)
+class Other:
+    """A non-GRES TRES entry, kept as written."""
+
+    raw: str
+
+
+class BadRequest(ValueError):
+    """A tres_per_* string that is not a GRES request; the message names the field."""
+
+
+def is_passthrough(raw: str) -> bool:
+    """cpu=4, mem:2G, license/x:1 ...: a lower-case TRES name, then '=' or ':' (or '/' for a prefix)."""
+    m = _HEAD.match(raw)
+    if m is None:
+        return False
+    return m[1] + "/" in PASSTHROUGH_PREFIXES if m[2] == "/" else m[1] in PASSTHROUGH_NAMES
+
+
+def parse_count(field: str, raw: str, text: str) -> int:
+    if _NEGATIVE.fullmatch(text):
+        raise BadRequest(f"{field}: '{raw}' asks for a negative count; a count is a whole number of at least 1")
+    m = _COUNT.fullmatch(text)
+    if m is None:
+        raise BadRequest(
+            f"{field}: '{raw}': '{text}' is not a count (a whole number of at least 1, optionally followed by k, m, g, t or p)"
+        )
+    digits, suffix = m[1], m[2].lower()
+    if len(digits.lstrip("0")) > 10:
+        raise BadRequest(f"{field}: '{raw}' asks for more than {MAX_COUNT}")
+    n = int(digits)
+    if n == 0:
+        raise BadRequest(f"{field}: '{raw}' asks for 0; a count is a whole number of at least 1")
+    if n > MAX_COUNT // SUFFIXES[suffix]:
+        raise BadRequest(f"{field}: '{raw}' asks for more than {MAX_COUNT}")
+    return n * SUFFIXES[suffix]
+
+
+def _split_count(body: str) -> tuple[list[str], str | None, bool]:
+    """(name/type parts, count text or None, whether a type slot was written)."""
+    eq = body.rfind("=")
+    if eq >= 0:
+        parts = body[:eq].split(":")
+        return parts, body[eq + 1 :], len(parts) >= 2
+    parts = body.split(":")
+    if len(parts) == 3:
+        return parts[:2], parts[2], True
+    if len(parts) == 2 and (_COUNT.fullmatch(parts[1]) or _NEGATIVE.fullmatch(parts[1])):
+        return parts[:1], parts[1], False
+    return parts, None, len(parts) >= 2
+
+
+def parse_entry(field: str, raw: str) -> Gres | Other:
+    if is_passthrough(raw):
+        return Other(raw)
+    body = raw[5:] if raw.startswith(("gres/", "gres:")) else raw
+    parts, count_text, typed = _split_count(body)
+    name = parts[0]
+    if name not in GRES_NAMES:
+        raise BadRequest(f"{field}: '{raw}': '{name}' is not a GRES on this cluster; known: {_GRES_NAMES_TEXT}")
+    if len(parts) > 2:
+        raise BadRequest(f"{field}: '{raw}' is not a GRES request; write name[:type][:count], e.g. gpu:2 or shard:1")
+    gtype = parts[1] if typed else ""
+    if typed and (len(gtype) > MAX_TYPE_LEN or not _TYPE.fullmatch(gtype)):
+        raise BadRequest(
+            f"{field}: '{raw}': '{gtype}' is not a valid type name (letters, digits, '_', '.', '-'; at most {MAX_TYPE_LEN})"
+        )
+    count = 1 if count_text is None else parse_count(field, raw, count_text)
+    return Gres(field, name, gtype, count, raw)
+
+
+def parse_field(field: str, text: str) -> list[Gres | Other]:
+    """All entries of one tres_per_* string; BadRequest on the first problem."""
+    if not isinstance(text, str):
+        raise BadRequest(f"{field} is not a string")
+    size = len(text.encode("utf-8"))  # Slurm (and Lua) count bytes
+    if size > MAX_LEN:
+        raise BadRequest(f"{field} is {size} characters long; at most {MAX_LEN} are accepted")
+    if text == "":
+        raise BadRequest(f"{field} is empty; request e.g. --gres=gpu:1, or leave it out")
+    entries = text.split(",")
+    if "" in entries:
+        raise BadRequest(f"{field}: '{text}' has an empty entry (a doubled or trailing comma)")
+    return [parse_entry(field, raw) for raw in entries]

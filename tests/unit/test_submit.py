@@ -1,0 +1,271 @@
+"""The submission package piece by piece: grammar, sbatch options, tables, the Lua renderer, `gpushare check`."""
+
+from __future__ import annotations
+
+import click
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from slurm_gpushare.cli import _Group
+from slurm_gpushare.cli.check import check
+from slurm_gpushare.policy import build_site, load_file
+from slurm_gpushare.render import header_ok
+from slurm_gpushare.render.jobsubmit import job_submit_lua, lua_string, render_body, to_lua
+from slurm_gpushare.submit import (
+    BadRequest,
+    Gres,
+    OptionError,
+    Other,
+    build_tables,
+    decide,
+    parse_field,
+    split_options,
+    to_job,
+)
+from slurm_gpushare.submit.options import sbatch_lines
+from tests.conftest import ROOT
+from tests.unit.test_submit_corpus import CASES, case_job, python_decision, site_of
+
+LAB = ROOT / "etc" / "small-lab.yaml"
+PROD = ROOT / "etc" / "mixed-production.yaml"
+
+
+# ---- grammar ----
+
+
+@pytest.mark.parametrize(
+    "text, name, gtype, count",
+    [
+        ("gres/gpu:a100:2", "gpu", "a100", 2),
+        ("gres:gpu:2", "gpu", "", 2),
+        ("gpu", "gpu", "", 1),
+        ("gres/gpu:h100_3g.40gb", "gpu", "h100_3g.40gb", 1),
+        ("gres/shard:2k", "shard", "", 2048),
+        ("gres/mps:1M", "mps", "", 1048576),
+        ("gres/gpu=3", "gpu", "", 3),
+        ("gres/gpu:l40s=3", "gpu", "l40s", 3),
+        ("gres/gpu:007", "gpu", "", 7),
+        ("gres/gpu:a-b.c_d:1", "gpu", "a-b.c_d", 1),
+    ],
+)
+def test_entry_forms(text, name, gtype, count):
+    [entry] = parse_field("tres_per_node", text)
+    assert (entry.name, entry.type, entry.count) == (name, gtype, count)
+
+
+def test_other_tres_are_kept_verbatim():
+    entries = parse_field("tres_per_task", "cpu=4,gres/gpu:1,mem:2G,license/matlab:1")
+    assert [type(e) for e in entries] == [Other, Gres, Other, Other]
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("", "is empty"),
+        ("gres/gpu:1,,gres/shard:1", "empty entry"),
+        ("gres/gpu:-3", "negative count"),
+        ("gres/gpu:0k", "asks for 0"),
+        ("gres/gpu:4294967296", "more than 4294967295"),
+        ("gres/gpu:4194304k", "more than 4294967295"),
+        ("gres/gpu:" + "9" * 30, "more than 4294967295"),
+        ("gres/gpu:a:b:c", "write name[:type][:count]"),
+        ("gres/gpu::1", "'' is not a valid type name"),
+        ("gres/gpu:" + "a" * 65 + ":1", "at most 64"),
+        ("gres/gpu:a100:1.5", "'1.5' is not a count"),
+        ("gres/gpu:a100:0x10", "'0x10' is not a count"),
+        ("gres/gpu:a100:١", "'١' is not a count"),  # a non-ASCII digit is not a digit to Lua
+        ("gres/GPU:1", "'GPU' is not a GRES"),
+        ("x" * 1025, "1025 characters long"),
+        ("é" * 513, "1026 characters long"),  # bytes, as Slurm and Lua count them
+    ],
+)
+def test_malformed_fields_name_the_field(text, fragment):
+    with pytest.raises(BadRequest) as exc:
+        parse_field("tres_per_node", text)
+    assert fragment in str(exc.value) and str(exc.value).startswith("tres_per_node")
+
+
+def test_largest_count_is_accepted():
+    assert parse_field("tres_per_job", "gres/gpu:4294967295")[0].count == 4294967295
+    assert parse_field("tres_per_job", "gres/gpu:4194303k")[0].count == 4194303 * 1024
+
+
+# ---- sbatch options ----
+
+
+def test_options_land_where_sbatch_puts_them():
+    argv = ["--gres=gpu:1,shard:2", "--gpus-per-node", "a30:1", "-G", "3", "--gpus-per-socket=1", "--gpus-per-task=2", "-pbatch"]
+    assert to_job(split_options(argv), "gres/") == {
+        "tres_per_node": "gres/gpu:1,gres/shard:2,gres/gpu:a30:1",
+        "tres_per_job": "gres/gpu:3",
+        "tres_per_socket": "gres/gpu:1",
+        "tres_per_task": "gres/gpu:2",
+        "partition": "batch",
+    }
+
+
+def test_options_before_23_11_use_the_colon_prefix():
+    assert to_job(split_options(["--gres=gpu:1", "--gpus=2"]), "gres:") == {"tres_per_node": "gres:gpu:1", "tres_per_job": "gres:gpu:2"}
+
+
+def test_other_options_and_their_values_are_skipped():
+    argv = ["-N", "2", "--time", "1:00", "--job-name=x", "-J", "gpu", "--gres", "shard:1", "-p=scavenger"]
+    assert to_job(split_options(argv), "gres/") == {"tres_per_node": "gres/shard:1", "partition": "scavenger"}
+
+
+def test_option_without_value_is_an_error():
+    with pytest.raises(OptionError, match="--gres needs a value"):
+        split_options(["--gres"])
+
+
+def test_sbatch_lines_stop_at_the_first_command():
+    text = "#!/bin/bash\n# note\n#SBATCH --gres=gpu:1  # a comment\n\n#SBATCH -p 'scavenger'\n#SBATCHX --gres=shard:9\n  \nhostname\n#SBATCH --gres=shard:2\n"
+    assert sbatch_lines(text) == ["--gres=gpu:1", "-p", "scavenger"]
+
+
+def test_sbatch_lines_need_the_exact_directive():
+    assert sbatch_lines(" #SBATCH --gres=gpu:1\n#sbatch --gres=gpu:1\n#SBATCH\t--gpus=1\n") == ["--gpus=1"]
+
+
+def test_corpus_options_are_whole_options():
+    """YAML splits [--gres=a,b] into two items; every bare item must be the value of the option before it."""
+    for case in CASES:
+        argv = case.get("options", [])
+        for before, arg in zip(["-x"] + argv, argv):
+            assert arg.startswith("-") or (before.startswith("-") and "=" not in before), case["id"]
+
+
+# ---- tables and the decision ----
+
+
+def test_routing_order_is_default_then_priority_then_name():
+    assert [t.name for t in build_tables(load_file(PROD)).tiers] == ["training", "reserved", "inference", "notebook"]
+
+
+def test_tier_gpu_types_narrow_what_a_tier_serves():
+    tiers = {t.name: t for t in build_tables(load_file(PROD)).tiers}
+    assert tiers["training"].gpu == ("h100",) and tiers["notebook"].gpu == ("h100", "h100_3g.40gb", "h100_reserved")
+    assert tiers["training"].shared == {"shard": {"": 4, "h100": 4}}
+
+
+def test_shared_caps_take_the_largest_gpu():
+    raw = yaml.safe_load(LAB.read_text())
+    small = {**raw["node_groups"][3], "name": "lab-mps-small", "nodes": "lab-mps02",
+             "sharing": [{"gpus": 0, "mode": "mps", "units": 50, "type": "a30_small"}]}
+    raw["node_groups"].append(small)
+    raw["tiers"].append({"name": "small", "node_groups": ["lab-mps-small"]})
+    t = build_tables(build_site(raw, "t"))
+    assert t.shared["mps"] == {"": 100, "a30": 100, "a30_small": 50}
+    assert decide(t, {"tres_per_node": "gres/mps:a30_small:60"}).codes == ["MPS_RANGE mps=60"]
+    assert decide(t, {"tres_per_node": "gres/mps:60"}).accepted
+    assert decide(t, {"tres_per_node": "gres/mps:a30_small:50"}).partition == "small"
+
+
+def test_jobs_without_gpus_are_untouched():
+    t = build_tables(load_file(PROD))
+    for job in ({}, {"partition": "debug"}, {"tres_per_task": "cpu=2"}, {"tres_per_node": "none"}):
+        d = decide(t, job)
+        assert d.accepted and d.partition is None and not d.fields and d.user_message is None
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c["expect"]["accept"] and "modify" not in c], ids=lambda c: c["id"])
+def test_a_changed_job_is_not_changed_again(case):
+    """Resubmitting (or requeueing) what gpushare produced must pass as it is: the rewrite is a fixed point."""
+    d = python_decision(case)
+    job = {**case_job(case), **({"partition": d.partition} if d.partition else {}), **d.fields}
+    again = decide(build_tables(site_of(case.get("policy", "small-lab"), tuple(sorted(case.get("submission", {}).items())), case.get("slurm_version"))), job)
+    assert again.accepted and again.partition is None and not again.fields
+
+
+def test_user_message_lists_every_violation_once():
+    d = decide(build_tables(load_file(LAB)), {"tres_per_node": "gres/gpu:h100:1,gres/shard:3"})
+    lines = d.user_message.split("\n")
+    assert lines[0] == "gpushare rejected this job:" and [line.split(": ")[0] for line in lines[1:]] == d.codes
+
+
+# ---- renderer (the Lua tier runs it; these need no Lua) ----
+
+
+def test_job_submit_lua_has_a_lua_header_and_is_deterministic():
+    site = load_file(LAB)
+    text = job_submit_lua(site)
+    assert text == job_submit_lua(load_file(LAB))
+    assert text.startswith("-- Generated by slurm-gpushare from small-lab.yaml") and header_ok(text, comment="--")
+    assert "File: job_submit.lua" in text.split("\n")[1]
+
+
+def test_job_submit_lua_avoids_what_lua_5_1_lacks():
+    body = "\n".join(line.split("--")[0] for line in render_body(load_file(PROD)).splitlines())
+    for word in ("goto", "table.unpack", "//", "math.tointeger", "utf8.", "<<", ">>"):
+        assert word not in body, word
+
+
+def test_to_lua_sorts_keys_and_quotes_odd_ones():
+    assert to_lua({"b": 1, "a": True, "": "x", "if": [], "a.b": False}) == '{ [""] = "x", a = true, ["a.b"] = false, b = 1, ["if"] = {} }'
+    assert lua_string('a"b\\c\n') == '"a\\"b\\\\c\\010"'
+    with pytest.raises(TypeError):
+        to_lua(1.5)
+
+
+# ---- gpushare check ----
+
+
+def run(*args):
+    return CliRunner().invoke(check, list(args), catch_exceptions=False)
+
+
+def test_check_options_reject_with_codes():
+    res = run("--", "--gres=shard:2", "-p", "scavenger")
+    assert res.exit_code == 1
+    assert res.output.startswith("OVER shard=2: 2 shards are not 2 GPUs")
+
+
+def test_check_ok_and_what_would_change():
+    assert run("--", "--gres=gpu:l40s:1").output == "OK\n"
+    res = run("--policy", str(PROD), "--", "--gres=gpu:inference:1")
+    assert res.exit_code == 0
+    assert res.output == "OK (would set partition=inference, tres_per_node=gres/gpu:h100_3g.40gb:1)\n"
+
+
+def test_check_scripts(tmp_path):
+    good = tmp_path / "good.sh"
+    good.write_text("#!/bin/sh\n#SBATCH --gres=shard:1\nsrun true\n")
+    bad = tmp_path / "bad.sh"
+    bad.write_text("#!/bin/sh\n#SBATCH --gres=gpu:h100:1,shard:1\n")
+    plain = tmp_path / "plain.sh"
+    plain.write_text("#!/bin/sh\necho hi\n")
+    assert run(str(good)).output == "OK\n"
+    res = run(str(good), str(bad), str(plain))
+    assert res.exit_code == 1
+    lines = res.output.splitlines()
+    assert lines[0] == f"{good}: OK" and lines[-1] == f"{plain}: OK"
+    assert [line.split(": ")[1] for line in lines[1:-1]] == ["UNKNOWN_TYPE gpu:h100", "MIXED gpu+shard"]
+
+
+def test_check_command_line_options_win_over_the_script(tmp_path):
+    job = tmp_path / "job.sh"
+    job.write_text("#!/bin/sh\n#SBATCH --gres=shard:2\n")
+    assert run(str(job)).exit_code == 1
+    assert run(str(job), "--", "--gres=shard:1").output == "OK\n"
+
+
+def test_check_unreadable_script_is_an_error_not_a_verdict(tmp_path):
+    """Exit 2 with a message (the CLI group's error translation), never 1, which means 'rejected'."""
+
+    @click.group(cls=_Group)
+    def cli():
+        pass
+
+    cli.add_command(check)
+    res = CliRunner().invoke(cli, ["check", str(tmp_path / "missing.sh")])
+    assert res.exit_code == 2 and "gpushare: error: cannot read" in res.output
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if "options" in c and not ({"submission", "slurm_version", "modify"} & set(c))], ids=lambda c: c["id"])
+def test_check_agrees_with_the_corpus(case):
+    policy = ROOT / "etc" / f"{case.get('policy', 'small-lab')}.yaml"
+    res = run("--policy", str(policy), "--", *case["options"])
+    assert res.exit_code == (0 if case["expect"]["accept"] else 1)
+    if not case["expect"]["accept"]:
+        assert [line.split(": ")[0] for line in res.output.splitlines()] == case["expect"]["codes"]
