@@ -6,7 +6,19 @@ from collections import Counter
 
 from ..policy import Group, Site, TierView
 
-GRES_TYPES = "gpu,mps,shard"  # always all three: changing GresTypes needs a full restart
+
+
+def gres_types(site: Site) -> str:
+    """Only the GRES the policy uses, mps before shard.
+
+    Seen on 24.11.5 and 26.05.5: with both mps and shard in GresTypes one of
+    the two loses its GPU variables (gpu,mps,shard: mps jobs get no
+    CUDA_VISIBLE_DEVICES; gpu,shard,mps: shard jobs get none and mps jobs a
+    0 % thread limit). Listing only what is used keeps single-kind clusters
+    correct; with both, the node task prolog sets CUDA_VISIBLE_DEVICES for
+    mps jobs. Changing GresTypes needs slurmctld and slurmd restarts.
+    """
+    return ",".join(["gpu"] + [n for n in ("mps", "shard") if n in site.uses])
 
 
 def gres_string(group: Group) -> str:

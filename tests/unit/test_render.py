@@ -86,6 +86,8 @@ def test_header_detects_edits():
 
 def test_slurm_conf_essentials():
     text = render_all(site_of("small-lab.yaml"))["slurm.conf"]
+    assert "GresTypes=gpu,shard\n" in render_all(site_of("mixed-production.yaml"))["slurm.conf"]
+    assert "GresTypes=gpu,mps\n" in render_all(site_of("mps-inference.yaml"))["slurm.conf"]
     for line in ["GresTypes=gpu,mps,shard", "SelectType=select/cons_tres", "PriorityType=priority/multifactor",
                  "PreemptType=preempt/partition_prio", "PreemptMode=REQUEUE", "SlurmdParameters=config_overrides"]:
         assert line + "\n" in text

@@ -1,0 +1,34 @@
+#!/bin/bash
+# Compute node of the test cluster: node setup from the policy, fake GPU
+# device files, munged, slurmd.
+# The node name is the container hostname (compose sets hostname: = the Slurm
+# NodeName), or $SLURMD_NODENAME. The /dev/nvidia* files to create are read
+# from the node's lines of /etc/slurm/gres.conf and the files it Includes
+# (docker/fake_gpus.py), so the device set follows the rendered config.
+# slurmd runs as `slurmd` (argv[0] matters to Slurm) in the foreground; extra
+# arguments are passed to it.
+#   GPUSHARE_FAKE_GPUS=0   make no device files
+#   GPUSHARE_NODE_SETUP=0  skip docker/node-setup.sh (fake NVML, MIG, gres include)
+set -euo pipefail
+LIB=/usr/local/lib/gpushare-docker
+NODE=${SLURMD_NODENAME:-$(hostname -s)}
+say() { echo "gpushare-node[$NODE]: $*" >&2; }
+
+for _ in $(seq 1 120); do [[ -s /etc/slurm/slurm.conf ]] && break; sleep 0.5; done
+[[ -s /etc/slurm/slurm.conf ]] || { say "no /etc/slurm/slurm.conf"; exit 1; }
+"$LIB/entrypoint.sh" dirs
+
+if [[ ${GPUSHARE_NODE_SETUP:-1} == 1 ]]; then
+  "$LIB/node-setup.sh" || { say "node setup failed"; exit 1; }
+fi
+
+if [[ ${GPUSHARE_FAKE_GPUS:-1} == 1 && -f /etc/slurm/gres.conf ]]; then
+  rc=0; python3 "$LIB/fake_gpus.py" --gres-conf /etc/slurm/gres.conf --node "$NODE" || rc=$?
+  if ((rc == 3)); then say "gres.conf Includes a file that does not exist; not starting slurmd"; exit 1; fi
+  ((rc == 0)) || exit "$rc"
+fi
+
+"$LIB/entrypoint.sh" munged
+args=(-D)
+[[ -n ${SLURMD_NODENAME:-} ]] && args+=(-N "$SLURMD_NODENAME")
+exec slurmd "${args[@]}" "$@"

@@ -1,0 +1,36 @@
+#!/bin/bash
+# Test-cluster node setup from the site policy, run by entrypoint-node.sh
+# before the fake device files are made and slurmd starts:
+#   1. a fake NVML state for this node's GPUs (model, count, MIG mode from the
+#      policy's node group), /var/lib/gpushare/fake-nvml.json
+#   2. `gpushare node mig apply` (MIG nodes): the policy's MIG layout
+#   3. `gpushare node gres-conf`: the node's gres.conf include (MIG devices,
+#      empty on other nodes) at the policy's cluster.paths.gres_include
+# Needs the slurm-gpushare package in the image and the policy mounted at
+# $GPUSHARE_POLICY (compose: GPUSHARE_POLICY_FILE on the host). Skipped, with a
+# message, when either is missing.
+set -euo pipefail
+NODE=${SLURMD_NODENAME:-$(hostname -s)}
+POLICY=${GPUSHARE_POLICY:-/etc/gpushare/policy.yaml}
+STATE=${GPUSHARE_FAKE_NVML:-/var/lib/gpushare/fake-nvml.json}
+say() { echo "gpushare-node-setup[$NODE]: $*" >&2; }
+
+if ! command -v gpushare >/dev/null; then say "no gpushare command in this image; skipped"; exit 0; fi
+if [[ ! -s $POLICY ]]; then say "no policy at $POLICY; skipped"; exit 0; fi
+
+read -r model count mig < <(/opt/gpushare/bin/python - "$POLICY" "$NODE" <<'PY'
+import sys
+from slurm_gpushare.policy import load_file
+group = load_file(sys.argv[1]).group_for_node(sys.argv[2])
+mig = ",".join(str(s.index) for s in group.gpus if s.mode == "mig")
+print(group.model.name, len(group.gpus), mig or "-")
+PY
+)
+[[ $mig == - ]] && mig=
+mkdir -p "$(dirname "$STATE")"
+gpushare node fake-nvml init --state "$STATE" --model "$model" --count "$count" --mig "$mig" --force
+export GPUSHARE_FAKE_NVML=$STATE
+if [[ -n $mig ]]; then
+  gpushare node mig apply --policy "$POLICY" --node "$NODE"
+fi
+gpushare node gres-conf --policy "$POLICY" --node "$NODE"

@@ -1,0 +1,202 @@
+"""Bring the test cluster up from a policy, talk to it, take it down.
+
+Every docker / docker-compose / Slurm command goes through the one runner
+(``proc.run``). Slurm commands run inside the slurmctld container, so the
+host needs nothing but docker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import GpushareError
+from ..outfiles import atomic_write
+from ..policy import Site, load_file
+from ..proc import CommandError, Result, run
+from ..render import render_all
+from .compose import nodes, nodes_compose
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKER_DIR = REPO / "docker"
+
+
+class ClusterError(GpushareError):
+    exit_code = 1
+
+
+@dataclass
+class TestCluster:
+    """One compose project of the test cluster, configured from ``policy``."""
+
+    __test__ = False  # not a pytest class
+
+    policy: Path
+    project: str = "gpushare"
+    suite: str = os.environ.get("SLURM_SUITE", "trixie")
+    workdir: Path = field(default_factory=lambda: Path("/tmp/gpushare-testcluster"))
+    docker_dir: Path = DOCKER_DIR
+    runner: object = run
+    site: Site = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.policy = Path(self.policy).resolve()
+        self.workdir = Path(self.workdir) / self.project
+        self.site = load_file(self.policy)
+
+    # ---- files -------------------------------------------------------
+    @property
+    def conf_dir(self) -> Path:
+        return self.workdir / "conf"
+
+    @property
+    def compose_files(self) -> list[Path]:
+        return [self.docker_dir / "docker-compose.yml", self.workdir / "nodes.yml"]
+
+    def write_config(self, site: Site | None = None) -> None:
+        """Render the policy into the conf dir and the node services next to it."""
+        site = site or self.site
+        for name, text in render_all(site).items():
+            atomic_write(self.conf_dir / name, text)
+        atomic_write(self.workdir / "nodes.yml", nodes_compose(site))
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "GPUSHARE_CONF_DIR": str(self.conf_dir), "GPUSHARE_POLICY_FILE": str(self.policy),
+                "SLURM_SUITE": self.suite, "COMPOSE_PROJECT_NAME": self.project}
+
+    def compose_argv(self, *args: str) -> list[str]:
+        argv = ["docker-compose", "-p", self.project]
+        for f in self.compose_files:
+            argv += ["-f", str(f)]
+        return argv + list(args)
+
+    def compose(self, *args: str, timeout: float = 300, check: bool = True, input: str | None = None) -> Result:
+        return self.runner(self.compose_argv(*args), timeout=timeout, check=check, env=self.env, input=input)
+
+    # ---- lifecycle ---------------------------------------------------
+    def build(self, timeout: float = 1800) -> None:
+        """Build the images (idempotent; installs the working tree's wheel)."""
+        self.runner(["bash", str(self.docker_dir / "bootstrap.sh")], timeout=timeout, env=self.env)
+
+    def up(self, timeout: float = 300) -> None:
+        self.write_config()
+        self.compose("up", "-d", timeout=timeout)
+
+    def down(self) -> None:
+        self.compose("down", "-v", "--remove-orphans", "-t", "5", timeout=180)
+
+    def nodes(self) -> list[str]:
+        return nodes(self.site)
+
+    def wait_idle(self, timeout: float = 180) -> dict[str, dict]:
+        """Wait until every policy node is idle; fail with the nodes' Reason= if any drains."""
+        deadline = time.monotonic() + timeout
+        last: dict[str, dict] = {}
+        while time.monotonic() < deadline:
+            try:
+                last = self.node_states()
+            except CommandError:
+                time.sleep(2)
+                continue
+            bad = {n: s for n, s in last.items() if any(f.startswith(("DRAIN", "INVAL", "FAIL")) for f in s["flags"])}
+            if bad:
+                raise ClusterError("nodes drained or invalid: " + "; ".join(f"{n}: {s['state']} Reason={s['reason']}" for n, s in bad.items()))
+            if set(last) >= set(self.nodes()) and all(s["base"] == "IDLE" for s in last.values()):
+                return last
+            time.sleep(1)
+        raise ClusterError(f"nodes not idle after {timeout:.0f} s: " + "; ".join(f"{n}: {s['state']} Reason={s['reason']}" for n, s in last.items()))
+
+    def node_states(self) -> dict[str, dict]:
+        out = self.exec("slurmctld", ["scontrol", "-o", "show", "node"], timeout=30).stdout
+        return {rec["NodeName"]: _node_state(rec) for rec in parse_scontrol_oneliners(out)}
+
+    # ---- commands in the cluster ----------------------------------------
+    def exec(self, service: str, argv: list[str], *, user: str | None = None, input: str | None = None,
+             timeout: float = 60, check: bool = True) -> Result:
+        args = ["exec", "-T"]
+        if user:
+            args += ["-u", user]
+        return self.compose(*args, service, *argv, timeout=timeout, check=check, input=input)
+
+    def slurm(self, argv: list[str], *, user: str | None = None, timeout: float = 60, check: bool = True) -> Result:
+        return self.exec("slurmctld", argv, user=user, timeout=timeout, check=check)
+
+    def sbatch(self, script: str, *, user: str | None = None, **opts) -> int:
+        """Submit ``script`` (text, a '#!' line is added if missing); return the job id."""
+        if not script.startswith("#!"):
+            script = "#!/bin/bash\n" + script
+        argv = ["sbatch", "--parsable"] + _options(opts)
+        res = self.exec("slurmctld", argv, user=user, input=script, timeout=60)
+        return int(res.stdout.strip().split(";")[0])
+
+    def srun(self, argv: list[str], *, user: str | None = None, timeout: float = 120, **opts) -> Result:
+        return self.slurm(["srun"] + _options(opts) + list(argv), user=user, timeout=timeout)
+
+    def scontrol(self, *args: str) -> Result:
+        return self.slurm(["scontrol", *args])
+
+    def job(self, job_id: int) -> dict:
+        out = self.slurm(["scontrol", "-o", "show", "job", str(job_id)], check=False).stdout
+        recs = parse_scontrol_oneliners(out)
+        return recs[0] if recs else {}
+
+    def wait(self, job_id: int, timeout: float = 120) -> dict:
+        """Wait until the job has finished; return its sacct record."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            recs = self.sacct(job_id)
+            if recs and recs[0]["State"].split()[0] not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING", "CONFIGURING"):
+                return recs[0]
+            time.sleep(1)
+        raise ClusterError(f"job {job_id} not finished after {timeout:.0f} s: {self.job(job_id)}")
+
+    SACCT_FIELDS = ("JobID", "User", "Account", "Partition", "State", "ExitCode", "NodeList", "Start", "End",
+                    "ElapsedRaw", "AllocTRES", "ReqTRES")
+
+    def sacct(self, job_id: int | None = None, extra: list[str] | None = None) -> list[dict]:
+        argv = ["sacct", "-a", "-X", "-P", "-n", "-o", ",".join(self.SACCT_FIELDS)]
+        argv += ["-j", str(job_id)] if job_id is not None else []
+        out = self.slurm(argv + (extra or [])).stdout
+        return [dict(zip(self.SACCT_FIELDS, line.split("|"))) for line in out.splitlines() if line.strip()]
+
+    def read_shared(self, path: str) -> str:
+        return self.exec("slurmctld", ["cat", f"/shared/{path}"]).stdout
+
+    def node_json(self) -> list[dict]:
+        return json.loads(self.slurm(["scontrol", "show", "node", "--json"]).stdout)["nodes"]
+
+
+def _options(opts: dict) -> list[str]:
+    out = []
+    for key, value in opts.items():
+        flag = "--" + key.rstrip("_").replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif value is not None and value is not False:
+            out.append(f"{flag}={value}")
+    return out
+
+
+_PAIR = re.compile(r"(\S+?)=(.*?)(?=\s+\S+?=|$)")
+
+
+def parse_scontrol_oneliners(text: str) -> list[dict]:
+    """`scontrol -o show node|job` lines into dicts (values may contain spaces, e.g. Reason=)."""
+    return [dict(_PAIR.findall(line.strip())) for line in text.splitlines() if "=" in line]
+
+
+def _node_state(rec: dict) -> dict:
+    state = rec.get("State", "")
+    parts = state.replace("*", "").split("+")
+    return {"state": state, "base": parts[0], "flags": set(parts[1:]) | ({parts[0]} if parts[0] in ("DOWN",) else set()),
+            "reason": rec.get("Reason", ""), "gres": rec.get("Gres", "")}
+
+
+def quote(argv: list[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)
