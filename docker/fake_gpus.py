@@ -186,10 +186,20 @@ def main(argv=None) -> int:
     for inc in MISSING_INCLUDES:
         print(f"fake_gpus: {args.gres_conf}: Include {inc} does not exist "
               "(slurmd would retry 60 s, then exit: 'error opening/reading gres.conf')", file=sys.stderr)
+    # Test hooks for the half-faked-node checks: leave a device out, or make it a plain file.
+    omit = set(filter(None, os.environ.get("GPUSHARE_FAKE_GPUS_OMIT", "").split(",")))
+    regular = set(filter(None, os.environ.get("GPUSHARE_FAKE_GPUS_REGULAR", "").split(",")))
     if args.list:
         print("\n".join(paths))
     else:
-        create(paths, args.root, args.uvm_major, args.caps_major, args.dry_run)
+        create([p for p in paths if p not in omit | regular], args.root, args.uvm_major, args.caps_major, args.dry_run)
+        for p in sorted(regular):
+            target = args.root / p.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text("not a device\n")
+            print(f"fake_gpus: {p} made a regular file (GPUSHARE_FAKE_GPUS_REGULAR)", file=sys.stderr)
+        for p in sorted(omit):
+            print(f"fake_gpus: {p} left out (GPUSHARE_FAKE_GPUS_OMIT)", file=sys.stderr)
     return 3 if MISSING_INCLUDES else 0
 
 

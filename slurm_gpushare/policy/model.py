@@ -136,7 +136,7 @@ class Submission(Strict):
 
 class Billing(Strict):
     gpu_weights: dict[str, float] = {}
-    default_gpu_weight: float = Field(1.0, gt=0)
+    default_gpu_weight: float = Field(100.0, gt=0)
     cpu: float = Field(0.0, ge=0)
     mem_per_gb: float = Field(0.0, ge=0)
 

@@ -33,26 +33,26 @@ def test_kv_marks_mem_in_gigabytes():
 def test_mixed_production_billing_weights():
     tier = site_of("mixed-production.yaml").tiers[0]
     weights = dict(tier.billing)
-    # H100 weighs 2.0; a 3g.40gb bills max(3/7, 4/8) = 1/2 of it; a shard 1/4 of it.
-    assert weights["GRES/gpu"] == pytest.approx(1.0)  # floor: the cheapest GPU kind here (3g.40gb)
-    assert weights["GRES/gpu:h100"] == pytest.approx(1.0)  # floor + excess = 2.0 for a typed h100 job
+    # H100 weighs 200; a 3g.40gb bills max(3/7, 4/8) = 1/2 of it; a shard 1/4 of it.
+    assert weights["GRES/gpu"] == pytest.approx(100)  # floor: the cheapest GPU kind here (3g.40gb)
+    assert weights["GRES/gpu:h100"] == pytest.approx(100)  # floor + excess = 200 for a typed h100 job
     assert "GRES/gpu:h100_3g.40gb" not in weights  # excess 0: bills exactly the floor
-    assert weights["GRES/shard"] == pytest.approx(0.5)
-    assert weights["CPU"] == 0.01 and weights["Mem"] == 0.001
+    assert weights["GRES/shard"] == pytest.approx(50)
+    assert weights["CPU"] == 1 and weights["Mem"] == 0.1
 
 
 def test_single_kind_partition_bills_untyped_gpu_only():
     site = site_of("mps-inference.yaml")
-    assert dict(site.tiers[0].billing) == {"GRES/gpu": 1.0, "GRES/mps": 0.01}
+    assert dict(site.tiers[0].billing) == {"GRES/gpu": 100.0, "GRES/mps": 1.0}  # default GPU weight 100
 
 
 def test_small_lab_mig_billing():
     weights = dict(site_of("small-lab.yaml").tiers[0].billing)
-    # kinds: l40s 1.0, a100_40g_1g.5gb 1/7, a30 0.5 -> floor 1/7
-    assert weights["GRES/gpu"] == pytest.approx(1 / 7, abs=1e-6)
-    assert weights["GRES/gpu:l40s"] == pytest.approx(1 - 1 / 7, abs=1e-6)
-    assert weights["GRES/gpu:a30"] == pytest.approx(0.5 - 1 / 7, abs=1e-6)
-    assert weights["GRES/shard"] == 0.25 and weights["GRES/mps"] == 0.005
+    # kinds: l40s 100, a100_40g_1g.5gb 100/7, a30 50 -> floor 100/7
+    assert weights["GRES/gpu"] == pytest.approx(100 / 7, abs=1e-5)
+    assert weights["GRES/gpu:l40s"] == pytest.approx(100 - 100 / 7, abs=1e-5)
+    assert weights["GRES/gpu:a30"] == pytest.approx(50 - 100 / 7, abs=1e-5)
+    assert weights["GRES/shard"] == 25 and weights["GRES/mps"] == 0.5
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
