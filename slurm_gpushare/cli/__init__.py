@@ -36,9 +36,10 @@ def main() -> None:
 
 
 def _register() -> None:
-    from . import catalogue, check, config, node
+    from . import accounts, catalogue, check, config, node, usage
 
-    for cmd in (*config.COMMANDS, catalogue.catalogue, *node.COMMANDS, *check.COMMANDS):
+    for cmd in (*config.COMMANDS, catalogue.catalogue, *node.COMMANDS, *check.COMMANDS,
+                accounts.accounts, *usage.COMMANDS):
         main.add_command(cmd)
 
 

@@ -1,0 +1,276 @@
+"""usage / fairness / fairshare: GPU-equivalent usage and Fair Tree reports.
+
+Each reads live Slurm (sacct, sshare, through the Runner made here at the
+entry point) or, with --sacct-file / --sshare-file, recorded output, so the
+same report runs offline. Thin: parse options, call accounting, print.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime, timezone, tzinfo
+from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import click
+
+from .. import examples, proc
+from ..accounting import fairtree, report
+from ..accounting.usage import aggregate
+from ..errors import GpushareError
+from ..policy import Site, load_file
+from ..slurm import sshare
+from ..slurm.parsable import SlurmParseError, parse_duration
+from ..slurm.sacct import FileSource, SacctSource
+
+_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+
+
+def _obj(ctx: click.Context) -> dict:
+    obj = ctx.find_root().obj
+    return obj if isinstance(obj, dict) else {}
+
+
+def get_runner(ctx: click.Context) -> proc.Runner:
+    """The subprocess runner: the real one unless the caller (a test) put another in ctx.obj."""
+    return _obj(ctx).get("runner", proc.run)
+
+
+def get_now(ctx: click.Context) -> float:
+    return _obj(ctx).get("clock", time.time)()
+
+
+def zone(name: str | None) -> tzinfo | None:
+    """--tz: the zone naive times are in (recorded files, --since/--until); None is this host's."""
+    if name is None:
+        return None
+    if name.upper() in ("UTC", "Z"):
+        return timezone.utc
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise GpushareError(f"--tz {name!r} is not a time zone; use e.g. UTC or Europe/Berlin") from None
+
+
+_AGO = re.compile(r"^(\d+(?:\.\d+)?)([dhm])$")
+
+
+def parse_when(text: str, now: float, tz: tzinfo | None = None) -> float:
+    """``now``, ``7d`` / ``12h`` / ``30m`` before now, or an ISO date or time (naive: in ``tz``)."""
+    text = text.strip()
+    if text == "now":
+        return now
+    m = _AGO.match(text)
+    if m:
+        return now - float(m[1]) * {"d": 86400, "h": 3600, "m": 60}[m[2]]
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise GpushareError(f"{text!r} is not a time: use now, 7d, 12h, 30m, 2025-03-01 or 2025-03-01T08:00") from None
+    if when.tzinfo is None and tz is not None:
+        when = when.replace(tzinfo=tz)
+    return when.timestamp()
+
+
+def _window(ctx, since: str, until: str, tz) -> tuple[float, float]:
+    now = get_now(ctx)
+    hi = parse_when(until, now, tz)
+    lo = parse_when(since, hi, tz)
+    if hi <= lo:
+        raise GpushareError(f"--since ({since}) must be before --until ({until})")
+    return lo, hi
+
+
+def _site(policy: Path | None) -> Site:
+    return load_file(policy or examples.example())
+
+
+def _source(ctx, sacct_file: Path | None, tz):
+    return FileSource(sacct_file, tz) if sacct_file else SacctSource(get_runner(ctx))
+
+
+def _half_life(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        seconds = parse_duration(text)
+    except SlurmParseError as exc:
+        raise GpushareError(f"--half-life: {exc}") from None
+    if not 0 < seconds < float("inf"):
+        raise GpushareError("--half-life must be a positive, finite Slurm time such as 7-0")
+    return seconds
+
+
+def _stamp(t: float, tz) -> str:
+    when = datetime.fromtimestamp(t, tz) if tz else datetime.fromtimestamp(t).astimezone()
+    return when.isoformat(timespec="seconds")
+
+
+_POLICY = click.option("--policy", type=_FILE, help="Site policy (default: the bundled small-lab example).")
+_SINCE = click.option("--since", default="30d", show_default=True, help="Window start: now, 7d, 12h, or an ISO time.")
+_UNTIL = click.option("--until", default="now", show_default=True, help="Window end.")
+_SACCT = click.option("--sacct-file", type=_FILE, help="Recorded sacct output (parsable2 with the usage fields, or --json) instead of running sacct.")
+_FORMAT = click.option("--format", "fmt", type=click.Choice(report.FORMATS), default="table", show_default=True)
+_TZ = click.option("--tz", help="Time zone of naive times in files and options (default: this host's).")
+
+
+@click.command("usage")
+@_SINCE
+@_UNTIL
+@click.option("--by", type=click.Choice(["account", "user", "gpu-kind", "partition"]), default="account", show_default=True)
+@_FORMAT
+@_SACCT
+@_POLICY
+@click.option("--half-life", help="Also show usage decayed to --until with this half-life (Slurm time, e.g. 7-0), times QOS UsageFactor.")
+@_TZ
+@click.pass_context
+def usage(ctx, since, until, by, fmt, sacct_file, policy, half_life, tz):
+    """GPU-equivalent hours, billing hours, job counts and share of the cluster total, per group.
+
+    A 1g.5gb MIG slice counts 1/7 of a GPU, a shard 1/replicas, an MPS unit
+    1/units: the same fractions the billing weights use. Jobs are clipped
+    to the window; running jobs count up to --until.
+    """
+    tz = zone(tz)
+    lo, hi = _window(ctx, since, until, tz)
+    site = _site(policy)
+    agg = aggregate(site, _source(ctx, sacct_file, tz).records(lo, hi), lo, hi, by=by, half_life=_half_life(half_life))
+    cols, rows, total = report.usage_rows(agg)
+    window = {"since": _stamp(lo, tz), "until": _stamp(hi, tz)}
+    if fmt == "json":
+        click.echo(report.render(cols, rows, fmt, extra={"window": window, "by": by, "total": total}), nl=False)
+        return
+    if fmt == "table":
+        click.echo(f"GPU-equivalent usage {window['since']} .. {window['until']}, by {by}")
+    click.echo(report.render(cols, rows, fmt), nl=False)
+    if fmt == "table":
+        click.echo(f"total: {total['gpu_hours']:,.2f} GPU-eq h, {total['billing_hours']:,.2f} billing h, "
+                   f"{total['jobs']:,} jobs ({total['outside_window']:,} records outside the window)")
+        _warn_unknown(total["unknown_tres"])
+
+
+def _warn_unknown(unknown: dict) -> None:
+    if unknown:
+        listed = ", ".join(f"{k} ({v} jobs)" for k, v in sorted(unknown.items()))
+        click.echo(f"warning: TRES not in the policy, counted as whole GPUs or not at all: {listed}", err=True)
+
+
+@click.command("fairness")
+@_SINCE
+@_UNTIL
+@_FORMAT
+@_SACCT
+@_POLICY
+@_TZ
+@click.pass_context
+def fairness(ctx, since, until, fmt, sacct_file, policy, tz):
+    """Each tenant's GPU-equivalent use against its share, and Jain's fairness index per level.
+
+    use/share is 1 when a tenant used exactly its share of what its sibling
+    tenants used together; Jain's index over those ratios is 1 when all are
+    equal and 1/n when one tenant used everything.
+    """
+    tz = zone(tz)
+    lo, hi = _window(ctx, since, until, tz)
+    site = _site(policy)
+    agg = aggregate(site, _source(ctx, sacct_file, tz).records(lo, hi), lo, hi, by="account")
+    cols, rows, index = report.fairness_rows(site, {k: t.gpu_seconds for k, t in agg.groups.items()})
+    if fmt == "json":
+        window = {"since": _stamp(lo, tz), "until": _stamp(hi, tz)}
+        click.echo(report.render(cols, rows, fmt, extra={"window": window, "jain": index}), nl=False)
+        return
+    if fmt == "csv":
+        cols = [*cols, report.Column("level_jain", "jain", "float")]
+        rows = [{**r, "level_jain": index[r["level"]]} for r in rows]
+    click.echo(report.render(cols, rows, fmt), nl=False)
+    if fmt == "table":
+        for level, j in sorted(index.items()):
+            click.echo(f"Jain's index among the tenants under {level}: {'n/a (no use)' if j is None else f'{j:.4f}'}")
+
+
+@click.command("fairshare")
+@click.option("--sshare-file", type=_FILE, help="Recorded `sshare -a -l --parsable2` or `sshare --json` output instead of running sshare.")
+@click.option("--json-sshare", is_flag=True, help="Run `sshare --json` (24.11+: exact doubles) instead of `sshare -a -l --parsable2`.")
+@click.option("--gpu-usage", is_flag=True, help="What if usage were counted in GPU-equivalents (from sacct) instead of billing units.")
+@click.option("--add", "adds", multiple=True, metavar="ACCOUNT[:USER]=HOURS",
+              help="What if ACCOUNT (or one of its users) used HOURS more: GPU-equivalent hours with --gpu-usage, else billing-unit hours.")
+@click.option("--since", help="With --gpu-usage: sacct window start (default: five half-lives before --until).")
+@_UNTIL
+@_SACCT
+@_POLICY
+@click.option("--half-life", help="With --gpu-usage: decay half-life (default: the policy's PriorityDecayHalfLife).")
+@click.option("--documented-ties", is_flag=True, help="Merge tied sibling accounts as fair_tree.shtml describes (slurmctld does not).")
+@click.option("--tolerance", type=float, default=1e-6, show_default=True)
+@click.option("--check", is_flag=True, help="Exit 1 if any value differs from sshare's beyond the tolerance.")
+@_FORMAT
+@_TZ
+@click.pass_context
+def fairshare(ctx, sshare_file, json_sshare, gpu_usage, adds, since, until, sacct_file, policy, half_life, documented_ties,
+              tolerance, check, fmt, tz):
+    """The Fair Tree: shares, usage, LevelFS and factor, ours beside sshare's (differences flagged).
+
+    Ours is recomputed from sshare's own shares and RawUsage with Slurm's
+    algorithm; a difference beyond --tolerance (plus what sshare's integer
+    RawUsage can explain) is flagged. --gpu-usage and --add show what the
+    factors would become.
+    """
+    rows = sshare.read(sshare_file) if sshare_file else sshare.query(get_runner(ctx), as_json=json_sshare)
+    root = fairtree.tree_from_sshare(rows)
+    ours = fairtree.compute(root, merge_tied_accounts=documented_ties)
+    checks = fairtree.check_against(rows, root, ours, tolerance=tolerance)
+    alt, alt_tree = _what_if(ctx, root, gpu_usage, adds, since, until, sacct_file, policy, half_life, documented_ties, tz)
+    theirs = {r.key: r for r in rows}
+    cols, table = report.fairshare_rows(root, ours, checks, alt, alt_tree, theirs)
+    bad = [c for c in checks if not c.ok]
+    if fmt == "json":
+        extra = {"compared": len(checks), "differ": [_check_json(c) for c in bad]}
+        click.echo(report.render(cols, table, fmt, extra=extra), nl=False)
+    else:
+        click.echo(report.render(cols, table, fmt), nl=False)
+        if fmt == "table":
+            click.echo(f"{len(checks)} values compared with sshare, {len(bad)} differ by more than {tolerance:g}")
+            for c in bad:
+                click.echo(f"  {c.key[0]}{'/' + c.key[1] if c.key[1] else ''} {c.field}: ours {c.ours} sshare {c.theirs}")
+    if check and bad:
+        raise SystemExit(1)
+
+
+def _check_json(c: fairtree.Check) -> dict:
+    return {"account": c.key[0], "user": c.key[1], "field": c.field, "ours": report.json_value(c.ours),
+            "sshare": report.json_value(c.theirs), "allowed": c.allowed}
+
+
+def _what_if(ctx, root, gpu_usage, adds, since, until, sacct_file, policy, half_life, documented_ties, tz):
+    """The what-if tree and its Fair Tree, or (None, None) when no what-if was asked for."""
+    if not gpu_usage and not adds:
+        return None, None
+    tree = root
+    if gpu_usage:
+        tree = fairtree.with_usage(root, _gpu_usage(ctx, since, until, sacct_file, policy, half_life, tz))
+    for account, user, hours in (_parse_add(a) for a in adds):
+        try:
+            tree = fairtree.add_usage(tree, account, hours * 3600, user)
+        except KeyError as exc:
+            raise GpushareError(f"--add: {exc.args[0]}") from None
+    return fairtree.compute(tree, merge_tied_accounts=documented_ties), tree
+
+
+def _gpu_usage(ctx, since, until, sacct_file, policy, half_life, tz) -> dict:
+    tz = zone(tz)
+    site = _site(policy)
+    hl = _half_life(half_life or site.cluster.priority.decay_half_life)
+    hi = parse_when(until, get_now(ctx), tz)
+    lo = parse_when(since, hi, tz) if since else hi - 5 * hl
+    agg = aggregate(site, _source(ctx, sacct_file, tz).records(lo, hi), lo, hi, by="assoc", half_life=hl)
+    return {k: t.fs_seconds for k, t in agg.groups.items()}
+
+
+def _parse_add(text: str) -> tuple[str, str | None, float]:
+    m = re.fullmatch(r"([^:=\s]+)(?::([^=\s]+))?=(\d+(?:\.\d+)?)", text.strip())
+    if not m:
+        raise GpushareError(f"--add {text!r}: expected ACCOUNT=HOURS or ACCOUNT:USER=HOURS, e.g. physics=100")
+    return m[1], m[2], float(m[3])
+
+
+COMMANDS = (usage, fairness, fairshare)

@@ -1,0 +1,354 @@
+"""Job usage records from sacct (``--parsable2`` or ``--json``), streamed one job at a time.
+
+Every reader here is a generator: a month of a busy cluster is millions of
+jobs, and nothing downstream needs more than one at a time. The live query
+asks sacct one day at a time (the Runner buffers a command's whole output)
+and hands each job to exactly one day, so no job is counted twice.
+
+The JSON shape is data_parser v0.0.42 (Slurm 24.11): ``{"jobs": [{"job_id",
+"user", "account", "partition", "qos", "state": {"current": [...]},
+"time": {"start", "end", "elapsed"}, "tres": {"allocated": [{"type",
+"name", "count"}]}}]}``; timestamps may also come as ``{"set", "number"}``
+objects (older parsers), which are accepted.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from pathlib import Path
+from typing import IO, Iterable, Iterator, Protocol, Sequence
+
+from ..proc import Runner
+from .parsable import SlurmParseError, fast_time_parser, format_tres, parse_tres
+
+FIELDS = ("JobID", "User", "Account", "Partition", "State", "Start", "End", "Elapsed", "ElapsedRaw",
+          "AllocTRES", "ReqTRES", "QOS")
+DAY = 86400.0
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """One job allocation (``sacct -X``): who, where, when, and what it was given."""
+
+    job_id: str
+    user: str
+    account: str
+    partition: str
+    state: str
+    start: float | None
+    end: float | None
+    elapsed: int
+    alloc_tres: str
+    req_tres: str = ""
+    qos: str = ""
+
+    def tres(self) -> dict[str, float]:
+        """The allocated TRES as numbers (parsed on demand: most consumers cache by the string)."""
+        return parse_tres(self.alloc_tres)
+
+
+class JobSource(Protocol):
+    """Anything that yields the jobs that ran in a window: sacct, a recorded file, pyslurm."""
+
+    def records(self, since: float, until: float) -> Iterator[JobRecord]: ...
+
+
+def parse_parsable2(lines: Iterable[str], *, tz: tzinfo | None = None, fields: Sequence[str] = FIELDS,
+                    source: str = "sacct output") -> Iterator[JobRecord]:
+    """Jobs from ``sacct -P --noheader -o <fields>`` lines, in the order given.
+
+    A header line (``JobID|User|...``) is skipped if present. ``tz`` is the
+    zone naive timestamps were printed in (None: this host's). One tight
+    loop, no per-field calls: this runs a million times for a month.
+    """
+    jid, user, acct, part, state, start, end, raw, alloc, req, qos = _indices(fields, source)
+    when = fast_time_parser(tz)
+    n, header = len(fields), fields[0]
+    for number, line in enumerate(lines, 1):
+        f = line.rstrip("\r\n").split("|")
+        if len(f) != n:
+            f = _refit(f, n, line, number, source)
+            if f is None:
+                continue
+        if f[0] == header:
+            continue
+        f.append("")  # what a field sacct was not asked for reads as (index -1)
+        r = f[raw]
+        yield JobRecord(f[jid], f[user], f[acct], f[part], f[state], when(f[start]), when(f[end]),
+                        int(r) if r.isdigit() else 0, f[alloc], f[req], f[qos])
+
+
+def _indices(fields: Sequence[str], source: str) -> tuple[int, ...]:
+    index = {name.lower(): i for i, name in enumerate(fields)}
+    missing = [f for f in ("jobid", "account", "partition", "start", "end", "alloctres") if f not in index]
+    if missing:
+        raise SlurmParseError(f"{source}: sacct fields must include {', '.join(missing)}")
+    names = ("jobid", "user", "account", "partition", "state", "start", "end", "elapsedraw", "alloctres",
+             "reqtres", "qos")
+    return tuple(index.get(k, -1) for k in names)
+
+
+def _refit(f: list[str], n: int, line: str, number: int, source: str) -> list[str] | None:
+    """A line with the wrong field count: blank (skip), --parsable's trailing '|' (drop it), or an error."""
+    if f == [""]:
+        return None
+    if len(f) == n + 1 and f[-1] == "":
+        return f[:-1]
+    raise SlurmParseError(f"{source} line {number}: {len(f)} fields, expected {n}: {line[:120]!r}")
+
+
+def parse_json(stream: IO, *, chunk_size: int = 1 << 20, source: str = "sacct --json") -> Iterator[JobRecord]:
+    """Jobs from ``sacct --json`` output, decoding one job object at a time (never the whole document)."""
+    for job in iter_json_array(stream, "jobs", chunk_size=chunk_size, source=source):
+        yield job_from_json(job)
+
+
+def job_from_json(job: dict) -> JobRecord:
+    """One data_parser job object as a JobRecord (TRES written back as sacct's ``k=v,`` string)."""
+    t = job.get("time") or {}
+    state = (job.get("state") or {}).get("current") or []
+    if isinstance(state, str):
+        state = [state]
+    return JobRecord(
+        job_id=_job_id(job), user=_name(job.get("user")), account=job.get("account") or "",
+        partition=job.get("partition") or "", state=",".join(state),
+        start=_stamp(t.get("start")), end=_stamp(t.get("end")), elapsed=int(_number(t.get("elapsed")) or 0),
+        alloc_tres=_tres_string((job.get("tres") or {}).get("allocated") or []),
+        req_tres=_tres_string((job.get("tres") or {}).get("requested") or []),
+        qos=_name(job.get("qos")),
+    )
+
+
+def _job_id(job: dict) -> str:
+    array = job.get("array") or {}
+    task = _number(array.get("task_id"))
+    parent = _number(array.get("job_id"))
+    if parent and task is not None:
+        return f"{int(parent)}_{int(task)}"
+    return str(job.get("job_id", ""))
+
+
+def _name(value) -> str:
+    if isinstance(value, dict):
+        return value.get("name") or ""
+    return value or ""
+
+
+def _number(value):
+    """A plain number, or data_parser's ``{"set": true, "infinite": false, "number": N}``."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        return value.get("number")
+    return value
+
+
+def _stamp(value) -> float | None:
+    n = _number(value)
+    return float(n) if n else None
+
+
+def _tres_string(items: list[dict]) -> str:
+    tres = {}
+    for item in items:
+        kind, name = item.get("type", ""), item.get("name") or ""
+        key = f"{kind}/{name}" if name else kind
+        tres[key] = tres.get(key, 0) + (item.get("count") or 0)
+    return format_tres(tres)
+
+
+def iter_json_array(stream: IO, key: str, *, chunk_size: int = 1 << 20, source: str = "JSON") -> Iterator[dict]:
+    """Yield the elements of the top-level ``key`` array of a JSON object, reading in chunks.
+
+    Other top-level members are decoded and dropped. Memory stays at one
+    chunk plus one element, whatever the document's size.
+    """
+    reader = _Chunks(stream, chunk_size, source)
+    reader.expect("{")
+    while True:
+        if reader.peek() == "}":
+            return
+        name = reader.value()
+        reader.expect(":")
+        if name == key:
+            yield from _array(reader)
+            return
+        reader.value()
+        if reader.peek() == ",":
+            reader.expect(",")
+
+
+def _array(reader: "_Chunks") -> Iterator[dict]:
+    reader.expect("[")
+    if reader.peek() == "]":
+        return
+    while True:
+        yield reader.value()
+        if reader.peek() == "]":
+            return
+        reader.expect(",")
+
+
+class _Chunks:
+    """A JSON token reader over a text or binary stream that refills its buffer as values need it."""
+
+    _WS = " \t\r\n"
+
+    def __init__(self, stream: IO, chunk_size: int, source: str):
+        self.stream, self.size, self.source = stream, chunk_size, source
+        self.buf, self.pos, self.eof = "", 0, False
+        self.decoder = json.JSONDecoder()
+
+    def _more(self) -> bool:
+        if self.eof:
+            return False
+        data = self.stream.read(self.size)
+        if isinstance(data, bytes):
+            data = data.decode("utf-8")
+        if not data:
+            self.eof = True
+            return False
+        self.buf = self.buf[self.pos:] + data
+        self.pos = 0
+        return True
+
+    def peek(self) -> str:
+        while True:
+            while self.pos < len(self.buf) and self.buf[self.pos] in self._WS:
+                self.pos += 1
+            if self.pos < len(self.buf):
+                return self.buf[self.pos]
+            if not self._more():
+                raise SlurmParseError(f"{self.source}: JSON ended early")
+
+    def expect(self, char: str) -> None:
+        if self.peek() != char:
+            raise SlurmParseError(f"{self.source}: expected {char!r} at {self.buf[self.pos:self.pos + 40]!r}")
+        self.pos += 1
+
+    def value(self):
+        self.peek()
+        while True:
+            try:
+                value, end = self.decoder.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError as exc:
+                if self._more():
+                    continue
+                raise SlurmParseError(f"{self.source}: invalid JSON: {exc}") from None
+            if end == len(self.buf) and not self.eof and self._more():
+                continue  # a number may go on in the next chunk
+            self.pos = end
+            return value
+
+
+def open_records(path: Path, *, tz: tzinfo | None = None, fields: Sequence[str] = FIELDS) -> Iterator[JobRecord]:
+    """Jobs from a recorded sacct output file: JSON if it starts with ``{``, parsable2 otherwise."""
+    with open(path, "rb") as raw:
+        head = raw.read(64).lstrip()
+    if head.startswith(b"{"):
+        with open(path, "rb") as f:
+            yield from parse_json(f, source=str(path))
+        return
+    with open(path, encoding="utf-8", newline="") as f:
+        yield from parse_parsable2(f, tz=tz, fields=fields, source=str(path))
+
+
+def sacct_argv(since: float, until: float, *, fields: Sequence[str] = FIELDS) -> list[str]:
+    """All users' job allocations that were running in [since, until)."""
+    return ["sacct", "-a", "-X", "-P", "--noheader", "-S", _local(since), "-E", _local(until),
+            "-o", ",".join(fields)]
+
+
+def _local(t: float) -> str:
+    # sacct reads -S/-E in its own (inherited, so our) local time zone.
+    return datetime.fromtimestamp(t).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+@dataclass
+class SacctSource:
+    """Live sacct through the Runner, one ``chunk`` seconds at a time."""
+
+    runner: Runner
+    chunk: float = DAY
+    timeout: float = 600.0
+
+    def records(self, since: float, until: float) -> Iterator[JobRecord]:
+        env = {**os.environ, "SLURM_TIME_FORMAT": "%s"}
+        lo = since
+        while lo < until:
+            hi = min(until, lo + self.chunk)
+            res = self.runner(sacct_argv(lo, hi), timeout=self.timeout, env=env)
+            yield from _owned(parse_parsable2(io.StringIO(res.stdout), source="sacct"), since, lo, hi)
+            lo = hi
+
+
+def _owned(records: Iterable[JobRecord], since: float, lo: float, hi: float) -> Iterator[JobRecord]:
+    """The jobs a chunk [lo, hi) answers for: those whose first second in the window falls in it."""
+    for rec in records:
+        if rec.start is None:
+            continue
+        first = max(rec.start, since)
+        if lo <= first < hi:
+            yield rec
+
+
+@dataclass
+class FileSource:
+    """A recorded sacct file; the window is applied downstream by clipping."""
+
+    path: Path
+    tz: tzinfo | None = None
+
+    def records(self, since: float, until: float) -> Iterator[JobRecord]:
+        return open_records(self.path, tz=self.tz)
+
+
+def pyslurm_available() -> bool:
+    try:
+        import pyslurm  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class PyslurmSource:
+    """Jobs from slurmdbd through pyslurm (>= 23.2 API: ``pyslurm.db.Jobs.load``), imported lazily.
+
+    pyslurm must match the installed Slurm exactly, so it is optional; the
+    sacct source is the default everywhere.
+    """
+
+    def __init__(self):
+        import pyslurm  # imported here: most hosts do not have it
+
+        self._pyslurm = pyslurm
+
+    def records(self, since: float, until: float) -> Iterator[JobRecord]:
+        db = self._pyslurm.db
+        jobs = db.Jobs.load(db.JobFilter(start_time=int(since), end_time=int(until)))
+        for job in jobs.values():
+            yield record_from_pyslurm(job)
+
+
+def record_from_pyslurm(job) -> JobRecord:
+    """A pyslurm.db.Job as a JobRecord; TRES from its ``allocated_tres`` (gres and billing are all we use)."""
+    return JobRecord(
+        job_id=str(job.id), user=job.user_name or "", account=job.account or "", partition=job.partition or "",
+        state=job.state or "", start=float(job.start_time) if job.start_time else None,
+        end=float(job.end_time) if job.end_time else None, elapsed=int(job.elapsed_time or 0),
+        alloc_tres=_pyslurm_tres(job.allocated_tres), qos=job.qos or "",
+    )
+
+
+def _pyslurm_tres(tres) -> str:
+    if tres is None:
+        return ""
+    out = {g.type_and_name: g.count for g in tres.gres.values()}
+    billing = getattr(tres, "billing", None)
+    if billing is not None:
+        out["billing"] = billing.count
+    return format_tres(out)
