@@ -1,0 +1,96 @@
+"""The cluster tier: real slurmctld, slurmd, slurmdbd and MariaDB in docker, fake GPUs.
+
+The session fixture builds the images (idempotent; installs the working
+tree's wheel so the cluster runs the code under test), starts the compose
+project through pytest-docker, waits until every node of the policy is idle
+(failing with the nodes' Reason= if any drains), yields a ``TestCluster``
+handle, and tears everything down (containers, network, volumes).
+
+Without docker the tier skips with a one-line reason, unless
+GPUSHARE_REQUIRE_CLUSTER=1 (set by .ci/run): then it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from slurm_gpushare.proc import CommandError, run
+from slurm_gpushare.testcluster.cluster import TestCluster
+from tests.conftest import ROOT
+
+POLICY = ROOT / "etc" / "small-lab.yaml"
+PROJECT = os.environ.get("GPUSHARE_TEST_PROJECT", "gpusharetest")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tests/cluster/" in str(item.fspath):
+            item.add_marker(pytest.mark.cluster)
+
+
+def _docker_problem() -> str | None:
+    for tool in ("docker", "docker-compose"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    try:
+        run(["docker", "info", "--format", "{{.ServerVersion}}"], timeout=20)
+    except CommandError as exc:
+        return f"docker daemon not reachable ({exc})"
+    return None
+
+
+@pytest.fixture(scope="session")
+def cluster_handle(tmp_path_factory) -> TestCluster:
+    problem = _docker_problem()
+    if problem:
+        message = f"cluster tier: {problem}"
+        if os.environ.get("GPUSHARE_REQUIRE_CLUSTER") == "1":
+            pytest.fail(message + " (GPUSHARE_REQUIRE_CLUSTER=1)", pytrace=False)
+        pytest.skip(message)
+    handle = TestCluster(POLICY, project=PROJECT, workdir=tmp_path_factory.mktemp("cluster"))
+    handle.build()
+    handle.write_config()
+    os.environ.update({k: handle.env[k] for k in ("GPUSHARE_CONF_DIR", "GPUSHARE_POLICY_FILE", "SLURM_SUITE")})
+    return handle
+
+
+@pytest.fixture(scope="session")
+def docker_compose_command() -> str:
+    return "docker-compose"  # Debian's 1.29; the docker CLI here has no compose plugin
+
+
+@pytest.fixture(scope="session")
+def docker_compose_project_name(cluster_handle) -> str:
+    return cluster_handle.project
+
+
+@pytest.fixture(scope="session")
+def docker_compose_file(cluster_handle) -> list[str]:
+    return [str(f) for f in cluster_handle.compose_files]
+
+
+@pytest.fixture(scope="session")
+def docker_setup() -> list[str]:
+    return ["down -v --remove-orphans -t 5", "up -d"]  # a stale project from a killed run is cleared first
+
+
+@pytest.fixture(scope="session")
+def docker_cleanup() -> list[str]:
+    return ["down -v --remove-orphans -t 5"]
+
+
+@pytest.fixture(scope="session")
+def cluster(cluster_handle, docker_services) -> TestCluster:
+    cluster_handle.wait_idle(timeout=240)
+    setup_accounts(cluster_handle)
+    return cluster_handle
+
+
+def setup_accounts(c: TestCluster) -> None:
+    """The policy's tenants, users and tier QOS, by `gpushare accounts apply` inside the cluster."""
+    c.slurm(["gpushare", "accounts", "apply", "/etc/gpushare/policy.yaml"], timeout=120)
+    again = c.slurm(["gpushare", "accounts", "plan", "/etc/gpushare/policy.yaml"]).stdout
+    assert "sacctmgr" not in again, f"accounts plan not empty after apply:\n{again}"
