@@ -75,7 +75,10 @@ munge-key)
 config)
   src=${GPUSHARE_CONF_SRC:-/conf-src}
   [[ -s $src/slurm.conf ]] || { say "no slurm.conf in $src (set GPUSHARE_CONF_DIR to a rendered config dir)"; exit 1; }
-  find /etc/slurm -mindepth 1 -delete
+  # Keep gres.d: each node mounts its own tmpfs there (its MIG include); deleting
+  # the mount point under a running node makes a reconfigure fail to find it.
+  mkdir -p /etc/slurm/gres.d
+  find /etc/slurm -mindepth 1 -maxdepth 1 ! -name gres.d -exec rm -rf {} +
   cp -rL "$src"/. /etc/slurm/
   if [[ ! -f /etc/slurm/slurmdbd.conf ]]; then
     cat >/etc/slurm/slurmdbd.conf <<CONF

@@ -36,10 +36,10 @@ def main() -> None:
 
 
 def _register() -> None:
-    from . import accounts, catalogue, check, config, node, usage
+    from . import accounts, catalogue, check, config, node, testcluster, usage
 
     for cmd in (*config.COMMANDS, catalogue.catalogue, *node.COMMANDS, *check.COMMANDS,
-                accounts.accounts, *usage.COMMANDS):
+                accounts.accounts, *usage.COMMANDS, *testcluster.COMMANDS):
         main.add_command(cmd)
 
 

@@ -94,6 +94,17 @@ class TestCluster:
     def nodes(self) -> list[str]:
         return nodes(self.site)
 
+    def reconfigure(self, site: Site) -> None:
+        """Render ``site`` into the running cluster: copy it into /etc/slurm, `scontrol reconfigure`."""
+        self.write_config(site)
+        self.compose("run", "--rm", "--no-deps", "config", timeout=120)
+        self.scontrol("reconfigure")
+
+    def oneoff_slurmd(self, node: str, env: dict[str, str], args: tuple[str, ...] = ("-G",), timeout: float = 120) -> Result:
+        """Start a throw-away copy of ``node`` (no registration: `slurmd -G` parses gres.conf and exits)."""
+        flags = [f"-e{k}={v}" for k, v in env.items()]
+        return self.compose("run", "--rm", "--no-deps", *flags, node, "slurmd", *args, timeout=timeout, check=False)
+
     def wait_idle(self, timeout: float = 180) -> dict[str, dict]:
         """Wait until every policy node is idle; fail with the nodes' Reason= if any drains."""
         deadline = time.monotonic() + timeout
