@@ -301,18 +301,25 @@ def check_against(rows: Sequence[ShareRow], root: Assoc, result: Mapping[Key, Le
     LevelFS is compared relatively (it is unbounded); the others absolutely.
     When the rows' usage is sshare -l's integer RawUsage, a usage of R under a
     parent of P is only known to within 1/R + 1/P relative, which widens what
-    is allowed for U and LevelFS; --json rows carry Slurm's own U.
+    is allowed for U and LevelFS; --json rows carry Slurm's own U. Siblings
+    whose LevelFS are that close may rank either way round in slurmctld, so
+    a user's FairShare may then be off by the users ranked with the other.
     """
-    _, fs_parent = _fs_tree(root)
+    fs_children, fs_parent = _fs_tree(root)
     nodes = {a.key: a for a in root.walk()}
+    exact = {r.key for r in rows if r.exact_usage}
+    rel_of = {a: 0.0 if a.key in exact else _usage_precision(a, p) for a, p in fs_parent.items()}
+    slack = _rank_slack(root, fs_children, {a: result[a.key].level_fs for a in fs_parent}, rel_of)
+    users = sum(1 for a in root.walk() if a.is_user)
     out = []
     for row in rows:
         node = nodes.get(row.key)
         if node is None or node is root:
             continue
         ours = result[row.key]
-        rel = 0.0 if row.exact_usage else _usage_precision(node, fs_parent[node])
-        lf = None if node.shares is None else ours.level_fs
+        rel = rel_of[node]
+        # FairShare=parent: sshare -l prints no LevelFS; --json (24.11) gives a user's inf, an account's unset.
+        lf = ours.level_fs if node.shares is not None or (node.is_user and row.level_fs is not None) else None
         out.append(Check(row.key, "norm_shares", ours.shares_norm, row.norm_shares, tolerance))
         out.append(Check(row.key, "effective_usage", ours.usage_efctv, row.effective_usage,
                          tolerance + ours.usage_efctv * rel))
@@ -321,8 +328,39 @@ def check_against(rows: Sequence[ShareRow], root: Assoc, result: Mapping[Key, Le
             bound = abs(lf) * rel if lf is not None and not math.isinf(lf) else 0.0
             out.append(Check(row.key, "level_fs", lf, row.level_fs, tolerance * scale + bound))
         if node.is_user and row.fairshare is not None:
-            out.append(Check(row.key, "fairshare", ours.fairshare, row.fairshare, tolerance))
+            out.append(Check(row.key, "fairshare", ours.fairshare, row.fairshare,
+                             tolerance + slack.get(node, 0) / users))
     return out
+
+
+def _rank_slack(root: Assoc, children: Mapping[Assoc, list[Assoc]], lf: Mapping[Assoc, float],
+                rel: Mapping[Assoc, float]) -> dict[Assoc, int]:
+    """Per user: how many ranks it could move if siblings (of it or of an ancestor) whose LevelFS
+    lie within the rounding of their inputs sorted the other way round in slurmctld."""
+    below: dict[Assoc, int] = {}
+
+    def count(node: Assoc) -> int:
+        below[node] = (1 if node.is_user else 0) + sum(count(c) for c in children.get(node, []))
+        return below[node]
+
+    def close(a: Assoc, b: Assoc) -> bool:
+        if not (rel[a] or rel[b]) or not all(math.isfinite(lf[x]) and lf[x] != NO_VAL for x in (a, b)):
+            return False
+        return abs(lf[a] - lf[b]) <= abs(lf[a]) * rel[a] + abs(lf[b]) * rel[b]
+
+    slack: dict[Assoc, int] = {}
+
+    def walk(node: Assoc, inherited: int) -> None:
+        kids = children.get(node, [])
+        for x in kids:
+            mine = inherited + sum(below[y] for y in kids if y is not x and close(x, y))
+            if x.is_user:
+                slack[x] = mine
+            walk(x, mine)
+
+    count(root)
+    walk(root, 0)
+    return slack
 
 
 def _usage_precision(node: Assoc, parent: Assoc) -> float:

@@ -155,6 +155,8 @@ def _stamp(value) -> float | None:
 def _tres_string(items: list[dict]) -> str:
     tres = {}
     for item in items:
+        if (item.get("count") or 0) < 0:
+            continue  # NO_VAL64 as int64 (24.11 lists "energy" with count -2): sacct -P leaves it out
         kind, name = item.get("type", ""), item.get("name") or ""
         key = f"{kind}/{name}" if name else kind
         tres[key] = tres.get(key, 0) + (item.get("count") or 0)
