@@ -1,7 +1,7 @@
 """Time the generated job_submit.lua per call under lupa, on Lua 5.1 and 5.4.
 
     python bench/submit.py [--calls 20000] [--policy etc/small-lab.yaml]
-    python bench/submit.py --cluster     # sbatch throughput with vs without the plugin (not yet)
+    python bench/submit.py --cluster [--jobs 500] [--rounds 2] [--parallel 1] [--project NAME] [--keep]
 
 slurmctld calls slurm_job_submit under its locks for every submission, so its
 cost is on the controller's critical path. Each call is timed from Python
@@ -9,6 +9,15 @@ cost is on the controller's critical path. Each call is timed from Python
 baseline, measured the same way in the same run, is an empty Lua function
 with the same arguments, so the ratio and the difference say what gpushare's
 rules add on top of the Python-to-Lua crossing. Figures only, no assertions.
+
+--cluster: sbatch throughput on the docker test cluster (bench/cluster_throughput.py
+does the cluster and the measurement), in one run with JobSubmitPlugins=lua and
+without: the policy is re-rendered with cluster.hooks.job_submit_lua false into
+the conf dir, the `config` one-shot copies it into /etc/slurm, `scontrol
+reconfigure`, and the policy's own config is restored at the end. Each
+measurement is --jobs held submissions (then cancelled) of a plain job and of a
+GPU job, so scheduling and job runs do not blur the submission cost; rounds
+alternate lua, none, none, lua, ... and the ratio is of the totals.
 """
 
 from __future__ import annotations
@@ -77,19 +86,118 @@ def bench(version: str, source: str, calls: int) -> None:
         print(f"  {name:30s} p50 {p50:7.2f}  p99 {pct(t, 0.99):7.2f}  ({p50 / b50:5.1f}x baseline, +{p50 - b50:.2f} us)")
 
 
-def cluster_throughput() -> None:
+CLUSTER_KINDS = {"plain job": [], "gpu job (--gres=gpu:l40s:1)": ["--gres=gpu:l40s:1"]}
+TARGET = 0.10  # the plugin may cost at most this share of sbatch throughput
+
+
+def _without_plugin(policy: Path):
+    """The policy with cluster.hooks.job_submit_lua off (only JobSubmitPlugins= changes in slurm.conf)."""
+    import yaml
+
+    from slurm_gpushare.policy import build_site
+
+    raw = yaml.safe_load(policy.read_text(encoding="utf-8"))
+    raw.setdefault("cluster", {}).setdefault("hooks", {})["job_submit_lua"] = False
+    return build_site(raw, policy.name)
+
+
+def set_plugin(c, site, want: str) -> float:
+    """Render ``site`` into the running cluster (conf dir, `config` one-shot, `scontrol reconfigure`);
+    wait until slurmctld answers with JobSubmitPlugins=``want``. Returns the seconds it took."""
+    from bench import cluster_throughput as ct
+    from slurm_gpushare.proc import CommandError
+
+    t0 = time.monotonic()
+    c.write_config(site)
+    c.compose("run", "--rm", "--no-deps", "config", timeout=120)
+    c.scontrol("reconfigure")
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if ct.answers(c) and ct.live_setting(c, "JobSubmitPlugins") == want:
+                break
+        except CommandError:  # slurmctld re-executes itself on reconfigure
+            pass
+        if time.monotonic() > deadline:
+            raise SystemExit(f"slurmctld does not answer with JobSubmitPlugins={want!r} 120 s after reconfigure")
+        time.sleep(1)
+    c.wait_idle(timeout=120)
+    return time.monotonic() - t0
+
+
+def cluster_throughput(args) -> None:
     """sbatch submissions per second with and without JobSubmitPlugins=lua on the docker test cluster."""
-    raise NotImplementedError("needs the docker test cluster")
+    from bench import cluster_throughput as ct
+    from slurm_gpushare.render import render_all
+
+    c, started = ct.open_cluster(args.project or ct.DEFAULT_PROJECT, args.policy, build=not args.no_build)
+    with_lua, without = c.site, _without_plugin(c.policy)  # with: the policy's own config, exactly
+    current = ct.live_setting(c, "JobSubmitPlugins")
+    results: dict[tuple[str, str], list] = {}
+    try:
+        if current != "lua":
+            print(f"reconfigured to JobSubmitPlugins=lua in {set_plugin(c, with_lua, 'lua'):.0f} s", flush=True)
+            current = "lua"
+        order = []
+        for r in range(args.rounds):
+            order += ["lua", ""] if r % 2 == 0 else ["", "lua"]
+        for mode in order:
+            if mode != current:
+                took = set_plugin(c, with_lua if mode else without, mode)
+                print(f"reconfigured to JobSubmitPlugins={mode or '(none)'} in {took:.0f} s", flush=True)
+                current = mode
+            for kind, options in CLUSTER_KINDS.items():
+                f = ct.measure(c, args.jobs, options, args.parallel, hold=True,
+                               label=f"JobSubmitPlugins={mode or '(none)'}, {kind}")
+                print("\n".join(f.lines()), flush=True)
+                results.setdefault((mode, kind), []).append(f)
+    finally:
+        if current != "lua":
+            took = set_plugin(c, with_lua, "lua")
+            print(f"restored the policy's config (JobSubmitPlugins=lua) in {took:.0f} s", flush=True)
+        for name, text in render_all(with_lua).items():
+            if c.exec("slurmctld", ["cat", f"/etc/slurm/{name}"], check=False).stdout != text:
+                print(f"WARNING: /etc/slurm/{name} is not the policy's rendered file after the restore", flush=True)
+        if started and not args.keep:
+            c.down()
+    print(f"\nsbatch throughput, {args.jobs} held submissions per measurement, {args.rounds} round(s), "
+          f"{args.parallel} submitter(s):")
+    for kind in CLUSTER_KINDS:
+        on, off = results[("lua", kind)], results[("", kind)]
+        rate_on = sum(f.submitted for f in on) / sum(f.submit_s for f in on)
+        rate_off = sum(f.submitted for f in off) / sum(f.submit_s for f in off)
+        cost = 1 - rate_on / rate_off
+        verdict = "within" if cost < TARGET else "OVER"
+        spread = ", ".join(f"{mode or 'none'} {min(f.rate for f in fs):.1f}-{max(f.rate for f in fs):.1f}/s"
+                           for mode, fs in (("lua", on), ("", off)))
+        print(f"  {kind}:")
+        print(f"    with lua {rate_on:.1f}/s, without {rate_off:.1f}/s: ratio {rate_on / rate_off:.3f}, the plugin costs "
+              f"{cost * 100:+.1f} % of throughput ({verdict} the {TARGET * 100:.0f} % target); per round: {spread}")
+        p50_on = statistics.median(x for f in on for x in f.latencies) * 1000
+        p50_off = statistics.median(x for f in off for x in f.latencies) * 1000
+        print(f"    sbatch p50 latency {p50_on:.1f} ms with lua, {p50_off:.1f} ms without ({p50_on - p50_off:+.1f} ms)")
+        u_on = [u for f in on for u in f.ctld_usec]
+        u_off = [u for f in off for u in f.ctld_usec]
+        if u_on and u_off:
+            m_on, m_off = statistics.median(u_on), statistics.median(u_off)
+            print(f"    slurmctld submit RPC p50 {m_on:.0f} us with lua, {m_off:.0f} us without ({m_on - m_off:+.0f} us, "
+                  f"{(m_on - m_off) / (p50_off * 1000) * 100:+.1f} % of an sbatch call)")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=20000)
     ap.add_argument("--policy", type=Path, default=ROOT / "etc" / "small-lab.yaml")
-    ap.add_argument("--cluster", action="store_true", help="sbatch throughput on the docker test cluster (TODO)")
+    ap.add_argument("--cluster", action="store_true", help="sbatch throughput with and without the plugin on the docker test cluster")
+    group = ap.add_argument_group("--cluster")
+    from bench import cluster_throughput as ct
+
+    ct.add_arguments(group, policy=False)
+    group.add_argument("--rounds", type=int, default=2, help="lua/none measurement pairs, alternating (default 2)")
     args = ap.parse_args()
     if args.cluster:
-        cluster_throughput()
+        cluster_throughput(args)
+        return
     source = job_submit_lua(load_file(args.policy))
     print(f"policy {args.policy.name}; job_submit.lua {len(source) / 1e3:.1f} kB")
     for version in VERSIONS:
