@@ -21,7 +21,7 @@ _LONG = {
     "--gpus-per-node": ("tres_per_node", "gpu"),
     "--gpus": ("tres_per_job", "gpu"),
     "--gpus-per-socket": ("tres_per_socket", "gpu"),
-    "--gpus-per-task": ("tres_per_task", "gpu"),
+    "--gpus-per-task": ("tres_per_task", "gpu_eq"),
     "--tres-per-task": ("tres_per_task", "tres"),
     "--partition": ("partition", "raw"),
 }
@@ -83,6 +83,10 @@ def to_job(options: dict[str, str], prefix: str) -> dict[str, str]:
 def _entries(value: str, how: str, prefix: str) -> str:
     if how == "gpu":
         return f"{prefix}gpu:{value}"
+    if how == "gpu_eq":
+        # Seen on 24.11: sbatch hands --gpus-per-task=l40s:1 to job_submit as 'gres/gpu:l40s=1'.
+        head, _, count = value.rpartition(":")
+        return f"{prefix}gpu{':' + head if head else ''}={count}"
     if how == "gres" and value.lower() == "none":
         return value  # sbatch keeps 'none' bare (slurm_opt.c arg_set_gres)
     if how == "gres" and value != "":

@@ -53,10 +53,7 @@ SBATCH_REFUSES = {
 # sbatch writes --gpus-per-task as 'gres/gpu[:type]=N' ('=' before the count, and with
 # -c a leading 'cpu=N,'), where options.py (to_job) predicts 'gres/gpu[:type]:N'.
 # The decision is the same (the parser reads both forms); only the string differs.
-FIELD_FORMAT = {
-    "gpus-per-task": {"tres_per_task": "gres/gpu=1"},
-    "gpus-per-task-alias-to-mps": {"tres_per_task": "gres/gpu:half=1"},
-}
+FIELD_FORMAT: dict[str, dict[str, str]] = {}  # none left: options.py writes --gpus-per-task as sbatch does
 
 # In-container submitter: one `docker exec` for a whole batch of sbatch calls.
 SUBMITTER = r"""

@@ -100,7 +100,7 @@ def test_options_land_where_sbatch_puts_them():
         "tres_per_node": "gres/gpu:1,gres/shard:2,gres/gpu:a30:1",
         "tres_per_job": "gres/gpu:3",
         "tres_per_socket": "gres/gpu:1",
-        "tres_per_task": "gres/gpu:2",
+        "tres_per_task": "gres/gpu=2",  # as 24.11 sbatch sends it (seen on the test cluster)
         "partition": "batch",
     }
 
