@@ -6,21 +6,36 @@ usage factor, and the lower tiers they may preempt). The plan only adds and
 changes what differs from the current state, so running it against the
 state it produces plans nothing. It never deletes: accounts, users and QOS
 the policy does not name are reported by ``unmanaged`` and left alone.
+
+Every association the policy manages (its accounts and their users) gets
+access to every tier QOS, because job_submit.lua sets a job's QOS to its
+tier: ``set qos+=<tiers>`` adds them and keeps whatever other QOS an
+association has. What an association may use comes from
+``sacctmgr show assoc format=account,user,qos`` (``read_current``), where
+slurmdbd prints each association's effective list, inherited ones included,
+as comma-separated names (``batch,normal,scavenger``). A Current read
+without that column (``access`` None) plans no QOS access.
 """
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from ..policy import Site
 from ..policy.billing import fmt
+from ..proc import Runner
+from ..slurm import sacctmgr
+from ..slurm.parsable import rows
 from ..slurm.sacctmgr import AssocRow, QosRow
 
 MANAGED_TRES = ("gres/gpu", "gres/mps", "gres/shard")
 _QUOTA_TRES = {"gpu": "gres/gpu", "shard": "gres/shard", "mps": "gres/mps"}
 _NEW_QOS = QosRow("", 0, "cluster", 1.0, frozenset())
 SACCTMGR = ("sacctmgr", "-i")
+ACCESS_FORMAT = ("account", "user", "qos")
+Access = Mapping[tuple[str, str | None], frozenset[str]]
 
 
 @dataclass(frozen=True)
@@ -30,13 +45,31 @@ class Current:
     accounts: Mapping[str, AssocRow]
     users: frozenset[tuple[str, str]]
     qos: Mapping[str, QosRow]
+    access: Access | None = None  # (account, user or None) -> the QOS it may use; None: not read
 
     @classmethod
-    def from_rows(cls, assocs: Iterable[AssocRow], qos: Iterable[QosRow]) -> "Current":
+    def from_rows(cls, assocs: Iterable[AssocRow], qos: Iterable[QosRow], access: Access | None = None) -> "Current":
         assocs = list(assocs)
         accounts = {a.account: a for a in assocs if a.user is None}
         users = frozenset((a.account, a.user) for a in assocs if a.user is not None)
-        return cls(accounts, users, {q.name: q for q in qos})
+        return cls(accounts, users, {q.name: q for q in qos}, access)
+
+
+def access_argv(cluster: str) -> list[str]:
+    return ["sacctmgr", "--noheader", "--parsable2", "show", "assoc", "where", f"cluster={cluster}",
+            f"format={','.join(ACCESS_FORMAT)}"]
+
+
+def parse_access(lines: Iterable[str], *, source: str = "sacctmgr show assoc") -> dict[tuple[str, str | None], frozenset[str]]:
+    """Each association's QOS list, as ``show assoc format=account,user,qos`` prints it (comma-separated)."""
+    return {(account, user or None): frozenset(q for q in qos.split(",") if q)
+            for account, user, qos in rows(lines, len(ACCESS_FORMAT), source)}
+
+
+def read_current(runner: Runner, cluster: str) -> Current:
+    """The current state from slurmdbd, QOS access included."""
+    access = parse_access(io.StringIO(runner(access_argv(cluster)).stdout))
+    return Current.from_rows(sacctmgr.show_assocs(runner, cluster), sacctmgr.show_qos(runner), access)
 
 
 @dataclass(frozen=True)
@@ -86,13 +119,24 @@ def desired_qos(site: Site) -> list[QosSpec]:
 def plan(site: Site, current: Current, *, cluster: str | None = None) -> list[list[str]]:
     """The sacctmgr argv lists, in order, that bring ``current`` to the policy's accounts and QOS."""
     cluster = cluster or site.cluster.name
-    out: list[list[str]] = []
-    for spec in desired_accounts(site):
-        out += _account(spec, current, cluster)
+    tiers = frozenset(t.name for t in site.tiers)
+    # What each account may use once the commands before have run: a new account inherits its parent's.
+    planned: dict[str, frozenset[str]] = {}
     qos = desired_qos(site)
-    out += [[*SACCTMGR, "add", "qos", q.name] for q in qos if q.name not in current.qos]
+    # QOS first: sacctmgr refuses access to a QOS that does not exist yet.
+    out = [[*SACCTMGR, "add", "qos", q.name] for q in qos if q.name not in current.qos]
     for q in qos:
         out += _qos(q, current.qos.get(q.name, _NEW_QOS))
+    for spec in desired_accounts(site):
+        account_cmds = _account(spec, current, cluster)
+        users = [c for c in account_cmds if c[len(SACCTMGR):len(SACCTMGR) + 2] == ["add", "user"]]
+        out += [c for c in account_cmds if c not in users]
+        if current.access is not None:
+            out += _access(spec, current, cluster, tiers, planned)
+        # Users last: a user association copies its account's QOS when it is created. Seen on 24.11:
+        # granting the account QOS after its users exist shows in `sacctmgr show assoc` but
+        # slurmctld keeps the users without it ("does not have access to qos batch").
+        out += users
     return out
 
 
@@ -116,6 +160,34 @@ def _account(spec: AccountSpec, current: Current, cluster: str) -> list[list[str
         out.append([*where, *changes])
     out += [[*SACCTMGR, "add", "user", u, f"account={spec.name}", f"cluster={cluster}"]
             for u in spec.users if (spec.name, u) not in current.users]
+    return out
+
+
+def _access(spec: AccountSpec, current: Current, cluster: str, tiers: frozenset[str],
+            planned: dict[str, frozenset[str]]) -> list[list[str]]:
+    """``qos+=`` for the account and its existing users that lack a tier QOS (new users inherit the account's).
+
+    An existing user is given the tiers itself even when it may only be
+    inheriting the account's list (``show assoc`` cannot tell), so that one
+    apply is enough when the user has a list of its own.
+    """
+    access = current.access or {}
+    if spec.name in current.accounts:
+        have = access.get((spec.name, None), frozenset())
+    else:
+        have = planned.get(spec.parent, access.get((spec.parent, None), frozenset()))
+    out = []
+    if not tiers <= have:
+        out.append([*SACCTMGR, "modify", "account", "where", f"name={spec.name}", f"cluster={cluster}", "set",
+                    f"qos+={','.join(sorted(tiers - have))}"])
+    planned[spec.name] = have | tiers
+    for u in spec.users:
+        if (spec.name, u) not in current.users:
+            continue
+        mine = access.get((spec.name, u), frozenset())
+        if not tiers <= mine:
+            out.append([*SACCTMGR, "modify", "user", "where", f"name={u}", f"account={spec.name}", f"cluster={cluster}",
+                        "set", f"qos+={','.join(sorted(tiers - mine))}"])
     return out
 
 

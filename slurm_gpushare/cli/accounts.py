@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..accounting import tenants
 from ..accounting.tenants import Current, plan, unmanaged
 from ..errors import GpushareError
 from ..policy import load_file
@@ -75,7 +76,5 @@ def _current(ctx, cluster: str, assoc_file: Path | None = None, qos_file: Path |
     if assoc_file is not None:
         assocs = sacctmgr.parse_assocs(io.StringIO(assoc_file.read_text()), source=str(assoc_file))
         qos = sacctmgr.parse_qos(io.StringIO(qos_file.read_text()), source=str(qos_file))
-    else:
-        runner = get_runner(ctx)
-        assocs, qos = sacctmgr.show_assocs(runner, cluster), sacctmgr.show_qos(runner)
-    return Current.from_rows(assocs, qos)
+        return Current.from_rows(assocs, qos)
+    return tenants.read_current(get_runner(ctx), cluster)  # live: QOS access included

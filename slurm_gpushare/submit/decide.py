@@ -22,6 +22,13 @@ Rules, in the order they are applied (job_submit.lua applies the same ones):
    priority, then name) that serves all its requests; the partition is set only
    when that tier is not the default. With ``set_gpu_type``, untyped gpu
    requests get the type when the job's tier(s) serve exactly one GPU type.
+6. QOS (every accepted job, GPU or not, on submission only): a job that names
+   no QOS gets the QOS of its tier, the tier its partition names (the first
+   one when it names several, all of them tiers), the one routing chose, or
+   the default tier when it names none, so the tier's UsageFactor, priority
+   and preemption apply to it. A job that names a QOS keeps it; a partition
+   that is not a tier sets none; an update (slurm_job_modify) never sets it.
+   It is a default, not a correction, so the user message leaves it out.
 """
 
 from __future__ import annotations
@@ -47,12 +54,13 @@ class Violation:
 
 @dataclass(frozen=True)
 class Decision:
-    """Accepted or not, why, and what to change in the job (partition, rewritten tres_per_* fields)."""
+    """Accepted or not, why, and what to change in the job (partition, rewritten tres_per_* fields, qos)."""
 
     accepted: bool
     violations: tuple[Violation, ...] = ()
     partition: str | None = None
     fields: Mapping[str, str] = field(default_factory=dict)
+    qos: str | None = None
 
     @property
     def codes(self) -> list[str]:
@@ -86,7 +94,8 @@ def decide(t: Tables, job: Mapping[str, str | None], modify: bool = False, curre
         return Decision(False, tuple(bad))
     requests = [e for entries in parsed.values() for e in entries if isinstance(e, Gres)]
     if not requests:
-        return Decision(True)
+        tiers, _ = job_tiers(t, job.get("partition") or (current_partition if modify else None), [], True)
+        return Decision(True, qos=tier_qos(job, tiers, modify))
     violations = [v for r in requests if (v := check_request(t, r)) is not None]
     mixed = check_mixed(requests)
     if mixed:
@@ -220,7 +229,14 @@ def _place(t: Tables, job, parsed, modify, current_partition) -> Decision:
         new = [_typed(e, types) if t.set_gpu_type and len(types) == 1 else e for e in entries]
         if any(isinstance(e, Gres) and (e.alias or e is not o) for e, o in zip(new, entries)):
             fields[name] = ",".join(e.text(t.prefix) if isinstance(e, Gres) else e.raw for e in new)
-    return Decision(True, (), partition, fields)
+    return Decision(True, (), partition, fields, tier_qos(job, tiers, modify))
+
+
+def tier_qos(job, tiers: list[TierCaps], modify: bool) -> str | None:
+    """The QOS to set: the (first) tier's name, for a new job that names no QOS."""
+    if modify or job.get("qos") or not tiers:
+        return None
+    return tiers[0].name
 
 
 def _typed(e: Gres | Other, types: set[str]) -> Gres | Other:

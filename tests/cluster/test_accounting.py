@@ -92,7 +92,8 @@ MIX = (
 # Accounts beyond the policy's, for a tree with every Fair Tree case: a FairShare=parent account
 # (chem-sim), a FairShare=parent user (chem/dave), a user with 2 shares (chem/alice).
 EXTRA_ASSOCS = (
-    ("add", "account", "chem", "cluster=lab", "parent=root", "fairshare=20", "description=test_accounting"),
+    ("add", "account", "chem", "cluster=lab", "parent=root", "fairshare=20", "description=test_accounting",
+     "qos=normal,batch,scavenger"),  # the tier QOS job_submit gives every job
     ("add", "account", "chem-sim", "cluster=lab", "parent=chem", "fairshare=parent", "description=test_accounting"),
     ("add", "user", "alice", "account=chem", "cluster=lab", "fairshare=2"),
     ("add", "user", "carol", "account=chem", "cluster=lab"),
@@ -476,3 +477,13 @@ def test_level_fs_and_fairshare_equal_sshare_for_every_association(shares, kind)
             # sshare -l prints RawUsage as an integer: LevelFS is only known to what that rounding allows.
             check = checks[(row.key, "level_fs")]
             assert check.ok, check
+
+
+def test_jobs_run_under_their_tier_qos(cluster):
+    """job_submit sets the tier's QOS, and the associations may use it: the tier's UsageFactor applies."""
+    jobs = {part: cluster.sbatch("true\n", user="carol", account="biology", partition=part, output="/dev/null")
+            for part in ("batch", "scavenger")}
+    for part, job in jobs.items():
+        assert cluster.wait(job)["State"] == "COMPLETED"
+        qos = cluster.slurm(["sacct", "-X", "-n", "-P", "-j", str(job), "-o", "QOS"]).stdout.strip()
+        assert qos == part, f"job {job} in {part} ran under QOS {qos!r}"

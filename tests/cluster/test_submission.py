@@ -242,6 +242,8 @@ def test_real_sbatch_decision(real, live, case):
     asked = case_job(case)
     partition = want.get("partition") or asked.get("partition") or default_partition(live)
     assert rec["Partition"] == partition, f"{case['id']}: Partition={rec['Partition']}"
+    # job_submit gives the job its tier's QOS (unless it named one), so the tier's UsageFactor applies
+    assert rec["QOS"] == (want.get("qos") or asked.get("qos")), f"{case['id']}: QOS={rec['QOS']}"
     for name in FIELDS:
         got = rec.get(scontrol_field(name))
         got = None if got in (None, "(null)") else got
@@ -294,7 +296,7 @@ def test_python_decision_on_the_real_fields(seen, live, case):
     got = seen["fields"][case["id"]]
     assert got is not None
     d = decide(build_tables(live.site), got)
-    check_expectations(case, d.accepted, d.codes, d.user_message, d.partition, dict(d.fields))
+    check_expectations(case, d.accepted, d.codes, d.user_message, d.partition, dict(d.fields), d.qos)
     assert d.user_message == python_decision(case).user_message
     r = seen["results"][case["id"]]
     assert (r["rc"] == 0) == case["expect"]["accept"], r

@@ -2,7 +2,7 @@
 
 For every case the script must reach the Python decision exactly: return
 code, violation codes, the user message byte for byte, and the job fields it
-leaves behind (partition, rewritten tres_per_*).
+leaves behind (partition, rewritten tres_per_*, qos).
 """
 
 from __future__ import annotations
@@ -47,11 +47,13 @@ def test_lua_agrees_with_python(case, version):
     assert len(res.user) <= 1
     user = res.user[0] if res.user else None
     assert user == want.user_message
-    expected_job = {**job, **({"partition": want.partition} if want.partition else {}), **want.fields}
+    expected_job = {**job, **({"partition": want.partition} if want.partition else {}), **want.fields,
+                    **({"qos": want.qos} if want.qos else {})}
     assert res.job == expected_job
     routed = res.job.get("partition") if res.job.get("partition") != job.get("partition") else None
     rewritten = {k: v for k, v in res.job.items() if k in FIELDS and v != job.get(k)}
-    check_expectations(case, res.rc == 0, codes_of(user), user, routed, rewritten)
+    qos = res.job.get("qos") if res.job.get("qos") != job.get("qos") else None
+    check_expectations(case, res.rc == 0, codes_of(user), user, routed, rewritten, qos)
 
 
 @pytest.mark.parametrize("version", VERSIONS)

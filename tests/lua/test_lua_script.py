@@ -82,7 +82,8 @@ def test_every_example_loads_and_passes_a_plain_job(version, example, slurm):
     assert f"for Slurm {slurm}" in text
     script = Script(version, text)
     res = script.submit(dict(PLAIN_JOB))
-    assert res.rc == 0 and res.user == [] and res.job == PLAIN_JOB
+    default = build_tables(load_file(ROOT / "etc" / f"{example}.yaml", slurm)).default_tier.name
+    assert res.rc == 0 and res.user == [] and res.job == {**PLAIN_JOB, "qos": default}  # only the tier's QOS is set
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -160,6 +161,8 @@ def random_job(rng) -> tuple[dict, dict | None]:
     partition = rng.choice(PARTITIONS)
     if partition is not None:
         job["partition"] = partition
+    if rng.random() < 0.2:
+        job["qos"] = rng.choice(["", "normal", "batch", "scavenger"])
     modify = {"partition": rng.choice(["batch", "training", "inference", "serve"])} if rng.random() < 0.2 else None
     return job, modify
 
@@ -184,6 +187,7 @@ def test_random_requests_get_the_same_answer_from_python_and_lua(version, exampl
         assert res.error == [], (job, res.error)
         assert res.rc == (0 if want.accepted else ESLURM_INVALID_GRES), (job, want, res.user)
         assert (res.user[0] if res.user else None) == want.user_message, job
-        assert res.job == {**job, **({"partition": want.partition} if want.partition else {}), **want.fields}, job
+        assert res.job == {**job, **({"partition": want.partition} if want.partition else {}), **want.fields,
+                           **({"qos": want.qos} if want.qos else {})}, job
         verdicts.add(want.codes[0].split()[0] if want.codes else ("changed" if want.changes else "ok"))
     assert {"ok", "changed", "BAD_REQUEST", "UNKNOWN_TYPE", "SCOPE", "MIXED"} <= verdicts, verdicts

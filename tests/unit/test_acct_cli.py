@@ -110,8 +110,8 @@ def test_accounts_plan_offline_and_unmanaged():
     res = run("accounts", "plan", LAB, "--assoc-file", str(DATA / "sacctmgr-assoc-small-lab.parsable2"),
               "--qos-file", str(DATA / "sacctmgr-qos-small-lab.parsable2"))
     lines = res.output.splitlines()
-    assert lines[0] == "sacctmgr -i modify account where name=physics cluster=lab set GrpTRES=gres/gpu=2"
-    assert "sacctmgr -i add qos scavenger" in lines
+    assert lines[0] == "sacctmgr -i add qos scavenger"  # QOS first: accounts are then given access to them
+    assert "sacctmgr -i modify account where name=physics cluster=lab set GrpTRES=gres/gpu=2" in lines
     assert lines[-1] == "# unmanaged (left alone): account old-project"
 
 
@@ -119,7 +119,7 @@ def test_accounts_apply_converges_and_plan_is_then_empty():
     fake = FakeSlurm.recorded()
     res = run("accounts", "apply", LAB, runner=fake)
     assert res.exit_code == 0, res.output
-    assert "applied 8 command(s); slurmdbd matches small-lab.yaml" in res.output
+    assert "applied 12 command(s); slurmdbd matches small-lab.yaml" in res.output
     res = run("accounts", "plan", LAB, runner=fake)
     assert "nothing to do" in res.output
 

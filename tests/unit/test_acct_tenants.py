@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from slurm_gpushare.accounting.tenants import Current, desired_qos, plan, tres_changes, unmanaged
+from slurm_gpushare.accounting.tenants import Current, desired_qos, parse_access, plan, read_current, tres_changes, unmanaged
 from slurm_gpushare.policy import build_site, load_file
 from slurm_gpushare.slurm import sacctmgr
 from tests.conftest import ROOT, minimal_policy
@@ -23,19 +23,20 @@ def recorded_current() -> Current:
 
 
 def read_back(fake: FakeSlurm) -> Current:
-    return Current.from_rows(sacctmgr.show_assocs(fake, fake.cluster), sacctmgr.show_qos(fake))
+    return read_current(fake, fake.cluster)
 
 
 def test_plan_repairs_the_half_configured_state():
     assert plan(LAB, recorded_current()) == [
+        # QOS first, then per account: the account, its QOS access, its new users (which copy the access).
+        [*I, "add", "qos", "scavenger"],
+        [*I, "modify", "qos", "where", "name=batch", "set", "preempt=scavenger"],
+        [*I, "modify", "qos", "where", "name=scavenger", "set", "priority=1", "preemptmode=requeue", "usagefactor=0.1"],
         [*I, "modify", "account", "where", "name=physics", "cluster=lab", "set", "GrpTRES=gres/gpu=2"],
         [*I, "add", "user", "bob", "account=physics", "cluster=lab"],
         [*I, "modify", "account", "where", "name=biology", "cluster=lab", "set", "fairshare=40"],
         [*I, "add", "account", "biology-imaging", "cluster=lab", "parent=biology", "fairshare=1", "description=biology-imaging"],
         [*I, "add", "user", "dave", "account=biology-imaging", "cluster=lab"],
-        [*I, "add", "qos", "scavenger"],
-        [*I, "modify", "qos", "where", "name=batch", "set", "preempt=scavenger"],
-        [*I, "modify", "qos", "where", "name=scavenger", "set", "priority=1", "preemptmode=requeue", "usagefactor=0.1"],
     ]
 
 
@@ -85,7 +86,7 @@ def test_fairshare_parent_parent_change_and_quota_removal():
                        "a": sacctmgr.AssocRow("a", None, "root", 2, {"gres/gpu": 8, "cpu": 100}),
                        "b": sacctmgr.AssocRow("b", None, "root", 5, {})}, frozenset(), {})
     where = [*I, "modify", "account", "where"]
-    assert plan(site, current, cluster="c")[:3] == [
+    assert [c for c in plan(site, current, cluster="c") if c[:5] == where][:3] == [
         [*where, "name=a", "cluster=c", "set", "GrpTRES=gres/gpu=-1"],  # cpu=100 is not ours: left alone
         [*where, "name=b", "cluster=c", "set", "parent=a"],
         [*where, "name=b", "cluster=c", "set", "fairshare=parent"],
@@ -110,3 +111,53 @@ def test_off_reads_back_as_cluster_and_is_not_replanned():
     current = recorded_current()
     assert not any("name=batch" in argv and any(a.startswith("preemptmode") for a in argv)
                    for argv in plan(LAB, current))
+
+
+def managed(site):
+    return [(t.name, None) for t in site.policy.tenants] + [(t.name, u) for t in site.policy.tenants for u in t.users]
+
+
+@pytest.mark.parametrize("policy", ["small-lab.yaml", "mixed-production.yaml", "mps-inference.yaml"])
+def test_every_managed_association_gets_every_tier_qos(policy):
+    site = load_file(ROOT / "etc" / policy)
+    fake = empty_cluster(site.cluster.name)
+    sacctmgr.apply(fake, plan(site, read_back(fake)))
+    tiers = {t.name for t in site.tiers}
+    for account, user in managed(site):
+        assert fake.effective_qos(account, user or "") == tiers | {"normal"}, (account, user)
+    assert fake.effective_qos("root") == {"normal"}  # root (and what the policy does not manage) is left alone
+
+
+def test_qos_access_plan_on_the_recorded_state():
+    fake = FakeSlurm.recorded()
+    fake.assoc_qos[("physics", "alice")] = frozenset({"normal"})  # set on the user: it does not inherit the account's
+    commands = [argv for argv in plan(LAB, read_back(fake)) if any(a.startswith("qos+=") for a in argv)]
+    assert commands == [
+        [*I, "modify", "account", "where", "name=physics", "cluster=lab", "set", "qos+=batch,scavenger"],
+        [*I, "modify", "user", "where", "name=alice", "account=physics", "cluster=lab", "set", "qos+=batch,scavenger"],
+        [*I, "modify", "account", "where", "name=biology", "cluster=lab", "set", "qos+=batch,scavenger"],
+        [*I, "modify", "user", "where", "name=carol", "account=biology", "cluster=lab", "set", "qos+=batch,scavenger"],
+        # biology-imaging is new: it inherits biology's; new users (bob, dave) inherit their account's
+    ]
+    full = plan(LAB, read_back(fake))
+    last_qos = max(i for i, argv in enumerate(full) if argv[2:4] == ["add", "qos"])
+    assert all(full.index(c) > last_qos for c in commands)  # after the QOS exist
+    users = [i for i, argv in enumerate(full) if argv[2:4] == ["add", "user"]]
+    assert full.index(commands[0]) < users[0]  # before physics' new user bob, who copies the account's QOS
+    sacctmgr.apply(fake, plan(LAB, read_back(fake)))
+    assert plan(LAB, read_back(fake)) == []
+    assert fake.effective_qos("biology-imaging", "dave") == {"batch", "normal", "scavenger"}
+
+
+def test_other_qos_an_association_has_are_kept_and_no_access_read_plans_none():
+    fake = FakeSlurm.recorded()
+    fake(["sacctmgr", "-i", "add", "qos", "extra"])
+    fake.assoc_qos[("physics", "")] = frozenset({"extra", "normal"})
+    sacctmgr.apply(fake, plan(LAB, read_back(fake)))
+    assert fake.effective_qos("physics", "bob") == {"batch", "extra", "normal", "scavenger"}
+    assert not any(a.startswith("qos+=") for argv in plan(LAB, recorded_current()) for a in argv)
+
+
+def test_parse_access():
+    assert parse_access(["root||normal\n", "physics|alice|batch,normal,scavenger\n", "x|y|\n"]) == {
+        ("root", None): {"normal"}, ("physics", "alice"): {"batch", "normal", "scavenger"}, ("x", "y"): frozenset()}

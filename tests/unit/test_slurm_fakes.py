@@ -41,6 +41,8 @@ class FakeJob:
 class FakeSlurm:
     assocs: list[list[str]] = field(default_factory=list)  # [account, user, parent, fairshare, grptres]
     qos: dict[str, list[str]] = field(default_factory=dict)  # name -> [priority, mode, factor, preempt]
+    # (account, user or "") -> the QOS set on that association; absent: inherited (root: normal), as slurmdbd does
+    assoc_qos: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
     jobs: list[FakeJob] = field(default_factory=list)
     sshare_text: str = ""
     sshare_json: str = ""
@@ -130,6 +132,9 @@ class FakeSlurm:
 
     def _show(self, args):
         if args[0] == "assoc" and args[1:3] == ["where", f"cluster={self.cluster}"]:
+            if args[3:] == ["format=account,user,qos"]:
+                return 0, "".join(f"{a[0]}|{a[1]}|{','.join(sorted(self.effective_qos(a[0], a[1])))}\n"
+                                  for a in self.assocs), ""
             if args[3:] != ["format=account,user,parentname,fairshare,grptres"]:
                 raise UnknownCommand(f"show assoc {args!r}")
             return 0, "".join("|".join(a) + "\n" for a in self.assocs), ""
@@ -145,6 +150,27 @@ class FakeSlurm:
                 raise UnknownCommand(f"sacctmgr option {item!r}")
             out[key.lower()] = value
         return out
+
+    def effective_qos(self, account: str, user: str = "") -> frozenset[str]:
+        """What ``show assoc`` prints in the qos column: the association's own list, else its parent's."""
+        if (account, user) in self.assoc_qos:
+            return self.assoc_qos[(account, user)]
+        if user:
+            return self.effective_qos(account)
+        acct = self._account(account)
+        if account == "root" or acct is None:
+            return frozenset({"normal"}) if account == "root" else frozenset()
+        return self.effective_qos(acct[2] or "root")
+
+    def _set_qos(self, key: tuple[str, str], value: str):
+        """``qos=a,b`` replaces the list, ``qos+=a`` adds to and ``qos-=a`` takes from what it has now."""
+        op = value[0] if value[:1] in "+-" and value[:1] else ""
+        names = frozenset(n for n in value[len(op):].split(",") if n)
+        if not names or any(n not in self.qos for n in names):
+            return 1, "", " Unknown QOS\n"
+        have = self.effective_qos(*key)
+        self.assoc_qos[key] = have | names if op == "+" else have - names if op == "-" else names
+        return None
 
     def _account(self, name):
         return next((a for a in self.assocs if a[0] == name and a[1] == ""), None)
@@ -172,10 +198,15 @@ class FakeSlurm:
             raise UnknownCommand(f"modify account {rest!r}")
         cut = rest.index("set")
         where = self._opts(rest[1:cut], {"name", "cluster"})
-        changes = self._opts(rest[cut + 1:], {"parent", "fairshare", "grptres"})
+        changes = self._opts(rest[cut + 1:], {"parent", "fairshare", "grptres", "qos+", "qos-", "qos"})
         acct = self._account(where.get("name"))
         if acct is None or where.get("cluster") != self.cluster:
             return 1, "", " Nothing modified\n"
+        for key in ("qos", "qos+", "qos-"):
+            if key in changes:
+                failed = self._set_qos((acct[0], ""), key[3:] + changes[key])
+                if failed:
+                    return failed
         if "parent" in changes:
             if not self._account(changes["parent"]):
                 return 1, "", " No such parent\n"
@@ -185,6 +216,22 @@ class FakeSlurm:
         if "grptres" in changes:
             acct[4] = _merge_tres(acct[4], changes["grptres"])
         return 0, " Modified account associations...\n", ""
+
+    def _modify_user(self, rest):
+        if rest[0] != "where" or "set" not in rest:
+            raise UnknownCommand(f"modify user {rest!r}")
+        cut = rest.index("set")
+        where = self._opts(rest[1:cut], {"name", "account", "cluster"})
+        changes = self._opts(rest[cut + 1:], {"qos+", "qos-", "qos"})
+        if where.get("cluster") != self.cluster or not any(a[0] == where.get("account") and a[1] == where.get("name")
+                                                            for a in self.assocs):
+            return 1, "", " Nothing modified\n"
+        for key in ("qos", "qos+", "qos-"):
+            if key in changes:
+                failed = self._set_qos((where["account"], where["name"]), key[3:] + changes[key])
+                if failed:
+                    return failed
+        return 0, " Modified user associations...\n", ""
 
     def _add_qos(self, rest):
         if len(rest) != 1 or rest[0] in self.qos:
@@ -250,3 +297,16 @@ def test_fake_sacctmgr_keeps_state_and_fails_like_sacctmgr():
         fake(["sacctmgr", "-i", "add", "user", "x", "account=nope", "cluster=lab"])
     fake(["sacctmgr", "-i", "modify", "account", "where", "name=physics", "cluster=lab", "set", "GrpTRES=gres/gpu=-1,gres/shard=3"])
     assert fake._account("physics")[4] == "gres/shard=3"
+
+
+def test_fake_sacctmgr_qos_access_is_inherited_and_added_to():
+    fake = FakeSlurm.recorded()
+    fake(["sacctmgr", "-i", "add", "qos", "scavenger"])
+    show = ["sacctmgr", "--noheader", "--parsable2", "show", "assoc", "where", "cluster=lab", "format=account,user,qos"]
+    assert "physics|alice|normal\n" in fake(show).stdout
+    fake(["sacctmgr", "-i", "modify", "account", "where", "name=physics", "cluster=lab", "set", "qos+=batch,scavenger"])
+    assert "physics|alice|batch,normal,scavenger\n" in fake(show).stdout and "biology|carol|normal\n" in fake(show).stdout
+    fake(["sacctmgr", "-i", "modify", "user", "where", "name=carol", "account=biology", "cluster=lab", "set", "qos=batch"])
+    assert "biology|carol|batch\n" in fake(show).stdout
+    with pytest.raises(CommandError, match="Unknown QOS"):
+        fake(["sacctmgr", "-i", "modify", "account", "where", "name=physics", "cluster=lab", "set", "qos+=nope"])

@@ -162,20 +162,32 @@ def test_shared_caps_take_the_largest_gpu():
     assert decide(t, {"tres_per_node": "gres/mps:a30_small:50"}).partition == "small"
 
 
-def test_jobs_without_gpus_are_untouched():
+def test_jobs_without_gpus_only_get_their_tier_qos():
     t = build_tables(load_file(PROD))
-    for job in ({}, {"partition": "debug"}, {"tres_per_task": "cpu=2"}, {"tres_per_node": "none"}):
+    default = t.default_tier.name
+    for job, qos in (({}, default), ({"partition": "debug"}, None), ({"tres_per_task": "cpu=2"}, default),
+                     ({"tres_per_node": "none"}, default), ({"partition": "notebook"}, "notebook"),
+                     ({"partition": "notebook,training"}, "notebook"), ({"partition": "notebook,debug"}, None),
+                     ({"qos": "mine"}, None), ({"qos": ""}, default)):
         d = decide(t, job)
-        assert d.accepted and d.partition is None and not d.fields and d.user_message is None
+        assert d.accepted and d.partition is None and not d.fields and d.user_message is None, job
+        assert d.qos == qos, job
+
+
+def test_qos_is_never_set_on_update():
+    t = build_tables(load_file(LAB))
+    assert decide(t, {"tres_per_node": "gres/shard:1"}, True, "scavenger").qos is None
+    assert decide(t, {"partition": "scavenger"}, True, "batch").qos is None
+    assert decide(t, {"partition": "scavenger", "tres_per_node": "gres/shard:1"}).qos == "scavenger"
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c["expect"]["accept"] and "modify" not in c], ids=lambda c: c["id"])
 def test_a_changed_job_is_not_changed_again(case):
     """Resubmitting (or requeueing) what gpushare produced must pass as it is: the rewrite is a fixed point."""
     d = python_decision(case)
-    job = {**case_job(case), **({"partition": d.partition} if d.partition else {}), **d.fields}
+    job = {**case_job(case), **({"partition": d.partition} if d.partition else {}), **d.fields, **({"qos": d.qos} if d.qos else {})}
     again = decide(build_tables(site_of(case.get("policy", "small-lab"), tuple(sorted(case.get("submission", {}).items())), case.get("slurm_version"))), job)
-    assert again.accepted and again.partition is None and not again.fields
+    assert again.accepted and again.partition is None and not again.fields and again.qos is None
 
 
 def test_user_message_lists_every_violation_once():

@@ -67,7 +67,8 @@ def python_decision(case: dict) -> Decision:
     return decide(_tables(key), case_job(case), modify is not None, (modify or {}).get("partition"))
 
 
-def check_expectations(case: dict, accepted: bool, codes: list[str], message: str | None, partition, fields: dict) -> None:
+def check_expectations(case: dict, accepted: bool, codes: list[str], message: str | None, partition, fields: dict,
+                       qos: str | None = None) -> None:
     """One case's ``expect`` against a decision, however it was reached (Python or Lua)."""
     want = case["expect"]
     assert accepted == want["accept"], f"{case['id']}: accepted={accepted}, message: {message}"
@@ -76,12 +77,13 @@ def check_expectations(case: dict, accepted: bool, codes: list[str], message: st
         assert message is not None and want["message"] in message, f"{case['id']}: message {message!r}"
     assert partition == want.get("partition"), f"{case['id']}: partition {partition}"
     assert fields == want.get("fields", {}), f"{case['id']}: fields {fields}"
+    assert qos == want.get("qos"), f"{case['id']}: qos {qos}"
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_case(case):
     d = python_decision(case)
-    check_expectations(case, d.accepted, d.codes, d.user_message, d.partition, dict(d.fields))
+    check_expectations(case, d.accepted, d.codes, d.user_message, d.partition, dict(d.fields), d.qos)
 
 
 def test_corpus_is_big_enough_and_ids_unique():
@@ -101,6 +103,9 @@ def test_every_rule_and_policy_is_covered():
         assert option in opts, option
     assert any(c["expect"].get("partition") for c in CASES) and any(c["expect"].get("fields") for c in CASES)
     assert any("modify" in c for c in CASES)
+    # the tier QOS: set for GPU and non-GPU jobs, from routing and from a given partition; a named QOS is kept
+    assert any(c["fields"].get("qos") for c in CASES if "fields" in c)
+    assert any(c["expect"].get("qos") and c["expect"].get("partition") for c in CASES)
 
 
 def test_cluster_cases_are_for_the_test_cluster():
