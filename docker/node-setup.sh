@@ -6,6 +6,7 @@
 #   2. `gpushare node mig apply` (MIG nodes): the policy's MIG layout
 #   3. `gpushare node gres-conf`: the node's gres.conf include (MIG devices,
 #      empty on other nodes) at the policy's cluster.paths.gres_include
+#   4. /etc/gpushare/node.yaml: policy and fake NVML paths for the node hooks
 # Needs the slurm-gpushare package in the image and the policy mounted at
 # $GPUSHARE_POLICY (compose: GPUSHARE_POLICY_FILE on the host). Skipped, with a
 # message, when either is missing.
@@ -30,6 +31,14 @@ PY
 mkdir -p "$(dirname "$STATE")"
 gpushare node fake-nvml init --state "$STATE" --model "$model" --count "$count" --mig "$mig" --force
 export GPUSHARE_FAKE_NVML=$STATE
+# Where the node hooks (gpushare-prolog, -epilog, -task-prolog) find the policy and
+# this fake NVML: slurmd passes them none of its own environment.
+umask 022
+cat >/etc/gpushare/node.yaml <<CONF
+# written by docker/node-setup.sh: read by the gpushare node hooks
+policy: $POLICY
+fake_nvml: $STATE
+CONF
 if [[ -n $mig ]]; then
   gpushare node mig apply --policy "$POLICY" --node "$NODE"
 fi

@@ -1,4 +1,5 @@
-"""`gpushare node`: what runs on a GPU node (MIG layout, the node's gres.conf include).
+"""`gpushare node`: what runs on a GPU node (MIG layout, the node's gres.conf include,
+repairs after crashed hooks, safe layout changes).
 
 Thin: load the policy, pick the NVML backend (real, or the fake with
 --fake-nvml / GPUSHARE_FAKE_NVML), call node.mig / node.gresconf, print.
@@ -71,7 +72,8 @@ def _backend(fake_state: str | None):
 @click.group(cls=_NodeGroup)
 def node() -> None:
     """Commands for a GPU node: check and apply the policy's MIG layout, write the
-    node's gres.conf include from live MIG state, build a fake NVML for test clusters."""
+    node's gres.conf include from live MIG state, repair what crashed hooks left
+    (reconcile), change a layout safely (relayout), build a fake NVML for test clusters."""
 
 
 @node.group()
@@ -158,6 +160,75 @@ def gres_conf(policy_path: str, node_name: str | None, fake_state: str | None, o
     target = Path(out or site.cluster.paths.gres_include)
     atomic_write(target, text)
     click.echo(f"node {name}: wrote {target}")
+
+
+# ---- repairs and layout changes (run as root on the node) -------------------------------
+
+
+@node.command("reconcile")
+@_common
+@click.option("--dry-run", is_flag=True, help="Print what would be repaired; change nothing.")
+def reconcile(policy_path: str, node_name: str | None, fake_state: str | None, dry_run: bool) -> None:
+    """Repair what crashed hooks left: journals of jobs Slurm no longer runs here
+    (undone as the epilog would), MPS daemons no journal names, half-written files.
+
+    Slurm's view comes from `squeue -w NODE`. MIG drift is reported, not changed
+    (use `gpushare node relayout`). Exit 1 when something could not be repaired
+    or the MIG layout drifted."""
+    from ..node.epilog import Killer
+    from ..node.journal import JournalStore
+    from ..node.mig import differences, observe
+    from ..node.mps import MpsControl
+    from ..node.reconcile import daemon_dirs, execute_reconcile, observe_reconcile, plan_reconcile, running_jobs
+    from ..proc import run
+
+    site, name, slots = _target(policy_path, node_name)
+    store = JournalStore(site.cluster.paths.state_dir)
+    with _backend(fake_state) as backend, store.locked():
+        journals = store.all()
+        plan = plan_reconcile(journals, running_jobs(run, name), observe_reconcile(journals, backend),
+                              daemon_dirs(site.cluster.paths.state_dir), store.stray_temporaries())
+        plan.drift = differences(slots, observe(backend, [s.index for s in slots]))
+        for line in plan.lines(name):
+            click.echo(f"{'would: ' if dry_run and 'kept' not in line else ''}{line}")
+        failed = [] if dry_run else execute_reconcile(plan, store, MpsControl(run), Killer(backend), journals)
+    for line in failed:
+        click.echo(f"node {name}: NOT repaired: {line}", err=True)
+    if not (plan.orphans or plan.daemons or plan.strays or plan.drift):
+        click.echo(f"node {name}: nothing to reconcile")
+    if failed or plan.drift:
+        sys.exit(1)
+
+
+@node.command("relayout")
+@_common
+@click.option("--timeout", type=click.FloatRange(1), default=600.0, show_default=True,
+              help="Seconds to wait for GPU jobs to end, and again for the node to register.")
+@click.option("--poll", type=click.FloatRange(0.1), default=2.0, show_default=True, help="Seconds between checks.")
+@click.option("--restart", type=click.Choice(["reconfigure", "sighup"]), default="reconfigure", show_default=True,
+              help="How slurmd re-reads gres.conf: `scontrol reconfigure` (slurmctld too: use when slurm.conf "
+                   "changed), or SIGHUP to this node's slurmd.")
+@click.option("--slurmd-pid-file", default="/run/slurmd.pid", show_default=True, type=click.Path(dir_okay=False),
+              help="For --restart sighup.")
+def relayout(policy_path: str, node_name: str | None, fake_state: str | None, timeout: float, poll: float,
+             restart: str, slurmd_pid_file: str) -> None:
+    """Change this node's MIG layout to the policy's, safely: drain, wait for GPU
+    jobs, apply, write the gres include, make slurmd re-read it, wait for the
+    node to register the new GRES counts, resume. On failure the node stays
+    drained with a reason saying what happened (exit 1).
+
+    The policy's slurm.conf (new GRES counts) must be in place on the nodes and
+    the controller before this runs: the restart makes slurmctld read it."""
+    from ..node.journal import JournalStore
+    from ..node.relayout import Relayout, SlurmNode
+    from ..proc import run
+
+    site, name, _slots = _target(policy_path, node_name)
+    with _backend(fake_state) as backend:
+        job = Relayout(site, name, backend, SlurmNode(run, name), JournalStore(site.cluster.paths.state_dir),
+                       restart=restart, pid_file=Path(slurmd_pid_file), timeout=timeout, poll=poll, say=click.echo)
+        for line in job.run():
+            click.echo(line)
 
 
 # ---- fake NVML (test clusters) -------------------------------------------------------

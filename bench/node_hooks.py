@@ -1,0 +1,131 @@
+"""Time the node hooks as Slurm runs them: one process per call, on the fake NVML.
+
+    python bench/node_hooks.py [--runs 30] [--modes mig,mps,exclusive]
+
+The prolog, task prolog and epilog are on every job's start and end. Each is
+started as Slurm starts it (the installed console script, a fresh process,
+the environment slurmd gives it) on a test node built in a temporary
+directory: the small-lab policy, a fake NVML with the node's layout, the
+rendered gres.conf and MIG include, a node config naming them, and for MPS
+the test-only nvidia-cuda-mps-control (docker/fakes; a real daemon process).
+One run per job: prolog, task prolog, epilog. The baseline, measured in the
+same run the same way, is a bare `python -c pass` of the same interpreter,
+so the ratio says what the hook adds to interpreter start-up. The first
+prolog (which builds the node spec cache from the policy) is reported
+separately as the cold start. Figures only, no assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import yaml  # noqa: E402
+
+from slurm_gpushare.gpu import open_backend, read_mig_minors  # noqa: E402
+from slurm_gpushare.gpu.fakenvml import FakeNvml  # noqa: E402
+from slurm_gpushare.node.gresconf import node_gres_conf  # noqa: E402
+from slurm_gpushare.node.mig import apply_actions, observe, plan_mig  # noqa: E402
+from slurm_gpushare.policy import load_file  # noqa: E402
+from slurm_gpushare.render import render_all  # noqa: E402
+
+BIN = Path(sys.executable).parent
+HOOKS = {"prolog": BIN / "gpushare-prolog", "task prolog": BIN / "gpushare-task-prolog", "epilog": BIN / "gpushare-epilog"}
+MODES = {"mig": ("lab-mig01", "0", None), "mps": ("lab-mps01", "0", 25), "exclusive": ("lab-excl01", "1", None)}
+
+
+def build_node(tmp: Path, node: str) -> Path:
+    """The test node's files; returns its node config."""
+    raw = yaml.safe_load((ROOT / "etc" / "small-lab.yaml").read_text())
+    raw["cluster"]["paths"] = {"slurm_conf_dir": str(tmp / "etc"), "gres_include": str(tmp / "etc" / "gres.d" / "mig.conf"),
+                               "state_dir": str(tmp / "state"), "log_dir": str(tmp / "log")}
+    policy = tmp / "policy.yaml"
+    policy.write_text(yaml.safe_dump(raw))
+    site = load_file(policy)
+    group = site.group_for_node(node)
+    fake = FakeNvml.build(tmp / "nvml.json", model=group.model.name, count=len(group.gpus),
+                          mig_enabled=[s.index for s in group.gpus if s.mode == "mig"], seed=node)
+    with open_backend(fake.state_path) as backend:
+        apply_actions(backend, plan_mig(group.gpus, observe(backend)))
+        include = node_gres_conf(node, group.gpus, backend, read_mig_minors(backend.mig_minors_path))
+    (tmp / "etc" / "gres.d").mkdir(parents=True)
+    (tmp / "etc" / "gres.conf").write_text(render_all(site)["gres.conf"])
+    (tmp / "etc" / "gres.d" / "mig.conf").write_text(include)
+    config = tmp / "etc" / "node.yaml"
+    config.write_text(f"policy: {policy}\nfake_nvml: {fake.state_path}\n"
+                      f"mps_control: {ROOT / 'docker' / 'fakes' / 'nvidia-cuda-mps-control'}\n")
+    return config
+
+
+def hook_env(config: Path, node: str, job: int, gpus: str, pct: int | None, task: bool) -> dict[str, str]:
+    """What slurmd gives the hook (no PATH for root hooks), plus the config override."""
+    env = {"SLURM_JOB_ID": str(job), "SLURM_JOB_UID": str(os.getuid()), "SLURM_JOB_GID": str(os.getgid()),
+           "SLURMD_NODENAME": node, "GPUSHARE_NODE_CONFIG": str(config)}
+    if pct is not None:
+        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(pct)
+    if not task or pct is None:  # mps tasks get no CUDA_VISIBLE_DEVICES from Slurm
+        env["SLURM_JOB_GPUS"] = gpus
+        env["CUDA_VISIBLE_DEVICES"] = "0" if task else gpus
+    return env
+
+
+def timed(argv: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    res = subprocess.run(argv, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - t0
+    if res.returncode:
+        raise SystemExit(f"{argv[0]} failed ({res.returncode}): {res.stderr.strip()}")
+    return elapsed * 1000
+
+
+def pct(values: list[float], q: float) -> float:
+    return sorted(values)[min(len(values) - 1, int(q * len(values)))]
+
+
+def bench_mode(mode: str, runs: int) -> tuple[dict[str, list[float]], float]:
+    node, gpus, mps_pct = MODES[mode]
+    with tempfile.TemporaryDirectory(prefix=f"gpushare-bench-{mode}-") as tmp:
+        config = build_node(Path(tmp), node)
+        times: dict[str, list[float]] = {name: [] for name in HOOKS}
+        cold = 0.0
+        for job in range(1, runs + 2):
+            for name, path in HOOKS.items():
+                ms = timed([str(path)], hook_env(config, node, job, gpus, mps_pct, name == "task prolog"))
+                if job == 1 and name == "prolog":
+                    cold = ms
+                elif job > 1:
+                    times[name].append(ms)
+    return times, cold
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=30, help="jobs per mode (prolog, task prolog, epilog each)")
+    ap.add_argument("--modes", default="mig,mps,exclusive")
+    args = ap.parse_args(argv)
+    missing = [str(p) for p in HOOKS.values() if not p.exists()]
+    if missing:
+        raise SystemExit(f"console scripts missing: {', '.join(missing)} (pip install -e .)")
+    base = [timed([sys.executable, "-c", "pass"], {}) for _ in range(args.runs)]
+    b50 = statistics.median(base)
+    print(f"node hooks, {args.runs} jobs per mode, wall ms per process (python {sys.version.split()[0]}, {os.cpu_count()} CPUs):")
+    print(f"  {'baseline: python -c pass':28s} p50 {b50:7.1f}  p95 {pct(base, 0.95):7.1f}")
+    for mode in args.modes.split(","):
+        times, cold = bench_mode(mode, args.runs)
+        print(f"  {mode}: first prolog (builds the spec cache from the policy) {cold:.0f} ms")
+        for name, values in times.items():
+            p50 = statistics.median(values)
+            print(f"    {name:26s} p50 {p50:7.1f}  p95 {pct(values, 0.95):7.1f}  ({p50 / b50:4.1f}x baseline, +{p50 - b50:.0f} ms)")
+
+
+if __name__ == "__main__":
+    main()

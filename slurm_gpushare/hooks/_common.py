@@ -1,0 +1,82 @@
+"""What the root hooks share: reading their inputs, and failing in one readable line.
+
+A root hook that cannot make the node safe exits non-zero; Slurm then
+drains the node with the bare reason "Prolog error". So the hook first sets
+the drain reason itself, through scontrol (seen on 24.11: the reason set
+by the hook is kept when slurmctld drains the node for the failure). The
+reason holds only what the hook wrote: ids, UUIDs, paths, numbers.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_PRINTABLE = re.compile(r"[^\x20-\x7e]")
+REASON_MAX = 200
+
+
+def node_name(environ) -> str | None:
+    name = environ.get("SLURMD_NODENAME", "")
+    return name if _NODE.match(name) else None
+
+
+def fail(hook: str, environ, message: str, runner=None) -> int:
+    """Print one line, set the node's drain reason, return the exit status."""
+    from ..errors import GpushareError
+
+    line = _PRINTABLE.sub("?", f"{hook}: {message}")
+    print(line, file=sys.stderr)
+    node = node_name(environ)
+    if node is not None:
+        try:
+            drain(node, line, environ, runner)
+        except GpushareError as exc:  # no scontrol here: the exit status still drains the node
+            print(f"{hook}: could not set the drain reason: {exc}", file=sys.stderr)
+    return 1
+
+
+def drain(node: str, reason: str, environ, runner=None) -> None:
+    from ..node.mps import SAFE_PATH
+    from ..proc import run
+
+    env = {"PATH": SAFE_PATH}
+    conf = environ.get("SLURM_CONF", "")
+    if re.match(r"^/[A-Za-z0-9_./-]+$", conf):
+        env["SLURM_CONF"] = conf
+    text = reason if len(reason) <= REASON_MAX else reason[: REASON_MAX - 3] + "..."
+    (runner or run)(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={text}"],
+                    env=env, timeout=15, check=False)
+
+
+def load(environ):
+    """(node config, node spec) for the node Slurm names."""
+    from ..node.jobenv import HookInputError
+    from ..node.nodeconfig import config_path, node_spec, read_config
+
+    node = node_name(environ)
+    if node is None:
+        raise HookInputError("SLURMD_NODENAME is missing or not a node name: this runs as a Slurm Prolog/Epilog")
+    config = read_config(config_path(environ))
+    return config, node_spec(config, node)
+
+
+def guarded(hook: str, body, environ=None, runner=None) -> int:
+    """Run ``body(environ)``; any failure, ours or not, becomes one line and a drained node."""
+    from ..errors import GpushareError
+
+    environ = dict(os.environ if environ is None else environ)
+    try:
+        body(environ)
+    except GpushareError as exc:
+        return fail(hook, environ, str(exc), runner)
+    except Exception as exc:  # a bug must still drain the node, not leave it half set up
+        return fail(hook, environ, f"internal error: {type(exc).__name__}: {exc}", runner)
+    return 0
+
+
+def mps_command(config) -> dict:
+    """MpsControl's ``command`` when the node config names the control binary."""
+    return {} if config.mps_control is None else {"command": (str(config.mps_control),)}

@@ -1,0 +1,89 @@
+"""The job as a root hook sees it: Slurm's environment, read and validated.
+
+slurmd builds the Prolog/Epilog environment (slurm-gpu-facts section 2).
+Only the variables below are read; each is checked against the one form
+Slurm writes and rejected otherwise, with the variable named and the form
+that would have been accepted. Job-controlled strings (job name, comment,
+work dir, ...) are never read at all.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..errors import GpushareError
+
+_ID = re.compile(r"^[1-9][0-9]{0,9}$")
+_UINT = re.compile(r"^(0|[1-9][0-9]{0,9})$")
+_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_INDEXES = re.compile(r"^(0|[1-9][0-9]{0,3})(,(0|[1-9][0-9]{0,3}))*$")
+MAX_ID = 2**32 - 2  # Slurm's NO_VAL is 2^32 - 2; uids are below 2^32 - 1
+
+
+class HookInputError(GpushareError):
+    """Slurm's environment is not what a hook can trust; names the variable."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class JobEnv:
+    job_id: int
+    uid: int
+    gid: int
+    node: str
+    gpu_indexes: tuple[int, ...] = ()
+    mps_percentage: int | None = None
+
+
+def _get(env: Mapping[str, str], name: str, pattern: re.Pattern, form: str, required: bool = True) -> str | None:
+    value = env.get(name)
+    if value is None or value == "":
+        if required:
+            raise HookInputError(f"{name} is not set: this runs as a Slurm Prolog/Epilog ({form})")
+        return None
+    if not pattern.match(value):
+        raise HookInputError(f"{name}={value[:40]!r} is not {form}")
+    return value
+
+
+def parse_id(env: Mapping[str, str], name: str) -> int:
+    value = int(_get(env, name, _UINT if name != "SLURM_JOB_ID" else _ID, "a decimal id"))
+    if value > MAX_ID:
+        raise HookInputError(f"{name}={value} is out of range (at most {MAX_ID})")
+    return value
+
+
+def parse_indexes(value: str, name: str) -> tuple[int, ...]:
+    if not _INDEXES.match(value):
+        raise HookInputError(f"{name}={value[:40]!r} is not a comma-separated list of GRES indexes, e.g. 0,2")
+    indexes = tuple(int(v) for v in value.split(","))
+    if len(set(indexes)) != len(indexes):
+        raise HookInputError(f"{name}={value!r} lists an index twice")
+    return indexes
+
+
+def job_from_env(env: Mapping[str, str]) -> JobEnv:
+    """The job's identity and GPUs. ``SLURM_JOB_GPUS`` first: it is the index list in
+    every mode; CUDA_VISIBLE_DEVICES (the same numbers in the prolog) only if absent."""
+    job_id = parse_id(env, "SLURM_JOB_ID")
+    uid = parse_id(env, "SLURM_JOB_UID")
+    gid = parse_id(env, "SLURM_JOB_GID") if env.get("SLURM_JOB_GID") else uid
+    node = _get(env, "SLURMD_NODENAME", _NODE, "a node name (letters, digits, '_', '.', '-')")
+    gpus = env.get("SLURM_JOB_GPUS") or env.get("CUDA_VISIBLE_DEVICES") or ""
+    name = "SLURM_JOB_GPUS" if env.get("SLURM_JOB_GPUS") else "CUDA_VISIBLE_DEVICES"
+    indexes = parse_indexes(gpus, name) if gpus else ()
+    pct = env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+    percentage = None
+    if pct:
+        if not _UINT.match(pct) or not 1 <= int(pct) <= 100:
+            raise HookInputError(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={pct[:20]!r} is not a whole percentage 1-100")
+        percentage = int(pct)
+    return JobEnv(job_id, uid, gid, node, indexes, percentage)
+
+
+def job_id_from_env(env: Mapping[str, str]) -> int:
+    """The epilog needs only the id: everything else comes from the journal."""
+    return parse_id(env, "SLURM_JOB_ID")

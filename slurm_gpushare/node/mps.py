@@ -1,0 +1,134 @@
+"""MPS control daemons for jobs: start, configure, probe, quit (legacy v2 interface).
+
+Every command goes through the runner, never a shell, with an environment
+built here (slurmd gives hooks no PATH): the daemon's GPUs as UUIDs in
+CUDA_VISIBLE_DEVICES (indices are remapped under MPS), its pipe and log
+directories. Commands are written to the control client's stdin, as NVIDIA
+documents (``echo quit | nvidia-cuda-mps-control``), one per line.
+
+One daemon serves one GPU set for one user at one thread percentage (the
+``MpsDaemon`` key): its *default* active thread percentage and pinned memory
+limit are set before its server starts, so they bind every client of that
+server and are enforced by the server, not by variables the job could unset.
+Jobs that agree on all three share the daemon; the journals count them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+from ..errors import GpushareError
+from .journal import MpsDaemon
+
+SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+CONTROL = ("nvidia-cuda-mps-control",)
+_SOCKET_MAX = 100  # sun_path is 108 bytes; leave room
+
+
+class MpsError(GpushareError):
+    """An MPS daemon could not be started, configured or stopped; names its pipe dir."""
+
+    exit_code = 1
+
+
+def daemon_key(gpu_indexes, uid: int, percentage: int) -> str:
+    return "g" + "_".join(map(str, gpu_indexes)) + f"-u{uid}-p{percentage}"
+
+
+def check_paths(daemon: MpsDaemon) -> str | None:
+    """Why the daemon's socket path cannot work (None if it can)."""
+    control = f"{daemon.pipe_dir}/control"
+    if len(control) > _SOCKET_MAX:
+        return f"MPS control socket path {control} is {len(control)} characters; a unix socket allows {_SOCKET_MAX}: shorten cluster.paths.state_dir"
+    return None
+
+
+class MpsControl:
+    """The control client for one node. ``command`` is argv before the client's own
+    arguments (tests run the docker/fakes script with the interpreter)."""
+
+    def __init__(self, runner, command: tuple[str, ...] = CONTROL, timeout: float = 15.0, quit_wait: float = 10.0,
+                 sleep=time.sleep, clock=time.monotonic):
+        self.runner, self.command, self.timeout, self.quit_wait = runner, tuple(command), timeout, quit_wait
+        self._sleep, self._clock = sleep, clock
+
+    def env(self, daemon: MpsDaemon) -> dict[str, str]:
+        return {"PATH": SAFE_PATH, "CUDA_VISIBLE_DEVICES": ",".join(daemon.gpu_uuids),
+                "CUDA_MPS_PIPE_DIRECTORY": daemon.pipe_dir, "CUDA_MPS_LOG_DIRECTORY": daemon.log_dir}
+
+    def send(self, daemon: MpsDaemon, *lines: str, check: bool = True):
+        return self.runner(list(self.command), input="".join(f"{line}\n" for line in lines), env=self.env(daemon),
+                           timeout=self.timeout, check=check)
+
+    def alive(self, daemon: MpsDaemon) -> bool:
+        """Does a daemon accept connections on the pipe dir's control socket? (No process spawned.)"""
+        path = f"{daemon.pipe_dir}/control"
+        if not os.path.exists(path):
+            return False
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(2.0)
+        try:
+            probe.connect(path)
+            return True
+        except OSError:
+            return False
+        finally:
+            probe.close()
+
+    def prepare_dirs(self, daemon: MpsDaemon) -> None:
+        """A fresh pipe dir owned by the job's user, mode 0700; a root-owned log dir (0755),
+        so the root daemon never writes through a link the user planted."""
+        pipe, log = Path(daemon.pipe_dir), Path(daemon.log_dir)
+        for parent in (pipe.parent, log):
+            parent.mkdir(parents=True, exist_ok=True)
+            os.chmod(parent, 0o755)
+        if pipe.exists() or pipe.is_symlink():
+            _remove(pipe)
+        pipe.mkdir(mode=0o700)
+        os.chown(pipe, daemon.uid, daemon.gid)
+        os.chmod(pipe, 0o700)
+
+    def start(self, daemon: MpsDaemon) -> None:
+        """Start the daemon, set its defaults to the job's limits, start the user's server."""
+        try:
+            self.runner([*self.command, "-d"], env=self.env(daemon), timeout=self.timeout)
+            lines = [f"set_default_active_thread_percentage {daemon.percentage}"]
+            lines += [f"set_default_device_pinned_mem_limit {i} {mib}M" for i, mib in enumerate(daemon.mem_limit_mib)]
+            self.send(daemon, *lines)
+            self.send(daemon, f"start_server -uid {daemon.uid}")
+        except GpushareError as exc:
+            raise MpsError(f"MPS daemon {daemon.key} (pipe {daemon.pipe_dir}): could not start") from exc
+
+    def quit(self, daemon: MpsDaemon) -> None:
+        """``quit`` (stops its servers too), then wait until nothing answers on the socket."""
+        if self.alive(daemon):
+            self.send(daemon, "quit", check=False)
+            deadline = self._clock() + self.quit_wait
+            while self.alive(daemon):
+                if self._clock() > deadline:
+                    raise MpsError(f"MPS control daemon {daemon.key} (pipe {daemon.pipe_dir}) will not quit "
+                                   f"within {self.quit_wait:g} s")
+                self._sleep(0.1)
+        remove_pipe_dir(daemon)
+
+
+def remove_pipe_dir(daemon: MpsDaemon) -> None:
+    """The pipe dir and its parent key dir (the log dir stays: logs are not state)."""
+    pipe = Path(daemon.pipe_dir)
+    if pipe.exists() or pipe.is_symlink():
+        _remove(pipe)
+    try:
+        pipe.parent.rmdir()
+    except OSError:
+        pass
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink() or not path.is_dir():
+        path.unlink()
+    else:
+        shutil.rmtree(path)

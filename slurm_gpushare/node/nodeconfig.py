@@ -1,0 +1,148 @@
+"""Where the node hooks find the policy, the fake NVML and their own state.
+
+slurmd builds the Prolog/Epilog environment itself (slurm-gpu-facts section
+2): nothing of slurmd's own environment reaches the hooks, so they cannot be
+configured with variables. They read one root-owned file instead,
+``/etc/gpushare/node.yaml``, a flat ``key: value`` mapping (valid YAML, read
+without a YAML library because the task prolog runs on every task start)::
+
+    policy: /etc/gpushare/policy.yaml        # the site policy (default)
+    fake_nvml: /var/lib/gpushare/fake-nvml.json   # test clusters only
+    spec_cache: /etc/gpushare/node-spec.json # default: next to this file
+    mps_control: /usr/bin/nvidia-cuda-mps-control  # default: found on a fixed PATH
+
+No file means: real NVML, the policy at /etc/gpushare/policy.yaml.
+
+Loading a policy costs about a second (pydantic), too much for every job, so
+the root hooks keep this node's view of it, the ``NodeSpec`` (GPU modes,
+paths), in a JSON cache keyed by the policy file's sha256: a changed policy
+is noticed on the next job and the cache rebuilt from it. The cache is
+derived, never edited; the task prolog reads only its ``state_dir``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+
+from ..errors import GpushareError
+from . import paths
+
+NODE_CONFIG = Path(paths.NODE_CONFIG)
+DEFAULT_POLICY = Path(paths.DEFAULT_POLICY)
+CONFIG_ENV = paths.CONFIG_ENV
+SPEC_FORMAT = "gpushare-node-spec/1"
+
+
+class NodeConfigError(GpushareError):
+    """The node config file, or this node's entry in the policy, cannot be used."""
+
+    exit_code = 1
+
+
+class NodeConfig:
+    """The parsed node config file (see the module docstring)."""
+
+    def __init__(self, path: Path, policy: Path = DEFAULT_POLICY, fake_nvml: Path | None = None,
+                 spec_cache: Path | None = None, mps_control: Path | None = None):
+        self.path = Path(path)
+        self.mps_control = None if mps_control is None else Path(mps_control)
+        self.policy = Path(policy)
+        self.fake_nvml = None if fake_nvml is None else Path(fake_nvml)
+        self.spec_cache = Path(spec_cache) if spec_cache else self.path.with_name(paths.SPEC_CACHE_NAME)
+
+
+def config_path(environ: dict | None = None) -> Path:
+    """The fixed path, or GPUSHARE_NODE_CONFIG when it names a file only root can change.
+
+    The override exists for benchmarks and tests; a root hook never reads a
+    config that another user could have written."""
+    env = os.environ if environ is None else environ
+    value = env.get(CONFIG_ENV)
+    if not value:
+        return NODE_CONFIG
+    if not paths._absolute(value):
+        raise NodeConfigError(f"{CONFIG_ENV}={value!r} is not an absolute path")
+    return Path(value)
+
+
+def read_config(path: Path, root_hook: bool = True) -> NodeConfig:
+    """Parse ``path``; a missing file gives the defaults. Strict: unknown keys and
+    relative paths are errors naming the line and what is accepted."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return NodeConfig(path)
+    except OSError as exc:
+        raise NodeConfigError(f"cannot read node config {path}: {exc.strerror}") from None
+    if root_hook:
+        _check_owner(path)
+    return NodeConfig(path, **parse_config(text, str(path)))
+
+
+def parse_config(text: str, source: str) -> dict[str, Path]:
+    try:
+        return {k: Path(v) for k, v in paths.parse_flat(text, source).items()}
+    except ValueError as exc:
+        raise NodeConfigError(str(exc)) from None
+
+
+def _check_owner(path: Path) -> None:
+    info = path.stat()
+    if info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise NodeConfigError(f"node config {path} must be owned by uid {os.geteuid()} and writable by no one else")
+
+
+# ---- this node's view of the policy -------------------------------------------------
+
+
+def file_sha256(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise NodeConfigError(f"cannot read policy {path}: {exc.strerror}") from None
+
+
+def node_spec(config: NodeConfig, node: str) -> dict:
+    """This node's spec: from the cache when it matches the policy file, else rebuilt."""
+    digest = file_sha256(config.policy)
+    cached = _read_cache(config.spec_cache)
+    if cached and cached.get("policy_sha256") == digest and cached.get("node") == node and cached.get("policy") == str(config.policy):
+        return cached
+    spec = build_spec(config.policy, node, digest)
+    _write_cache(config.spec_cache, spec)
+    return spec
+
+
+def build_spec(policy: Path, node: str, digest: str) -> dict:
+    """Load the policy (slow path) and keep what the hooks need for ``node``."""
+    from ..policy import load_file
+
+    site = load_file(policy)
+    try:
+        group = site.group_for_node(node)
+    except KeyError as exc:
+        raise NodeConfigError(f"{exc.args[0]} ({policy})") from None
+    paths = site.cluster.paths
+    gpus = [{"index": s.index, "mode": s.mode, "model": s.model.name, "units": s.units, "replicas": s.replicas,
+             "layout": list(s.layout)} for s in group.gpus]
+    return {"format": SPEC_FORMAT, "policy": str(policy), "policy_sha256": digest, "node": node, "group": group.name,
+            "state_dir": paths.state_dir, "log_dir": paths.log_dir, "slurm_conf_dir": paths.slurm_conf_dir,
+            "gres_include": paths.gres_include, "gpus": gpus}
+
+
+def _read_cache(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("format") == SPEC_FORMAT else None
+
+
+def _write_cache(path: Path, spec: dict) -> None:
+    from .journal import write_json
+
+    write_json(path, spec, mode=0o644)

@@ -1,0 +1,53 @@
+"""Fixed names the node hooks share, importable without any cost.
+
+The task prolog runs as the user on every task start and reads only this
+module, the spec cache and the job's journal (its import budget is the
+interpreter's start-up): so nothing here imports anything, not even the
+package's error classes.
+"""
+
+NODE_CONFIG = "/etc/gpushare/node.yaml"
+CONFIG_ENV = "GPUSHARE_NODE_CONFIG"
+DEFAULT_POLICY = "/etc/gpushare/policy.yaml"
+DEFAULT_STATE_DIR = "/var/lib/gpushare"
+SPEC_CACHE_NAME = "node-spec.json"
+JOURNAL_FORMAT = "gpushare-journal/1"
+CONFIG_KEYS = ("policy", "fake_nvml", "spec_cache", "mps_control")
+
+
+def parse_flat(text: str, source: str) -> dict[str, str]:
+    """The node config's flat ``key: /absolute/path`` lines; ValueError names the line."""
+    values: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        key, sep, value = line.partition(":")
+        key, value = key.strip(), value.strip().strip("'\"")
+        if not sep or key not in CONFIG_KEYS:
+            raise ValueError(f"{source}:{number}: expected 'KEY: /absolute/path' with KEY one of "
+                             f"{', '.join(CONFIG_KEYS)}, got {raw!r}")
+        if key in values:
+            raise ValueError(f"{source}:{number}: {key} given twice")
+        if not _absolute(value):
+            raise ValueError(f"{source}:{number}: {key}: {value!r} is not an absolute path")
+        values[key] = value
+    return values
+
+
+def _absolute(value: str) -> bool:
+    allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./+-")
+    return value.startswith("/") and set(value) <= allowed and "/../" not in value + "/"
+
+
+def spec_cache_path(config_file: str, values: dict[str, str]) -> str:
+    """Where the spec cache is: the config's spec_cache, or next to the config file."""
+    return values.get("spec_cache") or config_file.rsplit("/", 1)[0] + "/" + SPEC_CACHE_NAME
+
+
+def journal_dir(state_dir: str) -> str:
+    return state_dir.rstrip("/") + "/jobs"
+
+
+def journal_path(state_dir: str, job_id: int) -> str:
+    return f"{journal_dir(state_dir)}/{job_id}.json"

@@ -1,0 +1,341 @@
+"""Prolog (root, once per job and node): check what the job got, set up MPS, write the journal.
+
+``observe_prolog`` reads what planning needs (the job's GPUs through the
+backend, the journals, which MPS daemons answer); ``plan_prolog`` is pure:
+job + node layout + live state in, the journal and the actions out, or
+``PrologRefused`` with every reason the node is not safe for the job;
+``execute_prolog`` carries the actions out and rolls them back if one fails.
+
+Per GRES index Slurm allocated (see ``gresindex`` for how the index maps to
+device files, observed on the cluster):
+
+- MIG (a MultipleFiles record): the GI/CI its capability files name must
+  exist on that GPU (else the layout drifted from gres.conf) and be idle;
+  the journal records its MIG UUID for CUDA_VISIBLE_DEVICES.
+- exclusive, or the whole of an MPS/shard GPU: the GPU must be idle (no
+  compute processes, no MPS daemon of a running job).
+- shard: nothing to check; Slurm's index is right for the job.
+- MPS (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE set): an MPS control daemon for
+  these GPUs, this user and this percentage (``mps`` module), started unless
+  one answers already, with the pinned device memory limit the same share
+  of each GPU's memory as the thread percentage.
+
+Re-running for a job is safe: the plan is computed afresh, a daemon that
+answers is reused, the journal rewritten with the same content.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import GpushareError
+from ..gpu.backend import GpuProcess, MigDevice
+from .gresindex import GresRecord
+from .jobenv import JobEnv
+from .journal import Device, Journal, JournalStore, MpsDaemon
+from .mps import check_paths, daemon_key
+
+_GPU_FILE = re.compile(r"^/dev/nvidia([0-9]+)$")
+_CAP_FILE = re.compile(r"^/dev/nvidia-caps/nvidia-cap([0-9]+)$")
+
+
+class PrologRefused(GpushareError):
+    """The node cannot be made safe for this job; every reason, one line."""
+
+    exit_code = 1
+
+    def __init__(self, job_id: int, node: str, reasons: list[str]):
+        self.reasons = reasons
+        super().__init__(f"job {job_id} on {node}: " + "; ".join(reasons))
+
+
+# ---- inputs ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    """What the node is meant to be: the policy's GPU modes (node spec), Slurm's gpu
+    records (gres.conf order), the mig-minors table reversed (minor -> key)."""
+
+    node: str
+    modes: dict[int, str]
+    records: tuple[GresRecord, ...]
+    cap_minors: dict[int, tuple[int, int, int | None]]
+    state_dir: str
+    log_dir: str
+
+    @classmethod
+    def from_spec(cls, spec: dict, records, minors: dict) -> NodeLayout:
+        return cls(spec["node"], {g["index"]: g["mode"] for g in spec["gpus"]}, tuple(records),
+                   {minor: key for key, minor in minors.items()}, spec["state_dir"], spec["log_dir"])
+
+
+@dataclass(frozen=True)
+class LiveGpu:
+    index: int
+    uuid: str
+    minor: int
+    memory_mib: int
+    mig_current: bool | None
+    mig_devices: tuple[MigDevice, ...] = ()
+    processes: tuple[GpuProcess, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"GPU {self.index} ({self.uuid})"
+
+
+@dataclass(frozen=True)
+class LiveState:
+    gpus: dict[int, LiveGpu]
+    journals: dict[int, Journal] = field(default_factory=dict)
+    mps_alive: frozenset[str] = frozenset()
+    proc_jobs: dict[int, int | None] = field(default_factory=dict)  # pid -> job id, 0 no job, None not here
+
+    def by_minor(self, minor: int) -> LiveGpu | None:
+        return next((g for g in self.gpus.values() if g.minor == minor), None)
+
+
+def observe_gpus(backend, indexes=None) -> dict[int, LiveGpu]:
+    """The GPUs (all, or ``indexes``) with MIG devices and processes, read once."""
+    found = {}
+    for index in [g.index for g in backend.gpus()] if indexes is None else indexes:
+        info = backend.gpu(index)
+        migs = tuple(backend.mig_devices(index)) if info.mig_current else ()
+        found[index] = LiveGpu(index, info.uuid, info.minor, info.memory_mib, info.mig_current, migs,
+                               tuple(backend.processes(index)))
+    return found
+
+
+def gpus_of_records(records, indexes, minors_by_gpu: dict[int, int]) -> list[int]:
+    """NVML indexes of the GPUs the allocated records name (unknown files are left to the planner)."""
+    found = []
+    for i in indexes:
+        if i < len(records):
+            for f in records[i].files:
+                m = _GPU_FILE.match(f)
+                if m and int(m[1]) in minors_by_gpu and minors_by_gpu[int(m[1])] not in found:
+                    found.append(minors_by_gpu[int(m[1])])
+    return found
+
+
+# ---- actions -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WriteJournal:
+    journal: Journal
+
+    def __str__(self) -> str:
+        return f"write journal of job {self.journal.job_id} ({self.journal.state})"
+
+
+@dataclass(frozen=True)
+class StartMps:
+    daemon: MpsDaemon
+
+    def __str__(self) -> str:
+        return f"start MPS daemon {self.daemon.key} (pipe {self.daemon.pipe_dir})"
+
+
+@dataclass(frozen=True)
+class StopMps:
+    daemon: MpsDaemon
+
+    def __str__(self) -> str:
+        return f"stop MPS daemon {self.daemon.key}"
+
+
+# ---- planning (pure) ----------------------------------------------------------------
+
+
+def _resolve(record: GresRecord, node: NodeLayout, live: LiveState, reasons: list[str]):
+    """(GPU, MIG device or None) that a gres record's files name, or None with a reason."""
+    gpu_minors = [int(m[1]) for m in map(_GPU_FILE.match, record.files) if m]
+    caps = [int(m[1]) for m in map(_CAP_FILE.match, record.files) if m]
+    if len(gpu_minors) != 1 or len(gpu_minors) + len(caps) != len(record.files) or len(caps) not in (0, 2):
+        reasons.append(f"GRES index {record.index} ({record.source}): files {','.join(record.files) or '(none)'} are "
+                       "not /dev/nvidiaN, or /dev/nvidiaN plus a GI and a CI capability")
+        return None
+    gpu = live.by_minor(gpu_minors[0])
+    if gpu is None:
+        reasons.append(f"GRES index {record.index}: /dev/nvidia{gpu_minors[0]} is no GPU NVML lists (minors "
+                       f"{', '.join(str(g.minor) for g in live.gpus.values()) or 'none'})")
+        return None
+    if not caps:
+        return gpu, None
+    keys = [node.cap_minors.get(c) for c in caps]
+    gi_key = next((k for k in keys if k is not None and k[2] is None), None)
+    ci_key = next((k for k in keys if k is not None and k[2] is not None), None)
+    if gi_key is None or ci_key is None or gi_key[:2] != ci_key[:2] or gi_key[0] != gpu.minor:
+        reasons.append(f"GRES index {record.index}: nvidia-cap{caps[0]}, nvidia-cap{caps[1]} are not the GI and CI "
+                       f"access capabilities of one GPU instance on /dev/nvidia{gpu.minor} (mig-minors)")
+        return None
+    mig = next((d for d in gpu.mig_devices if (d.gi_id, d.ci_id) == (gi_key[1], ci_key[2])), None)
+    if mig is None:
+        reasons.append(f"{gpu.label}: GRES index {record.index} is GPU instance {gi_key[1]} compute instance "
+                       f"{ci_key[2]}, which does not exist: the MIG layout drifted from gres.conf "
+                       "(`gpushare node relayout`)")
+        return None
+    return gpu, mig
+
+
+def _busy(what: str, procs, reasons: list[str]) -> None:
+    if procs:
+        reasons.append(f"{what} is busy before the job starts: processes {', '.join(str(p.pid) for p in procs)}")
+
+
+def _device(job: JobEnv, index: int, node: NodeLayout, live: LiveState, reasons: list[str]) -> Device | None:
+    if index >= len(node.records):
+        reasons.append(f"GRES index {index}: gres.conf declares only {len(node.records)} gpu record(s) for {node.node}")
+        return None
+    resolved = _resolve(node.records[index], node, live, reasons)
+    if resolved is None:
+        return None
+    gpu, mig = resolved
+    mode = node.modes.get(gpu.index)
+    if mode is None:
+        reasons.append(f"{gpu.label}: not in the policy for {node.node}")
+        return None
+    if (mig is not None) != (mode == "mig"):
+        reasons.append(f"{gpu.label}: gres.conf declares it {'as MIG instances' if mig else 'whole'} but the policy "
+                       f"shares it as {mode}: regenerate gres.conf (`gpushare node gres-conf`)")
+        return None
+    if mig is not None:
+        _busy(f"MIG device {mig.uuid} ({gpu.label}, GI {mig.gi_id} CI {mig.ci_id})",
+              [p for p in gpu.processes if (p.gi_id, p.ci_id) == (mig.gi_id, mig.ci_id)], reasons)
+        return Device(index, gpu.index, gpu.uuid, "mig", mig.uuid, mig.gi_id, mig.ci_id, visible=mig.uuid)
+    if mode == "mps" and job.mps_percentage is not None:
+        return Device(index, gpu.index, gpu.uuid, "mps", visible=gpu.uuid)
+    if mode == "shard":
+        return Device(index, gpu.index, gpu.uuid, "shard")
+    # exclusive, or a whole GPU of an MPS/shard GPU: nobody else may be on it
+    _busy(gpu.label, gpu.processes, reasons)
+    users = sorted(j.job_id for j in live.journals.values()
+                   if j.job_id != job.job_id and any(d.gpu_index == gpu.index for d in j.devices))
+    if users:
+        reasons.append(f"{gpu.label}: allocated whole but jobs {', '.join(map(str, users))} still hold it")
+    return Device(index, gpu.index, gpu.uuid, "exclusive" if mode == "exclusive" else f"{mode}-whole")
+
+
+def _mps_daemon(job: JobEnv, devices: list[Device], node: NodeLayout, live: LiveState, reasons) -> MpsDaemon | None:
+    mps = [d for d in devices if d.mode == "mps"]
+    if not mps:
+        return None
+    pct = job.mps_percentage
+    indexes = tuple(sorted({d.gpu_index for d in mps}))
+    key = daemon_key(indexes, job.uid, pct)
+    daemon = MpsDaemon(
+        key=key, gpu_indexes=indexes, gpu_uuids=tuple(live.gpus[i].uuid for i in indexes), uid=job.uid, gid=job.gid,
+        percentage=pct, mem_limit_mib=tuple(live.gpus[i].memory_mib * pct // 100 for i in indexes),
+        pipe_dir=f"{node.state_dir.rstrip('/')}/mps/{key}/pipe", log_dir=f"{node.log_dir.rstrip('/')}/gpushare-mps/{key}",
+    )
+    problem = check_paths(daemon)
+    if problem:
+        reasons.append(problem)
+    return daemon
+
+
+def mps_env(daemon: MpsDaemon) -> dict[str, str]:
+    """What the job's tasks need to reach their daemon, in their own terms."""
+    return {
+        "CUDA_MPS_PIPE_DIRECTORY": daemon.pipe_dir,
+        "CUDA_MPS_LOG_DIRECTORY": daemon.log_dir,
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(daemon.percentage),
+        # client side, same syntax as CUDA_VISIBLE_DEVICES with =limit (reference 5): ordinals of the daemon's GPUs
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": ",".join(f"{i}={mib}MB" for i, mib in enumerate(daemon.mem_limit_mib)),
+    }
+
+
+def plan_prolog(job: JobEnv, node: NodeLayout, live: LiveState) -> tuple[Journal, list]:
+    """The journal this job gets and the actions that set it up; PrologRefused if unsafe."""
+    reasons: list[str] = []
+    if job.node != node.node:
+        reasons.append(f"SLURMD_NODENAME is {job.node} but this node's spec is for {node.node}")
+    devices = [d for d in (_device(job, i, node, live, reasons) for i in job.gpu_indexes) if d is not None]
+    if job.mps_percentage is not None and not any(d.mode == "mps" for d in devices) and not reasons:
+        reasons.append(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={job.mps_percentage} but none of GRES indexes "
+                       f"{','.join(map(str, job.gpu_indexes)) or '(none)'} is an MPS GPU in the policy")
+    daemon = _mps_daemon(job, devices, node, live, reasons)
+    if reasons:
+        raise PrologRefused(job.job_id, job.node, reasons)
+    env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"} if devices else {}
+    if daemon is not None:
+        env.update(mps_env(daemon))
+    journal = Journal(job.job_id, job.uid, job.gid, job.node, "ready", tuple(devices), daemon, env)
+    actions: list = [WriteJournal(journal.with_state("preparing"))]
+    if daemon is not None and daemon.key not in live.mps_alive:
+        actions.append(StartMps(daemon))
+    previous = live.journals.get(job.job_id)
+    if previous is not None and previous.mps is not None and (daemon is None or previous.mps.key != daemon.key):
+        if not any(j.mps and j.mps.key == previous.mps.key for j in live.journals.values() if j.job_id != job.job_id):
+            actions.append(StopMps(previous.mps))
+    actions.append(WriteJournal(journal))
+    return journal, actions
+
+
+# ---- execution -------------------------------------------------------------------------
+
+
+def execute_prolog(actions, store: JournalStore, mps) -> None:
+    """Carry out the plan; on a failure, undo what this run started and remove the journal."""
+    started: list[MpsDaemon] = []
+    journal = None
+    try:
+        for action in actions:
+            match action:
+                case WriteJournal(j):
+                    journal = j
+                    store.write(j)
+                case StartMps(daemon):
+                    mps.prepare_dirs(daemon)
+                    started.append(daemon)
+                    mps.start(daemon)
+                case StopMps(daemon):
+                    mps.quit(daemon)
+                case _:
+                    raise TypeError(f"not a prolog action: {action!r}")
+    except BaseException:
+        _rollback(started, journal, store, mps)
+        raise
+
+
+def _rollback(started, journal, store: JournalStore, mps) -> None:
+    for daemon in started:
+        try:
+            mps.quit(daemon)
+        except GpushareError:
+            return  # keep the journal: reconcile (or the epilog) must still stop it
+    if journal is not None:
+        store.remove(journal.job_id)
+
+
+def observe_prolog(job: JobEnv, node: NodeLayout, backend, store: JournalStore, mps) -> LiveState:
+    """Read only what this job's plan needs: its GPUs, the journals, the MPS daemons they name."""
+    infos = backend.gpus()
+    by_minor = {g.minor: g.index for g in infos}
+    indexes = gpus_of_records(node.records, job.gpu_indexes, by_minor)
+    gpus = {i: g for i, g in observe_gpus(backend, indexes).items()}
+    for info in infos:  # the rest without MIG and processes: only minors and UUIDs are needed
+        gpus.setdefault(info.index, LiveGpu(info.index, info.uuid, info.minor, info.memory_mib, info.mig_current))
+    journals = store.all()
+    daemons = {j.mps.key: j.mps for j in journals.values() if j.mps}
+    if job.mps_percentage is not None:
+        key = daemon_key(tuple(sorted(i for i in indexes if node.modes.get(i) == "mps")), job.uid, job.mps_percentage)
+        daemons.setdefault(key, MpsDaemon(key, (), (), job.uid, job.gid, job.mps_percentage, (),
+                                          f"{node.state_dir.rstrip('/')}/mps/{key}/pipe", ""))
+    alive = frozenset(k for k, d in daemons.items() if mps.alive(d))
+    return LiveState(gpus, journals, alive)
+
+
+def load_layout(spec: dict, backend) -> NodeLayout:
+    """The node layout from the spec, this node's gres.conf and the mig-minors table."""
+    from ..gpu.migminors import read_mig_minors
+    from .gresindex import gpu_records
+
+    records = gpu_records(Path(spec["slurm_conf_dir"]) / "gres.conf", spec["node"])
+    needs_minors = any(len(r.files) > 1 for r in records)
+    minors = read_mig_minors(backend.mig_minors_path) if needs_minors else {}
+    return NodeLayout.from_spec(spec, records, minors)

@@ -1,0 +1,130 @@
+"""`gpushare node reconcile`: repair what crashed hooks left, against what Slurm says runs here.
+
+After a killed slurmd, a node reboot or an epilog that died half-way, a
+node can hold journals of jobs that no longer run, MPS daemons no journal
+names, and half-written journal files. ``plan_reconcile`` compares them
+with the jobs Slurm runs on the node (``squeue -w NODE -h -o %A``, through
+the runner) and plans, per orphan, exactly what the epilog would have done
+(``epilog.plan_epilog``), plus stopping daemons that no journal names. A
+journal of a job Slurm still runs is never touched. MIG drift is reported,
+not repaired (that is `gpushare node relayout`'s job: it needs a drain).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import GpushareError
+from .epilog import plan_epilog, process_jobs
+from .journal import Journal, JournalStore, MpsDaemon
+from .prolog import LiveState, observe_gpus
+
+_KEY = re.compile(r"^g[0-9]+(_[0-9]+)*-u[0-9]+-p[0-9]+$")
+
+
+class ReconcileError(GpushareError):
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class StopOrphanDaemon:
+    daemon: MpsDaemon
+
+    def __str__(self) -> str:
+        return f"stop MPS daemon {self.daemon.key}: no journal names it"
+
+
+@dataclass(frozen=True)
+class RemoveStray:
+    path: str
+
+    def __str__(self) -> str:
+        return f"remove half-written file {self.path}"
+
+
+@dataclass
+class ReconcilePlan:
+    orphans: dict[int, list] = field(default_factory=dict)  # job id -> epilog actions
+    problems: dict[int, list[str]] = field(default_factory=dict)
+    daemons: list[StopOrphanDaemon] = field(default_factory=list)
+    strays: list[RemoveStray] = field(default_factory=list)
+    kept: list[int] = field(default_factory=list)
+    drift: list[str] = field(default_factory=list)
+
+    def lines(self, node: str) -> list[str]:
+        out = [f"node {node}: job {j} runs, journal kept" for j in self.kept]
+        for job, actions in self.orphans.items():
+            out.append(f"node {node}: job {job} is not running here: " + "; ".join(str(a) for a in actions))
+        out += [f"node {node}: {a}" for a in (*self.daemons, *self.strays)]
+        out += [f"node {node}: MIG layout: {d}" for d in self.drift]
+        return out
+
+
+def running_jobs(runner, node: str) -> set[int]:
+    """Job ids Slurm has on the node, in any state that holds it (squeue -w NODE)."""
+    res = runner(["squeue", "-w", node, "-h", "-o", "%A"], timeout=30)
+    jobs = set()
+    for line in res.stdout.split():
+        if not line.isdigit():
+            raise ReconcileError(f"squeue -w {node}: unexpected job id {line!r}")
+        jobs.add(int(line))
+    return jobs
+
+
+def daemon_dirs(state_dir: str) -> dict[str, str]:
+    """key -> pipe dir of every MPS daemon directory under the state dir."""
+    root = Path(state_dir) / "mps"
+    try:
+        return {p.name: str(p / "pipe") for p in sorted(root.iterdir()) if _KEY.match(p.name)}
+    except FileNotFoundError:
+        return {}
+
+
+def plan_reconcile(journals: dict[int, Journal], running: set[int], live: LiveState, dirs: dict[str, str],
+                   strays: list[Path]) -> ReconcilePlan:
+    """Pure: journals vs running jobs, daemon directories vs journals."""
+    plan = ReconcilePlan(strays=[RemoveStray(str(p)) for p in strays])
+    remaining = {j: jr for j, jr in journals.items() if j in running}
+    plan.kept = sorted(remaining)
+    for job_id in sorted(set(journals) - running):
+        # each orphan as if the journals of the jobs cleaned before it were gone
+        view = LiveState(live.gpus, {**remaining, job_id: journals[job_id]}, live.mps_alive, live.proc_jobs)
+        actions, problems = plan_epilog(journals[job_id], view)
+        plan.orphans[job_id] = actions
+        if problems:
+            plan.problems[job_id] = problems
+    named = {jr.mps.key for jr in journals.values() if jr.mps is not None}
+    for key, pipe in dirs.items():
+        if key not in named:
+            plan.daemons.append(StopOrphanDaemon(MpsDaemon(key, (), (), 0, 0, 0, (), pipe, "")))
+    return plan
+
+
+def execute_reconcile(plan: ReconcilePlan, store: JournalStore, mps, killer, journals: dict[int, Journal]) -> list[str]:
+    """Carry out the plan; returns what could not be repaired (one line each)."""
+    from .epilog import EpilogRefused, execute_epilog
+
+    failed: list[str] = []
+    for job_id, actions in plan.orphans.items():
+        try:
+            execute_epilog(journals[job_id], actions, plan.problems.get(job_id, []), store, mps, killer)
+        except EpilogRefused as exc:
+            failed.append(str(exc))
+    for action in plan.daemons:
+        try:
+            mps.quit(action.daemon)
+        except GpushareError as exc:
+            failed.append(str(exc))
+    for stray in plan.strays:
+        Path(stray.path).unlink(missing_ok=True)
+    return failed
+
+
+def observe_reconcile(journals: dict[int, Journal], backend, proc_root: str = "/proc") -> LiveState:
+    """The GPUs the journals name, with processes and their jobs."""
+    indexes = sorted({d.gpu_index for j in journals.values() for d in j.devices})
+    gpus = observe_gpus(backend, indexes) if indexes else {}
+    pids = sorted({p.pid for g in gpus.values() for p in g.processes})
+    return LiveState(gpus, journals, frozenset(), process_jobs(pids, proc_root))

@@ -1,0 +1,285 @@
+"""`gpushare node relayout`: change a node's MIG layout without Slurm scheduling onto a moving target.
+
+The workflow, each step checked before the next:
+
+1. compare: live layout vs policy, the gres include on disk vs what it
+   would be now, the GRES Slurm has for the node vs the policy's; all equal:
+   nothing to do, the node is not touched;
+2. drain the node (``scontrol update state=drain``, reason naming relayout);
+3. wait until no job holding GPUs runs on it (``squeue -w``; and no journal
+   of such a job is left), up to a timeout;
+4. apply the layout (``mig.plan_mig``: refused while processes run), check
+   that no difference is left;
+5. write the gres.conf include from the new live state (``gresconf``),
+   after checking that every device file it names exists (a missing one
+   makes slurmd exit);
+6. make slurmd re-read it: ``scontrol reconfigure``, which in Slurm 23.11+
+   re-executes slurmctld and every slurmd (seen on 24.11 in the test cluster:
+   the node's "Final gres.conf list" is logged again with the new file,
+   same pid); slurmctld reads the new slurm.conf at the same moment, so the
+   new policy's slurm.conf must already be in place (render and distribute
+   it first). ``--restart sighup`` signals only this node's slurmd (SIGHUP
+   also re-reads gres.conf on 24.11), for layouts whose slurm.conf is unchanged;
+7. wait until Slurm shows the node with the policy's GRES counts and not
+   INVAL, then resume it and check the drain is gone.
+
+Any failure after step 2 leaves the node drained, its reason replaced by
+"gpushare relayout failed: <what happened>". No shell, no restart command
+taken from the user: the runner runs scontrol and squeue only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import GpushareError
+
+GPU_GRES = re.compile(r"(^|,)(gres/)?(gpu|mps|shard)[:=]")
+_PAIR = re.compile(r"(\S+?)=(.*?)(?=\s+\S+?=|$)")
+
+
+class RelayoutError(GpushareError):
+    exit_code = 1
+
+
+def parse_node_gres(text: str) -> dict[tuple[str, str], int]:
+    """Slurm's node Gres= ('gpu:l40s:2,shard:l40s:4(S:0)') as {(name, type): count}; shared GRES untyped."""
+    out: dict[tuple[str, str], int] = {}
+    for item in re.sub(r"\([^)]*\)", "", text or "").split(","):
+        parts = item.strip().split(":")
+        if len(parts) < 2 or parts[0] in ("(null)", "") or not parts[-1].isdigit():
+            continue
+        name, count = parts[0], int(parts[-1])
+        gtype = parts[1] if len(parts) == 3 and name == "gpu" else ""
+        out[name, gtype] = out.get((name, gtype), 0) + count
+    return out
+
+
+def fmt_gres(gres: dict[tuple[str, str], int]) -> str:
+    return ",".join(f"{n}:{t}:{c}" if t else f"{n}:{c}" for (n, t), c in sorted(gres.items())) or "(none)"
+
+
+@dataclass
+class SlurmNode:
+    """The few Slurm commands relayout needs, through the runner."""
+
+    runner: object
+    name: str
+    timeout: float = 60
+
+    def _run(self, *argv: str):
+        return self.runner(list(argv), timeout=self.timeout)
+
+    def record(self) -> dict:
+        out = self._run("scontrol", "-o", "show", "node", self.name).stdout
+        line = next((ln for ln in out.splitlines() if ln.startswith(f"NodeName={self.name} ")), None)
+        if line is None:
+            raise RelayoutError(f"scontrol show node {self.name}: no such node")
+        return dict(_PAIR.findall(line.strip()))
+
+    def state_flags(self) -> set[str]:
+        return set(self.record().get("State", "").replace("*", "").split("+"))
+
+    def drain(self, reason: str) -> None:
+        self._run("scontrol", "update", f"nodename={self.name}", "state=drain", f"reason={reason[:200]}")
+
+    def resume(self) -> None:
+        self._run("scontrol", "update", f"nodename={self.name}", "state=resume")
+
+    def gpu_jobs(self) -> list[int]:
+        """Jobs on the node that hold GPUs (gpu, mps or shard in their TRES per node)."""
+        out = self._run("squeue", "-w", self.name, "-h", "-o", "%A %b").stdout
+        jobs = []
+        for line in out.splitlines():
+            job, _, tres = line.strip().partition(" ")
+            if job.isdigit() and GPU_GRES.search(tres.strip()):
+                jobs.append(int(job))
+        return sorted(jobs)
+
+    def reconfigure(self) -> None:
+        self._run("scontrol", "reconfigure")
+
+
+def missing_devices(gres_text: str, root: str = "/") -> list[str]:
+    """Device files a gres.conf text names that are not character devices here: a missing
+    one makes slurmd exit after ~20 s (slurm-gpu-facts section 1)."""
+    import stat
+
+    from .gresindex import expand
+
+    missing = []
+    for key, value in re.findall(r"\b(MultipleFiles|Files?)=(\S+)", gres_text):
+        for path in expand(value):
+            try:
+                ok = stat.S_ISCHR(os.stat(os.path.join(root, path.lstrip("/"))).st_mode)
+            except OSError:
+                ok = False
+            if not ok and path not in missing:
+                missing.append(path)
+    return missing
+
+
+def sighup_slurmd(pid_file: Path) -> None:
+    try:
+        pid = int(Path(pid_file).read_text().strip())
+    except (OSError, ValueError) as exc:
+        raise RelayoutError(f"cannot read slurmd's pid from {pid_file}: {exc}") from None
+    os.kill(pid, signal.SIGHUP)
+
+
+@dataclass
+class Relayout:
+    """One run for one node. ``backend`` is open; ``store`` the node's journals."""
+
+    site: object
+    node: str
+    backend: object
+    slurm: SlurmNode
+    store: object
+    restart: str = "reconfigure"
+    pid_file: Path = Path("/run/slurmd.pid")
+    timeout: float = 600
+    poll: float = 2.0
+    say: object = print
+    sleep: object = time.sleep
+    clock: object = time.monotonic
+    missing: object = None  # gres text -> device files not present (default: missing_devices)
+
+    @property
+    def group(self):
+        return self.site.group_for_node(self.node)
+
+    def include_text(self) -> str:
+        from ..gpu import read_mig_minors
+        from .gresconf import node_gres_conf
+
+        slots = self.group.gpus
+        minors = read_mig_minors(self.backend.mig_minors_path) if any(s.mode == "mig" for s in slots) else {}
+        return node_gres_conf(self.node, slots, self.backend, minors)
+
+    def in_sync(self) -> list[str]:
+        """What differs now ([] when the node already is as the policy says)."""
+        from .mig import differences, observe
+
+        slots = self.group.gpus
+        found = differences(slots, observe(self.backend, [s.index for s in slots]))
+        if found:
+            return found
+        include = Path(self.site.cluster.paths.gres_include)
+        try:
+            on_disk = include.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            on_disk = ""
+        if on_disk != self.include_text():
+            found.append(f"{include} differs from the live MIG state")
+        have = parse_node_gres(self.slurm.record().get("Gres", ""))
+        if have != self.group.gres:
+            found.append(f"Slurm has Gres={fmt_gres(have)}, the policy says {fmt_gres(self.group.gres)}")
+        return found
+
+    def run(self) -> list[str]:
+        """The whole workflow; returns what was done. RelayoutError leaves the node drained."""
+        todo = self.in_sync()
+        if not todo:
+            return [f"node {self.node}: layout, gres include and Slurm's GRES match the policy; nothing to do"]
+        for line in todo:
+            self.say(f"node {self.node}: {line}")
+        self.slurm.drain("gpushare relayout: changing the MIG layout")
+        try:
+            return self._after_drain()
+        except GpushareError as exc:
+            self._fail(str(exc))
+            raise RelayoutError(f"node {self.node}: relayout failed, node left drained: {exc}") from None
+
+    def _fail(self, why: str) -> None:
+        try:
+            self.slurm.drain(f"gpushare relayout failed: {why}")
+        except GpushareError:
+            pass
+
+    def _after_drain(self) -> list[str]:
+        done = [f"node {self.node}: drained"]
+        self._wait_for_jobs()
+        done.append(f"node {self.node}: no GPU jobs left")
+        done += self._apply()
+        include = Path(self.site.cluster.paths.gres_include)
+        from ..outfiles import atomic_write
+
+        text = self.include_text()
+        missing = (self.missing or missing_devices)(text)
+        if missing:
+            raise RelayoutError(f"the new gres include names device files that do not exist: {', '.join(missing)} "
+                                "(slurmd would exit after 20 s); create them (nvidia-modprobe) and run relayout again")
+        atomic_write(include, text)
+        done.append(f"node {self.node}: wrote {include}")
+        self._restart()
+        done.append(f"node {self.node}: slurmd re-read its configuration ({self.restart})")
+        self._wait_registered()
+        done.append(f"node {self.node}: registered Gres={fmt_gres(self.group.gres)}")
+        self.slurm.resume()
+        self._wait_resumed()
+        done.append(f"node {self.node}: resumed")
+        return done
+
+    def _deadline(self) -> float:
+        return self.clock() + self.timeout
+
+    def _wait_for_jobs(self) -> None:
+        deadline = self._deadline()
+        while True:
+            jobs = set(self.slurm.gpu_jobs())
+            jobs |= {j for j, jr in self.store.all().items() if jr.devices or jr.mps}
+            if not jobs:
+                return
+            if self.clock() > deadline:
+                raise RelayoutError(f"timed out after {self.timeout:g} s waiting for GPU jobs "
+                                    f"{', '.join(map(str, sorted(jobs)))} to end")
+            self.say(f"node {self.node}: waiting for GPU jobs {', '.join(map(str, sorted(jobs)))}")
+            self.sleep(self.poll)
+
+    def _apply(self) -> list[str]:
+        from .mig import apply_actions, differences, observe, plan_mig
+
+        slots, indexes = self.group.gpus, [s.index for s in self.group.gpus]
+        actions = plan_mig(slots, observe(self.backend, indexes))
+        apply_actions(self.backend, actions)
+        left = differences(slots, observe(self.backend, indexes))
+        if left:
+            raise RelayoutError("MIG layout still differs after apply: " + "; ".join(left))
+        return [f"node {self.node}: {a}" for a in actions]
+
+    def _restart(self) -> None:
+        if self.restart == "reconfigure":
+            self.slurm.reconfigure()
+        elif self.restart == "sighup":
+            sighup_slurmd(self.pid_file)
+        else:
+            raise RelayoutError(f"unknown restart method {self.restart!r}; use reconfigure or sighup")
+
+    def _wait_registered(self) -> None:
+        deadline, want, last = self._deadline(), self.group.gres, {}
+        while True:
+            rec = self.slurm.record()
+            last = rec
+            flags = set(rec.get("State", "").replace("*", "").split("+"))
+            if parse_node_gres(rec.get("Gres", "")) == want and not flags & {"INVAL", "NOT_RESPONDING", "DOWN"}:
+                if "reported lower" not in rec.get("Reason", ""):
+                    return
+            if self.clock() > deadline:
+                raise RelayoutError(f"the node did not register Gres={fmt_gres(want)} within {self.timeout:g} s: "
+                                    f"Slurm shows Gres={rec.get('Gres', '?')} State={rec.get('State', '?')} "
+                                    f"Reason={last.get('Reason', '')}")
+            self.sleep(self.poll)
+
+    def _wait_resumed(self) -> None:
+        deadline = self._deadline()
+        while "DRAIN" in self.slurm.state_flags():
+            if self.clock() > deadline:
+                raise RelayoutError(f"the node is still drained {self.timeout:g} s after resume: "
+                                    f"{self.slurm.record().get('Reason', '')}")
+            self.sleep(self.poll)

@@ -1,0 +1,191 @@
+"""Epilog planning (journal + live state -> actions) and execution: exactly the prolog's work undone,
+leftovers killed, strangers reported, the MPS daemon stopped with its last job, a second run a no-op."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_gpushare.gpu.backend import GpuProcess
+from slurm_gpushare.hooks import epilog as epilog_hook
+from slurm_gpushare.hooks import prolog as prolog_hook
+from slurm_gpushare.node.epilog import EpilogRefused, KillProcess, QuitMps, RemoveJournal, plan_epilog, process_jobs
+from slurm_gpushare.node.journal import Device, Journal, JournalStore, MpsDaemon
+from slurm_gpushare.node.mps import MpsControl
+from slurm_gpushare.node.prolog import LiveGpu, LiveState, WriteJournal
+from slurm_gpushare.proc import Result
+from tests.unit.test_hooks_support import HookNode, stop_daemons
+
+DAEMON = MpsDaemon("g0-u5-p25", (0,), ("GPU-m",), 5, 5, 25, (6144,), "/s/mps/g0-u5-p25/pipe", "/l/g0-u5-p25")
+MIG_DEV = Device(2, 0, "GPU-a", "mig", "MIG-9", 9, 0, "MIG-9")
+
+
+def journal(job_id=5, devices=(MIG_DEV,), mps=None) -> Journal:
+    return Journal(job_id, 5, 5, "n1", "ready", tuple(devices), mps, {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+
+
+def state(procs=(), owners=None, journals=None, mig=True) -> LiveState:
+    gpu = LiveGpu(0, "GPU-a", 0, 40960, mig, (), tuple(procs))
+    return LiveState({0: gpu}, journals or {}, frozenset(), owners or {})
+
+
+def kinds(actions):
+    return [type(a).__name__ for a in actions]
+
+
+def test_no_journal_nothing_to_do():
+    assert plan_epilog(None, state()) == ([], [])
+
+
+def test_clean_mig_job_marks_then_removes():
+    actions, problems = plan_epilog(journal(), state())
+    assert kinds(actions) == ["WriteJournal", "RemoveJournal"] and problems == []
+    assert actions[0].journal.state == "ending"
+
+
+def test_the_jobs_leftover_on_its_mig_device_is_killed_a_strangers_is_reported():
+    procs = [GpuProcess(10, 1, 9, 0), GpuProcess(11, 1, 9, 0), GpuProcess(12, 1, 8, 0)]
+    actions, problems = plan_epilog(journal(), state(procs, {10: 5, 11: 7, 12: 7}))
+    assert [a.pid for a in actions if isinstance(a, KillProcess)] == [10]
+    assert problems == ["MIG device MIG-9 on GPU 0 (GPU-a) busy after the job: process 11 (of job 7)"]
+
+
+def test_unknown_process_on_an_exclusive_gpu_is_a_problem():
+    dev = Device(0, 0, "GPU-a", "exclusive")
+    _actions, problems = plan_epilog(journal(devices=[dev]), state([GpuProcess(3, 1, None, None)], {3: None}, mig=False))
+    assert problems == ["GPU 0 (GPU-a) busy after the job: process 3 (not on this node)"]
+
+
+def test_on_shared_gpus_only_the_jobs_own_processes_matter():
+    dev = Device(0, 0, "GPU-a", "shard")
+    actions, problems = plan_epilog(journal(devices=[dev]), state([GpuProcess(3, 1, None, None), GpuProcess(4, 1, None, None)],
+                                                                  {3: 5, 4: 0}, mig=False))
+    assert [a.pid for a in actions if isinstance(a, KillProcess)] == [3] and problems == []
+
+
+def test_mps_daemon_stops_with_its_last_job_only():
+    dev = Device(0, 0, "GPU-m", "mps", visible="GPU-m")
+    mine, other = journal(5, [dev], DAEMON), journal(6, [dev], DAEMON)
+    actions, _ = plan_epilog(mine, state(journals={5: mine, 6: other}, mig=False))
+    assert not any(isinstance(a, QuitMps) for a in actions)
+    actions, _ = plan_epilog(mine, state(journals={5: mine}, mig=False))
+    assert kinds(actions) == ["WriteJournal", "QuitMps", "RemoveJournal"] and actions[1].daemon == DAEMON
+
+
+def test_gpu_gone_from_nvml_is_a_problem():
+    actions, problems = plan_epilog(journal(devices=[Device(0, 3, "GPU-x", "exclusive")]), state())
+    assert problems == ["GPU 3 (GPU-x) is no longer listed by NVML"] and isinstance(actions[-1], RemoveJournal)
+
+
+def test_process_jobs_reads_slurm_cgroup_paths(tmp_path):
+    for pid, text in {10: "12:devices:/slurm_n1/uid_5/job_77/step_batch\n", 11: "0::/system.slice/sshd.service\n",
+                      12: "0::/system.slice/slurmstepd.scope/job_8/step_0/user/task_0\n"}.items():
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cgroup").write_text(text)
+    assert process_jobs([10, 11, 12, 13], str(tmp_path)) == {10: 77, 11: 0, 12: 8, 13: None}
+
+
+# ---- execution on a test node ------------------------------------------------------------
+
+
+def no_scontrol(argv, **_kw):
+    return Result(tuple(argv), 0, "", "")
+
+
+@pytest.fixture
+def mps_node(tmp_path):
+    node = HookNode(tmp_path, "lab-mps01")
+    yield node
+    stop_daemons(node.state_dir)
+
+
+def test_epilog_undoes_the_prolog_and_a_second_run_is_a_no_op(mps_node):
+    env = mps_node.env(31, "0", 25)
+    assert prolog_hook.main(env, runner=no_scontrol, mps=mps_node.mps) == 0
+    daemon = JournalStore(mps_node.state_dir).read(31).mps
+    assert epilog_hook.main(env, runner=no_scontrol, mps=mps_node.mps) == 0
+    assert not mps_node.mps.alive(daemon) and mps_node.journals() == []
+    assert list((mps_node.state_dir / "mps").iterdir()) == []
+    assert epilog_hook.main(env, runner=no_scontrol, mps=mps_node.mps) == 0
+
+
+def test_two_jobs_share_the_daemon_until_the_last_ends(mps_node):
+    a, b = mps_node.env(41, "0", 25), mps_node.env(42, "0", 25)
+    for env in (a, b):
+        assert prolog_hook.main(env, runner=no_scontrol, mps=mps_node.mps) == 0
+    daemon = JournalStore(mps_node.state_dir).read(41).mps
+    assert JournalStore(mps_node.state_dir).read(42).mps == daemon
+    assert epilog_hook.main(a, runner=no_scontrol, mps=mps_node.mps) == 0
+    assert mps_node.mps.alive(daemon) and mps_node.journals() == ["42.json"]
+    assert epilog_hook.main(b, runner=no_scontrol, mps=mps_node.mps) == 0
+    assert not mps_node.mps.alive(daemon) and mps_node.journals() == []
+
+
+def test_daemon_that_will_not_quit_keeps_the_journal_and_drains(mps_node, capsys):
+    env = mps_node.env(51, "0", 25)
+    assert prolog_hook.main(env, runner=no_scontrol, mps=mps_node.mps) == 0
+
+    class Stubborn(MpsControl):
+        def send(self, daemon, *lines, check=True):
+            if lines == ("quit",):
+                return Result(("quit",), 0, "", "")  # swallowed: the daemon stays up
+            return super().send(daemon, *lines, check=check)
+
+    stubborn = Stubborn(mps_node.mps.runner, mps_node.mps.command, quit_wait=0.5)
+    calls = []
+    assert epilog_hook.main(env, runner=lambda argv, **kw: calls.append(argv) or Result(tuple(argv), 0, "", ""),
+                            mps=stubborn) == 1
+    err = capsys.readouterr().err
+    assert "gpushare-epilog: job 51 on lab-mps01: MPS control daemon g0-u" in err and "will not quit within 0.5 s" in err
+    assert calls and calls[0][:3] == ["scontrol", "update", "nodename=lab-mps01"]
+    assert JournalStore(mps_node.state_dir).read(51).state == "ending"  # a rerun or reconcile finishes it
+    assert epilog_hook.main(env, runner=no_scontrol, mps=mps_node.mps) == 0  # rerun with a working quit
+    assert mps_node.journals() == []
+
+
+def test_leftover_process_is_killed_and_gone(tmp_path, monkeypatch):
+    node = HookNode(tmp_path, "lab-mig01")
+    env = node.env(61, "1")
+    assert prolog_hook.main(env, runner=no_scontrol) == 0
+    dev = JournalStore(node.state_dir).read(61).devices[0]
+    node.fake.add_process(0, 4242, gi=dev.gi, ci=dev.ci)
+    (tmp_path / "proc" / "4242").mkdir(parents=True)
+    (tmp_path / "proc" / "4242" / "cgroup").write_text("0::/slurmstepd.scope/job_61/step_batch\n")
+    killed = []
+
+    def kill(pid):
+        killed.append(pid)
+        node.fake.remove_process(pid)
+
+    from slurm_gpushare.node import epilog as epilog_mod
+
+    original = epilog_mod.process_jobs
+    monkeypatch.setattr(epilog_mod, "process_jobs", lambda pids, root="/proc": original(pids, str(tmp_path / "proc")))
+    assert epilog_hook.main(env, runner=no_scontrol, kill=kill) == 0
+    assert killed == [4242] and node.journals() == []
+
+
+def test_stranger_on_the_mig_device_fails_the_epilog(tmp_path, capsys):
+    node = HookNode(tmp_path, "lab-mig01")
+    env = node.env(62, "3")
+    assert prolog_hook.main(env, runner=no_scontrol) == 0
+    dev = JournalStore(node.state_dir).read(62).devices[0]
+    node.fake.add_process(0, 999999, gi=dev.gi, ci=dev.ci)  # no such process on this machine
+    assert epilog_hook.main(env, runner=no_scontrol) == 1
+    err = capsys.readouterr().err
+    assert f"MIG device {dev.mig_uuid}" in err and "busy after the job: process 999999 (not on this node)" in err
+    assert node.journals() == []  # the undo itself succeeded; the drain reason says what is wrong
+
+
+def test_epilog_of_a_job_without_gpus_needs_no_backend(tmp_path):
+    node = HookNode(tmp_path, "lab-excl01")
+    env = node.env(71)
+    assert prolog_hook.main(env, runner=no_scontrol) == 0
+    node.state.unlink()  # no NVML at all: the epilog must not need it
+    assert epilog_hook.main(env, runner=no_scontrol) == 0 and node.journals() == []
+
+
+def test_write_journal_action_in_plan_is_the_ending_state():
+    actions, _ = plan_epilog(journal(), state())
+    assert isinstance(actions[0], WriteJournal) and actions[0].journal.state == "ending"
+    with pytest.raises(EpilogRefused):
+        raise EpilogRefused(1, "n", ["x"])
