@@ -8,7 +8,8 @@ the environment slurmd gives it) on a test node built in a temporary
 directory: the small-lab policy, a fake NVML with the node's layout, the
 rendered gres.conf and MIG include, a node config naming them, and for MPS
 the test-only nvidia-cuda-mps-control (docker/fakes; a real daemon process).
-One run per job: prolog, task prolog, epilog. The baseline, measured in the
+One run per job: prolog, task prolog (twice: the pip console script, and the
+lean script the test image installs, which skips the wrapper's ``import re``), epilog. The baseline, measured in the
 same run the same way, is a bare `python -c pass` of the same interpreter,
 so the ratio says what the hook adds to interpreter start-up. The first
 prolog (which builds the node spec cache from the policy) is reported
@@ -39,7 +40,13 @@ from slurm_gpushare.policy import load_file  # noqa: E402
 from slurm_gpushare.render import render_all  # noqa: E402
 
 BIN = Path(sys.executable).parent
-HOOKS = {"prolog": BIN / "gpushare-prolog", "task prolog": BIN / "gpushare-task-prolog", "epilog": BIN / "gpushare-epilog"}
+LEAN_TASK = "from slurm_gpushare.node.taskprolog import main; raise SystemExit(main())"
+HOOKS = {  # name -> argv; "lean" is the script docker/Dockerfile installs as TaskProlog (no pip wrapper)
+    "prolog": [str(BIN / "gpushare-prolog")],
+    "task prolog (console script)": [str(BIN / "gpushare-task-prolog")],
+    "task prolog (lean script)": [sys.executable, "-I", "-c", LEAN_TASK],
+    "epilog": [str(BIN / "gpushare-epilog")],
+}
 MODES = {"mig": ("lab-mig01", "0", None), "mps": ("lab-mps01", "0", 25), "exclusive": ("lab-excl01", "1", None)}
 
 
@@ -61,7 +68,7 @@ def build_node(tmp: Path, node: str) -> Path:
     (tmp / "etc" / "gres.conf").write_text(render_all(site)["gres.conf"])
     (tmp / "etc" / "gres.d" / "mig.conf").write_text(include)
     config = tmp / "etc" / "node.yaml"
-    config.write_text(f"policy: {policy}\nfake_nvml: {fake.state_path}\n"
+    config.write_text(f"policy: {policy}\nfake_nvml: {fake.state_path}\nstate_dir: {tmp / 'state'}\n"
                       f"mps_control: {ROOT / 'docker' / 'fakes' / 'nvidia-cuda-mps-control'}\n")
     return config
 
@@ -98,8 +105,8 @@ def bench_mode(mode: str, runs: int) -> tuple[dict[str, list[float]], float]:
         times: dict[str, list[float]] = {name: [] for name in HOOKS}
         cold = 0.0
         for job in range(1, runs + 2):
-            for name, path in HOOKS.items():
-                ms = timed([str(path)], hook_env(config, node, job, gpus, mps_pct, name == "task prolog"))
+            for name, argv in HOOKS.items():
+                ms = timed(argv, hook_env(config, node, job, gpus, mps_pct, name.startswith("task prolog")))
                 if job == 1 and name == "prolog":
                     cold = ms
                 elif job > 1:
@@ -112,19 +119,19 @@ def main(argv=None) -> None:
     ap.add_argument("--runs", type=int, default=30, help="jobs per mode (prolog, task prolog, epilog each)")
     ap.add_argument("--modes", default="mig,mps,exclusive")
     args = ap.parse_args(argv)
-    missing = [str(p) for p in HOOKS.values() if not p.exists()]
+    missing = [argv[0] for argv in HOOKS.values() if not Path(argv[0]).exists()]
     if missing:
         raise SystemExit(f"console scripts missing: {', '.join(missing)} (pip install -e .)")
     base = [timed([sys.executable, "-c", "pass"], {}) for _ in range(args.runs)]
     b50 = statistics.median(base)
     print(f"node hooks, {args.runs} jobs per mode, wall ms per process (python {sys.version.split()[0]}, {os.cpu_count()} CPUs):")
-    print(f"  {'baseline: python -c pass':28s} p50 {b50:7.1f}  p95 {pct(base, 0.95):7.1f}")
+    print(f"  {'baseline: python -c pass':32s} p50 {b50:7.1f}  p95 {pct(base, 0.95):7.1f}")
     for mode in args.modes.split(","):
         times, cold = bench_mode(mode, args.runs)
         print(f"  {mode}: first prolog (builds the spec cache from the policy) {cold:.0f} ms")
         for name, values in times.items():
             p50 = statistics.median(values)
-            print(f"    {name:26s} p50 {p50:7.1f}  p95 {pct(values, 0.95):7.1f}  ({p50 / b50:4.1f}x baseline, +{p50 - b50:.0f} ms)")
+            print(f"    {name:30s} p50 {p50:7.1f}  p95 {pct(values, 0.95):7.1f}  ({p50 / b50:4.1f}x baseline, +{p50 - b50:.0f} ms)")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
 #   2. `gpushare node mig apply` (MIG nodes): the policy's MIG layout
 #   3. `gpushare node gres-conf`: the node's gres.conf include (MIG devices,
 #      empty on other nodes) at the policy's cluster.paths.gres_include
-#   4. /etc/gpushare/node.yaml: policy and fake NVML paths for the node hooks
+#   4. /etc/gpushare/node.yaml: policy, fake NVML and state dir for the node hooks
 # Needs the slurm-gpushare package in the image and the policy mounted at
 # $GPUSHARE_POLICY (compose: GPUSHARE_POLICY_FILE on the host). Skipped, with a
 # message, when either is missing.
@@ -19,12 +19,13 @@ say() { echo "gpushare-node-setup[$NODE]: $*" >&2; }
 if ! command -v gpushare >/dev/null; then say "no gpushare command in this image; skipped"; exit 0; fi
 if [[ ! -s $POLICY ]]; then say "no policy at $POLICY; skipped"; exit 0; fi
 
-read -r model count mig < <(/opt/gpushare/bin/python - "$POLICY" "$NODE" <<'PY'
+read -r model count mig state_dir < <(/opt/gpushare/bin/python - "$POLICY" "$NODE" <<'PY'
 import sys
 from slurm_gpushare.policy import load_file
-group = load_file(sys.argv[1]).group_for_node(sys.argv[2])
+site = load_file(sys.argv[1])
+group = site.group_for_node(sys.argv[2])
 mig = ",".join(str(s.index) for s in group.gpus if s.mode == "mig")
-print(group.model.name, len(group.gpus), mig or "-")
+print(group.model.name, len(group.gpus), mig or "-", site.cluster.paths.state_dir)
 PY
 )
 [[ $mig == - ]] && mig=
@@ -38,6 +39,7 @@ cat >/etc/gpushare/node.yaml <<CONF
 # written by docker/node-setup.sh: read by the gpushare node hooks
 policy: $POLICY
 fake_nvml: $STATE
+state_dir: $state_dir
 CONF
 if [[ -n $mig ]]; then
   gpushare node mig apply --policy "$POLICY" --node "$NODE"

@@ -9,9 +9,11 @@ it ``ending`` while it undoes, and removes it last. The MPS daemons' reference
 count is the number of journals naming a daemon: no separate counter that
 could drift from the journals.
 
-The task prolog reads journals as the job's user: they are world-readable
-(0644) and hold only ids, UUIDs and numbers, never anything the job chose.
-Hooks of concurrent jobs serialise on an flock of ``jobs/.lock``.
+The task prolog reads, as the job's user, the journal's ``.task`` twin (see
+``paths``): written after the journal once it is ``ready``, removed before
+the journal changes state or goes. Both are world-readable (0644) and hold
+only ids, UUIDs and numbers, never anything the job chose. Hooks of
+concurrent jobs serialise on an flock of ``jobs/.lock``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import GpushareError
-from .paths import JOURNAL_FORMAT, journal_dir
+from .paths import JOURNAL_FORMAT, TASK_FORMAT, journal_dir
 
 STATES = ("preparing", "ready", "ending")
 _NAME = re.compile(r"^([1-9][0-9]{0,9})\.json$")
@@ -131,6 +133,32 @@ def write_json(path: Path, data: dict, mode: int = 0o644) -> None:
     _fsync_dir(path.parent)
 
 
+def write_text(path: Path, text: str, mode: int = 0o644) -> None:
+    """Atomically, as write_json."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def task_text(journal: Journal) -> str:
+    """The task prolog's view of a ready journal (format in ``paths``)."""
+    rows = [("env", name, value) for name, value in journal.env.items()]
+    rows += [("dev", str(d.slurm_index), d.gpu_uuid, d.visible or "-") for d in journal.devices]
+    for row in rows:
+        if any(not field or any(c.isspace() for c in field) for field in row):
+            raise JournalError(f"journal of job {journal.job_id}: empty or blank field in {row!r}")
+    return "".join(" ".join(row) + "\n" for row in [(TASK_FORMAT, str(journal.job_id)), *rows])
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -148,10 +176,17 @@ class JournalStore:
     def path(self, job_id: int) -> Path:
         return self.dir / f"{job_id}.json"
 
+    def task_path(self, job_id: int) -> Path:
+        return self.dir / f"{job_id}.task"
+
     def write(self, journal: Journal) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir, 0o755)
+        if journal.state != "ready":
+            self.task_path(journal.job_id).unlink(missing_ok=True)
         write_json(self.path(journal.job_id), journal.to_json())
+        if journal.state == "ready":
+            write_text(self.task_path(journal.job_id), task_text(journal))
 
     def read(self, job_id: int) -> Journal | None:
         path = self.path(job_id)
@@ -168,6 +203,7 @@ class JournalStore:
         return Journal.from_json(data, str(path))
 
     def remove(self, job_id: int) -> bool:
+        self.task_path(job_id).unlink(missing_ok=True)
         try:
             self.path(job_id).unlink()
         except FileNotFoundError:
@@ -192,11 +228,14 @@ class JournalStore:
         return found
 
     def stray_temporaries(self) -> list[Path]:
-        """Half-written files left by a crash between mkstemp and rename."""
+        """Half-written files left by a crash between mkstemp and rename, and task files without a journal."""
         try:
-            return sorted(p for p in self.dir.iterdir() if p.name.startswith(".") and p.name != ".lock")
+            names = {p.name for p in self.dir.iterdir()}
         except FileNotFoundError:
             return []
+        strays = [n for n in names if n.startswith(".") and n != ".lock"]
+        strays += [n for n in names if n.endswith(".task") and n[: -len(".task")] + ".json" not in names]
+        return sorted(self.dir / n for n in strays)
 
     @contextmanager
     def locked(self):

@@ -10,6 +10,12 @@ without a YAML library because the task prolog runs on every task start)::
     fake_nvml: /var/lib/gpushare/fake-nvml.json   # test clusters only
     spec_cache: /etc/gpushare/node-spec.json # default: next to this file
     mps_control: /usr/bin/nvidia-cuda-mps-control  # default: found on a fixed PATH
+    state_dir: /var/lib/gpushare             # the policy's cluster.paths.state_dir
+
+``state_dir`` is for the task prolog, which must not load the policy; when
+given, the root hooks check it equals the policy's and refuse otherwise, so
+the two cannot drift apart silently (docker/node-setup.sh writes it from the
+policy).
 
 No file means: real NVML, the policy at /etc/gpushare/policy.yaml.
 
@@ -17,7 +23,7 @@ Loading a policy costs about a second (pydantic), too much for every job, so
 the root hooks keep this node's view of it, the ``NodeSpec`` (GPU modes,
 paths), in a JSON cache keyed by the policy file's sha256: a changed policy
 is noticed on the next job and the cache rebuilt from it. The cache is
-derived, never edited; the task prolog reads only its ``state_dir``.
+derived, never edited; the task prolog never reads it.
 """
 
 from __future__ import annotations
@@ -47,8 +53,9 @@ class NodeConfig:
     """The parsed node config file (see the module docstring)."""
 
     def __init__(self, path: Path, policy: Path = DEFAULT_POLICY, fake_nvml: Path | None = None,
-                 spec_cache: Path | None = None, mps_control: Path | None = None):
+                 spec_cache: Path | None = None, mps_control: Path | None = None, state_dir: Path | None = None):
         self.path = Path(path)
+        self.state_dir = None if state_dir is None else Path(state_dir)
         self.mps_control = None if mps_control is None else Path(mps_control)
         self.policy = Path(policy)
         self.fake_nvml = None if fake_nvml is None else Path(fake_nvml)
@@ -109,11 +116,14 @@ def file_sha256(path: Path) -> str:
 def node_spec(config: NodeConfig, node: str) -> dict:
     """This node's spec: from the cache when it matches the policy file, else rebuilt."""
     digest = file_sha256(config.policy)
-    cached = _read_cache(config.spec_cache)
-    if cached and cached.get("policy_sha256") == digest and cached.get("node") == node and cached.get("policy") == str(config.policy):
-        return cached
-    spec = build_spec(config.policy, node, digest)
-    _write_cache(config.spec_cache, spec)
+    spec = _read_cache(config.spec_cache)
+    if not (spec and spec.get("policy_sha256") == digest and spec.get("node") == node and spec.get("policy") == str(config.policy)):
+        spec = build_spec(config.policy, node, digest)
+        _write_cache(config.spec_cache, spec)
+    if config.state_dir is not None and str(config.state_dir) != spec["state_dir"]:
+        raise NodeConfigError(f"{config.path}: state_dir {config.state_dir} differs from the policy's "
+                              f"cluster.paths.state_dir {spec['state_dir']} ({config.policy}); the task prolog would "
+                              "look for journals in the wrong place")
     return spec
 
 

@@ -1,9 +1,16 @@
 """Fixed names the node hooks share, importable without any cost.
 
 The task prolog runs as the user on every task start and reads only this
-module, the spec cache and the job's journal (its import budget is the
-interpreter's start-up): so nothing here imports anything, not even the
-package's error classes.
+module, the node config and the job's task file (its budget is the
+interpreter's start-up: even ``json`` would add a third, through ``re``),
+so nothing here imports anything, not even the package's error classes.
+
+The task file ``<state_dir>/jobs/<job id>.task`` is derived from the journal
+and written with it (only while the journal is ``ready``)::
+
+    gpushare-task/1 17
+    env CUDA_DEVICE_ORDER PCI_BUS_ID
+    dev 2 GPU-<uuid> MIG-<uuid>      # Slurm's index, the GPU, what CUDA_VISIBLE_DEVICES says ('-': Slurm's)
 """
 
 NODE_CONFIG = "/etc/gpushare/node.yaml"
@@ -12,7 +19,8 @@ DEFAULT_POLICY = "/etc/gpushare/policy.yaml"
 DEFAULT_STATE_DIR = "/var/lib/gpushare"
 SPEC_CACHE_NAME = "node-spec.json"
 JOURNAL_FORMAT = "gpushare-journal/1"
-CONFIG_KEYS = ("policy", "fake_nvml", "spec_cache", "mps_control")
+TASK_FORMAT = "gpushare-task/1"
+CONFIG_KEYS = ("policy", "fake_nvml", "spec_cache", "mps_control", "state_dir")
 
 
 def parse_flat(text: str, source: str) -> dict[str, str]:
@@ -51,3 +59,7 @@ def journal_dir(state_dir: str) -> str:
 
 def journal_path(state_dir: str, job_id: int) -> str:
     return f"{journal_dir(state_dir)}/{job_id}.json"
+
+
+def task_path(state_dir: str, job_id: int) -> str:
+    return f"{journal_dir(state_dir)}/{job_id}.task"

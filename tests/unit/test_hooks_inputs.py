@@ -161,3 +161,20 @@ def test_unreadable_journal_is_named(tmp_path):
     store.path(3).write_text(json.dumps({"format": "other"}))
     with pytest.raises(JournalError, match="unreadable journal"):
         store.read(3)
+
+
+def test_task_file_follows_the_journal_state(tmp_path):
+    store = JournalStore(tmp_path)
+    dev = Device(2, 0, "GPU-a", "mig", "MIG-b", 9, 0, "MIG-b")
+    ready = Journal(5, 1, 1, "n", "ready", (dev,), None, {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+    store.write(ready.with_state("preparing"))
+    assert not store.task_path(5).exists()
+    store.write(ready)
+    assert store.task_path(5).read_text() == "gpushare-task/1 5\nenv CUDA_DEVICE_ORDER PCI_BUS_ID\ndev 2 GPU-a MIG-b\n"
+    store.write(ready.with_state("ending"))
+    assert not store.task_path(5).exists()
+    store.write(ready)
+    store.path(5).unlink()  # a crash between removing the two: the task file is a stray
+    assert [p.name for p in store.stray_temporaries()] == ["5.task"]
+    with pytest.raises(JournalError, match="empty or blank field"):
+        store.write(Journal(6, 1, 1, "n", "ready", (), None, {"X": "a b"}))

@@ -45,7 +45,7 @@ class HookNode:
         (tmp / "etc" / "gres.conf").write_text(render_all(self.site)["gres.conf"])
         (tmp / "etc" / "gres.d" / "mig.conf").write_text(include)
         self.config = tmp / "etc" / "node.yaml"
-        self.config.write_text(f"policy: {self.policy}\nfake_nvml: {self.state}\n")
+        self.config.write_text(f"policy: {self.policy}\nfake_nvml: {self.state}\nstate_dir: {tmp / 'state'}\n")
         os.chmod(self.config, 0o644)
         self.mps = MpsControl(run, command=FAKE_MPS, quit_wait=5)
 
@@ -68,7 +68,7 @@ class HookNode:
 
     def journals(self) -> list[str]:
         d = self.state_dir / "jobs"
-        return sorted(p.name for p in d.iterdir() if p.name != ".lock") if d.exists() else []
+        return sorted(p.name for p in d.iterdir() if p.suffix == ".json") if d.exists() else []
 
 
 def stop_daemons(state_dir: Path) -> None:

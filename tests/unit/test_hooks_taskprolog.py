@@ -12,6 +12,7 @@ import pytest
 
 from slurm_gpushare.hooks import prolog as prolog_hook
 from slurm_gpushare.node import taskprolog
+from slurm_gpushare.node.journal import JournalStore
 from slurm_gpushare.proc import Result
 from tests.unit.test_hooks_support import HookNode, stop_daemons
 
@@ -82,19 +83,30 @@ def test_mps_job_gets_pipe_dir_limits_and_the_gpu(tmp_path):
 def test_gpu_task_without_journal_fails_a_plain_one_is_left_alone(tmp_path):
     node = HookNode(tmp_path, "lab-excl01")
     rc, out, err = task(node, 10, CUDA_VISIBLE_DEVICES="0")
-    assert rc == 1 and out == "" and "job 10 holds GPUs but has no journal" in err and "prolog did not run" in err
+    assert rc == 1 and out == "" and "job 10 holds GPUs but has no ready journal" in err and "prolog did not run" in err
     assert task(node, 10) == (0, "", "")
 
 
-def test_incomplete_or_foreign_journal_is_refused(mig):
-    path = mig.state_dir / "jobs" / "7.json"
-    data = json.loads(path.read_text())
-    path.write_text(json.dumps({**data, "state": "preparing"}))
+def test_journal_that_is_not_ready_has_no_task_file(mig):
+    store = JournalStore(mig.state_dir)
+    store.write(store.read(7).with_state("ending"))
+    assert not store.task_path(7).exists()
+    rc, _, err = task(mig, 7, SLURM_JOB_GPUS="1,4")
+    assert rc == 1 and "job 7 holds GPUs but has no ready journal" in err
+
+
+def test_foreign_or_hostile_task_file_is_refused(mig):
+    path = JournalStore(mig.state_dir).task_path(7)
+    text = path.read_text()
+    path.write_text(text.replace("gpushare-task/1 7", "gpushare-task/1 8"))
     rc, _, err = task(mig, 7)
-    assert rc == 1 and "is not a complete journal of job 7 (state 'preparing')" in err
-    path.write_text(json.dumps({**data, "env": {"CUDA_DEVICE_ORDER": "x;reboot"}}))
+    assert rc == 1 and "is not the task file of job 7" in err
+    path.write_text(text.replace("env CUDA_DEVICE_ORDER PCI_BUS_ID", "env CUDA_DEVICE_ORDER x;reboot"))
     rc, _, err = task(mig, 7)
     assert rc == 1 and "refusing to export CUDA_DEVICE_ORDER='x;reboot'" in err
+    path.write_text(text + "rm -rf /\n")
+    rc, _, err = task(mig, 7)
+    assert rc == 1 and "unreadable line 'rm -rf /'" in err
 
 
 def test_bad_job_id_is_refused(mig):
@@ -103,16 +115,16 @@ def test_bad_job_id_is_refused(mig):
     assert "SLURM_JOB_ID='7/../8' is not a job id" in err.getvalue()
 
 
-def test_state_dir_comes_from_the_spec_cache_or_the_default(mig, tmp_path):
+def test_state_dir_comes_from_the_node_config_or_the_default(mig, tmp_path):
     assert taskprolog.state_dir({"GPUSHARE_NODE_CONFIG": str(mig.config)}) == str(mig.state_dir)
     assert taskprolog.state_dir({"GPUSHARE_NODE_CONFIG": str(tmp_path / "none.yaml")}) == "/var/lib/gpushare"
 
 
 def test_task_prolog_imports_almost_nothing():
-    """It runs on every task start: no dataclasses, YAML, pydantic, NVML or policy code."""
+    """It runs on every task start: no dataclasses, JSON, YAML, pydantic, NVML or policy code."""
     code = "import sys; import slurm_gpushare.hooks.taskprolog; print(' '.join(sorted(sys.modules)))"
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
-    heavy = {"dataclasses", "yaml", "pydantic", "click", "ctypes", "hostlist", "jinja2", "inspect"}
+    heavy = {"dataclasses", "yaml", "pydantic", "click", "ctypes", "hostlist", "jinja2", "inspect", "json"}
     assert not loaded & heavy, loaded & heavy
     ours = {m for m in loaded if m.startswith("slurm_gpushare")}
     assert ours == {"slurm_gpushare", "slurm_gpushare.hooks", "slurm_gpushare.hooks.taskprolog", "slurm_gpushare.node",

@@ -1,0 +1,387 @@
+"""The node hooks on real Slurm: MIG UUIDs, MPS daemons, clean nodes, drains, reconcile, relayout.
+
+Runs its own compose project ("hooks") on a copy of etc/small-lab.yaml with
+the hooks switched on (Prolog/Epilog/TaskProlog = the installed entry
+points), so the shared cluster of the other cluster tests keeps its
+configuration. The module fixture builds the images, brings the project up
+and always takes it down (containers, network, volumes).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurm_gpushare.policy import load_file
+from slurm_gpushare.node.relayout import parse_node_gres
+from slurm_gpushare.testcluster.cluster import TestCluster
+from tests.cluster.conftest import POLICY, _docker_problem, setup_accounts
+
+PROJECT = os.environ.get("GPUSHARE_HOOKS_PROJECT", "hooks")
+HOOKS = {"prolog": "/usr/local/sbin/gpushare-prolog", "epilog": "/usr/local/sbin/gpushare-epilog",
+         "task_prolog": "/usr/local/bin/gpushare-task-prolog"}
+STATE = "/var/lib/gpushare"
+FAKE = f"{STATE}/fake-nvml.json"
+MIG_INCLUDE = "/etc/slurm/gres.d/gpushare-mig.conf"
+ENV_SCRIPT = "env | grep -E '^(CUDA_|SLURM_JOB_GPUS=|SLURM_STEP_GPUS=|GPU_DEVICE_ORDINAL=)' | sort\n"
+NODES = ("lab-excl01", "lab-shard01", "lab-mig01", "lab-mps01")
+
+
+def hooks_policy(path: Path) -> Path:
+    """etc/small-lab.yaml with the three node hooks set to the installed entry points.
+
+    GPUSHARE_HOOKS_JOB_SUBMIT=0 leaves job_submit.lua out, to tell a node-side
+    failure from a submission-side one (these tests submit only valid requests)."""
+    raw = yaml.safe_load(POLICY.read_text())
+    raw["cluster"]["hooks"].update(HOOKS)
+    if os.environ.get("GPUSHARE_HOOKS_JOB_SUBMIT") == "0":
+        raw["cluster"]["hooks"]["job_submit_lua"] = False
+    path.write_text("# small-lab.yaml with the node hooks on (tests/cluster/test_node_runtime.py)\n" + yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def hooks_cluster():
+    problem = _docker_problem()
+    if problem:
+        if os.environ.get("GPUSHARE_REQUIRE_CLUSTER") == "1":
+            pytest.fail(f"cluster tier: {problem} (GPUSHARE_REQUIRE_CLUSTER=1)", pytrace=False)
+        pytest.skip(f"cluster tier: {problem}")
+    # Not under pytest's basetemp: concurrent pytest runs rotate those away while the cluster still uses them.
+    work = Path(tempfile.mkdtemp(prefix="gpushare-hooks-"))
+    cluster = TestCluster(hooks_policy(work / "small-lab-hooks.yaml"), project=PROJECT, workdir=work)
+    try:
+        cluster.build()
+        cluster.write_config()
+        cluster.compose("down", "-v", "--remove-orphans", "-t", "5", timeout=180, check=False)
+        cluster.up()
+        cluster.wait_idle(timeout=300)
+        setup_accounts(cluster)
+        yield cluster
+    finally:
+        if os.environ.get("GPUSHARE_HOOKS_KEEP") != "1":  # keep it up for debugging
+            cluster.down()
+            shutil.rmtree(work, ignore_errors=True)
+
+
+# ---- helpers ----------------------------------------------------------------------------
+
+
+def env_of(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def submit(c: TestCluster, script: str, user: str = "carol", account: str = "biology", **opts) -> int:
+    return c.sbatch(script, user=user, account=account, output="/shared/hooks-%j.out", **opts)
+
+
+def finished(c: TestCluster, job: int, timeout: float = 240) -> tuple[dict, str]:
+    rec = c.wait(job, timeout=timeout)
+    assert rec["State"] == "COMPLETED", (rec, c.job(job))
+    return rec, c.read_shared(f"hooks-{job}.out")
+
+
+def mig_uuids_by_index(c: TestCluster, node: str = "lab-mig01") -> list[str]:
+    """The MIG UUID of each gpu record of the node's MIG include, in line order (= Slurm's index)."""
+    text = c.exec(node, ["cat", MIG_INCLUDE]).stdout
+    uuids, last = [], None
+    for line in text.splitlines():
+        m = re.match(r"# (MIG-[0-9a-f-]+):", line)
+        if m:
+            last = m[1]
+        elif line.startswith("NodeName="):
+            uuids.append(last)
+    return uuids
+
+
+def node_shell(c: TestCluster, node: str, script: str, check: bool = True):
+    return c.exec(node, ["bash", "-c", script], check=check)
+
+
+def journals(c: TestCluster, node: str) -> list[str]:
+    out = node_shell(c, node, f"ls {STATE}/jobs 2>/dev/null || true").stdout
+    return [n for n in out.split() if n.endswith(".json")]
+
+
+def mps_daemons(c: TestCluster, node: str = "lab-mps01") -> list[str]:
+    out = node_shell(c, node, "pgrep -a -f '[n]vidia-cuda-mps-control -d' || true").stdout
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def wait_for(what: str, probe, timeout: float = 60, every: float = 1.0):
+    deadline = time.monotonic() + timeout
+    value = probe()
+    while not value:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)
+        value = probe()
+    return value
+
+
+def wait_clean(c: TestCluster, node: str, timeout: float = 90) -> None:
+    """The epilog may still run after sacct says COMPLETED: wait until no journal is left."""
+    wait_for(f"no journal on {node}", lambda: not journals(c, node), timeout)
+
+
+def running(c: TestCluster, job: int) -> bool:
+    return c.job(job).get("JobState") == "RUNNING"
+
+
+# ---- MIG -------------------------------------------------------------------------------
+
+
+def test_mig_job_sees_exactly_its_instance_uuid(hooks_cluster):
+    c = hooks_cluster
+    mig_type = c.site.group("lab-mig").gpus[0].mig_types()[0]
+    _rec, out = finished(c, submit(c, ENV_SCRIPT + "nvidia-smi -L\n", gres=f"gpu:{mig_type}:1"))
+    env = env_of(out)
+    uuids = mig_uuids_by_index(c)
+    assert len(uuids) == 7 and all(uuids)
+    index = int(env["SLURM_JOB_GPUS"])
+    assert env["CUDA_VISIBLE_DEVICES"] == uuids[index], f"index {index}: {env} vs {uuids}"
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert f"(UUID: {uuids[index]})" in out  # the fake nvidia-smi lists the same device
+    wait_clean(c, "lab-mig01")
+
+
+def test_two_concurrent_mig_jobs_see_different_uuids(hooks_cluster):
+    c = hooks_cluster
+    mig_type = c.site.group("lab-mig").gpus[0].mig_types()[0]
+    script = ENV_SCRIPT + "sleep 12\n"
+    jobs = [submit(c, script, user=u, account=a, gres=f"gpu:{mig_type}:1")
+            for u, a in (("carol", "biology"), ("dave", "biology-imaging"))]
+    results = [finished(c, j) for j in jobs]
+    (s1, e1), (s2, e2) = [(r["Start"], r["End"]) for r, _ in results]
+    assert max(s1, s2) < min(e1, e2), f"the MIG jobs did not overlap: {s1}-{e1}, {s2}-{e2}"
+    envs = [env_of(out) for _, out in results]
+    uuids = mig_uuids_by_index(c)
+    seen = [e["CUDA_VISIBLE_DEVICES"] for e in envs]
+    assert seen[0] != seen[1] and all(s.startswith("MIG-") for s in seen), seen
+    assert seen == [uuids[int(e["SLURM_JOB_GPUS"])] for e in envs]
+    wait_clean(c, "lab-mig01")
+
+
+# ---- MPS ---------------------------------------------------------------------------------
+
+
+MPS_SCRIPT = ENV_SCRIPT + """echo "PIPE_OWNER=$(stat -c %U "$CUDA_MPS_PIPE_DIRECTORY")"
+echo "PIPE_MODE=$(stat -c %a "$CUDA_MPS_PIPE_DIRECTORY")"
+echo "SERVERS=$(echo get_server_list | nvidia-cuda-mps-control | tr '\\n' ' ')"
+echo "DAEMONS=$(pgrep -c -f '[n]vidia-cuda-mps-control -d')"
+grep -c 'Cmd:set_default_active_thread_percentage' "$CUDA_MPS_LOG_DIRECTORY/control.log" | sed 's/^/LOGGED=/'
+sleep ${HOLD:-0}
+"""
+
+
+def test_mps_job_sees_pipe_dir_percentage_and_memory_limit(hooks_cluster):
+    c = hooks_cluster
+    _rec, out = finished(c, submit(c, MPS_SCRIPT, gres="mps:25"))
+    env = env_of(out)
+    memory = c.site.group("lab-mps").model.memory_mib
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={memory * 25 // 100}MB"
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == f"{STATE}/mps/g0-u2003-p25/pipe"
+    assert env["CUDA_MPS_LOG_DIRECTORY"].endswith("/gpushare-mps/g0-u2003-p25")
+    assert env["CUDA_VISIBLE_DEVICES"].startswith("GPU-")  # Slurm sets none for mps jobs here
+    assert env["PIPE_OWNER"] == "carol" and env["PIPE_MODE"] == "700"
+    assert env["SERVERS"].split() and env["DAEMONS"] == "1" and env["LOGGED"] == "1"
+    wait_clean(c, "lab-mps01")
+    assert mps_daemons(c) == []
+    assert node_shell(c, "lab-mps01", f"ls {STATE}/mps").stdout.split() == []
+
+
+def test_mps_daemon_lives_until_the_last_job_on_the_gpu_ends(hooks_cluster):
+    c = hooks_cluster
+    short = submit(c, "HOLD=2\n" + MPS_SCRIPT, gres="mps:25")
+    long = submit(c, "HOLD=30\n" + MPS_SCRIPT, gres="mps:25")
+    finished(c, short)
+    assert running(c, long), c.job(long)
+    wait_for("the short job's journal to go", lambda: len(journals(c, "lab-mps01")) == 1, 60)
+    assert len(mps_daemons(c)) == 1, "the daemon stopped while a job still used it"
+    _rec, out = finished(c, long)
+    assert env_of(out)["DAEMONS"] == "1"  # both jobs shared one daemon
+    wait_clean(c, "lab-mps01")
+    assert mps_daemons(c) == []
+
+
+# ---- exclusive and failures -------------------------------------------------------------
+
+
+def test_exclusive_job_env_unchanged_but_device_order(hooks_cluster):
+    c = hooks_cluster
+    _rec, out = finished(c, submit(c, ENV_SCRIPT, gres="gpu:l40s:1", nodelist="lab-excl01"))
+    env = env_of(out)
+    # What Slurm sets without hooks (tests/cluster/test_small_lab.py), plus CUDA_DEVICE_ORDER only.
+    assert set(env) == {"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "SLURM_JOB_GPUS", "CUDA_DEVICE_ORDER"}, env
+    assert env["CUDA_VISIBLE_DEVICES"] == "0" and env["GPU_DEVICE_ORDINAL"] == "0"
+    assert env["SLURM_JOB_GPUS"] in ("0", "1") and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    wait_clean(c, "lab-excl01")
+
+
+def test_forced_prolog_failure_drains_with_readable_reason(hooks_cluster):
+    c = hooks_cluster
+    fake = ["gpushare", "node", "fake-nvml"]
+    for gpu in (0, 1):  # a stranger's CUDA process on both GPUs: the prolog must refuse
+        c.exec("lab-excl01", fake + ["add-process", "--state", FAKE, "--gpu", str(gpu), "--pid", str(4240 + gpu)])
+    job = submit(c, "true\n", gres="gpu:l40s:1", nodelist="lab-excl01")
+    def drained():
+        state = c.node_states()["lab-excl01"]
+        return state if "DRAIN" in state["flags"] else None
+
+    try:
+        reason = wait_for("lab-excl01 to drain", drained, 120)["reason"]
+        assert re.match(rf"gpushare-prolog: job {job} on lab-excl01: GPU [01] \(GPU-[0-9a-f-]+\) is busy before the job "
+                        r"starts: processes 424[01]", reason), reason
+    finally:
+        for gpu in (0, 1):
+            c.exec("lab-excl01", fake + ["remove-process", "--state", FAKE, "--pid", str(4240 + gpu)], check=False)
+        c.slurm(["scancel", str(job)], check=False)
+        c.scontrol("update", "nodename=lab-excl01", "state=resume")
+    c.wait_idle(timeout=120)
+    assert journals(c, "lab-excl01") == []
+
+
+# ---- many jobs leave nothing behind ---------------------------------------------------------
+
+CHURN = int(os.environ.get("GPUSHARE_CHURN_JOBS", "200"))
+CHURN_KINDS = (  # (sbatch options, user, account)
+    ({"gres": "gpu:a100_40g_1g.5gb:1"}, "carol", "biology"),
+    ({"gres": "mps:10"}, "dave", "biology-imaging"),
+    ({"gres": "shard:1"}, "carol", "biology"),
+    ({"gres": "mps:20"}, "carol", "biology"),
+    ({"gres": "gpu:l40s:1", "nodelist": "lab-excl01"}, "dave", "biology-imaging"),
+    ({"nodelist": "lab-mig01"}, "dave", "biology-imaging"),  # no GPU at all
+)
+
+
+def _submit_many(c: TestCluster, count: int) -> int:
+    """Submit ``count`` short jobs of mixed kinds, one docker exec per user; returns the number submitted."""
+    per_user: dict[tuple[str, str], list[str]] = {}
+    for i in range(count):
+        opts, user, account = CHURN_KINDS[i % len(CHURN_KINDS)]
+        flags = " ".join(f"--{k}={v}" for k, v in opts.items())
+        per_user.setdefault((user, account), []).append(f"sbatch -Q --account={account} -o /dev/null {flags} --wrap true")
+    for (user, _account), lines in per_user.items():
+        c.exec("slurmctld", ["bash", "-c", "set -e\n" + "\n".join(lines)], user=user, timeout=600)
+    return count
+
+
+def test_many_short_jobs_of_mixed_kinds_leave_nothing_behind(hooks_cluster):
+    c = hooks_cluster
+    before = len(c.sacct())
+    _submit_many(c, CHURN)
+    wait_for("every job to finish", lambda: c.slurm(["squeue", "-h"]).stdout.strip() == "", timeout=300 + 6 * CHURN, every=5)
+    recs = c.sacct()[before:]
+    states = {}
+    for rec in recs:
+        states[rec["State"]] = states.get(rec["State"], 0) + 1
+    assert states == {"COMPLETED": CHURN}, states
+    for node in NODES:
+        wait_clean(c, node)
+        left = node_shell(c, node, f"ls -A {STATE}/jobs; ls -A {STATE}/mps 2>/dev/null; "
+                                   "pgrep -a -f '[n]vidia-cuda-mps' || true").stdout.split()
+        assert left == [".lock"], f"{node}: {left}"
+        procs = node_shell(c, node, f"python3 -c \"import json; print(sum(len(g['processes']) for g in json.load(open('{FAKE}'))['gpus']))\"")
+        assert procs.stdout.strip() == "0", f"{node}: fake NVML still lists processes"
+    assert c.exec("lab-mig01", ["gpushare", "node", "mig", "assert", "--policy", "/etc/gpushare/policy.yaml",
+                                "--fake-nvml", FAKE]).returncode == 0
+    c.wait_idle(timeout=120)  # and no node drained on the way
+
+
+# ---- crashes: reconcile ------------------------------------------------------------------------
+
+
+def reconcile(c: TestCluster, node: str, *extra: str):
+    return c.exec(node, ["gpushare", "node", "reconcile", "--policy", "/etc/gpushare/policy.yaml", "--fake-nvml", FAKE,
+                         *extra], check=False, timeout=120)
+
+
+def test_killed_slurmd_mid_job_then_reconcile_leaves_the_node_clean(hooks_cluster):
+    c = hooks_cluster
+    job = submit(c, "sleep 600\n", gres="mps:25")
+    wait_for("the MPS job to run", lambda: running(c, job), 120)
+    wait_for("its daemon", lambda: mps_daemons(c), 30)
+    assert journals(c, "lab-mps01") == [f"{job}.json"]
+    # slurmd dies (SIGKILL, by its pid file): the container goes with it, as a node would on a crash
+    node_shell(c, "lab-mps01", "kill -9 $(cat /run/slurmd.pid)", check=False)
+    wait_for("lab-mps01's container to stop",
+             lambda: "Exit" in c.compose("ps", "lab-mps01", check=False).stdout, 60)
+    c.compose("start", "lab-mps01", timeout=120)
+    wait_for("lab-mps01 to answer", lambda: node_shell(c, "lab-mps01", "scontrol ping", check=False).returncode == 0, 120)
+    c.slurm(["scancel", str(job)], check=False)
+    c.wait_idle(timeout=240)
+    res = reconcile(c, "lab-mps01")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert journals(c, "lab-mps01") == [] and mps_daemons(c) == []
+    assert node_shell(c, "lab-mps01", f"ls -A {STATE}/mps").stdout.split() == []
+
+
+def test_reconcile_cleans_what_an_interrupted_prolog_left(hooks_cluster):
+    """A prolog whose slurmd died right after it ran leaves a journal and a daemon for a job Slurm does not run."""
+    c = hooks_cluster
+    env = ["env", "-i", "SLURM_JOB_ID=999999", "SLURM_JOB_UID=2003", "SLURM_JOB_GID=2000", "SLURMD_NODENAME=lab-mps01",
+           "SLURM_JOB_GPUS=0", "CUDA_VISIBLE_DEVICES=0", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40"]
+    c.exec("lab-mps01", env + [HOOKS["prolog"]])
+    assert journals(c, "lab-mps01") == ["999999.json"] and len(mps_daemons(c)) == 1
+    dry = reconcile(c, "lab-mps01", "--dry-run")
+    assert dry.returncode == 0 and "would: node lab-mps01: job 999999 is not running here" in dry.stdout, dry.stdout
+    assert "stop MPS daemon g0-u2003-p40 (last job using it)" in dry.stdout
+    assert journals(c, "lab-mps01") == ["999999.json"] and len(mps_daemons(c)) == 1  # a dry run changes nothing
+    res = reconcile(c, "lab-mps01")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "node lab-mps01: job 999999 is not running here" in res.stdout
+    assert journals(c, "lab-mps01") == [] and mps_daemons(c) == []
+    assert reconcile(c, "lab-mps01").stdout.strip().endswith("nothing to reconcile")
+
+
+# ---- relayout (last: it changes the MIG node's layout) ----------------------------------------
+
+# What the driver (nvidia-modprobe) provides on a real node: a device file for every GI and CI access
+# capability of GPU 0 in mig-minors, so the new instances' files exist when slurmd re-reads gres.conf.
+MAKE_CAPS = f"""
+import os, re, stat
+major = os.major(os.stat('/dev/nvidia-caps/nvidia-cap66').st_rdev)
+for line in open('{FAKE}.mig-minors'):
+    m = re.fullmatch(r'gpu0/gi\\d+(/ci\\d+)?/access (\\d+)', line.strip())
+    path = m and f'/dev/nvidia-caps/nvidia-cap{{m[2]}}'
+    if path and not os.path.exists(path):
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, int(m[2])))
+"""
+
+
+def test_relayout_changes_the_mig_layout_and_the_node_returns_with_new_counts(hooks_cluster):
+    c = hooks_cluster
+    raw = yaml.safe_load(c.policy.read_text())
+    for group in raw["node_groups"]:
+        if group["name"] == "lab-mig":
+            group["sharing"][0]["layout"] = "all-3g.20gb"
+    raw["submission"]["aliases"].pop("small", None)  # it names the old layout's type
+    new_policy = c.workdir / "small-lab-relayout.yaml"
+    new_policy.write_text(yaml.safe_dump(raw, sort_keys=False))
+    new = load_file(new_policy)
+    want = new.group("lab-mig").gres
+    # the new slurm.conf goes out first (not yet read: relayout's reconfigure makes Slurm read it)
+    c.write_config(new)
+    c.compose("run", "--rm", "--no-deps", "config", timeout=120)
+    c.exec("slurmctld", ["tee", "/shared/relayout-policy.yaml"], input=new_policy.read_text())
+    c.exec("lab-mig01", ["python3", "-c", MAKE_CAPS])
+    res = c.exec("lab-mig01", ["gpushare", "node", "relayout", "--policy", "/shared/relayout-policy.yaml",
+                               "--fake-nvml", FAKE, "--timeout", "300"], check=False, timeout=700)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "node lab-mig01: resumed" in res.stdout
+    state = c.node_states()["lab-mig01"]
+    assert parse_node_gres(state["gres"]) == want, state
+    c.wait_idle(timeout=240)
+    mig_type = new.group("lab-mig").gpus[0].mig_types()[0]
+    _rec, out = finished(c, submit(c, ENV_SCRIPT, gres=f"gpu:{mig_type}:1"))
+    env = env_of(out)
+    assert env["CUDA_VISIBLE_DEVICES"] == mig_uuids_by_index(c)[int(env["SLURM_JOB_GPUS"])]
+    assert len(mig_uuids_by_index(c)) == 2
