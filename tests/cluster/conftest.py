@@ -13,6 +13,7 @@ GPUSHARE_REQUIRE_CLUSTER=1 (set by .ci/run): then it fails.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 import pytest
@@ -23,6 +24,7 @@ from tests.conftest import ROOT
 
 POLICY = ROOT / "etc" / "small-lab.yaml"
 PROJECT = os.environ.get("GPUSHARE_TEST_PROJECT", "gpusharetest")
+MIG_INCLUDE = "/etc/slurm/gres.d/gpushare-mig.conf"
 
 
 def pytest_collection_modifyitems(items):
@@ -94,3 +96,16 @@ def setup_accounts(c: TestCluster) -> None:
     c.slurm(["gpushare", "accounts", "apply", "/etc/gpushare/policy.yaml"], timeout=120)
     again = c.slurm(["gpushare", "accounts", "plan", "/etc/gpushare/policy.yaml"]).stdout
     assert "sacctmgr" not in again, f"accounts plan not empty after apply:\n{again}"
+
+
+def mig_uuids_by_index(c: TestCluster, node: str = "lab-mig01") -> list[str]:
+    """The MIG UUID of each gpu record of the node's MIG include, in line order (= Slurm's index)."""
+    text = c.exec(node, ["cat", MIG_INCLUDE]).stdout
+    uuids, last = [], None
+    for line in text.splitlines():
+        m = re.match(r"# (MIG-[0-9a-f-]+):", line)
+        if m:
+            last = m[1]
+        elif line.startswith("NodeName="):
+            uuids.append(last)
+    return uuids

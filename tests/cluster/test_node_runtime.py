@@ -22,14 +22,13 @@ import yaml
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.node.relayout import parse_node_gres
 from slurm_gpushare.testcluster.cluster import TestCluster
-from tests.cluster.conftest import POLICY, _docker_problem, setup_accounts
+from tests.cluster.conftest import POLICY, _docker_problem, mig_uuids_by_index, setup_accounts
 
 PROJECT = os.environ.get("GPUSHARE_HOOKS_PROJECT", "hooks")
 HOOKS = {"prolog": "/usr/local/sbin/gpushare-prolog", "epilog": "/usr/local/sbin/gpushare-epilog",
          "task_prolog": "/usr/local/bin/gpushare-task-prolog"}
 STATE = "/var/lib/gpushare"
 FAKE = f"{STATE}/fake-nvml.json"
-MIG_INCLUDE = "/etc/slurm/gres.d/gpushare-mig.conf"
 ENV_SCRIPT = "env | grep -E '^(CUDA_|SLURM_JOB_GPUS=|SLURM_STEP_GPUS=|GPU_DEVICE_ORDINAL=)' | sort\n"
 NODES = ("lab-excl01", "lab-shard01", "lab-mig01", "lab-mps01")
 
@@ -86,19 +85,6 @@ def finished(c: TestCluster, job: int, timeout: float = 240) -> tuple[dict, str]
     rec = c.wait(job, timeout=timeout)
     assert rec["State"] == "COMPLETED", (rec, c.job(job))
     return rec, c.read_shared(f"hooks-{job}.out")
-
-
-def mig_uuids_by_index(c: TestCluster, node: str = "lab-mig01") -> list[str]:
-    """The MIG UUID of each gpu record of the node's MIG include, in line order (= Slurm's index)."""
-    text = c.exec(node, ["cat", MIG_INCLUDE]).stdout
-    uuids, last = [], None
-    for line in text.splitlines():
-        m = re.match(r"# (MIG-[0-9a-f-]+):", line)
-        if m:
-            last = m[1]
-        elif line.startswith("NodeName="):
-            uuids.append(last)
-    return uuids
 
 
 def node_shell(c: TestCluster, node: str, script: str, check: bool = True):
@@ -217,9 +203,12 @@ def test_mps_daemon_lives_until_the_last_job_on_the_gpu_ends(hooks_cluster):
 
 def test_exclusive_job_env_unchanged_but_device_order(hooks_cluster):
     c = hooks_cluster
-    _rec, out = finished(c, submit(c, ENV_SCRIPT, gres="gpu:l40s:1", nodelist="lab-excl01"))
-    env = env_of(out)
-    # What Slurm sets without hooks (tests/cluster/test_small_lab.py), plus CUDA_DEVICE_ORDER only.
+    script = ENV_SCRIPT + "/usr/local/bin/gpushare-task-prolog | sed 's/^/TASKPROLOG: /'\n"
+    _rec, out = finished(c, submit(c, script, gres="gpu:l40s:1", nodelist="lab-excl01"))
+    # The task prolog, run again inside the job, changes one thing only.
+    assert [l for l in out.splitlines() if l.startswith("TASKPROLOG: ")] == ["TASKPROLOG: export CUDA_DEVICE_ORDER=PCI_BUS_ID"], out
+    env = env_of("\n".join(l for l in out.splitlines() if not l.startswith("TASKPROLOG: ")))
+    # What Slurm sets for an exclusive GPU (seen with the hooks off), plus CUDA_DEVICE_ORDER only.
     assert set(env) == {"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "SLURM_JOB_GPUS", "CUDA_DEVICE_ORDER"}, env
     assert env["CUDA_VISIBLE_DEVICES"] == "0" and env["GPU_DEVICE_ORDINAL"] == "0"
     assert env["SLURM_JOB_GPUS"] in ("0", "1") and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"

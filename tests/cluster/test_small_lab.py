@@ -8,6 +8,7 @@ import time
 import pytest
 
 from slurm_gpushare.render import context as ctx
+from tests.cluster.conftest import mig_uuids_by_index
 
 ENV_RE = r"^(CUDA_|SLURM_JOB_GPUS|SLURM_STEP_GPUS|SLURM_GPUS_ON_NODE|SLURM_SHARDS_ON_NODE|GPU_DEVICE_ORDINAL)"
 ENV_SCRIPT = f"env | grep -E '{ENV_RE}' | sort\n"
@@ -84,9 +85,11 @@ def test_mig_job(cluster):
     mig_type = cluster.site.group("lab-mig").gpus[0].mig_types()[0]
     rec, env = run_env_job(cluster, gres=f"gpu:{mig_type}:1")
     assert rec["NodeList"] == "lab-mig01"
-    # Manual MIG: Slurm hands out an index (the node task prolog turns it into a MIG UUID).
-    assert env["CUDA_VISIBLE_DEVICES"] == "0"
-    assert env["SLURM_JOB_GPUS"] in {str(i) for i in range(7)}
+    # Slurm hands out an index of the node's gres.conf; the node task prolog
+    # turns it into that instance's MIG UUID, which is what CUDA reads.
+    index = int(env["SLURM_JOB_GPUS"])
+    assert env["CUDA_VISIBLE_DEVICES"] == mig_uuids_by_index(cluster)[index], env
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     alloc = tres(rec)
     assert alloc[f"gres/gpu:{mig_type}"] == "1" and alloc["gres/gpu"] == "1"
 
@@ -106,11 +109,12 @@ def test_mps_job_thread_percentage(cluster):
     assert tres(rec)["gres/mps"] == "25"
 
 
-@pytest.mark.xfail(strict=True, reason="Slurm 24.11/26.05: with mps and shard both in GresTypes, mps jobs get no "
-                   "CUDA_VISIBLE_DEVICES (docs say they do); the node task prolog sets it")
-def test_mps_job_visible_devices_as_documented(cluster):
+def test_mps_job_sees_its_gpu(cluster):
+    # Slurm sets no CUDA_VISIBLE_DEVICES for mps jobs when shard is also in
+    # GresTypes (README, "Slurm behaviour found"); the task prolog names the GPU.
     _rec, env = run_env_job(cluster, gres="mps:25")
-    assert env.get("CUDA_VISIBLE_DEVICES") == "0"
+    assert env["CUDA_VISIBLE_DEVICES"].startswith("GPU-"), env
+    assert env["CUDA_MPS_PIPE_DIRECTORY"].startswith("/var/lib/gpushare/mps/"), env
 
 
 def _intervals(cluster, jobs):
