@@ -3,34 +3,12 @@
 from __future__ import annotations
 
 import difflib
-import os
-import tempfile
 from pathlib import Path
 
+from .atomic import atomic_write
 from .errors import RenderError
 from .render import header_ok
 from .render.files import COMMENT
-
-
-def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write, fsync, rename: a reader sees the old file or the new one, never half of either."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def plan_writes(files: dict[str, str], out: Path, force: bool) -> tuple[dict[str, str], list[str]]:

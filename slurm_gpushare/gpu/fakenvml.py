@@ -32,13 +32,13 @@ import json
 import os
 import string
 import sys
-import tempfile
 import uuid as uuidlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from ..atomic import atomic_write
 from ..errors import GpushareError
 from ..hardware import CatalogueError, GpuModel, MigProfile, get_model
 from .migminors import mig_minors_text
@@ -435,18 +435,8 @@ def _process_object(proc: dict, gi: int, ci: int):
 
 
 def _write_json(path: Path, data: dict) -> None:
-    """Write, fsync, rename: another process reads the old state or the new one."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; other users' processes read GPU state too
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # 0644: other users' processes (task prolog, jobs) read GPU state too.
+    atomic_write(path, json.dumps(data, indent=1, sort_keys=True), 0o644)
 
 
 # ---- the fake ------------------------------------------------------------------
@@ -1036,11 +1026,7 @@ def _check_process_target(gpu: dict, gi: int | None, ci: int | None) -> None:
 
 
 def _write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="ascii") as fh:
-        fh.write(text)
-    os.chmod(tmp, 0o444)  # as the driver's mig-minors: world-readable
-    os.replace(tmp, path)
+    atomic_write(path, text, 0o444)  # as the driver's mig-minors: world-readable
 
 
 def _export_module_names() -> None:

@@ -22,11 +22,11 @@ import fcntl
 import json
 import os
 import re
-import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..atomic import atomic_write
 from ..errors import GpushareError
 from .paths import JOURNAL_FORMAT, TASK_FORMAT, journal_dir
 
@@ -116,37 +116,12 @@ class Journal:
 
 
 def write_json(path: Path, data: dict, mode: int = 0o644) -> None:
-    """Write, fsync, rename, fsync the directory: readers see the old file or the new one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+    """Atomically (readers see the old file or the new one), sorted keys."""
+    atomic_write(path, json.dumps(data, indent=1, sort_keys=True), mode)
 
 
 def write_text(path: Path, text: str, mode: int = 0o644) -> None:
-    """Atomically, as write_json."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+    atomic_write(path, text, mode)
 
 
 def task_text(journal: Journal) -> str:

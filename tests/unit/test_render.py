@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import yaml
 
 from slurm_gpushare.policy import build_site, load_file
 from slurm_gpushare.policy.billing import fmt
@@ -95,7 +96,17 @@ def test_slurm_conf_essentials():
     assert "NodeName=lab-shard01 CPUs=8 RealMemory=16000 Gres=gpu:l40s:1,shard:4 State=UNKNOWN\n" in text
     assert "NodeName=lab-mps01 CPUs=8 RealMemory=16000 Gres=gpu:a30:1,mps:100 State=UNKNOWN\n" in text
     assert "SUSPEND" not in text.replace("never suspend", "")
-    assert "Prolog=" not in text  # hooks are off in the small lab
+    for line in ["PrologFlags=Alloc,Contain", "Prolog=/usr/local/sbin/gpushare-prolog",
+                 "Epilog=/usr/local/sbin/gpushare-epilog", "TaskProlog=/usr/local/bin/gpushare-task-prolog"]:
+        assert line + "\n" in text  # the small lab runs the node hooks
+
+
+def test_no_hook_lines_without_hooks():
+    raw = yaml.safe_load((ROOT / "etc" / "small-lab.yaml").read_text())
+    raw["cluster"]["hooks"] = {"job_submit_lua": True}
+    text = render_all(build_site(raw, "small-lab-no-hooks.yaml"))["slurm.conf"]
+    assert "Prolog" not in text and "Epilog" not in text
+    assert "JobSubmitPlugins=lua\n" in text
 
 
 def test_fragment_is_inside_full_file():
