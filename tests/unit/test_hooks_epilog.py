@@ -13,7 +13,7 @@ from slurm_gpushare.node.journal import Device, Journal, JournalStore, MpsDaemon
 from slurm_gpushare.node.mps import MpsControl
 from slurm_gpushare.node.prolog import LiveGpu, LiveState, WriteJournal
 from slurm_gpushare.proc import Result
-from tests.unit.test_hooks_support import HookNode, stop_daemons
+from tests.unit.test_hooks_support import HookNode, no_scontrol
 
 DAEMON = MpsDaemon("g0-u5-p25", (0,), ("GPU-m",), 5, 5, 25, (6144,), "/s/mps/g0-u5-p25/pipe", "/l/g0-u5-p25")
 MIG_DEV = Device(2, 0, "GPU-a", "mig", "MIG-9", 9, 0, "MIG-9")
@@ -85,17 +85,6 @@ def test_process_jobs_reads_slurm_cgroup_paths(tmp_path):
 
 
 # ---- execution on a test node ------------------------------------------------------------
-
-
-def no_scontrol(argv, **_kw):
-    return Result(tuple(argv), 0, "", "")
-
-
-@pytest.fixture
-def mps_node(tmp_path):
-    node = HookNode(tmp_path, "lab-mps01")
-    yield node
-    stop_daemons(node.state_dir)
 
 
 def test_epilog_undoes_the_prolog_and_a_second_run_is_a_no_op(mps_node):

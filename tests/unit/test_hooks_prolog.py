@@ -26,7 +26,7 @@ from slurm_gpushare.node.prolog import (
     plan_prolog,
 )
 from slurm_gpushare.proc import Result
-from tests.unit.test_hooks_support import HookNode, stop_daemons
+from tests.unit.test_hooks_support import HookNode, no_scontrol
 
 A100_MIG = [MigDevice(f"MIG-{gi:04d}", gi, 0, "NVIDIA A100-SXM4-40GB MIG 1g.5gb", 4864) for gi in range(7, 14)]
 
@@ -203,17 +203,6 @@ def test_rerun_with_another_daemon_stops_the_old_one_only_if_unshared():
 
 
 # ---- execution: the hook on a test node ----------------------------------------------------
-
-
-def no_scontrol(argv, **_kw):
-    return Result(tuple(argv), 0, "", "")
-
-
-@pytest.fixture
-def mps_node(tmp_path):
-    node = HookNode(tmp_path, "lab-mps01")
-    yield node
-    stop_daemons(node.state_dir)
 
 
 def test_hook_starts_the_daemon_with_a_private_pipe_dir(mps_node):

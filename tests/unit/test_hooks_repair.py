@@ -13,7 +13,6 @@ import yaml
 from slurm_gpushare.hooks import prolog as prolog_hook
 from slurm_gpushare.node.epilog import Killer, QuitMps
 from slurm_gpushare.node.journal import JournalStore
-from slurm_gpushare.node.mig import MigRefused
 from slurm_gpushare.node.reconcile import (
     ReconcileError,
     daemon_dirs,
@@ -25,7 +24,7 @@ from slurm_gpushare.node.reconcile import (
 from slurm_gpushare.node.relayout import Relayout, RelayoutError, SlurmNode, fmt_gres, missing_devices, parse_node_gres
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.proc import Result, run
-from tests.unit.test_hooks_support import FAKE_MPS, HookNode, stop_daemons
+from tests.unit.test_hooks_support import FAKE_MPS, HookNode, no_scontrol
 
 
 class FakeSlurm:
@@ -76,10 +75,6 @@ class FakeSlurm:
         return Result(("fake",), 0, out, "")
 
 
-def no_scontrol(argv, **_kw):
-    return Result(tuple(argv), 0, "", "")
-
-
 class Clock:
     def __init__(self):
         self.now = 0.0
@@ -92,13 +87,6 @@ class Clock:
 
 
 # ---- reconcile ----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def mps_node(tmp_path):
-    node = HookNode(tmp_path, "lab-mps01")
-    yield node
-    stop_daemons(node.state_dir)
 
 
 def test_reconcile_undoes_orphans_keeps_running_jobs_and_stops_unnamed_daemons(mps_node):

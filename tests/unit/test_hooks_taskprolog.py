@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 import os
 import subprocess
 import sys
@@ -13,12 +12,7 @@ import pytest
 from slurm_gpushare.hooks import prolog as prolog_hook
 from slurm_gpushare.node import taskprolog
 from slurm_gpushare.node.journal import JournalStore
-from slurm_gpushare.proc import Result
-from tests.unit.test_hooks_support import HookNode, stop_daemons
-
-
-def no_scontrol(argv, **_kw):
-    return Result(tuple(argv), 0, "", "")
+from tests.unit.test_hooks_support import HookNode, no_scontrol, stop_daemons
 
 
 def task(node: HookNode, job_id: int, **env) -> tuple[int, str, str]:
