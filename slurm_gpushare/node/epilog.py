@@ -28,19 +28,13 @@ from dataclasses import dataclass
 
 from ..errors import GpushareError
 from .journal import Journal, JournalStore, MpsDaemon
-from .prolog import LiveState, WriteJournal, observe_gpus
+from .prolog import LiveState, NodeUnsafe, WriteJournal, observe_gpus
 
 _JOB_CGROUP = re.compile(r"/job_([0-9]+)(/|$)")
 
 
-class EpilogRefused(GpushareError):
+class EpilogRefused(NodeUnsafe):
     """The node is not safe after the job; names each device and process."""
-
-    exit_code = 1
-
-    def __init__(self, job_id: int, node: str, reasons: list[str]):
-        self.reasons = reasons
-        super().__init__(f"job {job_id} on {node}: " + "; ".join(reasons))
 
 
 @dataclass(frozen=True)

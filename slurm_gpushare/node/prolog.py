@@ -41,14 +41,18 @@ _GPU_FILE = re.compile(r"^/dev/nvidia([0-9]+)$")
 _CAP_FILE = re.compile(r"^/dev/nvidia-caps/nvidia-cap([0-9]+)$")
 
 
-class PrologRefused(GpushareError):
-    """The node cannot be made safe for this job; every reason, one line."""
+class NodeUnsafe(GpushareError):
+    """A hook found the node unsafe around a job: every reason, in one line naming job and node."""
 
     exit_code = 1
 
     def __init__(self, job_id: int, node: str, reasons: list[str]):
         self.reasons = reasons
         super().__init__(f"job {job_id} on {node}: " + "; ".join(reasons))
+
+
+class PrologRefused(NodeUnsafe):
+    """The node cannot be made safe for this job."""
 
 
 # ---- inputs ------------------------------------------------------------------------
