@@ -1,0 +1,128 @@
+"""Load the openb GPU trace (node list, pod list) into a SimCluster and Pods. Pure apart from reading the file.
+
+Strict: a row that does not parse raises TraceError naming the file, the line
+(1 is the header), the column and what would be accepted, so a truncated or
+hand-edited copy fails loudly instead of shifting the benchmark.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from ..errors import GpushareError
+from .simcluster import GPU_MILLI, Pod, SimCluster, SimGpu, SimNode
+
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+TRACE_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "gpu-trace"
+
+
+class TraceError(GpushareError):
+    """A trace file that cannot be used: names file, line, column and what is accepted."""
+
+    exit_code = 1
+
+
+def load_cluster(path: str | Path) -> SimCluster:
+    """The trace's nodes in file order: whole CPUs (cpu_milli / 1000), every GPU exclusive, untyped."""
+    nodes = tuple(_node(row, line, path) for line, row in _rows(path, NODE_COLUMNS))
+    if not nodes:
+        raise TraceError(f"{path}: no nodes (expected a header {','.join(NODE_COLUMNS)} and one row per node)")
+    return SimCluster(nodes=nodes)
+
+
+def load_pods(path: str | Path) -> tuple[Pod, ...]:
+    """The trace's pods in file order (the arrival harness sorts and shuffles them itself)."""
+    pods = tuple(_pod(row, line, path) for line, row in _rows(path, POD_COLUMNS))
+    if not pods:
+        raise TraceError(f"{path}: no pods (expected a header {','.join(POD_COLUMNS)} and one row per pod)")
+    return pods
+
+
+def default_trace() -> tuple[SimCluster, tuple[Pod, ...]]:
+    """The copy shipped in tests/data/gpu-trace: 1,213 nodes, 6,212 GPUs, 8,152 pods."""
+    return (
+        load_cluster(TRACE_DIR / "openb_node_list_gpu_node.csv"),
+        load_pods(TRACE_DIR / "openb_pod_list_default.csv"),
+    )
+
+
+def _rows(path: str | Path, required: Iterable[str]) -> Iterator[tuple[int, dict[str, str]]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in required if c not in (reader.fieldnames or ())]
+        if missing:
+            raise TraceError(
+                f"{path}: line 1: missing column(s) {', '.join(missing)}; "
+                f"the header must name {', '.join(required)}"
+            )
+        for row in reader:
+            if None in row or any(v is None for v in row.values()):
+                raise TraceError(
+                    f"{path}: line {reader.line_num}: {len(reader.fieldnames or ())} fields expected "
+                    f"({', '.join(reader.fieldnames or ())})"
+                )
+            yield reader.line_num, row
+
+
+def _int(row: dict[str, str], column: str, line: int, path: str | Path, low: int, high: int | None = None) -> int:
+    raw = row[column].strip()
+    accepted = f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"
+    try:
+        value = int(raw)
+    except ValueError:
+        raise TraceError(f"{path}: line {line}, column {column}: {raw!r} is not {accepted}") from None
+    if value < low or (high is not None and value > high):
+        raise TraceError(f"{path}: line {line}, column {column}: {value} is out of range; accepted: {accepted}")
+    return value
+
+
+def _node(row: dict[str, str], line: int, path: str | Path) -> SimNode:
+    name = row["sn"].strip()
+    if not name:
+        raise TraceError(f"{path}: line {line}, column sn: empty; accepted: a node name")
+    cpu_milli = _int(row, "cpu_milli", line, path, 1000)
+    if cpu_milli % 1000:
+        raise TraceError(
+            f"{path}: line {line}, column cpu_milli: {cpu_milli} is not a whole number of CPUs; "
+            "accepted: a multiple of 1000"
+        )
+    gpus = _int(row, "gpu", line, path, 0, 64)
+    model = row["model"].strip()
+    if gpus and not model:
+        raise TraceError(f"{path}: line {line}, column model: empty on a node with {gpus} GPUs; accepted: a GPU model")
+    return SimNode(
+        name=name,
+        cpus=cpu_milli // 1000,
+        memory_mib=_int(row, "memory_mib", line, path, 0),
+        gpus=tuple(SimGpu(mode="exclusive", model=model) for _ in range(gpus)),
+        cpu_milli=cpu_milli,
+    )
+
+
+def _pod(row: dict[str, str], line: int, path: str | Path) -> Pod:
+    name = row["name"].strip()
+    if not name:
+        raise TraceError(f"{path}: line {line}, column name: empty; accepted: a pod name")
+    num_gpu = _int(row, "num_gpu", line, path, 0, 64)
+    gpu_milli = _int(row, "gpu_milli", line, path, 0, GPU_MILLI)
+    if num_gpu and not gpu_milli:
+        raise TraceError(f"{path}: line {line}, column gpu_milli: 0 with num_gpu {num_gpu}; accepted: 1 to 1000")
+    if num_gpu > 1 and gpu_milli != GPU_MILLI:
+        raise TraceError(
+            f"{path}: line {line}, column gpu_milli: {gpu_milli} with num_gpu {num_gpu}; "
+            "accepted: 1000 (a multi-GPU pod takes whole GPUs)"
+        )
+    if not num_gpu and gpu_milli:
+        raise TraceError(f"{path}: line {line}, column gpu_milli: {gpu_milli} with num_gpu 0; accepted: 0")
+    return Pod(
+        name=name,
+        cpu_milli=_int(row, "cpu_milli", line, path, 0),
+        memory_mib=_int(row, "memory_mib", line, path, 0),
+        num_gpu=num_gpu,
+        gpu_milli=gpu_milli,
+        qos=(row.get("qos") or "").strip(),
+        gpu_spec=(row.get("gpu_spec") or "").strip(),
+    )
