@@ -1,6 +1,6 @@
 """Time the generated job_submit.lua per call under lupa, on Lua 5.1 and 5.4.
 
-    python bench/submit.py [--calls 20000] [--policy etc/small-lab.yaml]
+    python bench/submit.py [--calls 20000] [--policy etc/small-lab.yaml] [--also OTHER.lua]
     python bench/submit.py --cluster [--jobs 500] [--rounds 2] [--parallel 1] [--project NAME] [--keep]
 
 slurmctld calls slurm_job_submit under its locks for every submission, so its
@@ -9,6 +9,15 @@ cost is on the controller's critical path. Each call is timed from Python
 baseline, measured the same way in the same run, is an empty Lua function
 with the same arguments, so the ratio and the difference say what gpushare's
 rules add on top of the Python-to-Lua crossing. Figures only, no assertions.
+
+Each job_desc is built just before its call and dropped after it, so the Lua
+heap holds one job_desc at a time, as slurmctld's does. (Building all of them
+first kept 20,000 references in lupa's registry table; Lua 5.1's collector
+marks a table in one step, so every collection cycle paid a ~100 us step, and
+that, not the script, was the p99.) The tail that remains is the collector's
+work, which grows with what a call allocates: "alloc" is the bytes one call
+allocates, measured with the collector stopped. ``--also`` times another
+job_submit.lua in the same run, e.g. the one rendered before a change.
 
 --cluster: sbatch throughput on the docker test cluster (bench/cluster_throughput.py
 does the cluster and the measurement), in one run with JobSubmitPlugins=lua and
@@ -51,26 +60,39 @@ JOBS = {
 
 
 def time_calls(lua, fn, job: dict, calls: int) -> list[int]:
-    """ns per call; job_desc tables are built before timing, one per call (the script may change them)."""
-    descs = [lua.table_from(job) for _ in range(calls)]
-    parts = lua.table()
+    """ns per call; a fresh job_desc table per call (the script may change it), built outside the timing."""
+    table_from, parts = lua.table_from, lua.table()
     out = []
     gc.disable()
     try:
-        for desc in descs:
+        for _ in range(calls):
+            desc = table_from(job)
             t0 = time.perf_counter_ns()
             fn(desc, parts, 1000)
             out.append(time.perf_counter_ns() - t0)
+            del desc
     finally:
         gc.enable()
     return out
+
+
+def alloc_per_call(lua, fn, job: dict, calls: int = 1000) -> float:
+    """Bytes one call allocates: Lua's heap growth over ``calls`` calls with its collector stopped."""
+    descs, parts = [lua.table_from(job) for _ in range(calls)], lua.table()
+    lua.execute('collectgarbage("collect"); collectgarbage("stop")')
+    before = lua.eval('collectgarbage("count")')
+    for desc in descs:
+        fn(desc, parts, 1000)
+    grown = lua.eval('collectgarbage("count")') - before
+    lua.execute('collectgarbage("restart")')
+    return grown * 1024 / calls
 
 
 def pct(values: list[int], q: float) -> float:
     return sorted(values)[min(len(values) - 1, int(q * len(values)))] / 1000
 
 
-def bench(version: str, source: str, calls: int) -> None:
+def bench(version: str, source: str, calls: int, label: str = "") -> None:
     lua = importlib.import_module(f"lupa.{version}").LuaRuntime()
     lua.execute(FAKE_SLURM)
     lua.execute(source)
@@ -78,12 +100,14 @@ def bench(version: str, source: str, calls: int) -> None:
     time_calls(lua, g.slurm_job_submit, JOBS["gpu request"], min(calls, 2000))  # warm up
     base = time_calls(lua, g.gpushare_empty, JOBS["gpu request"], calls)
     b50 = statistics.median(base) / 1000
-    print(f"{lua.eval('_VERSION')} ({version}), {calls} calls each, microseconds per call:")
+    print(f"{lua.eval('_VERSION')} ({version}){label}, {calls} calls each, microseconds per call:")
     print(f"  {'baseline: empty Lua function':30s} p50 {b50:7.2f}  p99 {pct(base, 0.99):7.2f}")
     for name, job in JOBS.items():
         t = time_calls(lua, g.slurm_job_submit, job, calls)
         p50 = statistics.median(t) / 1000
-        print(f"  {name:30s} p50 {p50:7.2f}  p99 {pct(t, 0.99):7.2f}  ({p50 / b50:5.1f}x baseline, +{p50 - b50:.2f} us)")
+        alloc = alloc_per_call(lua, g.slurm_job_submit, job)
+        print(f"  {name:30s} p50 {p50:7.2f}  p99 {pct(t, 0.99):7.2f}  p99.9 {pct(t, 0.999):7.2f}  "
+              f"alloc {alloc:5.0f} B  ({p50 / b50:5.1f}x baseline, +{p50 - b50:.2f} us)")
 
 
 CLUSTER_KINDS = {"plain job": [], "gpu job (--gres=gpu:l40s:1)": ["--gres=gpu:l40s:1"]}
@@ -188,6 +212,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=20000)
     ap.add_argument("--policy", type=Path, default=ROOT / "etc" / "small-lab.yaml")
+    ap.add_argument("--also", type=Path, help="another job_submit.lua to time in the same run (e.g. before a change)")
     ap.add_argument("--cluster", action="store_true", help="sbatch throughput with and without the plugin on the docker test cluster")
     group = ap.add_argument_group("--cluster")
     from bench import cluster_throughput as ct
@@ -202,6 +227,8 @@ def main() -> None:
     print(f"policy {args.policy.name}; job_submit.lua {len(source) / 1e3:.1f} kB")
     for version in VERSIONS:
         bench(version, source, args.calls)
+        if args.also:
+            bench(version, args.also.read_text(encoding="utf-8"), args.calls, f" [{args.also.name}]")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# Helper modules that hold asserts (not named test_*.py, so not collected): full assert messages there too.
+pytest.register_assert_rewrite("tests.unit.submit_corpus", "tests.unit.hooks_support", "tests.unit.slurm_fakes")
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

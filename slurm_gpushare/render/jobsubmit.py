@@ -1,9 +1,12 @@
 """job_submit.lua: the submission rules of ``slurm_gpushare.submit``, with the policy as Lua tables.
 
 The tables are emitted as literals (built once when slurmctld loads the
-script, never per job); the rules are hand-written Lua in the template that
-mirrors ``submit/decide.py`` line for line. tests/cases/submit.yaml runs
-through both and requires the same decision, codes, messages and rewrites.
+script, never per job), and so are the messages and codes of
+``submit/tables.py``, as Lua functions of their values: the template holds
+the rules' logic, which mirrors ``submit/decide.py``, and no text.
+tests/cases/submit.yaml runs through both and requires the same decision,
+codes, messages and rewrites; tests/unit/test_submit_messages.py requires
+that each message is used on both sides.
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ def lua_data(t: Tables) -> dict:
         "passthrough_names": {n: True for n in tb.PASSTHROUGH_NAMES},
         "passthrough_prefixes": {p.rstrip("/"): True for p in tb.PASSTHROUGH_PREFIXES},
         "fields": list(tb.FIELDS),
-        "per": {"tres_per_socket": "socket", "tres_per_task": "task"},
-        "kinds": ["gpu", "shard", "mps"],
+        "per": dict(tb.PER),
+        "kinds": list(tb.KINDS),
+        "join": dict(tb.JOIN),
         "gres_names": {n: True for n in tb.GRES_NAMES},
         "gpu_types": list(t.gpu_types),
         "gpu_type_set": {x: True for x in t.gpu_types},
@@ -52,6 +56,28 @@ def lua_data(t: Tables) -> dict:
         "tier_index": {x.name: i + 1 for i, x in enumerate(t.tiers)},
         "default_tier": next(i + 1 for i, x in enumerate(t.tiers) if x.is_default),
     }
+
+
+def lua_function(template: str) -> str:
+    """A message of submit/tables.py as a Lua function of its values: one concatenation, no loop.
+
+    ``v.name .. "text"``: Lua writes an integer value as its digits on 5.1 and
+    5.4 alike (every number a message shows is a count below 2^32), and a
+    missing value is an error, which fails the job closed.
+    """
+    parts = []
+    for i, piece in enumerate(tb.pieces(template)):
+        if i % 2:
+            parts.append(f"v.{piece}" if piece not in _KEYWORDS else f"v[{lua_string(piece)}]")
+        elif piece:
+            parts.append(lua_string(piece))
+    return "function(v) return " + (" .. ".join(parts) or '""') + " end"
+
+
+def lua_texts(texts: dict[str, str]) -> str:
+    """Named messages as a Lua table of functions (sorted by name), one a line."""
+    items = "".join(f"  {_key(name)} = {lua_function(text)},\n" for name, text in sorted(texts.items()))
+    return "{\n" + items + "}"
 
 
 def lua_string(text: str) -> str:
@@ -95,7 +121,10 @@ def to_lua(value, indent: int = 0) -> str:
 def render_body(site: Site, data: dict | None = None) -> str:
     """The script without its header. ``data`` replaces the policy tables (tests inject broken ones)."""
     data = lua_data(build_tables(site)) if data is None else data
-    return environment().get_template("job_submit.lua.j2").render(site=site, version=site.version, tables=to_lua(data))
+    messages = lua_texts({**tb.MESSAGES, **tb.SCRIPT_MESSAGES})
+    return environment().get_template("job_submit.lua.j2").render(
+        site=site, version=site.version, tables=to_lua(data), messages=messages, codes=lua_texts(tb.CODES)
+    )
 
 
 def job_submit_lua(site: Site) -> str:

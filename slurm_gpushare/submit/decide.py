@@ -37,10 +37,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from .parse import BadRequest, Gres, Other, parse_field
-from .tables import FIELDS, Tables, TierCaps
-
-KINDS = ("gpu", "shard", "mps")
-_PER = {"tres_per_task": "task", "tres_per_socket": "socket"}
+from .routes import find_route, routed
+from .tables import FIELDS, JOIN, KINDS, PER, Tables, TierCaps, code, message
 
 
 @dataclass(frozen=True)
@@ -49,7 +47,12 @@ class Violation:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.code}: {self.message}"
+        return message("violation", code=self.code, message=self.message)
+
+
+def violation(rule: str, /, **values) -> Violation:
+    """The violation of ``rule``: its code and message (tables.CODES, tables.MESSAGES) filled in."""
+    return Violation(code(rule, **values), message(rule, **values))
 
 
 @dataclass(frozen=True)
@@ -68,16 +71,16 @@ class Decision:
 
     @property
     def changes(self) -> list[str]:
-        out = [f"partition={self.partition}"] if self.partition else []
-        return out + [f"{k}={v}" for k, v in self.fields.items()]
+        out = [message("change", name="partition", value=self.partition)] if self.partition else []
+        return out + [message("change", name=k, value=v) for k, v in self.fields.items()]
 
     @property
     def user_message(self) -> str | None:
         """What job_submit.lua shows the user (slurm.log_user), byte for byte."""
         if self.violations:
-            return "gpushare rejected this job:\n" + "\n".join(str(v) for v in self.violations)
+            return JOIN["lines"].join([message("rejected"), *(str(v) for v in self.violations)])
         if self.changes:
-            return "gpushare changed this job: " + ", ".join(self.changes)
+            return message("changed", changes=JOIN["changes"].join(self.changes))
         return None
 
 
@@ -92,17 +95,20 @@ def decide(t: Tables, job: Mapping[str, str | None], modify: bool = False, curre
     parsed, bad = _parse_all(t, job, modify)
     if bad:
         return Decision(False, tuple(bad))
+    route = find_route(t.routes, job, [e for v in parsed.values() for e in v if isinstance(e, Gres)], modify)
+    parsed = routed(route, parsed)  # submission.routes: an mps share may become a MIG slice
     requests = [e for entries in parsed.values() for e in entries if isinstance(e, Gres)]
     if not requests:
-        tiers, _ = job_tiers(t, job.get("partition") or (current_partition if modify else None), [], True)
-        return Decision(True, qos=tier_qos(job, tiers, modify))
+        to = ",".join(route.tiers) if route and route.tiers else None
+        tiers, _ = job_tiers(t, job.get("partition") or to or (current_partition if modify else None), [], True)
+        return Decision(True, partition=to, qos=tier_qos(job, tiers, modify))
     violations = [v for r in requests if (v := check_request(t, r)) is not None]
     mixed = check_mixed(requests)
     if mixed:
         violations.append(mixed)
     if violations:
         return Decision(False, tuple(violations))
-    return _place(t, job, parsed, modify, current_partition)
+    return _place(t, job, parsed, modify, current_partition, route)
 
 
 def _parse_all(t: Tables, job, modify) -> tuple[dict[str, list[Gres | Other]], list[Violation]]:
@@ -116,7 +122,7 @@ def _parse_all(t: Tables, job, modify) -> tuple[dict[str, list[Gres | Other]], l
             entries = [resolve_alias(t, e) for e in parse_field(name, text)]
             check_duplicates(name, entries)
         except BadRequest as exc:
-            bad.append(Violation(f"BAD_REQUEST {name}", str(exc)))
+            bad.append(Violation(code("bad_request", field=name), str(exc)))
             continue
         parsed[name] = entries
     return parsed, bad
@@ -141,7 +147,7 @@ def check_duplicates(field_name: str, entries: list[Gres | Other]) -> None:
         if not isinstance(e, Gres):
             continue
         if e.key in seen:
-            raise BadRequest(f"{field_name}: {e.key} is requested twice ('{seen[e.key]}' and '{e.raw}'); ask once with the total")
+            raise BadRequest(message("twice", field=field_name, key=e.key, first=seen[e.key], raw=e.raw))
         seen[e.key] = e.raw
 
 
@@ -149,38 +155,24 @@ def check_request(t: Tables, r: Gres) -> Violation | None:
     if r.name == "gpu":
         return None if not r.type or r.type in t.gpu_types else _unknown_gpu(t, r.type)
     per = t.shared.get(r.name)
-    code = f"UNKNOWN_TYPE {r.key}"
     if per is None:
-        return Violation(code, f"no GPU on this cluster is shared as {r.name}; it offers: {t.texts['offers']}")
+        return violation("unknown_shared", key=r.key, name=r.name, offers=t.texts["offers"])
     if r.type and r.type not in per:
-        return Violation(code, f"no GPU of type '{r.type}' is shared as {r.name} here; {r.name} GPUs: {t.texts[r.name + '_types']}")
+        return violation("unknown_shared_type", key=r.key, name=r.name, type=r.type, types=t.texts[r.name + "_types"])
     most = per[r.type]
     if r.name == "mps" and r.count > most:
-        return Violation(
-            f"MPS_RANGE mps={r.count}",
-            f"an MPS share is part of one GPU: 1 to {most} here, where {most} is the whole GPU; {r.count} is more than "
-            "one GPU can give, and Slurm takes a shared request from one GPU. Ask for whole GPUs instead, e.g. --gres=gpu:1",
-        )
+        return violation("mps_range", n=r.count, most=most)
     return _multi_slice(t, r)
 
 
 def _multi_slice(t: Tables, r: Gres) -> Violation | None:
     if not t.reject_multi_slice:
         return None
-    unit = _PER.get(r.field)
+    unit = PER.get(r.field)
     if unit:
-        return Violation(
-            f"SCOPE {r.name} {r.field}",
-            f"{r.name} in {r.field} is requested per {unit}, so a job with several {unit}s on a node holds several "
-            f"slices of the same GPU (reject_multi_slice); ask per node instead, e.g. --gres={r.name}:{r.count}",
-        )
+        return violation("scope", name=r.name, field=r.field, unit=unit, n=r.count)
     if r.name == "shard" and r.count > 1:
-        n = r.count
-        return Violation(
-            f"OVER shard={n}",
-            f"{n} shards are not {n} GPUs: they are {n} time slices of the same GPU, one device reserved {n} times, "
-            "and the job gets no more of it than with one. Ask for --gres=shard:1, or for whole GPUs with --gres=gpu:1",
-        )
+        return violation("over_shard", n=r.count)
     return None
 
 
@@ -188,24 +180,20 @@ def _unknown_gpu(t: Tables, gtype: str) -> Violation:
     low = gtype.lower()
     matches = [x for x in t.gpu_types if x.endswith("_" + low)]
     if low != gtype and low in t.gpu_types:
-        hint = f" (types are lower case: {low})"
+        hint = message("hint_lower", low=low)
     elif matches:
-        hint = f" (did you mean {' or '.join(matches)}?)"
+        hint = message("hint_match", matches=JOIN["matches"].join(matches))
     else:
         hint = ""
-    aliases = f"; aliases: {t.texts['aliases']}" if t.aliases else ""
-    return Violation(f"UNKNOWN_TYPE gpu:{gtype}", f"this cluster has no GPU type '{gtype}'{hint}; types: {t.texts['gpu_types']}{aliases}")
+    aliases = message("hint_aliases", aliases=t.texts["aliases"]) if t.aliases else ""
+    return violation("unknown_gpu", type=gtype, hint=hint, types=t.texts["gpu_types"], aliases=aliases)
 
 
 def check_mixed(requests: list[Gres]) -> Violation | None:
     kinds = [k for k in KINDS if any(r.name == k for r in requests)]
     if len(kinds) < 2:
         return None
-    return Violation(
-        f"MIXED {'+'.join(kinds)}",
-        f"one job cannot combine {' and '.join(kinds)}: it gets whole GPUs or MIG slices (gpu), or shards, or an MPS "
-        "share, one kind only (Slurm refuses the mix); submit separate jobs",
-    )
+    return Violation(code("mixed", kinds=JOIN["kinds_code"].join(kinds)), message("mixed", kinds=JOIN["kinds"].join(kinds)))
 
 
 def serves(tier: TierCaps, r: Gres) -> bool:
@@ -215,14 +203,16 @@ def serves(tier: TierCaps, r: Gres) -> bool:
     return r.type in per and r.count <= per[r.type]
 
 
-def _place(t: Tables, job, parsed, modify, current_partition) -> Decision:
+def _place(t: Tables, job, parsed, modify, current_partition, route=None) -> Decision:
     """An accepted GPU job: its partition (routing) and the fields to rewrite (aliases, a single GPU type).
 
     A changed field is written whole in this Slurm's format, so Slurm parses
     what we wrote, not a mix of the user's and ours.
     """
     requests = [e for entries in parsed.values() for e in entries if isinstance(e, Gres)]
-    tiers, partition = job_tiers(t, job.get("partition") or (current_partition if modify else None), requests, modify)
+    to = ",".join(route.tiers) if route and route.tiers else None  # a class route names the tiers
+    tiers, partition = job_tiers(t, job.get("partition") or to or (current_partition if modify else None), requests, modify)
+    partition = partition or to
     types = {x for tier in tiers for x in tier.gpu}
     fields: dict[str, str] = {}
     for name, entries in parsed.items():

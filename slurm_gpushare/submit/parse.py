@@ -22,13 +22,14 @@ from .tables import (
     PASSTHROUGH_NAMES,
     PASSTHROUGH_PREFIXES,
     SUFFIXES,
+    message,
 )
 
 _COUNT = re.compile(r"([0-9]+)([kKmMgGtTpP]?)")
 _NEGATIVE = re.compile(r"-[0-9]+")
 _HEAD = re.compile(r"([a-z]+)([=:/])")
 _TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
-_GRES_NAMES_TEXT = ", ".join(GRES_NAMES)
+_GRES_NAMES_TEXT = ", ".join(GRES_NAMES)  # the same words as Tables.texts['gres_names']
 
 
 @dataclass(frozen=True)
@@ -71,20 +72,18 @@ def is_passthrough(raw: str) -> bool:
 
 def parse_count(field: str, raw: str, text: str) -> int:
     if _NEGATIVE.fullmatch(text):
-        raise BadRequest(f"{field}: '{raw}' asks for a negative count; a count is a whole number of at least 1")
+        raise BadRequest(message("negative", field=field, raw=raw))
     m = _COUNT.fullmatch(text)
     if m is None:
-        raise BadRequest(
-            f"{field}: '{raw}': '{text}' is not a count (a whole number of at least 1, optionally followed by k, m, g, t or p)"
-        )
+        raise BadRequest(message("not_count", field=field, raw=raw, text=text))
     digits, suffix = m[1], m[2].lower()
     if len(digits.lstrip("0")) > 10:
-        raise BadRequest(f"{field}: '{raw}' asks for more than {MAX_COUNT}")
+        raise BadRequest(message("too_many", field=field, raw=raw, max=MAX_COUNT))
     n = int(digits)
     if n == 0:
-        raise BadRequest(f"{field}: '{raw}' asks for 0; a count is a whole number of at least 1")
+        raise BadRequest(message("zero", field=field, raw=raw))
     if n > MAX_COUNT // SUFFIXES[suffix]:
-        raise BadRequest(f"{field}: '{raw}' asks for more than {MAX_COUNT}")
+        raise BadRequest(message("too_many", field=field, raw=raw, max=MAX_COUNT))
     return n * SUFFIXES[suffix]
 
 
@@ -109,14 +108,12 @@ def parse_entry(field: str, raw: str) -> Gres | Other:
     parts, count_text, typed = _split_count(body)
     name = parts[0]
     if name not in GRES_NAMES:
-        raise BadRequest(f"{field}: '{raw}': '{name}' is not a GRES on this cluster; known: {_GRES_NAMES_TEXT}")
+        raise BadRequest(message("not_gres", field=field, raw=raw, name=name, known=_GRES_NAMES_TEXT))
     if len(parts) > 2:
-        raise BadRequest(f"{field}: '{raw}' is not a GRES request; write name[:type][:count], e.g. gpu:2 or shard:1")
+        raise BadRequest(message("bad_form", field=field, raw=raw))
     gtype = parts[1] if typed else ""
     if typed and (len(gtype) > MAX_TYPE_LEN or not _TYPE.fullmatch(gtype)):
-        raise BadRequest(
-            f"{field}: '{raw}': '{gtype}' is not a valid type name (letters, digits, '_', '.', '-'; at most {MAX_TYPE_LEN})"
-        )
+        raise BadRequest(message("bad_type", field=field, raw=raw, type=gtype, max=MAX_TYPE_LEN))
     count = 1 if count_text is None else parse_count(field, raw, count_text)
     return Gres(field, name, gtype, count, raw)
 
@@ -124,13 +121,13 @@ def parse_entry(field: str, raw: str) -> Gres | Other:
 def parse_field(field: str, text: str) -> list[Gres | Other]:
     """All entries of one tres_per_* string; BadRequest on the first problem."""
     if not isinstance(text, str):
-        raise BadRequest(f"{field} is not a string")
+        raise BadRequest(message("not_string", field=field))
     size = len(text.encode("utf-8"))  # Slurm (and Lua) count bytes
     if size > MAX_LEN:
-        raise BadRequest(f"{field} is {size} characters long; at most {MAX_LEN} are accepted")
+        raise BadRequest(message("too_long", field=field, size=size, max=MAX_LEN))
     if text == "":
-        raise BadRequest(f"{field} is empty; request e.g. --gres=gpu:1, or leave it out")
+        raise BadRequest(message("empty", field=field))
     entries = text.split(",")
     if "" in entries:
-        raise BadRequest(f"{field}: '{text}' has an empty entry (a doubled or trailing comma)")
+        raise BadRequest(message("empty_entry", field=field, text=text))
     return [parse_entry(field, raw) for raw in entries]

@@ -14,8 +14,10 @@ from ..policy import Group, Site, TierView
 from ..slurmversion import SlurmVersion
 
 FIELDS = ("tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task")
-GRES_NAMES = ("gpu", "mps", "shard")  # GresTypes is always exactly these (render.context.GRES_TYPES)
+GRES_NAMES = ("gpu", "mps", "shard")  # the GRES names a request may use; others are refused, not passed through
 SHARED = ("shard", "mps")
+KINDS = ("gpu", "shard", "mps")  # the kinds one job may not mix, in the order MIXED names them
+PER = {"tres_per_task": "task", "tres_per_socket": "socket"}  # fields whose count multiplies on a node
 MAX_LEN = 1024  # longest tres_per_* string looked at; longer ones are refused unread
 MAX_COUNT = 4294967295
 MAX_TYPE_LEN = 64
@@ -25,6 +27,90 @@ SUFFIXES = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 102
 PASSTHROUGH_NAMES = ("billing", "cpu", "energy", "mem", "node", "pages", "vmem")
 PASSTHROUGH_PREFIXES = ("bb/", "fs/", "ic/", "license/")
 GRES_PREFIX_FROM = SlurmVersion(23, 11)  # 'gres/gpu:2' from 23.11, 'gres:gpu:2' before
+
+# Every text job_submit shows a user, written once. ``{name}`` is a value the
+# rule fills in; Python formats these with ``message``/``code``, and
+# render/jobsubmit.py emits them into job_submit.lua as pieces that its ``msg``
+# joins, so both print the same bytes (tests/cases/submit.yaml checks it).
+MESSAGES = {
+    # parsing a tres_per_* string (parse.py)
+    "not_string": "{field} is not a string",
+    "too_long": "{field} is {size} characters long; at most {max} are accepted",
+    "empty": "{field} is empty; request e.g. --gres=gpu:1, or leave it out",
+    "empty_entry": "{field}: '{text}' has an empty entry (a doubled or trailing comma)",
+    "negative": "{field}: '{raw}' asks for a negative count; a count is a whole number of at least 1",
+    "not_count": "{field}: '{raw}': '{text}' is not a count (a whole number of at least 1, "
+    "optionally followed by k, m, g, t or p)",
+    "too_many": "{field}: '{raw}' asks for more than {max}",
+    "zero": "{field}: '{raw}' asks for 0; a count is a whole number of at least 1",
+    "not_gres": "{field}: '{raw}': '{name}' is not a GRES on this cluster; known: {known}",
+    "bad_form": "{field}: '{raw}' is not a GRES request; write name[:type][:count], e.g. gpu:2 or shard:1",
+    "bad_type": "{field}: '{raw}': '{type}' is not a valid type name (letters, digits, '_', '.', '-'; at most {max})",
+    "twice": "{field}: {key} is requested twice ('{first}' and '{raw}'); ask once with the total",
+    # the rules (decide.py); each has a code below
+    "unknown_gpu": "this cluster has no GPU type '{type}'{hint}; types: {types}{aliases}",
+    "hint_lower": " (types are lower case: {low})",
+    "hint_match": " (did you mean {matches}?)",
+    "hint_aliases": "; aliases: {aliases}",
+    "unknown_shared": "no GPU on this cluster is shared as {name}; it offers: {offers}",
+    "unknown_shared_type": "no GPU of type '{type}' is shared as {name} here; {name} GPUs: {types}",
+    "mps_range": "an MPS share is part of one GPU: 1 to {most} here, where {most} is the whole GPU; {n} is more than "
+    "one GPU can give, and Slurm takes a shared request from one GPU. Ask for whole GPUs instead, e.g. --gres=gpu:1",
+    "scope": "{name} in {field} is requested per {unit}, so a job with several {unit}s on a node holds several "
+    "slices of the same GPU (reject_multi_slice); ask per node instead, e.g. --gres={name}:{n}",
+    "over_shard": "{n} shards are not {n} GPUs: they are {n} time slices of the same GPU, one device reserved {n} times, "
+    "and the job gets no more of it than with one. Ask for --gres=shard:1, or for whole GPUs with --gres=gpu:1",
+    "mixed": "one job cannot combine {kinds}: it gets whole GPUs or MIG slices (gpu), or shards, or an MPS "
+    "share, one kind only (Slurm refuses the mix); submit separate jobs",
+    # the user message (Decision.user_message)
+    "rejected": "gpushare rejected this job:",
+    "violation": "{code}: {message}",  # one line a violation, after "rejected"
+    "changed": "gpushare changed this job: {changes}",
+    "change": "{name}={value}",  # one entry of {changes}
+}
+# What only job_submit.lua says (its log lines, and its own failure): Python
+# never runs inside slurmctld, so these have no Python twin; kept here so
+# that the template holds no text at all.
+SCRIPT_MESSAGES = {
+    "log_rejected": "gpushare job_submit: uid {uid}: rejected: {codes}",
+    "log_changed": "gpushare job_submit: uid {uid}: {message}",
+    "internal": "gpushare job_submit: internal error in {where}: {error}",
+    "internal_open": "{text} (fail_open: the job goes through unchecked)",
+    "internal_closed": "{text} (the job is rejected: fail closed)",
+    "internal_user": "gpushare: internal error in gpushare's job_submit.lua, so the job was rejected to be safe "
+    "(fail closed); please tell your cluster admins. Error: {error}",
+    "bad_return": "returned {value} instead of a return code",
+}
+CODES = {
+    "bad_request": "BAD_REQUEST {field}",
+    "unknown_gpu": "UNKNOWN_TYPE gpu:{type}",
+    "unknown_shared": "UNKNOWN_TYPE {key}",
+    "unknown_shared_type": "UNKNOWN_TYPE {key}",
+    "mps_range": "MPS_RANGE mps={n}",
+    "scope": "SCOPE {name} {field}",
+    "over_shard": "OVER shard={n}",
+    "mixed": "MIXED {kinds}",
+}
+# How lists inside messages are joined (both languages read these).
+JOIN = {"kinds_code": "+", "kinds": " and ", "matches": " or ", "lines": "\n", "changes": ", ", "log_codes": "; "}
+
+
+def message(which: str, /, **values) -> str:
+    """MESSAGES[which] with its values filled in."""
+    return MESSAGES[which].format(**values)
+
+
+def code(which: str, /, **values) -> str:
+    """CODES[which] with its values filled in."""
+    return CODES[which].format(**values)
+
+
+_FIELD = re.compile(r"\{([a-z_]+)\}")
+
+
+def pieces(template: str) -> list[str]:
+    """'a {x} b' -> ['a ', 'x', ' b']: literals at even positions, value names at odd ones (Lua: odd/even)."""
+    return _FIELD.split(template)
 
 
 @dataclass(frozen=True)
@@ -59,6 +145,7 @@ class Tables:
     aliases: dict[str, Alias]
     tiers: tuple[TierCaps, ...]  # routing order: default first, then priority (high first), then name
     texts: dict[str, str] = field(default_factory=dict)
+    routes: tuple = ()  # submit.routes.RouteRule, first match wins (submission.routes)
 
     def tier(self, name: str) -> TierCaps | None:
         return next((t for t in self.tiers if t.name == name), None)
@@ -129,6 +216,7 @@ def build_tables(site: Site) -> Tables:
         shared=shared,
         aliases=aliases,
         tiers=routing_order(tiers),
+        routes=_routes(site),
     )
     return _with_texts(tables)
 
@@ -145,3 +233,9 @@ def _with_texts(t: Tables) -> Tables:
     for name, per in t.shared.items():
         texts[f"{name}_types"] = ", ".join(k for k in per if k)
     return replace(t, texts=texts)
+
+
+def _routes(site: Site) -> tuple:
+    from .routes import build_routes  # routes imports parse, which imports this module
+
+    return build_routes(site)

@@ -33,7 +33,7 @@ import pytest
 from slurm_gpushare.render.jobsubmit import job_submit_lua, lua_data, render_body
 from slurm_gpushare.submit import FIELDS, build_tables, decide, parse_field
 from slurm_gpushare.testcluster.cluster import parse_scontrol_oneliners
-from tests.unit.test_submit_corpus import CASES, case_job, check_expectations, python_decision
+from tests.unit.submit_corpus import CASES, case_job, check_expectations, python_decision
 
 CLUSTER_CASES = [c for c in CASES if c.get("cluster")]
 CLUSTER_IDS = [c["id"] for c in CLUSTER_CASES]

@@ -14,7 +14,7 @@ import pytest
 from slurm_gpushare.render.jobsubmit import job_submit_lua
 from slurm_gpushare.submit import FIELDS
 from tests.lua.harness import ESLURM_INVALID_GRES, VERSIONS, Script, codes_of
-from tests.unit.test_submit_corpus import CASES, IDS, case_job, check_expectations, python_decision, site_of
+from tests.unit.submit_corpus import CASES, IDS, case_job, check_expectations, python_decision, site_of
 
 pytestmark = pytest.mark.lua
 

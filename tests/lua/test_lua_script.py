@@ -9,7 +9,7 @@ from slurm_gpushare.render.jobsubmit import lua_data, lua_string, render_body, t
 from slurm_gpushare.submit import build_tables
 from tests.conftest import ROOT
 from tests.lua.harness import ESLURM_INVALID_GRES, FAKE_SLURM, VERSIONS, Script, runtime
-from tests.unit.test_submit_corpus import site_of
+from tests.unit.submit_corpus import site_of
 
 pytestmark = pytest.mark.lua
 

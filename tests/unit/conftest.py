@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.test_hooks_support import HookNode, stop_daemons
+from tests.unit.hooks_support import HookNode, stop_daemons
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from slurm_gpushare.accounting import fairtree
 from slurm_gpushare.slurm import sshare
 from slurm_gpushare.slurm.parsable import SlurmParseError
-from tests.unit.test_slurm_fakes import DATA
+from tests.unit.slurm_fakes import DATA
 
 
 @pytest.mark.parametrize("name", ["sshare-small-lab.parsable2", "sshare-small-lab.v0.0.42.json"])

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from slurm_gpushare.cli import _Group
 from slurm_gpushare.cli import accounts, usage
 from tests.conftest import ROOT
-from tests.unit.test_slurm_fakes import DATA, FakeJob, FakeSlurm
+from tests.unit.slurm_fakes import DATA, FakeJob, FakeSlurm
 
 GPUSHARE = _Group("gpushare", commands={c.name: c for c in (accounts.accounts, *usage.COMMANDS)})
 LAB = str(ROOT / "etc" / "small-lab.yaml")

@@ -17,7 +17,7 @@ from slurm_gpushare.policy import build_site, load_file
 from slurm_gpushare.slurm import sshare
 from slurm_gpushare.slurm.sacct import open_records
 from tests.conftest import ROOT, minimal_policy
-from tests.unit.test_slurm_fakes import DATA
+from tests.unit.slurm_fakes import DATA
 
 LAB = load_file(ROOT / "etc" / "small-lab.yaml")
 T0 = 1740787200.0

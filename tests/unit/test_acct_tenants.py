@@ -10,7 +10,7 @@ from slurm_gpushare.accounting.tenants import Current, desired_qos, parse_access
 from slurm_gpushare.policy import build_site, load_file
 from slurm_gpushare.slurm import sacctmgr
 from tests.conftest import ROOT, minimal_policy
-from tests.unit.test_slurm_fakes import DATA, FakeSlurm
+from tests.unit.slurm_fakes import DATA, FakeSlurm
 
 LAB = load_file(ROOT / "etc" / "small-lab.yaml")
 I = ["sacctmgr", "-i"]

@@ -13,7 +13,7 @@ from slurm_gpushare.node.journal import Device, Journal, JournalStore, MpsDaemon
 from slurm_gpushare.node.mps import MpsControl
 from slurm_gpushare.node.prolog import LiveGpu, LiveState, WriteJournal
 from slurm_gpushare.proc import Result
-from tests.unit.test_hooks_support import HookNode, no_scontrol
+from tests.unit.hooks_support import HookNode, no_scontrol
 
 DAEMON = MpsDaemon("g0-u5-p25", (0,), ("GPU-m",), 5, 5, 25, (6144,), "/s/mps/g0-u5-p25/pipe", "/l/g0-u5-p25")
 MIG_DEV = Device(2, 0, "GPU-a", "mig", "MIG-9", 9, 0, "MIG-9")

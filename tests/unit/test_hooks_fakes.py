@@ -16,7 +16,7 @@ from slurm_gpushare.gpu.fakenvml import FakeNvml
 from slurm_gpushare.node.mig import apply_actions, observe, plan_mig
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.proc import run
-from tests.unit.test_hooks_support import FAKE_MPS, FAKES, ROOT
+from tests.unit.hooks_support import FAKE_MPS, FAKES, ROOT
 
 LOG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} Control +\d+\] ")
 

@@ -12,7 +12,7 @@ from slurm_gpushare.node.gresindex import GresConfReadError, expand, gpu_records
 from slurm_gpushare.node.jobenv import HookInputError, job_from_env, job_id_from_env
 from slurm_gpushare.node.journal import Device, Journal, JournalError, JournalStore
 from slurm_gpushare.node.nodeconfig import NodeConfigError, config_path, node_spec, parse_config, read_config
-from tests.unit.test_hooks_support import HookNode
+from tests.unit.hooks_support import HookNode
 
 BASE = {"SLURM_JOB_ID": "17", "SLURM_JOB_UID": "2001", "SLURM_JOB_GID": "2000", "SLURMD_NODENAME": "lab-mig01"}
 

@@ -26,7 +26,7 @@ from slurm_gpushare.node.prolog import (
     plan_prolog,
 )
 from slurm_gpushare.proc import Result
-from tests.unit.test_hooks_support import HookNode, no_scontrol
+from tests.unit.hooks_support import HookNode, no_scontrol
 
 A100_MIG = [MigDevice(f"MIG-{gi:04d}", gi, 0, "NVIDIA A100-SXM4-40GB MIG 1g.5gb", 4864) for gi in range(7, 14)]
 

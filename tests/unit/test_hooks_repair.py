@@ -24,7 +24,7 @@ from slurm_gpushare.node.reconcile import (
 from slurm_gpushare.node.relayout import Relayout, RelayoutError, SlurmNode, fmt_gres, missing_devices, parse_node_gres
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.proc import Result, run
-from tests.unit.test_hooks_support import FAKE_MPS, HookNode, no_scontrol
+from tests.unit.hooks_support import FAKE_MPS, HookNode, no_scontrol
 
 
 class FakeSlurm:

@@ -12,7 +12,7 @@ import pytest
 from slurm_gpushare.hooks import prolog as prolog_hook
 from slurm_gpushare.node import taskprolog
 from slurm_gpushare.node.journal import JournalStore
-from tests.unit.test_hooks_support import HookNode, no_scontrol, stop_daemons
+from tests.unit.hooks_support import HookNode, no_scontrol, stop_daemons
 
 
 def task(node: HookNode, job_id: int, **env) -> tuple[int, str, str]:

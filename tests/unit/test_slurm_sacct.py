@@ -15,7 +15,7 @@ from slurm_gpushare.slurm.sacct import (
     FIELDS, FileSource, JobRecord, PyslurmSource, SacctSource, iter_json_array, open_records, parse_json,
     parse_parsable2, pyslurm_available, record_from_pyslurm, sacct_argv,
 )
-from tests.unit.test_slurm_fakes import DATA, FakeJob, FakeSlurm
+from tests.unit.slurm_fakes import DATA, FakeJob, FakeSlurm
 
 PARSABLE = DATA / "sacct-small-lab.parsable2"
 JSON = DATA / "sacct-small-lab.v0.0.42.json"

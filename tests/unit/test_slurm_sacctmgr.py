@@ -8,7 +8,7 @@ import pytest
 
 from slurm_gpushare.errors import GpushareError
 from slurm_gpushare.slurm import sacctmgr
-from tests.unit.test_slurm_fakes import DATA, FakeSlurm
+from tests.unit.slurm_fakes import DATA, FakeSlurm
 
 
 def test_assocs_from_recorded_output():

@@ -9,7 +9,7 @@ import pytest
 
 from slurm_gpushare.slurm import sshare
 from slurm_gpushare.slurm.parsable import SlurmParseError
-from tests.unit.test_slurm_fakes import DATA, FakeSlurm
+from tests.unit.slurm_fakes import DATA, FakeSlurm
 
 PARSABLE = DATA / "sshare-small-lab.parsable2"
 JSON = DATA / "sshare-small-lab.v0.0.42.json"

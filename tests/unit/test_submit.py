@@ -25,7 +25,7 @@ from slurm_gpushare.submit import (
 )
 from slurm_gpushare.submit.options import sbatch_lines
 from tests.conftest import ROOT
-from tests.unit.test_submit_corpus import CASES, case_job, python_decision, site_of
+from tests.unit.submit_corpus import CASES, case_job, python_decision, site_of
 
 LAB = ROOT / "etc" / "small-lab.yaml"
 PROD = ROOT / "etc" / "mixed-production.yaml"

@@ -1,4 +1,4 @@
-"""Support for the hook tests (no tests here): a test node with the small-lab policy, paths in a
+"""Support for the hook tests: a test node with the small-lab policy, paths in a
 temporary directory, a fake NVML for the node's group (MIG layout applied), gres.conf as rendered
 plus the node's MIG include, a node config naming them, and the fake MPS control client."""
 
