@@ -1,0 +1,93 @@
+"""What the placement simulator places and where: plain, frozen data. Pure.
+
+Shared by the planner (which builds a ``SimCluster`` from a validated site
+policy), the Slurm placement model and the paper's baseline policies (FGD,
+BestFit, Random), so every policy in one run sees the same cluster and the
+same arrivals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GPU_MILLI = 1000  # one whole GPU, as the trace counts it
+
+
+@dataclass(frozen=True)
+class SimGpu:
+    """One physical GPU of a node, as the rendered gres.conf declares it.
+
+    ``mode`` is the policy's sharing mode. ``gres_type`` is the Slurm GRES type
+    of the whole GPU ('' when untyped). ``units`` is the mps Count or shard
+    replicas of this GPU (0 otherwise). ``mig`` lists the MIG instances' GRES
+    types in gres.conf line order, which is Slurm's GRES index order.
+    """
+
+    mode: str
+    model: str
+    gres_type: str = ""
+    units: int = 0
+    mig: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SimNode:
+    """One Slurm node: CPUs and RealMemory as slurm.conf declares them, its Weight and partitions."""
+
+    name: str
+    cpus: int
+    memory_mib: int
+    gpus: tuple[SimGpu, ...]
+    weight: int = 1
+    partitions: tuple[str, ...] = ()
+    cpu_milli: int = 0  # the trace's own millicores, for the paper's baselines (0: cpus * 1000)
+
+    @property
+    def milli(self) -> int:
+        return self.cpu_milli or self.cpus * 1000
+
+
+@dataclass(frozen=True)
+class SimCluster:
+    """Nodes in slurm.conf order, and the SelectTypeParameters flags that change GRES choice."""
+
+    nodes: tuple[SimNode, ...]
+    select_flags: frozenset[str] = frozenset()
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(len(n.gpus) for n in self.nodes)
+
+
+@dataclass(frozen=True)
+class Pod:
+    """One arrival as the trace (openb format) gives it. ``gpu_milli`` is per GPU; 1000 is whole."""
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    num_gpu: int
+    gpu_milli: int
+    qos: str = ""
+    gpu_spec: str = ""
+
+    @property
+    def gpu_demand_milli(self) -> int:
+        """What the paper's metric counts for this pod when placed: num_gpu x gpu_milli."""
+        return self.num_gpu * self.gpu_milli
+
+
+@dataclass(frozen=True)
+class SlurmRequest:
+    """What reaches slurmctld for one pod after sbatch and job_submit: partitions, CPUs, memory, one GRES.
+
+    ``gres`` is 'gpu', 'mps', 'shard' or '' (no GRES); ``gres_type`` '' when untyped;
+    ``count`` per node (the jobs here are single-node).
+    """
+
+    partitions: tuple[str, ...]
+    cpus: int
+    memory_mib: int
+    gres: str = ""
+    gres_type: str = ""
+    count: int = 0
