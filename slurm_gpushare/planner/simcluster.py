@@ -8,6 +8,7 @@ same arrivals.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 GPU_MILLI = 1000  # one whole GPU, as the trace counts it
@@ -91,3 +92,12 @@ class SlurmRequest:
     gres: str = ""
     gres_type: str = ""
     count: int = 0
+
+
+Router = Callable[[Pod], "SlurmRequest | None"]
+"""The submission step: what sbatch + job_submit make of a pod (None: rejected at submission).
+
+The placement simulator's Slurm policy (slurmmodel.SlurmPolicy) takes one; the
+stand-in for S1 is slurmmodel.uniform_router, the planner supplies the
+product's real submission decision.
+"""

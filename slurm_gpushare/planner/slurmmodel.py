@@ -1,0 +1,251 @@
+"""Where Slurm 24.11 (select/cons_tres) puts a single-node job on a SimCluster. Pure, numpy-vectorised.
+
+Read from SchedMD/slurm at tag slurm-24-11-7-1 (the rules below are what the
+model implements; file and function named for each):
+
+Node choice (src/plugins/topology/common/eval_nodes.c ``_eval_nodes_consec``,
+the default when no topology plugin, LLN, pack_serial_at_end or SPREAD_JOB
+applies): the nodes that can run the job are grouped into sets of
+*consecutive* nodes (slurm.conf order) of equal Weight; the set with the
+lowest Weight wins; among equal Weights the first set with enough CPUs, then
+any set with fewer CPUs in total (tightest fit); inside the chosen set a
+one-node job takes the node with the fewest available CPUs, the first among
+equals ("try best fit single node"). Available CPUs are modelled as the
+node's idle CPUs.
+
+GRES inside the node:
+- gpu (whole GPUs, typed GPU and typed MIG records alike): the lowest-indexed
+  free records of the requested type (any type when untyped), in gres.conf
+  order (src/plugins/select/cons_tres/gres_select_filter.c ``_pick_gres_topo``
+  without NVLink counts);
+- mps and shard: one device per job unless SelectTypeParameters has
+  MULTIPLE_SHARING_GRES_PJ (``_set_shared_node_bits``, ``use_single_dev``):
+  the first device in index order with enough count left
+  (``_pick_shared_gres_topo``); with LL_SHARED_GRES the devices are tried
+  least-loaded first, by ``(avail - alloc) x node_total / avail`` in integer
+  arithmetic (``_get_sorted_topo_by_least_loaded``; ties keep index order
+  here, qsort's order in Slurm); with MULTIPLE_SHARING_GRES_PJ a request no
+  single device holds is split over several, in the same order;
+- a GPU allocated as gpu takes no mps/shard job and a GPU with mps/shard
+  jobs takes no gpu job (gres_sock_list.c ``_build_sock_gres_by_topo``,
+  "Filter out resources already allocated to the other GRES type").
+  GRES_CONF_ONE_SHARING (``gres_use_busy_dev`` in src/interfaces/gres.c) is
+  not modelled: the product's gres.conf does not set it.
+
+Several partitions: tried in the order the request lists them, the first
+that can start the job wins. What the model leaves out is listed in the
+README (sockets and core binding, topology, backfill, priorities and
+preemption, reservations, the job's memory and CPU binding granularity).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+
+from .simcluster import GPU_MILLI, Pod, Router, SimCluster, SimGpu, SlurmRequest
+
+LL_SHARED_GRES = "LL_SHARED_GRES"
+MULTIPLE_SHARING_GRES_PJ = "MULTIPLE_SHARING_GRES_PJ"
+SHARED_KINDS = {"mps": 1, "shard": 2}
+
+
+def uniform_router(pod: Pod) -> SlurmRequest:
+    """Stand-in submission for S1: whole GPUs as ``gpu:N``, a share as ``mps:ceil(milli/10)`` of 100.
+
+    The planner's router (the product's submission decision) replaces this;
+    a router may also return None for a job the submission filter rejects.
+    """
+    cpus = -(-pod.cpu_milli // 1000)
+    if pod.num_gpu == 0:
+        return SlurmRequest(partitions=(), cpus=cpus, memory_mib=pod.memory_mib)
+    if pod.gpu_milli >= GPU_MILLI:
+        return SlurmRequest((), cpus, pod.memory_mib, gres="gpu", count=pod.num_gpu)
+    return SlurmRequest((), cpus, pod.memory_mib, gres="mps", count=-(-pod.gpu_milli // 10))
+
+
+def with_uniform_mps(cluster: SimCluster, units: int = 100) -> SimCluster:
+    """Every GPU in mps mode with ``units`` mps Count (S1's uniform policy): gpu and mps GRES on each."""
+    nodes = tuple(
+        replace(n, gpus=tuple(SimGpu(mode="mps", model=g.model, gres_type=g.gres_type, units=units) for g in n.gpus))
+        for n in cluster.nodes
+    )
+    return replace(cluster, nodes=nodes)
+
+
+class SlurmState:
+    """Idle CPUs and memory per node, gpu GRES records, mps/shard counts per GPU."""
+
+    def __init__(self, cluster: SimCluster):
+        nodes = cluster.nodes
+        n = len(nodes)
+        self.flags = cluster.select_flags
+        self.weight = np.array([x.weight for x in nodes], dtype=np.int64)
+        self.cpu = np.array([x.cpus for x in nodes], dtype=np.int64)
+        self.mem = np.array([x.memory_mib for x in nodes], dtype=np.int64)
+        parts = sorted({p for x in nodes for p in x.partitions})
+        self.partition = {p: np.array([p in x.partitions for x in nodes]) for p in parts}
+        width = max((len(x.gpus) for x in nodes), default=0) or 1
+        recs = [[(g.mig[k] if g.mig else g.gres_type, i) for i, g in enumerate(x.gpus) for k in range(max(len(g.mig), 1))
+                 if g.mig or g.mode != "mig"] for x in nodes]
+        rwidth = max((len(r) for r in recs), default=0) or 1
+        self.types = {"": 0}
+        self.rec_type = np.full((n, rwidth), -1, dtype=np.int64)
+        self.rec_gpu = np.zeros((n, rwidth), dtype=np.int64)
+        self.rec_free = np.zeros((n, rwidth), dtype=bool)
+        for i, rows in enumerate(recs):
+            for r, (t, g) in enumerate(rows):
+                self.rec_type[i, r] = self.types.setdefault(t, len(self.types))
+                self.rec_gpu[i, r] = g
+                self.rec_free[i, r] = True
+        self.rec_mig = np.zeros((n, rwidth), dtype=bool)
+        for i, x in enumerate(nodes):
+            self.rec_mig[i, : len(recs[i])] = [bool(x.gpus[g].mig) for _, g in recs[i]]
+        self.sh_kind = np.zeros((n, width), dtype=np.int64)
+        self.sh_cap = np.zeros((n, width), dtype=np.int64)
+        for i, x in enumerate(nodes):
+            for g, gpu in enumerate(x.gpus):
+                if gpu.mode in SHARED_KINDS and gpu.units > 0:
+                    self.sh_kind[i, g] = SHARED_KINDS[gpu.mode]
+                    self.sh_cap[i, g] = gpu.units
+        self.sh_used = np.zeros((n, width), dtype=np.int64)
+        self.gpu_taken = np.zeros((n, width), dtype=bool)  # a whole-GPU gpu record of it is allocated
+        self._rows = np.arange(n)[:, None]
+
+    # -- feasibility -------------------------------------------------------------------------------
+    def _usable_records(self, req: SlurmRequest) -> np.ndarray:
+        match = self.rec_free & (self.rec_type >= 0)
+        if req.gres_type:
+            code = self.types.get(req.gres_type, -2)
+            match &= self.rec_type == code
+        shared_busy = self.sh_used[self._rows, self.rec_gpu] > 0
+        return match & ~(shared_busy & ~self.rec_mig)
+
+    def _shared_room(self, req: SlurmRequest) -> np.ndarray:
+        kind = SHARED_KINDS[req.gres]
+        room = np.where((self.sh_kind == kind) & ~self.gpu_taken, self.sh_cap - self.sh_used, 0)
+        return room
+
+    def fits(self, req: SlurmRequest) -> np.ndarray:
+        ok = (self.cpu >= req.cpus) & (self.mem >= req.memory_mib)
+        if req.gres == "gpu":
+            ok &= self._usable_records(req).sum(axis=1) >= req.count
+        elif req.gres in SHARED_KINDS:
+            room = self._shared_room(req)
+            if MULTIPLE_SHARING_GRES_PJ in self.flags:
+                ok &= room.sum(axis=1) >= req.count
+            else:
+                ok &= room.max(axis=1) >= req.count
+        elif req.gres:
+            raise ValueError(f"unknown GRES {req.gres!r} in a SlurmRequest; accepted: gpu, mps, shard or ''")
+        return ok
+
+    # -- node choice -------------------------------------------------------------------------------
+    def choose_node(self, req: SlurmRequest) -> int:
+        ok = self.fits(req)
+        if not req.partitions:
+            return consec_pick(ok, self.weight, self.cpu)
+        for p in req.partitions:
+            inside = self.partition.get(p)
+            if inside is None:
+                continue
+            node = consec_pick(ok & inside, self.weight, self.cpu)
+            if node >= 0:
+                return node
+        return -1
+
+    # -- allocation --------------------------------------------------------------------------------
+    def allocate(self, req: SlurmRequest, node: int) -> tuple[int, ...]:
+        """Take the job's CPUs, memory and GRES on ``node``; returns the gpu record or GPU indexes used."""
+        self.cpu[node] -= req.cpus
+        self.mem[node] -= req.memory_mib
+        if req.gres == "gpu":
+            recs = np.flatnonzero(self._usable_records(req)[node])[: req.count]
+            self.rec_free[node, recs] = False
+            whole = recs[~self.rec_mig[node, recs]]
+            self.gpu_taken[node, self.rec_gpu[node, whole]] = True
+            return tuple(int(r) for r in recs)
+        if req.gres in SHARED_KINDS:
+            return self._allocate_shared(req, node)
+        return ()
+
+    def _allocate_shared(self, req: SlurmRequest, node: int) -> tuple[int, ...]:
+        room = self._shared_room(req)[node]
+        order = np.arange(len(room))
+        if LL_SHARED_GRES in self.flags:
+            kind = SHARED_KINDS[req.gres]
+            cap = np.where(self.sh_kind[node] == kind, self.sh_cap[node], 0)
+            total = int(cap.sum())
+            with np.errstate(divide="ignore", invalid="ignore"):
+                free = np.where(cap > 0, (cap - self.sh_used[node]) * total // np.maximum(cap, 1), 0)
+            order = np.argsort(-free, kind="stable")
+        need, used = req.count, []
+        single = [g for g in order if room[g] >= need]
+        if single:
+            g = int(single[0])
+            self.sh_used[node, g] += need
+            return (g,)
+        for g in order:  # MULTIPLE_SHARING_GRES_PJ only (fits() refused the job otherwise)
+            take = min(int(room[g]), need)
+            if take > 0:
+                self.sh_used[node, g] += take
+                need -= take
+                used.append(int(g))
+            if not need:
+                break
+        return tuple(used)
+
+
+def consec_pick(ok: np.ndarray, weight: np.ndarray, cpus: np.ndarray) -> int:
+    """eval_nodes.c ``_eval_nodes_consec`` for a one-node job: lowest weight, tightest set, best-fit node."""
+    if not ok.any():
+        return -1
+    idx = np.flatnonzero(ok)
+    # a new set starts where the previous node was not usable or had another weight
+    starts = np.ones(len(idx), dtype=bool)
+    starts[1:] = (np.diff(idx) != 1) | (weight[idx[1:]] != weight[idx[:-1]])
+    set_id = np.cumsum(starts) - 1
+    set_weight = weight[idx[starts]]
+    set_cpus = np.bincount(set_id, weights=cpus[idx])
+    lowest = set_weight == set_weight.min()
+    candidates = np.flatnonzero(lowest)
+    best_set = candidates[np.argmin(set_cpus[candidates])]  # first of the tightest (argmin keeps the first)
+    members = idx[set_id == best_set]
+    return int(members[np.argmin(cpus[members])])
+
+
+class SlurmPolicy:
+    """Slurm's placement for a rendered configuration, behind a submission router (Pod -> SlurmRequest | None)."""
+
+    def __init__(self, name: str, router: Router, cluster_fn: Callable[[SimCluster], SimCluster] | None = None):
+        self.name = name
+        self.router = router
+        self.cluster_fn = cluster_fn
+
+    def start(self, cluster: SimCluster, pods: tuple[Pod, ...], rng: np.random.Generator) -> None:
+        if self.cluster_fn is not None:
+            cluster = self.cluster_fn(cluster)
+        self.cluster = cluster
+        self.state = SlurmState(cluster)
+        self.requests = [self.router(p) for p in pods]
+        self.rejected = 0
+
+    def place(self, pod: int) -> bool:
+        req = self.requests[pod]
+        if req is None:
+            self.rejected += 1
+            return False
+        node = self.state.choose_node(req)
+        if node < 0:
+            return False
+        self.state.allocate(req, node)
+        return True
+
+    def metrics(self) -> dict[str, float]:
+        s = self.state
+        out: dict[str, float] = {"rejected": float(self.rejected)}
+        if s.rec_mig.any():
+            out["mig_records_used"] = 100.0 * (~s.rec_free & s.rec_mig).sum() / s.rec_mig.sum()
+        return out
