@@ -1,4 +1,4 @@
-"""One error hierarchy; the CLI translates it to exit codes in one place."""
+"""One error hierarchy; the CLI translates it to exit codes in one place (cli/errors.py, which lists the codes)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,7 @@ from pathlib import Path
 
 from .atomic import atomic_write
 from .errors import RenderError
-from .render import header_ok
-from .render.files import COMMENT
+from .render.header import COMMENT, header_ok
 
 
 def plan_writes(files: dict[str, str], out: Path, force: bool) -> tuple[dict[str, str], list[str]]:

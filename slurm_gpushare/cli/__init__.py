@@ -2,29 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from .. import __version__
-from ..errors import GpushareError, PolicyError
+from .errors import ErrorsToExitCodes
 
 
-class _Group(click.Group):
-    """Translate our errors to exit codes in one place: messages on stderr, no tracebacks."""
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except PolicyError as exc:
-            click.echo(exc.report(), err=True)
-            sys.exit(exc.exit_code)
-        except GpushareError as exc:
-            click.echo(f"gpushare: error: {exc}", err=True)
-            sys.exit(exc.exit_code)
-
-
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=ErrorsToExitCodes, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="gpushare")
 def main() -> None:
     """Share GPUs on Slurm from one site policy.

@@ -3,7 +3,8 @@ repairs after crashed hooks, safe layout changes).
 
 Thin: load the policy, pick the NVML backend (real, or the fake with
 --fake-nvml / GPUSHARE_FAKE_NVML), call node.mig / node.gresconf, print.
-Exit codes: 0 in sync / done, 1 differs or refused, 2 usage or other error.
+Exit codes (cli/errors.py, the same for every command): 0 in sync / done,
+1 differs, refused, or the policy has problems, 2 usage or other error.
 """
 
 from __future__ import annotations
@@ -15,24 +16,10 @@ from pathlib import Path
 
 import click
 
-from ..errors import GpushareError, PolicyError
+from ..errors import GpushareError
+from .errors import ErrorsToExitCodes
 
 FAKE_ENV = "GPUSHARE_FAKE_NVML"
-
-
-class _NodeGroup(click.Group):
-    """Our errors become messages and exit codes here, whether or not `gpushare` wraps us.
-    A policy that cannot be loaded is an 'other error' (2) for node commands."""
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except PolicyError as exc:
-            click.echo(exc.report(), err=True)
-            sys.exit(2)
-        except GpushareError as exc:
-            click.echo(f"gpushare node: error: {exc}", err=True)
-            sys.exit(exc.exit_code)
 
 
 class NodeError(GpushareError):
@@ -69,7 +56,7 @@ def _backend(fake_state: str | None):
     return open_backend(fake_state)
 
 
-@click.group(cls=_NodeGroup)
+@click.group(cls=ErrorsToExitCodes)  # its own translation too: `node` also runs without `gpushare`
 def node() -> None:
     """Commands for a GPU node: check and apply the policy's MIG layout, write the
     node's gres.conf include from live MIG state, repair what crashed hooks left
@@ -155,7 +142,7 @@ def gres_conf(policy_path: str, node_name: str | None, fake_state: str | None, o
     if out == "-":
         click.echo(text, nl=False)
         return
-    from ..outfiles import atomic_write
+    from ..atomic import atomic_write
 
     target = Path(out or site.cluster.paths.gres_include)
     atomic_write(target, text)

@@ -208,7 +208,7 @@ class Relayout:
         done.append(f"node {self.node}: no GPU jobs left")
         done += self._apply()
         include = Path(self.site.cluster.paths.gres_include)
-        from ..outfiles import atomic_write
+        from ..atomic import atomic_write
 
         text = self.include_text()
         missing = (self.missing or missing_devices)(text)

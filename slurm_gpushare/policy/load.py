@@ -13,7 +13,7 @@ from ..errors import PolicyError, Problem
 from ..slurmversion import OLDEST_SUPPORTED, TESTED, SlurmVersion
 from .groups import resolve_groups
 from .model import Policy
-from .rules import check_billing, check_submission, check_tenants, check_tiers, check_types
+from .rules import build_tiers, check_billing, check_submission, check_tenants, check_types
 from .site import Site
 
 
@@ -77,7 +77,7 @@ def build_site(raw: object, source: str, digest: str = "", slurm_version: str | 
     problems += found
     problems += check_types(policy, groups)
     problems += check_tenants(policy)
-    tiers, found = check_tiers(policy, groups)
+    tiers, found = build_tiers(policy, groups)
     problems += found
     problems += check_billing(policy)
     problems += check_submission(policy, groups)

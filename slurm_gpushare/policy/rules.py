@@ -63,7 +63,8 @@ def _cycles(policy: Policy) -> list[Problem]:
     return out
 
 
-def check_tiers(policy: Policy, groups: list[Group]) -> tuple[list[TierView], list[Problem]]:
+def build_tiers(policy: Policy, groups: list[Group]) -> tuple[list[TierView], list[Problem]]:
+    """Each tier's view (its node groups, their billing weights, whether it is the default), and the problems found."""
     problems = _duplicates([t.name for t in policy.tiers], "tiers", "tier")
     by_name = {g.name: g for g in groups}
     declared = {g.name for g in policy.node_groups}

@@ -17,6 +17,7 @@ from ..policy import Site
 from ..submit import tables as tb
 from ..submit.tables import Tables, build_tables
 from .env import environment
+from .header import with_header
 
 NAME = "job_submit.lua"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -129,6 +130,4 @@ def render_body(site: Site, data: dict | None = None) -> str:
 
 def job_submit_lua(site: Site) -> str:
     """The whole job_submit.lua, with the generated-by header in Lua comments."""
-    from .files import with_header
-
     return with_header(site, NAME, render_body(site), comment="--")

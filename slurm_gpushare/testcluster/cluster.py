@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import GpushareError
-from ..outfiles import atomic_write
+from ..atomic import atomic_write
 from ..policy import Site, load_file
 from ..proc import CommandError, Result, run
 from ..render import render_all

@@ -14,12 +14,12 @@ import json
 
 from click.testing import CliRunner
 
-from slurm_gpushare.cli import _Group
+from slurm_gpushare.cli.errors import ErrorsToExitCodes
 from slurm_gpushare.cli import accounts, usage
 from tests.conftest import ROOT
 from tests.unit.slurm_fakes import DATA, FakeJob, FakeSlurm
 
-GPUSHARE = _Group("gpushare", commands={c.name: c for c in (accounts.accounts, *usage.COMMANDS)})
+GPUSHARE = ErrorsToExitCodes("gpushare", commands={c.name: c for c in (accounts.accounts, *usage.COMMANDS)})
 LAB = str(ROOT / "etc" / "small-lab.yaml")
 SACCT = str(DATA / "sacct-small-lab.parsable2")
 SACCT_JSON = str(DATA / "sacct-small-lab.v0.0.42.json")

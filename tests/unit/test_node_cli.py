@@ -125,7 +125,7 @@ def test_usage_and_other_errors_exit_2(tmp_path, lab_mig):
     bad = tmp_path / "bad.yaml"
     bad.write_text("version: 2\n")
     res = run("mig", "assert", "--policy", bad, "--node", "x", "--fake-nvml", lab_mig)
-    assert res.exit_code == 2 and "bad.yaml" in res.stderr
+    assert res.exit_code == 1 and "bad.yaml" in res.stderr  # a policy with problems: 1, as for `gpushare validate`
     res = run("mig", "assert", "--policy", LAB, "--node", "lab-mig01", "--fake-nvml", tmp_path / "none.json")
     assert res.exit_code == 2 and "fake-nvml init" in res.stderr
 

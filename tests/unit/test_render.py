@@ -10,7 +10,7 @@ import yaml
 from slurm_gpushare.policy import build_site, load_file
 from slurm_gpushare.policy.billing import fmt
 from slurm_gpushare.render import header_ok, render_all
-from slurm_gpushare.render.files import COMMENT
+from slurm_gpushare.render.header import COMMENT
 from slurm_gpushare.render import context as ctx
 from slurm_gpushare.render.env import kv
 from tests.conftest import ROOT

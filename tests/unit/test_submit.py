@@ -7,7 +7,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from slurm_gpushare.cli import _Group
+from slurm_gpushare.cli.errors import ErrorsToExitCodes
 from slurm_gpushare.cli.check import check
 from slurm_gpushare.policy import build_site, load_file
 from slurm_gpushare.render import header_ok
@@ -265,12 +265,12 @@ def test_check_command_line_options_win_over_the_script(tmp_path):
 def test_check_unreadable_script_is_an_error_not_a_verdict(tmp_path):
     """Exit 2 with a message (the CLI group's error translation), never 1, which means 'rejected'."""
 
-    @click.group(cls=_Group)
+    @click.group(cls=ErrorsToExitCodes)
     def cli():
         pass
 
     cli.add_command(check)
-    res = CliRunner().invoke(cli, ["check", str(tmp_path / "missing.sh")])
+    res = CliRunner().invoke(cli, ["check", str(tmp_path / "missing.sh")], prog_name="gpushare")
     assert res.exit_code == 2 and "gpushare: error: cannot read" in res.output
 
 
