@@ -7,14 +7,15 @@ pods uniformly with replacement from the name-sorted list and append them
 until the next draw would push the arrived GPU demand past 130 % of the
 cluster's GPUs. Each pod is tried once and never leaves.
 
-Two things differ from the Go original, on purpose and said here:
-- the random numbers: Go's math/rand cannot be reproduced from Python, so the
-  shuffle and the draws use ``numpy.random.default_rng(seed)``; the same seed
-  gives the same arrivals to every policy of one run, not the paper's exact
-  sequence, so per-seed figures are comparable only in distribution;
-- nothing else: the stop rule keeps the original's quirk of testing the next
-  pod's *per-GPU* share (``gpu_milli``) against the target while adding its
-  total (``num_gpu x gpu_milli``), so a multi-GPU pod may overshoot by a few GPUs.
+One thing differs from the Go original: the random numbers. Go's math/rand
+cannot be reproduced from Python, so the shuffle and the draws use
+``numpy.random.default_rng(seed)``; the same seed gives the same arrivals to
+every policy of one run, not the paper's exact sequence, so per-seed figures
+compare with the published ones only in distribution. The rest is kept: a
+trace larger than the target loses random arrivals (``tuneDownPods``), and the
+stop rule keeps the original's quirk of testing the next pod's *per-GPU*
+share (``gpu_milli``) against the target while adding its total
+(``num_gpu x gpu_milli``).
 """
 
 from __future__ import annotations
@@ -62,6 +63,11 @@ def arrival_sequence(pods: tuple[Pod, ...], gpu_count: int, seed: int, inflation
                 break
             total += int(demand[pick])
             extra.append(pick)
+    elif total > target:  # tuneDownPods: drop random arrivals until the demand fits the target
+        kept = shuffled.tolist()
+        while total > target:
+            total -= int(demand[kept.pop(int(rng.integers(len(kept))))])
+        shuffled = np.array(kept, dtype=np.int64)
     order = np.concatenate([shuffled, np.array(extra, dtype=np.int64)])
     return Arrivals(seed=seed, order=order, capacity_milli=capacity)
 

@@ -1,0 +1,260 @@
+"""Placement simulator: trace loading, the paper's arrivals and metric, Slurm's node and GRES choice."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from slurm_gpushare.planner.arrivals import Arrivals, arrival_sequence, percent_curve
+from slurm_gpushare.planner.baselines import BestFit
+from slurm_gpushare.planner.engine import replay
+from slurm_gpushare.planner.simcluster import Pod, SimCluster, SimGpu, SimNode, SlurmRequest
+from slurm_gpushare.planner.slurmmodel import (
+    LL_SHARED_GRES,
+    MULTIPLE_SHARING_GRES_PJ,
+    SlurmPolicy,
+    SlurmState,
+    consec_pick,
+    uniform_router,
+)
+from slurm_gpushare.planner.trace import TraceError, load_cluster, load_pods
+
+
+def node(name, cpus=8, gpus=(), weight=1, memory=1000, partitions=()):
+    return SimNode(name, cpus, memory, tuple(gpus), weight=weight, partitions=partitions)
+
+
+def gpu(mode="exclusive", gres_type="", units=0, mig=()):
+    return SimGpu(mode=mode, model="A100-SXM4-40GB", gres_type=gres_type, units=units, mig=tuple(mig))
+
+
+def req(gres="", count=0, gres_type="", cpus=1, memory=0, partitions=()):
+    return SlurmRequest(partitions, cpus, memory, gres=gres, gres_type=gres_type, count=count)
+
+
+# -- trace ---------------------------------------------------------------------------------------------
+
+
+def test_trace_loads_nodes_and_pods(tmp_path):
+    nodes = tmp_path / "n.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,16000,1024,2,T4\nn1,8000,512,0,\n")
+    pods = tmp_path / "p.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos\np0,1500,10,1,470,,LS\np1,100,1,0,0,,BE\n")
+    cluster = load_cluster(nodes)
+    assert [(n.name, n.cpus, n.milli, len(n.gpus)) for n in cluster.nodes] == [("n0", 16, 16000, 2), ("n1", 8, 8000, 0)]
+    assert cluster.nodes[0].gpus[0] == SimGpu(mode="exclusive", model="T4")
+    assert load_pods(pods) == (Pod("p0", 1500, 10, 1, 470, qos="LS"), Pod("p1", 100, 1, 0, 0, qos="BE"))
+
+
+@pytest.mark.parametrize(
+    "row, where",
+    [
+        ("p0,abc,1,1,470", "line 2, column cpu_milli: 'abc' is not an integer >= 0"),
+        ("p0,1,1,1,1200", "line 2, column gpu_milli: 1200 is out of range; accepted: an integer from 0 to 1000"),
+        ("p0,1,1,2,500", "line 2, column gpu_milli: 500 with num_gpu 2; accepted: 1000"),
+        ("p0,1,1", "line 2: 5 fields expected"),
+    ],
+)
+def test_trace_bad_pod_row_names_file_line_column(tmp_path, row, where):
+    pods = tmp_path / "p.csv"
+    pods.write_text(f"name,cpu_milli,memory_mib,num_gpu,gpu_milli\n{row}\n")
+    with pytest.raises(TraceError) as err:
+        load_pods(pods)
+    assert str(err.value).startswith(f"{pods}: ") and where in str(err.value)
+
+
+def test_trace_missing_column(tmp_path):
+    nodes = tmp_path / "n.csv"
+    nodes.write_text("sn,cpu_milli,gpu,model\nn0,1000,1,T4\n")
+    with pytest.raises(TraceError, match="line 1: missing column.s. memory_mib"):
+        load_cluster(nodes)
+
+
+# -- arrivals and metric --------------------------------------------------------------------------------
+
+
+def pods_of(*shares):
+    return tuple(Pod(f"p{i}", 1000, 1, 1 if s else 0, s) for i, s in enumerate(shares))
+
+
+def test_arrivals_shuffle_every_pod_once_then_resample_to_130_percent():
+    pods = pods_of(500, 300, 0, 200)  # 1,000 milli of demand on a 1-GPU cluster: 100 %
+    arr = arrival_sequence(pods, gpu_count=1, seed=7)
+    head = arr.order[: len(pods)]
+    assert sorted(head.tolist()) == [0, 1, 2, 3]
+    demand = np.array([p.gpu_demand_milli for p in pods])
+    total = demand[arr.order].sum()
+    assert total <= 1300
+    assert arr.capacity_milli == 1000
+    again = arrival_sequence(pods, gpu_count=1, seed=7)
+    assert again.order.tolist() == arr.order.tolist()
+
+
+def test_arrivals_stop_at_the_first_draw_that_would_pass_the_target():
+    pods = pods_of(500, 500)  # already 100 %; any further 500 would reach 150 % > 130 %
+    arr = arrival_sequence(pods, gpu_count=1, seed=1)
+    assert len(arr) == 2
+
+
+def test_arrivals_larger_than_target_lose_random_pods():
+    pods = pods_of(*[1000] * 5)  # 500 % of one GPU
+    arr = arrival_sequence(pods, gpu_count=1, seed=3)
+    assert len(arr) == 1
+
+
+def test_percent_curve_by_hand():
+    # capacity 2,000 milli; records after five arrivals (arrived, placed)
+    arrived = np.array([1000, 1500, 1500, 2500, 3000])
+    used = np.array([1000, 1500, 1500, 1500, 2000])
+    curve = percent_curve(arrived, used, 2000)
+    assert curve[50] == 50.0 and curve[75] == 75.0 and curve[125] == 75.0
+    assert curve[49] == 50.0 and curve[51] == 50.0  # no record there: the +-1 window
+    assert curve[76] == 75.0
+    assert math.isnan(curve[100]) and math.isnan(curve[130])  # 150 % lies outside 129..131
+
+
+def test_replay_metric_on_a_tiny_trace_by_hand():
+    """Two GPUs; a whole GPU, a half, a CPU pod, a whole GPU that no longer fits, a half."""
+    cluster = SimCluster((SimNode("n0", 64, 10**6, (gpu(), gpu())),))
+    pods = (
+        Pod("a", 1000, 1, 1, 1000),
+        Pod("b", 1000, 1, 1, 500),
+        Pod("c", 1000, 1, 0, 0),
+        Pod("d", 1000, 1, 1, 1000),
+        Pod("e", 1000, 1, 1, 500),
+    )
+    arrivals = Arrivals(seed=0, order=np.arange(5), capacity_milli=2000)
+    result = replay(BestFit(), cluster, pods, arrivals)
+    assert result.placed == 4
+    # arrived 50, 75, 75, 125, 150 %; allocated 50, 75, 75, 75, 100 %
+    assert result.at(50) == 50.0 and result.at(75) == 75.0 and result.at(125) == 75.0
+    assert result.probes[100]["allocated"] == 75.0  # first record at or past 100 % arrived
+    assert result.probes[130]["allocated"] == 100.0  # the fifth arrival takes it from 125 to 150 %
+
+
+# -- Slurm's node choice ----------------------------------------------------------------------------------
+
+
+def test_lowest_weight_wins():
+    s = SlurmState(SimCluster((node("a", weight=10), node("b", weight=1))))
+    assert s.choose_node(req(cpus=1)) == 1
+
+
+def test_equal_nodes_first_in_slurm_conf_order():
+    s = SlurmState(SimCluster((node("a"), node("b"), node("c"))))
+    assert s.choose_node(req(cpus=1)) == 0
+
+
+def test_best_fit_node_inside_a_consecutive_set():
+    s = SlurmState(SimCluster((node("a", cpus=8), node("b", cpus=4), node("c", cpus=8))))
+    assert s.choose_node(req(cpus=2)) == 1
+
+
+def test_tightest_consecutive_set_wins():
+    # a, b usable (16 CPUs together), c cannot hold the job, d usable alone with 8: d's set is tighter
+    cluster = SimCluster((node("a", cpus=8), node("b", cpus=8), node("c", cpus=1), node("d", cpus=8)))
+    assert SlurmState(cluster).choose_node(req(cpus=2)) == 3
+    assert consec_pick(np.array([True, True, False, True]), np.ones(4, int), np.array([8, 8, 1, 8])) == 3
+
+
+def test_weight_change_splits_sets():
+    # same CPUs, but b has a higher weight: a's set (alone) is the lowest-weight one
+    cluster = SimCluster((node("a", cpus=8), node("b", cpus=2, weight=5), node("c", cpus=8)))
+    assert SlurmState(cluster).choose_node(req(cpus=2)) == 0
+
+
+def test_partitions_tried_in_request_order():
+    cluster = SimCluster((node("a", partitions=("p1",)), node("b", partitions=("p2",))))
+    s = SlurmState(cluster)
+    assert s.choose_node(req(cpus=1, partitions=("p2", "p1"))) == 1
+    assert s.choose_node(req(cpus=1, partitions=("nope",))) == -1
+
+
+def test_memory_is_a_hard_limit():
+    s = SlurmState(SimCluster((node("a", memory=10), node("b", memory=100))))
+    assert s.choose_node(req(cpus=1, memory=50)) == 1
+
+
+# -- GRES inside a node ------------------------------------------------------------------------------------
+
+
+def mps_node(n=2, units=100):
+    return SimCluster((node("a", cpus=64, gpus=[gpu("mps", units=units) for _ in range(n)]),))
+
+
+def test_whole_gpus_lowest_free_indexes():
+    s = SlurmState(SimCluster((node("a", cpus=64, gpus=[gpu(), gpu(), gpu()]),)))
+    assert s.allocate(req("gpu", 1), 0) == (0,)
+    assert s.allocate(req("gpu", 2), 0) == (1, 2)
+    assert not s.fits(req("gpu", 1))[0]
+
+
+def test_mps_first_device_with_enough_count():
+    s = SlurmState(mps_node())
+    assert s.allocate(req("mps", 30), 0) == (0,)
+    assert s.allocate(req("mps", 80), 0) == (1,)  # GPU 0 has 70 left
+    assert s.allocate(req("mps", 40), 0) == (0,)  # first device that holds all 40
+    assert s.sh_used[0].tolist() == [70, 80]
+    assert not s.fits(req("mps", 31))[0]  # no single device has 31 left
+
+
+def test_ll_shared_gres_least_loaded_first():
+    s = SlurmState(replace(mps_node(), select_flags=frozenset({LL_SHARED_GRES})))
+    assert s.allocate(req("mps", 30), 0) == (0,)
+    assert s.allocate(req("mps", 10), 0) == (1,)
+    assert s.allocate(req("mps", 10), 0) == (1,)  # GPU 1 (80 left) is still less loaded than GPU 0 (70)
+
+
+def test_multiple_sharing_gres_per_job_splits():
+    s = SlurmState(replace(mps_node(), select_flags=frozenset({MULTIPLE_SHARING_GRES_PJ})))
+    s.allocate(req("mps", 60), 0)
+    s.allocate(req("mps", 60), 0)
+    assert s.fits(req("mps", 80))[0]
+    assert s.allocate(req("mps", 80), 0) == (0, 1)
+
+
+def test_gpu_and_mps_exclude_each_other_on_one_gpu():
+    s = SlurmState(mps_node())
+    assert s.allocate(req("mps", 10), 0) == (0,)
+    assert not s.fits(req("gpu", 2))[0]  # GPU 0 has an mps job
+    assert s.allocate(req("gpu", 1), 0) == (1,)
+    assert s.allocate(req("mps", 10), 0) == (0,)
+    assert not s.fits(req("mps", 95))[0]  # GPU 0 has 80 left, GPU 1 is allocated as gpu
+
+
+def test_shard_is_not_mps():
+    cluster = SimCluster((node("a", gpus=[gpu("shard", units=4)]),))
+    s = SlurmState(cluster)
+    assert not s.fits(req("mps", 1))[0]
+    assert s.allocate(req("shard", 3), 0) == (0,)
+    assert not s.fits(req("shard", 2))[0]
+
+
+def test_typed_mig_records_in_index_order():
+    g0 = gpu("mig", mig=("a100_1g", "a100_1g", "a100_3g"))
+    g1 = gpu("exclusive", gres_type="a100")
+    s = SlurmState(SimCluster((node("a", cpus=64, gpus=[g0, g1]),)))
+    assert s.allocate(req("gpu", 1, "a100_1g"), 0) == (0,)
+    assert s.allocate(req("gpu", 1, "a100_1g"), 0) == (1,)
+    assert not s.fits(req("gpu", 1, "a100_1g"))[0]
+    assert s.allocate(req("gpu", 1, "a100"), 0) == (3,)
+    assert s.allocate(req("gpu", 1), 0) == (2,)  # untyped: any free record
+    assert not s.fits(req("gpu", 1, "unknown"))[0]
+
+
+def test_uniform_router():
+    assert uniform_router(Pod("p", 2500, 7, 1, 470)) == SlurmRequest((), 3, 7, gres="mps", count=47)
+    assert uniform_router(Pod("p", 1000, 7, 1, 475)).count == 48
+    assert uniform_router(Pod("p", 1000, 7, 4, 1000)) == SlurmRequest((), 1, 7, gres="gpu", count=4)
+    assert uniform_router(Pod("p", 100, 7, 0, 0)) == SlurmRequest((), 1, 7)
+
+
+def test_slurm_policy_counts_rejections():
+    cluster = mps_node()
+    pods = (Pod("a", 1000, 1, 1, 1000), Pod("b", 1000, 1, 1, 500))
+    policy = SlurmPolicy("s", lambda p: None if p.name == "b" else uniform_router(p))
+    result = replay(policy, cluster, pods, Arrivals(0, np.arange(2), 2000))
+    assert result.placed == 1 and result.probes[130]["rejected"] == 1.0
