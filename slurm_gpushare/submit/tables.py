@@ -145,7 +145,6 @@ class Tables:
     aliases: dict[str, Alias]
     tiers: tuple[TierCaps, ...]  # routing order: default first, then priority (high first), then name
     texts: dict[str, str] = field(default_factory=dict)
-    routes: tuple = ()  # submit.routes.RouteRule, first match wins (submission.routes)
 
     def tier(self, name: str) -> TierCaps | None:
         return next((t for t in self.tiers if t.name == name), None)
@@ -216,7 +215,6 @@ def build_tables(site: Site) -> Tables:
         shared=shared,
         aliases=aliases,
         tiers=routing_order(tiers),
-        routes=_routes(site),
     )
     return _with_texts(tables)
 
@@ -233,9 +231,3 @@ def _with_texts(t: Tables) -> Tables:
     for name, per in t.shared.items():
         texts[f"{name}_types"] = ", ".join(k for k in per if k)
     return replace(t, texts=texts)
-
-
-def _routes(site: Site) -> tuple:
-    from .routes import build_routes  # routes imports parse, which imports this module
-
-    return build_routes(site)
