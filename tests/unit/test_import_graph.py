@@ -1,0 +1,59 @@
+"""The package edges of ARCHITECTURE.md, checked on the import graph (tests/unit/import_graph.py).
+
+General on purpose: the rules name packages, not modules, so a new module or
+package (planner/, metrics/, ...) is held to them the day it is added.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit import import_graph as ig
+
+# Packages whose code runs on a node's critical path or as root: they never load the renderer or Jinja.
+NODE_SIDE = ("node", "hooks")
+NO_RENDER = ("slurm_gpushare.render", "jinja2")
+# Pure packages (data in, figures or plans out): nothing in them runs a command.
+PURE = ("planner", "policy", "accounting", "hardware", "submit", "render")
+RUNS_COMMANDS = ("subprocess", "slurm_gpushare.proc")
+# Known, and to be moved into slurm/ (issue: Slurm commands outside slurm/); remove an entry once it is.
+STILL_RUNS_COMMANDS = {"slurm_gpushare.accounting.tenants"}
+
+
+def _in(package: str) -> list[str]:
+    return [m for m in ig.modules() if m == f"slurm_gpushare.{package}" or m.startswith(f"slurm_gpushare.{package}.")]
+
+
+def test_the_graph_sees_the_package():
+    assert len(ig.modules()) > 50
+    assert "slurm_gpushare.render.header" in ig.graph()["slurm_gpushare.render.files"]
+    assert "jinja2" in ig.reachable("slurm_gpushare.render.files")
+
+
+def test_no_import_cycles():
+    assert ig.cycles() == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in ig.cycles())
+
+
+@pytest.mark.parametrize("package", NODE_SIDE)
+def test_node_side_never_imports_the_renderer(package):
+    found = []
+    for module in _in(package):
+        reach = ig.reachable(module)
+        found += [" -> ".join(ig.path_to(module, t)) for t in reach if t.startswith(NO_RENDER)]
+    assert found == []
+
+
+@pytest.mark.parametrize("package", PURE)
+def test_pure_packages_run_no_commands(package):
+    """No module of a pure package imports subprocess or the runner itself (directly: a parser module
+    of slurm/ that also holds a query function may be imported for its parser)."""
+    found = sorted(
+        f"{m} imports {t}" for m in _in(package) if m not in STILL_RUNS_COMMANDS for t in ig.graph()[m] if t in RUNS_COMMANDS
+    )
+    assert found == []
+
+
+def test_the_known_exceptions_are_still_needed():
+    for module in STILL_RUNS_COMMANDS:
+        if module in ig.graph():
+            assert ig.graph()[module] & set(RUNS_COMMANDS), f"{module} no longer runs commands: drop it from STILL_RUNS_COMMANDS"
