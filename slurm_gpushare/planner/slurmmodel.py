@@ -219,10 +219,21 @@ def consec_pick(ok: np.ndarray, weight: np.ndarray, cpus: np.ndarray) -> int:
 class SlurmPolicy:
     """Slurm's placement for a rendered configuration, behind a submission router (Pod -> SlurmRequest | None)."""
 
-    def __init__(self, name: str, router: Router, cluster_fn: Callable[[SimCluster], SimCluster] | None = None):
+    def __init__(
+        self,
+        name: str,
+        router: Router,
+        cluster_fn: Callable[[SimCluster], SimCluster] | None = None,
+        mig_slices: dict[str, int] | None = None,
+        slices_per_gpu: int = 7,
+    ):
+        """``cluster_fn`` renders the configuration from the trace cluster; ``mig_slices`` (MIG GRES type ->
+        compute slices) turns on the slice occupancy figure."""
         self.name = name
         self.router = router
         self.cluster_fn = cluster_fn
+        self.mig_slices = mig_slices or {}
+        self.slices_per_gpu = slices_per_gpu
 
     def start(self, cluster: SimCluster, pods: tuple[Pod, ...], rng: np.random.Generator) -> None:
         if self.cluster_fn is not None:
@@ -231,6 +242,9 @@ class SlurmPolicy:
         self.state = SlurmState(cluster)
         self.requests = [self.router(p) for p in pods]
         self.rejected = 0
+        codes = {code: self.mig_slices.get(t, 0) for t, code in self.state.types.items()}
+        self.rec_slices = np.vectorize(lambda c: codes.get(c, 0), otypes=[np.int64])(self.state.rec_type)
+        self.mig_gpus = sum(1 for n in cluster.nodes for g in n.gpus if g.mode == "mig")
 
     def place(self, pod: int) -> bool:
         req = self.requests[pod]
@@ -246,6 +260,7 @@ class SlurmPolicy:
     def metrics(self) -> dict[str, float]:
         s = self.state
         out: dict[str, float] = {"rejected": float(self.rejected)}
-        if s.rec_mig.any():
-            out["mig_records_used"] = 100.0 * (~s.rec_free & s.rec_mig).sum() / s.rec_mig.sum()
+        if self.mig_gpus and self.mig_slices:
+            used = (self.rec_slices * (~s.rec_free & s.rec_mig)).sum()
+            out["slices_occupied"] = 100.0 * used / (self.slices_per_gpu * self.mig_gpus)
         return out
