@@ -13,14 +13,10 @@ import os
 import re
 import sys
 
-_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+from ..node.jobenv import node_name, node_name_or_none, slurm_conf
+
 _PRINTABLE = re.compile(r"[^\x20-\x7e]")
 REASON_MAX = 200
-
-
-def node_name(environ) -> str | None:
-    name = environ.get("SLURMD_NODENAME", "")
-    return name if _NODE.match(name) else None
 
 
 def fail(hook: str, environ, message: str, runner=None) -> int:
@@ -29,7 +25,7 @@ def fail(hook: str, environ, message: str, runner=None) -> int:
 
     line = _PRINTABLE.sub("?", f"{hook}: {message}")
     print(line, file=sys.stderr)
-    node = node_name(environ)
+    node = node_name_or_none(environ)
     if node is not None:
         try:
             drain(node, line, environ, runner)
@@ -43,8 +39,8 @@ def drain(node: str, reason: str, environ, runner=None) -> None:
     from ..proc import run
 
     env = {"PATH": SAFE_PATH}
-    conf = environ.get("SLURM_CONF", "")
-    if re.match(r"^/[A-Za-z0-9_./-]+$", conf):
+    conf = slurm_conf(environ)
+    if conf is not None:
         env["SLURM_CONF"] = conf
     text = reason if len(reason) <= REASON_MAX else reason[: REASON_MAX - 3] + "..."
     (runner or run)(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={text}"],
@@ -53,12 +49,9 @@ def drain(node: str, reason: str, environ, runner=None) -> None:
 
 def load(environ):
     """(node config, node spec) for the node Slurm names."""
-    from ..node.jobenv import HookInputError
     from ..node.nodeconfig import config_path, node_spec, read_config
 
     node = node_name(environ)
-    if node is None:
-        raise HookInputError("SLURMD_NODENAME is missing or not a node name: this runs as a Slurm Prolog/Epilog")
     config = read_config(config_path(environ))
     return config, node_spec(config, node)
 

@@ -11,7 +11,7 @@ def epilog(environ, runner=None, mps=None, kill=None) -> None:
 
     config, spec = load(environ)
     job_id = job_id_from_env(environ)
-    store = JournalStore(spec["state_dir"])
+    store = JournalStore(spec.state_dir)
     with store.locked():
         journal = store.read(job_id)
         if journal is None:

@@ -15,7 +15,7 @@ def prolog(environ, runner=None, mps=None) -> None:
 
     config, spec = load(environ)
     job = job_from_env(environ)
-    store, mps = JournalStore(spec["state_dir"]), mps or MpsControl(runner or run, **mps_command(config))
+    store, mps = JournalStore(spec.state_dir), mps or MpsControl(runner or run, **mps_command(config))
     with open_backend(config.fake_nvml) as backend, store.locked():
         node = load_layout(spec, backend)
         _journal, actions = plan_prolog(job, node, observe_prolog(job, node, backend, store, mps))

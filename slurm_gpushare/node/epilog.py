@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from ..errors import GpushareError
 from .journal import Journal, JournalStore, MpsDaemon
-from .prolog import LiveState, NodeUnsafe, WriteJournal, observe_gpus
+from .live import LiveState, NodeUnsafe, WriteJournal, observe_gpus
 
 _JOB_CGROUP = re.compile(r"/job_([0-9]+)(/|$)")
 

@@ -1,4 +1,4 @@
-"""The job as a root hook sees it: Slurm's environment, read and validated.
+"""The job as a root hook sees it: Slurm's environment, read and validated (the one place that reads it).
 
 slurmd builds the Prolog/Epilog environment (slurm-gpu-facts section 2).
 Only the variables below are read; each is checked against the one form
@@ -18,6 +18,7 @@ from ..errors import GpushareError
 _ID = re.compile(r"^[1-9][0-9]{0,9}$")
 _UINT = re.compile(r"^(0|[1-9][0-9]{0,9})$")
 _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_CONF = re.compile(r"^/[A-Za-z0-9_./-]+$")
 _INDEXES = re.compile(r"^(0|[1-9][0-9]{0,3})(,(0|[1-9][0-9]{0,3}))*$")
 MAX_ID = 2**32 - 2  # Slurm's NO_VAL is 2^32 - 2; uids are below 2^32 - 1
 
@@ -71,7 +72,7 @@ def job_from_env(env: Mapping[str, str]) -> JobEnv:
     job_id = parse_id(env, "SLURM_JOB_ID")
     uid = parse_id(env, "SLURM_JOB_UID")
     gid = parse_id(env, "SLURM_JOB_GID") if env.get("SLURM_JOB_GID") else uid
-    node = _get(env, "SLURMD_NODENAME", _NODE, "a node name (letters, digits, '_', '.', '-')")
+    node = node_name(env)
     gpus = env.get("SLURM_JOB_GPUS") or env.get("CUDA_VISIBLE_DEVICES") or ""
     name = "SLURM_JOB_GPUS" if env.get("SLURM_JOB_GPUS") else "CUDA_VISIBLE_DEVICES"
     indexes = parse_indexes(gpus, name) if gpus else ()
@@ -82,6 +83,23 @@ def job_from_env(env: Mapping[str, str]) -> JobEnv:
             raise HookInputError(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={pct[:20]!r} is not a whole percentage 1-100")
         percentage = int(pct)
     return JobEnv(job_id, uid, gid, node, indexes, percentage)
+
+
+def node_name(env: Mapping[str, str]) -> str:
+    """SLURMD_NODENAME, the node the hook runs for; HookInputError when missing or not a node name."""
+    return _get(env, "SLURMD_NODENAME", _NODE, "a node name (letters, digits, '_', '.', '-')")
+
+
+def node_name_or_none(env: Mapping[str, str]) -> str | None:
+    """SLURMD_NODENAME when it is a node name, else None (for a failing hook that still wants to drain)."""
+    value = env.get("SLURMD_NODENAME", "")
+    return value if _NODE.match(value) else None
+
+
+def slurm_conf(env: Mapping[str, str]) -> str | None:
+    """SLURM_CONF when it is a plain absolute path (passed on to scontrol), else None."""
+    value = env.get("SLURM_CONF", "")
+    return value if _CONF.match(value) else None
 
 
 def job_id_from_env(env: Mapping[str, str]) -> int:

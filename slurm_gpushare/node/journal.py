@@ -120,10 +120,6 @@ def write_json(path: Path, data: dict, mode: int = 0o644) -> None:
     atomic_write(path, json.dumps(data, indent=1, sort_keys=True), mode)
 
 
-def write_text(path: Path, text: str, mode: int = 0o644) -> None:
-    atomic_write(path, text, mode)
-
-
 def task_text(journal: Journal) -> str:
     """The task prolog's view of a ready journal (format in ``paths``)."""
     rows = [("env", name, value) for name, value in journal.env.items()]
@@ -161,7 +157,7 @@ class JournalStore:
             self.task_path(journal.job_id).unlink(missing_ok=True)
         write_json(self.path(journal.job_id), journal.to_json())
         if journal.state == "ready":
-            write_text(self.task_path(journal.job_id), task_text(journal))
+            atomic_write(self.task_path(journal.job_id), task_text(journal))
 
     def read(self, job_id: int) -> Journal | None:
         path = self.path(job_id)

@@ -32,6 +32,7 @@ import hashlib
 import json
 import os
 import stat
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from ..errors import GpushareError
@@ -106,6 +107,52 @@ def _check_owner(path: Path) -> None:
 # ---- this node's view of the policy -------------------------------------------------
 
 
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU of the node as the policy shares it."""
+
+    index: int
+    mode: str
+    model: str
+    units: int
+    replicas: int
+    layout: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """What the root hooks need of the policy for one node; cached as JSON (``to_json``/``from_json``)."""
+
+    policy: str
+    policy_sha256: str
+    node: str
+    group: str
+    state_dir: str
+    log_dir: str
+    slurm_conf_dir: str
+    gres_include: str
+    gpus: tuple[GpuSpec, ...]
+    format: str = SPEC_FORMAT
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data) -> NodeSpec | None:
+        """The spec a cache file holds, or None when it is not one of this format (then it is rebuilt)."""
+        names = {f.name for f in fields(cls)}
+        if not isinstance(data, dict) or data.get("format") != SPEC_FORMAT or set(data) != names:
+            return None
+        try:
+            gpus = tuple(GpuSpec(**{**g, "layout": tuple(g["layout"])}) for g in data["gpus"])
+        except (TypeError, KeyError):
+            return None
+        return cls(**{**data, "gpus": gpus})
+
+    def matches(self, policy: Path, digest: str, node: str) -> bool:
+        return (self.policy, self.policy_sha256, self.node) == (str(policy), digest, node)
+
+
 def file_sha256(path: Path) -> str:
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()
@@ -113,21 +160,21 @@ def file_sha256(path: Path) -> str:
         raise NodeConfigError(f"cannot read policy {path}: {exc.strerror}") from None
 
 
-def node_spec(config: NodeConfig, node: str) -> dict:
+def node_spec(config: NodeConfig, node: str) -> NodeSpec:
     """This node's spec: from the cache when it matches the policy file, else rebuilt."""
     digest = file_sha256(config.policy)
     spec = _read_cache(config.spec_cache)
-    if not (spec and spec.get("policy_sha256") == digest and spec.get("node") == node and spec.get("policy") == str(config.policy)):
+    if spec is None or not spec.matches(config.policy, digest, node):
         spec = build_spec(config.policy, node, digest)
         _write_cache(config.spec_cache, spec)
-    if config.state_dir is not None and str(config.state_dir) != spec["state_dir"]:
+    if config.state_dir is not None and str(config.state_dir) != spec.state_dir:
         raise NodeConfigError(f"{config.path}: state_dir {config.state_dir} differs from the policy's "
-                              f"cluster.paths.state_dir {spec['state_dir']} ({config.policy}); the task prolog would "
+                              f"cluster.paths.state_dir {spec.state_dir} ({config.policy}); the task prolog would "
                               "look for journals in the wrong place")
     return spec
 
 
-def build_spec(policy: Path, node: str, digest: str) -> dict:
+def build_spec(policy: Path, node: str, digest: str) -> NodeSpec:
     """Load the policy (slow path) and keep what the hooks need for ``node``."""
     from ..policy import load_file
 
@@ -137,22 +184,20 @@ def build_spec(policy: Path, node: str, digest: str) -> dict:
     except KeyError as exc:
         raise NodeConfigError(f"{exc.args[0]} ({policy})") from None
     paths = site.cluster.paths
-    gpus = [{"index": s.index, "mode": s.mode, "model": s.model.name, "units": s.units, "replicas": s.replicas,
-             "layout": list(s.layout)} for s in group.gpus]
-    return {"format": SPEC_FORMAT, "policy": str(policy), "policy_sha256": digest, "node": node, "group": group.name,
-            "state_dir": paths.state_dir, "log_dir": paths.log_dir, "slurm_conf_dir": paths.slurm_conf_dir,
-            "gres_include": paths.gres_include, "gpus": gpus}
+    gpus = tuple(GpuSpec(s.index, s.mode, s.model.name, s.units, s.replicas, tuple(s.layout)) for s in group.gpus)
+    return NodeSpec(policy=str(policy), policy_sha256=digest, node=node, group=group.name, state_dir=paths.state_dir,
+                    log_dir=paths.log_dir, slurm_conf_dir=paths.slurm_conf_dir, gres_include=paths.gres_include, gpus=gpus)
 
 
-def _read_cache(path: Path) -> dict | None:
+def _read_cache(path: Path) -> NodeSpec | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and data.get("format") == SPEC_FORMAT else None
+    return NodeSpec.from_json(data)
 
 
-def _write_cache(path: Path, spec: dict) -> None:
+def _write_cache(path: Path, spec: NodeSpec) -> None:
     from .journal import write_json
 
-    write_json(path, spec, mode=0o644)
+    write_json(path, spec.to_json(), mode=0o644)

@@ -48,17 +48,8 @@ def _absolute(value: str) -> bool:
     return value.startswith("/") and set(value) <= allowed and "/../" not in value + "/"
 
 
-def spec_cache_path(config_file: str, values: dict[str, str]) -> str:
-    """Where the spec cache is: the config's spec_cache, or next to the config file."""
-    return values.get("spec_cache") or config_file.rsplit("/", 1)[0] + "/" + SPEC_CACHE_NAME
-
-
 def journal_dir(state_dir: str) -> str:
     return state_dir.rstrip("/") + "/jobs"
-
-
-def journal_path(state_dir: str, job_id: int) -> str:
-    return f"{journal_dir(state_dir)}/{job_id}.json"
 
 
 def task_path(state_dir: str, job_id: int) -> str:

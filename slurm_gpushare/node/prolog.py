@@ -27,28 +27,19 @@ answers is reused, the journal rewritten with the same content.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import GpushareError
-from ..gpu.backend import GpuProcess, MigDevice
 from .gresindex import GresRecord
 from .jobenv import JobEnv
 from .journal import Device, Journal, JournalStore, MpsDaemon
+from .live import LiveGpu, LiveState, NodeUnsafe, WriteJournal, observe_gpus
 from .mps import check_paths, daemon_key
+from .nodeconfig import NodeSpec
 
 _GPU_FILE = re.compile(r"^/dev/nvidia([0-9]+)$")
 _CAP_FILE = re.compile(r"^/dev/nvidia-caps/nvidia-cap([0-9]+)$")
-
-
-class NodeUnsafe(GpushareError):
-    """A hook found the node unsafe around a job: every reason, in one line naming job and node."""
-
-    exit_code = 1
-
-    def __init__(self, job_id: int, node: str, reasons: list[str]):
-        self.reasons = reasons
-        super().__init__(f"job {job_id} on {node}: " + "; ".join(reasons))
 
 
 class PrologRefused(NodeUnsafe):
@@ -71,46 +62,9 @@ class NodeLayout:
     log_dir: str
 
     @classmethod
-    def from_spec(cls, spec: dict, records, minors: dict) -> NodeLayout:
-        return cls(spec["node"], {g["index"]: g["mode"] for g in spec["gpus"]}, tuple(records),
-                   {minor: key for key, minor in minors.items()}, spec["state_dir"], spec["log_dir"])
-
-
-@dataclass(frozen=True)
-class LiveGpu:
-    index: int
-    uuid: str
-    minor: int
-    memory_mib: int
-    mig_current: bool | None
-    mig_devices: tuple[MigDevice, ...] = ()
-    processes: tuple[GpuProcess, ...] = ()
-
-    @property
-    def label(self) -> str:
-        return f"GPU {self.index} ({self.uuid})"
-
-
-@dataclass(frozen=True)
-class LiveState:
-    gpus: dict[int, LiveGpu]
-    journals: dict[int, Journal] = field(default_factory=dict)
-    mps_alive: frozenset[str] = frozenset()
-    proc_jobs: dict[int, int | None] = field(default_factory=dict)  # pid -> job id, 0 no job, None not here
-
-    def by_minor(self, minor: int) -> LiveGpu | None:
-        return next((g for g in self.gpus.values() if g.minor == minor), None)
-
-
-def observe_gpus(backend, indexes=None) -> dict[int, LiveGpu]:
-    """The GPUs (all, or ``indexes``) with MIG devices and processes, read once."""
-    found = {}
-    for index in [g.index for g in backend.gpus()] if indexes is None else indexes:
-        info = backend.gpu(index)
-        migs = tuple(backend.mig_devices(index)) if info.mig_current else ()
-        found[index] = LiveGpu(index, info.uuid, info.minor, info.memory_mib, info.mig_current, migs,
-                               tuple(backend.processes(index)))
-    return found
+    def from_spec(cls, spec: NodeSpec, records, minors: dict) -> NodeLayout:
+        return cls(spec.node, {g.index: g.mode for g in spec.gpus}, tuple(records),
+                   {minor: key for key, minor in minors.items()}, spec.state_dir, spec.log_dir)
 
 
 def gpus_of_records(records, indexes, minors_by_gpu: dict[int, int]) -> list[int]:
@@ -126,14 +80,6 @@ def gpus_of_records(records, indexes, minors_by_gpu: dict[int, int]) -> list[int
 
 
 # ---- actions -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WriteJournal:
-    journal: Journal
-
-    def __str__(self) -> str:
-        return f"write journal of job {self.journal.job_id} ({self.journal.state})"
 
 
 @dataclass(frozen=True)
@@ -334,12 +280,12 @@ def observe_prolog(job: JobEnv, node: NodeLayout, backend, store: JournalStore, 
     return LiveState(gpus, journals, alive)
 
 
-def load_layout(spec: dict, backend) -> NodeLayout:
+def load_layout(spec: NodeSpec, backend) -> NodeLayout:
     """The node layout from the spec, this node's gres.conf and the mig-minors table."""
     from ..gpu.migminors import read_mig_minors
     from .gresindex import gpu_records
 
-    records = gpu_records(Path(spec["slurm_conf_dir"]) / "gres.conf", spec["node"])
+    records = gpu_records(Path(spec.slurm_conf_dir) / "gres.conf", spec.node)
     needs_minors = any(len(r.files) > 1 for r in records)
     minors = read_mig_minors(backend.mig_minors_path) if needs_minors else {}
     return NodeLayout.from_spec(spec, records, minors)

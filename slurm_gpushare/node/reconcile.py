@@ -19,7 +19,7 @@ from pathlib import Path
 from ..errors import GpushareError
 from .epilog import plan_epilog, process_jobs
 from .journal import Journal, JournalStore, MpsDaemon
-from .prolog import LiveState, observe_gpus
+from .live import LiveState, observe_gpus
 
 _KEY = re.compile(r"^g[0-9]+(_[0-9]+)*-u[0-9]+-p[0-9]+$")
 

@@ -1,6 +1,7 @@
 """TRESBillingWeights derived from the hardware, per tier (Slurm partition).
 
-One whole GPU of model M bills ``w(M)`` (``billing.gpu_weights``, default 1).
+One whole GPU of model M bills ``w(M)`` (``billing.gpu_weights``; a model not
+listed there bills ``billing.default_gpu_weight``, 100 unless the policy says otherwise).
 A MIG instance bills ``w(M) * max(c/C, m/M)``: the larger of its share of the
 GPU's compute slices and of its memory slices, since that is what it takes
 away from everybody else. A shard bills ``w(M) / replicas``; an MPS unit

@@ -7,7 +7,7 @@ is typed twice. Built by ``policy.load`` only after every rule has passed.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
 from ..hardware import GpuModel
@@ -97,7 +97,6 @@ class Site:
     tiers: tuple[TierView, ...]
     source_name: str = "policy"
     source_sha256: str = ""
-    extra: dict = field(default_factory=dict)
 
     @property
     def cluster(self):

@@ -11,7 +11,7 @@ from slurm_gpushare.hooks import prolog as prolog_hook
 from slurm_gpushare.node.epilog import EpilogRefused, KillProcess, QuitMps, RemoveJournal, plan_epilog, process_jobs
 from slurm_gpushare.node.journal import Device, Journal, JournalStore, MpsDaemon
 from slurm_gpushare.node.mps import MpsControl
-from slurm_gpushare.node.prolog import LiveGpu, LiveState, WriteJournal
+from slurm_gpushare.node.live import LiveGpu, LiveState, WriteJournal
 from slurm_gpushare.proc import Result
 from tests.unit.hooks_support import HookNode, no_scontrol
 

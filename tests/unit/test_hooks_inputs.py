@@ -8,10 +8,19 @@ from pathlib import Path
 
 import pytest
 
+import slurm_gpushare
 from slurm_gpushare.node.gresindex import GresConfReadError, expand, gpu_records
 from slurm_gpushare.node.jobenv import HookInputError, job_from_env, job_id_from_env
 from slurm_gpushare.node.journal import Device, Journal, JournalError, JournalStore
-from slurm_gpushare.node.nodeconfig import NodeConfigError, config_path, node_spec, parse_config, read_config
+from slurm_gpushare.node.nodeconfig import (
+    GpuSpec,
+    NodeConfigError,
+    NodeSpec,
+    config_path,
+    node_spec,
+    parse_config,
+    read_config,
+)
 from tests.unit.hooks_support import HookNode
 
 BASE = {"SLURM_JOB_ID": "17", "SLURM_JOB_UID": "2001", "SLURM_JOB_GID": "2000", "SLURMD_NODENAME": "lab-mig01"}
@@ -126,13 +135,12 @@ def test_spec_cache_follows_the_policy_file(tmp_path):
     node = HookNode(tmp_path, "lab-mig01")
     config = read_config(node.config)
     spec = node_spec(config, "lab-mig01")
-    assert spec["gpus"] == [{"index": 0, "mode": "mig", "model": "A100-SXM4-40GB", "units": 0, "replicas": 0,
-                             "layout": ["1g.5gb"] * 7}]
-    assert spec["state_dir"] == str(node.state_dir) and config.spec_cache.exists()
+    assert spec.gpus == (GpuSpec(0, "mig", "A100-SXM4-40GB", 0, 0, ("1g.5gb",) * 7),)
+    assert spec.state_dir == str(node.state_dir) and config.spec_cache.exists()
     cached = json.loads(config.spec_cache.read_text())
-    assert node_spec(config, "lab-mig01") == cached
+    assert node_spec(config, "lab-mig01") == spec and NodeSpec.from_json(cached) == spec
     node.policy.write_text(node.policy.read_text().replace("units: 100", "units: 50"))
-    assert node_spec(config, "lab-mig01")["policy_sha256"] != cached["policy_sha256"]
+    assert node_spec(config, "lab-mig01").policy_sha256 != cached["policy_sha256"]
     with pytest.raises(NodeConfigError, match="node 'nope' is in no node group"):
         node_spec(config, "nope")
 
@@ -178,3 +186,30 @@ def test_task_file_follows_the_journal_state(tmp_path):
     assert [p.name for p in store.stray_temporaries()] == ["5.task"]
     with pytest.raises(JournalError, match="empty or blank field"):
         store.write(Journal(6, 1, 1, "n", "ready", (), None, {"X": "a b"}))
+
+
+def test_a_spec_cache_of_another_shape_is_rebuilt(tmp_path):
+    node = HookNode(tmp_path, "lab-mig01")
+    config = read_config(node.config)
+    spec = node_spec(config, "lab-mig01")
+    stale = {k: v for k, v in spec.to_json().items() if k != "gres_include"}  # written by an older gpushare
+    config.spec_cache.write_text(json.dumps(stale))
+    assert NodeSpec.from_json(stale) is None
+    assert node_spec(config, "lab-mig01") == spec
+    assert NodeSpec.from_json({**spec.to_json(), "gpus": [{"index": 0}]}) is None
+
+
+def test_slurm_environment_is_read_in_one_place():
+    from slurm_gpushare.node.jobenv import HookInputError, node_name, node_name_or_none, slurm_conf
+
+    assert node_name({"SLURMD_NODENAME": "gpu-01"}) == "gpu-01"
+    with pytest.raises(HookInputError, match="SLURMD_NODENAME is not set"):
+        node_name({})
+    with pytest.raises(HookInputError, match="is not a node name"):
+        node_name({"SLURMD_NODENAME": "a;rm -rf"})
+    assert node_name_or_none({"SLURMD_NODENAME": "../x"}) is None
+    assert slurm_conf({"SLURM_CONF": "/etc/slurm/slurm.conf"}) == "/etc/slurm/slurm.conf"
+    assert slurm_conf({"SLURM_CONF": "/etc/slurm conf"}) is None
+    package = Path(slurm_gpushare.__file__).parent
+    readers = [p.name for p in package.rglob("*.py") if '"SLURMD_NODENAME"' in p.read_text(encoding="utf-8")]
+    assert readers == ["jobenv.py"]

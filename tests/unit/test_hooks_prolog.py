@@ -14,17 +14,8 @@ from slurm_gpushare.node.gresindex import GresRecord
 from slurm_gpushare.node.jobenv import JobEnv
 from slurm_gpushare.node.journal import Journal, JournalStore, MpsDaemon
 from slurm_gpushare.node.mps import MpsControl, MpsError
-from slurm_gpushare.node.prolog import (
-    LiveGpu,
-    LiveState,
-    NodeLayout,
-    PrologRefused,
-    StartMps,
-    StopMps,
-    WriteJournal,
-    execute_prolog,
-    plan_prolog,
-)
+from slurm_gpushare.node.live import LiveGpu, LiveState, WriteJournal
+from slurm_gpushare.node.prolog import NodeLayout, PrologRefused, StartMps, StopMps, execute_prolog, plan_prolog
 from slurm_gpushare.proc import Result
 from tests.unit.hooks_support import HookNode, no_scontrol
 
