@@ -1,4 +1,4 @@
-"""`gpushare testcluster`: the dockerized Slurm test cluster (needs a source checkout with docker/)."""
+"""`gpushare testcluster`: the dockerized Slurm test cluster (needs the source checkout: testcluster/checkout.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ from pathlib import Path
 import click
 
 from .. import examples
-from ..testcluster.cluster import DOCKER_DIR, TestCluster
+from ..testcluster.checkout import CHECKOUT_ENV, find_checkout
+from ..testcluster.cluster import TestCluster
 
-_PROJECT = click.option("--project", default="lab", show_default=True, help="docker-compose project name.")
+PROJECT_ENV = "GPUSHARE_TESTCLUSTER_PROJECT"
+_PROJECT = click.option("--project", default="lab", show_default=True, envvar=PROJECT_ENV,
+                        help=f"docker-compose project name (env {PROJECT_ENV}).")
 _SUITE = click.option("--suite", type=click.Choice(["trixie", "sid"]), default="trixie", show_default=True,
                       help="Debian suite of the Slurm image: trixie = Slurm 24.11, sid = 26.05.")
 _POLICY = click.option("--policy", type=click.Path(dir_okay=False, exists=True, path_type=Path),
@@ -18,9 +21,14 @@ _POLICY = click.option("--policy", type=click.Path(dir_okay=False, exists=True, 
 
 
 def _cluster(policy: Path | None, project: str, suite: str) -> TestCluster:
-    if not (DOCKER_DIR / "docker-compose.yml").is_file():
-        raise click.ClickException(f"no {DOCKER_DIR}/docker-compose.yml: run this from a source checkout")
-    return TestCluster(policy or examples.example(), project=project, suite=suite)
+    checkout = find_checkout()
+    if checkout is None:
+        raise click.ClickException(
+            f"no slurm-gpushare source checkout in {Path.cwd()}, above it, or in {CHECKOUT_ENV}: the test cluster's "
+            "Dockerfiles and compose file are not in the wheel; run this in the checkout you installed from, "
+            f"or set {CHECKOUT_ENV}=/path/to/checkout"
+        )
+    return TestCluster(policy or examples.example(), project=project, suite=suite, docker_dir=checkout / "docker")
 
 
 @click.group()
