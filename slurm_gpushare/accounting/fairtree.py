@@ -33,6 +33,7 @@ ranks of exactly tied sibling accounts can differ.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
@@ -295,7 +296,7 @@ class Check:
 
 
 def check_against(rows: Sequence[ShareRow], root: Assoc, result: Mapping[Key, Level], *,
-                  tolerance: float = 1e-6) -> list[Check]:
+                  tolerance: float = 1e-6, usage_abs: float = 0.0) -> list[Check]:
     """Compare our NormShares, EffectvUsage, LevelFS and FairShare with sshare's, row by row.
 
     LevelFS is compared relatively (it is unbounded); the others absolutely.
@@ -304,11 +305,19 @@ def check_against(rows: Sequence[ShareRow], root: Assoc, result: Mapping[Key, Le
     is allowed for U and LevelFS; --json rows carry Slurm's own U. Siblings
     whose LevelFS are that close may rank either way round in slurmctld, so
     a user's FairShare may then be off by the users ranked with the other.
+    ``usage_abs``: the rows' own U is known only to within this (sshare -l's
+    EffectvUsage, printed %f, taken as U by ``snapshot_rows``).
     """
     fs_children, fs_parent = _fs_tree(root)
     nodes = {a.key: a for a in root.walk()}
     exact = {r.key for r in rows if r.exact_usage}
-    rel_of = {a: 0.0 if a.key in exact else _usage_precision(a, p) for a, p in fs_parent.items()}
+
+    def rel(a: Assoc, p: Assoc) -> float:
+        if a.key not in exact:
+            return _usage_precision(a, p)
+        return usage_abs / a.efctv if usage_abs and a.efctv else 0.0
+
+    rel_of = {a: rel(a, p) for a, p in fs_parent.items()}
     slack = _rank_slack(root, fs_children, {a: result[a.key].level_fs for a in fs_parent}, rel_of)
     users = sum(1 for a in root.walk() if a.is_user)
     out = []
@@ -361,6 +370,21 @@ def _rank_slack(root: Assoc, children: Mapping[Assoc, list[Assoc]], lf: Mapping[
     count(root)
     walk(root, 0)
     return slack
+
+
+# sshare -l prints doubles as %f: a printed EffectvUsage is within this of slurmctld's.
+PRINTED_ABS = 5e-7
+
+
+def snapshot_rows(rows: Sequence[ShareRow]) -> list[ShareRow]:
+    """The rows with sshare's printed EffectvUsage as U, instead of U recomputed from RawUsage.
+
+    sshare's EffectvUsage, LevelFS and FairShare are what slurmctld computed
+    at its last PriorityCalcPeriod; RawUsage moves whenever a job ends. Taking
+    the printed EffectvUsage compares LevelFS and FairShare with values of the
+    same moment (check_against with ``usage_abs=PRINTED_ABS``).
+    """
+    return [dataclasses.replace(r, exact_usage=True) if r.effective_usage is not None else r for r in rows]
 
 
 def _usage_precision(node: Assoc, parent: Assoc) -> float:

@@ -214,17 +214,30 @@ def fairshare(ctx, sshare_file, json_sshare, gpu_usage, adds, since, until, sacc
     algorithm; a difference beyond --tolerance (plus what sshare's integer
     RawUsage can explain) is flagged. --gpu-usage and --add show what the
     factors would become.
+
+    sshare -l's EffectvUsage, LevelFS and FairShare are from slurmctld's last
+    PriorityCalcPeriod, its RawUsage from now: when jobs ended in between,
+    RawUsage no longer gives sshare's EffectvUsage. Then LevelFS and FairShare
+    are compared with ours computed from sshare's EffectvUsage (the same
+    moment), and the output says so.
     """
     rows = sshare.read(sshare_file) if sshare_file else sshare.query(get_runner(ctx), as_json=json_sshare)
     root = fairtree.tree_from_sshare(rows)
     ours = fairtree.compute(root, merge_tied_accounts=documented_ties)
     checks = fairtree.check_against(rows, root, ours, tolerance=tolerance)
+    moved = _moved_since_calculation(rows, checks)
+    if moved:  # like with like: sshare's own EffectvUsage, of the moment its LevelFS and FairShare are from
+        rows = fairtree.snapshot_rows(rows)
+        root = fairtree.tree_from_sshare(rows)
+        ours = fairtree.compute(root, merge_tied_accounts=documented_ties)
+        checks = fairtree.check_against(rows, root, ours, tolerance=tolerance, usage_abs=fairtree.PRINTED_ABS)
     alt, alt_tree = _what_if(ctx, root, gpu_usage, adds, since, until, sacct_file, policy, half_life, documented_ties, tz)
     theirs = {r.key: r for r in rows}
     cols, table = report.fairshare_rows(root, ours, checks, alt, alt_tree, theirs)
     bad = [c for c in checks if not c.ok]
     if fmt == "json":
-        extra = {"compared": len(checks), "differ": [_check_json(c) for c in bad]}
+        extra = {"compared": len(checks), "differ": [_check_json(c) for c in bad],
+                 "usage_moved_since_calculation": [_check_json(c) for c in moved]}
         click.echo(report.render(cols, table, fmt, extra=extra), nl=False)
     else:
         click.echo(report.render(cols, table, fmt), nl=False)
@@ -232,8 +245,25 @@ def fairshare(ctx, sshare_file, json_sshare, gpu_usage, adds, since, until, sacc
             click.echo(f"{len(checks)} values compared with sshare, {len(bad)} differ by more than {tolerance:g}")
             for c in bad:
                 click.echo(f"  {c.key[0]}{'/' + c.key[1] if c.key[1] else ''} {c.field}: ours {c.ours} sshare {c.theirs}")
+    if moved:
+        click.echo(_MOVED.format(n=len(moved)), err=fmt != "table")
     if check and bad:
         raise SystemExit(1)
+
+
+_MOVED = (
+    "note: {n} RawUsage values moved since slurmctld's last priority calculation (jobs ended since): sshare's "
+    "EffectvUsage, LevelFS and FairShare are from that calculation, its RawUsage from now. LevelFS and FairShare "
+    "were compared with ours computed from sshare's EffectvUsage (the same moment), not from RawUsage. To compare "
+    "RawUsage too, run again right after the next PriorityCalcPeriod, or use --json-sshare."
+)
+
+
+def _moved_since_calculation(rows, checks) -> list[fairtree.Check]:
+    """The EffectvUsage checks that RawUsage fails, when the rows are sshare -l text (the JSON's U is Slurm's own)."""
+    if any(r.exact_usage for r in rows):
+        return []
+    return [c for c in checks if c.field == "effective_usage" and not c.ok]
 
 
 def _check_json(c: fairtree.Check) -> dict:

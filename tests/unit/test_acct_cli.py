@@ -136,3 +136,25 @@ def test_accounts_apply_stops_on_a_failing_command():
     res = CliRunner().invoke(GPUSHARE, ["accounts", "apply", LAB], obj={"runner": fake})
     assert res.exit_code == 1 and "Nothing new added" in res.output
     assert not any("name=scavenger" in " ".join(c) for c in fake.calls)  # nothing after the failure ran
+
+
+def test_fairshare_compares_like_with_like_when_raw_usage_moved(tmp_path):
+    """Jobs of physics/bob ended after the last PriorityCalcPeriod: RawUsage moved (bob, physics, root by 400000),
+    EffectvUsage, LevelFS and FairShare did not. That is a snapshot lag, not a disagreement."""
+    text = (DATA / "sshare-small-lab.parsable2").read_text()
+    for old, new in (("root|||0.000000|600000|", "root|||0.000000|1000000|"), (" physics||60|0.594059|400000|", " physics||60|0.594059|800000|"),
+                     ("  physics|bob|1|0.500000|100000|", "  physics|bob|1|0.500000|500000|")):
+        assert old in text
+        text = text.replace(old, new)
+    moved = tmp_path / "sshare.txt"
+    moved.write_text(text)
+    res = run("fairshare", "--sshare-file", str(moved), "--check")
+    assert res.exit_code == 0, res.output
+    assert "0 differ by more than 1e-06" in res.output
+    assert "RawUsage values moved since slurmctld's last priority calculation" in res.output and "--json-sshare" in res.output
+    doc = json.loads(run("fairshare", "--sshare-file", str(moved), "--format", "json").stdout)
+    assert doc["differ"] == [] and {d["user"] for d in doc["usage_moved_since_calculation"]} >= {"bob"}
+    # a real difference is still one: bob's FairShare changed as well
+    moved.write_text(text.replace("|0.400000|2.000000|", "|0.200000|2.000000|"))
+    res = run("fairshare", "--sshare-file", str(moved), "--check")
+    assert res.exit_code == 1 and "physics/bob fairshare: ours 0.4 sshare 0.2" in res.output
