@@ -1,19 +1,35 @@
 """The catalogue's data: MIG geometry, per-GPU profile values, whole-GPU facts.
 
-Source keys (MIG-SP, MIG-GS, MIG-CON, NVML-H, PYNVML, MPARTED, OUT) are those
-of shared/reference/mig-nvml-mps.md; each table names the ones it uses. One
-key is not in that sheet:
+Each table names the sources of its values by key; every key is public:
 
+  MIG-SP     NVIDIA Multi-Instance GPU User Guide (r570 documentation; PDF
+             RN-08625-v2.0, March 2024), "Supported MIG Profiles":
+             https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html
+             (profile names, memory and SM fractions, instance counts, driver notes)
+  MIG-GS     the same guide, "Getting Started with MIG" (.../getting-started-with-mig.html):
+             `nvidia-smi mig -lgip` / `-lgipp` / `-lcip` transcripts (IDs, placements, GiB, SMs)
+  MIG-CON    the same guide, "Concepts" (.../concepts.html): slices, CI sizes, the R510 4g+3g note
+  NVML-H     NVML API Reference (https://docs.nvidia.com/deploy/nvml-api/), as the header
+             nvml.h of NVML API 13 (github.com/NVIDIA/go-nvml, gen/nvml/nvml.h at 2f9e261):
+             NVML_GPU_INSTANCE_PROFILE_* / NVML_COMPUTE_INSTANCE_PROFILE_* constants, placements
+  PYNVML     nvidia-ml-py 13.615.71 (PyPI), pynvml.py: the same constants as Python sees them
+  MPARTED    github.com/NVIDIA/mig-parted at bd7160f, deployments/systemd/config-default.yaml:
+             PCI device IDs grouped per MIG geometry
+  OUT        third-party `nvidia-smi` transcripts on public pages (e.g. jbarrow.ai
+             field_notes/nvidia-mig for H100-SXM5-80GB; Microsoft Azure's H100 NVL MIG
+             walkthrough); the table that uses one says which GPU it is for
   OUT-PROBE  a third-party nvidia-smi probe table (name, memory.total, driver
-             580.95.05) in a public repository, read while building this
-             catalogue: whole-GPU memory of A100-SXM4-40/80GB, H100 80GB HBM3,
-             H200 and L40S. A30's 24576 MiB is from two other transcripts (OUT).
-  SPEC       NVIDIA product specifications (SM count = CUDA cores / cores per
-             SM); not in the reference sheet, used only for whole-GPU SMs.
+             580.95.05) in a public repository: whole-GPU memory of A100-SXM4-40/80GB,
+             H100 80GB HBM3, H200 and L40S. A30's 24576 MiB is from two other transcripts (OUT).
+  SPEC       NVIDIA's product specifications (SM count = CUDA cores / cores per SM),
+             used only for whole-GPU SMs.
+
+"reference N.N" in the comments below names the section of the maintainers'
+notes a value was collected in; the key beside it is where to check it.
 
 Memory of a MIG profile is `nvidia-smi mig -lgip` GiB as printed x 1024,
-rounded: an inference (reference 1.2: "MiB ~ GiB x 1024 (inferred)"; whether
-NVML memorySizeMB equals it is listed under "Could not confirm"). Printed
+rounded: an inference ("MiB ~ GiB x 1024"; whether NVML's memorySizeMB
+equals it was not confirmed on hardware). Printed
 GiB has two decimals, so e.g. 9.62 may really be 9.625 (9856 MiB, not 9851);
 where the sheet records an exact MiB figure that differs, the figure is used.
 
