@@ -14,7 +14,7 @@ import hostlist
 from ..errors import Problem
 from ..hardware import CatalogueError, GpuModel, check_layout, get_model, models
 from ..slurmversion import SlurmVersion
-from .model import NodeGroup, Sharing
+from .model import GpuModelDecl, NodeGroup, Sharing
 from .site import MODES, GpuSlot, Group
 
 MPS_UNITS = tuple(n for n in range(2, 101) if 100 % n == 0)
@@ -23,9 +23,54 @@ MIG_WITH_SHARED_FIXED = SlurmVersion(23, 2, 7)  # Bug 17482: wrong MIG devices c
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
+def declared_models(decls: list[GpuModelDecl]) -> tuple[dict[str, GpuModel], list[Problem]]:
+    """The policy's own GPU models (gpu_models), keyed by lower-case name: whole GPUs, no MIG.
+
+    A declared model may not reuse a catalogue model's name or Slurm type, nor another declared one's.
+    """
+    problems: list[Problem] = []
+    out: dict[str, GpuModel] = {}
+    types = {m.slurm_type: m.name for m in models()}
+    for i, d in enumerate(decls):
+        path = f"gpu_models[{i}]"
+        try:
+            get_model(d.name)
+            problems.append(Problem(f"{path}.name", f"{d.name!r} is already in the catalogue; use it without declaring it"))
+            continue
+        except CatalogueError:
+            pass
+        if d.name.lower() in out:
+            problems.append(Problem(f"{path}.name", f"GPU model {d.name!r} is declared twice"))
+            continue
+        slurm_type = d.slurm_type or re.sub(r"[^a-z0-9_.]", "_", d.name.lower())
+        if slurm_type in types:
+            problems.append(Problem(f"{path}.slurm_type", f"GPU type {slurm_type!r} already names {types[slurm_type]}; give this model its own slurm_type"))
+            continue
+        types[slurm_type] = d.name
+        out[d.name.lower()] = GpuModel(
+            name=d.name, nvml_names=(), slurm_type=slurm_type, memory_mib=d.memory_mb, compute_slices=0,
+            memory_slices=0, multiprocessors=None, pci_device_ids=(), mig_profiles=(), source=f"policy {path}",
+        )
+    return out, problems
+
+
+def find_model(name: str, declared: dict[str, GpuModel]) -> GpuModel:
+    """A catalogue model, or one the policy declares; CatalogueError lists both kinds."""
+    found = declared.get(name.strip().lower()) if isinstance(name, str) else None
+    if found is not None:
+        return found
+    try:
+        return get_model(name)
+    except CatalogueError as exc:
+        if declared:
+            raise CatalogueError(f"{exc}; declared in gpu_models: {', '.join(m.name for m in declared.values())}") from None
+        raise CatalogueError(f"{exc} (or declare it under gpu_models: name, memory_mb)") from None
+
+
 def resolve_groups(
-    groups: list[NodeGroup], version: SlurmVersion
+    groups: list[NodeGroup], version: SlurmVersion, declared: dict[str, GpuModel] | None = None
 ) -> tuple[list[Group], list[Problem]]:
+    declared = declared or {}
     problems: list[Problem] = []
     resolved: list[Group] = []
     owner: dict[str, int] = {}
@@ -50,7 +95,7 @@ def resolve_groups(
                 break
         for node in nodes:
             owner.setdefault(node, i)
-        group = _resolve_group(spec, path, nodes, version, problems)
+        group = _resolve_group(spec, path, nodes, version, problems, declared)
         if group is not None:
             resolved.append(group)
     return resolved, problems
@@ -74,9 +119,9 @@ def _expand(text: str, path: str, problems: list[Problem]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(nodes))
 
 
-def _resolve_group(spec, path, nodes, version, problems) -> Group | None:
+def _resolve_group(spec, path, nodes, version, problems, declared) -> Group | None:
     try:
-        model = get_model(spec.gpu.model)
+        model = find_model(spec.gpu.model, declared)
     except CatalogueError as exc:
         problems.append(Problem(f"{path}.gpu.model", str(exc)))
         return None

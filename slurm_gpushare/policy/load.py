@@ -11,9 +11,9 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import PolicyError, Problem
 from ..slurmversion import OLDEST_SUPPORTED, TESTED, SlurmVersion
-from .groups import resolve_groups
+from .groups import declared_models, resolve_groups
 from .model import Policy
-from .rules import build_tiers, check_billing, check_submission, check_tenants, check_types
+from .rules import build_tiers, check_billing, check_routes, check_submission, check_tenants, check_types
 from .site import Site
 
 
@@ -73,14 +73,17 @@ def build_site(raw: object, source: str, digest: str = "", slurm_version: str | 
         raise PolicyError(source, [_problem(e) for e in exc.errors()]) from None
     problems: list[Problem] = []
     version = _version(slurm_version or policy.cluster.slurm_version, problems)
-    groups, found = resolve_groups(policy.node_groups, version or OLDEST_SUPPORTED)
+    declared, found = declared_models(policy.gpu_models)
+    problems += found
+    groups, found = resolve_groups(policy.node_groups, version or OLDEST_SUPPORTED, declared)
     problems += found
     problems += check_types(policy, groups)
     problems += check_tenants(policy)
     tiers, found = build_tiers(policy, groups)
     problems += found
-    problems += check_billing(policy)
+    problems += check_billing(policy, declared)
     problems += check_submission(policy, groups)
+    problems += check_routes(policy, groups, tiers)
     if problems:
         raise PolicyError(source, problems)
     return Site(policy, version, tuple(groups), tuple(tiers), source, digest)

@@ -84,6 +84,14 @@ class GpuHardware(Strict):
     count: int = Field(ge=1, le=64)
 
 
+class GpuModelDecl(Strict):
+    """A GPU model the catalogue does not know, declared by the site: whole GPUs only (no MIG)."""
+
+    name: str = Field(pattern=NAME)
+    memory_mb: int = Field(ge=1)
+    slurm_type: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9_.]{0,39}$")
+
+
 class NodeGroup(Strict):
     name: str = Field(pattern=NAME)
     nodes: str = Field(min_length=1)
@@ -95,6 +103,7 @@ class NodeGroup(Strict):
     threads_per_core: int | None = Field(None, ge=1)
     features: list[str] = []
     sharing: list[Sharing] = []
+    weight: int | None = Field(None, ge=1, le=65533)  # slurm.conf Weight: lower is used first
 
 
 class Quota(Strict):
@@ -126,12 +135,31 @@ class Tier(Strict):
     allow_accounts: list[str] = []
 
 
+class RouteMatch(Strict):
+    """Which jobs a route takes: by the GRES they ask for, their QOS, their GPU count."""
+
+    gres: Literal["none", "gpu", "mps", "shard"]
+    qos: list[str] = []
+    min_gpus: int | None = Field(None, ge=1)
+    max_gpus: int | None = Field(None, ge=1)
+    min_cpus: int | None = Field(None, ge=1)  # the job's CPUs (job_submit's min_cpus)
+
+
+class Route(Strict):
+    """Class routing: jobs that ``match`` (and name no partition) go to ``tiers``; mps requests may be rounded to MIG."""
+
+    match: RouteMatch
+    tiers: list[str] = []
+    round_to: Literal["mig"] | None = None
+
+
 class Submission(Strict):
     reject_multi_slice: bool = True
     fail_open: bool = False
     route_by_gres: bool = True
     set_gpu_type: bool = True
     aliases: dict[str, str] = {}
+    routes: list[Route] = []
 
 
 class Billing(Strict):
@@ -144,6 +172,7 @@ class Billing(Strict):
 class Policy(Strict):
     version: Literal[1]
     cluster: Cluster
+    gpu_models: list[GpuModelDecl] = []
     node_groups: list[NodeGroup] = Field(min_length=1)
     tenants: list[Tenant] = []
     tiers: list[Tier] = Field(min_length=1)

@@ -114,11 +114,12 @@ def check_types(policy: Policy, groups: list[Group]) -> list[Problem]:
     return problems
 
 
-def check_billing(policy: Policy) -> list[Problem]:
+def check_billing(policy: Policy, declared: dict | None = None) -> list[Problem]:
     problems = []
     for name, weight in policy.billing.gpu_weights.items():
         try:
-            get_model(name)
+            if name.lower() not in (declared or {}):
+                get_model(name)
         except CatalogueError as exc:
             problems.append(Problem(f"billing.gpu_weights.{name}", str(exc)))
         if weight <= 0:
@@ -154,4 +155,51 @@ def _check_alias_target(path, target: str, types, modes) -> list[Problem]:
             return [Problem(path, "no node group shares GPUs with MPS (mode mps)")]
         if not 1 <= int(m[2]) <= 100:
             return [Problem(path, f"{m[2]} is not a percentage of one GPU; use 1-100")]
+    return []
+
+
+_QOS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def check_routes(policy: Policy, groups: list[Group], tiers: list[TierView]) -> list[Problem]:
+    """Class routes: known tiers that can serve the class, sane GPU bounds, MIG rounding only where MIG exists."""
+    problems: list[Problem] = []
+    by_name = {t.name: t for t in tiers}
+    for i, route in enumerate(policy.submission.routes):
+        path = f"submission.routes[{i}]"
+        m = route.match
+        for j, q in enumerate(m.qos):
+            if not _QOS.match(q):
+                problems.append(Problem(f"{path}.match.qos[{j}]", f"{q!r} is not a QOS name (letters, digits, '_', '.', '-')"))
+        if (m.min_gpus is not None or m.max_gpus is not None) and m.gres != "gpu":
+            problems.append(Problem(f"{path}.match", "min_gpus / max_gpus apply to gres: gpu only"))
+        if m.min_gpus is not None and m.max_gpus is not None and m.min_gpus > m.max_gpus:
+            problems.append(Problem(f"{path}.match.max_gpus", f"{m.max_gpus} is less than min_gpus {m.min_gpus}"))
+        if len(set(route.tiers)) != len(route.tiers):
+            problems.append(Problem(f"{path}.tiers", "a tier is listed twice"))
+        members = []
+        for j, name in enumerate(route.tiers):
+            if name not in by_name:
+                problems.append(Problem(f"{path}.tiers[{j}]", f"{name!r} is not a tier; known: {', '.join(sorted(by_name))}"))
+            else:
+                members.append(by_name[name])
+        scope = [g for t in members for g in t.groups] if route.tiers else list(groups)
+        problems += _route_supply(path, route, scope)
+    return problems
+
+
+def _route_supply(path: str, route, scope: list[Group]) -> list[Problem]:
+    """The route's tiers must hold what the class will ask for once routed (and rounded)."""
+    want = route.match.gres
+    where = "the route's tiers" if route.tiers else "this cluster"
+    if route.round_to == "mig":
+        if want != "mps":
+            return [Problem(f"{path}.round_to", "rounding to a MIG slice applies to gres: mps (a share of one GPU)")]
+        if not any(s.mode == "mig" for g in scope for s in g.gpus):
+            return [Problem(f"{path}.round_to", f"no GPU on {where} runs MIG; route to a tier with MIG GPUs")]
+        return []
+    if want in ("mps", "shard") and not any(s.mode == want for g in scope for s in g.gpus):
+        return [Problem(f"{path}.tiers", f"no GPU on {where} is shared as {want}")]
+    if want == "gpu" and not scope:
+        return [Problem(f"{path}.tiers", "no node group on the route's tiers")]
     return []

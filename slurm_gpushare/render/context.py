@@ -53,6 +53,8 @@ def node_lines(site: Site) -> list[dict]:
         attrs.append(("Gres", gres_string(g)))
         if spec.features:
             attrs.append(("Features", ",".join(spec.features)))
+        if spec.weight is not None:
+            attrs.append(("Weight", spec.weight))  # cons_tres fills lower weights first (planned by `gpushare plan`)
         attrs.append(("State", "UNKNOWN"))
         out.append({"group": g, "nodes": g.hostlist, "attrs": attrs})
     return out

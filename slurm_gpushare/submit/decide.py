@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from .parse import BadRequest, Gres, Other, parse_field
+from .routes import find_route, routed
 from .tables import FIELDS, JOIN, KINDS, PER, Tables, TierCaps, code, message
 
 
@@ -94,17 +95,20 @@ def decide(t: Tables, job: Mapping[str, str | None], modify: bool = False, curre
     parsed, bad = _parse_all(t, job, modify)
     if bad:
         return Decision(False, tuple(bad))
+    route = find_route(t.routes, job, [e for v in parsed.values() for e in v if isinstance(e, Gres)], modify)
+    parsed = routed(route, parsed)  # submission.routes: an mps share may become a MIG slice
     requests = [e for entries in parsed.values() for e in entries if isinstance(e, Gres)]
     if not requests:
-        tiers, _ = job_tiers(t, job.get("partition") or (current_partition if modify else None), [], True)
-        return Decision(True, qos=tier_qos(job, tiers, modify))
+        to = ",".join(route.tiers) if route and route.tiers else None
+        tiers, _ = job_tiers(t, job.get("partition") or to or (current_partition if modify else None), [], True)
+        return Decision(True, partition=to, qos=tier_qos(job, tiers, modify))
     violations = [v for r in requests if (v := check_request(t, r)) is not None]
     mixed = check_mixed(requests)
     if mixed:
         violations.append(mixed)
     if violations:
         return Decision(False, tuple(violations))
-    return _place(t, job, parsed, modify, current_partition)
+    return _place(t, job, parsed, modify, current_partition, route)
 
 
 def _parse_all(t: Tables, job, modify) -> tuple[dict[str, list[Gres | Other]], list[Violation]]:
@@ -199,14 +203,16 @@ def serves(tier: TierCaps, r: Gres) -> bool:
     return r.type in per and r.count <= per[r.type]
 
 
-def _place(t: Tables, job, parsed, modify, current_partition) -> Decision:
+def _place(t: Tables, job, parsed, modify, current_partition, route=None) -> Decision:
     """An accepted GPU job: its partition (routing) and the fields to rewrite (aliases, a single GPU type).
 
     A changed field is written whole in this Slurm's format, so Slurm parses
     what we wrote, not a mix of the user's and ours.
     """
     requests = [e for entries in parsed.values() for e in entries if isinstance(e, Gres)]
-    tiers, partition = job_tiers(t, job.get("partition") or (current_partition if modify else None), requests, modify)
+    to = ",".join(route.tiers) if route and route.tiers else None  # a class route names the tiers
+    tiers, partition = job_tiers(t, job.get("partition") or to or (current_partition if modify else None), requests, modify)
+    partition = partition or to
     types = {x for tier in tiers for x in tier.gpu}
     fields: dict[str, str] = {}
     for name, entries in parsed.items():

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from ..policy import Group, Site, TierView
 from ..slurmversion import SlurmVersion
+from .routes import build_routes
 
 FIELDS = ("tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task")
 GRES_NAMES = ("gpu", "mps", "shard")  # the GRES names a request may use; others are refused, not passed through
@@ -145,6 +146,7 @@ class Tables:
     aliases: dict[str, Alias]
     tiers: tuple[TierCaps, ...]  # routing order: default first, then priority (high first), then name
     texts: dict[str, str] = field(default_factory=dict)
+    routes: tuple = ()  # submit.routes.RouteRule, first match wins (submission.routes)
 
     def tier(self, name: str) -> TierCaps | None:
         return next((t for t in self.tiers if t.name == name), None)
@@ -215,6 +217,7 @@ def build_tables(site: Site) -> Tables:
         shared=shared,
         aliases=aliases,
         tiers=routing_order(tiers),
+        routes=build_routes(site),
     )
     return _with_texts(tables)
 

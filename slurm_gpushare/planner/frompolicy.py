@@ -1,0 +1,108 @@
+"""A validated site as the simulator sees it, and pods routed through the real submission decision. Pure.
+
+``sim_cluster`` gives the nodes in slurm.conf order with the Weight,
+partitions and GRES that ``gpushare render`` writes for them. ``Router``
+turns a trace pod into what a user would submit (``--gres=mps:47``,
+``--gres=gpu:2``, CPUs, memory, QoS) and lets ``submit.decide`` (the code
+job_submit.lua is generated beside) accept, route, round or reject it, so a
+simulated Slurm places exactly what the product would let through.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..policy import Site
+from ..submit import Tables, build_tables, decide, parse_field
+from ..submit.parse import Gres
+from .demand import cpus_of
+from .simcluster import GPU_MILLI, Pod, SimCluster, SimGpu, SimNode, SlurmRequest
+
+# What the rendered slurm-gpushare.conf sets (templates/slurm-gpushare.conf.j2).
+SELECT_FLAGS = frozenset({"CR_Core_Memory"})
+
+
+def sim_gpus(group) -> tuple[SimGpu, ...]:
+    out = []
+    for slot in group.gpus:
+        units = slot.units if slot.mode == "mps" else slot.replicas if slot.mode == "shard" else 0
+        out.append(SimGpu(slot.mode, slot.model.name, slot.slurm_type, units, slot.mig_types() if slot.mode == "mig" else ()))
+    return tuple(out)
+
+
+def sim_cluster(site: Site, cpu_milli: Mapping[str, int] | None = None) -> SimCluster:
+    """Every node of the site in slurm.conf order (groups as listed, hostlist order within).
+
+    ``cpu_milli``: the trace's own millicores per node name, kept for the
+    paper's baselines (Slurm itself counts whole CPUs).
+    """
+    cpu_milli = cpu_milli or {}
+    nodes = []
+    for g in site.groups:
+        gpus = sim_gpus(g)
+        parts = tuple(t.name for t in site.tiers if any(m.name == g.name for m in t.groups))
+        weight = g.spec.weight if g.spec.weight is not None else 1
+        for name in g.nodes:
+            nodes.append(SimNode(name, g.spec.cpus, g.spec.memory_mb, gpus, weight, parts, cpu_milli.get(name, 0)))
+    return SimCluster(tuple(nodes), SELECT_FLAGS)
+
+
+def mps_percent_units(tables: Tables) -> int:
+    """The MPS count that means one whole GPU to a user of this site (the largest mps Count; 100 without MPS)."""
+    return tables.shared.get("mps", {}).get("", 0) or 100
+
+
+@dataclass
+class Router:
+    """Pod -> SlurmRequest through ``submit.decide``; None when the product refuses the job.
+
+    ``refused`` counts refusals by violation code, for the report.
+    """
+
+    site: Site
+    tables: Tables = field(init=False)
+    units: int = field(init=False)
+    refused: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.tables = build_tables(self.site)
+        self.units = mps_percent_units(self.tables)
+        self._cache: dict[tuple, SlurmRequest | None] = {}
+
+    def job(self, pod: Pod) -> dict[str, str | None]:
+        """The job_submit fields a user's sbatch would send for this pod."""
+        gres = None
+        if pod.num_gpu and pod.gpu_milli < GPU_MILLI:
+            gres = f"{self.tables.prefix}mps:{math.ceil(pod.gpu_milli * self.units / GPU_MILLI)}"
+        elif pod.num_gpu:
+            typed = f"{pod.gpu_spec.lower()}:" if pod.gpu_spec else ""
+            gres = f"{self.tables.prefix}gpu:{typed}{pod.num_gpu}"
+        return {"tres_per_node": gres, "partition": None, "qos": pod.qos.lower() or None,
+                "min_cpus": str(cpus_of(pod.cpu_milli))}
+
+    def __call__(self, pod: Pod) -> SlurmRequest | None:
+        key = (pod.num_gpu, pod.gpu_milli if pod.num_gpu else 0, pod.cpu_milli, pod.memory_mib, pod.qos, pod.gpu_spec)
+        if key not in self._cache:
+            self._cache[key] = self._route(pod)
+        found = self._cache[key]
+        if found is None:
+            self.refused["total"] = self.refused.get("total", 0) + 1
+        return found
+
+    def _route(self, pod: Pod) -> SlurmRequest | None:
+        job = self.job(pod)
+        decision = decide(self.tables, job)
+        if not decision.accepted:
+            for code in decision.codes:
+                self.refused[code] = self.refused.get(code, 0) + 1
+            return None
+        partitions = tuple((decision.partition or self.tables.default_tier.name).split(","))
+        text = decision.fields.get("tres_per_node", job["tres_per_node"])
+        gres = [e for e in parse_field("tres_per_node", text) if isinstance(e, Gres)] if text else []
+        cpus, mem = cpus_of(pod.cpu_milli), pod.memory_mib
+        if not gres:
+            return SlurmRequest(partitions, cpus, mem)
+        g = gres[0]
+        return SlurmRequest(partitions, cpus, mem, g.name, g.type, g.count)

@@ -1,0 +1,393 @@
+"""The planner: from a demand model, a site policy and the catalogue, the layout an admin guesses today. Pure.
+
+Three steps, as everywhere in the product: observe (the demand model and the
+validated base policy: ``Supply``), plan (this module: a new policy as a
+plain mapping, validated by ``policy.build_site``), and report (each choice
+with its reason). Nothing here reads files or runs commands.
+
+What it chooses:
+
+- each GPU's sharing mode: MPS for GPUs that fractional jobs may share (with
+  the fewest units that express every share exactly), MIG layouts packed
+  from the slices the fractional demand rounds up to (on MIG-capable GPUs,
+  for the QoS classes that must be isolated or for all of them), exclusive
+  for the rest;
+- pools as tiers over node groups (a group is split by whole nodes when a
+  pool needs only part of it): ``frac`` where fractional jobs are packed,
+  ``mig`` for slices, ``cpu`` on CPU-rich nodes for CPU-only and CPU-heavy
+  jobs, ``gpu`` for whole GPUs;
+- node weights (slurm.conf ``Weight``: Slurm fills lower weights first);
+- class routing (``submission.routes``): which request classes go to which
+  tiers, in which order (a job may start in any listed tier; Slurm tries them
+  in order), and MPS shares rounded to MIG slices.
+
+When the caller passes ``evaluate`` (a policy mapping -> packing score, e.g.
+the placement simulator on sampled arrivals) the planner tries a few
+candidate pool sizes and CPU thresholds and keeps the best; otherwise it uses
+the sizes the demand model gives directly.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from hostlist import collect_hostlist
+
+from ..policy import Site, build_site
+from .demand import Demand, RequestClass, format_demand, pack_estimate
+from .layouts import pack, slices_needed
+from .report import stranded_lines, supply_lines
+from .simcluster import GPU_MILLI
+
+CPU_RICH = 2.0  # a node is CPU-rich when it has this many times the CPUs per GPU that GPU jobs ask for
+HEADROOM = 1.03  # pools are sized for the demand plus this much, for the spread of arrivals
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The planner's free parameters; ``evaluate`` picks among a few of them."""
+
+    frac_factor: float = 1.0  # fractional pool size / estimated GPUs the shares pack into
+    heavy_cpus: int | None = None  # single-GPU jobs with more CPUs than this go to the CPU-rich pool (None: from demand)
+    overflow: bool = True  # a class may spill into the next pool when its own is full
+    weights: str = "gpus"  # node Weight order inside a pool: 'gpus' (fewer GPUs per node first), 'cpus' (fewer CPUs per GPU first), 'flat'
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    index: int
+    name: str
+    nodes: tuple[str, ...]
+    gpus: int  # per node
+    cpus: int
+    memory_mb: int
+    model: str
+    mig: bool
+
+    @property
+    def cpus_per_gpu(self) -> float:
+        return self.cpus / self.gpus
+
+
+@dataclass
+class PlanResult:
+    policy: dict
+    site: Site
+    report: list[str]
+    knobs: Knobs
+    score: float | None = None
+    tried: list[tuple[Knobs, float]] = field(default_factory=list)
+
+
+def supply(site: Site) -> list[GroupInfo]:
+    return [
+        GroupInfo(i, g.name, g.nodes, len(g.gpus), g.spec.cpus, g.spec.memory_mb, g.model.name, g.model.mig_capable)
+        for i, g in enumerate(site.groups)
+    ]
+
+
+# ---- estimates from the demand model ----
+
+
+def _split(demand: Demand, isolate: Sequence[str], mig_all: bool) -> tuple[dict[int, int], dict[int, int]]:
+    """Fractional shares: ({milli: jobs} that must get MIG slices, {milli: jobs} that share through MPS)."""
+    iso = {q.lower() for q in isolate}
+    mig: Counter = Counter()
+    mps: Counter = Counter()
+    for cls, n in demand.counts.items():
+        if cls.kind != "fraction":
+            continue
+        (mig if mig_all or cls.qos.lower() in iso else mps)[cls.gpu_milli] += n
+    return dict(mig), dict(mps)
+
+
+def heavy_threshold(demand: Demand, groups: list[GroupInfo], rich: set[int]) -> int:
+    """CPUs above which a single-GPU job belongs on CPU-rich nodes: the CPU-rich pool's spare CPUs, after its own
+    GPUs' share and the CPU-only jobs, taken by the single-GPU jobs asking the most CPUs."""
+    rich_gpus = sum(g.gpus * len(g.nodes) for g in groups if g.index in rich)
+    rich_cpus = sum(g.cpus * len(g.nodes) for g in groups if g.index in rich)
+    cpu_jobs = demand.cpus_by_kind()["cpu"]
+    spare_gpus = rich_gpus
+    spare_cpus = rich_cpus - cpu_jobs
+    ones = sorted(((c.cpus, n) for c, n in demand.counts.items() if c.kind == "whole"), reverse=True)
+    threshold = max((c for c, _ in ones), default=1)
+    for cpus, n in ones:
+        if n > spare_gpus or n * cpus > spare_cpus:
+            break
+        spare_gpus -= n
+        spare_cpus -= n * cpus
+        threshold = cpus - 1
+    return max(1, threshold)
+
+
+# ---- building the policy ----
+
+
+def _take_nodes(pool: dict[int, int], groups: list[GroupInfo], order: list[GroupInfo], gpus_wanted: int) -> int:
+    """Move whole nodes of ``order``'s groups into ``pool`` ({group index: nodes}) until it holds ``gpus_wanted``."""
+    got = 0
+    for g in order:
+        if got >= gpus_wanted:
+            break
+        free = len(g.nodes) - pool.get(g.index, 0)
+        n = min(free, math.ceil((gpus_wanted - got) / g.gpus))
+        if n > 0:
+            pool[g.index] = pool.get(g.index, 0) + n
+            got += n * g.gpus
+    return got
+
+
+def _split_group(spec: dict, parts: list[tuple[str, list[str], list[dict]]]) -> list[dict]:
+    out = []
+    for suffix, nodes, sharing in parts:
+        if not nodes:
+            continue
+        g = copy.deepcopy(spec)
+        g["name"] = f"{spec['name']}-{suffix}" if suffix else spec["name"]
+        g["nodes"] = collect_hostlist(nodes)
+        g["sharing"] = sharing
+        out.append(g)
+    return out
+
+
+def _span(lo: int, hi: int):
+    return lo if hi - lo == 1 else f"{lo}-{hi - 1}"
+
+
+def _mig_sharing(layouts: list[tuple[str, ...]], gpus: int) -> list[dict]:
+    """One node's sharing entries for its GPUs' layouts (runs of equal layouts merged)."""
+    out, i = [], 0
+    while i < gpus:
+        j = i
+        while j < gpus and layouts[j] == layouts[i]:
+            j += 1
+        out.append({"gpus": _span(i, j), "mode": "mig", "layout": list(layouts[i])})
+        i = j
+    return out
+
+
+class _Builder:
+    """Accumulates node groups (in slurm.conf order), tiers and routes for one candidate."""
+
+    def __init__(self, base: dict, groups: list[GroupInfo]):
+        self.base = base
+        self.groups = groups
+        self.out_groups: list[dict] = []
+        self.members: dict[str, list[str]] = {}
+        self.weights: dict[str, int] = {}
+
+    def add(self, spec: dict, tier: str, weight: int) -> None:
+        self.out_groups.append(spec)
+        self.members.setdefault(tier, []).append(spec["name"])
+        self.weights[spec["name"]] = weight
+
+    def policy(self, routes: list[dict], default: str) -> dict:
+        raw = copy.deepcopy(self.base)
+        for g in self.out_groups:
+            g["weight"] = self.weights[g["name"]]
+        raw["node_groups"] = self.out_groups
+        raw["tiers"] = [
+            {"name": t, "node_groups": names, **({"default": True} if t == default else {})}
+            for t, names in self.members.items()
+        ]
+        sub = dict(raw.get("submission") or {})
+        sub["routes"] = routes
+        raw["submission"] = sub
+        return raw
+
+
+def _gpu_range(n: int):
+    return _span(0, n)
+
+
+def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, isolate: Sequence[str] = (),
+                    mig_all: bool = False) -> tuple[dict, list[str]]:
+    """One candidate policy and the report lines that explain it."""
+    groups = supply(site)
+    specs = {g["name"]: g for g in base["node_groups"]}
+    mig_frac, mps_frac = _split(demand, isolate, mig_all)
+    units = _units(mps_frac)
+    why: list[str] = []
+    scale = _scale(demand, groups)
+
+    # MIG slices for the isolated (or all) fractional demand
+    mig_nodes: dict[int, int] = {}
+    layouts_by_gpu: list[tuple[str, ...]] = []
+    whole_from_mig = 0
+    mig_groups = [g for g in groups if g.mig]
+    if mig_frac and mig_groups:
+        model = site.groups[mig_groups[0].index].model
+        need, whole_from_mig = slices_needed(model, {m: math.ceil(n * scale * HEADROOM) for m, n in mig_frac.items()})
+        layouts_by_gpu = pack(model, need)
+        order = sorted(mig_groups, key=lambda g: (-g.gpus, -g.cpus_per_gpu, g.index))
+        _take_nodes(mig_nodes, groups, order, len(layouts_by_gpu))
+        why.append(
+            f"MIG: {sum(need.values())} slices ({', '.join(f'{n} x {p}' for p, n in sorted(need.items()))}) for "
+            f"{sum(mig_frac.values())} fractional jobs ({', '.join(sorted({q for q in isolate}) or ['all'])}), packed into "
+            f"{len(layouts_by_gpu)} GPUs; {whole_from_mig} shares no slice covers take whole GPUs"
+        )
+
+    # MPS pool for the shared fractional demand
+    frac_nodes: dict[int, int] = {}
+    frac_gpus = 0
+    if mps_frac:
+        est = pack_estimate({m: math.ceil(n * scale) for m, n in mps_frac.items()})
+        want = math.ceil(est * knobs.frac_factor * HEADROOM)
+        order = sorted((g for g in groups), key=lambda g: (-g.gpus, -(g.cpus_per_gpu >= demand.cpus_per_gpu()),
+                                                           g.cpus_per_gpu, g.index))
+        rich_first = [g for g in order if g.cpus_per_gpu < CPU_RICH * demand.cpus_per_gpu()]
+        leftover = {g.index: len(g.nodes) - mig_nodes.get(g.index, 0) for g in groups}
+        frac_gpus = _take_nodes(frac_nodes, groups, [g for g in rich_first if leftover[g.index] > 0], want) if want else 0
+        frac_nodes = {i: min(n, leftover[i]) for i, n in frac_nodes.items()}
+        share = sum(m * n for m, n in mps_frac.items()) / GPU_MILLI
+        why.append(
+            f"MPS ({units} units per GPU): {sum(mps_frac.values())} fractional jobs asking {share:.1f} GPUs pack into "
+            f"about {est} GPUs (first fit, arrival order); pool 'frac' gets {frac_gpus} GPUs"
+        )
+
+    # CPU-rich pool
+    rich = {g.index for g in groups if demand.cpus_per_gpu() and g.cpus_per_gpu >= CPU_RICH * demand.cpus_per_gpu()}
+    heavy = knobs.heavy_cpus if knobs.heavy_cpus is not None else heavy_threshold(demand, groups, rich)
+    if rich:
+        why.append(
+            f"CPU-rich nodes ({', '.join(g.name for g in groups if g.index in rich)}: >= {CPU_RICH:g} x the "
+            f"{demand.cpus_per_gpu():.1f} CPUs per GPU that GPU jobs ask): pool 'cpu' takes CPU-only jobs and "
+            f"single-GPU jobs asking more than {heavy} CPUs"
+        )
+
+    b = _Builder(base, groups)
+    any_mps = bool(mps_frac)
+    layout_iter = iter(layouts_by_gpu)
+    for g in groups:
+        spec = specs[g.name]
+        names = list(g.nodes)
+        n_mig, n_frac = mig_nodes.get(g.index, 0), frac_nodes.get(g.index, 0)
+        mig_part, frac_part, rest = names[:n_mig], names[n_mig:n_mig + n_frac], names[n_mig + n_frac:]
+        if mig_part:
+            # nodes of one group share one sharing list: split by node when layouts differ
+            by_layout: dict[tuple, list[str]] = {}
+            for node in mig_part:
+                lay = tuple(next(layout_iter, _whole(site, g)) for _ in range(g.gpus))
+                by_layout.setdefault(lay, []).append(node)
+            for k, (lay, nodes) in enumerate(by_layout.items()):
+                for part in _split_group(spec, [(f"mig{k}", nodes, _mig_sharing(list(lay), g.gpus))]):
+                    b.add(part, "mig", 10)
+        mode = _mode(units, g.gpus) if any_mps else [{"gpus": _gpu_range(g.gpus), "mode": "exclusive"}]
+        tier = "cpu" if g.index in rich else "gpu"
+        for part in _split_group(spec, [("frac", frac_part, mode)]):
+            b.add(part, "frac", 20)
+        for part in _split_group(spec, [("", rest, mode)]):
+            b.add(part, tier, _weight(g, knobs.weights))
+    routes = _routes(b.members, heavy, isolate, mig_all, knobs.overflow)
+    default = "gpu" if "gpu" in b.members else next(iter(b.members))
+    return b.policy(routes, default), why
+
+
+def _whole(site: Site, g: GroupInfo) -> tuple[str, ...]:
+    return ("7g.40gb",) if site.groups[g.index].model.name.startswith("A100-SXM4-40GB") else ()
+
+
+def _units(fractions: dict[int, int]) -> int:
+    for units in (2, 4, 5, 10, 20, 25, 50, 100):
+        if all(m % (GPU_MILLI // units) == 0 for m in fractions):
+            return units
+    return 100
+
+
+def _mode(units: int, gpus: int) -> list[dict]:
+    return [{"gpus": _gpu_range(gpus), "mode": "mps", "units": units}]
+
+
+def _scale(demand: Demand, groups: list[GroupInfo]) -> float:
+    """Demand counts are scaled to the cluster: the trace's jobs as if they had arrived at 100 % of its GPUs."""
+    gpus = sum(g.gpus * len(g.nodes) for g in groups)
+    return gpus * GPU_MILLI / demand.gpu_milli if demand.gpu_milli else 1.0
+
+
+def _weight(g: GroupInfo, scheme: str) -> int:
+    """'gpus': fewer GPUs per node first, so whole-GPU jobs fill small nodes and leave the big ones for
+    multi-GPU jobs; 'cpus': fewer CPUs per GPU first, so jobs that ask few CPUs use the CPU-poor nodes
+    that others cannot; 'flat': one weight (slurm.conf order, best fit on idle CPUs)."""
+    if scheme == "gpus":
+        return 100 + g.gpus
+    if scheme == "cpus":
+        return 100 + min(int(g.cpus_per_gpu), 900)
+    return 100
+
+
+def _routes(members: dict[str, list[str]], heavy: int, isolate, mig_all: bool, overflow: bool) -> list[dict]:
+    has = set(members)
+
+    def tiers(*names: str) -> list[str]:
+        got = [n for n in names if n in has]
+        return got if overflow else got[:1]
+
+    routes: list[dict] = []
+    if "mig" in has:
+        match = {"gres": "mps"} if mig_all else {"gres": "mps", "qos": list(isolate)}
+        routes.append({"match": match, "tiers": ["mig", *tiers("gpu")[:1]] if overflow else ["mig"], "round_to": "mig"})
+    if "frac" in has:
+        routes.append({"match": {"gres": "mps"}, "tiers": tiers("frac", "gpu", "cpu")})
+    if "cpu" in has:
+        routes.append({"match": {"gres": "none"}, "tiers": tiers("cpu", "gpu")})
+        routes.append({"match": {"gres": "gpu", "max_gpus": 1, "min_cpus": heavy + 1}, "tiers": tiers("cpu", "gpu")})
+    if "gpu" in has:
+        routes.append({"match": {"gres": "gpu"}, "tiers": tiers("gpu", "cpu", "frac")})
+    return [r for r in routes if r["tiers"]]
+
+
+# ---- the planner ----
+
+
+def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fractions: bool = False,
+         evaluate: Callable[[dict], float] | None = None, candidates: Sequence[Knobs] | None = None) -> PlanResult:
+    """Plan a policy for ``demand`` on the hardware of ``base`` (a policy mapping, validated here)."""
+    site = build_site(base, "base policy")
+    if not demand.jobs:
+        raise ValueError("the demand model has no jobs: nothing to plan for")
+    tries = list(candidates or (default_candidates() if evaluate else [Knobs()]))
+    best: tuple[float, Knobs, dict, list[str]] | None = None
+    tried: list[tuple[Knobs, float]] = []
+    for knobs in tries:
+        raw, why = build_candidate(base, site, demand, knobs, isolate=isolate_qos, mig_all=mig_fractions)
+        score = evaluate(raw) if evaluate else 0.0
+        tried.append((knobs, score))
+        if best is None or score > best[0]:
+            best = (score, knobs, raw, why)
+    score, knobs, raw, why = best
+    new_site = build_site(raw, "planned policy")
+    report = plan_report(demand, site, new_site, why, tried if evaluate else [], raw)
+    return PlanResult(raw, new_site, report, knobs, score if evaluate else None, tried)
+
+
+def default_candidates() -> list[Knobs]:
+    return [Knobs(), Knobs(frac_factor=1.05), Knobs(frac_factor=0.95), Knobs(overflow=False)]
+
+
+def plan_report(demand: Demand, before: Site, after: Site, why: list[str], tried, raw: dict) -> list[str]:
+    lines = format_demand(demand)
+    lines += supply_lines(before, "supply (base policy)")
+    lines.append("choices:")
+    lines += [f"  - {w}" for w in why]
+    lines += supply_lines(after, "planned layout")
+    lines += stranded_lines(demand, after)
+    for r in raw.get("submission", {}).get("routes", []):
+        m = r["match"]
+        what = ", ".join(f"{k}={v}" for k, v in m.items())
+        extra = f", rounded to {r['round_to']}" if r.get("round_to") else ""
+        lines.append(f"  route {what} -> {','.join(r['tiers'])}{extra}")
+    if tried:
+        lines.append("candidates (packing score on sampled arrivals):")
+        lines += [f"  {k}: {s:.2f}" for k, s in tried]
+    return lines
+
+
+def request_class_count(demand: Demand) -> int:
+    return len(demand.counts)
+
+
+__all__ = ["Knobs", "PlanResult", "RequestClass", "build_candidate", "plan", "supply"]

@@ -1,0 +1,87 @@
+"""The plan report's supply and stranded-capacity sections. Pure.
+
+Expected stranded capacity is an estimate from the demand model, per tier
+the routing sends each request class to (the classes are routed through the
+product's submission decision, exactly as jobs would be):
+
+- fragments: GPU shares that fractional jobs leave unused when their shares
+  are packed first-fit in arrival order (``demand.pack_estimate``);
+- CPU shortfall: GPUs a tier cannot use because the jobs routed to it ask
+  more CPUs per GPU than its nodes have (whole CPUs, as Slurm counts them);
+- rounding: CPUs that whole-CPU allocation adds to the trace's millicores
+  is not visible here (the demand model already counts whole CPUs).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from ..policy import Site
+from .demand import Demand, pack_estimate
+from .frompolicy import Router
+from .simcluster import GPU_MILLI, Pod
+
+
+def supply_lines(site: Site, title: str) -> list[str]:
+    total_gpus = sum(len(g.nodes) * len(g.gpus) for g in site.groups)
+    lines = [f"{title}: {sum(len(g.nodes) for g in site.groups)} nodes, {total_gpus} GPUs, {len(site.groups)} node groups"]
+    for t in site.tiers:
+        gpus = sum(len(g.nodes) * len(g.gpus) for g in t.groups)
+        cpus = sum(len(g.nodes) * g.spec.cpus for g in t.groups)
+        modes = Counter(s.mode for g in t.groups for s in g.gpus for _ in g.nodes)
+        mode_text = ", ".join(f"{n} {m}" for m, n in sorted(modes.items()))
+        lines.append(f"  tier {t.name}: {len(t.groups)} groups, {gpus} GPUs ({mode_text}), {cpus} CPUs")
+    return lines
+
+
+def routed_demand(demand: Demand, site: Site) -> dict[str, dict[str, float]]:
+    """Per first tier of its route: jobs, GPUs asked, CPUs asked, refused jobs (tier '(refused)')."""
+    router = Router(site)
+    out: dict[str, dict[str, float]] = defaultdict(lambda: {"jobs": 0, "gpus": 0.0, "cpus": 0, "frac": 0})
+    for cls, n in demand.counts.items():
+        pod = Pod("class", cls.cpus * 1000, cls.memory_mib, cls.num_gpu, cls.gpu_milli, cls.qos, cls.gpu_spec)
+        req = router(pod)
+        tier = req.partitions[0] if req is not None else "(refused)"
+        row = out[tier]
+        row["jobs"] += n
+        row["gpus"] += n * cls.gpu_demand_milli / GPU_MILLI
+        row["cpus"] += n * cls.cpus
+        row["frac"] += n if cls.kind == "fraction" else 0
+    return dict(out)
+
+
+def stranded_lines(demand: Demand, site: Site) -> list[str]:
+    scale = _scale(demand, site)
+    lines = [f"expected use per tier (demand scaled x{scale:.2f} to 100 % of the cluster's GPUs):"]
+    routed = routed_demand(demand, site)
+    tiers = {t.name: t for t in site.tiers}
+    for name, row in sorted(routed.items()):
+        if name not in tiers:
+            lines.append(f"  {name}: {row['jobs']} jobs ({row['gpus']:.1f} GPUs) would be refused at submission")
+            continue
+        t = tiers[name]
+        gpus = sum(len(g.nodes) * len(g.gpus) for g in t.groups)
+        cpus = sum(len(g.nodes) * g.spec.cpus for g in t.groups)
+        asked_gpus, asked_cpus = row["gpus"] * scale, row["cpus"] * scale
+        short = ""
+        if asked_gpus and cpus < asked_cpus:
+            short = f"; CPU-bound: {asked_cpus - cpus:.0f} CPUs short, strands about {gpus * (1 - cpus / asked_cpus):.0f} GPUs"
+        lines.append(
+            f"  {name}: {row['jobs']} job classes' jobs first routed here, asking {asked_gpus:.1f} of {gpus} GPUs and "
+            f"{asked_cpus:.0f} of {cpus} CPUs{short}"
+        )
+    fractions = {m: round(n * scale) for m, n in demand.fractions().items()}
+    if fractions:
+        asked = sum(m * n for m, n in fractions.items()) / GPU_MILLI
+        bins = pack_estimate(fractions)
+        lines.append(f"  fragments: fractional shares ask {asked:.1f} GPUs and fill about {bins}: "
+                     f"{bins - asked:.1f} GPUs ({100 * (bins - asked) / max(1, _gpus(site)):.1f} %) stranded in share remainders")
+    return lines
+
+
+def _gpus(site: Site) -> int:
+    return sum(len(g.nodes) * len(g.gpus) for g in site.groups)
+
+
+def _scale(demand: Demand, site: Site) -> float:
+    return _gpus(site) * GPU_MILLI / demand.gpu_milli if demand.gpu_milli else 1.0
