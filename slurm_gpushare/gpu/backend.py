@@ -226,7 +226,8 @@ class NvmlBackend:
 
     def processes(self, index: int) -> list[GpuProcess]:
         """Compute processes on the GPU. On a MIG GPU, per MIG device: the parent
-        handle lists them only for privileged callers (reference 4)."""
+        handle lists them only for privileged callers (NVML API Reference,
+        nvmlDeviceGetComputeRunningProcesses, MIG notes)."""
         info_mig = self._call(index, "read MIG mode", self._nvml.nvmlDeviceGetMigMode, self._handle(index),
                               tolerate=frozenset({NOT_SUPPORTED}))
         if info_mig is _SKIP or not info_mig[0]:

@@ -19,8 +19,8 @@ separate processes that must see one GPU. So:
 
 pynvml is not needed: the constants and error classes are defined here with
 the values of nvidia-ml-py 13.615.71 (tests compare them when it is installed).
-Parts of NVML whose real behaviour is unconfirmed (reference sheet section 7)
-raise NotImplementedError instead of guessing.
+Parts of NVML whose real behaviour neither NVIDIA's documentation nor a
+transcript confirms raise NotImplementedError instead of guessing.
 """
 
 from __future__ import annotations
@@ -337,7 +337,7 @@ def _fail(code: int):
 
 
 def _unconfirmed(what: str):
-    raise NotImplementedError(f"fake NVML does not implement {what}: real behaviour unconfirmed (reference sheet section 7)")
+    raise NotImplementedError(f"fake NVML does not implement {what}: real behaviour unconfirmed")
 
 
 # ---- out-parameters, checked as strictly as C would need them ----------------
@@ -391,7 +391,8 @@ def _uuid(prefix: str, *parts: object) -> str:
 
 def _gi_id_range(model: GpuModel, profile: MigProfile) -> range:
     """GI ids the driver uses for this instance size: 0 for the whole GPU, 1-2 for
-    halves, 3-6 quarters, 7-14 eighths (matches reference 1.5's observations).
+    halves, 3-6 quarters, 7-14 eighths (matches the GI ids in the MIG User Guide's
+    "Getting Started with MIG" transcripts).
     Which one an instance gets depends on what exists, so callers must ask."""
     parts = model.memory_slices // profile.memory_slices
     if parts < 1 or parts & (parts - 1):
@@ -878,7 +879,8 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle):
         """On a MIG-enabled parent this returns [], as NVML does for a caller without
-        the privilege to aggregate (reference 4): ask each MIG device instead."""
+        the privilege to aggregate (NVML API Reference, nvmlDeviceGetComputeRunningProcesses):
+        ask each MIG device instead."""
         with self._nvml() as state:
             gpu, mig = self._any_device(state, handle)
             if mig is not None:
@@ -970,7 +972,7 @@ def _gi_profile_info(profile: MigProfile, version: int):
 
 def _ci_profile_info(gi_profile: MigProfile, constant: int, name: str, slices: int, version: int):
     info = c_nvmlComputeInstanceProfileInfo_v2_t() if version == 2 else c_nvmlComputeInstanceProfileInfo_t()
-    info.id = constant  # CI profile IDs equal the constants (reference 2, via nvidia-smi)
+    info.id = constant  # CI profile IDs equal the constants (MIG User Guide `nvidia-smi mig -lcip` transcripts)
     info.sliceCount = slices
     info.instanceCount = gi_profile.compute_slices // slices
     info.multiprocessorCount = (gi_profile.multiprocessors or 0) * slices // gi_profile.compute_slices

@@ -3,7 +3,8 @@
 Slurm's MIG lines need ``/dev/nvidia-caps/nvidia-cap<minor>`` for the GPU
 instance and the compute instance. The driver publishes the whole static
 table (every GPU minor 0-31, GI 0-14, CI 0-7) whether or not the instances
-exist, keyed by the GPU's *device minor*, not its NVML index (reference 3).
+exist, keyed by the GPU's *device minor*, not its NVML index (NVIDIA MIG
+User Guide, "Device Nodes and Capabilities", which lists the table).
 Pure: parsing and the closed-form table, no GPU access.
 """
 
@@ -29,7 +30,8 @@ class MigMinorsError(GpushareError):
 
 
 def gi_access_minor(gpu_minor: int, gi: int) -> int:
-    """The closed form behind the driver's table: 135 minors per GPU, 9 per GI (reference 3)."""
+    """The closed form behind the driver's table: 135 minors per GPU, 9 per GI (inferred from the
+    table the MIG User Guide's "Device Nodes and Capabilities" prints; tests check it line by line)."""
     return 3 + 135 * gpu_minor + 9 * gi
 
 

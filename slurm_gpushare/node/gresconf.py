@@ -1,8 +1,10 @@
 """The node's gres.conf include: one MultipleFiles line per live MIG device.
 
 Debian's Slurm has no NVML plugin, so MIG devices are declared by hand
-(slurm-gpu-facts section 1): the GPU's /dev/nvidia<minor> plus the GI and CI
-access capabilities from mig-minors. Those minors exist only once the
+(gres.conf(5) of Slurm 24.11, MultipleFiles=; the files are those Slurm's own
+NVML plugin writes, src/plugins/gpu/nvml/gpu_nvml.c): the GPU's
+/dev/nvidia<minor> plus the GI and CI access capabilities from mig-minors
+(NVIDIA MIG User Guide, "Device Nodes and Capabilities"). Those minors exist only once the
 instances do, so this file is written on the node from live state, after
 the layout has been checked against the policy: a gres.conf that disagrees
 with the slurm.conf the renderer wrote would make slurmd drain the node.

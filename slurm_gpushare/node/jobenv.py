@@ -1,6 +1,7 @@
 """The job as a root hook sees it: Slurm's environment, read and validated (the one place that reads it).
 
-slurmd builds the Prolog/Epilog environment (slurm-gpu-facts section 2).
+slurmd builds the Prolog/Epilog environment (Slurm's Prolog and Epilog Guide,
+https://slurm.schedmd.com/prolog_epilog.html, lists what it sets, 24.11).
 Only the variables below are read; each is checked against the one form
 Slurm writes and rejected otherwise, with the variable named and the form
 that would have been accepted. Job-controlled strings (job name, comment,

@@ -1,7 +1,8 @@
 """Where the node hooks find the policy, the fake NVML and their own state.
 
-slurmd builds the Prolog/Epilog environment itself (slurm-gpu-facts section
-2): nothing of slurmd's own environment reaches the hooks, so they cannot be
+slurmd builds the Prolog/Epilog environment itself (Slurm's Prolog and Epilog
+Guide, https://slurm.schedmd.com/prolog_epilog.html, 24.11: the variables it
+sets): nothing of slurmd's own environment reaches the hooks, so they cannot be
 configured with variables. They read one root-owned file instead,
 ``/etc/gpushare/node.yaml``, a flat ``key: value`` mapping (valid YAML, read
 without a YAML library because the task prolog runs on every task start)::

@@ -194,7 +194,7 @@ def mps_env(daemon: MpsDaemon) -> dict[str, str]:
         "CUDA_MPS_PIPE_DIRECTORY": daemon.pipe_dir,
         "CUDA_MPS_LOG_DIRECTORY": daemon.log_dir,
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(daemon.percentage),
-        # client side, same syntax as CUDA_VISIBLE_DEVICES with =limit (reference 5): ordinals of the daemon's GPUs
+        # client side, CUDA_VISIBLE_DEVICES syntax with =limit (NVIDIA MPS docs, "Environment Variables"): the daemon's GPU ordinals
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": ",".join(f"{i}={mib}MB" for i, mib in enumerate(daemon.mem_limit_mib)),
     }
 

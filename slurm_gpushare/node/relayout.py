@@ -107,7 +107,8 @@ class SlurmNode:
 
 def missing_devices(gres_text: str, root: str = "/") -> list[str]:
     """Device files a gres.conf text names that are not character devices here: a missing
-    one makes slurmd exit after ~20 s (slurm-gpu-facts section 1)."""
+    one makes slurmd exit after ~20 s (Slurm 24.11 src/common/gres.c: it waits for the file, then
+    fatal "can't stat gres.conf file"; seen on the test cluster)."""
     import stat
 
     from .gresindex import expand
