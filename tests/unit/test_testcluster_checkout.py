@@ -6,7 +6,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from slurm_gpushare.cli.testcluster import testcluster
+from slurm_gpushare.cli import testcluster as testcluster_cli
 from slurm_gpushare.testcluster.checkout import find_checkout, is_checkout
 from tests.conftest import ROOT
 
@@ -44,5 +44,5 @@ def test_another_project_is_not_a_checkout(tmp_path):
 def test_without_a_checkout_the_command_says_where_it_looked(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("GPUSHARE_CHECKOUT", str(tmp_path))
-    res = CliRunner().invoke(testcluster, ["down"])
+    res = CliRunner().invoke(testcluster_cli.testcluster, ["down"])
     assert res.exit_code == 1 and "GPUSHARE_CHECKOUT" in res.output and "not in the wheel" in res.output
