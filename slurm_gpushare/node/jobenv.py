@@ -5,7 +5,10 @@ https://slurm.schedmd.com/prolog_epilog.html, lists what it sets, 24.11).
 Only the variables below are read; each is checked against the one form
 Slurm writes and rejected otherwise, with the variable named and the form
 that would have been accepted. Job-controlled strings (job name, comment,
-work dir, ...) are never read at all.
+work dir, ...) are never read at all. The one exception is the task prolog
+(as the user, on every task start), which reads SLURM_JOB_ID and the GPU
+index lists itself without importing ``re`` (node/taskprolog.py: its budget
+is the interpreter's start-up).
 """
 
 from __future__ import annotations
