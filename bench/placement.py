@@ -88,7 +88,8 @@ def planned(scenario: str, cluster, pods) -> tuple[list, str]:
         except Exception as err:
             notes.append(f"{label}: {type(err).__name__}: {err}")
             continue
-        out.append(SlurmPolicy(label, router, lambda c, sim=sim: sim, whatif.mig_slices()))
+        shares = whatif.mig_shares()
+        out.append(SlurmPolicy(label, router, lambda c, sim=sim: sim, whatif.mig_slices(), mig_shares=shares))
     return out, "; ".join(notes)
 
 
@@ -108,13 +109,15 @@ def policies(scenario: str, cluster, pods) -> tuple[list, object, str]:
     if scenario == "S2":
         stand_in = whatif.proportional_layouts(cluster, pods)
         base = [
-            SlurmPolicy("Slurm static layouts (stand-in)", whatif.mig_router(), lambda c: stand_in, slices),
+            SlurmPolicy("Slurm static layouts (stand-in)", whatif.mig_router(), lambda c: stand_in, slices,
+                        mig_shares=whatif.mig_shares()),
             _named(FGD(kind=mig_kind()), "FGD, MIG placement rules"),
         ]
         return base + extra, a100, why
     if scenario == "S3":
         stand_in = whatif.split_by_qos(cluster, pods)
-        base = [SlurmPolicy("Slurm MIG(LS)+MPS split (stand-in)", whatif.qos_router(), lambda c: stand_in, slices)]
+        base = [SlurmPolicy("Slurm MIG(LS)+MPS split (stand-in)", whatif.qos_router(), lambda c: stand_in, slices,
+                           mig_shares=whatif.mig_shares())]
         return base + extra, a100, why
     raise SystemExit(f"unknown scenario {scenario!r}; accepted: S1, S2, S3")
 
@@ -168,6 +171,9 @@ def report(scenario: str, seeds: list[int], rows: dict, pub, why: str) -> None:
         if all(o is not None for o in occ):
             occ130 = [row["probes"][s][130]["slices_occupied"] for s in seeds]
             extra = f"  slices occupied {mean(occ):.2f} / {mean(occ130):.2f} %"
+        under = [row["probes"][s][130].get("undersized") for s in seeds]
+        if any(under):
+            extra += f"  undersized jobs (MIG slice < request) {mean(under):.0f}/seed"
         print(f"  {name:40s} {a100:6.2f} / {a130:6.2f}   {mean(secs):5.1f} s/seed (max {max(secs):5.1f})"
               f"  peak {row['peak_mib']:6.1f} MiB{extra}")
     if why:

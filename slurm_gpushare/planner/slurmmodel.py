@@ -226,14 +226,18 @@ class SlurmPolicy:
         cluster_fn: Callable[[SimCluster], SimCluster] | None = None,
         mig_slices: dict[str, int] | None = None,
         slices_per_gpu: int = 7,
+        mig_shares: dict[str, int] | None = None,
     ):
         """``cluster_fn`` renders the configuration from the trace cluster; ``mig_slices`` (MIG GRES type ->
-        compute slices) turns on the slice occupancy figure."""
+        compute slices) turns on the slice occupancy figure; ``mig_shares`` (MIG GRES type -> milli-GPU
+        it stands for) counts jobs Slurm gave a MIG instance smaller than their share ("undersized":
+        an untyped ``gpu:1`` may be given any gpu record, a 1g.5gb slice included)."""
         self.name = name
         self.router = router
         self.cluster_fn = cluster_fn
         self.mig_slices = mig_slices or {}
         self.slices_per_gpu = slices_per_gpu
+        self.mig_shares = mig_shares or {}
 
     def start(self, cluster: SimCluster, pods: tuple[Pod, ...], rng: np.random.Generator) -> None:
         if self.cluster_fn is not None:
@@ -245,6 +249,10 @@ class SlurmPolicy:
         codes = {code: self.mig_slices.get(t, 0) for t, code in self.state.types.items()}
         self.rec_slices = np.vectorize(lambda c: codes.get(c, 0), otypes=[np.int64])(self.state.rec_type)
         self.mig_gpus = sum(1 for n in cluster.nodes for g in n.gpus if g.mode == "mig")
+        shares = {code: self.mig_shares.get(t, GPU_MILLI) for t, code in self.state.types.items()}
+        self.rec_share = np.vectorize(lambda c: shares.get(c, GPU_MILLI), otypes=[np.int64])(self.state.rec_type)
+        self.pod_milli = [p.gpu_milli for p in pods]
+        self.undersized = 0
 
     def place(self, pod: int) -> bool:
         req = self.requests[pod]
@@ -254,12 +262,14 @@ class SlurmPolicy:
         node = self.state.choose_node(req)
         if node < 0:
             return False
-        self.state.allocate(req, node)
+        got = self.state.allocate(req, node)
+        if req.gres == "gpu" and got and int(self.rec_share[node, list(got)].min()) < self.pod_milli[pod]:
+            self.undersized += 1
         return True
 
     def metrics(self) -> dict[str, float]:
         s = self.state
-        out: dict[str, float] = {"rejected": float(self.rejected)}
+        out: dict[str, float] = {"rejected": float(self.rejected), "undersized": float(self.undersized)}
         if self.mig_gpus and self.mig_slices:
             used = (self.rec_slices * (~s.rec_free & s.rec_mig)).sum()
             out["slices_occupied"] = 100.0 * used / (self.slices_per_gpu * self.mig_gpus)

@@ -176,3 +176,9 @@ def mig_slices(model_name: str = A100) -> dict[str, int]:
     """Compute slices per MIG GRES type, for slice occupancy."""
     model = get_model(model_name)
     return {model.mig_slurm_type(p.name): p.compute_slices for p in model.mig_profiles}
+
+
+def mig_shares(model_name: str = A100) -> dict[str, int]:
+    """Milli-GPU each MIG GRES type stands for (its ``fraction``), to spot jobs given a smaller slice."""
+    model = get_model(model_name)
+    return {model.mig_slurm_type(p.name): round(p.fraction(model) * GPU_MILLI) for p in model.mig_profiles}

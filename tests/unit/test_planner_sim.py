@@ -258,3 +258,14 @@ def test_slurm_policy_counts_rejections():
     policy = SlurmPolicy("s", lambda p: None if p.name == "b" else uniform_router(p))
     result = replay(policy, cluster, pods, Arrivals(0, np.arange(2), 2000))
     assert result.placed == 1 and result.probes[130]["rejected"] == 1.0
+
+
+def test_untyped_gpu_request_may_get_a_mig_slice_and_is_counted_undersized():
+    g0 = gpu("mig", mig=("a100_1g",))
+    cluster = SimCluster((node("a", cpus=64, gpus=[g0]),))
+    pods = (Pod("whole", 1000, 1, 1, 1000),)
+    policy = SlurmPolicy("s", uniform_router, mig_slices={"a100_1g": 1}, mig_shares={"a100_1g": 143})
+    result = replay(policy, cluster, pods, Arrivals(0, np.arange(1), 1000))
+    assert result.placed == 1  # Slurm hands the untyped gpu:1 the only gpu record: a 1g slice
+    assert result.probes[130]["undersized"] == 1.0
+    assert result.probes[130]["slices_occupied"] == pytest.approx(100 / 7)
