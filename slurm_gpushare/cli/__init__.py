@@ -21,9 +21,10 @@ def main() -> None:
 
 def _register() -> None:
     from . import accounts, catalogue, check, config, node, testcluster, usage
+    from . import plan as planning
 
     for cmd in (*config.COMMANDS, catalogue.catalogue, *node.COMMANDS, *check.COMMANDS,
-                accounts.accounts, *usage.COMMANDS, *testcluster.COMMANDS):
+                accounts.accounts, *usage.COMMANDS, *testcluster.COMMANDS, *planning.COMMANDS):
         main.add_command(cmd)
 
 

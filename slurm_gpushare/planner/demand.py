@@ -316,22 +316,21 @@ def _num(value) -> float | None:
     return value if isinstance(value, (int, float)) else None
 
 
-_GRES = re.compile(r"^(?:gres[/:])?(gpu|mps|shard)(?::([A-Za-z0-9_.\-]+))?(?:[:=](\d+))?$")
-
-
 def _gres_tres(text: str, where: str) -> dict[str, float]:
+    """squeue's tres_per_node/tres_per_job ('gres/gpu:a100:2', 'gres/mps:47') as TRES counts, by the submission grammar."""
+    from ..submit.parse import BadRequest, Gres, parse_field
+
     out: dict[str, float] = {}
-    for entry in filter(None, text.split(",")):
-        m = _GRES.match(entry.strip())
-        if m is None:
-            if re.match(r"^[a-z]+[=:/]", entry):
-                continue  # cpu=4 and other non-GRES TRES
-            raise DemandError(f"{where}: GRES {entry!r} is not readable; expected e.g. gres/gpu:2, gres/mps:47")
-        name, gtype, count = m[1], m[2], int(m[3] or 1)
-        if gtype and gtype.isdigit() and m[3] is None:
-            gtype, count = None, int(gtype)
-        key = f"gres/{name}:{gtype}" if gtype else f"gres/{name}"
-        out[key] = out.get(key, 0) + count
+    if not text:
+        return out
+    try:
+        entries = parse_field("tres_per_node", text)
+    except BadRequest as exc:
+        raise DemandError(f"{where}: GRES {text!r} is not readable: {exc}") from None
+    for e in entries:
+        if isinstance(e, Gres):
+            key = f"gres/{e.name}:{e.type}" if e.type else f"gres/{e.name}"
+            out[key] = out.get(key, 0) + e.count
     return out
 
 

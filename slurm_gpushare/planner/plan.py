@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -103,6 +104,17 @@ def _split(demand: Demand, isolate: Sequence[str], mig_all: bool) -> tuple[dict[
             continue
         (mig if mig_all or cls.qos.lower() in iso else mps)[cls.gpu_milli] += n
     return dict(mig), dict(mps)
+
+
+def cpu_rich(groups: list[GroupInfo], demand: Demand, taken: dict[int, int]) -> set[int]:
+    """Groups with at least CPU_RICH x the CPUs per GPU that GPU jobs ask, when they are a minority of the GPUs
+    left (when most GPUs are CPU-rich, none is: the pool would be the cluster)."""
+    per_gpu = demand.cpus_per_gpu()
+    if not per_gpu:
+        return set()
+    left = {g.index: (len(g.nodes) - taken.get(g.index, 0)) * g.gpus for g in groups}
+    rich = {g.index for g in groups if left[g.index] and g.cpus_per_gpu >= CPU_RICH * per_gpu}
+    return rich if 2 * sum(left[i] for i in rich) < sum(left.values()) else set()
 
 
 def heavy_threshold(demand: Demand, groups: list[GroupInfo], rich: set[int]) -> int:
@@ -239,7 +251,8 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
         want = math.ceil(est * knobs.frac_factor * HEADROOM)
         order = sorted((g for g in groups), key=lambda g: (-g.gpus, -(g.cpus_per_gpu >= demand.cpus_per_gpu()),
                                                            g.cpus_per_gpu, g.index))
-        rich_first = [g for g in order if g.cpus_per_gpu < CPU_RICH * demand.cpus_per_gpu()]
+        poor = cpu_rich(groups, demand, mig_nodes)
+        rich_first = [g for g in order if g.index not in poor]
         leftover = {g.index: len(g.nodes) - mig_nodes.get(g.index, 0) for g in groups}
         frac_gpus = _take_nodes(frac_nodes, groups, [g for g in rich_first if leftover[g.index] > 0], want) if want else 0
         frac_nodes = {i: min(n, leftover[i]) for i, n in frac_nodes.items()}
@@ -250,7 +263,7 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
         )
 
     # CPU-rich pool
-    rich = {g.index for g in groups if demand.cpus_per_gpu() and g.cpus_per_gpu >= CPU_RICH * demand.cpus_per_gpu()}
+    rich = cpu_rich(groups, demand, mig_nodes)
     heavy = knobs.heavy_cpus if knobs.heavy_cpus is not None else heavy_threshold(demand, groups, rich)
     if rich:
         why.append(
@@ -283,7 +296,7 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
         for part in _split_group(spec, [("", rest, mode)]):
             b.add(part, tier, _weight(g, knobs.weights))
     routes = _routes(b.members, heavy, isolate, mig_all, knobs.overflow)
-    default = "gpu" if "gpu" in b.members else next(iter(b.members))
+    default = next((t for t in ("gpu", "frac", "cpu") if t in b.members), next(iter(b.members)))
     return b.policy(routes, default), why
 
 
@@ -328,15 +341,16 @@ def _routes(members: dict[str, list[str]], heavy: int, isolate, mig_all: bool, o
 
     routes: list[dict] = []
     if "mig" in has:
+        # a share no slice covers is rounded to a whole GPU: the whole-GPU tier must be on the route
         match = {"gres": "mps"} if mig_all else {"gres": "mps", "qos": list(isolate)}
-        routes.append({"match": match, "tiers": ["mig", *tiers("gpu")[:1]] if overflow else ["mig"], "round_to": "mig"})
+        whole = [n for n in ("gpu", "frac", "cpu") if n in has][:1]
+        routes.append({"match": match, "tiers": ["mig", *whole], "round_to": "mig"})
     if "frac" in has:
         routes.append({"match": {"gres": "mps"}, "tiers": tiers("frac", "gpu", "cpu")})
     if "cpu" in has:
-        routes.append({"match": {"gres": "none"}, "tiers": tiers("cpu", "gpu")})
-        routes.append({"match": {"gres": "gpu", "max_gpus": 1, "min_cpus": heavy + 1}, "tiers": tiers("cpu", "gpu")})
-    if "gpu" in has:
-        routes.append({"match": {"gres": "gpu"}, "tiers": tiers("gpu", "cpu", "frac")})
+        routes.append({"match": {"gres": "none"}, "tiers": tiers("cpu", "gpu", "frac")})
+        routes.append({"match": {"gres": "gpu", "max_gpus": 1, "min_cpus": heavy + 1}, "tiers": tiers("cpu", "gpu", "frac")})
+    routes.append({"match": {"gres": "gpu"}, "tiers": tiers("gpu", "cpu", "frac")})
     return [r for r in routes if r["tiers"]]
 
 
@@ -344,8 +358,14 @@ def _routes(members: dict[str, list[str]], heavy: int, isolate, mig_all: bool, o
 
 
 def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fractions: bool = False,
-         evaluate: Callable[[dict], float] | None = None, candidates: Sequence[Knobs] | None = None) -> PlanResult:
-    """Plan a policy for ``demand`` on the hardware of ``base`` (a policy mapping, validated here)."""
+         evaluate: Callable[[dict], float] | None = None, candidates: Sequence[Knobs] | None = None,
+         budget_s: float | None = None) -> PlanResult:
+    """Plan a policy for ``demand`` on the hardware of ``base`` (a policy mapping, validated here).
+
+    With ``evaluate``, candidates are scored in order until ``budget_s`` seconds have gone (the first is always
+    scored), and the best is kept.
+    """
+    began = time.perf_counter()
     site = build_site(base, "base policy")
     if not demand.jobs:
         raise ValueError("the demand model has no jobs: nothing to plan for")
@@ -353,6 +373,8 @@ def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fra
     best: tuple[float, Knobs, dict, list[str]] | None = None
     tried: list[tuple[Knobs, float]] = []
     for knobs in tries:
+        if best is not None and budget_s is not None and time.perf_counter() - began > budget_s:
+            break
         raw, why = build_candidate(base, site, demand, knobs, isolate=isolate_qos, mig_all=mig_fractions)
         score = evaluate(raw) if evaluate else 0.0
         tried.append((knobs, score))
@@ -365,7 +387,8 @@ def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fra
 
 
 def default_candidates() -> list[Knobs]:
-    return [Knobs(), Knobs(frac_factor=1.05), Knobs(frac_factor=0.95), Knobs(overflow=False)]
+    """The demand model's sizes first, then the fractional pool a little smaller and larger."""
+    return [Knobs(), Knobs(frac_factor=0.95), Knobs(frac_factor=1.05)]
 
 
 def plan_report(demand: Demand, before: Site, after: Site, why: list[str], tried, raw: dict) -> list[str]:

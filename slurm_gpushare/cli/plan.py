@@ -1,0 +1,126 @@
+"""`gpushare plan`: choose the sharing layout, node weights and class routing from the workload."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+import click
+import yaml
+
+from ..atomic import atomic_write
+from ..errors import GpushareError
+from ..planner.demand import Demand, DemandError, Units, format_demand, from_job_records, from_openb, from_squeue_json
+from ..policy import Site, load_file
+from ..policy.load import parse_yaml
+
+FORMS = "openb:FILE.csv, sacct:FILE (recorded sacct --json or --parsable2), squeue:FILE (squeue --json), sacct:live"
+
+
+def units_of(site: Site) -> Units:
+    """How this site's GRES counts read as GPU shares (for sacct/squeue demand)."""
+    mps = max((s.units for g in site.groups for s in g.gpus if s.mode == "mps"), default=100)
+    shard = max((s.replicas for g in site.groups for s in g.gpus if s.mode == "shard"), default=1)
+    mig = {}
+    for g in site.groups:
+        for s in g.slots("mig"):
+            for p in s.layout:
+                mig[s.model.mig_slurm_type(p)] = round(1000 * s.model.profile(p).fraction(s.model))
+    return Units(mps=mps, shard=shard, type_milli=mig)
+
+
+def read_demand(source: str, site: Site, ctx: click.Context | None = None, days: float = 30.0) -> Demand:
+    kind, sep, where = source.partition(":")
+    if not sep or not where:
+        raise GpushareError(f"--demand {source!r}: write KIND:WHERE, one of {FORMS}")
+    if kind == "sacct" and where == "live":
+        return _sacct_live(ctx, site, days)
+    path = Path(where)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise DemandError(f"--demand {source}: cannot read {path}: {exc.strerror}") from None
+    if kind == "openb":
+        return from_openb(text, path.name)
+    if kind == "squeue":
+        return from_squeue_json(text, units_of(site), path.name)
+    if kind == "sacct":
+        from ..slurm.sacct import open_records
+
+        return from_job_records(open_records(path), units_of(site), path.name)
+    raise GpushareError(f"--demand {source!r}: unknown kind {kind!r}; accepted: {FORMS}")
+
+
+def _sacct_live(ctx, site: Site, days: float) -> Demand:
+    import time
+
+    from ..slurm.sacct import SacctSource
+    from .usage import get_runner
+
+    until = time.time()
+    records = SacctSource(get_runner(ctx)).records(until - days * 86400, until)
+    return from_job_records(records, units_of(site), f"live, last {days:g} days")
+
+
+def policy_yaml(raw: dict) -> str:
+    return yaml.safe_dump(raw, sort_keys=False, default_flow_style=False, width=120)
+
+
+def policy_diff(before: dict, after: dict, name: str) -> str:
+    a, b = policy_yaml(before).splitlines(keepends=True), policy_yaml(after).splitlines(keepends=True)
+    return "".join(difflib.unified_diff(a, b, f"{name} (as read)", f"{name} (planned)"))
+
+
+@click.command("plan")
+@click.option("--policy", "policy_path", required=True, type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="The site policy whose hardware (node groups, GPU models) is planned for.")
+@click.option("--demand", "source", required=True, metavar="SOURCE", help=f"Where the workload comes from: {FORMS}.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the planned policy here (YAML).")
+@click.option("--isolate-qos", multiple=True, metavar="QOS",
+              help="Fractional jobs of this QoS get MIG slices of their own (repeatable; needs MIG-capable GPUs).")
+@click.option("--mig-fractions", is_flag=True, help="Every fractional job gets a MIG slice (no MPS).")
+@click.option("--evaluate/--no-evaluate", default=True, show_default=True,
+              help="Score a few candidate pool sizes with the Slurm placement model on sampled arrivals, keep the best.")
+@click.option("--days", default=30.0, show_default=True, help="With sacct:live: how many days of history to read.")
+@click.pass_context
+def plan(ctx, policy_path: Path, source: str, out: Path | None, isolate_qos, mig_fractions: bool, evaluate: bool,
+         days: float) -> None:
+    """Choose each GPU's sharing mode, node weights and class routing from the workload.
+
+    Reads the demand (request classes: GPUs, per-GPU share, CPUs, memory,
+    QoS, GPU type) from SOURCE, plans on the hardware of --policy, and prints
+    a report that explains each choice (demand by class, supply per tier,
+    expected stranded capacity) and the unified diff of the policy. With
+    --out the planned policy is written there (comments of the original are
+    not kept); check it with `gpushare validate` and render it with
+    `gpushare render`.
+
+    SOURCE: openb:FILE.csv (an openb pod list, the FGD paper's trace format),
+    sacct:FILE (a recorded `sacct -a -X -P -o ...` or `sacct --json`),
+    squeue:FILE (a recorded `squeue --json`: the pending jobs), or sacct:live
+    (the last --days of this cluster's history).
+    """
+    from ..planner.evaluate import evaluator
+    from ..planner.plan import plan as make_plan
+
+    site = load_file(policy_path)
+    raw = parse_yaml(policy_path.read_text(encoding="utf-8"), policy_path.name)
+    demand = read_demand(source, site, ctx, days)
+    if not demand.jobs:
+        raise DemandError(f"--demand {source}: no jobs found; nothing to plan for")
+    try:
+        result = make_plan(raw, demand, isolate_qos=isolate_qos, mig_fractions=mig_fractions,
+                           evaluate=evaluator(demand) if evaluate else None, budget_s=4.0)
+    except ValueError as exc:
+        raise GpushareError(f"cannot plan: {exc}") from None
+    click.echo("\n".join(result.report))
+    click.echo("")
+    diff = policy_diff(raw, result.policy, policy_path.name)
+    click.echo(diff if diff else "(the planned policy is the policy as read)", nl=not diff)
+    if out:
+        atomic_write(out, "# Planned by `gpushare plan` from " + source + "\n" + policy_yaml(result.policy))
+        click.echo(f"wrote {out}")
+
+
+COMMANDS = (plan,)
+__all__ = ["COMMANDS", "format_demand"]

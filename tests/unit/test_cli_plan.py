@@ -1,0 +1,96 @@
+"""`gpushare plan`: report and policy diff, --out that validates and renders, demand sources and their errors."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from click.testing import CliRunner
+
+from slurm_gpushare.cli import main
+from slurm_gpushare.policy import load_file
+
+POLICY = {
+    "version": 1,
+    "cluster": {"name": "t", "slurm_version": "24.11", "controller": "ctl"},
+    "gpu_models": [{"name": "T4", "memory_mb": 15360}],
+    "node_groups": [
+        {"name": "big", "nodes": "b[1-3]", "gpu": {"model": "L40S", "count": 8}, "cpus": 96, "memory_mb": 512000},
+        {"name": "rich", "nodes": "r[1-2]", "gpu": {"model": "T4", "count": 2}, "cpus": 104, "memory_mb": 512000},
+    ],
+    "tiers": [{"name": "main", "node_groups": ["big", "rich"], "default": True}],
+}
+
+CSV = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos\n" + "".join(
+    [f"f{i},6000,4096,1,470,,BE\n" for i in range(12)]
+    + [f"w{i},8000,4096,1,1000,,LS\n" for i in range(8)]
+    + [f"c{i},8000,4096,0,0,,LS\n" for i in range(4)]
+)
+
+
+def files(tmp_path):
+    policy = tmp_path / "site.yaml"
+    policy.write_text(yaml.safe_dump(POLICY, sort_keys=False))
+    trace = tmp_path / "pods.csv"
+    trace.write_text(CSV)
+    return policy, trace
+
+
+def test_plan_prints_report_and_diff_and_writes_a_valid_policy(tmp_path):
+    policy, trace = files(tmp_path)
+    out = tmp_path / "planned.yaml"
+    res = CliRunner().invoke(main, ["plan", "--policy", str(policy), "--demand", f"openb:{trace}", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    text = res.output
+    assert "demand: 24 jobs from openb:pods.csv" in text
+    assert "MPS (100 units per GPU): 12 fractional jobs" in text
+    assert "--- site.yaml (as read)" in text and "+++ site.yaml (planned)" in text
+    assert "+  routes:" in text
+    assert "candidates (packing score on sampled arrivals)" in text
+    site = load_file(out)
+    assert {s.mode for g in site.groups for s in g.gpus} == {"mps"}
+    assert {t.name for t in site.tiers} >= {"frac", "gpu"}
+    assert out.read_text().startswith("# Planned by `gpushare plan` from openb:")
+    res = CliRunner().invoke(main, ["render", str(out), "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    assert "Weight=" in (tmp_path / "r" / "slurm.conf").read_text()
+
+
+def test_plan_from_recorded_sacct_and_squeue(tmp_path):
+    policy, _ = files(tmp_path)
+    sacct = tmp_path / "sacct.txt"
+    sacct.write_text(
+        "JobID|User|Account|Partition|State|Start|End|Elapsed|ElapsedRaw|AllocTRES|ReqTRES|QOS\n"
+        "1|a|x|main|COMPLETED|1700000000|1700003600|01:00:00|3600|cpu=6,gres/gpu=1,mem=4G,node=1||ls\n"
+        "2|a|x|main|COMPLETED|1700000000|1700003600|01:00:00|3600|cpu=2,mem=4G,node=1||ls\n"
+    )
+    res = CliRunner().invoke(main, ["plan", "--policy", str(policy), "--demand", f"sacct:{sacct}", "--no-evaluate"])
+    assert res.exit_code == 0, res.output
+    assert "demand: 2 jobs from sacct:sacct.txt" in res.output
+    queue = tmp_path / "q.json"
+    queue.write_text(json.dumps({"jobs": [{"job_id": 1, "job_state": ["PENDING"], "cpus": 4, "tres_per_node": "gres/gpu:2"}]}))
+    res = CliRunner().invoke(main, ["plan", "--policy", str(policy), "--demand", f"squeue:{queue}", "--no-evaluate"])
+    assert res.exit_code == 0, res.output
+    assert "whole-GPU jobs by GPU count: 2: 1" in res.output
+
+
+def test_plan_source_errors(tmp_path):
+    policy, trace = files(tmp_path)
+    runner = CliRunner()
+    res = runner.invoke(main, ["plan", "--policy", str(policy), "--demand", str(trace)])
+    assert res.exit_code == 2 and "write KIND:WHERE" in res.output
+    res = runner.invoke(main, ["plan", "--policy", str(policy), "--demand", f"slurm:{trace}"])
+    assert res.exit_code == 2 and "unknown kind 'slurm'" in res.output
+    res = runner.invoke(main, ["plan", "--policy", str(policy), "--demand", f"openb:{tmp_path / 'missing.csv'}"])
+    assert res.exit_code == 1 and "cannot read" in res.output
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,cpu_milli\n")
+    res = runner.invoke(main, ["plan", "--policy", str(policy), "--demand", f"openb:{bad}"])
+    assert res.exit_code == 1 and "column(s) memory_mib, num_gpu, gpu_milli missing" in res.output
+
+
+def test_plan_help_explains_sources():
+    res = CliRunner().invoke(main, ["plan", "--help"])
+    assert res.exit_code == 0
+    for fragment in ("openb:FILE.csv", "sacct:FILE", "squeue:FILE", "sacct:live", "--out", "node weights"):
+        assert fragment in res.output, fragment

@@ -1,0 +1,175 @@
+"""The planner's choices on small hand-checked cases: MIG layouts with a known best, MPS pools, routing."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from slurm_gpushare.errors import PolicyError
+from slurm_gpushare.hardware import check_layout, get_model
+from slurm_gpushare.planner.demand import Demand, RequestClass
+from slurm_gpushare.planner.layouts import covering, pack, slices_needed
+from slurm_gpushare.planner.plan import Knobs, plan
+from slurm_gpushare.policy import build_site
+from slurm_gpushare.render import render_all
+
+A100 = get_model("A100-SXM4-40GB")
+
+
+def demand(*rows) -> Demand:
+    """rows: (num_gpu, gpu_milli, cpus, jobs[, qos])."""
+    counts = {}
+    for row in rows:
+        gpus, milli, cpus, n, *qos = row
+        counts[RequestClass(gpus, milli if gpus else 0, cpus, 4096, qos[0] if qos else "")] = n
+    return Demand("test", counts)
+
+
+def cluster(*groups) -> dict:
+    """groups: (name, nodes, model, gpus, cpus)."""
+    return {
+        "version": 1,
+        "cluster": {"name": "t", "slurm_version": "24.11", "controller": "ctl"},
+        "node_groups": [
+            {"name": name, "nodes": nodes, "gpu": {"model": model, "count": gpus}, "cpus": cpus, "memory_mb": 512000}
+            for name, nodes, model, gpus, cpus in groups
+        ],
+        "tiers": [{"name": "main", "node_groups": [g[0] for g in groups], "default": True}],
+    }
+
+
+# ---- MIG: which slice covers a share, and layouts with a known best ----
+
+
+@pytest.mark.parametrize(
+    "milli, profile",
+    [(50, "1g.5gb"), (140, "1g.5gb"), (142, "1g.10gb"), (150, "1g.10gb"), (250, "1g.10gb"), (280, "2g.10gb"), (470, "3g.20gb"),
+     (500, "3g.20gb"), (550, "4g.20gb"), (580, None), (1000, None)],
+)
+def test_covering_slice_is_the_smallest_billed_share_at_least_the_request(milli, profile):
+    assert covering(A100, milli) == profile
+
+
+def test_four_3g_and_four_1g10_fit_three_gpus_the_known_best():
+    # 4 x 3g.20gb need 16 memory slices (two GPUs: at most 2 per GPU); 4 x 1g.10gb need 8 (one GPU)
+    layouts = pack(A100, Counter({"3g.20gb": 4, "1g.10gb": 4}))
+    assert sorted(layouts) == sorted([("3g.20gb", "3g.20gb"), ("3g.20gb", "3g.20gb"), ("1g.10gb",) * 4])
+
+
+def test_4g_pairs_with_3g():
+    assert pack(A100, Counter({"4g.20gb": 2, "3g.20gb": 2})) == [("4g.20gb", "3g.20gb")] * 2
+
+
+def test_every_packed_layout_is_valid_and_full():
+    need = Counter({"3g.20gb": 5, "2g.10gb": 3, "1g.10gb": 3, "1g.5gb": 2})
+    layouts = pack(A100, need)
+    got = Counter(p for lay in layouts for p in lay)
+    assert all(got[p] >= n for p, n in need.items())
+    for lay in layouts:
+        assert check_layout(A100, list(lay)) == []
+        # full: not even the smallest slice fits any more
+        assert check_layout(A100, [*lay, "1g.5gb"]) != []
+
+
+def test_slices_needed_sends_big_shares_to_whole_gpus():
+    need, whole = slices_needed(A100, {470: 3, 810: 2, 230: 1})
+    assert need == Counter({"3g.20gb": 3, "1g.10gb": 1}) and whole == 2
+
+
+def test_planner_mig_layouts_for_isolated_class():
+    base = cluster(("a", "a[1-2]", "A100-SXM4-40GB", 2, 64))
+    d = demand((1, 470, 4, 2, "LS"), (1, 230, 4, 2, "LS"), (1, 470, 4, 4, "BE"), (1, 1000, 8, 1))
+    result = plan(base, d, isolate_qos=["LS"])
+    site = result.site
+    mig = [s for g in site.groups for s in g.gpus if s.mode == "mig" for _ in g.nodes]
+    # LS: 2 x 3g.20gb + 2 x 1g.10gb (x1.03 headroom, rounded up: 3 + 3) -> 3g,3g | 3g,1g.10gb,1g.10gb... on 2 GPUs
+    assert 1 <= len(mig) <= 2
+    assert all(check_layout(A100, list(s.layout)) == [] for s in mig)
+    routes = result.policy["submission"]["routes"]
+    # the second node is the MPS pool (BE shares and the whole-GPU job): shares no slice covers go there whole
+    assert routes[0] == {"match": {"gres": "mps", "qos": ["LS"]}, "tiers": ["mig", "frac"], "round_to": "mig"}
+    assert any(s.mode == "mps" for g in site.groups for s in g.gpus)
+
+
+# ---- MPS pools, CPU-rich nodes, weights, routes ----
+
+
+def s1_base() -> dict:
+    return cluster(("big", "b[1-3]", "L40S", 8, 96), ("rich", "r[1-2]", "L40S", 2, 104))
+
+
+def s1_demand() -> Demand:
+    # 16 x 500 milli (8 GPUs' worth), 6 whole GPUs at 8 CPUs, 2 at 40 CPUs, 10 CPU-only jobs at 8 CPUs
+    return demand((1, 500, 6, 16), (1, 1000, 8, 6), (1, 1000, 40, 2), (0, 0, 8, 10))
+
+
+def test_s1_plan_pools_modes_and_routes():
+    result = plan(s1_base(), s1_demand())
+    site = result.site
+    # every GPU may be shared: MPS with 2 units (every share is a multiple of 500 milli)
+    assert {(s.mode, s.units) for g in site.groups for s in g.gpus} == {("mps", 2)}
+    tiers = {t.name: [g.name for g in t.groups] for t in site.tiers}
+    # the shares pack into 8 GPUs: one 8-GPU node is the fractional pool (x1.03 would want 9: two nodes)
+    assert tiers["frac"] in (["big-frac"],)
+    assert tiers["cpu"] == ["rich"]
+    assert tiers["gpu"] == ["big"]
+    frac = next(g for g in site.groups if g.name == "big-frac")
+    assert len(frac.nodes) == 2
+    assert [r["match"] for r in result.policy["submission"]["routes"]] == [
+        {"gres": "mps"}, {"gres": "none"}, {"gres": "gpu", "max_gpus": 1, "min_cpus": 40}, {"gres": "gpu"}]
+    # the CPU-rich pool (4 GPUs, 208 CPUs) keeps 128 CPUs after the CPU-only jobs: enough for the two
+    # 40-CPU jobs, not for the six 8-CPU ones too (6 GPUs > the 2 left), so the threshold is 39
+    # weights: fewer GPUs per node first in the whole-GPU pools
+    weights = {g["name"]: g["weight"] for g in result.policy["node_groups"]}
+    assert weights["rich"] < weights["big"]
+
+
+def test_s1_plan_renders_and_reports():
+    result = plan(s1_base(), s1_demand())
+    files = render_all(result.site)
+    assert any("Weight=" in text for text in files.values())
+    text = "\n".join(result.report)
+    for fragment in ("demand: 34 jobs", "supply (base policy)", "planned layout", "tier frac", "fragments",
+                     "route gres=mps -> frac,gpu,cpu", "CPU-rich nodes (rich"):
+        assert fragment in text, fragment
+
+
+def test_without_fractions_gpus_stay_exclusive():
+    result = plan(s1_base(), demand((1, 1000, 8, 10), (0, 0, 4, 3)))
+    assert {s.mode for g in result.site.groups for s in g.gpus} == {"exclusive"}
+    assert "frac" not in {t.name for t in result.site.tiers}
+
+
+def test_evaluate_keeps_the_best_candidate():
+    seen = []
+
+    def score(raw):  # more nodes in the fractional pool score higher
+        seen.append(raw)
+        site = build_site(raw, "c")
+        return float(sum(len(g.nodes) for t in site.tiers if t.name == "frac" for g in t.groups))
+
+    knobs = [Knobs(), Knobs(frac_factor=2.0), Knobs(frac_factor=0.5)]
+    result = plan(s1_base(), s1_demand(), evaluate=score, candidates=knobs)
+    assert len(seen) == 3
+    assert result.knobs == Knobs(frac_factor=2.0)
+    assert result.score == 3.0  # all three 8-GPU nodes
+    assert "candidates (packing score" in "\n".join(result.report)
+
+
+def test_budget_scores_the_first_candidate_at_least():
+    result = plan(s1_base(), s1_demand(), evaluate=lambda raw: 1.0, candidates=[Knobs(), Knobs(frac_factor=2)], budget_s=0)
+    assert len(result.tried) == 1
+
+
+def test_empty_demand_is_refused():
+    with pytest.raises(ValueError, match="no jobs"):
+        plan(s1_base(), Demand("x", {}))
+
+
+def test_base_policy_is_validated_first():
+    base = s1_base()
+    base["node_groups"][0]["gpu"]["model"] = "nope"
+    with pytest.raises(PolicyError) as info:
+        plan(base, s1_demand())
+    assert "node_groups[0].gpu.model: unknown GPU model 'nope'" in info.value.report()
