@@ -56,6 +56,12 @@ def lua_data(t: Tables) -> dict:
         ],
         "tier_index": {x.name: i + 1 for i, x in enumerate(t.tiers)},
         "default_tier": next(i + 1 for i, x in enumerate(t.tiers) if x.is_default),
+        "routes": [
+            {"gres": r.gres, "qos": {q: True for q in r.qos}, "min_gpus": r.min_gpus, "max_gpus": r.max_gpus,
+             "min_cpus": r.min_cpus, "partition": ",".join(r.tiers), "round_mig": r.round_to == "mig",
+             "cover": [{"pct": pct, "type": gtype} for pct, gtype in r.mig_cover]}
+            for r in t.routes
+        ],
     }
 
 

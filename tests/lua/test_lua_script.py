@@ -82,8 +82,17 @@ def test_every_example_loads_and_passes_a_plain_job(version, example, slurm):
     assert f"for Slurm {slurm}" in text
     script = Script(version, text)
     res = script.submit(dict(PLAIN_JOB))
-    default = build_tables(load_file(ROOT / "etc" / f"{example}.yaml", slurm)).default_tier.name
-    assert res.rc == 0 and res.user == [] and res.job == {**PLAIN_JOB, "qos": default}  # only the tier's QOS is set
+    tables = build_tables(load_file(ROOT / "etc" / f"{example}.yaml", slurm))
+    if not tables.routes:
+        default = tables.default_tier.name
+        assert res.rc == 0 and res.user == [] and res.job == {**PLAIN_JOB, "qos": default}  # only the tier's QOS is set
+        return
+    # a policy with class routes (planned-lab) may route a job without GPUs: as the Python decision does
+    from slurm_gpushare.submit import decide
+
+    d = decide(tables, dict(PLAIN_JOB))
+    assert res.rc == 0 and res.user == [d.user_message]
+    assert res.job == {**PLAIN_JOB, "qos": d.qos, "partition": d.partition}
 
 
 @pytest.mark.parametrize("version", VERSIONS)
