@@ -174,6 +174,9 @@ def report(scenario: str, seeds: list[int], rows: dict, pub, why: str) -> None:
         under = [row["probes"][s][130].get("undersized") for s in seeds]
         if any(under):
             extra += f"  undersized jobs (MIG slice < request) {mean(under):.0f}/seed"
+        ls = [row["probes"][s][130].get("ls_share_not_on_mig") for s in seeds]
+        if scenario == "S3" and all(v is not None for v in ls):
+            extra += f"  LS fractional jobs placed without a MIG slice {mean(ls):.0f}/seed"
         print(f"  {name:40s} {a100:6.2f} / {a130:6.2f}   {mean(secs):5.1f} s/seed (max {max(secs):5.1f})"
               f"  peak {row['peak_mib']:6.1f} MiB{extra}")
     if why:

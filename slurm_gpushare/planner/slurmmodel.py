@@ -252,7 +252,9 @@ class SlurmPolicy:
         shares = {code: self.mig_shares.get(t, GPU_MILLI) for t, code in self.state.types.items()}
         self.rec_share = np.vectorize(lambda c: shares.get(c, GPU_MILLI), otypes=[np.int64])(self.state.rec_type)
         self.pod_milli = [p.gpu_milli for p in pods]
+        self.pod_ls_share = [p.qos == "LS" and p.num_gpu == 1 and p.gpu_milli < GPU_MILLI for p in pods]
         self.undersized = 0
+        self.ls_not_mig = 0
 
     def place(self, pod: int) -> bool:
         req = self.requests[pod]
@@ -265,11 +267,17 @@ class SlurmPolicy:
         got = self.state.allocate(req, node)
         if req.gres == "gpu" and got and int(self.rec_share[node, list(got)].min()) < self.pod_milli[pod]:
             self.undersized += 1
+        if self.pod_ls_share[pod] and not (req.gres == "gpu" and got and self.state.rec_mig[node, list(got)].all()):
+            self.ls_not_mig += 1
         return True
 
     def metrics(self) -> dict[str, float]:
         s = self.state
-        out: dict[str, float] = {"rejected": float(self.rejected), "undersized": float(self.undersized)}
+        out: dict[str, float] = {
+            "rejected": float(self.rejected),
+            "undersized": float(self.undersized),
+            "ls_share_not_on_mig": float(self.ls_not_mig),  # placed LS fractional jobs without a MIG slice
+        }
         if self.mig_gpus and self.mig_slices:
             used = (self.rec_slices * (~s.rec_free & s.rec_mig)).sum()
             out["slices_occupied"] = 100.0 * used / (self.slices_per_gpu * self.mig_gpus)

@@ -269,3 +269,16 @@ def test_untyped_gpu_request_may_get_a_mig_slice_and_is_counted_undersized():
     assert result.placed == 1  # Slurm hands the untyped gpu:1 the only gpu record: a 1g slice
     assert result.probes[130]["undersized"] == 1.0
     assert result.probes[130]["slices_occupied"] == pytest.approx(100 / 7)
+
+
+def test_ls_fractional_jobs_off_mig_are_counted():
+    cluster = SimCluster((node("a", cpus=64, gpus=[gpu("mps", units=100), gpu("mig", mig=("a100_3g",))]),))
+    pods = (Pod("ls-mps", 1000, 1, 1, 400, qos="LS"), Pod("ls-mig", 1000, 1, 1, 400, qos="LS"), Pod("be", 1000, 1, 1, 400))
+
+    def route(p):
+        if p.name == "ls-mig":
+            return SlurmRequest((), 1, 1, gres="gpu", gres_type="a100_3g", count=1)
+        return uniform_router(p)
+
+    result = replay(SlurmPolicy("s", route), cluster, pods, Arrivals(0, np.arange(3), 2000))
+    assert result.placed == 3 and result.probes[130]["ls_share_not_on_mig"] == 1.0
