@@ -46,7 +46,8 @@ def sim_cluster(site: Site, cpu_milli: Mapping[str, int] | None = None) -> SimCl
         weight = g.spec.weight if g.spec.weight is not None else 1
         for name in g.nodes:
             nodes.append(SimNode(name, g.spec.cpus, g.spec.memory_mb, gpus, weight, parts, cpu_milli.get(name, 0)))
-    return SimCluster(tuple(nodes), SELECT_FLAGS)
+    tiers = tuple((t.name, t.spec.priority) for t in site.tiers)
+    return SimCluster(tuple(nodes), SELECT_FLAGS, tiers)
 
 
 def mps_percent_units(tables: Tables) -> int:

@@ -50,10 +50,21 @@ class SimNode:
 
 @dataclass(frozen=True)
 class SimCluster:
-    """Nodes in slurm.conf order, and the SelectTypeParameters flags that change GRES choice."""
+    """Nodes in slurm.conf order, the SelectTypeParameters flags that change GRES choice, partitions' PriorityTier.
+
+    slurmctld 24.11 does not keep slurm.conf's order: it sorts its node table
+    by name in natural order (``strnatcmp``) unless a topology plugin ranks
+    the nodes (src/slurmctld/read_config.c ``_sort_node_record_table_ptr``);
+    the Slurm model applies that sort. ``partition_tiers`` gives each
+    partition's PriorityTier (1 when absent): a job listing several
+    partitions is tried in them by PriorityTier, highest first
+    (src/slurmctld/partition_mgr.c ``get_part_list`` sorts the job's list with
+    ``priority_sort_part_tier``).
+    """
 
     nodes: tuple[SimNode, ...]
     select_flags: frozenset[str] = frozenset()
+    partition_tiers: tuple[tuple[str, int], ...] = ()
 
     @property
     def gpu_count(self) -> int:

@@ -6,7 +6,7 @@ model implements; file and function named for each):
 Node choice (src/plugins/topology/common/eval_nodes.c ``_eval_nodes_consec``,
 the default when no topology plugin, LLN, pack_serial_at_end or SPREAD_JOB
 applies): the nodes that can run the job are grouped into sets of
-*consecutive* nodes (slurm.conf order) of equal Weight; the set with the
+*consecutive* nodes (in slurmctld's node table order: by name, naturally sorted, not slurm.conf's order) of equal Weight; the set with the
 lowest Weight wins; among equal Weights the first set with enough CPUs, then
 any set with fewer CPUs in total (tightest fit); inside the chosen set a
 one-node job takes the node with the fewest available CPUs, the first among
@@ -32,7 +32,7 @@ GRES inside the node:
   GRES_CONF_ONE_SHARING (``gres_use_busy_dev`` in src/interfaces/gres.c) is
   not modelled: the product's gres.conf does not set it.
 
-Several partitions: tried in the order the request lists them, the first
+Several partitions: tried by PriorityTier, highest first (equal tiers in the order the request lists them), the first
 that can start the job wins. What the model leaves out is listed in the
 README (sockets and core binding, topology, backfill, priorities and
 preemption, reservations, the job's memory and CPU binding granularity).
@@ -40,6 +40,7 @@ preemption, reservations, the job's memory and CPU binding granularity).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -79,7 +80,9 @@ class SlurmState:
     """Idle CPUs and memory per node, gpu GRES records, mps/shard counts per GPU."""
 
     def __init__(self, cluster: SimCluster):
-        nodes = cluster.nodes
+        nodes = tuple(sorted(cluster.nodes, key=lambda x: natural_key(x.name)))  # slurmctld's node table order
+        self.names = tuple(x.name for x in nodes)  # node index -> name: choose_node answers in this order
+        self.tiers = dict(cluster.partition_tiers)
         n = len(nodes)
         self.flags = cluster.select_flags
         self.weight = np.array([x.weight for x in nodes], dtype=np.int64)
@@ -147,7 +150,7 @@ class SlurmState:
         ok = self.fits(req)
         if not req.partitions:
             return consec_pick(ok, self.weight, self.cpu)
-        for p in req.partitions:
+        for p in sorted(req.partitions, key=lambda p: -self.tiers.get(p, 1)):  # stable: equal tiers keep request order
             inside = self.partition.get(p)
             if inside is None:
                 continue
@@ -196,6 +199,11 @@ class SlurmState:
             if not need:
                 break
         return tuple(used)
+
+
+def natural_key(name: str) -> tuple:
+    """Sort key of Slurm's ``strnatcmp`` for node names: digit runs compare as numbers ('n2' < 'n10')."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
 
 
 def consec_pick(ok: np.ndarray, weight: np.ndarray, cpus: np.ndarray) -> int:

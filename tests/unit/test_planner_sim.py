@@ -282,3 +282,16 @@ def test_ls_fractional_jobs_off_mig_are_counted():
 
     result = replay(SlurmPolicy("s", route), cluster, pods, Arrivals(0, np.arange(3), 2000))
     assert result.placed == 3 and result.probes[130]["ls_share_not_on_mig"] == 1.0
+
+
+def test_node_table_is_sorted_by_name_naturally_not_by_slurm_conf_order():
+    # slurmctld sorts its node table with strnatcmp: n2 before n10, whatever slurm.conf lists first
+    s = SlurmState(SimCluster((node("n10"), node("n2"), node("m1", cpus=1))))
+    assert s.names == ("m1", "n2", "n10")
+    assert s.names[s.choose_node(req(cpus=2))] == "n2"
+
+
+def test_partitions_tried_by_priority_tier_first():
+    cluster = SimCluster((node("a", partitions=("low",)), node("b", partitions=("high",))),
+                         partition_tiers=(("low", 1), ("high", 10)))
+    assert SlurmState(cluster).choose_node(req(cpus=1, partitions=("low", "high"))) == 1
