@@ -111,8 +111,12 @@ def policies(scenario: str, cluster, pods) -> tuple[list, object, str]:
         base = [
             SlurmPolicy("Slurm static layouts (stand-in)", whatif.mig_router(), lambda c: stand_in, slices,
                         mig_shares=whatif.mig_shares()),
-            _named(FGD(kind=mig_kind()), "FGD, MIG placement rules"),
+            _named(FGD(kind=mig_kind()), "FGD, MIG rules, covering rounding"),
         ]
+        product_router = _product_router(cluster, "S2")
+        if product_router is not None:  # FGD on exactly the requests the product's submission makes
+            kind = mig_kind(profile_of=whatif.profile_from_router(product_router))
+            base.append(_named(FGD(kind=kind), "FGD, MIG rules, product rounding"))
         return base + extra, a100, why
     if scenario == "S3":
         stand_in = whatif.split_by_qos(cluster, pods)
@@ -120,6 +124,13 @@ def policies(scenario: str, cluster, pods) -> tuple[list, object, str]:
                            mig_shares=whatif.mig_shares())]
         return base + extra, a100, why
     raise SystemExit(f"unknown scenario {scenario!r}; accepted: S1, S2, S3")
+
+
+def _product_router(cluster, scenario):
+    try:
+        return importlib.import_module("slurm_gpushare.planner.scenarios").uniform(cluster, scenario)[1]
+    except Exception:  # reported on the planner's rows already
+        return None
 
 
 def _named(policy, name):

@@ -19,6 +19,7 @@ the widest node (it offers nothing and hosts nothing).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,10 +92,13 @@ class MigKind(GpuKind):
     """
 
     model: GpuModel | None = None
+    profile_of: Callable[[Pod], str] | None = None  # the submission's rounding; default covering_profile
 
     def action(self, pod: Pod) -> int:
         if not pod.num_gpu:
             return -1
+        if self.profile_of is not None:
+            return self.actions.index(self.model.profile(self.profile_of(pod)).name)
         return self.actions.index(covering_profile(self.model, pod.gpu_milli).name)
 
 
@@ -112,7 +116,8 @@ def covering_profile(model: GpuModel, gpu_milli: int) -> MigProfile:
     raise ValueError(f"no MIG profile of {model.name} covers {gpu_milli} milli-GPU")
 
 
-def mig_kind(model_name: str = "A100-SXM4-40GB") -> MigKind:
+def mig_kind(model_name: str = "A100-SXM4-40GB", profile_of: Callable[[Pod], str] | None = None) -> MigKind:
+    """MIG tables for ``model_name``; ``profile_of`` rounds a GPU pod to a profile name (default: covering)."""
     model = get_model(model_name)
     profiles = mig_profiles(model)
     mem, comp = model.memory_slices, model.compute_slices
@@ -139,4 +144,5 @@ def mig_kind(model_name: str = "A100-SXM4-40GB") -> MigKind:
         slices=used,
         slices_per_gpu=comp,
         model=model,
+        profile_of=profile_of,
     )

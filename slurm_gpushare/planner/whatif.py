@@ -20,6 +20,7 @@ such wherever they are reported:
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 
 from ..hardware import get_model
@@ -182,3 +183,23 @@ def mig_shares(model_name: str = A100) -> dict[str, int]:
     """Milli-GPU each MIG GRES type stands for (its ``fraction``), to spot jobs given a smaller slice."""
     model = get_model(model_name)
     return {model.mig_slurm_type(p.name): round(p.fraction(model) * GPU_MILLI) for p in model.mig_profiles}
+
+
+def profile_from_router(router, model_name: str = A100) -> Callable[[Pod], str]:
+    """The MIG profile a submission router gives a GPU pod, read off its typed GRES.
+
+    ``gpu:<model>_<profile>`` is that profile; the whole-GPU type ``gpu:<model>``
+    (or untyped) is the whole-GPU profile. So FGD can run on exactly the
+    requests the product's submission makes.
+    """
+    model = get_model(model_name)
+    big = whole_profile(model)
+    prefix = model.slurm_type + "_"
+
+    def profile_of(pod: Pod) -> str:
+        req = router(pod)
+        if req is None or req.gres != "gpu" or not req.gres_type.startswith(prefix):
+            return big if (req is None or req.gres == "gpu") else covering_profile(model, pod.gpu_milli).name
+        return model.profile(req.gres_type[len(prefix):]).name
+
+    return profile_of
