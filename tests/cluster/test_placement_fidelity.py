@@ -1,0 +1,253 @@
+"""The placement simulator against real Slurm: the same trace sample, placed job for job.
+
+Issue 13 part 4. A sample of the GPU trace, scaled to the test cluster's
+nodes, is submitted through real sbatch (and job_submit.lua) one job at a
+time, in arrival order, as long-running jobs so nothing departs. Each job is
+tried once, as in the paper's experiment: once Slurm has either started it
+or given it a pending reason, a job that did not start is cancelled before
+the next one is submitted. Where Slurm put each job (node, GPU record index,
+MIG instance, mps GPU) is read from ``scontrol -d show job`` and compared with
+the simulator's placement of the same sample (``planner.slurmmodel`` over
+``planner.frompolicy``): they must agree job for job.
+
+Runs on the small lab (the shared session cluster) and on a policy the
+planner wrote for the sample's demand (its own compose project).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from slurm_gpushare.planner.demand import from_pods
+from slurm_gpushare.planner.frompolicy import Router, sim_cluster
+from slurm_gpushare.planner.plan import plan
+from slurm_gpushare.planner.simcluster import GPU_MILLI, Pod
+from slurm_gpushare.planner.slurmmodel import SlurmState
+from slurm_gpushare.planner.trace import TRACE_DIR, load_pods
+from slurm_gpushare.policy import load_file
+from slurm_gpushare.testcluster.cluster import TestCluster
+from tests.cluster.conftest import POLICY, _docker_problem, setup_accounts
+
+USER, ACCOUNT = "carol", "biology"  # no quota: only the hardware limits placement
+MIG_TYPE = "a100_40g_1g.5gb"
+PLANNED_PROJECT = os.environ.get("GPUSHARE_PLANNED_PROJECT", "planned")
+SETTLE_S = 30  # seconds for slurmctld to start a job or give it a pending reason
+
+# ---- the sample ---------------------------------------------------------------------------
+
+
+def scaled(pod: Pod, spec: str = "") -> Pod:
+    """A trace pod shrunk to the lab's 8-CPU, 16,000 MB nodes (CPUs / 8, memory / 16, at least 1 CPU, 100 MB)."""
+    cpu = min(8000, max(1000, math.ceil(pod.cpu_milli / 8 / 1000) * 1000))
+    mem = min(16000, max(100, pod.memory_mib // 16))
+    return Pod(pod.name, cpu, mem, min(pod.num_gpu, 2), pod.gpu_milli if pod.num_gpu <= 2 else GPU_MILLI, "", spec)
+
+
+def trace_sample(count: int = 28, seed: int = 13) -> list[Pod]:
+    """Trace pods in a seeded order, scaled; every fifth GPU pod asks for the MIG slice type by name."""
+    pods = load_pods(TRACE_DIR / "openb_pod_list_default.csv")
+    order = np.random.default_rng(seed).permutation(len(pods))
+    out, gpu_pods = [], 0
+    for i in order[:count]:
+        pod = pods[int(i)]
+        spec = ""
+        if pod.num_gpu == 1:
+            gpu_pods += 1
+            spec = MIG_TYPE if gpu_pods % 5 == 0 else ""
+        out.append(scaled(pod, spec))
+    return out
+
+
+# ---- the simulator's side ---------------------------------------------------------------------
+
+
+def simulated(site, pods: list[Pod]) -> list[tuple | None]:
+    """(node, GRES name, indexes) per pod as the Slurm model places them; None where not placed."""
+    cluster, router = sim_cluster(site), Router(site)
+    state = SlurmState(cluster)
+    out = []
+    for pod in pods:
+        req = router(pod)
+        node = state.choose_node(req) if req is not None else -1
+        if node < 0:
+            out.append(None)
+            continue
+        used = state.allocate(req, node)
+        out.append((state.names[node], req.gres or "-", tuple(sorted(used))))
+    return out
+
+
+# ---- real Slurm's side --------------------------------------------------------------------------
+
+
+def sbatch_argv(pod: Pod) -> list[str]:
+    """What a user submits for this pod (the same request the simulator's router builds)."""
+    argv = ["sbatch", "--parsable", "-A", ACCOUNT, "-c", str(pod.cpu_milli // 1000), f"--mem={pod.memory_mib}",
+            "-t", "60", "-o", "/dev/null", "-J", pod.name]
+    if pod.num_gpu and pod.gpu_milli < GPU_MILLI:
+        argv.append(f"--gres=mps:{math.ceil(pod.gpu_milli / 10)}")
+    elif pod.num_gpu:
+        typed = f"{pod.gpu_spec}:" if pod.gpu_spec else ""
+        argv.append(f"--gres=gpu:{typed}{pod.num_gpu}")
+    return argv + ["--wrap", "sleep 3600"]
+
+
+_NODE_GRES = re.compile(r"Nodes=(\S+) CPU_IDs=\S+ Mem=\d+ GRES=(\S*)")
+
+
+def placement_of(detail: str) -> tuple:
+    """(node, GRES name, indexes) from `scontrol -d show job`: IDX ranges for gpu, the device with a share for mps/shard."""
+    m = _NODE_GRES.search(detail)
+    assert m, f"no Nodes=... GRES= line in:\n{detail}"
+    node, gres = m[1], m[2]
+    if not gres or gres == "(null)":
+        return node, "-", ()
+    name = gres.split(":", 1)[0]
+    idx = re.search(r"\(IDX:([0-9,-]+)\)", gres)
+    if idx:
+        return node, name, tuple(_expand(idx[1]))
+    shares = re.search(r"\(([0-9/,]+)\)", gres)
+    assert shares, f"cannot read the device of {gres!r}"
+    used = [i for i, part in enumerate(shares[1].split(",")) if int(part.split("/")[0]) > 0]
+    return node, name, tuple(used)
+
+
+def _expand(text: str) -> list[int]:
+    out = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
+    return out
+
+
+# Runs inside the slurmctld container as the submitting user: one `docker exec` for the whole sample
+# instead of several per job. argv lists come as JSON on stdin; one JSON line per job comes back:
+# {"state": "RUNNING"|"PENDING"|"REFUSED", "job": id, "detail": `scontrol -d show job` text or sbatch's stderr}.
+REPLAY = r"""
+import json, subprocess, sys, time
+def out(argv):
+    return subprocess.run(argv, capture_output=True, text=True)
+for argv in json.load(sys.stdin):
+    res = out(argv)
+    if res.returncode != 0:
+        print(json.dumps({"state": "REFUSED", "job": None, "detail": res.stderr.strip()}), flush=True)
+        continue
+    job = res.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + %(wait)s
+    while True:
+        state, _, reason = out(["squeue", "-h", "-j", job, "-o", "%%T|%%r"]).stdout.strip().partition("|")
+        if state == "RUNNING" or (state == "PENDING" and reason not in ("None", "")) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    if state == "RUNNING":
+        detail = out(["scontrol", "-d", "show", "job", job]).stdout
+    else:
+        out(["scancel", job])
+        detail = state + " " + reason
+    print(json.dumps({"state": state, "job": job, "detail": detail}), flush=True)
+""" % {"wait": SETTLE_S}
+
+
+def replayed(c: TestCluster, pods: list[Pod]) -> list[tuple | None]:
+    """Submit each pod once, in order; keep what starts, cancel what pends (inside the controller container)."""
+    argvs = [sbatch_argv(p) for p in pods]
+    try:
+        res = c.exec("slurmctld", ["python3", "-c", REPLAY], user=USER, input=json.dumps(argvs),
+                     timeout=60 + len(pods) * SETTLE_S)
+    finally:
+        c.slurm(["scancel", "-u", USER], check=False)
+    lines = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
+    assert len(lines) == len(pods), res.stdout + res.stderr
+    out = []
+    for rec in lines:
+        if rec["state"] not in ("RUNNING", "PENDING", "REFUSED"):
+            raise AssertionError(f"job {rec['job']} neither started nor got a pending reason in {SETTLE_S} s: {rec}")
+        out.append(placement_of(rec["detail"]) if rec["state"] == "RUNNING" else None)
+    return out
+
+
+def compare(pods: list[Pod], sim: list, real: list) -> list[str]:
+    return [f"{p.name} ({sbatch_argv(p)[5:-2]}): simulator {s}, Slurm {r}"
+            for p, s, r in zip(pods, sim, real, strict=True) if s != r]
+
+
+def wait_empty(c: TestCluster, timeout: float = 180) -> None:
+    """No job of anyone left (earlier tests' epilogs included) and every node idle, none still COMPLETING.
+
+    A completing node gets a higher scheduling weight (cons_tres ``_set_sched_weight``), which the
+    simulator does not model: the replay must start from quiet nodes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        queue = c.slurm(["squeue", "-h", "-o", "%i"]).stdout.strip()
+        states = c.node_states()
+        if not queue and all(s["base"] == "IDLE" and "COMPLETING" not in s["state"] for s in states.values()):
+            return
+        assert time.monotonic() < deadline, f"cluster not quiet after {timeout:.0f} s: queue {queue!r}, nodes {states}"
+        time.sleep(1)
+
+
+# ---- the tests ---------------------------------------------------------------------------------
+
+
+def _check(c: TestCluster, site, pods: list[Pod]) -> None:
+    wait_empty(c)
+    sim = simulated(site, pods)
+    real = replayed(c, pods)
+    wait_empty(c)
+    placed = [r for r in real if r]
+    kinds = {r[1] for r in placed}
+    assert len(placed) >= 8 and {"gpu", "mps"} <= kinds and len(placed) < len(pods), (
+        f"the sample exercised too little: {len(placed)} of {len(pods)} placed, GRES kinds {kinds}")
+    assert sim == real, "simulator and Slurm disagree:\n" + "\n".join(compare(pods, sim, real))
+
+
+def test_simulator_places_a_trace_sample_as_slurm_does_on_the_small_lab(cluster):
+    _check(cluster, load_file(POLICY), trace_sample())
+
+
+def planned_raw(pods: list[Pod]) -> dict:
+    base = yaml.safe_load(POLICY.read_text())
+    return plan(base, from_pods(pods, "fidelity sample")).raw
+
+
+@pytest.fixture(scope="module")
+def planned_cluster():
+    problem = _docker_problem()
+    if problem:
+        if os.environ.get("GPUSHARE_REQUIRE_CLUSTER") == "1":
+            pytest.fail(f"cluster tier: {problem} (GPUSHARE_REQUIRE_CLUSTER=1)", pytrace=False)
+        pytest.skip(f"cluster tier: {problem}")
+    work = Path(tempfile.mkdtemp(prefix="gpushare-planned-"))
+    path = work / "planned.yaml"
+    path.write_text("# planned by gpushare plan for the fidelity sample\n" + yaml.safe_dump(planned_raw(trace_sample()), sort_keys=False))
+    c = TestCluster(path, project=PLANNED_PROJECT, workdir=work)
+    try:
+        c.build()
+        c.write_config()
+        c.compose("down", "-v", "--remove-orphans", "-t", "5", timeout=180, check=False)
+        c.up()
+        c.wait_idle(timeout=300)
+        setup_accounts(c)
+        yield c, path
+    finally:
+        c.down()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_simulator_places_a_trace_sample_as_slurm_does_on_a_planned_policy(planned_cluster):
+    c, path = planned_cluster
+    site = load_file(path)
+    assert site.policy != load_file(POLICY).policy, "the planner changed nothing: this would repeat the small-lab test"
+    _check(c, site, trace_sample())
+
