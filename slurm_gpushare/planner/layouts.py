@@ -15,16 +15,18 @@ def plain_profiles(model: GpuModel):
 
 
 def covering(model: GpuModel, milli: int) -> str | None:
-    """The smallest profile whose share of the GPU covers ``milli``/1000 of it; None when only the whole GPU does.
+    """The smallest profile whose share of the GPU covers ``milli``/1000 of it (None: the model has no MIG).
 
     Share is ``MigProfile.fraction`` (the larger of the compute and memory
-    shares), as billing and the submission rounding count it. The whole-GPU
-    profile (7g) counts as None: such a request takes a whole GPU.
+    shares), as billing and the submission rounding count it; the share is
+    first written as the whole percent a user asks for (``mps:ceil(milli/10)``),
+    as the submission rounding sees it. A share above every partial profile
+    gets the whole-GPU profile (7g on an A100).
     """
     pct = -(-milli * 100 // GPU_MILLI)  # the mps percent a user asks for: ceil
     for p in plain_profiles(model):
         if int(p.fraction(model) * 100 + 1e-9) >= pct:
-            return None if p.compute_slices == model.compute_slices else p.name
+            return p.name
     return None
 
 
@@ -37,7 +39,7 @@ def pack(model: GpuModel, need: Counter) -> list[tuple[str, ...]]:
     profile, so no slice of a GPU is left without an instance.
     """
     left = Counter({k: v for k, v in need.items() if v > 0})
-    order = [p.name for p in reversed(plain_profiles(model)) if p.compute_slices < model.compute_slices]
+    order = [p.name for p in reversed(plain_profiles(model))]
     gpus: list[tuple[str, ...]] = []
     while sum(left.values()) > 0:
         layout: list[str] = []
@@ -45,20 +47,24 @@ def pack(model: GpuModel, need: Counter) -> list[tuple[str, ...]]:
             while left[name] > 0 and not check_layout(model, layout + [name]):
                 layout.append(name)
                 left[name] -= 1
-        for name in reversed(order):  # top up: smallest first, so the spare slices are many
+        for name in reversed(order[1:]):  # top up (never with a whole-GPU slice): smallest first, so spares are many
             while not check_layout(model, layout + [name]):
                 layout.append(name)
         gpus.append(tuple(layout))
     return gpus
 
 
-def slices_needed(model: GpuModel, fractions: dict[int, int]) -> tuple[Counter, int]:
-    """(slices per profile, jobs whose share only a whole GPU covers) for {milli: jobs}."""
+def slices_needed(model: GpuModel, fractions: dict[int, int], whole_slice: bool = True) -> tuple[Counter, int]:
+    """(slices per profile, jobs left to whole GPUs) for {milli: jobs}.
+
+    ``whole_slice``: a share only the whole-GPU profile covers gets that slice
+    (isolation); otherwise it is left to a whole GPU (and counted apart).
+    """
     need: Counter = Counter()
     whole = 0
     for milli, n in fractions.items():
         name = covering(model, milli)
-        if name is None:
+        if name is None or (not whole_slice and model.profile(name).compute_slices == model.compute_slices):
             whole += n
         else:
             need[name] += n

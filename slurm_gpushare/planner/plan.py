@@ -46,6 +46,7 @@ from .simcluster import GPU_MILLI
 
 CPU_RICH = 2.0  # a node is CPU-rich when it has this many times the CPUs per GPU that GPU jobs ask for
 HEADROOM = 1.03  # pools are sized for the demand plus this much, for the spread of arrivals
+MIG_CPUS = 1.5  # MIG nodes: at least this many times the CPUs per GPU their slices' jobs ask, if there are enough
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,9 @@ class Knobs:
     frac_factor: float = 1.0  # fractional pool size / estimated GPUs the shares pack into
     heavy_cpus: int | None = None  # single-GPU jobs with more CPUs than this go to the CPU-rich pool (None: from demand)
     overflow: bool = True  # a class may spill into the next pool when its own is full
+    # CPU-only jobs: 'rich' (the CPU-rich pool, then by CPUs left, shared pools last), 'spare' (by CPUs left),
+    # 'auto' ('spare' when there is a MIG pool, which takes CPU-rich nodes, else 'rich')
+    cpu_jobs: str = "auto"
     weights: str = "gpus"  # node Weight order inside a pool: 'gpus' (fewer GPUs per node first), 'cpus' (fewer CPUs per GPU first), 'flat'
 
 
@@ -191,11 +195,13 @@ class _Builder:
         self.out_groups: list[dict] = []
         self.members: dict[str, list[str]] = {}
         self.weights: dict[str, int] = {}
+        self.cpus: dict[str, int] = {}
 
-    def add(self, spec: dict, tier: str, weight: int) -> None:
+    def add(self, spec: dict, tier: str, weight: int, nodes: int = 0) -> None:
         self.out_groups.append(spec)
         self.members.setdefault(tier, []).append(spec["name"])
         self.weights[spec["name"]] = weight
+        self.cpus[tier] = self.cpus.get(tier, 0) + nodes * spec["cpus"]
 
     def policy(self, routes: list[dict], default: str) -> dict:
         raw = copy.deepcopy(self.base)
@@ -233,14 +239,20 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
     mig_groups = [g for g in groups if g.mig]
     if mig_frac and mig_groups:
         model = site.groups[mig_groups[0].index].model
-        need, whole_from_mig = slices_needed(model, {m: math.ceil(n * scale * HEADROOM) for m, n in mig_frac.items()})
+        # isolated classes get a slice even when only the whole-GPU one covers them; with every share on MIG
+        # (mig_all) such a share takes a whole GPU from the whole-GPU pool, where whole-GPU jobs can use it too
+        need, whole_from_mig = slices_needed(model, {m: math.ceil(n * scale * HEADROOM) for m, n in mig_frac.items()},
+                                             whole_slice=not mig_all)
         layouts_by_gpu = pack(model, need)
-        order = sorted(mig_groups, key=lambda g: (-g.gpus, -g.cpus_per_gpu, g.index))
+        # slices strand when their node runs out of CPUs first: CPU-rich nodes first
+        cpu_need = sum(cls.cpus * n for cls, n in demand.counts.items()
+                       if cls.kind == "fraction" and cls.gpu_milli in mig_frac) * scale / max(1, len(layouts_by_gpu))
+        order = sorted(mig_groups, key=lambda g: (g.cpus_per_gpu < MIG_CPUS * cpu_need, -g.gpus, -g.cpus_per_gpu, g.index))
         _take_nodes(mig_nodes, groups, order, len(layouts_by_gpu))
         why.append(
             f"MIG: {sum(need.values())} slices ({', '.join(f'{n} x {p}' for p, n in sorted(need.items()))}) for "
             f"{sum(mig_frac.values())} fractional jobs ({', '.join(sorted({q for q in isolate}) or ['all'])}), packed into "
-            f"{len(layouts_by_gpu)} GPUs; {whole_from_mig} shares no slice covers take whole GPUs"
+            f"{len(layouts_by_gpu)} GPUs" + (f"; {whole_from_mig} larger shares take whole GPUs" if whole_from_mig else "")
         )
 
     # MPS pool for the shared fractional demand
@@ -288,14 +300,19 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
                 by_layout.setdefault(lay, []).append(node)
             for k, (lay, nodes) in enumerate(by_layout.items()):
                 for part in _split_group(spec, [(f"mig{k}", nodes, _mig_sharing(list(lay), g.gpus))]):
-                    b.add(part, "mig", 10)
+                    b.add(part, "mig", 10, len(nodes))
         mode = _mode(units, g.gpus) if any_mps else [{"gpus": _gpu_range(g.gpus), "mode": "exclusive"}]
         tier = "cpu" if g.index in rich else "gpu"
         for part in _split_group(spec, [("frac", frac_part, mode)]):
-            b.add(part, "frac", 20)
+            b.add(part, "frac", 20, len(frac_part))
         for part in _split_group(spec, [("", rest, mode)]):
-            b.add(part, tier, _weight(g, knobs.weights))
-    routes = _routes(b.members, heavy, isolate, mig_all, knobs.overflow)
+            b.add(part, tier, _weight(g, knobs.weights), len(rest))
+    how = knobs.cpu_jobs if knobs.cpu_jobs != "auto" else ("spare" if "mig" in b.members else "rich")
+    spare = _spare_cpus(b.cpus, demand, scale, mig_frac, heavy, bool(rich), how)
+    if spare:
+        why.append("CPU-only jobs go first where the most CPUs are left once GPU jobs have theirs: "
+                   + ", ".join(f"{t} ({n:.0f} CPUs)" for t, n in spare))
+    routes = _routes(b.members, heavy, isolate, mig_all, knobs.overflow, [t for t, _ in spare])
     default = next((t for t in ("gpu", "frac", "cpu") if t in b.members), next(iter(b.members)))
     return b.policy(routes, default), why
 
@@ -332,7 +349,30 @@ def _weight(g: GroupInfo, scheme: str) -> int:
     return 100
 
 
-def _routes(members: dict[str, list[str]], heavy: int, isolate, mig_all: bool, overflow: bool) -> list[dict]:
+def _spare_cpus(cpus: dict[str, int], demand: Demand, scale: float, mig_frac: dict[int, int], heavy: int,
+                rich: bool, how: str = "rich") -> list[tuple[str, float]]:
+    """Tiers by the CPUs their GPU jobs leave idle (most first, only those with some left)."""
+    used: Counter = Counter()
+    for cls, n in demand.counts.items():
+        if cls.kind == "cpu":
+            continue
+        if cls.kind == "fraction":
+            tier = "mig" if cls.gpu_milli in mig_frac and "mig" in cpus else "frac"
+        elif rich and cls.kind == "whole" and cls.cpus > heavy:
+            tier = "cpu"
+        else:
+            tier = "gpu"
+        used[tier if tier in cpus else "gpu"] += cls.cpus * n * scale
+    spare = [(t, c - used[t]) for t, c in cpus.items() if c - used[t] > 0]
+    # the CPU-rich pool first; shared pools last: Slurm fills the busiest node first, so CPU-only jobs would take the CPUs a pool's
+    # slices and shares still need, and strand them
+    if how == "spare":
+        return sorted(spare, key=lambda x: -x[1])
+    return sorted(spare, key=lambda x: (x[0] != "cpu", x[0] in ("mig", "frac"), -x[1]))
+
+
+def _routes(members: dict[str, list[str]], heavy: int, isolate, mig_all: bool, overflow: bool,
+            cpu_order: Sequence[str] = ()) -> list[dict]:
     has = set(members)
 
     def tiers(*names: str) -> list[str]:
@@ -343,12 +383,15 @@ def _routes(members: dict[str, list[str]], heavy: int, isolate, mig_all: bool, o
     if "mig" in has:
         # a share no slice covers is rounded to a whole GPU: the whole-GPU tier must be on the route
         match = {"gres": "mps"} if mig_all else {"gres": "mps", "qos": list(isolate)}
-        whole = [n for n in ("gpu", "frac", "cpu") if n in has][:1]
+        # isolated: every share has a slice (up to the whole-GPU one), the class stays on MIG; all shares on MIG:
+        # a share no partial slice covers is rounded to a whole GPU of the whole-GPU pool
+        whole = [] if not mig_all else [n for n in ("gpu", "frac", "cpu") if n in has][:1]
         routes.append({"match": match, "tiers": ["mig", *whole], "round_to": "mig"})
     if "frac" in has:
         routes.append({"match": {"gres": "mps"}, "tiers": tiers("frac", "gpu", "cpu")})
+    if cpu_order:
+        routes.append({"match": {"gres": "none"}, "tiers": list(cpu_order) if overflow else list(cpu_order)[:1]})
     if "cpu" in has:
-        routes.append({"match": {"gres": "none"}, "tiers": tiers("cpu", "gpu", "frac")})
         routes.append({"match": {"gres": "gpu", "max_gpus": 1, "min_cpus": heavy + 1}, "tiers": tiers("cpu", "gpu", "frac")})
     routes.append({"match": {"gres": "gpu"}, "tiers": tiers("gpu", "cpu", "frac")})
     return [r for r in routes if r["tiers"]]
@@ -387,8 +430,8 @@ def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fra
 
 
 def default_candidates() -> list[Knobs]:
-    """The demand model's sizes first, then the fractional pool a little smaller and larger."""
-    return [Knobs(), Knobs(frac_factor=0.95), Knobs(frac_factor=1.05)]
+    """The demand model's sizes first, then a smaller MPS pool, then each way of placing CPU-only jobs."""
+    return [Knobs(), Knobs(frac_factor=0.95), Knobs(cpu_jobs="rich"), Knobs(cpu_jobs="spare")]
 
 
 def plan_report(demand: Demand, before: Site, after: Site, why: list[str], tried, raw: dict) -> list[str]:

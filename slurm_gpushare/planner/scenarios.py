@@ -94,36 +94,42 @@ def built(raw: dict, cluster: SimCluster, source: str) -> tuple[SimCluster, Rout
 
 
 def uniform(cluster: SimCluster, scenario: str = "S1") -> tuple[SimCluster, Router, Site]:
-    """S1: every trace GPU mps x100, one tier. S2/S3: every GPU an A100-40GB, each a whole-GPU MIG slice
-    (7g.40gb) except that S3 runs MPS too... see ``uniform_raw``."""
+    """The admin's uniform guess for the scenario (``uniform_raw``), as the simulator sees it."""
     return built(uniform_raw(cluster, scenario), cluster, f"uniform-{scenario}")
 
 
 def uniform_raw(cluster: SimCluster, scenario: str = "S1") -> dict:
-    """The admin's uniform guess per scenario.
+    """The admin's uniform guess per scenario, without looking at the workload.
 
-    S1: every GPU mps (100 units). S2: every A100 in the balanced MIG layout
-    (3g.20gb, 2g.10gb, 2 x 1g.5gb), fractional jobs rounded to a slice, whole
-    ones on... a balanced GPU has no whole slice, so S2's uniform guess keeps
-    half of each node's GPUs exclusive. S3: half the GPUs balanced MIG (for LS
-    fractional jobs), half MPS.
+    S1: every GPU mps (100 units), one tier, equal weights. S2: half the nodes
+    of each kind (rounded up) run every A100 in the balanced MIG layout
+    (3g.20gb, 2g.10gb, 2 x 1g.5gb) in tier 'mig', the others are exclusive in
+    the default tier 'gpu'; every mps share is rounded to a slice (a share no
+    slice covers takes a whole GPU). S3: the same split, the other half runs
+    MPS, and only QoS LS shares are rounded to slices.
     """
     if scenario == "S1":
         return trace_policy(cluster)
-    raw = trace_policy(cluster, model=MIG_MODEL, mode="exclusive")
+    if scenario not in ("S2", "S3"):
+        raise ValueError(f"unknown scenario {scenario!r}; accepted: S1, S2, S3")
+    from hostlist import collect_hostlist, expand_hostlist
+
+    raw = trace_policy(cluster, model=MIG_MODEL, mode="exclusive" if scenario == "S2" else "mps")
+    groups, mig, whole = [], [], []
     for g in raw["node_groups"]:
-        n = g["gpu"]["count"]
-        half = n // 2
-        other = "mps" if scenario == "S3" else "exclusive"
-        extra = {"units": 100} if other == "mps" else {}
-        if half:
-            g["sharing"] = [{"gpus": _span(0, half), "mode": "mig", "layout": "all-balanced"},
-                            {"gpus": _span(half, n), "mode": other, **extra}]
-        else:
-            g["sharing"] = [{"gpus": 0, "mode": "mig" if scenario == "S2" else other,
-                             **({"layout": "all-balanced"} if scenario == "S2" else extra)}]
-    routes = [{"match": {"gres": "mps", **({"qos": ["LS"]} if scenario == "S3" else {})}, "round_to": "mig"}]
-    raw["submission"] = {"routes": routes}
+        nodes = expand_hostlist(g["nodes"])
+        half = (len(nodes) + 1) // 2
+        m = {**g, "name": g["name"] + "-mig", "nodes": collect_hostlist(nodes[:half]),
+             "sharing": [{"gpus": _span(0, g["gpu"]["count"]), "mode": "mig", "layout": "all-balanced"}]}
+        groups.append(m)
+        mig.append(m["name"])
+        if nodes[half:]:
+            groups.append({**g, "nodes": collect_hostlist(nodes[half:])})
+            whole.append(g["name"])
+    raw["node_groups"] = groups
+    raw["tiers"] = [{"name": "gpu", "node_groups": whole, "default": True}, {"name": "mig", "node_groups": mig}]
+    match = {"gres": "mps", **({"qos": ["LS"]} if scenario == "S3" else {})}
+    raw["submission"] = {"routes": [{"match": match, "tiers": ["mig", "gpu"], "round_to": "mig"}]}
     return raw
 
 
@@ -132,16 +138,25 @@ def _span(lo: int, hi: int) -> str | int:
 
 
 def planned(cluster: SimCluster, pods: Sequence[Pod], scenario: str = "S1",
-            evaluate: Callable[[dict], float] | None = None) -> tuple[SimCluster, Router, Site]:
-    """The planner's policy for the scenario, from the demand of ``pods``."""
+            evaluate: Callable[[dict], float] | None | str = "auto") -> tuple[SimCluster, Router, Site]:
+    """The planner's policy for the scenario, from the demand of ``pods``, as `gpushare plan` makes it.
+
+    ``evaluate`` 'auto': score the candidates as the CLI does (the Slurm model on
+    arrivals sampled from the demand, seed 7, never a benchmark seed); None: the
+    demand model's sizes, unscored.
+    """
     result = plan_for(cluster, pods, scenario, evaluate)
     return built(result.policy, cluster, f"planned-{scenario}")
 
 
 def plan_for(cluster: SimCluster, pods: Sequence[Pod], scenario: str = "S1",
-             evaluate: Callable[[dict], float] | None = None) -> PlanResult:
+             evaluate: Callable[[dict], float] | None | str = None) -> PlanResult:
     demand: Demand = from_pods(pods, "trace")
+    if evaluate == "auto":
+        from .evaluate import evaluator
+
+        evaluate = evaluator(demand)
     base = uniform_raw(cluster, "S1") if scenario == "S1" else trace_policy(cluster, model=MIG_MODEL, mode="exclusive")
     isolate = ("LS",) if scenario == "S3" else ()
     mig_all = scenario == "S2"
-    return plan(base, demand, isolate_qos=isolate, mig_fractions=mig_all, evaluate=evaluate)
+    return plan(base, demand, isolate_qos=isolate, mig_fractions=mig_all, evaluate=evaluate, budget_s=6.0)

@@ -45,7 +45,7 @@ def cluster(*groups) -> dict:
 @pytest.mark.parametrize(
     "milli, profile",
     [(50, "1g.5gb"), (140, "1g.5gb"), (142, "1g.10gb"), (150, "1g.10gb"), (250, "1g.10gb"), (280, "2g.10gb"), (470, "3g.20gb"),
-     (500, "3g.20gb"), (550, "4g.20gb"), (580, None), (1000, None)],
+     (500, "3g.20gb"), (550, "4g.20gb"), (580, "7g.40gb"), (1000, "7g.40gb")],
 )
 def test_covering_slice_is_the_smallest_billed_share_at_least_the_request(milli, profile):
     assert covering(A100, milli) == profile
@@ -62,7 +62,7 @@ def test_4g_pairs_with_3g():
 
 
 def test_every_packed_layout_is_valid_and_full():
-    need = Counter({"3g.20gb": 5, "2g.10gb": 3, "1g.10gb": 3, "1g.5gb": 2})
+    need = Counter({"7g.40gb": 2, "3g.20gb": 5, "2g.10gb": 3, "1g.10gb": 3, "1g.5gb": 2})
     layouts = pack(A100, need)
     got = Counter(p for lay in layouts for p in lay)
     assert all(got[p] >= n for p, n in need.items())
@@ -72,9 +72,10 @@ def test_every_packed_layout_is_valid_and_full():
         assert check_layout(A100, [*lay, "1g.5gb"]) != []
 
 
-def test_slices_needed_sends_big_shares_to_whole_gpus():
-    need, whole = slices_needed(A100, {470: 3, 810: 2, 230: 1})
-    assert need == Counter({"3g.20gb": 3, "1g.10gb": 1}) and whole == 2
+def test_slices_needed_gives_big_shares_the_whole_gpu_slice():
+    need, uncovered = slices_needed(A100, {470: 3, 810: 2, 230: 1})
+    assert need == Counter({"3g.20gb": 3, "7g.40gb": 2, "1g.10gb": 1}) and uncovered == 0
+    assert slices_needed(get_model("L40S"), {470: 1}) == (Counter(), 1)
 
 
 def test_planner_mig_layouts_for_isolated_class():
@@ -87,8 +88,8 @@ def test_planner_mig_layouts_for_isolated_class():
     assert 1 <= len(mig) <= 2
     assert all(check_layout(A100, list(s.layout)) == [] for s in mig)
     routes = result.policy["submission"]["routes"]
-    # the second node is the MPS pool (BE shares and the whole-GPU job): shares no slice covers go there whole
-    assert routes[0] == {"match": {"gres": "mps", "qos": ["LS"]}, "tiers": ["mig", "frac"], "round_to": "mig"}
+    # every LS share has a slice (up to 7g.40gb), so the class stays on MIG
+    assert routes[0] == {"match": {"gres": "mps", "qos": ["LS"]}, "tiers": ["mig"], "round_to": "mig"}
     assert any(s.mode == "mps" for g in site.groups for s in g.gpus)
 
 
