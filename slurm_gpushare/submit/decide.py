@@ -17,7 +17,12 @@ Rules, in the order they are applied (job_submit.lua applies the same ones):
      GRES per task or per socket (it multiplies on one node), and
      ``OVER shard=<n>`` for more than one shard per node or per job.
 4. ``MIXED a+b``: whole GPUs/MIG (gpu), shards and MPS in one job.
-5. Placement (only when accepted): a job without a partition, with
+   Before these checks, a class route (``submission.routes``, ``routes.py``)
+   is found for a new job without a partition; with ``round_to: mig`` its
+   ``mps:N`` becomes the smallest covering MIG slice, ``gpu:<type>:1``.
+5. Placement (only when accepted): a job matched by a class route goes to
+   the route's tiers (the partition is set to them, comma-joined). Otherwise
+   a job without a partition, with
    ``route_by_gres``, goes to the first tier in routing order (default, then
    priority, then name) that serves all its requests; the partition is set only
    when that tier is not the default. With ``set_gpu_type``, untyped gpu
