@@ -59,6 +59,8 @@ class Knobs:
     # CPU-only jobs: 'rich' (the CPU-rich pool, then by CPUs left, shared pools last), 'spare' (by CPUs left),
     # 'auto' ('spare' when there is a MIG pool, which takes CPU-rich nodes, else 'rich')
     cpu_jobs: str = "auto"
+    frac_nodes: str = "cpus"  # which nodes hold the MPS pool: 'cpus' (most CPUs per GPU) or 'fit' (fewest that suffice)
+    frac_weights: str = "group"  # 'group': one weight for the pool; 'node': a weight per node (first fit)
     weights: str = "gpus"  # node Weight order inside a pool: 'gpus' (fewer GPUs per node first), 'cpus' (fewer CPUs per GPU first), 'flat'
 
 
@@ -261,8 +263,11 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
     if mps_frac:
         est = pack_estimate({m: math.ceil(n * scale) for m, n in mps_frac.items()})
         want = math.ceil(est * knobs.frac_factor * HEADROOM)
+        # many GPUs per node (shares pack inside a node); enough CPUs per GPU; then the tightest ('fit') or the
+        # most CPUs per GPU ('cpus')
+        sign = -1 if knobs.frac_nodes == "cpus" else 1
         order = sorted((g for g in groups), key=lambda g: (-g.gpus, -(g.cpus_per_gpu >= demand.cpus_per_gpu()),
-                                                           g.cpus_per_gpu, g.index))
+                                                           sign * g.cpus_per_gpu, g.index))
         poor = cpu_rich(groups, demand, mig_nodes)
         rich_first = [g for g in order if g.index not in poor]
         leftover = {g.index: len(g.nodes) - mig_nodes.get(g.index, 0) for g in groups}
@@ -303,8 +308,14 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
                     b.add(part, "mig", 10, len(nodes))
         mode = _mode(units, g.gpus) if any_mps else [{"gpus": _gpu_range(g.gpus), "mode": "exclusive"}]
         tier = "cpu" if g.index in rich else "gpu"
-        for part in _split_group(spec, [("frac", frac_part, mode)]):
-            b.add(part, "frac", 20, len(frac_part))
+        if knobs.frac_weights == "node" and frac_part:
+            # one weight per node: Slurm then fills the pool node by node (first fit), not best fit on idle CPUs
+            for k, node in enumerate(frac_part):
+                for part in _split_group(spec, [(f"frac{k}", [node], mode)]):
+                    b.add(part, "frac", 20 + len(b.out_groups), 1)
+        else:
+            for part in _split_group(spec, [("frac", frac_part, mode)]):
+                b.add(part, "frac", 20, len(frac_part))
         for part in _split_group(spec, [("", rest, mode)]):
             b.add(part, tier, _weight(g, knobs.weights), len(rest))
     how = knobs.cpu_jobs if knobs.cpu_jobs != "auto" else ("spare" if "mig" in b.members else "rich")
