@@ -52,12 +52,10 @@ def read_demand(source: str, site: Site, ctx: click.Context | None = None, days:
 
 
 def _sacct_live(ctx, site: Site, days: float) -> Demand:
-    import time
-
     from ..slurm.sacct import SacctSource
-    from .usage import get_runner
+    from .usage import get_now, get_runner
 
-    until = time.time()
+    until = get_now(ctx)
     records = SacctSource(get_runner(ctx)).records(until - days * 86400, until)
     return from_job_records(records, units_of(site), f"live, last {days:g} days")
 

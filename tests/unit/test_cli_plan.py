@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from slurm_gpushare.cli import main
 from slurm_gpushare.policy import load_file
+from tests.unit.slurm_fakes import FakeJob, FakeSlurm
 
 POLICY = {
     "version": 1,
@@ -94,3 +95,16 @@ def test_plan_help_explains_sources():
     assert res.exit_code == 0
     for fragment in ("openb:FILE.csv", "sacct:FILE", "squeue:FILE", "sacct:live", "--out", "node weights"):
         assert fragment in res.output, fragment
+
+
+def test_plan_from_live_sacct_through_the_runner(tmp_path):
+    policy, _ = files(tmp_path)
+    t0 = 1740787200
+    fake = FakeSlurm(jobs=[FakeJob("1", "alice", "physics", "main", t0 - 7200, t0 - 3600, "cpu=6,gres/mps=47,mem=4G"),
+                           FakeJob("2", "bob", "physics", "main", t0 - 7200, t0 - 3600, "cpu=8,gres/gpu=1,mem=4G")])
+    res = CliRunner().invoke(main, ["plan", "--policy", str(policy), "--demand", "sacct:live", "--days", "1",
+                                    "--no-evaluate"], obj={"runner": fake, "clock": lambda: t0})
+    assert res.exit_code == 0, res.output
+    assert "demand: 2 jobs from sacct:live, last 1 days" in res.output
+    assert "fractional shares (milli: jobs): 470: 1" in res.output
+    assert fake.calls and fake.calls[0][0] == "sacct"
