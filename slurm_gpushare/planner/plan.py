@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from hostlist import collect_hostlist
 
 from ..policy import Site, build_site
-from .demand import Demand, RequestClass, format_demand, pack_estimate
+from .demand import Demand, format_demand, pack_estimate
 from .layouts import pack, slices_needed
 from .report import stranded_lines, supply_lines
 from .simcluster import GPU_MILLI
@@ -463,8 +463,4 @@ def plan_report(demand: Demand, before: Site, after: Site, why: list[str], tried
     return lines
 
 
-def request_class_count(demand: Demand) -> int:
-    return len(demand.counts)
-
-
-__all__ = ["Knobs", "PlanResult", "RequestClass", "build_candidate", "plan", "supply"]
+__all__ = ["Knobs", "PlanResult", "build_candidate", "default_candidates", "plan", "supply"]

@@ -7,9 +7,8 @@ product's submission decision, exactly as jobs would be):
 - fragments: GPU shares that fractional jobs leave unused when their shares
   are packed first-fit in arrival order (``demand.pack_estimate``);
 - CPU shortfall: GPUs a tier cannot use because the jobs routed to it ask
-  more CPUs per GPU than its nodes have (whole CPUs, as Slurm counts them);
-- rounding: CPUs that whole-CPU allocation adds to the trace's millicores
-  is not visible here (the demand model already counts whole CPUs).
+  more CPUs per GPU than its nodes have (whole CPUs, as Slurm counts them:
+  the demand model already rounds each job's millicores up).
 """
 
 from __future__ import annotations
