@@ -108,7 +108,7 @@ def plan(ctx, policy_path: Path, source: str, out: Path | None, isolate_qos, mig
         raise DemandError(f"--demand {source}: no jobs found; nothing to plan for")
     try:
         result = make_plan(raw, demand, isolate_qos=isolate_qos, mig_fractions=mig_fractions,
-                           evaluate=evaluator(demand) if evaluate else None, budget_s=4.0)
+                           evaluate=evaluator(demand) if evaluate else None)
     except ValueError as exc:
         raise GpushareError(f"cannot plan: {exc}") from None
     click.echo("\n".join(result.report))

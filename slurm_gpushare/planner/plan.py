@@ -426,10 +426,14 @@ def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fra
     tries = list(candidates or (default_candidates() if evaluate else [Knobs()]))
     best: tuple[float, Knobs, dict, list[str]] | None = None
     tried: list[tuple[Knobs, float]] = []
+    built: list[dict] = []
     for knobs in tries:
         if best is not None and budget_s is not None and time.perf_counter() - began > budget_s:
             break
         raw, why = build_candidate(base, site, demand, knobs, isolate=isolate_qos, mig_all=mig_fractions)
+        if best is not None and any(raw == seen for seen in built):
+            continue  # another candidate already gave this policy
+        built.append(raw)
         score = evaluate(raw) if evaluate else 0.0
         tried.append((knobs, score))
         if best is None or score > best[0]:

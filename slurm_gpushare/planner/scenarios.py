@@ -159,4 +159,4 @@ def plan_for(cluster: SimCluster, pods: Sequence[Pod], scenario: str = "S1",
     base = uniform_raw(cluster, "S1") if scenario == "S1" else trace_policy(cluster, model=MIG_MODEL, mode="exclusive")
     isolate = ("LS",) if scenario == "S3" else ()
     mig_all = scenario == "S2"
-    return plan(base, demand, isolate_qos=isolate, mig_fractions=mig_all, evaluate=evaluate, budget_s=6.0)
+    return plan(base, demand, isolate_qos=isolate, mig_fractions=mig_all, evaluate=evaluate)

@@ -174,3 +174,11 @@ def test_base_policy_is_validated_first():
     with pytest.raises(PolicyError) as info:
         plan(base, s1_demand())
     assert "node_groups[0].gpu.model: unknown GPU model 'nope'" in info.value.report()
+
+
+def test_candidates_giving_the_same_policy_are_scored_once():
+    calls = []
+    # without MIG, cpu_jobs 'auto' is 'rich': the same policy as Knobs()
+    plan(s1_base(), s1_demand(), evaluate=lambda raw: calls.append(raw) or 1.0,
+         candidates=[Knobs(), Knobs(cpu_jobs="rich"), Knobs(frac_factor=2.0)])
+    assert len(calls) == 2
