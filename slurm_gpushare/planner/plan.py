@@ -59,6 +59,7 @@ class Knobs:
     # CPU-only jobs: 'rich' (the CPU-rich pool, then by CPUs left, shared pools last), 'spare' (by CPUs left),
     # 'auto' ('spare' when there is a MIG pool, which takes CPU-rich nodes, else 'rich')
     cpu_jobs: str = "auto"
+    mig_factor: float = 1.0  # MIG slices / the slices the isolated shares round up to
     frac_nodes: str = "cpus"  # which nodes hold the MPS pool: 'cpus' (most CPUs per GPU) or 'fit' (fewest that suffice)
     frac_weights: str = "group"  # 'group': one weight for the pool; 'node': a weight per node (first fit)
     weights: str = "gpus"  # node Weight order inside a pool: 'gpus' (fewer GPUs per node first), 'cpus' (fewer CPUs per GPU first), 'flat'
@@ -243,7 +244,8 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
         model = site.groups[mig_groups[0].index].model
         # isolated classes get a slice even when only the whole-GPU one covers them; with every share on MIG
         # (mig_all) such a share takes a whole GPU from the whole-GPU pool, where whole-GPU jobs can use it too
-        need, whole_from_mig = slices_needed(model, {m: math.ceil(n * scale * HEADROOM) for m, n in mig_frac.items()},
+        need, whole_from_mig = slices_needed(model, {m: math.ceil(n * scale * HEADROOM * knobs.mig_factor)
+                                                     for m, n in mig_frac.items()},
                                              whole_slice=not mig_all)
         layouts_by_gpu = pack(model, need)
         # slices strand when their node runs out of CPUs first: CPU-rich nodes first
@@ -445,8 +447,11 @@ def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fra
 
 
 def default_candidates() -> list[Knobs]:
-    """The demand model's sizes first, then a smaller MPS pool, then each way of placing CPU-only jobs."""
-    return [Knobs(), Knobs(frac_factor=0.95), Knobs(cpu_jobs="rich"), Knobs(cpu_jobs="spare")]
+    """The demand model's sizes first, then a smaller MPS pool, each way of placing CPU-only jobs, fewer MIG slices.
+
+    Without MIG the last is the first again (scored once); so is one of the CPU-only ways.
+    """
+    return [Knobs(), Knobs(frac_factor=0.95), Knobs(cpu_jobs="rich"), Knobs(cpu_jobs="spare"), Knobs(mig_factor=0.95)]
 
 
 def plan_report(demand: Demand, before: Site, after: Site, why: list[str], tried, raw: dict) -> list[str]:
