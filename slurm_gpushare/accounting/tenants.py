@@ -1,5 +1,8 @@
 """Plan the sacctmgr commands that make slurmdbd match the policy's tenants and tiers. Pure.
 
+(The plan is argv lists; running them and reading the current state is the
+Slurm client's job, ``slurm.client``: nothing here runs a command.)
+
 Tenants become accounts (FairShare from ``shares``, GrpTRES from ``quota``)
 with their users; tiers become QOS of the same name (priority, preempt mode,
 usage factor, and the lower tiers they may preempt). The plan only adds and
@@ -19,22 +22,16 @@ without that column (``access`` None) plans no QOS access.
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from ..policy import Site
 from ..policy.billing import fmt
-from ..proc import Runner
-from ..slurm import sacctmgr
-from ..slurm.parsable import rows
-from ..slurm.sacctmgr import AssocRow, QosRow
+from ..slurm.sacctmgr import ACCESS_FORMAT, SACCTMGR, AssocRow, QosRow, access_argv, parse_access  # noqa: F401
 
 MANAGED_TRES = ("gres/gpu", "gres/mps", "gres/shard")
 _QUOTA_TRES = {"gpu": "gres/gpu", "shard": "gres/shard", "mps": "gres/mps"}
 _NEW_QOS = QosRow("", 0, "cluster", 1.0, frozenset())
-SACCTMGR = ("sacctmgr", "-i")
-ACCESS_FORMAT = ("account", "user", "qos")
 Access = Mapping[tuple[str, str | None], frozenset[str]]
 
 
@@ -55,21 +52,13 @@ class Current:
         return cls(accounts, users, {q.name: q for q in qos}, access)
 
 
-def access_argv(cluster: str) -> list[str]:
-    return ["sacctmgr", "--noheader", "--parsable2", "show", "assoc", "where", f"cluster={cluster}",
-            f"format={','.join(ACCESS_FORMAT)}"]
+def read_current(client, cluster: str) -> Current:
+    """The current state from slurmdbd, QOS access included, through the Slurm client (``slurm.client``;
+    a bare Runner is wrapped in the CLI client)."""
+    from ..slurm.client import as_client
 
-
-def parse_access(lines: Iterable[str], *, source: str = "sacctmgr show assoc") -> dict[tuple[str, str | None], frozenset[str]]:
-    """Each association's QOS list, as ``show assoc format=account,user,qos`` prints it (comma-separated)."""
-    return {(account, user or None): frozenset(q for q in qos.split(",") if q)
-            for account, user, qos in rows(lines, len(ACCESS_FORMAT), source)}
-
-
-def read_current(runner: Runner, cluster: str) -> Current:
-    """The current state from slurmdbd, QOS access included."""
-    access = parse_access(io.StringIO(runner(access_argv(cluster)).stdout))
-    return Current.from_rows(sacctmgr.show_assocs(runner, cluster), sacctmgr.show_qos(runner), access)
+    client = as_client(client)
+    return Current.from_rows(client.associations(cluster), client.qos(), client.qos_access(cluster))
 
 
 @dataclass(frozen=True)

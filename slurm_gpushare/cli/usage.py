@@ -22,7 +22,7 @@ from ..errors import GpushareError
 from ..policy import Site, load_file
 from ..slurm import sshare
 from ..slurm.parsable import SlurmParseError, parse_duration
-from ..slurm.sacct import FileSource, SacctSource
+from ..slurm.sacct import FileSource
 
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
@@ -35,6 +35,25 @@ def _obj(ctx: click.Context) -> dict:
 def get_runner(ctx: click.Context) -> proc.Runner:
     """The subprocess runner: the real one unless the caller (a test) put another in ctx.obj."""
     return _obj(ctx).get("runner", proc.run)
+
+
+def _remember_backend(ctx: click.Context, _param, value):
+    if value is not None:
+        ctx.meta["gpushare.slurm_backend"] = value
+    return value
+
+
+SLURM_BACKEND = click.option(
+    "--slurm-backend", type=click.Choice(["cli", "pyslurm", "auto"]), expose_value=False, callback=_remember_backend,
+    help="How to read Slurm: cli (its commands, the default), pyslurm (libslurm; must match this Slurm), "
+         "auto (pyslurm when it imports here). Default: $GPUSHARE_SLURM_BACKEND, else cli.")
+
+
+def get_client(ctx: click.Context):
+    """The Slurm client of --slurm-backend (or $GPUSHARE_SLURM_BACKEND), over the runner."""
+    from ..slurm.client import make_client
+
+    return make_client(ctx.meta.get("gpushare.slurm_backend"), get_runner(ctx))
 
 
 def get_now(ctx: click.Context) -> float:
@@ -87,7 +106,7 @@ def _site(policy: Path | None) -> Site:
 
 
 def _source(ctx, sacct_file: Path | None, tz):
-    return FileSource(sacct_file, tz) if sacct_file else SacctSource(get_runner(ctx))
+    return FileSource(sacct_file, tz) if sacct_file else get_client(ctx).usage_source()
 
 
 def _half_life(text: str | None) -> float | None:
@@ -124,6 +143,7 @@ _TZ = click.option("--tz", help="Time zone of naive times in files and options (
 @_POLICY
 @click.option("--half-life", help="Also show usage decayed to --until with this half-life (Slurm time, e.g. 7-0), times QOS UsageFactor.")
 @_TZ
+@SLURM_BACKEND
 @click.pass_context
 def usage(ctx, since, until, by, fmt, sacct_file, policy, half_life, tz):
     """GPU-equivalent hours, billing hours, job counts and share of the cluster total, per group.
@@ -163,6 +183,7 @@ def _warn_unknown(unknown: dict) -> None:
 @_SACCT
 @_POLICY
 @_TZ
+@SLURM_BACKEND
 @click.pass_context
 def fairness(ctx, since, until, fmt, sacct_file, policy, tz):
     """Each tenant's GPU-equivalent use against its share, and Jain's fairness index per level.
@@ -205,6 +226,7 @@ def fairness(ctx, since, until, fmt, sacct_file, policy, tz):
 @click.option("--check", is_flag=True, help="Exit 1 if any value differs from sshare's beyond the tolerance.")
 @_FORMAT
 @_TZ
+@SLURM_BACKEND
 @click.pass_context
 def fairshare(ctx, sshare_file, json_sshare, gpu_usage, adds, since, until, sacct_file, policy, half_life, documented_ties,
               tolerance, check, fmt, tz):
@@ -221,7 +243,7 @@ def fairshare(ctx, sshare_file, json_sshare, gpu_usage, adds, since, until, sacc
     are compared with ours computed from sshare's EffectvUsage (the same
     moment), and the output says so.
     """
-    rows = sshare.read(sshare_file) if sshare_file else sshare.query(get_runner(ctx), as_json=json_sshare)
+    rows = sshare.read(sshare_file) if sshare_file else get_client(ctx).sshare(as_json=json_sshare)
     root = fairtree.tree_from_sshare(rows)
     ours = fairtree.compute(root, merge_tied_accounts=documented_ties)
     checks = fairtree.check_against(rows, root, ours, tolerance=tolerance)

@@ -37,14 +37,14 @@ def fail(hook: str, environ, message: str, runner=None) -> int:
 def drain(node: str, reason: str, environ, runner=None) -> None:
     from ..node.mps import SAFE_PATH
     from ..proc import run
+    from ..slurm.cli_backend import CliClient
 
     env = {"PATH": SAFE_PATH}
     conf = slurm_conf(environ)
     if conf is not None:
         env["SLURM_CONF"] = conf
     text = reason if len(reason) <= REASON_MAX else reason[: REASON_MAX - 3] + "..."
-    (runner or run)(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={text}"],
-                    env=env, timeout=15, check=False)
+    CliClient(runner or run, timeout=15, env=env).drain(node, text, check=False)
 
 
 def load(environ):

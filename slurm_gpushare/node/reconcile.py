@@ -3,8 +3,8 @@
 After a killed slurmd, a node reboot or an epilog that died half-way, a
 node can hold journals of jobs that no longer run, MPS daemons no journal
 names, and half-written journal files. ``plan_reconcile`` compares them
-with the jobs Slurm runs on the node (``squeue -w NODE -h -o %A``, through
-the runner) and plans, per orphan, exactly what the epilog would have done
+with the jobs Slurm runs on the node (``squeue -w NODE``, through the
+Slurm client) and plans, per orphan, exactly what the epilog would have done
 (``epilog.plan_epilog``), plus stopping daemons that no journal names. A
 journal of a job Slurm still runs is never touched. MIG drift is reported,
 not repaired (that is `gpushare node relayout`'s job: it needs a drain).
@@ -62,15 +62,15 @@ class ReconcilePlan:
         return out
 
 
-def running_jobs(runner, node: str) -> set[int]:
-    """Job ids Slurm has on the node, in any state that holds it (squeue -w NODE)."""
-    res = runner(["squeue", "-w", node, "-h", "-o", "%A"], timeout=30)
-    jobs = set()
-    for line in res.stdout.split():
-        if not line.isdigit():
-            raise ReconcileError(f"squeue -w {node}: unexpected job id {line!r}")
-        jobs.add(int(line))
-    return jobs
+def running_jobs(client, node: str) -> set[int]:
+    """Job ids Slurm has on the node, in any state that holds it, through the Slurm client
+    (``slurm.client``; a bare Runner is wrapped in the CLI client)."""
+    from ..slurm.client import SlurmClientError, as_client
+
+    try:
+        return as_client(client, timeout=30).job_ids_on_node(node)
+    except SlurmClientError as exc:
+        raise ReconcileError(str(exc)) from None
 
 
 def daemon_dirs(state_dir: str) -> dict[str, str]:

@@ -25,7 +25,7 @@ The workflow, each step checked before the next:
 
 Any failure after step 2 leaves the node drained, its reason replaced by
 "gpushare relayout failed: <what happened>". No shell, no restart command
-taken from the user: the runner runs scontrol and squeue only.
+taken from the user: Slurm is reached through the Slurm client only.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from pathlib import Path
 from ..errors import GpushareError
 
 GPU_GRES = re.compile(r"(^|,)(gres/)?(gpu|mps|shard)[:=]")
-_PAIR = re.compile(r"(\S+?)=(.*?)(?=\s+\S+?=|$)")
 
 
 class RelayoutError(GpushareError):
@@ -66,43 +65,46 @@ def fmt_gres(gres: dict[tuple[str, str], int]) -> str:
 
 @dataclass
 class SlurmNode:
-    """The few Slurm commands relayout needs, through the runner."""
+    """The few Slurm calls relayout needs, through the Slurm client (``slurm.client``; a bare
+    Runner is wrapped in the CLI client)."""
 
     runner: object
     name: str
     timeout: float = 60
 
-    def _run(self, *argv: str):
-        return self.runner(list(argv), timeout=self.timeout)
+    @property
+    def client(self):
+        from ..slurm.client import as_client
+
+        return as_client(self.runner, timeout=self.timeout)
 
     def record(self) -> dict:
-        out = self._run("scontrol", "-o", "show", "node", self.name).stdout
-        line = next((ln for ln in out.splitlines() if ln.startswith(f"NodeName={self.name} ")), None)
-        if line is None:
-            raise RelayoutError(f"scontrol show node {self.name}: no such node")
-        return dict(_PAIR.findall(line.strip()))
+        """Gres=, State= and Reason= of the node, as scontrol names them (``scontrol show node --json``)."""
+        from ..slurm.client import SlurmClientError
+
+        try:
+            node = self.client.node(self.name)
+        except SlurmClientError as exc:
+            raise RelayoutError(str(exc)) from None
+        return {"Gres": ",".join(f"{k}:{v}" for k, v in node.gres.items()), "State": "+".join(node.state),
+                "Reason": node.reason}
 
     def state_flags(self) -> set[str]:
         return set(self.record().get("State", "").replace("*", "").split("+"))
 
     def drain(self, reason: str) -> None:
-        self._run("scontrol", "update", f"nodename={self.name}", "state=drain", f"reason={reason[:200]}")
+        self.client.drain(self.name, reason[:200])
 
     def resume(self) -> None:
-        self._run("scontrol", "update", f"nodename={self.name}", "state=resume")
+        self.client.resume(self.name)
 
     def gpu_jobs(self) -> list[int]:
         """Jobs on the node that hold GPUs (gpu, mps or shard in their TRES per node)."""
-        out = self._run("squeue", "-w", self.name, "-h", "-o", "%A %b").stdout
-        jobs = []
-        for line in out.splitlines():
-            job, _, tres = line.strip().partition(" ")
-            if job.isdigit() and GPU_GRES.search(tres.strip()):
-                jobs.append(int(job))
-        return sorted(jobs)
+        return sorted(int(job) for job, tres in self.client.gpu_job_lines(self.name)
+                      if job.isdigit() and GPU_GRES.search(tres))
 
     def reconfigure(self) -> None:
-        self._run("scontrol", "reconfigure")
+        self.client.reconfigure()
 
 
 def missing_devices(gres_text: str, root: str = "/") -> list[str]:

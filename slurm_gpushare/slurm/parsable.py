@@ -170,3 +170,15 @@ def parse_float(text: str) -> float | None:
 
 def parse_int(text: str) -> int | None:
     return None if text == "" else int(text)
+
+
+_PAIR = re.compile(r"(\S+?)=(.*?)(?=\s+\S+?=|$)")
+
+
+def parse_scontrol_oneliners(text: str) -> list[dict]:
+    """`scontrol -o show job` lines into dicts (values may contain spaces, e.g. Reason=).
+
+    Only for the test cluster's human-facing job records: product code reads
+    jobs and nodes as JSON through ``client``.
+    """
+    return [dict(_PAIR.findall(line.strip())) for line in text.splitlines() if "=" in line]

@@ -21,6 +21,8 @@ from .parsable import parse_tres, rows
 
 ASSOC_FORMAT = ("account", "user", "parentname", "fairshare", "grptres")
 QOS_FORMAT = ("name", "priority", "preemptmode", "usagefactor", "preempt")
+ACCESS_FORMAT = ("account", "user", "qos")
+SACCTMGR = ("sacctmgr", "-i")  # the head of every planned change: non-interactive
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,17 @@ def assoc_argv(cluster: str | None = None) -> list[str]:
 
 def qos_argv() -> list[str]:
     return ["sacctmgr", "--noheader", "--parsable2", "show", "qos", f"format={','.join(QOS_FORMAT)}"]
+
+
+def access_argv(cluster: str) -> list[str]:
+    return ["sacctmgr", "--noheader", "--parsable2", "show", "assoc", "where", f"cluster={cluster}",
+            f"format={','.join(ACCESS_FORMAT)}"]
+
+
+def parse_access(lines: Iterable[str], *, source: str = "sacctmgr show assoc") -> dict[tuple[str, str | None], frozenset[str]]:
+    """Each association's QOS list, as ``show assoc format=account,user,qos`` prints it (comma-separated)."""
+    return {(account, user or None): frozenset(q for q in qos.split(",") if q)
+            for account, user, qos in rows(lines, len(ACCESS_FORMAT), source)}
 
 
 def parse_assocs(lines: Iterable[str], *, source: str = "sacctmgr show assoc") -> list[AssocRow]:

@@ -1,15 +1,15 @@
 """Bring the test cluster up from a policy, talk to it, take it down.
 
-Every docker / docker-compose / Slurm command goes through the one runner
-(``proc.run``). Slurm commands run inside the slurmctld container, so the
-host needs nothing but docker.
+Every docker / docker-compose command goes through the one runner
+(``proc.run``). Slurm is reached through the Slurm client (``slurm.client``)
+whose runner is ``docker-compose exec`` into the slurmctld container, so the
+host needs nothing but docker, and every Slurm command line is built in
+``slurm/``.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -20,6 +20,9 @@ from ..atomic import atomic_write
 from ..policy import Site, load_file
 from ..proc import CommandError, Result, run
 from ..render import render_all
+from ..slurm import commands
+from ..slurm.client import CliClient
+from ..slurm.parsable import parse_scontrol_oneliners  # noqa: F401  (tests import it from here)
 from .compose import nodes, nodes_compose
 
 REPO = Path(__file__).resolve().parents[2]
@@ -98,7 +101,7 @@ class TestCluster:
         """Render ``site`` into the running cluster: copy it into /etc/slurm, `scontrol reconfigure`."""
         self.write_config(site)
         self.compose("run", "--rm", "--no-deps", "config", timeout=120)
-        self.scontrol("reconfigure")
+        self.client().reconfigure()
 
     def oneoff_slurmd(self, node: str, env: dict[str, str], args: tuple[str, ...] = ("-G",), timeout: float = 120) -> Result:
         """Start a throw-away copy of ``node`` (no registration: `slurmd -G` parses gres.conf and exits)."""
@@ -124,8 +127,18 @@ class TestCluster:
         raise ClusterError(f"nodes not idle after {timeout:.0f} s: " + "; ".join(f"{n}: {s['state']} Reason={s['reason']}" for n, s in last.items()))
 
     def node_states(self) -> dict[str, dict]:
-        out = self.exec("slurmctld", ["scontrol", "-o", "show", "node"], timeout=30).stdout
-        return {rec["NodeName"]: _node_state(rec) for rec in parse_scontrol_oneliners(out)}
+        return {n.name: _node_state(n) for n in self.client(timeout=30).nodes()}
+
+    def slurm_runner(self, service: str = "slurmctld", user: str | None = None):
+        """A Runner that runs argv inside ``service`` (docker-compose exec): the Slurm client's way in."""
+        def exec_runner(argv, *, input=None, timeout=60.0, check=True, env=None):
+            return self.exec(service, list(argv), user=user, input=input, timeout=timeout, check=check)
+
+        return exec_runner
+
+    def client(self, service: str = "slurmctld", user: str | None = None, timeout: float = 60) -> CliClient:
+        """The CLI Slurm client, run inside the cluster."""
+        return CliClient(self.slurm_runner(service, user), timeout=timeout)
 
     # ---- commands in the cluster ----------------------------------------
     def exec(self, service: str, argv: list[str], *, user: str | None = None, input: str | None = None,
@@ -142,18 +155,18 @@ class TestCluster:
         """Submit ``script`` (text, a '#!' line is added if missing); return the job id."""
         if not script.startswith("#!"):
             script = "#!/bin/bash\n" + script
-        argv = ["sbatch", "--parsable"] + _options(opts)
+        argv = commands.sbatch(_options(opts))
         res = self.exec("slurmctld", argv, user=user, input=script, timeout=60)
         return int(res.stdout.strip().split(";")[0])
 
     def srun(self, argv: list[str], *, user: str | None = None, timeout: float = 120, **opts) -> Result:
-        return self.slurm(["srun"] + _options(opts) + list(argv), user=user, timeout=timeout)
+        return self.slurm(commands.srun(_options(opts), list(argv)), user=user, timeout=timeout)
 
     def scontrol(self, *args: str) -> Result:
-        return self.slurm(["scontrol", *args])
+        return self.slurm(commands.scontrol(*args))
 
     def job(self, job_id: int) -> dict:
-        out = self.slurm(["scontrol", "-o", "show", "job", str(job_id)], check=False).stdout
+        out = self.slurm(commands.scontrol("-o", "show", "job", str(job_id)), check=False).stdout
         recs = parse_scontrol_oneliners(out)
         return recs[0] if recs else {}
 
@@ -171,16 +184,16 @@ class TestCluster:
                     "ElapsedRaw", "AllocTRES", "ReqTRES")
 
     def sacct(self, job_id: int | None = None, extra: list[str] | None = None) -> list[dict]:
-        argv = ["sacct", "-a", "-X", "-P", "-n", "-o", ",".join(self.SACCT_FIELDS)]
-        argv += ["-j", str(job_id)] if job_id is not None else []
-        out = self.slurm(argv + (extra or [])).stdout
+        out = self.slurm(commands.sacct_jobs(self.SACCT_FIELDS, job_id, extra)).stdout
         return [dict(zip(self.SACCT_FIELDS, line.split("|"))) for line in out.splitlines() if line.strip()]
 
     def read_shared(self, path: str) -> str:
         return self.exec("slurmctld", ["cat", f"/shared/{path}"]).stdout
 
     def node_json(self) -> list[dict]:
-        return json.loads(self.slurm(["scontrol", "show", "node", "--json"]).stdout)["nodes"]
+        import json
+
+        return json.loads(self.slurm(list(commands.NODES_JSON)).stdout)["nodes"]
 
 
 def _options(opts: dict) -> list[str]:
@@ -194,19 +207,11 @@ def _options(opts: dict) -> list[str]:
     return out
 
 
-_PAIR = re.compile(r"(\S+?)=(.*?)(?=\s+\S+?=|$)")
-
-
-def parse_scontrol_oneliners(text: str) -> list[dict]:
-    """`scontrol -o show node|job` lines into dicts (values may contain spaces, e.g. Reason=)."""
-    return [dict(_PAIR.findall(line.strip())) for line in text.splitlines() if "=" in line]
-
-
-def _node_state(rec: dict) -> dict:
-    state = rec.get("State", "")
-    parts = state.replace("*", "").split("+")
-    return {"state": state, "base": parts[0], "flags": set(parts[1:]) | ({parts[0]} if parts[0] in ("DOWN",) else set()),
-            "reason": rec.get("Reason", ""), "gres": rec.get("Gres", "")}
+def _node_state(node) -> dict:
+    """A ``slurm.model.Node`` as the tests read it: State=/Reason=/Gres= as scontrol prints them."""
+    base = node.base_state
+    return {"state": "+".join(node.state), "base": base, "flags": set(node.flags) | ({base} if base == "DOWN" else set()),
+            "reason": node.reason, "gres": ",".join(f"{k}:{v}" for k, v in node.gres.items())}
 
 
 def quote(argv: list[str]) -> str:

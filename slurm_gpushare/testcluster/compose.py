@@ -10,9 +10,10 @@ from __future__ import annotations
 import yaml
 
 from ..policy import Site
+from ..slurm.commands import node_health_shell
 
 IMAGE = "gpushare-slurm:${SLURM_SUITE:-trixie}"
-_HEALTH = "scontrol -o show node \"$$(hostname -s)\" | grep -qE 'State=(IDLE|MIXED|ALLOCATED|COMPLETING)'"
+_HEALTH = node_health_shell('"$$(hostname -s)"')
 
 
 def node_service(node: str, cgroups: bool) -> dict:

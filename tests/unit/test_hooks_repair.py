@@ -4,6 +4,7 @@ squeue as these commands use them; anything else raises) on the fake NVML."""
 from __future__ import annotations
 
 import os
+import json
 import re
 from pathlib import Path
 
@@ -41,9 +42,10 @@ class FakeSlurm:
         argv = list(argv)
         self.calls.append(argv)
         n = self.node
-        if argv == ["scontrol", "-o", "show", "node", n]:
-            state = "+".join(sorted(self.flags, key=lambda f: f != "IDLE"))
-            return self._ok(f"NodeName={n} Arch=x86_64 CoresPerSocket=1 Gres={self.gres} State={state} Reason={self.reason}\n")
+        if argv == ["scontrol", "show", "node", n, "--json"]:
+            state = sorted(self.flags, key=lambda f: f != "IDLE")
+            return self._ok(json.dumps({"nodes": [{"name": n, "architecture": "x86_64", "gres": self.gres,
+                                                   "state": state, "reason": self.reason}]}))
         if argv[:3] == ["scontrol", "update", f"nodename={n}"] and argv[3] == "state=drain" and argv[4].startswith("reason="):
             self.flags.add("DRAIN")
             self.reason = argv[4][len("reason="):]
@@ -162,7 +164,7 @@ def test_relayout_changes_layout_include_and_slurm_then_resumes(mig_node):
         done = relayout(mig_node, site, slurm, clock, backend).run()
     assert parse_node_gres(slurm.gres) == {("gpu", "a100_40g_3g.20gb"): 2} and "DRAIN" not in slurm.flags
     assert include_types(mig_node) == ["a100_40g_3g.20gb"] * 2
-    steps = [c[3] if c[:2] == ["scontrol", "update"] else c[1] for c in slurm.calls if c[0] == "scontrol" and c[1] != "-o"]
+    steps = [c[3] if c[:2] == ["scontrol", "update"] else c[1] for c in slurm.calls if c[0] == "scontrol" and c[1] != "show"]
     assert steps == ["state=drain", "reconfigure", "state=resume"]
     assert done[0] == "node lab-mig01: drained" and done[-1] == "node lab-mig01: resumed"
     assert any("destroy GPU instance" in line for line in done) and clock.now >= 2  # it waited for job 8, not job 9

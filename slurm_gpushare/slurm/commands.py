@@ -1,0 +1,61 @@
+"""Argument lists of every Slurm command the product runs, in one place (no imports: the hooks use it).
+
+Nothing outside ``slurm_gpushare/slurm/`` writes a Slurm command name as
+an argv head; tests/unit/test_slurm_client.py checks that over the source tree.
+"""
+
+from __future__ import annotations
+
+SQUEUE_JSON = ("squeue", "--all", "--json")
+NODES_JSON = ("scontrol", "show", "node", "--json")
+PARTITIONS_JSON = ("scontrol", "show", "partition", "--json")
+SINFO_JSON = ("sinfo", "--json")
+RECONFIGURE = ("scontrol", "reconfigure")
+VERSION = ("scontrol", "--version")
+
+
+def node_json(node: str) -> list[str]:
+    return ["scontrol", "show", "node", node, "--json"]
+
+
+def jobs_on_node_json(node: str) -> list[str]:
+    return ["squeue", "--all", "-w", node, "--json"]
+
+
+def job_ids_on_node(node: str) -> list[str]:
+    """Only the ids (``-o %A``): the node runtime's question, on a crashed node, as cheap as Slurm answers it."""
+    return ["squeue", "-w", node, "-h", "-o", "%A"]
+
+
+def gpu_jobs_on_node(node: str) -> list[str]:
+    return ["squeue", "-w", node, "-h", "-o", "%A %b"]
+
+
+def drain(node: str, reason: str) -> list[str]:
+    return ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"]
+
+
+def resume(node: str) -> list[str]:
+    return ["scontrol", "update", f"nodename={node}", "state=resume"]
+
+
+def scontrol(*args: str) -> list[str]:
+    return ["scontrol", *args]
+
+
+def sbatch(options: list[str]) -> list[str]:
+    return ["sbatch", "--parsable", *options]
+
+
+def srun(options: list[str], argv: list[str]) -> list[str]:
+    return ["srun", *options, *argv]
+
+
+def sacct_jobs(fields: tuple[str, ...], job_id: int | None = None, extra: list[str] | None = None) -> list[str]:
+    argv = ["sacct", "-a", "-X", "-P", "-n", "-o", ",".join(fields)]
+    return argv + (["-j", str(job_id)] if job_id is not None else []) + list(extra or [])
+
+
+def node_health_shell(node_expr: str) -> str:
+    """The compose healthcheck of a test node (a shell line run by docker in the container)."""
+    return f"scontrol -o show node {node_expr} | grep -qE 'State=(IDLE|MIXED|ALLOCATED|COMPLETING)'"

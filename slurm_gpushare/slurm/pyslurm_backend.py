@@ -1,0 +1,134 @@
+"""The pyslurm backend of the Slurm client: reads through libslurm, changes through the CLI.
+
+Imported only once ``client.pyslurm_problem`` has seen ``import pyslurm``
+succeed in a child process: in a process without a reachable slurm.conf,
+``import pyslurm`` stops the interpreter (a C-level fatal in slurm_init).
+
+Reads: jobs (``pyslurm.Jobs``), nodes (``pyslurm.Nodes``), partitions,
+associations (``pyslurm.db.Associations``) and sacct records
+(``pyslurm.db.Jobs``, ``sacct.PyslurmSource``). pyslurm 24.11 has no
+sshare and its QOS lacks priority and preemption, so those, the QOS access
+lists and every change (drain, resume, reconfigure, sacctmgr) go through the
+CLI backend this class extends: one place that changes Slurm.
+"""
+
+from __future__ import annotations
+
+from .cli_backend import CliClient
+from .model import GresUse, Job, Node, Partition, expand_indexes, gres_from_tres, node_state
+from .sacctmgr import AssocRow
+
+FS_USE_PARENT = 0x7FFFFFFF  # SLURMDB_FS_USE_PARENT: FairShare=parent
+
+
+class PyslurmClient(CliClient):
+    backend = "pyslurm"
+
+    def __init__(self, runner=None, **kw):
+        import pyslurm  # the caller has checked it imports (client.pyslurm_problem)
+
+        from ..proc import run
+
+        super().__init__(runner or run, **kw)
+        self.pyslurm = pyslurm
+
+    def jobs(self) -> list[Job]:
+        return [job_from_pyslurm(j) for j in self.pyslurm.Jobs.load().values()]
+
+    def nodes(self) -> list[Node]:
+        return [node_from_pyslurm(n) for n in self.pyslurm.Nodes.load().values()]
+
+    def node(self, name: str) -> Node:
+        return node_from_pyslurm(self.pyslurm.Node.load(name))
+
+    def partitions(self) -> list[Partition]:
+        return [partition_from_pyslurm(p) for p in self.pyslurm.Partitions.load().values()]
+
+    def associations(self, cluster: str | None = None):
+        db = self.pyslurm.db
+        rows = []
+        for a in db.Associations.load().values():
+            if cluster and a.cluster != cluster:
+                continue
+            rows.append(assoc_from_pyslurm(a))
+        return rows
+
+    def usage_source(self):
+        from .sacct import PyslurmSource
+
+        return PyslurmSource()
+
+
+def _gres_key(key: str) -> str:
+    return key[5:] if key.startswith("gres/") else key
+
+
+def _requested(gres: dict) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for key, value in (gres or {}).items():
+        count = value["count"] if isinstance(value, dict) else value
+        k = _gres_key(key)
+        out[k] = out.get(k, 0) + int(count)
+    return out
+
+
+def _detail(gres: dict) -> dict[str, GresUse]:
+    out = {}
+    for key, value in (gres or {}).items():
+        if isinstance(value, dict):
+            out[_gres_key(key)] = GresUse(int(value["count"]), expand_indexes(str(value["indexes"])))
+        else:
+            out[_gres_key(key)] = GresUse(int(value), None)
+    return out
+
+
+def job_from_pyslurm(j) -> Job:
+    layout = j.get_resource_layout_per_node() if j.allocated_nodes else {}
+    alloc = {node: use for node, info in layout.items() if (use := _detail(info.get("gres")))}
+    array_job = j.array_id or None
+    return Job(
+        job_id=int(j.id), array_job_id=array_job, array_task_id=j.array_task_id if array_job else None,
+        name=j.name or "", user=j.user_name or "", account=j.account or "", partition=j.partition or "",
+        qos=j.qos or "", state=j.state or "", reason=j.state_reason or "", nodes=j.allocated_nodes or "",
+        gres_request=_requested(j.gres_per_node), gres_alloc=alloc,
+    )
+
+
+def node_from_pyslurm(n) -> Node:
+    tres = {k: float(v) for k, v in (n.allocated_tres or {}).items() if _is_number(v)}
+    return Node(
+        name=n.name, state=node_state(n.state or ""), reason=n.reason or "",
+        gres=_requested(n.configured_gres), gres_alloc=gres_from_tres(tres),
+        features=tuple(sorted(n.available_features or [])), active_features=tuple(sorted(n.active_features or [])),
+        weight=int(n.weight or 0), partitions=tuple(sorted(n.partitions or [])),
+        cpus=int(n.total_cpus or 0), alloc_cpus=int(n.allocated_cpus or 0),
+        real_memory=int(n.real_memory or 0), alloc_memory=int(n.allocated_memory or 0),
+    )
+
+
+def partition_from_pyslurm(p) -> Partition:
+    return Partition(name=p.name, state=p.state or "", priority_tier=int(p.priority_tier or 0),
+                     total_nodes=int(p.total_nodes or 0), total_cpus=int(p.total_cpus or 0))
+
+
+def assoc_from_pyslurm(a) -> AssocRow:
+    shares = a.shares
+    fairshare: int | str | None
+    if shares is None:
+        fairshare = None
+    elif shares == FS_USE_PARENT:
+        fairshare = "parent"
+    else:
+        fairshare = int(shares)
+    gres = (getattr(a.group_tres, "gres", None) or {}) if a.group_tres is not None else {}
+    grp = {f"gres/{k}": int(v) for k, v in gres.items()}
+    return AssocRow(a.account or "", a.user or None, a.parent_account or None, fairshare, grp)
+
+
+def _is_number(v) -> bool:
+    try:
+        float(v)
+    except (TypeError, ValueError):
+        return False
+    return True
+
