@@ -425,6 +425,10 @@ def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fra
     site = build_site(base, "base policy")
     if not demand.jobs:
         raise ValueError("the demand model has no jobs: nothing to plan for")
+    if (isolate_qos or mig_fractions) and not any(g.model.mig_capable for g in site.groups):
+        models = ", ".join(sorted({g.model.name for g in site.groups}))
+        raise ValueError(f"MIG slices were asked for (isolated QoS or every share on MIG) but no GPU of the policy "
+                         f"supports MIG ({models})")
     tries = list(candidates or (default_candidates() if evaluate else [Knobs()]))
     best: tuple[float, Knobs, dict, list[str]] | None = None
     tried: list[tuple[Knobs, float]] = []

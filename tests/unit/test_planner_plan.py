@@ -182,3 +182,8 @@ def test_candidates_giving_the_same_policy_are_scored_once():
     plan(s1_base(), s1_demand(), evaluate=lambda raw: calls.append(raw) or 1.0,
          candidates=[Knobs(), Knobs(cpu_jobs="rich"), Knobs(frac_factor=2.0)])
     assert len(calls) == 2
+
+
+def test_isolation_needs_mig_capable_gpus():
+    with pytest.raises(ValueError, match=r"no GPU of the policy supports MIG \(L40S\)"):
+        plan(s1_base(), s1_demand(), isolate_qos=["LS"])
