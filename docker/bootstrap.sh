@@ -20,6 +20,9 @@
 #   MARIADB_SUITE   Debian suite of the MariaDB image (default bookworm:
 #                   trixie's MariaDB 11.8 breaks slurmdbd 24.11)
 #   DEBIAN_MIRROR   mirror for debootstrap (default http://deb.debian.org/debian)
+#   PYSLURM_ARCHIVE pyslurm source archive to build into the Slurm image
+#                   (default: ../shared/vendor/pyslurm-*.tar.gz beside the
+#                   checkout; built only when its X.Y is the image's Slurm)
 #
 # Images produced: debian:<suite>-slim (base, from debootstrap),
 # gpushare-slurm:<SLURM_SUITE>, gpushare-mariadb:<MARIADB_SUITE>.
@@ -37,7 +40,7 @@ for arg in "$@"; do
     --install) INSTALL=1 ;;
     --no-wheel) WHEEL=0 ;;
     --rebuild-base) REBUILD_BASE=1 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "bootstrap: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
@@ -119,6 +122,23 @@ build_wheel() {
   if [[ -n $ca && -f $ca ]]; then cp "$ca" "$out/pip-ca.pem"; log "pip CA bundle for the image build: $ca"; fi
 }
 
+stage_pyslurm() {  # docker/.build/pyslurm/: the pyslurm source the image's own layer builds, when there is one
+  local dir="$HERE/.build/pyslurm" src=${PYSLURM_ARCHIVE:-}
+  mkdir -p "$dir"
+  [[ -n $src ]] || src=$(ls "$REPO"/../shared/vendor/pyslurm-*.tar.gz 2>/dev/null | head -n1 || true)
+  if [[ -n $src && -f $src ]]; then
+    # copied only when it differs: an unchanged file keeps the layer cached
+    cmp -s "$src" "$dir/$(basename "$src")" || { rm -f "$dir"/pyslurm-*.tar.gz; cp -p "$src" "$dir/"; }
+    log "pyslurm source for the image: $src (built only where its X.Y is the image's Slurm)"
+  else
+    rm -f "$dir"/pyslurm-*.tar.gz
+    log "no pyslurm archive (../shared/vendor/ or \$PYSLURM_ARCHIVE): image without pyslurm"
+  fi
+  if [[ -f $HERE/.build/pip-ca.pem ]]; then
+    cmp -s "$HERE/.build/pip-ca.pem" "$dir/pip-ca.pem" || cp -p "$HERE/.build/pip-ca.pem" "$dir/pip-ca.pem"
+  fi
+}
+
 ((INSTALL)) && { install_tools; start_dockerd; }
 docker info >/dev/null 2>&1 || die "docker daemon not reachable (run with --install to start one)"
 command -v docker-compose >/dev/null || log "warning: docker-compose not installed (run with --install)"
@@ -128,6 +148,7 @@ ensure_base "$DB_SUITE"
 
 wheel_arg=required
 build_wheel || wheel_arg=none
+stage_pyslurm
 
 export DOCKER_BUILDKIT=0
 build_image() {  # tag dockerfile build-args...

@@ -56,7 +56,7 @@ class PyslurmClient(CliClient):
     def usage_source(self):
         from .sacct import PyslurmSource
 
-        return PyslurmSource()
+        return PyslurmSource(self.runner)
 
 
 def _gres_key(key: str) -> str:

@@ -309,48 +309,53 @@ class FileSource:
         return open_records(self.path, tz=self.tz)
 
 
-def pyslurm_available() -> bool:
-    try:
-        import pyslurm  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 class PyslurmSource:
-    """Jobs from slurmdbd through pyslurm (>= 23.2 API: ``pyslurm.db.Jobs.load``), imported lazily.
+    """Jobs from slurmdbd through pyslurm (``pyslurm.db.Jobs.load``), imported lazily.
 
     pyslurm must match the installed Slurm exactly, so it is optional; the
-    sacct source is the default everywhere.
+    sacct source is the default everywhere. pyslurm 24.11's ``db.Job`` does
+    not expose a job's TRES (its ``tres_allocated`` is commented out in
+    db/job.pyx), so the AllocTRES/ReqTRES of each job are joined in from one
+    ``sacct -o JobID,AllocTRES,ReqTRES`` of the same window; everything else
+    (which jobs, who, where, state, times) comes from pyslurm.
     """
 
-    def __init__(self):
-        import pyslurm  # imported here: most hosts do not have it
+    TRES_FIELDS = ("JobID", "AllocTRES", "ReqTRES")
+
+    def __init__(self, runner: Runner | None = None):
+        import pyslurm  # imported here: most hosts do not have it (callers check it imports: slurm.client)
+
+        from ..proc import run
 
         self._pyslurm = pyslurm
+        self.runner = runner or run
 
     def records(self, since: float, until: float) -> Iterator[JobRecord]:
         db = self._pyslurm.db
         jobs = db.Jobs.load(db.JobFilter(start_time=int(since), end_time=int(until)))
-        for job in jobs.values():
-            yield record_from_pyslurm(job)
+        tres = self._tres(since, until)
+        recs = (record_from_pyslurm(job, tres) for job in jobs.values())
+        yield from _owned(recs, since, since, until)
+
+    def _tres(self, since: float, until: float) -> dict[str, tuple[str, str]]:
+        res = self.runner(sacct_argv(since, until, fields=self.TRES_FIELDS), timeout=600)
+        out = {}
+        for line in res.stdout.splitlines():
+            f = line.split("|")
+            if len(f) >= 3:
+                out[f[0]] = (f[1], f[2])
+        return out
 
 
-def record_from_pyslurm(job) -> JobRecord:
-    """A pyslurm.db.Job as a JobRecord; TRES from its ``allocated_tres`` (gres and billing are all we use)."""
+def record_from_pyslurm(job, tres: dict[str, tuple[str, str]] | None = None) -> JobRecord:
+    """A pyslurm.db.Job as a JobRecord; its TRES from ``tres`` (job id -> (AllocTRES, ReqTRES), from sacct)."""
+    array = getattr(job, "array_id", None)
+    task = getattr(job, "array_task_id", None)
+    job_id = f"{array}_{task}" if array and task is not None and array != job.id else str(job.id)
+    alloc, req = (tres or {}).get(job_id, ("", ""))
     return JobRecord(
-        job_id=str(job.id), user=job.user_name or "", account=job.account or "", partition=job.partition or "",
+        job_id=job_id, user=job.user_name or "", account=job.account or "", partition=job.partition or "",
         state=job.state or "", start=float(job.start_time) if job.start_time else None,
         end=float(job.end_time) if job.end_time else None, elapsed=int(job.elapsed_time or 0),
-        alloc_tres=_pyslurm_tres(job.allocated_tres), qos=job.qos or "",
+        alloc_tres=alloc, req_tres=req, qos=job.qos or "",
     )
-
-
-def _pyslurm_tres(tres) -> str:
-    if tres is None:
-        return ""
-    out = {g.type_and_name: g.count for g in tres.gres.values()}
-    billing = getattr(tres, "billing", None)
-    if billing is not None:
-        out["billing"] = billing.count
-    return format_tres(out)

@@ -13,7 +13,7 @@ import pytest
 from slurm_gpushare.slurm.parsable import SlurmParseError
 from slurm_gpushare.slurm.sacct import (
     FIELDS, FileSource, JobRecord, PyslurmSource, SacctSource, iter_json_array, open_records, parse_json,
-    parse_parsable2, pyslurm_available, record_from_pyslurm, sacct_argv,
+    parse_parsable2, record_from_pyslurm, sacct_argv,
 )
 from tests.unit.slurm_fakes import DATA, FakeJob, FakeSlurm
 
@@ -155,26 +155,25 @@ def test_file_source_ignores_the_window_for_clipping_downstream():
 
 
 def test_pyslurm_is_optional_and_imported_lazily():
-    if pyslurm_available():
-        pytest.skip("pyslurm is installed here; the live source needs slurmdbd")
+    import importlib.util
+
+    if importlib.util.find_spec("pyslurm") is not None:
+        pytest.skip("pyslurm is installed here; the live source needs slurmdbd (tests/cluster/test_slurm_client.py)")
     with pytest.raises(ImportError):
         PyslurmSource()
 
 
-class _Gpu:
-    def __init__(self, type_and_name, count):
-        self.type_and_name, self.count = type_and_name, count
-
-
 def test_pyslurm_job_as_record():
-    """The attribute names are pyslurm.db.Job's documented ones (pyslurm/db/job.pxd); not run against pyslurm."""
-    tres = types.SimpleNamespace(gres={"gpu:l40s": _Gpu("gres/gpu:l40s", 1), "gpu": _Gpu("gres/gpu", 1)},
-                                 billing=types.SimpleNamespace(count=1))
-    job = types.SimpleNamespace(id=42, user_name="alice", account="physics", partition="batch", state="COMPLETED",
-                                start_time=T0, end_time=T0 + 60, elapsed_time=60, allocated_tres=tres, qos="normal")
-    rec = record_from_pyslurm(job)
+    """pyslurm.db.Job's attributes (db/job.pyx, 24.11: no TRES); the TRES come from sacct, by job id.
+    Run against real pyslurm by tests/cluster/test_slurm_client.py."""
+    job = types.SimpleNamespace(id=42, array_id=None, array_task_id=None, user_name="alice", account="physics",
+                                partition="batch", state="COMPLETED", start_time=T0, end_time=T0 + 60, elapsed_time=60,
+                                qos="normal")
+    rec = record_from_pyslurm(job, {"42": ("billing=1,gres/gpu=1,gres/gpu:l40s=1", "gres/gpu=1")})
     assert rec.tres() == {"gres/gpu:l40s": 1, "gres/gpu": 1, "billing": 1}
-    assert (rec.job_id, rec.start, rec.end) == ("42", float(T0), float(T0 + 60))
+    assert (rec.job_id, rec.start, rec.end, rec.req_tres) == ("42", float(T0), float(T0 + 60), "gres/gpu=1")
+    task = types.SimpleNamespace(**{**vars(job), "id": 43, "array_id": 40, "array_task_id": 3, "end_time": 0})
+    assert (record_from_pyslurm(task).job_id, record_from_pyslurm(task).end) == ("40_3", None)
 
 
 def test_many_records_stream_in_constant_memory():

@@ -1,0 +1,117 @@
+"""Slurm client: one full read of the jobs (pending and running) and the nodes, time and peak memory per backend.
+
+Two modes:
+
+  replay (default, anywhere): the CLI backend's parsing on a simulated large cluster: a fake
+      runner replays `squeue --json` / `scontrol show node --json` documents of N jobs and M nodes
+      made by repeating real 24.11.5 records (tests/data/slurm/recorded-24.11.5/) with new ids and
+      names. Measures our side only (Slurm's own time to print the JSON is not in it).
+
+  live (inside a test-cluster container, where slurm.conf is): both backends against real Slurm,
+      end to end (the command's run time included), with --submit N held jobs first:
+        docker exec -i <project>_slurmctld_1 /opt/gpushare/bin/python3 - --live --submit 2000 \\
+          < bench/slurm_client.py
+
+Prints one line per backend and the pyslurm/CLI ratio. Figures, never assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import time
+import tracemalloc
+from pathlib import Path
+
+REC = Path(__file__).resolve().parents[1] / "tests" / "data" / "slurm" / "recorded-24.11.5"
+
+
+def measure(fn, repeat: int = 3):
+    best, peak, out = float("inf"), 0, None
+    for _ in range(repeat):
+        gc.collect()
+        t = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t)
+    gc.collect()
+    tracemalloc.start()
+    fn()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return best, peak, out
+
+
+def large_outputs(n_jobs: int, n_nodes: int) -> tuple[str, str]:
+    jobs = json.loads((REC / "squeue.json").read_text())
+    nodes = json.loads((REC / "scontrol-show-node.json").read_text())
+    sample_jobs, sample_nodes = jobs["jobs"], nodes["nodes"]
+    out_jobs = []
+    for i in range(n_jobs):
+        j = copy.deepcopy(sample_jobs[i % len(sample_jobs)])
+        j["job_id"] = 100000 + i
+        out_jobs.append(j)
+    out_nodes = []
+    for i in range(n_nodes):
+        n = copy.deepcopy(sample_nodes[i % len(sample_nodes)])
+        n["name"] = f"{n['name']}-{i:04d}"
+        out_nodes.append(n)
+    return json.dumps({**jobs, "jobs": out_jobs}), json.dumps({**nodes, "nodes": out_nodes})
+
+
+def replay(n_jobs: int, n_nodes: int) -> None:
+    from slurm_gpushare.proc import Result
+    from slurm_gpushare.slurm import commands
+    from slurm_gpushare.slurm.cli_backend import CliClient
+
+    squeue, scontrol = large_outputs(n_jobs, n_nodes)
+    answers = {tuple(commands.SQUEUE_JSON): squeue, tuple(commands.NODES_JSON): scontrol}
+    client = CliClient(lambda argv, **kw: Result(tuple(argv), 0, answers[tuple(argv)], ""))
+    secs, peak, (jobs, nodes) = measure(lambda: (client.jobs(), client.nodes()))
+    print(f"replay cli: {len(jobs)} jobs + {len(nodes)} nodes parsed in {secs:.3f} s, peak {peak / 2**20:.0f} MiB "
+          f"(squeue {len(squeue) / 2**20:.0f} MiB + scontrol {len(scontrol) / 2**20:.1f} MiB of JSON)")
+
+
+def live(submit: int) -> None:
+    import subprocess
+
+    from slurm_gpushare.slurm.client import make_client, pyslurm_problem
+
+    if submit:
+        # held jobs in one sbatch per 500 (as a loop in one shell: a docker exec per job costs seconds)
+        script = "for i in $(seq %d); do sbatch -H -A physics --wrap true -o /dev/null -J bench >/dev/null; done" % submit
+        t = time.perf_counter()
+        subprocess.run(["su", "alice", "-c", script], check=True)
+        print(f"submitted {submit} held jobs in {time.perf_counter() - t:.0f} s")
+    results = {}
+    for backend in ("cli", "pyslurm"):
+        if backend == "pyslurm" and pyslurm_problem():
+            print(f"pyslurm: {pyslurm_problem()}")
+            continue
+        client = make_client(backend)
+        secs, peak, (jobs, nodes) = measure(lambda: (client.jobs(), client.nodes()))
+        results[backend] = secs
+        print(f"live {backend}: {len(jobs)} jobs + {len(nodes)} nodes in {secs:.3f} s, peak {peak / 2**20:.1f} MiB "
+              f"(Python heap; pyslurm's C allocations are not traced)")
+    if len(results) == 2:
+        print(f"ratio pyslurm/cli: {results['pyslurm'] / results['cli']:.2f}")
+    if submit:
+        subprocess.run(["scancel", "-n", "bench"], check=False)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=10000)
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--live", action="store_true")
+    ap.add_argument("--submit", type=int, default=0)
+    args = ap.parse_args()
+    if args.live:
+        live(args.submit)
+    else:
+        replay(args.jobs, args.nodes)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""The Slurm client's contract on real Slurm: both backends read the same jobs, nodes, GRES and indexes,
+partitions, associations and usage records.
+
+Runs `gpushare slurm dump --slurm-backend cli|pyslurm` inside slurmctld (pyslurm can only run where
+slurm.conf is) on one frozen moment of the shared cluster (running GPU, MIG, shard and MPS jobs that
+sleep, and held pending ones), and compares the two documents. pyslurm is built into the 24.11 image
+only (there is no pyslurm for 26.05): on sid the pyslurm half skips with that reason and the CLI half
+still checks the view against what was submitted.
+
+GPUSHARE_RECORD_SLURM=<dir>: also write the raw --json outputs to <dir>/recorded-<version>/ (the unit
+tests' recordings, tests/data/slurm/recorded-*/ were made so).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_gpushare.slurm import commands
+
+RUNNING = {  # what: (sbatch options, the GRES the job's node must show it holding)
+    "gpu": ({"gres": "gpu:l40s:1", "nodelist": "lab-excl01"}, "gpu:l40s"),
+    "mig": ({"gres": "gpu:1", "nodelist": "lab-mig01"}, "gpu:a100_40g_1g.5gb"),
+    "shard": ({"gres": "shard:1", "nodelist": "lab-shard01"}, "shard:l40s"),
+    "mps": ({"gres": "mps:25", "nodelist": "lab-mps01"}, "mps:a30"),
+}
+
+
+def _dump(c, backend: str, since: int) -> dict:
+    iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(since))  # the containers run in UTC
+    out = c.slurm(["gpushare", "slurm", "dump", "--slurm-backend", backend, "--since", iso], timeout=120).stdout
+    doc = json.loads(out)
+    assert doc.pop("backend") == backend
+    return doc
+
+
+def _has_pyslurm(c) -> str | None:
+    res = c.slurm(["/opt/gpushare/bin/python3", "-c", "import pyslurm; print(pyslurm.__version__)"], check=False)
+    return res.stdout.strip() if res.returncode == 0 else None
+
+
+@pytest.fixture(scope="module")
+def frozen(cluster):
+    """Running GPU jobs of every kind and held pending ones; taken away afterwards."""
+    since = int(cluster.slurm(["date", "+%s"]).stdout) - 60
+    jobs = {}
+    for what, (opts, _) in RUNNING.items():
+        jobs[what] = cluster.sbatch("sleep 600\n", user="alice", account="physics", output="/dev/null", **opts)
+    held = [cluster.sbatch("true\n", user="bob", account="physics", gres="gpu:1", hold=True, output="/dev/null")
+            for _ in range(3)]
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        states = {j.job_id: j.state for j in cluster.client().jobs()}
+        if all(states.get(j) == "RUNNING" for j in jobs.values()):
+            break
+        time.sleep(1)
+    time.sleep(3)  # let slurmdbd record the starts
+    try:
+        yield since, jobs, held
+    finally:
+        cluster.slurm(["scancel", *map(str, [*jobs.values(), *held])], check=False)
+
+
+def test_cli_view_matches_what_was_submitted(cluster, frozen):
+    since, jobs, held = frozen
+    doc = _dump(cluster, "cli", since)
+    by_id = {j["job_id"]: j for j in doc["jobs"]}
+    for what, (opts, key) in RUNNING.items():
+        job = by_id[jobs[what]]
+        assert job["state"] == "RUNNING", job
+        use = job["gres_alloc"][opts["nodelist"]]
+        assert key in use, (what, use)
+        if what in ("gpu", "mig"):
+            assert use[key]["count"] == 1 and len(use[key]["indexes"]) == 1, use
+    for j in held:
+        assert by_id[j]["state"] == "PENDING" and by_id[j]["gres_request"] == {"gpu": 1}, by_id[j]
+        assert by_id[j]["gres_alloc"] == {}
+    nodes = {n["name"]: n for n in doc["nodes"]}
+    assert nodes["lab-excl01"]["gres"] == {"gpu:l40s": 2}
+    assert nodes["lab-excl01"]["gres_alloc"].get("gpu:l40s") == 1
+    assert nodes["lab-shard01"]["gres"] == {"gpu:l40s": 1, "shard:l40s": 4}
+    assert {p["name"] for p in doc["partitions"]} >= {"batch"}
+    accounts = {(a["account"], a["user"]) for a in doc["associations"]}
+    assert ("physics", "alice") in accounts
+    usage = {int(r["job_id"]) for r in doc["usage"]}
+    assert set(jobs.values()) <= usage, (jobs, usage)
+
+
+def test_both_backends_read_the_same(cluster, frozen):
+    since, _, _ = frozen
+    version = _has_pyslurm(cluster)
+    if version is None:
+        pytest.skip(f"no pyslurm in the {cluster.suite} image (built for Slurm 24.11 only: none exists for 26.05)")
+    cli = _dump(cluster, "cli", since)
+    py = _dump(cluster, "pyslurm", since)
+    for part in ("jobs", "nodes", "partitions", "associations", "usage"):
+        assert py[part] == cli[part], f"{part} differ between backends:\ncli:     {cli[part]}\npyslurm: {py[part]}"
+
+
+def test_usage_and_fairshare_through_pyslurm(cluster, frozen):
+    if _has_pyslurm(cluster) is None:
+        pytest.skip(f"no pyslurm in the {cluster.suite} image")
+    now = int(cluster.slurm(["date", "+%s"]).stdout)
+    stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))  # noqa: E731
+    args = ["gpushare", "usage", "--since", stamp(now - 86400), "--until", stamp(now), "--tz", "UTC",
+            "--format", "json", "--policy", "/etc/gpushare/policy.yaml"]
+    cli = json.loads(cluster.slurm([*args, "--slurm-backend", "cli"], timeout=120).stdout)
+    py = json.loads(cluster.slurm([*args, "--slurm-backend", "pyslurm"], timeout=120).stdout)
+    assert py == cli
+    fs = ["gpushare", "fairshare", "--gpu-usage", "--until", stamp(now), "--tz", "UTC", "--format", "json",
+          "--policy", "/etc/gpushare/policy.yaml"]
+    out = cluster.slurm([*fs, "--slurm-backend", "pyslurm"], timeout=120)
+    assert json.loads(out.stdout)
+
+
+def test_record_outputs(cluster, frozen):
+    """With GPUSHARE_RECORD_SLURM set: the raw outputs the parser unit tests replay."""
+    target = os.environ.get("GPUSHARE_RECORD_SLURM")
+    if not target:
+        pytest.skip("GPUSHARE_RECORD_SLURM not set")
+    version = cluster.slurm(list(commands.VERSION)).stdout.split()[-1]
+    out = Path(target) / f"recorded-{version}"
+    out.mkdir(parents=True, exist_ok=True)
+    for name, argv in (("squeue.json", commands.SQUEUE_JSON), ("scontrol-show-node.json", commands.NODES_JSON),
+                       ("scontrol-show-partition.json", commands.PARTITIONS_JSON)):
+        (out / name).write_text(cluster.slurm(list(argv)).stdout)
+    (out / "client-dump.json").write_text(json.dumps(_dump(cluster, "cli", frozen[0]), indent=1, sort_keys=True))

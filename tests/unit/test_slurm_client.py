@@ -1,0 +1,182 @@
+"""The Slurm client: no Slurm command outside slurm/, the CLI backend's parsers, backend selection."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from slurm_gpushare.proc import Result
+from slurm_gpushare.slurm import client as slurm_client
+from slurm_gpushare.slurm.cli_backend import CliClient, SlurmClientError, job_from_json, node_from_json
+from slurm_gpushare.slurm.model import GresUse, expand_indexes, node_state, parse_gres_config, parse_gres_detail
+from slurm_gpushare.slurm.pyslurm_backend import assoc_from_pyslurm, job_from_pyslurm, node_from_pyslurm
+
+PACKAGE = Path(__file__).resolve().parents[2] / "slurm_gpushare"
+SLURM_COMMANDS = {"scontrol", "squeue", "sinfo", "sacct", "sacctmgr", "sshare", "sbatch", "srun", "scancel",
+                  "sprio", "sdiag"}
+
+
+def _argv_heads(tree: ast.AST):
+    """(line, command) of every list/tuple literal whose first item is a Slurm command, and every string
+    that starts with one followed by a space (a shell line)."""
+    docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    for node in ast.walk(tree):
+        if id(node) in docs:
+            continue
+        if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
+            first = node.elts[0]
+            if isinstance(first, ast.Constant) and first.value in SLURM_COMMANDS:
+                yield node.lineno, first.value
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            head = node.value.split(" ", 1)[0]
+            if head in SLURM_COMMANDS and any(op in node.value for op in (" | ", " && ", "; ", "$(")):
+                yield node.lineno, head
+
+
+def test_no_slurm_command_runs_outside_slurm_package():
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent)
+        if rel.parts[1] == "slurm":
+            continue
+        for line, cmd in _argv_heads(ast.parse(path.read_text(), str(path))):
+            found.append(f"{rel}:{line}: {cmd}")
+    assert found == [], "Slurm commands built outside slurm_gpushare/slurm/ (use slurm.commands / the client):\n" + "\n".join(found)
+
+
+def test_the_scan_sees_what_it_must():
+    tree = ast.parse('x = ["squeue", "-h"]\ny = ("sacctmgr", "-i")\nz = "scontrol -o show node | grep"\n')
+    assert [c for _, c in _argv_heads(tree)] == ["squeue", "sacctmgr", "scontrol"]
+
+
+# ---- parsers ---------------------------------------------------------------------------------
+
+def test_gres_strings():
+    assert parse_gres_config("gpu:l40s:2,shard:l40s:4(S:0)") == {"gpu:l40s": 2, "shard:l40s": 4}
+    assert parse_gres_config("gres/gpu:1") == {"gpu": 1}
+    assert parse_gres_config("(null)") == {} and parse_gres_config("") == {}
+    assert parse_gres_detail("gpu:l40s:2(IDX:0-1)") == {"gpu:l40s": GresUse(2, (0, 1))}
+    assert parse_gres_detail("gpu:3(IDX:0,2,5),mps:a30:25(25/100)") == {"gpu": GresUse(3, (0, 2, 5)),
+                                                                         "mps:a30": GresUse(25, None)}
+    assert parse_gres_detail("gpu:a30:0(IDX:N/A)") == {"gpu:a30": GresUse(0, None)}
+    assert expand_indexes("0-2,5") == (0, 1, 2, 5) and expand_indexes("N/A") is None
+    assert node_state("IDLE+DRAIN") == ("IDLE", "DRAIN") and node_state(["MIXED", "DRAIN", "COMPLETING"]) == \
+        ("MIXED", "COMPLETING", "DRAIN")
+
+
+JOB = {"job_id": 36, "name": "wrap", "user_name": "carol", "account": "biology", "partition": "batch", "qos": "batch",
+       "job_state": ["RUNNING"], "state_reason": "None", "nodes": "lab-excl01", "tres_per_node": "gres/gpu:1",
+       "gres_detail": ["gpu:l40s:1(IDX:0)"], "array_job_id": {"set": True, "number": 0},
+       "array_task_id": {"set": False, "number": 0},
+       "job_resources": {"nodes": {"allocation": [{"index": 0, "name": "lab-excl01"}]}}}
+
+
+def test_job_from_squeue_json():
+    job = job_from_json(JOB)
+    assert (job.job_id, job.state, job.user, job.nodes) == (36, "RUNNING", "carol", "lab-excl01")
+    assert job.gres_request == {"gpu": 1}
+    assert job.gres_alloc == {"lab-excl01": {"gpu:l40s": GresUse(1, (0,))}}
+    assert job.array_job_id is None and job.array_task_id is None
+    pending = job_from_json({**JOB, "job_state": ["PENDING"], "nodes": "", "gres_detail": [], "job_resources": {}})
+    assert pending.gres_alloc == {} and pending.state == "PENDING"
+
+
+def test_node_from_json():
+    node = node_from_json({"name": "n1", "state": ["IDLE", "DRAIN"], "reason": "r", "gres": "gpu:l40s:2",
+                           "tres_used": "cpu=6,mem=6720M,gres/gpu=1,gres/gpu:l40s=1", "features": ["a"],
+                           "active_features": [], "weight": 5, "partitions": ["batch"], "cpus": 8, "alloc_cpus": 6,
+                           "real_memory": 16000, "alloc_memory": 6720})
+    assert node.state == ("IDLE", "DRAIN") and node.flags == {"DRAIN"} and node.gres == {"gpu:l40s": 2}
+    assert node.gres_alloc == {"gpu": 1, "gpu:l40s": 1} and node.weight == 5
+
+
+# ---- the pyslurm backend's conversion: the same model from pyslurm's shapes -------------------
+
+def test_pyslurm_job_converts_like_the_cli():
+    pj = SimpleNamespace(
+        id=36, array_id=None, array_task_id=None, name="wrap", user_name="carol", account="biology", partition="batch",
+        qos="batch", state="RUNNING", state_reason="None", allocated_nodes="lab-excl01",
+        gres_per_node={"gres/gpu": 1},  # pyslurm's to_gres_dict keeps the "gres/" of tres_per_node
+        get_resource_layout_per_node=lambda: {"lab-excl01": {"gres": {"gpu:l40s": {"count": 1, "indexes": "0"}}}})
+    assert job_from_pyslurm(pj) == job_from_json(JOB)
+
+
+def test_pyslurm_node_and_assoc():
+    pn = SimpleNamespace(name="n1", state="IDLE+DRAIN", reason="r", configured_gres={"gpu:l40s": 2},
+                         allocated_tres={"cpu": "6", "gres/gpu": "1", "gres/gpu:l40s": "1"}, available_features=["a"],
+                         active_features=[], weight=5, partitions=["batch"], total_cpus=8, allocated_cpus=6,
+                         real_memory=16000, allocated_memory=6720)
+    assert node_from_pyslurm(pn).gres_alloc == {"gpu": 1, "gpu:l40s": 1}
+    pa = SimpleNamespace(account="physics", user=None, parent_account="root", shares=0x7FFFFFFF,
+                         group_tres=SimpleNamespace(gres={"gpu": 24}))
+    row = assoc_from_pyslurm(pa)
+    assert (row.fairshare, row.grp_tres, row.parent) == ("parent", {"gres/gpu": 24}, "root")
+
+
+# ---- the CLI client over a fake runner ----------------------------------------------------------
+
+class Replay:
+    """A Runner answering known argv with recorded text; anything else raises."""
+
+    def __init__(self, answers: dict[tuple, str]):
+        self.answers, self.calls = answers, []
+
+    def __call__(self, argv, *, input=None, timeout=60.0, check=True, env=None):
+        argv = tuple(argv)
+        self.calls.append(argv)
+        if argv not in self.answers:
+            raise AssertionError(f"unexpected command {argv}")
+        return Result(argv, 0, self.answers[argv], "")
+
+
+def test_cli_client_reads_and_changes():
+    runner = Replay({("squeue", "--all", "--json"): json.dumps({"jobs": [JOB]}),
+                     ("squeue", "-w", "n1", "-h", "-o", "%A"): "5\n12\n",
+                     ("scontrol", "update", "nodename=n1", "state=drain", "reason=why"): "",
+                     ("scontrol", "show", "node", "n2", "--json"): json.dumps({"nodes": []})})
+    c = CliClient(runner)
+    assert [j.job_id for j in c.jobs()] == [36]
+    assert c.job_ids_on_node("n1") == {5, 12}
+    c.drain("n1", "why")
+    with pytest.raises(SlurmClientError, match="no such node"):
+        c.node("n2")
+
+
+def test_backend_choice(tmp_path, monkeypatch):
+    runner = Replay({})
+    assert slurm_client.make_client("cli", runner).backend == "cli"
+    assert slurm_client.make_client(None, runner, environ={}).backend == "cli"
+    with pytest.raises(SlurmClientError, match="expected one of"):
+        slurm_client.make_client("bogus", runner)
+    monkeypatch.setattr(slurm_client, "_probe", lambda runner: "pyslurm does not import here (no slurm.conf)")
+    env = {"XDG_CACHE_HOME": str(tmp_path)}
+    assert slurm_client.make_client("auto", runner, environ=env).backend == "cli"
+    with pytest.raises(SlurmClientError, match="does not import"):
+        slurm_client.make_client("pyslurm", runner, environ=env)
+
+
+def test_probe_is_cached_and_never_imports_in_process(tmp_path):
+    calls = []
+
+    def runner(argv, **kw):
+        calls.append(argv)
+        if "-c" in argv:
+            assert "import pyslurm" in argv[-1]
+            return Result(tuple(argv), 0, "24.11.0 24.11\n", "")
+        return Result(tuple(argv), 0, "slurm 24.11.5\n", "")
+
+    assert slurm_client.pyslurm_problem(environ={}, runner=runner, cache_dir=tmp_path) is None
+    assert slurm_client.pyslurm_problem(environ={}, runner=runner, cache_dir=tmp_path) is None
+    assert len(calls) == 2  # the child import and scontrol --version, once
+
+
+def test_probe_refuses_another_slurm(tmp_path):
+    def runner(argv, **kw):
+        out = "24.11.0 24.11\n" if "-c" in argv else "slurm 26.05.5\n"
+        return Result(tuple(argv), 0, out, "")
+
+    assert "runs Slurm 26.05.5" in slurm_client.pyslurm_problem(environ={}, runner=runner, cache_dir=tmp_path)
