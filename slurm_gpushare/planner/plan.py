@@ -36,9 +36,11 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from hostlist import collect_hostlist
+from hostlist import collect_hostlist, expand_hostlist as expand_nodes
 
+from ..errors import PolicyError
 from ..policy import Site, build_site
+from ..policy.billing import gpu_weight
 from .demand import Demand, format_demand, pack_estimate
 from .layouts import pack, slices_needed
 from .report import stranded_lines, supply_lines
@@ -199,9 +201,51 @@ class _Builder:
         self.members: dict[str, list[str]] = {}
         self.weights: dict[str, int] = {}
         self.cpus: dict[str, int] = {}
+        self.models: dict[str, str] = {}  # out group -> GPU model name (the billing weight's key)
+        self.split: dict[str, list[str]] = {}  # tier -> the tiers it was split into (itself first)
 
-    def add(self, spec: dict, tier: str, weight: int, nodes: int = 0) -> None:
+    def split_by_mps_weight(self, billing) -> list[str]:
+        """Split each tier whose mps GPUs would bill one mps unit differently (model weight / units).
+
+        Slurm has one TRESBillingWeights per partition, so GRES/mps takes one weight per tier (the policy's
+        validation refuses more). The tier keeps the weight class with the most GPUs (and every group
+        without mps); each other class becomes a tier '<tier>-<n>' that the tier's routes list right after it.
+        """
+        why = []
+        by_name = {g["name"]: g for g in self.out_groups}
+        for tier, names in list(self.members.items()):
+            classes: dict[float | None, list[str]] = {}
+            for name in names:
+                classes.setdefault(_mps_unit_weight(by_name[name], self.models[name], billing), []).append(name)
+            weights = [w for w in classes if w is not None]
+            if len(weights) < 2:
+                continue
+            gpus = {w: sum(by_name[n]["gpu"]["count"] * len(expand_nodes(by_name[n]["nodes"])) for n in classes[w])
+                    for w in weights}
+            weights.sort(key=lambda w: -gpus[w])  # stable: first listed among equals
+            self.members[tier] = classes[weights[0]] + classes.get(None, [])
+            self.members[tier].sort(key=names.index)
+            new = [tier]
+            for k, w in enumerate(weights[1:], start=2):
+                name = f"{tier}-{k}"
+                self.members[name] = classes[w]
+                new.append(name)
+            self.split[tier] = new
+            why.append(
+                f"tier '{tier}' split by the billing weight of one mps unit (Slurm has one weight per TRES per "
+                f"partition): " + "; ".join(f"'{t}' {', '.join(self.members[t])} ({_fmt(w)})" for t, w in zip(new, weights)))
+        # tiers in the order they were made, each split right after its tier
+        order = []
+        for tier in self.members:
+            if tier in order:
+                continue
+            order += self.split.get(tier, [tier])
+        self.members = {t: self.members[t] for t in order}
+        return why
+
+    def add(self, spec: dict, tier: str, weight: int, nodes: int = 0, model: str = "") -> None:
         self.out_groups.append(spec)
+        self.models[spec["name"]] = model
         self.members.setdefault(tier, []).append(spec["name"])
         self.weights[spec["name"]] = weight
         self.cpus[tier] = self.cpus.get(tier, 0) + nodes * spec["cpus"]
@@ -216,9 +260,23 @@ class _Builder:
             for t, names in self.members.items()
         ]
         sub = dict(raw.get("submission") or {})
-        sub["routes"] = routes
+        sub["routes"] = [{**r, "tiers": list(dict.fromkeys(x for t in r["tiers"] for x in self.split.get(t, [t])))}
+                         for r in routes]
         raw["submission"] = sub
         return raw
+
+
+def _mps_unit_weight(spec: dict, model: str, billing) -> float | None:
+    """The billing weight of one mps unit on this group's GPUs (None when none shares through MPS)."""
+    units = {s["units"] for s in spec["sharing"] if s.get("mode") == "mps"}
+    if not units:
+        return None
+    assert len(units) == 1, f"{spec['name']}: the planner gives one mps units value per group"
+    return round(gpu_weight(billing, model) / units.pop(), 6)
+
+
+def _fmt(w: float) -> str:
+    return f"{w:g} per mps unit"
 
 
 def _gpu_range(n: int):
@@ -307,19 +365,19 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
                 by_layout.setdefault(lay, []).append(node)
             for k, (lay, nodes) in enumerate(by_layout.items()):
                 for part in _split_group(spec, [(f"mig{k}", nodes, _mig_sharing(list(lay), g.gpus))]):
-                    b.add(part, "mig", 10, len(nodes))
+                    b.add(part, "mig", 10, len(nodes), g.model)
         mode = _mode(units, g.gpus) if any_mps else [{"gpus": _gpu_range(g.gpus), "mode": "exclusive"}]
         tier = "cpu" if g.index in rich else "gpu"
         if knobs.frac_weights == "node" and frac_part:
             # one weight per node: Slurm then fills the pool node by node (first fit), not best fit on idle CPUs
             for k, node in enumerate(frac_part):
                 for part in _split_group(spec, [(f"frac{k}", [node], mode)]):
-                    b.add(part, "frac", 20 + len(b.out_groups), 1)
+                    b.add(part, "frac", 20 + len(b.out_groups), 1, g.model)
         else:
             for part in _split_group(spec, [("frac", frac_part, mode)]):
-                b.add(part, "frac", 20, len(frac_part))
+                b.add(part, "frac", 20, len(frac_part), g.model)
         for part in _split_group(spec, [("", rest, mode)]):
-            b.add(part, tier, _weight(g, knobs.weights), len(rest))
+            b.add(part, tier, _weight(g, knobs.weights), len(rest), g.model)
     how = knobs.cpu_jobs if knobs.cpu_jobs != "auto" else ("spare" if "mig" in b.members else "rich")
     spare = _spare_cpus(b.cpus, demand, scale, mig_frac, heavy, bool(rich), how)
     if spare:
@@ -327,7 +385,10 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
                    + ", ".join(f"{t} ({n:.0f} CPUs)" for t, n in spare))
     routes = _routes(b.members, heavy, isolate, mig_all, knobs.overflow, [t for t, _ in spare])
     default = next((t for t in ("gpu", "frac", "cpu") if t in b.members), next(iter(b.members)))
-    return b.policy(routes, default), why
+    why += b.split_by_mps_weight(site.policy.billing)
+    raw = b.policy(routes, default)
+    why += fix_aliases(raw, site)
+    return raw, why
 
 
 def _whole(site: Site, g: GroupInfo) -> tuple[str, ...]:
@@ -408,6 +469,79 @@ def _routes(members: dict[str, list[str]], heavy: int, isolate, mig_all: bool, o
         routes.append({"match": {"gres": "gpu", "max_gpus": 1, "min_cpus": heavy + 1}, "tiers": tiers("cpu", "gpu", "frac")})
     routes.append({"match": {"gres": "gpu"}, "tiers": tiers("gpu", "cpu", "frac")})
     return [r for r in routes if r["tiers"]]
+
+
+def _gpu_types(site: Site) -> dict[str, tuple[str, float]]:
+    """Every GPU type of a site: {slurm type: (model name, GPU fraction of one)} (MIG slices and whole GPUs)."""
+    out: dict[str, tuple[str, float]] = {}
+    for g in site.groups:
+        for slot in g.gpus:
+            if slot.mode == "mig":
+                for p in slot.layout:
+                    out[slot.model.mig_slurm_type(p)] = (slot.model.name, slot.model.profile(p).fraction(slot.model))
+            else:
+                out[slot.slurm_type] = (slot.model.name, 1.0)
+    return out
+
+
+def fix_aliases(raw: dict, before: Site) -> list[str]:
+    """Submission aliases whose target the planned layout no longer has: remapped to the nearest thing it has, or dropped.
+
+    A 'gpu:<type>' target whose type is gone goes to the smallest GPU type of the same model that covers the
+    same share of a GPU (a MIG slice or the whole GPU), else to the same share through MPS ('mps:<percent>'),
+    else to a shard when the share is below one GPU; a 'shard' target goes to its share through MPS; an
+    'mps:<percent>' target to the smallest MIG slice that covers it. What has no counterpart is dropped.
+    Edits ``raw`` in place; returns one report line per alias changed.
+    """
+    sub = raw.get("submission") or {}
+    aliases = dict(sub.get("aliases") or {})
+    if not aliases:
+        return []
+    probe = copy.deepcopy(raw)
+    probe["submission"]["aliases"] = {}
+    try:
+        after = build_site(probe, "planned policy")
+    except PolicyError:  # the final validation names the problem; nothing to remap against here
+        return []
+    old, new = _gpu_types(before), _gpu_types(after)
+    modes = {s.mode for g in after.groups for s in g.gpus}
+    old_replicas = [s.replicas for g in before.groups for s in g.gpus if s.mode == "shard"]
+    why = []
+    for alias, target in list(aliases.items()):
+        kind, _, arg = target.strip().partition(":")
+        if kind == "gpu" and arg in new or kind == "shard" and "shard" in modes or kind == "mps" and "mps" in modes:
+            continue
+        if kind == "gpu" and arg in old:
+            model, share = old[arg]
+        elif kind == "shard" and old_replicas:
+            model, share = "", 1.0 / max(old_replicas)
+        elif kind == "mps" and arg.isdigit():
+            model, share = "", int(arg) / 100
+        else:
+            continue  # not something the planner removed: validation reports it as written
+        same = sorted((f, t) for t, (m, f) in new.items() if (m == model or kind == "mps" and f < 1) and f >= share - 1e-9)
+        # a share below one GPU keeps its size where it can (a slice, MPS, a shard) before taking a whole GPU
+        if same and (same[0][0] < 1 or share >= 1):
+            repl = f"gpu:{same[0][1]}"
+        elif "mps" in modes and kind != "mps":
+            repl = f"mps:{min(100, max(1, math.ceil(share * 100 - 1e-9)))}"
+        elif "shard" in modes and share < 1 and kind == "gpu":
+            repl = "shard"
+        elif same and kind == "gpu":
+            repl = f"gpu:{same[0][1]}"
+        else:
+            repl = None
+        if repl:
+            aliases[alias] = repl
+            why.append(f"alias '{alias}': {target} no longer exists in the planned layout; remapped to {repl} "
+                       f"(it asked {share:.2f} of a {model or 'GPU'})")
+        else:
+            del aliases[alias]
+            why.append(f"alias '{alias}': {target} no longer exists in the planned layout and nothing planned "
+                       f"covers {share:.2f} of a GPU; dropped")
+    sub["aliases"] = aliases
+    raw["submission"] = sub
+    return why
 
 
 # ---- the planner ----

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
+import yaml
 
 from slurm_gpushare.errors import PolicyError
 from slurm_gpushare.hardware import check_layout, get_model
@@ -187,3 +189,67 @@ def test_candidates_giving_the_same_policy_are_scored_once():
 def test_isolation_needs_mig_capable_gpus():
     with pytest.raises(ValueError, match=r"no GPU of the policy supports MIG \(L40S\)"):
         plan(s1_base(), s1_demand(), isolate_qos=["LS"])
+
+
+# ---- the example policies: whatever the planner writes validates and renders ----
+
+ETC = Path(__file__).resolve().parents[2] / "etc"
+MIXED_DEMANDS = {
+    # shares of every size, whole GPUs, pairs, CPU-only jobs
+    "mixed": demand((1, 150, 1, 6), (1, 470, 2, 5), (1, 810, 1, 4), (1, 1000, 2, 8), (2, 1000, 4, 2), (0, 0, 4, 4)),
+    "shares": demand((1, 230, 1, 10), (1, 500, 2, 10), (0, 0, 2, 3)),
+    "whole": demand((1, 1000, 2, 10), (0, 0, 1, 2)),
+}
+
+
+@pytest.mark.parametrize("policy", ["small-lab.yaml", "mixed-production.yaml", "mps-inference.yaml"])
+@pytest.mark.parametrize("which", sorted(MIXED_DEMANDS))
+@pytest.mark.parametrize("knobs", [Knobs(), Knobs(frac_factor=0.95, frac_weights="node"), Knobs(cpu_jobs="rich")])
+def test_example_policies_plan_into_valid_rendered_policies(policy, which, knobs):
+    """Heterogeneous sites (several models and billing weights, MIG/shard/mps/exclusive, aliases): the plan
+    validates (``plan`` runs ``build_site``) and renders every file."""
+    base = yaml.safe_load((ETC / policy).read_text())
+    result = plan(base, MIXED_DEMANDS[which], candidates=[knobs])
+    files = render_all(result.site)
+    assert files and all(text.strip() for text in files.values())
+    build_site(result.policy, "planned again")  # the mapping the CLI writes out validates on its own
+
+
+def lab_mps_everywhere() -> tuple[dict, Demand]:
+    """The small lab with only shares and whole GPUs: every GPU goes to the MPS pool (models weigh 100 and 50)."""
+    base = yaml.safe_load((ETC / "small-lab.yaml").read_text())
+    return base, demand((1, 470, 2, 8), (1, 810, 1, 6), (1, 1000, 2, 8), (0, 0, 4, 1))
+
+
+def test_mps_gpus_of_different_billing_weights_get_separate_tiers():
+    base, d = lab_mps_everywhere()
+    result = plan(base, d)
+    weights = {"L40S": 100, "A100-SXM4-40GB": 100, "A30-24GB": 50}
+    for tier in result.site.tiers:
+        per_unit = {weights[g.model.name] / s.units for g in tier.groups for s in g.gpus if s.mode == "mps"}
+        assert len(per_unit) <= 1, (tier.name, per_unit)
+    tiers = {t.name: [g.name for g in t.groups] for t in result.site.tiers}
+    assert tiers["frac-2"] == ["lab-mps-frac"]
+    # the split tier follows its tier on every route that lists it
+    for r in result.policy["submission"]["routes"]:
+        if "frac" in r["tiers"]:
+            assert r["tiers"][r["tiers"].index("frac") + 1] == "frac-2"
+    assert any("tier 'frac' split by the billing weight of one mps unit" in line for line in result.report)
+
+
+def test_alias_to_a_vanished_mig_slice_is_remapped_with_a_report_line():
+    base, d = lab_mps_everywhere()
+    result = plan(base, d)
+    assert result.policy["submission"]["aliases"] == {"small": "mps:15", "half": "mps:50"}
+    assert any("alias 'small': gpu:a100_40g_1g.5gb no longer exists" in line and "remapped to mps:15" in line
+               for line in result.report)
+
+
+def test_alias_with_nothing_left_to_map_to_is_dropped():
+    base = yaml.safe_load((ETC / "small-lab.yaml").read_text())
+    base["submission"]["aliases"] = {"small": "gpu:a100_40g_1g.5gb", "half": "mps:50", "slice": "shard"}
+    result = plan(base, demand((1, 1000, 2, 10)))  # whole GPUs only: every GPU exclusive
+    assert result.policy["submission"]["aliases"] == {"small": "gpu:a100_40g"}
+    text = "\n".join(result.report)
+    assert "alias 'half': mps:50 no longer exists in the planned layout and nothing planned covers 0.50 of a GPU; dropped" in text
+    assert "alias 'slice': shard no longer exists" in text and "dropped" in text
