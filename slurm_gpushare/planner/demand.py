@@ -16,8 +16,6 @@ Parsers take text or records, never commands: the CLI reads files and calls
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import random
@@ -29,9 +27,8 @@ from dataclasses import dataclass, field
 from ..errors import GpushareError
 from ..slurm.parsable import SlurmParseError, parse_tres
 from .simcluster import GPU_MILLI, Pod
+from .trace import TraceError, parse_pods
 
-OPENB_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
-OPENB_OPTIONAL = ("gpu_spec", "qos")
 KINDS = ("cpu", "fraction", "whole", "multi")
 
 
@@ -164,47 +161,17 @@ def from_pods(pods: Iterable[Pod], source: str) -> Demand:
 
 
 def read_openb(text: str, source: str = "trace") -> list[Pod]:
-    """Pods of an openb pod list (header row required; extra columns ignored).
+    """Pods of an openb pod list: ``trace.parse_pods`` (the one reader of the format), its errors as DemandError.
 
     Required columns: name, cpu_milli, memory_mib, num_gpu, gpu_milli; gpu_spec
-    and qos are read when present. gpu_milli is the share of each GPU (1-1000);
-    a pod without GPUs may have any gpu_milli (it is ignored).
+    and qos are read when present, other columns ignored. gpu_milli is the share
+    of each GPU (1-1000); a pod without GPUs asks no share (its gpu_milli must
+    still be a number from 0 to 1000, and is ignored).
     """
-    reader = csv.reader(io.StringIO(text))
-    header = next(reader, None)
-    if header is None:
-        raise DemandError(f"{source}: empty file; an openb pod list starts with a header row ({', '.join(OPENB_COLUMNS)}, ...)")
-    index = {name.strip(): i for i, name in enumerate(header)}
-    missing = [c for c in OPENB_COLUMNS if c not in index]
-    if missing:
-        raise DemandError(f"{source}: column(s) {', '.join(missing)} missing; an openb pod list has {', '.join(OPENB_COLUMNS + OPENB_OPTIONAL)}")
-    pods = []
-    for number, row in enumerate(reader, 2):
-        if not row or row == [""]:
-            continue
-        pods.append(_pod(row, index, f"{source} line {number}"))
-    return pods
-
-
-def _pod(row: list[str], index: dict[str, int], where: str) -> Pod:
-    def cell(name: str) -> str:
-        i = index.get(name)
-        return row[i].strip() if i is not None and i < len(row) else ""
-
-    def number(name: str, lo: int, hi: int | None = None) -> int:
-        text = cell(name)
-        if not re.fullmatch(r"\d+", text):
-            raise DemandError(f"{where}: {name} {text!r} is not a whole number >= {lo}")
-        value = int(text)
-        if value < lo or (hi is not None and value > hi):
-            raise DemandError(f"{where}: {name} {value} is out of range: {lo} to {hi if hi is not None else 'any'}")
-        return value
-
-    num_gpu = number("num_gpu", 0, 64)
-    gpu_milli = number("gpu_milli", 1 if num_gpu else 0, GPU_MILLI) if num_gpu else 0
-    if num_gpu > 1 and gpu_milli != GPU_MILLI:
-        raise DemandError(f"{where}: num_gpu {num_gpu} with gpu_milli {gpu_milli}: a job with several GPUs takes whole ones (gpu_milli 1000)")
-    return Pod(cell("name"), number("cpu_milli", 0), number("memory_mib", 0), num_gpu, gpu_milli, cell("qos"), cell("gpu_spec"))
+    try:
+        return list(parse_pods(text, source))
+    except TraceError as exc:
+        raise DemandError(str(exc)) from None
 
 
 def from_openb(text: str, source: str = "trace") -> Demand:

@@ -8,7 +8,8 @@ hand-edited copy fails loudly instead of shifting the benchmark.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable, Iterator
+import io
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import GpushareError
@@ -27,17 +28,28 @@ class TraceError(GpushareError):
 
 def load_cluster(path: str | Path) -> SimCluster:
     """The trace's nodes in file order: whole CPUs (cpu_milli / 1000), every GPU exclusive, untyped."""
-    nodes = tuple(_node(row, line, path) for line, row in _rows(path, NODE_COLUMNS))
-    if not nodes:
-        raise TraceError(f"{path}: no nodes (expected a header {','.join(NODE_COLUMNS)} and one row per node)")
-    return SimCluster(nodes=nodes)
+    return parse_cluster(_read(path), str(path))
 
 
 def load_pods(path: str | Path) -> tuple[Pod, ...]:
     """The trace's pods in file order (the arrival harness sorts and shuffles them itself)."""
-    pods = tuple(_pod(row, line, path) for line, row in _rows(path, POD_COLUMNS))
+    return parse_pods(_read(path), str(path))
+
+
+def parse_cluster(text: str, source: str) -> SimCluster:
+    """An openb node list's text; ``source`` names it in errors."""
+    nodes = tuple(_node(row, line, source) for line, row in _rows(text, source, NODE_COLUMNS, "node list"))
+    if not nodes:
+        raise TraceError(f"{source}: no nodes (expected a header {','.join(NODE_COLUMNS)} and one row per node)")
+    return SimCluster(nodes=nodes)
+
+
+def parse_pods(text: str, source: str) -> tuple[Pod, ...]:
+    """An openb pod list's text (the one reader of pod lists: the benchmark's trace and ``gpushare plan
+    --demand openb:``); required columns POD_COLUMNS, ``gpu_spec`` and ``qos`` read when present, others ignored."""
+    pods = tuple(_pod(row, line, source) for line, row in _rows(text, source, POD_COLUMNS, "pod list"))
     if not pods:
-        raise TraceError(f"{path}: no pods (expected a header {','.join(POD_COLUMNS)} and one row per pod)")
+        raise TraceError(f"{source}: no pods (expected a header {','.join(POD_COLUMNS)} and one row per pod)")
     return pods
 
 
@@ -49,22 +61,29 @@ def default_trace() -> tuple[SimCluster, tuple[Pod, ...]]:
     )
 
 
-def _rows(path: str | Path, required: Iterable[str]) -> Iterator[tuple[int, dict[str, str]]]:
+def _read(path: str | Path) -> str:
     with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in required if c not in (reader.fieldnames or ())]
-        if missing:
+        return f.read()
+
+
+def _rows(text: str, source: str, required: tuple[str, ...], what: str) -> Iterator[tuple[int, dict[str, str]]]:
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    if reader.fieldnames is None:
+        raise TraceError(f"{source}: empty file; an openb {what} starts with a header row ({', '.join(required)}, ...)")
+    names = [n.strip() for n in reader.fieldnames]
+    reader.fieldnames = names
+    missing = [c for c in required if c not in names]
+    if missing:
+        raise TraceError(
+            f"{source}: line 1: missing column(s) {', '.join(missing)}; "
+            f"the header must name {', '.join(required)}"
+        )
+    for row in reader:
+        if None in row or any(v is None for v in row.values()):
             raise TraceError(
-                f"{path}: line 1: missing column(s) {', '.join(missing)}; "
-                f"the header must name {', '.join(required)}"
+                f"{source}: line {reader.line_num}: {len(names)} fields expected ({', '.join(names)})"
             )
-        for row in reader:
-            if None in row or any(v is None for v in row.values()):
-                raise TraceError(
-                    f"{path}: line {reader.line_num}: {len(reader.fieldnames or ())} fields expected "
-                    f"({', '.join(reader.fieldnames or ())})"
-                )
-            yield reader.line_num, row
+        yield reader.line_num, row
 
 
 def _int(row: dict[str, str], column: str, line: int, path: str | Path, low: int, high: int | None = None) -> int:
@@ -115,8 +134,8 @@ def _pod(row: dict[str, str], line: int, path: str | Path) -> Pod:
             f"{path}: line {line}, column gpu_milli: {gpu_milli} with num_gpu {num_gpu}; "
             "accepted: 1000 (a multi-GPU pod takes whole GPUs)"
         )
-    if not num_gpu and gpu_milli:
-        raise TraceError(f"{path}: line {line}, column gpu_milli: {gpu_milli} with num_gpu 0; accepted: 0")
+    if not num_gpu:
+        gpu_milli = 0  # a pod without GPUs asks no share, whatever the column says (it is read, so it must parse)
     return Pod(
         name=name,
         cpu_milli=_int(row, "cpu_milli", line, path, 0),

@@ -87,7 +87,7 @@ def test_plan_source_errors(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("name,cpu_milli\n")
     res = runner.invoke(main, ["plan", "--policy", str(policy), "--demand", f"openb:{bad}"])
-    assert res.exit_code == 1 and "column(s) memory_mib, num_gpu, gpu_milli missing" in res.output
+    assert res.exit_code == 1 and "bad.csv: line 1: missing column(s) memory_mib, num_gpu, gpu_milli" in res.output
 
 
 def test_plan_help_explains_sources():

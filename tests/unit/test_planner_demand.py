@@ -19,6 +19,7 @@ from slurm_gpushare.planner.demand import (
     pack_estimate,
     read_openb,
 )
+from slurm_gpushare.planner.trace import load_pods
 from slurm_gpushare.slurm.sacct import parse_parsable2
 
 CSV = """name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase
@@ -63,12 +64,12 @@ def test_cpus_per_gpu_counts_gpu_jobs_only():
 @pytest.mark.parametrize(
     "text, fragment",
     [
-        ("", "empty file"),
-        ("name,cpu_milli,memory_mib,num_gpu\n", "column(s) gpu_milli missing"),
-        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1,1,x\n", "line 2: gpu_milli 'x' is not a whole number"),
-        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1,1,1200\n", "gpu_milli 1200 is out of range: 1 to 1000"),
-        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1,2,500\n", "several GPUs takes whole ones"),
-        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,-5,1,1,500\n", "cpu_milli '-5'"),
+        ("", "t.csv: empty file; an openb pod list starts with a header row"),
+        ("name,cpu_milli,memory_mib,num_gpu\n", "line 1: missing column(s) gpu_milli"),
+        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1,1,x\n", "line 2, column gpu_milli: 'x' is not an integer from 0 to 1000"),
+        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1,1,1200\n", "line 2, column gpu_milli: 1200 is out of range"),
+        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1,2,500\n", "line 2, column gpu_milli: 500 with num_gpu 2; accepted: 1000"),
+        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,-5,1,1,500\n", "line 2, column cpu_milli: -5 is out of range; accepted: an integer >= 0"),
     ],
 )
 def test_openb_errors_name_line_and_field(text, fragment):
@@ -147,3 +148,10 @@ def test_report_lines_name_kinds_and_qos():
     assert "6 jobs from openb:six.csv" in text
     assert "fraction" in text and "470: 3" in text
     assert "BE/fraction: 2" in text
+
+
+def test_one_openb_reader_serves_the_trace_and_the_demand(tmp_path):
+    text = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,extra\np0,1500,10,1,470,,LS,x\np1,100,1,0,0,,BE,y\n"
+    path = tmp_path / "p.csv"
+    path.write_text(text)
+    assert tuple(read_openb(text, str(path))) == load_pods(path)
