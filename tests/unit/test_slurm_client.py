@@ -180,3 +180,27 @@ def test_probe_refuses_another_slurm(tmp_path):
         return Result(tuple(argv), 0, out, "")
 
     assert "runs Slurm 26.05.5" in slurm_client.pyslurm_problem(environ={}, runner=runner, cache_dir=tmp_path)
+
+
+# ---- recorded outputs of real Slurm (tests/data/slurm/recorded-<version>/, by tests/cluster/test_slurm_client.py) ----
+
+RECORDED = sorted(p.parent for p in (PACKAGE.parent / "tests" / "data" / "slurm").glob("recorded-*/squeue.json"))
+
+
+@pytest.mark.parametrize("where", RECORDED, ids=[p.name for p in RECORDED])
+def test_cli_parser_on_recorded_output(where):
+    """The CLI backend on squeue/scontrol --json as Slurm printed them gives the view recorded beside them
+    (client-dump.json: written by the same run, so a parser change that alters the view shows here)."""
+    from slurm_gpushare.slurm import commands
+
+    answers = {tuple(commands.SQUEUE_JSON): (where / "squeue.json").read_text(),
+               tuple(commands.NODES_JSON): (where / "scontrol-show-node.json").read_text(),
+               tuple(commands.PARTITIONS_JSON): (where / "scontrol-show-partition.json").read_text()}
+    view = slurm_client.dump(CliClient(Replay(answers)), parts=("jobs", "nodes", "partitions"))
+    view = json.loads(json.dumps(view))
+    want = json.loads((where / "client-dump.json").read_text())
+    for part in ("jobs", "nodes", "partitions"):
+        assert view[part] == want[part], part
+    kinds = {k.split(":")[0] for j in view["jobs"] for use in j["gres_alloc"].values() for k in use}
+    assert kinds >= {"gpu"}, kinds
+    assert any(j["state"] == "PENDING" for j in view["jobs"]) and any(j["state"] == "RUNNING" for j in view["jobs"])
