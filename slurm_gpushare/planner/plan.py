@@ -302,8 +302,7 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
         model = site.groups[mig_groups[0].index].model
         # isolated classes get a slice even when only the whole-GPU one covers them; with every share on MIG
         # (mig_all) such a share takes a whole GPU from the whole-GPU pool, where whole-GPU jobs can use it too
-        need, whole_from_mig = slices_needed(model, {m: math.ceil(n * scale * HEADROOM * knobs.mig_factor)
-                                                     for m, n in mig_frac.items()},
+        need, whole_from_mig = slices_needed(model, scaled_counts(mig_frac, scale * HEADROOM * knobs.mig_factor),
                                              whole_slice=not mig_all)
         layouts_by_gpu = pack(model, need)
         # slices strand when their node runs out of CPUs first: CPU-rich nodes first
@@ -321,7 +320,7 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
     frac_nodes: dict[int, int] = {}
     frac_gpus = 0
     if mps_frac:
-        est = pack_estimate({m: math.ceil(n * scale) for m, n in mps_frac.items()})
+        est = pack_estimate(scaled_counts(mps_frac, scale))
         want = math.ceil(est * knobs.frac_factor * HEADROOM)
         # many GPUs per node (shares pack inside a node); enough CPUs per GPU; then the tightest ('fit') or the
         # most CPUs per GPU ('cpus')
@@ -389,6 +388,23 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
     raw = b.policy(routes, default)
     why += fix_aliases(raw, site)
     return raw, why
+
+
+def scaled_counts(counts: dict[int, int], factor: float) -> dict[int, int]:
+    """{share: jobs} times ``factor`` in whole jobs that keep the total (largest remainder; ties: larger share).
+
+    Rounding each class up on its own would inflate a small site's demand: six share sizes of one or two
+    jobs each, scaled by 0.24, would count as six jobs instead of two or three.
+    """
+    exact = {m: n * factor for m, n in counts.items()}
+    total = sum(exact.values())
+    if factor >= 1 or total == 0:
+        return {m: math.ceil(x - 1e-9) for m, x in exact.items()}
+    out = {m: math.floor(x) for m, x in exact.items()}
+    left = max(1, round(total)) - sum(out.values())
+    for m in sorted(exact, key=lambda m: (-(exact[m] - out[m]), -m))[:max(0, left)]:
+        out[m] += 1
+    return {m: n for m, n in out.items() if n}
 
 
 def _whole(site: Site, g: GroupInfo) -> tuple[str, ...]:

@@ -216,9 +216,9 @@ def test_example_policies_plan_into_valid_rendered_policies(policy, which, knobs
 
 
 def lab_mps_everywhere() -> tuple[dict, Demand]:
-    """The small lab with only shares and whole GPUs: every GPU goes to the MPS pool (models weigh 100 and 50)."""
+    """The small lab with mostly shares: every GPU goes to the MPS pool (the models weigh 100 and 50)."""
     base = yaml.safe_load((ETC / "small-lab.yaml").read_text())
-    return base, demand((1, 470, 2, 8), (1, 810, 1, 6), (1, 1000, 2, 8), (0, 0, 4, 1))
+    return base, demand((1, 470, 2, 20), (1, 810, 1, 10), (1, 1000, 2, 1), (0, 0, 4, 1))
 
 
 def test_mps_gpus_of_different_billing_weights_get_separate_tiers():
