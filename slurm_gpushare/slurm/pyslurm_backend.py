@@ -20,6 +20,9 @@ from .model import GresUse, Job, Node, Partition, expand_indexes, gres_from_tres
 from .sacctmgr import AssocRow
 
 FS_USE_PARENT = 0x7FFFFFFF  # SLURMDB_FS_USE_PARENT: FairShare=parent
+# Base states squeue leaves out by default (src/squeue/opts.c: no --states: not finished, or COMPLETING).
+FINISHED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+                      "DEADLINE", "OUT_OF_MEMORY"})
 
 
 class PyslurmClient(CliClient):
@@ -34,7 +37,8 @@ class PyslurmClient(CliClient):
         self.pyslurm = pyslurm
 
     def jobs(self) -> list[Job]:
-        return [job_from_pyslurm(j) for j in self.pyslurm.Jobs.load().values()]
+        """The jobs squeue shows: slurm_load_jobs also returns finished ones until MinJobAge purges them."""
+        return [job_from_pyslurm(j) for j in self.pyslurm.Jobs.load().values() if j.state not in FINISHED]
 
     def nodes(self) -> list[Node]:
         return [node_from_pyslurm(n) for n in self.pyslurm.Nodes.load().values()]
