@@ -21,6 +21,13 @@ What it chooses:
   tiers, in which order (a job may start in any listed tier; Slurm tries them
   in order), and MPS shares rounded to MIG slices.
 
+What it keeps valid on heterogeneous sites: a tier whose mps GPUs would bill
+one mps unit differently (models of different billing weights) is split into
+'<tier>', '<tier>-2', ... (Slurm has one TRESBillingWeights per partition),
+the routes listing the split tiers in turn; a submission alias whose target
+the plan removed (a MIG slice type, shard, mps) is remapped to the same share
+of a GPU or dropped. Each such change has a report line.
+
 When the caller passes ``evaluate`` (a policy mapping -> packing score, e.g.
 the placement simulator on sampled arrivals) the planner tries a few
 candidate pool sizes and CPU thresholds and keeps the best; otherwise it uses
@@ -299,6 +306,17 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
     whole_from_mig = 0
     mig_groups = [g for g in groups if g.mig]
     if mig_frac and mig_groups:
+        # layouts are packed from one model's profiles: the MIG-capable model with the most GPUs (first listed
+        # among equals) holds the pool; another model's GPUs could not take those layouts (an A30 has no 3g.20gb)
+        per_model = Counter()
+        for g in mig_groups:
+            per_model[g.model] += g.gpus * len(g.nodes)
+        top = max(per_model.values())
+        chosen = next(g.model for g in mig_groups if per_model[g.model] == top)
+        if len(per_model) > 1:
+            why.append(f"MIG pool on {chosen} only (the MIG-capable model with the most GPUs; slices are one "
+                       f"model's profiles): not on {', '.join(m for m in per_model if m != chosen)}")
+        mig_groups = [g for g in mig_groups if g.model == chosen]
         model = site.groups[mig_groups[0].index].model
         # isolated classes get a slice even when only the whole-GPU one covers them; with every share on MIG
         # (mig_all) such a share takes a whole GPU from the whole-GPU pool, where whole-GPU jobs can use it too
@@ -408,7 +426,10 @@ def scaled_counts(counts: dict[int, int], factor: float) -> dict[int, int]:
 
 
 def _whole(site: Site, g: GroupInfo) -> tuple[str, ...]:
-    return ("7g.40gb",) if site.groups[g.index].model.name.startswith("A100-SXM4-40GB") else ()
+    """The layout of a MIG-pool GPU the packed layouts did not fill: one slice of the whole GPU."""
+    model = site.groups[g.index].model
+    whole = [p for p in model.mig_profiles if not p.media_extensions and p.fraction(model) >= 1]
+    return (min(whole, key=lambda p: (p.memory_mib, p.name)).name,) if whole else ()
 
 
 def _units(fractions: dict[int, int]) -> int:
@@ -505,8 +526,9 @@ def fix_aliases(raw: dict, before: Site) -> list[str]:
 
     A 'gpu:<type>' target whose type is gone goes to the smallest GPU type of the same model that covers the
     same share of a GPU (a MIG slice or the whole GPU), else to the same share through MPS ('mps:<percent>'),
-    else to a shard when the share is below one GPU; a 'shard' target goes to its share through MPS; an
-    'mps:<percent>' target to the smallest MIG slice that covers it. What has no counterpart is dropped.
+    else to a shard when the share is below one GPU; a 'shard' target goes to the smallest MIG slice covering
+    its share, else to its share through MPS; an 'mps:<percent>' target to the smallest MIG slice that covers
+    it. What has no counterpart is dropped.
     Edits ``raw`` in place; returns one report line per alias changed.
     """
     sub = raw.get("submission") or {}
@@ -535,7 +557,7 @@ def fix_aliases(raw: dict, before: Site) -> list[str]:
             model, share = "", int(arg) / 100
         else:
             continue  # not something the planner removed: validation reports it as written
-        same = sorted((f, t) for t, (m, f) in new.items() if (m == model or kind == "mps" and f < 1) and f >= share - 1e-9)
+        same = sorted((f, t) for t, (m, f) in new.items() if (m == model or kind != "gpu" and f < 1) and f >= share - 1e-9)
         # a share below one GPU keeps its size where it can (a slice, MPS, a shard) before taking a whole GPU
         if same and (same[0][0] < 1 or share >= 1):
             repl = f"gpu:{same[0][1]}"

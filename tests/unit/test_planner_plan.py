@@ -215,6 +215,32 @@ def test_example_policies_plan_into_valid_rendered_policies(policy, which, knobs
     build_site(result.policy, "planned again")  # the mapping the CLI writes out validates on its own
 
 
+@pytest.mark.parametrize("policy", ["small-lab.yaml", "mixed-production.yaml"])
+@pytest.mark.parametrize("which", sorted(MIXED_DEMANDS))
+@pytest.mark.parametrize("mig", [{"mig_fractions": True}, {"isolate_qos": ["LS"]}])
+def test_example_policies_plan_mig_into_valid_rendered_policies(policy, which, mig):
+    """Slices on sites with two MIG-capable models (the small lab's A100 and A30; mixed production's MIG GPUs
+    and a whole-GPU slice where the packed layouts run out): still valid and rendered."""
+    d = MIXED_DEMANDS[which]
+    d = Demand(d.source, {RequestClass(c.num_gpu, c.gpu_milli, c.cpus, c.memory_mib, "LS" if i % 2 else "BE"): n
+                          for i, (c, n) in enumerate(d.counts.items())})
+    result = plan(yaml.safe_load((ETC / policy).read_text()), d, **mig)
+    assert render_all(result.site)
+    build_site(result.policy, "planned again")
+    for g in result.site.groups:  # every MIG layout is one of its own model's
+        for s in g.gpus:
+            if s.mode == "mig":
+                assert check_layout(s.model, s.layout) == [], (g.name, s.layout)
+
+
+def test_mig_pool_is_one_models_and_says_so():
+    base = yaml.safe_load((ETC / "small-lab.yaml").read_text())
+    result = plan(base, demand((1, 140, 1, 12), (1, 1000, 2, 2)), mig_fractions=True)
+    migs = {g.model.name for g in result.site.groups for s in g.gpus if s.mode == "mig"}
+    assert migs == {"A100-SXM4-40GB"}
+    assert any("MIG pool on A100-SXM4-40GB only" in line and "not on A30-24GB" in line for line in result.report)
+
+
 def lab_mps_everywhere() -> tuple[dict, Demand]:
     """The small lab with mostly shares: every GPU goes to the MPS pool (the models weigh 100 and 50)."""
     base = yaml.safe_load((ETC / "small-lab.yaml").read_text())
