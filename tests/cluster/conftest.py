@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -109,3 +111,34 @@ def mig_uuids_by_index(c: TestCluster, node: str = "lab-mig01") -> list[str]:
         elif line.startswith("NodeName="):
             uuids.append(last)
     return uuids
+
+
+def own_cluster(name: str, project: str, write_policy, keep_env: str | None = None):
+    """A cluster in a compose project of its own, for a module that changes nodes or runs another policy.
+
+    ``write_policy(work_dir) -> Path`` writes the policy file the cluster runs. The project is built,
+    a stale one of the same name is cleared, it is brought up, waited idle and given the accounts;
+    it is always taken down afterwards (unless ``keep_env`` names a variable set to 1, for debugging).
+    Not under pytest's basetemp: concurrent pytest runs rotate those away while the cluster uses them.
+    Without docker it skips, or fails under GPUSHARE_REQUIRE_CLUSTER=1. A generator: use it as the body
+    of a module fixture (``yield from own_cluster(...)``).
+    """
+    problem = _docker_problem()
+    if problem:
+        if os.environ.get("GPUSHARE_REQUIRE_CLUSTER") == "1":
+            pytest.fail(f"cluster tier: {problem} (GPUSHARE_REQUIRE_CLUSTER=1)", pytrace=False)
+        pytest.skip(f"cluster tier: {problem}")
+    work = Path(tempfile.mkdtemp(prefix=f"gpushare-{name}-"))
+    cluster = TestCluster(write_policy(work), project=project, workdir=work)
+    try:
+        cluster.build()
+        cluster.write_config()
+        cluster.compose("down", "-v", "--remove-orphans", "-t", "5", timeout=180, check=False)
+        cluster.up()
+        cluster.wait_idle(timeout=300)
+        setup_accounts(cluster)
+        yield cluster
+    finally:
+        if not (keep_env and os.environ.get(keep_env) == "1"):
+            cluster.down()
+            shutil.rmtree(work, ignore_errors=True)

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -52,7 +51,7 @@ import yaml
 from slurm_gpushare.node.relayout import parse_node_gres
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.testcluster.cluster import TestCluster
-from tests.cluster.conftest import POLICY, _docker_problem, mig_uuids_by_index, setup_accounts
+from tests.cluster.conftest import POLICY, own_cluster
 
 PROJECT = os.environ.get("GPUSHARE_GROWTH_PROJECT", "growth")
 NODE = "lab-mig01"
@@ -105,25 +104,7 @@ def growth_policy(path: Path, count: int) -> Path:
 
 @pytest.fixture(scope="module")
 def growth_cluster():
-    problem = _docker_problem()
-    if problem:
-        if os.environ.get("GPUSHARE_REQUIRE_CLUSTER") == "1":
-            pytest.fail(f"cluster tier: {problem} (GPUSHARE_REQUIRE_CLUSTER=1)", pytrace=False)
-        pytest.skip(f"cluster tier: {problem}")
-    work = Path(tempfile.mkdtemp(prefix="gpushare-growth-"))
-    cluster = TestCluster(growth_policy(work / "growth.yaml", 2), project=PROJECT, workdir=work)
-    try:
-        cluster.build()
-        cluster.write_config()
-        cluster.compose("down", "-v", "--remove-orphans", "-t", "5", timeout=180, check=False)
-        cluster.up()
-        cluster.wait_idle(timeout=300)
-        setup_accounts(cluster)
-        yield cluster
-    finally:
-        if os.environ.get("GPUSHARE_GROWTH_KEEP") != "1":
-            cluster.down()
-            shutil.rmtree(work, ignore_errors=True)
+    yield from own_cluster("growth", PROJECT, lambda work: growth_policy(work / "growth.yaml", 2), "GPUSHARE_GROWTH_KEEP")
 
 
 # ---- helpers ----------------------------------------------------------------------------

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -22,7 +20,7 @@ import yaml
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.node.relayout import parse_node_gres
 from slurm_gpushare.testcluster.cluster import TestCluster
-from tests.cluster.conftest import POLICY, _docker_problem, mig_uuids_by_index, setup_accounts
+from tests.cluster.conftest import POLICY, mig_uuids_by_index, own_cluster
 
 PROJECT = os.environ.get("GPUSHARE_HOOKS_PROJECT", "hooks")
 HOOKS = {"prolog": "/usr/local/sbin/gpushare-prolog", "epilog": "/usr/local/sbin/gpushare-epilog",
@@ -48,26 +46,7 @@ def hooks_policy(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def hooks_cluster():
-    problem = _docker_problem()
-    if problem:
-        if os.environ.get("GPUSHARE_REQUIRE_CLUSTER") == "1":
-            pytest.fail(f"cluster tier: {problem} (GPUSHARE_REQUIRE_CLUSTER=1)", pytrace=False)
-        pytest.skip(f"cluster tier: {problem}")
-    # Not under pytest's basetemp: concurrent pytest runs rotate those away while the cluster still uses them.
-    work = Path(tempfile.mkdtemp(prefix="gpushare-hooks-"))
-    cluster = TestCluster(hooks_policy(work / "small-lab-hooks.yaml"), project=PROJECT, workdir=work)
-    try:
-        cluster.build()
-        cluster.write_config()
-        cluster.compose("down", "-v", "--remove-orphans", "-t", "5", timeout=180, check=False)
-        cluster.up()
-        cluster.wait_idle(timeout=300)
-        setup_accounts(cluster)
-        yield cluster
-    finally:
-        if os.environ.get("GPUSHARE_HOOKS_KEEP") != "1":  # keep it up for debugging
-            cluster.down()
-            shutil.rmtree(work, ignore_errors=True)
+    yield from own_cluster("hooks", PROJECT, lambda work: hooks_policy(work / "small-lab-hooks.yaml"), "GPUSHARE_HOOKS_KEEP")
 
 
 # ---- helpers ----------------------------------------------------------------------------

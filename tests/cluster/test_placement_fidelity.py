@@ -20,8 +20,6 @@ import json
 import math
 import os
 import re
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -37,7 +35,7 @@ from slurm_gpushare.planner.slurmmodel import SlurmState
 from slurm_gpushare.planner.trace import TRACE_DIR, load_pods
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.testcluster.cluster import TestCluster
-from tests.cluster.conftest import POLICY, _docker_problem, setup_accounts
+from tests.cluster.conftest import POLICY, own_cluster
 
 USER, ACCOUNT = "carol", "biology"  # no quota: only the hardware limits placement
 MIG_TYPE = "a100_40g_1g.5gb"
@@ -226,28 +224,17 @@ def planned_raw(pods: list[Pod]) -> dict:
     return plan(base, from_pods(pods, "fidelity sample")).policy
 
 
+def write_planned(work: Path) -> Path:
+    path = work / "planned.yaml"
+    raw = planned_raw(trace_sample(seed=PLANNED_SEED))
+    path.write_text("# planned by gpushare plan for the fidelity sample\n" + yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
 @pytest.fixture(scope="module")
 def planned_cluster():
-    problem = _docker_problem()
-    if problem:
-        if os.environ.get("GPUSHARE_REQUIRE_CLUSTER") == "1":
-            pytest.fail(f"cluster tier: {problem} (GPUSHARE_REQUIRE_CLUSTER=1)", pytrace=False)
-        pytest.skip(f"cluster tier: {problem}")
-    work = Path(tempfile.mkdtemp(prefix="gpushare-planned-"))
-    path = work / "planned.yaml"
-    path.write_text("# planned by gpushare plan for the fidelity sample\n" + yaml.safe_dump(planned_raw(trace_sample(seed=PLANNED_SEED)), sort_keys=False))
-    c = TestCluster(path, project=PLANNED_PROJECT, workdir=work)
-    try:
-        c.build()
-        c.write_config()
-        c.compose("down", "-v", "--remove-orphans", "-t", "5", timeout=180, check=False)
-        c.up()
-        c.wait_idle(timeout=300)
-        setup_accounts(c)
-        yield c, path
-    finally:
-        c.down()
-        shutil.rmtree(work, ignore_errors=True)
+    for c in own_cluster("planned", PLANNED_PROJECT, write_planned):
+        yield c, c.policy
 
 
 def test_simulator_places_a_trace_sample_as_slurm_does_on_a_planned_policy(planned_cluster):
