@@ -9,7 +9,6 @@ from __future__ import annotations
 SQUEUE_JSON = ("squeue", "--all", "--json")
 NODES_JSON = ("scontrol", "show", "node", "--json")
 PARTITIONS_JSON = ("scontrol", "show", "partition", "--json")
-SINFO_JSON = ("sinfo", "--json")
 RECONFIGURE = ("scontrol", "reconfigure")
 VERSION = ("scontrol", "--version")
 
