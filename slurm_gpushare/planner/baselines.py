@@ -104,10 +104,8 @@ def pick_max(scores: np.ndarray, ok: np.ndarray, rank: np.ndarray) -> int:
     return int(best[np.argmin(rank[best])]) if len(best) > 1 else int(best[0])
 
 
-class BestFit:
-    """The paper's BestFit (05-BestFit in its published results)."""
-
-    name = "BestFit"
+class _PaperPolicy:
+    """What BestFit and Random share: the paper's node state on a GPU kind (milli shares unless given)."""
 
     def __init__(self, kind: GpuKind | None = None):
         self._kind = kind
@@ -115,6 +113,15 @@ class BestFit:
     def start(self, cluster: SimCluster, pods: tuple[Pod, ...], rng: np.random.Generator) -> None:
         self.s = PaperState(cluster, pods, self._kind or milli_kind(pods), rng)
         self.rng = rng
+
+    def metrics(self) -> dict[str, float]:
+        return self.s.metrics()
+
+
+class BestFit(_PaperPolicy):
+    """The paper's BestFit (05-BestFit in its published results)."""
+
+    name = "BestFit"
 
     def place(self, pod: int) -> bool:
         s = self.s
@@ -130,9 +137,6 @@ class BestFit:
         s.commit(pod, node, gpu)
         return True
 
-    def metrics(self) -> dict[str, float]:
-        return self.s.metrics()
-
 
 def best_fit_score(cpu_left: np.ndarray, gpu_left: np.ndarray, cpu_req: int, gpu_req: int) -> np.ndarray:
     """best_fit_score.go ``getBestFitScore``, in the same float64 operation order, truncated like int64()."""
@@ -141,17 +145,10 @@ def best_fit_score(cpu_left: np.ndarray, gpu_left: np.ndarray, cpu_req: int, gpu
     return np.trunc((1.0 - score) * 100.0).astype(np.int64)
 
 
-class RandomPolicy:
+class RandomPolicy(_PaperPolicy):
     """The paper's Random (01-Random): a uniformly random feasible node, a random fitting GPU."""
 
     name = "Random"
-
-    def __init__(self, kind: GpuKind | None = None):
-        self._kind = kind
-
-    def start(self, cluster: SimCluster, pods: tuple[Pod, ...], rng: np.random.Generator) -> None:
-        self.s = PaperState(cluster, pods, self._kind or milli_kind(pods), rng)
-        self.rng = rng
 
     def place(self, pod: int) -> bool:
         ok, gpu_ok = self.s.fits(pod)
@@ -165,9 +162,6 @@ class RandomPolicy:
             gpu = int(gpus[self.rng.integers(len(gpus))])
         self.s.commit(pod, node, gpu)
         return True
-
-    def metrics(self) -> dict[str, float]:
-        return self.s.metrics()
 
 
 __all__ = ["GPU_MILLI", "BestFit", "PaperState", "RandomPolicy", "best_fit_score", "pick_max"]

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,15 @@ def own_cluster(name: str, project: str, write_policy, keep_env: str | None = No
         if not (keep_env and os.environ.get(keep_env) == "1"):
             cluster.down()
             shutil.rmtree(work, ignore_errors=True)
+
+
+def wait_for(what: str, probe, timeout: float = 60, every: float = 1.0):
+    """Poll ``probe`` until it returns something true; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    value = probe()
+    while not value:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)
+        value = probe()
+    return value

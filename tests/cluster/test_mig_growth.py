@@ -51,7 +51,7 @@ import yaml
 from slurm_gpushare.node.relayout import parse_node_gres
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.testcluster.cluster import TestCluster
-from tests.cluster.conftest import POLICY, own_cluster
+from tests.cluster.conftest import POLICY, own_cluster, wait_for
 
 PROJECT = os.environ.get("GPUSHARE_GROWTH_PROJECT", "growth")
 NODE = "lab-mig01"
@@ -118,17 +118,6 @@ def node_py(c: TestCluster, *args: str):
 def submit(c: TestCluster, script: str, user: str = "carol", account: str = "biology") -> int:
     return c.sbatch(ENV_SCRIPT + script, user=user, account=account, output="/shared/growth-%j.out",
                     gres=f"gpu:{MIG_TYPE}:1")
-
-
-def wait_for(what: str, probe, timeout: float = 90, every: float = 1.0):
-    deadline = time.monotonic() + timeout
-    value = probe()
-    while not value:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)
-        value = probe()
-    return value
 
 
 def job_state(c: TestCluster, job: int) -> str:
@@ -210,8 +199,8 @@ def test_grow_mig_layout_in_place_while_a_job_runs(growth_cluster):
 
     # A long job on one instance, with a pretend CUDA process on it.
     long_job = submit(c, "sleep 150\necho long-done\n")
-    wait_for(f"job {long_job} running", lambda: job_state(c, long_job) == "RUNNING")
-    env = wait_for(f"job {long_job}'s environment", lambda: env_of(c, long_job).get("CUDA_VISIBLE_DEVICES"))
+    wait_for(f"job {long_job} running", lambda: job_state(c, long_job) == "RUNNING", timeout=90)
+    env = wait_for(f"job {long_job}'s environment", lambda: env_of(c, long_job).get("CUDA_VISIBLE_DEVICES"), timeout=90)
     mine = next(d for d in node_py(c, "devices") if d["uuid"] == env)
     c.exec(NODE, ["gpushare", "node", "fake-nvml", "add-process", "--state", FAKE, "--gpu", "0", "--pid", "4242",
                   "--gi", str(mine["gi"]), "--ci", str(mine["ci"]), "--used-mib", "1000"])
@@ -244,7 +233,7 @@ def test_grow_mig_layout_in_place_while_a_job_runs(growth_cluster):
     print("slurmctld log:\n" + killed)
     assert f"_find_invalid_job_gres_on_node: Killing job {long_job}: gres/gpu count mismatch on node {NODE} (2 != 3)" in killed
     assert f"Aborting JobId={long_job} due to use of invalid GRES configuration" in killed
-    first = wait_for(f"job {long_job}'s first run ended", lambda: [r for r in runs(c, long_job) if r["State"] == "REQUEUED"])
+    first = wait_for(f"job {long_job}'s first run ended", lambda: [r for r in runs(c, long_job) if r["State"] == "REQUEUED"], timeout=90)
     print("sacct -D:", *runs(c, long_job), sep="\n  ")
     assert first[0]["End"] != "Unknown"
     out = c.read_shared(f"growth-{long_job}.out")
@@ -255,7 +244,7 @@ def test_grow_mig_layout_in_place_while_a_job_runs(growth_cluster):
     jobs = [submit(c, "sleep 15\n", user=u, account=a)
             for u, a in (("carol", "biology"), ("dave", "biology-imaging"), ("alice", "physics"))]
     wait_for("three jobs running at once", lambda: all(job_state(c, j) == "RUNNING" for j in jobs), timeout=90)
-    uuids = {wait_for(f"job {j}'s env", lambda j=j: env_of(c, j).get("CUDA_VISIBLE_DEVICES")) for j in jobs}
+    uuids = {wait_for(f"job {j}'s env", lambda j=j: env_of(c, j).get("CUDA_VISIBLE_DEVICES"), timeout=90) for j in jobs}
     assert uuids == {d["uuid"] for d in devices3}, (uuids, devices3)
     for j in jobs:
         r = c.wait(j, timeout=120)
@@ -263,7 +252,7 @@ def test_grow_mig_layout_in_place_while_a_job_runs(growth_cluster):
 
     # Route 2: only the node's slurmd re-reads its gres.conf (SIGHUP); slurmctld keeps slurm.conf's 3.
     job2 = submit(c, "sleep 120\necho second-done\n")
-    wait_for(f"job {job2} running", lambda: job_state(c, job2) == "RUNNING")
+    wait_for(f"job {job2} running", lambda: job_state(c, job2) == "RUNNING", timeout=90)
     grow(c, 4)
     c.exec(NODE, ["bash", "-c", "kill -HUP $(cat /run/slurmd.pid)"])
     ignored = wait_for("slurmd's re-read of gres.conf", lambda: slurmd_log(c, "Ignoring extra GRES"), timeout=30)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ import yaml
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.node.relayout import parse_node_gres
 from slurm_gpushare.testcluster.cluster import TestCluster
-from tests.cluster.conftest import POLICY, mig_uuids_by_index, own_cluster
+from tests.cluster.conftest import POLICY, mig_uuids_by_index, own_cluster, wait_for
 
 PROJECT = os.environ.get("GPUSHARE_HOOKS_PROJECT", "hooks")
 HOOKS = {"prolog": "/usr/local/sbin/gpushare-prolog", "epilog": "/usr/local/sbin/gpushare-epilog",
@@ -78,17 +77,6 @@ def journals(c: TestCluster, node: str) -> list[str]:
 def mps_daemons(c: TestCluster, node: str = "lab-mps01") -> list[str]:
     out = node_shell(c, node, "pgrep -a -f '[n]vidia-cuda-mps-control -d' || true").stdout
     return [line for line in out.splitlines() if line.strip()]
-
-
-def wait_for(what: str, probe, timeout: float = 60, every: float = 1.0):
-    deadline = time.monotonic() + timeout
-    value = probe()
-    while not value:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)
-        value = probe()
-    return value
 
 
 def wait_clean(c: TestCluster, node: str, timeout: float = 90) -> None:
