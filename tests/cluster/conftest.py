@@ -155,3 +155,30 @@ def wait_for(what: str, probe, timeout: float = 60, every: float = 1.0):
         time.sleep(every)
         value = probe()
     return value
+
+
+def wait_quiet(c: TestCluster, timeout: float = 180) -> None:
+    """No job of anyone left (earlier tests' epilogs included), every node idle and none still COMPLETING,
+    and slurmdbd has recorded the end of every job the controller no longer has.
+
+    A completing node gets a higher scheduling weight (cons_tres ``_set_sched_weight``) and keeps a
+    COMPLETING flag, and a job end slurmdbd has not stored yet reads as still running: tests that
+    compare placements, node states or usage records start from a quiet cluster."""
+    deadline = time.monotonic() + timeout
+    while True:
+        queue = c.slurm(["squeue", "-h", "-o", "%i"]).stdout.strip()
+        states = c.node_states()
+        quiet = not queue and all(s["base"] == "IDLE" and "COMPLETING" not in s["state"] for s in states.values())
+        unrecorded = unrecorded_ends(c) if quiet else []
+        if quiet and not unrecorded:
+            return
+        assert time.monotonic() < deadline, (
+            f"cluster not quiet after {timeout:.0f} s: queue {queue!r}, nodes {states}, ends not in slurmdbd {unrecorded}")
+        time.sleep(1)
+
+
+def unrecorded_ends(c: TestCluster, running: frozenset[int] = frozenset()) -> list[str]:
+    """Jobs of the last day whose end slurmdbd has not stored (End=Unknown in sacct), but for ``running``."""
+    out = c.slurm(["sacct", "-a", "-X", "-n", "-P", "-o", "JobID,End", "-S", "now-1days"]).stdout
+    return [line for line in out.splitlines()
+            if line.endswith("|Unknown") and int(line.split("|")[0].split("_")[0]) not in running]

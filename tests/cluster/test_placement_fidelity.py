@@ -20,7 +20,6 @@ import json
 import math
 import os
 import re
-import time
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +34,7 @@ from slurm_gpushare.planner.slurmmodel import SlurmState
 from slurm_gpushare.planner.trace import TRACE_DIR, load_pods
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.testcluster.cluster import TestCluster
-from tests.cluster.conftest import POLICY, own_cluster
+from tests.cluster.conftest import POLICY, own_cluster, wait_quiet
 
 USER, ACCOUNT = "carol", "biology"  # no quota: only the hardware limits placement
 MIG_TYPE = "a100_40g_1g.5gb"
@@ -185,29 +184,14 @@ def compare(pods: list[Pod], sim: list, real: list) -> list[str]:
             for p, s, r in zip(pods, sim, real, strict=True) if s != r]
 
 
-def wait_empty(c: TestCluster, timeout: float = 180) -> None:
-    """No job of anyone left (earlier tests' epilogs included) and every node idle, none still COMPLETING.
-
-    A completing node gets a higher scheduling weight (cons_tres ``_set_sched_weight``), which the
-    simulator does not model: the replay must start from quiet nodes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        queue = c.slurm(["squeue", "-h", "-o", "%i"]).stdout.strip()
-        states = c.node_states()
-        if not queue and all(s["base"] == "IDLE" and "COMPLETING" not in s["state"] for s in states.values()):
-            return
-        assert time.monotonic() < deadline, f"cluster not quiet after {timeout:.0f} s: queue {queue!r}, nodes {states}"
-        time.sleep(1)
-
-
 # ---- the tests ---------------------------------------------------------------------------------
 
 
 def _check(c: TestCluster, site, pods: list[Pod]) -> None:
-    wait_empty(c)
+    wait_quiet(c)
     sim = simulated(site, pods)
     real = replayed(c, pods)
-    wait_empty(c)
+    wait_quiet(c)
     placed = [r for r in real if r]
     kinds = {r[1] for r in placed}
     assert sim == real, "simulator and Slurm disagree:\n" + "\n".join(compare(pods, sim, real))

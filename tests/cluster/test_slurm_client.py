@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from slurm_gpushare.slurm import commands
+from tests.cluster.conftest import unrecorded_ends, wait_for, wait_quiet
 
 RUNNING = {  # what: (sbatch options, the GRES the job's node must show it holding)
     "gpu": ({"gres": "gpu:l40s:1", "nodelist": "lab-excl01"}, "gpu:l40s"),
@@ -45,7 +46,9 @@ def _has_pyslurm(c) -> str | None:
 
 @pytest.fixture(scope="module")
 def frozen(cluster):
-    """Running GPU jobs of every kind and held pending ones; taken away afterwards."""
+    """Running GPU jobs of every kind and held pending ones, on a cluster quiet before; taken away afterwards,
+    and the cluster quiet again (no node left COMPLETING for the next module)."""
+    wait_quiet(cluster)
     since = int(cluster.slurm(["date", "+%s"]).stdout) - 60
     jobs = {}
     for what, (opts, _) in RUNNING.items():
@@ -63,6 +66,7 @@ def frozen(cluster):
         yield since, jobs, held
     finally:
         cluster.slurm(["scancel", *map(str, [*jobs.values(), *held])], check=False)
+        wait_quiet(cluster)
 
 
 def test_cli_view_matches_what_was_submitted(cluster, frozen):
@@ -112,6 +116,12 @@ def test_both_backends_read_the_same(cluster, frozen):
 def test_usage_and_fairshare_through_pyslurm(cluster, frozen):
     if _has_pyslurm(cluster) is None:
         pytest.skip(f"no pyslurm in the {cluster.suite} image")
+    # Usage of jobs still running (the frozen ones) is clipped to the window's end, so both reads agree;
+    # a job that ended but whose end slurmdbd has not stored yet would read as running in one read and
+    # ended in the other: wait until slurmdbd has every end but the frozen jobs'.
+    _, jobs, held = frozen
+    wait_for("slurmdbd to store every ended job's end",
+             lambda: not unrecorded_ends(cluster, frozenset([*jobs.values(), *held])), timeout=60)
     now = int(cluster.slurm(["date", "+%s"]).stdout)
     stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))  # noqa: E731
     args = ["gpushare", "usage", "--since", stamp(now - 86400), "--until", stamp(now), "--tz", "UTC",
