@@ -351,7 +351,11 @@ def record_from_pyslurm(job, tres: dict[str, tuple[str, str]] | None = None) -> 
     """A pyslurm.db.Job as a JobRecord; its TRES from ``tres`` (job id -> (AllocTRES, ReqTRES), from sacct)."""
     array = getattr(job, "array_id", None)
     task = getattr(job, "array_task_id", None)
-    job_id = f"{array}_{task}" if array and task is not None and array != job.id else str(job.id)
+    # every array task as sacct prints it, ARRAY_TASK, the task that keeps the array's own job id included.
+    # pyslurm's u32_parse reads 0 as "not set", so task 0 comes back None: a started record of an array is a task
+    if array and task is None and job.start_time:
+        task = 0
+    job_id = f"{array}_{task}" if array and task is not None else str(job.id)
     alloc, req = (tres or {}).get(job_id, ("", ""))
     return JobRecord(
         job_id=job_id, user=job.user_name or "", account=job.account or "", partition=job.partition or "",

@@ -174,6 +174,13 @@ def test_pyslurm_job_as_record():
     assert (rec.job_id, rec.start, rec.end, rec.req_tres) == ("42", float(T0), float(T0 + 60), "gres/gpu=1")
     task = types.SimpleNamespace(**{**vars(job), "id": 43, "array_id": 40, "array_task_id": 3, "end_time": 0})
     assert (record_from_pyslurm(task).job_id, record_from_pyslurm(task).end) == ("40_3", None)
+    # the array's last task keeps the array's job id; sacct still prints it as 40_4, and its TRES join on that
+    last = types.SimpleNamespace(**{**vars(job), "id": 40, "array_id": 40, "array_task_id": 4})
+    rec = record_from_pyslurm(last, {"40_4": ("billing=1,gres/shard=1", "gres/shard=1")})
+    assert (rec.job_id, rec.alloc_tres) == ("40_4", "billing=1,gres/shard=1")
+    # task 0: pyslurm reads the 0 as "not set" (u32_parse), so array_task_id is None for a task that ran
+    first = types.SimpleNamespace(**{**vars(job), "id": 41, "array_id": 40, "array_task_id": None})
+    assert record_from_pyslurm(first).job_id == "40_0"
 
 
 def test_many_records_stream_in_constant_memory():
