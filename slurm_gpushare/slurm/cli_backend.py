@@ -155,7 +155,14 @@ def job_from_json(j: dict) -> Job:
         partition=j.get("partition") or "", qos=j.get("qos") or "", state=state[0] if state else "",
         reason=j.get("state_reason") or "", nodes=j.get("nodes") or "",
         gres_request=parse_gres_config(j.get("tres_per_node")), gres_alloc=alloc,
+        submit_time=_time(j.get("submit_time")),
     )
+
+
+def _time(value) -> int | None:
+    """A data_parser time ({"set", "number"} or a bare number) as epoch seconds; None when unset or 0."""
+    number = _num(value)
+    return int(number) if number else None
 
 
 def _allocated_nodes(j: dict, n: int) -> list[str]:

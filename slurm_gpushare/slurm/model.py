@@ -39,6 +39,7 @@ class Job:
     nodes: str  # Slurm's node list ("" while pending)
     gres_request: dict[str, int] = field(default_factory=dict)  # tres_per_node: {"gpu:l40s": 1}
     gres_alloc: dict[str, dict[str, GresUse]] = field(default_factory=dict)  # node -> gres -> use
+    submit_time: int | None = None  # epoch seconds slurmctld took the job (None: Slurm did not say)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -72,7 +72,8 @@ JOB = {"job_id": 36, "name": "wrap", "user_name": "carol", "account": "biology",
        "job_state": ["RUNNING"], "state_reason": "None", "nodes": "lab-excl01", "tres_per_node": "gres/gpu:1",
        "gres_detail": ["gpu:l40s:1(IDX:0)"], "array_job_id": {"set": True, "number": 0},
        "array_task_id": {"set": False, "number": 0},
-       "job_resources": {"nodes": {"allocation": [{"index": 0, "name": "lab-excl01"}]}}}
+       "job_resources": {"nodes": {"allocation": [{"index": 0, "name": "lab-excl01"}]}},
+       "submit_time": {"set": True, "infinite": False, "number": 1796288833}}
 
 
 def test_job_from_squeue_json():
@@ -81,6 +82,8 @@ def test_job_from_squeue_json():
     assert job.gres_request == {"gpu": 1}
     assert job.gres_alloc == {"lab-excl01": {"gpu:l40s": GresUse(1, (0,))}}
     assert job.array_job_id is None and job.array_task_id is None
+    assert job.submit_time == 1796288833
+    assert job_from_json({**JOB, "submit_time": {"set": False, "number": 0}}).submit_time is None
     pending = job_from_json({**JOB, "job_state": ["PENDING"], "nodes": "", "gres_detail": [], "job_resources": {}})
     assert pending.gres_alloc == {} and pending.state == "PENDING"
 
@@ -99,7 +102,7 @@ def test_node_from_json():
 def test_pyslurm_job_converts_like_the_cli():
     pj = SimpleNamespace(
         id=36, array_id=None, array_task_id=None, name="wrap", user_name="carol", account="biology", partition="batch",
-        qos="batch", state="RUNNING", state_reason="None", allocated_nodes="lab-excl01",
+        qos="batch", state="RUNNING", state_reason="None", allocated_nodes="lab-excl01", submit_time=1796288833,
         gres_per_node={"gres/gpu": 1},  # pyslurm's to_gres_dict keeps the "gres/" of tres_per_node
         get_resource_layout_per_node=lambda: {"lab-excl01": {"gres": {"gpu:l40s": {"count": 1, "indexes": "0"}}}})
     assert job_from_pyslurm(pj) == job_from_json(JOB)
@@ -203,4 +206,5 @@ def test_cli_parser_on_recorded_output(where):
         assert view[part] == want[part], part
     kinds = {k.split(":")[0] for j in view["jobs"] for use in j["gres_alloc"].values() for k in use}
     assert kinds >= {"gpu"}, kinds
+    assert all(isinstance(j["submit_time"], int) and j["submit_time"] > 1.7e9 for j in view["jobs"])
     assert any(j["state"] == "PENDING" for j in view["jobs"]) and any(j["state"] == "RUNNING" for j in view["jobs"])
