@@ -12,6 +12,13 @@ Two modes:
         docker exec -i <project>_slurmctld_1 /opt/gpushare/bin/python3 - --live --submit 2000 \\
           < bench/slurm_client.py
 
+  large (from the host, on a running test cluster: `gpushare testcluster up --project P`): makes the
+      cluster large first, then runs the live mode in it. slurmctld gets --nodes more nodes (State=CLOUD,
+      8 GPUs each, in a partition `bench`: real node records that no slurmd answers for) and is restarted;
+      then --jobs held jobs are submitted (half GPU jobs in `bench`, half in the default partition):
+        python3 bench/slurm_client.py --large P --nodes 1000 --jobs 9990
+      It changes that cluster's slurm.conf: take the cluster down afterwards.
+
 Prints one line per backend and the pyslurm/CLI ratio. Figures, never assertions.
 """
 
@@ -100,14 +107,58 @@ def live(submit: int) -> None:
         subprocess.run(["scancel", "-n", "bench"], check=False)
 
 
+def large(project: str, n_nodes: int, n_jobs: int) -> None:
+    """Grow a running test cluster to n_nodes more nodes and n_jobs held jobs, then run --live inside it."""
+    import subprocess
+
+    ctl = f"{project}_slurmctld_1"
+
+    def sh(script: str, user: str = "root") -> str:
+        argv = ["docker", "exec", ctl, "su", user, "-c", script]
+        return subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+
+    lines = [f"NodeName=bench[0001-{n_nodes:04d}] CPUs=64 RealMemory=512000 Gres=gpu:l40s:8 State=CLOUD",
+             f"PartitionName=bench Nodes=bench[0001-{n_nodes:04d}] Default=NO State=UP"]
+    conf = sh("cat /etc/slurm/slurm.conf")
+    if "PartitionName=bench " not in conf:
+        # slurmctld reads gres.conf (its Include of the node-local MIG file too) when nodes change
+        sh("touch /etc/slurm/gres.d/gpushare-mig.conf && printf '%s\\n' " + " ".join(f"'{l}'" for l in lines)
+           + " >> /etc/slurm/slurm.conf")
+        subprocess.run(["docker", "restart", ctl], check=True, capture_output=True)
+    t = time.perf_counter()
+    while time.perf_counter() - t < 60:
+        res = subprocess.run(["docker", "exec", ctl, "sinfo", "-h", "-p", "bench", "-o", "%D"],
+                             capture_output=True, text=True)
+        if res.returncode == 0 and res.stdout.strip() == str(n_nodes):
+            break
+        time.sleep(1)
+    else:
+        raise SystemExit(f"slurmctld did not come back with {n_nodes} bench nodes")
+    have = int(sh("squeue -h -n bench | wc -l"))
+    half = max(0, n_jobs - have) // 2
+    rest = max(0, n_jobs - have) - half
+    t = time.perf_counter()
+    sh(f"for i in $(seq {half}); do sbatch -H -A physics -p bench --gres=gpu:l40s:1 --wrap true -o /dev/null "
+       f"-J bench >/dev/null; done; for i in $(seq {rest}); do sbatch -H -A physics --gres=gpu:1 --wrap true "
+       f"-o /dev/null -J bench >/dev/null; done", user="alice")
+    print(f"{project}: {n_nodes} bench nodes; {half + rest} held jobs submitted in {time.perf_counter() - t:.0f} s")
+    script = Path(__file__).read_text()
+    res = subprocess.run(["docker", "exec", "-i", ctl, "/opt/gpushare/bin/python3", "-", "--live"],
+                         input=script, capture_output=True, text=True)
+    print(res.stdout + res.stderr, end="")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=10000)
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--live", action="store_true")
     ap.add_argument("--submit", type=int, default=0)
+    ap.add_argument("--large", metavar="PROJECT", help="grow this running test cluster, then run --live in it")
     args = ap.parse_args()
-    if args.live:
+    if args.large:
+        large(args.large, args.nodes, args.jobs)
+    elif args.live:
         live(args.submit)
     else:
         replay(args.jobs, args.nodes)
