@@ -25,7 +25,9 @@
 #                   checkout; built only when its X.Y is the image's Slurm)
 #
 # Images produced: debian:<suite>-slim (base, from debootstrap),
-# gpushare-slurm:<SLURM_SUITE>, gpushare-mariadb:<MARIADB_SUITE>.
+# gpushare-slurm:<SLURM_SUITE>, gpushare-mariadb:<MARIADB_SUITE>,
+# gpushare-prometheus:trixie (Debian's prometheus; trixie whatever SLURM_SUITE,
+# the test cluster's Prometheus server when a project asks for one).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -143,8 +145,10 @@ stage_pyslurm() {  # docker/.build/pyslurm/: the pyslurm source the image's own 
 docker info >/dev/null 2>&1 || die "docker daemon not reachable (run with --install to start one)"
 command -v docker-compose >/dev/null || log "warning: docker-compose not installed (run with --install)"
 
+PROM_SUITE=trixie
 ensure_base "$SUITE"
 ensure_base "$DB_SUITE"
+ensure_base "$PROM_SUITE"
 
 wheel_arg=required
 build_wheel || wheel_arg=none
@@ -163,4 +167,5 @@ build_image() {  # tag dockerfile build-args...
 build_image "gpushare-slurm:$SUITE" Dockerfile \
   --build-arg SUITE="$SUITE" --build-arg GPUSHARE_WHEEL="$wheel_arg"
 build_image "gpushare-mariadb:$DB_SUITE" Dockerfile.mariadb --build-arg SUITE="$DB_SUITE"
-log "done: gpushare-slurm:$SUITE gpushare-mariadb:$DB_SUITE"
+build_image "gpushare-prometheus:$PROM_SUITE" Dockerfile.prometheus --build-arg SUITE="$PROM_SUITE"
+log "done: gpushare-slurm:$SUITE gpushare-mariadb:$DB_SUITE gpushare-prometheus:$PROM_SUITE"

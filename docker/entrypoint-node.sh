@@ -9,6 +9,12 @@
 # arguments are passed to it.
 #   GPUSHARE_FAKE_GPUS=0   make no device files
 #   GPUSHARE_NODE_SETUP=0  skip docker/node-setup.sh (fake NVML, MIG, gres include)
+#   GPUSHARE_NODE_EXPORTER=0  do not start prometheus-node-exporter
+# prometheus-node-exporter (:9100) runs in the background with the textfile
+# collector on the directory node-setup.sh found in the policy (metrics.
+# textfile_dir; Debian's /var/lib/prometheus/node-exporter when unset) and the
+# cpu and meminfo collectors only: the others read host or privileged files
+# that make no sense, or fail, in a container. Log: /var/log/node-exporter.log.
 set -euo pipefail
 LIB=/usr/local/lib/gpushare-docker
 NODE=${SLURMD_NODENAME:-$(hostname -s)}
@@ -26,6 +32,20 @@ if [[ ${GPUSHARE_FAKE_GPUS:-1} == 1 && -f /etc/slurm/gres.conf ]]; then
   rc=0; python3 "$LIB/fake_gpus.py" --gres-conf /etc/slurm/gres.conf --node "$NODE" || rc=$?
   if ((rc == 3)); then say "gres.conf Includes a file that does not exist; not starting slurmd"; exit 1; fi
   ((rc == 0)) || exit "$rc"
+fi
+
+if [[ ${GPUSHARE_NODE_EXPORTER:-1} == 1 ]]; then
+  if command -v prometheus-node-exporter >/dev/null; then
+    textfile_dir=/var/lib/prometheus/node-exporter
+    [[ -s /run/gpushare-textfile-dir ]] && textfile_dir=$(cat /run/gpushare-textfile-dir)
+    mkdir -p "$textfile_dir"
+    prometheus-node-exporter --web.listen-address=:9100 --collector.disable-defaults \
+      --collector.textfile --collector.textfile.directory="$textfile_dir" \
+      --collector.cpu --collector.meminfo >>/var/log/node-exporter.log 2>&1 &
+    say "prometheus-node-exporter on :9100, textfile directory $textfile_dir (pid $!)"
+  else
+    say "no prometheus-node-exporter in this image; not started"
+  fi
 fi
 
 "$LIB/entrypoint.sh" munged

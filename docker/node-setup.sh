@@ -7,6 +7,8 @@
 #   3. `gpushare node gres-conf`: the node's gres.conf include (MIG devices,
 #      empty on other nodes) at the policy's cluster.paths.gres_include
 #   4. /etc/gpushare/node.yaml: policy, fake NVML and state dir for the node hooks
+#   5. /run/gpushare-textfile-dir: the policy's metrics.textfile_dir, for the
+#      node_exporter entrypoint-node.sh starts (absent when the policy sets none)
 # Needs the slurm-gpushare package in the image and the policy mounted at
 # $GPUSHARE_POLICY (compose: GPUSHARE_POLICY_FILE on the host). Skipped, with a
 # message, when either is missing.
@@ -19,16 +21,19 @@ say() { echo "gpushare-node-setup[$NODE]: $*" >&2; }
 if ! command -v gpushare >/dev/null; then say "no gpushare command in this image; skipped"; exit 0; fi
 if [[ ! -s $POLICY ]]; then say "no policy at $POLICY; skipped"; exit 0; fi
 
-read -r model count mig state_dir < <(/opt/gpushare/bin/python - "$POLICY" "$NODE" <<'PY'
+read -r model count mig state_dir textfile_dir < <(/opt/gpushare/bin/python - "$POLICY" "$NODE" <<'PY'
 import sys
 from slurm_gpushare.policy import load_file
 site = load_file(sys.argv[1])
 group = site.group_for_node(sys.argv[2])
 mig = ",".join(str(s.index) for s in group.gpus if s.mode == "mig")
-print(group.model.name, len(group.gpus), mig or "-", site.cluster.paths.state_dir)
+metrics = getattr(site, "metrics", None)
+textfile_dir = getattr(metrics, "textfile_dir", None) or "-"
+print(group.model.name, len(group.gpus), mig or "-", site.cluster.paths.state_dir, textfile_dir)
 PY
 )
 [[ $mig == - ]] && mig=
+if [[ $textfile_dir == - ]]; then rm -f /run/gpushare-textfile-dir; else echo "$textfile_dir" >/run/gpushare-textfile-dir; fi
 mkdir -p "$(dirname "$STATE")"
 gpushare node fake-nvml init --state "$STATE" --model "$model" --count "$count" --mig "$mig" --force
 export GPUSHARE_FAKE_NVML=$STATE

@@ -23,7 +23,7 @@ from ..render import render_all
 from ..slurm import commands
 from ..slurm.client import CliClient
 from ..slurm.parsable import parse_scontrol_oneliners  # noqa: F401  (tests import it from here)
-from .compose import nodes, nodes_compose
+from .compose import PROMETHEUS_PORT, nodes, nodes_compose, prometheus_config
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER_DIR = REPO / "docker"
@@ -45,6 +45,9 @@ class TestCluster:
     workdir: Path = field(default_factory=lambda: Path("/tmp/gpushare-testcluster"))
     docker_dir: Path = DOCKER_DIR
     runner: object = run
+    # A Prometheus server in the project (service ``prometheus``), scraping the
+    # controller exporter and every node's node_exporter.
+    prometheus: bool = False
     site: Site = field(init=False)
 
     def __post_init__(self) -> None:
@@ -66,7 +69,11 @@ class TestCluster:
         site = site or self.site
         for name, text in render_all(site).items():
             atomic_write(self.conf_dir / name, text)
-        atomic_write(self.workdir / "nodes.yml", nodes_compose(site))
+        prom = None
+        if self.prometheus:
+            prom = self.workdir / "prometheus.yml"
+            atomic_write(prom, prometheus_config(site, site.cluster.controller))
+        atomic_write(self.workdir / "nodes.yml", nodes_compose(site, str(prom) if prom else None))
 
     @property
     def env(self) -> dict[str, str]:
@@ -186,6 +193,35 @@ class TestCluster:
     def sacct(self, job_id: int | None = None, extra: list[str] | None = None) -> list[dict]:
         out = self.slurm(commands.sacct_jobs(self.SACCT_FIELDS, job_id, extra)).stdout
         return [dict(zip(self.SACCT_FIELDS, line.split("|"))) for line in out.splitlines() if line.strip()]
+
+    def prometheus_api(self, path: str, params: dict[str, str] | None = None, timeout: float = 30) -> dict:
+        """GET Prometheus's HTTP API (``/api/v1/<path>``) inside its container; the decoded JSON.
+
+        Raises ClusterError naming the request when Prometheus answers an error."""
+        import json
+        from urllib.parse import urlencode
+
+        url = f"http://localhost:{PROMETHEUS_PORT}/api/v1/{path}" + (f"?{urlencode(params)}" if params else "")
+        # wget prints the body of an HTTP error too (--content-on-error): Prometheus's error JSON.
+        res = self.exec("prometheus", ["wget", "-q", "--content-on-error", "-O", "-", url], timeout=timeout, check=False)
+        try:
+            doc = json.loads(res.stdout)
+        except ValueError:
+            raise ClusterError(f"Prometheus {path} {params}: no JSON answer (wget exit {res.returncode}): "
+                               f"{res.stdout[:300]!r} {res.stderr[:300]!r}") from None
+        if doc.get("status") != "success":
+            raise ClusterError(f"Prometheus {path} {params}: {doc.get('errorType')}: {doc.get('error')}")
+        return doc["data"]
+
+    def promql(self, query: str, at: float | None = None) -> list[dict]:
+        """An instant query (at the Unix time ``at``, default now): the result vector
+        (each ``{"metric": {...}, "value": [ts, "v"]}``; a scalar comes back as one unlabelled sample)."""
+        params = {"query": query}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        data = self.prometheus_api("query", params)
+        result = data["result"]
+        return result if data["resultType"] == "vector" else [{"metric": {}, "value": result}]
 
     def read_shared(self, path: str) -> str:
         return self.exec("slurmctld", ["cat", f"/shared/{path}"]).stdout
