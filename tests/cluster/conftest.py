@@ -114,7 +114,7 @@ def mig_uuids_by_index(c: TestCluster, node: str = "lab-mig01") -> list[str]:
     return uuids
 
 
-def own_cluster(name: str, project: str, write_policy, keep_env: str | None = None):
+def own_cluster(name: str, project: str, write_policy, keep_env: str | None = None, **options):
     """A cluster in a compose project of its own, for a module that changes nodes or runs another policy.
 
     ``write_policy(work_dir) -> Path`` writes the policy file the cluster runs. The project is built,
@@ -130,7 +130,7 @@ def own_cluster(name: str, project: str, write_policy, keep_env: str | None = No
             pytest.fail(f"cluster tier: {problem} (GPUSHARE_REQUIRE_CLUSTER=1)", pytrace=False)
         pytest.skip(f"cluster tier: {problem}")
     work = Path(tempfile.mkdtemp(prefix=f"gpushare-{name}-"))
-    cluster = TestCluster(write_policy(work), project=project, workdir=work)
+    cluster = TestCluster(write_policy(work), project=project, workdir=work, **options)
     try:
         cluster.build()
         cluster.write_config()
