@@ -20,11 +20,12 @@ def main() -> None:
 
 
 def _register() -> None:
-    from . import accounts, catalogue, check, config, node, slurm, testcluster, usage
+    from . import accounts, catalogue, check, config, exporter, node, slurm, testcluster, usage
     from . import plan as planning
 
     for cmd in (*config.COMMANDS, catalogue.catalogue, *node.COMMANDS, *check.COMMANDS,
-                accounts.accounts, *usage.COMMANDS, *slurm.COMMANDS, *testcluster.COMMANDS, *planning.COMMANDS):
+                accounts.accounts, *usage.COMMANDS, *slurm.COMMANDS, *testcluster.COMMANDS, *planning.COMMANDS,
+                *exporter.COMMANDS):
         main.add_command(cmd)
 
 
