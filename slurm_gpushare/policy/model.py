@@ -129,6 +129,9 @@ class Tier(Strict):
     default: bool = False
     priority: int = Field(1, ge=0, le=65533)
     preempt_mode: str = "off"
+    # seconds a job preempted from this tier gets between SIGTERM (to its steps) and its requeue or cancel
+    # (partition GraceTime): time to write a checkpoint. None: Slurm's default, 0.
+    grace_time: int | None = Field(None, ge=0, le=86400)
     usage_factor: float = Field(1.0, ge=0)
     max_time: str = Field("UNLIMITED", pattern=r"^(UNLIMITED|INFINITE|\d+(-\d+)?(:\d+){0,2})$")
     gpu_types: list[str] = []

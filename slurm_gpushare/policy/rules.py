@@ -81,6 +81,8 @@ def build_tiers(policy: Policy, groups: list[Group]) -> tuple[list[TierView], li
             problems.append(Problem(f"{path}.preempt_mode", "'suspend' is not allowed for GPU jobs: suspended jobs keep their GRES; use requeue or cancel (or off)"))
         elif mode not in PREEMPT_MODES:
             problems.append(Problem(f"{path}.preempt_mode", f"{tier.preempt_mode!r} is not allowed; use one of {', '.join(PREEMPT_MODES)}"))
+        if tier.grace_time and mode == "off":
+            problems.append(Problem(f"{path}.grace_time", "applies to jobs preempted from this tier, and its preempt_mode is off; set preempt_mode to requeue or cancel, or remove grace_time"))
         for j, name in enumerate(tier.node_groups):
             if name not in declared:
                 problems.append(Problem(f"{path}.node_groups[{j}]", f"{name!r} is not a node group; known: {', '.join(sorted(declared))}"))

@@ -70,6 +70,10 @@ def partition_lines(site: Site) -> list[dict]:
                  ("DefMemPerCPU", def_mem_per_cpu(tier))]
         if preempting:
             attrs.append(("PreemptMode", spec.preempt_mode.upper()))
+            if spec.grace_time:
+                # partition_prio reads the preempted job's partition GraceTime: SIGCONT+SIGTERM to its steps
+                # now, requeue (or cancel) when it runs out (Slurm 24.11 interfaces/preempt.c)
+                attrs.append(("GraceTime", spec.grace_time))
         if spec.allow_accounts:
             attrs.append(("AllowAccounts", ",".join(spec.allow_accounts)))
         if tier.billing:

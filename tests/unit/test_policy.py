@@ -226,6 +226,15 @@ def test_tier_preempt_gang_rejected(policy):
     one(policy, "tiers[0].preempt_mode", "use one of off, requeue, cancel")
 
 
+def test_tier_grace_time_needs_preemption(policy):
+    policy["tiers"][0]["grace_time"] = 60
+    one(policy, "tiers[0].grace_time", "its preempt_mode is off; set preempt_mode to requeue or cancel")
+    policy["tiers"][0]["preempt_mode"] = "requeue"
+    assert build_site(policy, "test.yaml").tiers[0].spec.grace_time == 60
+    policy["tiers"][0]["grace_time"] = -1
+    one(policy, "tiers[0].grace_time", "greater than or equal to 0")
+
+
 def test_tier_unknown_node_group(policy):
     policy["tiers"][0]["node_groups"] = ["nope"]
     one(policy, "tiers[0].node_groups[0]", "'nope' is not a node group; known: g")

@@ -140,6 +140,13 @@ def test_cgroup_conf_constrains_devices():
     assert "ConstrainDevices=yes\n" in render_all(site_of("small-lab.yaml"))["cgroup.conf"]
 
 
+def test_grace_time_on_the_preempted_tier_only():
+    text = render_all(site_of("small-lab.yaml"))["slurm.conf"]
+    scavenger = next(line for line in text.splitlines() if line.startswith("PartitionName=scavenger "))
+    batch = next(line for line in text.splitlines() if line.startswith("PartitionName=batch "))
+    assert " PreemptMode=REQUEUE GraceTime=15 " in scavenger and "GraceTime" not in batch
+
+
 def test_no_preemption_when_every_tier_is_off(policy):
     text = render_all(build_site(policy, "t.yaml"))["slurm.conf"]
     assert "PreemptType=preempt/none\n" in text and "PreemptMode" not in text
