@@ -256,3 +256,24 @@ def test_quota_counts_sub_accounts():
     used, limit = collect.quota(assocs, jobs)
     assert used.samples == {("biology", "gres/gpu"): 2, ("biology", "gres/shard"): 3}  # no use figure for cpu
     assert limit.samples == {("biology", "cpu"): 64, ("biology", "gres/gpu"): 4, ("biology", "gres/shard"): 8}
+
+
+def test_the_http_server_answers_a_scrape():
+    """The path Prometheus takes: GET /metrics from the server `gpushare exporter` starts (here on a free port)."""
+    import urllib.request
+
+    from slurm_gpushare.metrics.exporter import serve
+
+    collector = SlurmCollector(CliClient(Recorded(REC24)), _site(), clock=lambda: NOW)
+    started = serve(registry_for(collector), "127.0.0.1", 0)
+    if not started:
+        pytest.skip("this prometheus_client's start_http_server does not return its server (port 0 unknown)")
+    server, thread = started
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+    names = {f.name for f in text_string_to_metric_families(text)}
+    assert "gpushare_gpu_equivalents_allocated" in names and "gpushare_node_info" in names

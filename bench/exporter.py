@@ -1,0 +1,142 @@
+"""gpushare exporter: one scrape (read Slurm + compute the families + exposition text) of a large cluster.
+
+The jobs and nodes are bench/slurm_client.py's replay: `squeue --json` / `scontrol show node --json`
+documents of --jobs jobs and --nodes nodes made by repeating the real 24.11.5 records
+(tests/data/slurm/recorded-24.11.5/: 4 running GPU jobs of every kind and 3 pending ones; 4 nodes),
+answered by a fake runner; sshare and the associations are the recorded ones (tests/unit/slurm_fakes.py's
+FakeSlurm). Policy: etc/small-lab.yaml.
+
+Prints, best of 3 (figures, never assertions):
+  - the full scrape through the CLI backend, split into the client's read (json.loads and model building),
+    our collection (metrics/collect.py) and the exposition text (prometheus_client);
+  - the same scrape over an in-memory client whose model objects are already built (what a pyslurm-like
+    backend hands over without JSON), i.e. the exporter's own cost;
+  - peak Python memory of one full scrape (tracemalloc).
+
+    .venv/bin/python bench/exporter.py [--jobs 10000] [--nodes 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+from slurm_client import large_outputs, measure  # noqa: E402  (bench/slurm_client.py: the replayed outputs)
+
+
+def fake_runner(squeue: str, scontrol: str):
+    from slurm_gpushare.proc import Result
+    from slurm_gpushare.slurm import commands
+    from tests.unit.slurm_fakes import FakeSlurm
+
+    rec = ROOT / "tests" / "data" / "slurm" / "recorded-24.11.5"
+    slurm = FakeSlurm(cluster="lab")
+    slurm.assocs = [ln.split("|") for ln in (rec / "sacctmgr-assoc-policy.parsable2").read_text().splitlines()]
+    slurm.sshare_text = (rec / "sshare.parsable2").read_text()
+    answers = {tuple(commands.SQUEUE_JSON): squeue, tuple(commands.NODES_JSON): scontrol}
+
+    def run(argv, **kw):
+        argv = tuple(argv)
+        if argv in answers:
+            return Result(argv, 0, answers[argv], "")
+        return slurm(argv, **kw)
+
+    return run
+
+
+class InMemory:
+    """A client whose reads return model objects built beforehand (no JSON on the scrape's path)."""
+
+    backend = "memory"
+
+    def __init__(self, client, cluster: str):
+        self._jobs, self._nodes = client.jobs(), client.nodes()
+        self._shares, self._assocs = client.sshare(), client.associations(cluster)
+
+    def jobs(self):
+        return list(self._jobs)
+
+    def nodes(self):
+        return list(self._nodes)
+
+    def sshare(self):
+        return list(self._shares)
+
+    def associations(self, cluster=None):
+        return list(self._assocs)
+
+
+def phases(collector):
+    """One scrape in three timed steps: (read s, collect s, exposition s, number of samples)."""
+    from prometheus_client import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    from slurm_gpushare.metrics import collect
+    from slurm_gpushare.metrics.exporter import to_prometheus
+
+    t0 = time.perf_counter()
+    snap, _ok = collector.read()
+    t1 = time.perf_counter()
+    fams = collect.families(collector.metrics, snap)
+    t2 = time.perf_counter()
+    metrics = [to_prometheus(f) for f in fams]
+
+    class Static:
+        def collect(self):
+            return metrics
+
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(Static())
+    generate_latest(reg)
+    t3 = time.perf_counter()
+    return t1 - t0, t2 - t1, t3 - t2, sum(len(f.samples) for f in fams)
+
+
+def best_phases(collector, repeat=3):
+    runs = [phases(collector) for _ in range(repeat)]
+    return tuple(min(r[i] for r in runs) for i in range(3)) + (runs[-1][3],)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=10000)
+    ap.add_argument("--nodes", type=int, default=1000)
+    args = ap.parse_args()
+
+    from slurm_gpushare import examples
+    from slurm_gpushare.metrics.exporter import SlurmCollector, exposition, registry_for
+    from slurm_gpushare.policy import load_file
+    from slurm_gpushare.slurm.cli_backend import CliClient
+
+    site = load_file(examples.example())
+    squeue, scontrol = large_outputs(args.jobs, args.nodes)
+    print(f"{args.jobs} jobs ({len(squeue) / 2**20:.0f} MiB squeue JSON), {args.nodes} nodes "
+          f"({len(scontrol) / 2**20:.1f} MiB scontrol JSON), policy {examples.example().name}")
+
+    cli = SlurmCollector(CliClient(fake_runner(squeue, scontrol)), site)
+    registry = registry_for(cli)
+    secs, peak, text = measure(lambda: exposition(registry))
+    read, coll, expo, n = best_phases(cli)
+    total = read + coll + expo
+    print(f"cli backend, full scrape: {secs:.3f} s (best of 3), peak {peak / 2**20:.0f} MiB, "
+          f"{len(text) / 2**10:.0f} KiB of exposition text, {n} samples")
+    print(f"  client read {read:.3f} s ({100 * read / total:.0f}%), collection {coll:.3f} s "
+          f"({100 * coll / total:.0f}%), exposition {expo:.3f} s ({100 * expo / total:.0f}%)")
+
+    mem = SlurmCollector(InMemory(CliClient(fake_runner(squeue, scontrol)), site.cluster.name), site)
+    registry = registry_for(mem)
+    secs, peak, _ = measure(lambda: exposition(registry))
+    read, coll, expo, _ = best_phases(mem)
+    print(f"in-memory client (model objects prebuilt), full scrape: {secs:.3f} s (best of 3), peak {peak / 2**20:.1f} MiB")
+    print(f"  read {read:.3f} s, collection {coll:.3f} s, exposition {expo:.3f} s")
+
+
+if __name__ == "__main__":
+    tracemalloc.stop()
+    main()
