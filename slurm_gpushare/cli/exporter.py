@@ -10,6 +10,7 @@ import click
 
 from ..errors import GpushareError
 from ..policy import load_file
+from ..slurm.cli_backend import SlurmClientError
 from .usage import SLURM_BACKEND, _obj, get_client
 
 _POLICY = click.Path(exists=True, dir_okay=False, path_type=Path)
@@ -21,7 +22,8 @@ _POLICY = click.Path(exists=True, dir_okay=False, path_type=Path)
 @click.option("--listen", default="0.0.0.0:9877", show_default=True, metavar="ADDR:PORT",
               help="Where to serve /metrics ([::]:PORT for IPv6).")
 @click.option("--once", is_flag=True,
-              help="Scrape once, print the exposition text to stdout and exit (cron, debugging, tests).")
+              help="Scrape once, print the exposition text to stdout and exit (cron, debugging, tests); "
+                   "exit status 1 if a part could not be read.")
 @SLURM_BACKEND
 @click.pass_context
 def exporter(ctx, policy, listen, once) -> None:
@@ -64,6 +66,10 @@ def exporter(ctx, policy, listen, once) -> None:
     registry = registry_for(collector)
     if once:
         click.echo(exposition(registry), nl=False)
+        failed = [part for part, n in collector.errors.items() if n]
+        if failed:
+            raise SlurmClientError(f"--once: could not read {', '.join(failed)} from Slurm (the metrics of the other "
+                                "parts were printed; the warnings above say why)")
         return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:

@@ -189,6 +189,13 @@ def test_cli_once_prints_one_exposition():
             "gpushare_quota_used", "gpushare_exporter_scrape_errors"} <= names
 
 
+def test_cli_once_fails_when_a_part_could_not_be_read():
+    res = CliRunner().invoke(main, ["exporter", "--policy", str(examples.example()), "--once"],
+                             obj={"runner": Recorded(REC24, fail=("sacctmgr",)), "clock": lambda: NOW})
+    assert res.exit_code == 1
+    assert "could not read associations" in res.output and "gpushare_gres_free{" in res.output
+
+
 def test_cli_refuses_a_bad_listen_address():
     res = CliRunner().invoke(main, ["exporter", "--policy", str(examples.example()), "--listen", "0.0.0.0:http"],
                              obj={"runner": Recorded(REC24)})
