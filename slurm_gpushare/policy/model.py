@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 NAME = r"^[A-Za-z][A-Za-z0-9_.-]{0,62}$"
 SLURM_NAME = r"^[a-z][a-z0-9_-]{0,39}$"
@@ -35,6 +35,33 @@ class Paths(Strict):
     state_dir: str = Field("/var/lib/gpushare", pattern=ABS_PATH)
     log_dir: str = Field("/var/log/slurm", pattern=ABS_PATH)
     spool_dir: str = Field("/var/spool/slurm", pattern=ABS_PATH)
+
+
+class Metrics(Strict):
+    """Node-side metrics, written by the node hooks (prolog, epilog) and `gpushare node reconcile`.
+
+    ``textfile_dir``: node_exporter's textfile-collector directory; the hooks
+    (re)write ``<textfile_dir>/gpushare.prom`` there. ``dcgm_job_mapping_dir``:
+    the directory dcgm-exporter reads with ``--hpc-job-mapping-dir``
+    (``DCGM_HPC_JOB_MAPPING_DIR``); the prolog writes, the epilog removes each
+    job's id in its GPUs' files. Both null (the default): off."""
+
+    textfile_dir: str | None = Field(None, pattern=ABS_PATH)
+    dcgm_job_mapping_dir: str | None = Field(None, pattern=ABS_PATH)
+
+    @model_validator(mode="after")
+    def _own_directories(self):
+        for name in ("textfile_dir", "dcgm_job_mapping_dir"):
+            value = getattr(self, name)
+            if value is not None and "/../" in value + "/":
+                raise ValueError(f"{name}: {value!r} climbs with '..'; give the directory's own absolute path")
+            if value is not None and value.rstrip("/") in ("", "/."):
+                raise ValueError(f"{name}: {value!r} is the root directory; name a directory of its own "
+                                 "(e.g. /var/lib/prometheus/node-exporter, /run/gpushare/dcgm-job-mapping)")
+        if self.textfile_dir is not None and self.textfile_dir.rstrip("/") == (self.dcgm_job_mapping_dir or "").rstrip("/"):
+            raise ValueError("textfile_dir and dcgm_job_mapping_dir are the same directory; dcgm-exporter reads "
+                             "every file named like a GPU index there, node_exporter every *.prom: give each its own")
+        return self
 
 
 class Accounting(Strict):
@@ -64,6 +91,7 @@ class Cluster(Strict):
     paths: Paths = Paths()
     accounting: Accounting = Accounting()
     priority: Priority = Priority()
+    metrics: Metrics = Metrics()
     cgroups: bool = True
     slurmd_config_overrides: bool = False
 
