@@ -23,6 +23,12 @@ _BY_COLUMNS = {"account": ("account",), "user": ("user",), "assoc": ("account", 
                "partition": ("partition",), "gpu-kind": ("gpu_kind",)}
 
 
+def row_key(by: str, row: Mapping[str, Any]):
+    """The aggregator's group key of a usage row (a tuple for account/user associations)."""
+    names = _BY_COLUMNS[by]
+    return tuple(row[n] for n in names) if len(names) > 1 else row[names[0]]
+
+
 @dataclass(frozen=True)
 class Column:
     key: str

@@ -27,6 +27,7 @@ from ..policy import Site
 from ..policy.billing import tier_fractions
 from ..slurm.parsable import parse_tres
 from ..slurm.sacct import JobRecord
+from .timeline import Timeline
 
 DIMENSIONS = ("account", "user", "assoc", "partition", "gpu-kind")
 NO_GPU = "(none)"
@@ -197,6 +198,8 @@ class UsageAggregator:
     total: Totals = field(default_factory=Totals)
     outside: int = 0
     unknown_tres: Counter = field(default_factory=Counter)
+    # When given, each group's GPU-seconds are also spread over its time buckets (same intervals, same figures).
+    timeline: Timeline | None = None
 
     def __post_init__(self):
         if self.by not in DIMENSIONS:
@@ -225,13 +228,15 @@ class UsageAggregator:
         weight = self._weight(a, b, rec.qos)
         self.total.add(job.gpus * seconds, job.billing * seconds, job.gpus * weight)
         if self.by == "gpu-kind":
-            self._by_kind(job, seconds, weight)
+            self._by_kind(job, seconds, weight, a, b)
             return
         key = self._key(rec)
         totals = self.groups.get(key)
         if totals is None:
             totals = self.groups[key] = Totals()
         totals.add(job.gpus * seconds, job.billing * seconds, job.gpus * weight)
+        if self.timeline is not None:
+            self.timeline.add(key, a, b, job.gpus)
 
     def _clip(self, start: float | None, end: float | None) -> tuple[float, float] | None:
         """The part of [start, end] inside the window; a job still running runs to the window's end."""
@@ -246,7 +251,7 @@ class UsageAggregator:
         w = _decayed(a, b, self.until, self._k, self.calc_period) if self._k else b - a
         return w * self.qos_factors.get(qos, 1.0) if self.qos_factors else w
 
-    def _by_kind(self, job: JobGpu, seconds: float, weight: float) -> None:
+    def _by_kind(self, job: JobGpu, seconds: float, weight: float, a: float, b: float) -> None:
         """Each kind a job used gets its part; billing is shared in proportion to GPU-equivalents."""
         kinds = job.kinds or ((NO_GPU, 0.0),)
         for kind, gpus in kinds:
@@ -255,6 +260,8 @@ class UsageAggregator:
             if totals is None:
                 totals = self.groups[kind] = Totals()
             totals.add(gpus * seconds, job.billing * seconds * share, gpus * weight)
+            if self.timeline is not None:
+                self.timeline.add(kind, a, b, gpus)
 
 
 def aggregate(site: Site, records: Iterable[JobRecord], since: float, until: float, **kw) -> UsageAggregator:

@@ -17,6 +17,7 @@ import click
 
 from .. import examples, proc
 from ..accounting import fairtree, report
+from ..accounting.timeline import BucketError, Timeline, parse_bucket
 from ..accounting.usage import aggregate
 from ..errors import GpushareError
 from ..policy import Site, load_file
@@ -132,6 +133,43 @@ _UNTIL = click.option("--until", default="now", show_default=True, help="Window 
 _SACCT = click.option("--sacct-file", type=_FILE, help="Recorded sacct output (parsable2 with the usage fields, or --json) instead of running sacct.")
 _FORMAT = click.option("--format", "fmt", type=click.Choice(report.FORMATS), default="table", show_default=True)
 _TZ = click.option("--tz", help="Time zone of naive times in files and options (default: this host's).")
+_PLOT = click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE.png",
+                     help="Also draw the report as a PNG chart (needs matplotlib: pip install 'slurm-gpushare[plot]').")
+
+
+def _plot_path(path: Path | None) -> Path | None:
+    """Checked before any work: a .png file in a directory that exists, and matplotlib importable."""
+    if path is None:
+        return None
+    if path.suffix.lower() != ".png":
+        raise GpushareError(f"--plot {path}: the chart is written as PNG; give a file name ending in .png")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise GpushareError(f"--plot {path}: directory {parent} does not exist; give a file in an existing directory")
+    from ..accounting import plot
+
+    plot.require()
+    return path
+
+
+def _write_plot(path: Path, png: bytes, what: str, fmt: str) -> None:
+    try:
+        path.write_bytes(png)
+    except OSError as exc:
+        raise GpushareError(f"--plot {path}: cannot write the chart: {exc.strerror or exc}") from None
+    click.echo(f"wrote {path} ({what}, {len(png):,} bytes)", err=fmt != "table")
+
+
+def _timeline(bucket: str | None, plot_path: Path | None, lo: float, hi: float, tz) -> Timeline | None:
+    """The time buckets to fill while aggregating, when a chart or --bucket asks for them."""
+    if bucket is None and plot_path is None:
+        return None
+    try:
+        size = parse_bucket(bucket or "auto")
+        offset = (datetime.fromtimestamp(lo, tz) if tz else datetime.fromtimestamp(lo).astimezone()).utcoffset()
+        return Timeline.over(lo, hi, size, offset.total_seconds() if offset else 0.0)
+    except BucketError as exc:
+        raise GpushareError(f"--bucket: {exc}") from None
 
 
 @click.command("usage")
@@ -143,23 +181,42 @@ _TZ = click.option("--tz", help="Time zone of naive times in files and options (
 @_POLICY
 @click.option("--half-life", help="Also show usage decayed to --until with this half-life (Slurm time, e.g. 7-0), times QOS UsageFactor.")
 @_TZ
+@_PLOT
+@click.option("--bucket", help="Time buckets of --plot and of the JSON's timeline: auto (at most 60 buckets "
+                               "of 1s .. 4w, the default with --plot), or a duration such as 15m, 1h, 1d, 1w.")
 @SLURM_BACKEND
 @click.pass_context
-def usage(ctx, since, until, by, fmt, sacct_file, policy, half_life, tz):
+def usage(ctx, since, until, by, fmt, sacct_file, policy, half_life, tz, plot, bucket):
     """GPU-equivalent hours, billing hours, job counts and share of the cluster total, per group.
 
     A 1g.5gb MIG slice counts 1/7 of a GPU, a shard 1/replicas, an MPS unit
     1/units: the same fractions the billing weights use. Jobs are clipped
     to the window; running jobs count up to --until.
+
+    --plot draws each group's GPU-equivalent hours per time bucket, stacked;
+    the buckets come from the same pass as the table and sum to its figures
+    (with --format json and --plot or --bucket, they are in its "timeline").
     """
     tz = zone(tz)
+    plot = _plot_path(plot)
     lo, hi = _window(ctx, since, until, tz)
     site = _site(policy)
-    agg = aggregate(site, _source(ctx, sacct_file, tz).records(lo, hi), lo, hi, by=by, half_life=_half_life(half_life))
+    timeline = _timeline(bucket, plot, lo, hi, tz)
+    agg = aggregate(site, _source(ctx, sacct_file, tz).records(lo, hi), lo, hi, by=by, half_life=_half_life(half_life),
+                    timeline=timeline)
     cols, rows, total = report.usage_rows(agg)
     window = {"since": _stamp(lo, tz), "until": _stamp(hi, tz)}
+    if plot is not None:
+        from ..accounting import plot as charts
+
+        png = charts.usage_png(timeline, rows, lambda r: report.row_key(by, r), by, total,
+                               (window["since"], window["until"]), tz)
+        _write_plot(plot, png, f"usage by {by}, {timeline.buckets} buckets", fmt)
     if fmt == "json":
-        click.echo(report.render(cols, rows, fmt, extra={"window": window, "by": by, "total": total}), nl=False)
+        extra = {"window": window, "by": by, "total": total}
+        if timeline is not None:
+            extra["timeline"] = timeline.as_json([report.row_key(by, r) for r in rows], lambda t: _stamp(t, tz))
+        click.echo(report.render(cols, rows, fmt, extra=extra), nl=False)
         return
     if fmt == "table":
         click.echo(f"GPU-equivalent usage {window['since']} .. {window['until']}, by {by}")
@@ -183,22 +240,30 @@ def _warn_unknown(unknown: dict) -> None:
 @_SACCT
 @_POLICY
 @_TZ
+@_PLOT
 @SLURM_BACKEND
 @click.pass_context
-def fairness(ctx, since, until, fmt, sacct_file, policy, tz):
+def fairness(ctx, since, until, fmt, sacct_file, policy, tz, plot):
     """Each tenant's GPU-equivalent use against its share, and Jain's fairness index per level.
 
     use/share is 1 when a tenant used exactly its share of what its sibling
     tenants used together; Jain's index over those ratios is 1 when all are
-    equal and 1/n when one tenant used everything.
+    equal and 1/n when one tenant used everything. --plot draws each
+    tenant's share and use side by side, with use/share above them.
     """
     tz = zone(tz)
+    plot = _plot_path(plot)
     lo, hi = _window(ctx, since, until, tz)
     site = _site(policy)
     agg = aggregate(site, _source(ctx, sacct_file, tz).records(lo, hi), lo, hi, by="account")
     cols, rows, index = report.fairness_rows(site, {k: t.gpu_seconds for k, t in agg.groups.items()})
+    window = {"since": _stamp(lo, tz), "until": _stamp(hi, tz)}
+    if plot is not None:
+        from ..accounting import plot as charts
+
+        _write_plot(plot, charts.fairness_png(rows, index, (window["since"], window["until"])),
+                    f"{len(rows)} tenants", fmt)
     if fmt == "json":
-        window = {"since": _stamp(lo, tz), "until": _stamp(hi, tz)}
         click.echo(report.render(cols, rows, fmt, extra={"window": window, "jain": index}), nl=False)
         return
     if fmt == "csv":
