@@ -160,8 +160,25 @@ def reconcile(policy_path: str, node_name: str | None, fake_state: str | None, d
     (undone as the epilog would), MPS daemons no journal names, half-written files.
 
     Slurm's view comes from `squeue -w NODE`. MIG drift is reported, not changed
-    (use `gpushare node relayout`). Exit 1 when something could not be repaired
-    or the MIG layout drifted."""
+    (use `gpushare node relayout`). When the policy sets cluster.metrics, the
+    dcgm-exporter job mapping is rewritten from the running jobs' journals and
+    the run is counted in the textfile collector file. Exit 1 when something
+    could not be repaired or the MIG layout drifted."""
+    import time
+
+    start, seen = time.monotonic(), {}
+    try:
+        failed, drift = _reconcile(policy_path, node_name, fake_state, dry_run, seen)
+    except Exception as exc:
+        _reconcile_metrics(seen, exc, None, time.monotonic() - start, dry_run)
+        raise
+    reason = "unrepaired" if failed else "mig_drift" if drift else None
+    _reconcile_metrics(seen, None, reason, time.monotonic() - start, dry_run)
+    if failed or drift:
+        sys.exit(1)
+
+
+def _reconcile(policy_path, node_name, fake_state, dry_run: bool, seen: dict) -> tuple[list[str], list[str]]:
     from ..node.epilog import Killer
     from ..node.journal import JournalStore
     from ..node.mig import differences, observe
@@ -170,21 +187,62 @@ def reconcile(policy_path: str, node_name: str | None, fake_state: str | None, d
     from ..proc import run
 
     site, name, slots = _target(policy_path, node_name)
+    seen["site"] = site
     store = JournalStore(site.cluster.paths.state_dir)
     with _backend(fake_state) as backend, store.locked():
         journals = store.all()
-        plan = plan_reconcile(journals, running_jobs(run, name), observe_reconcile(journals, backend),
+        running = running_jobs(run, name)
+        plan = plan_reconcile(journals, running, observe_reconcile(journals, backend),
                               daemon_dirs(site.cluster.paths.state_dir), store.stray_temporaries())
-        plan.drift = differences(slots, observe(backend, [s.index for s in slots]))
+        live = observe(backend, [s.index for s in slots])
+        plan.drift = differences(slots, live)
+        seen["mig"] = {s.index: not differences([s], live) for s in slots if s.mode == "mig"}
         for line in plan.lines(name):
             click.echo(f"{'would: ' if dry_run and 'kept' not in line else ''}{line}")
         failed = [] if dry_run else execute_reconcile(plan, store, MpsControl(run), Killer(backend), journals)
+        mapping = site.cluster.metrics.dcgm_job_mapping_dir
+        if mapping is not None:
+            from ..metrics.dcgmjobs import repair
+
+            removed, added = repair(mapping, store.all().values() if not dry_run else journals.values(), running,
+                                    dry_run=dry_run)
+            for line in removed + added:
+                click.echo(f"{'would: ' if dry_run else ''}node {name}: {line}")
+        else:
+            removed = added = []
     for line in failed:
         click.echo(f"node {name}: NOT repaired: {line}", err=True)
-    if not (plan.orphans or plan.daemons or plan.strays or plan.drift):
+    if not (plan.orphans or plan.daemons or plan.strays or plan.drift or removed or added):
         click.echo(f"node {name}: nothing to reconcile")
-    if failed or plan.drift:
-        sys.exit(1)
+    return failed, plan.drift
+
+
+def _reconcile_metrics(seen: dict, error, reason: str | None, duration: float, dry_run: bool) -> None:
+    """Count the run in the textfile collector file (never in a dry run); a failure here is a warning."""
+    site = seen.get("site")
+    if dry_run or site is None or site.cluster.metrics.textfile_dir is None:
+        return
+    from ..metrics import textfile
+
+    state_dir = site.cluster.paths.state_dir
+    try:
+        from ..node.journal import JournalStore
+        from ..node.mps import running_daemons
+
+        store = JournalStore(state_dir)
+        snapshot = textfile.Snapshot(journals_present=len(store.job_ids()), mps_daemons_running=running_daemons(state_dir),
+                                     mig=seen.get("mig", {}), replace_mig="mig" in seen)
+        try:
+            snapshot.jobs = textfile.jobs_of(store.all().values())
+        except GpushareError:
+            pass
+        if error is not None:
+            reason = textfile.failure_reason(error)
+        textfile.record(state_dir, site.cluster.metrics.textfile_dir, "reconcile", "ok" if error is None and reason is None
+                        else "failed", reason, duration, snapshot)
+    except Exception as exc:  # noqa: BLE001 - the repair's outcome is what counts
+        click.echo(f"gpushare node reconcile: metrics file in {site.cluster.metrics.textfile_dir} not written: "
+                   f"{type(exc).__name__}: {exc}", err=True)
 
 
 @node.command("relayout")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import time
 
 from ..node.jobenv import node_name, node_name_or_none, slurm_conf
 
@@ -56,18 +57,32 @@ def load(environ):
     return config, node_spec(config, node)
 
 
-def guarded(hook: str, body, environ=None, runner=None) -> int:
-    """Run ``body(environ)``; any failure, ours or not, becomes one line and a drained node."""
+def guarded(hook: str, body, environ=None, runner=None, metrics: str | None = None) -> int:
+    """Run ``body(environ)``; any failure, ours or not, becomes one line and a drained node.
+
+    With ``metrics`` (the hook's short name) the body is ``body(environ, seen)``
+    and fills ``seen``; the run is then counted, and dcgm-exporter's job mapping
+    updated, when the policy turns them on (``_metrics``). That step never
+    changes the exit status."""
     from ..errors import GpushareError
 
     environ = dict(os.environ if environ is None else environ)
+    seen: dict = {}
+    start = time.monotonic()
+    error, message = None, ""
     try:
-        body(environ)
+        body(environ) if metrics is None else body(environ, seen)
     except GpushareError as exc:
-        return fail(hook, environ, str(exc), runner)
+        error, message = exc, str(exc)
     except Exception as exc:  # a bug must still drain the node, not leave it half set up
-        return fail(hook, environ, f"internal error: {type(exc).__name__}: {exc}", runner)
-    return 0
+        error, message = exc, f"internal error: {type(exc).__name__}: {exc}"
+    if metrics is not None:
+        spec = seen.get("spec")
+        if spec is not None and (spec.textfile_dir is not None or spec.dcgm_job_mapping_dir is not None):
+            from ._metrics import after_run
+
+            after_run(hook, metrics, seen, error, time.monotonic() - start)
+    return 0 if error is None else fail(hook, environ, message, runner)
 
 
 def mps_command(config) -> dict:

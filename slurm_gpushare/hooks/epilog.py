@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 
-def epilog(environ, runner=None, mps=None, kill=None) -> None:
-    """Undo what the job's journal records (node.epilog); no journal, nothing to do."""
+def epilog(environ, runner=None, mps=None, kill=None, seen: dict | None = None) -> None:
+    """Undo what the job's journal records (node.epilog); no journal, nothing to do.
+
+    ``seen`` receives what the run learnt (spec, job id, live state) for the metrics."""
     from ..node.jobenv import job_id_from_env
     from ..node.journal import JournalStore
     from ._common import load
 
+    seen = {} if seen is None else seen
     config, spec = load(environ)
-    job_id = job_id_from_env(environ)
+    seen["spec"] = spec
+    job_id = seen["job_id"] = job_id_from_env(environ)
     store = JournalStore(spec.state_dir)
     with store.locked():
         journal = store.read(job_id)
@@ -19,10 +23,10 @@ def epilog(environ, runner=None, mps=None, kill=None) -> None:
         if not journal.devices and journal.mps is None:
             store.remove(job_id)  # a job without GPUs here: nothing to check
             return
-        _undo(journal, store, config, runner, mps, kill)
+        _undo(journal, store, config, runner, mps, kill, seen)
 
 
-def _undo(journal, store, config, runner, mps, kill) -> None:
+def _undo(journal, store, config, runner, mps, kill, seen) -> None:
     from ..gpu import open_backend
     from ..node.epilog import Killer, execute_epilog, observe_epilog, plan_epilog
     from ..node.mps import MpsControl
@@ -31,11 +35,13 @@ def _undo(journal, store, config, runner, mps, kill) -> None:
 
     mps = mps or MpsControl(runner or run, **mps_command(config))
     with open_backend(config.fake_nvml) as backend:
-        actions, problems = plan_epilog(journal, observe_epilog(journal, backend, store))
+        seen["live"] = live = observe_epilog(journal, backend, store)
+        actions, problems = plan_epilog(journal, live)
         execute_epilog(journal, actions, problems, store, mps, Killer(backend, kill=kill))
 
 
 def main(environ=None, runner=None, mps=None, kill=None) -> int:
     from ._common import guarded
 
-    return guarded("gpushare-epilog", lambda env: epilog(env, runner, mps, kill), environ, runner)
+    return guarded("gpushare-epilog", lambda env, seen: epilog(env, runner, mps, kill, seen), environ, runner,
+                   metrics="epilog")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 
-def prolog(environ, runner=None, mps=None) -> None:
-    """Check the job's devices, start its MPS daemon, write its journal (node.prolog)."""
+def prolog(environ, runner=None, mps=None, seen: dict | None = None) -> None:
+    """Check the job's devices, start its MPS daemon, write its journal (node.prolog).
+
+    ``seen`` receives what the run learnt (spec, live state, journal) for the metrics."""
     from ..gpu import open_backend
     from ..node.jobenv import job_from_env
     from ..node.journal import JournalStore
@@ -13,16 +15,20 @@ def prolog(environ, runner=None, mps=None) -> None:
     from ..proc import run
     from ._common import load, mps_command
 
+    seen = {} if seen is None else seen
     config, spec = load(environ)
+    seen["spec"] = spec
     job = job_from_env(environ)
     store, mps = JournalStore(spec.state_dir), mps or MpsControl(runner or run, **mps_command(config))
     with open_backend(config.fake_nvml) as backend, store.locked():
         node = load_layout(spec, backend)
-        _journal, actions = plan_prolog(job, node, observe_prolog(job, node, backend, store, mps))
+        seen["live"] = live = observe_prolog(job, node, backend, store, mps)
+        journal, actions = plan_prolog(job, node, live)
         execute_prolog(actions, store, mps)
+        seen["journal"] = journal
 
 
 def main(environ=None, runner=None, mps=None) -> int:
     from ._common import guarded
 
-    return guarded("gpushare-prolog", lambda env: prolog(env, runner, mps), environ, runner)
+    return guarded("gpushare-prolog", lambda env, seen: prolog(env, runner, mps, seen), environ, runner, metrics="prolog")

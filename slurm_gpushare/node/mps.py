@@ -66,18 +66,7 @@ class MpsControl:
 
     def alive(self, daemon: MpsDaemon) -> bool:
         """Does a daemon accept connections on the pipe dir's control socket? (No process spawned.)"""
-        path = f"{daemon.pipe_dir}/control"
-        if not os.path.exists(path):
-            return False
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        probe.settimeout(2.0)
-        try:
-            probe.connect(path)
-            return True
-        except OSError:
-            return False
-        finally:
-            probe.close()
+        return answers(daemon.pipe_dir)
 
     def prepare_dirs(self, daemon: MpsDaemon) -> None:
         """A fresh pipe dir owned by the job's user, mode 0700; a root-owned log dir (0755),
@@ -114,6 +103,32 @@ class MpsControl:
                                    f"within {self.quit_wait:g} s")
                 self._sleep(0.1)
         remove_pipe_dir(daemon)
+
+
+def answers(pipe_dir: str) -> bool:
+    """Does a daemon accept connections on ``pipe_dir``'s control socket? (No process spawned.)"""
+    path = f"{pipe_dir}/control"
+    if not os.path.exists(path):
+        return False
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(2.0)
+    try:
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+def running_daemons(state_dir: str) -> int:
+    """MPS daemons under ``<state_dir>/mps`` whose control socket answers (orphans included)."""
+    root = Path(state_dir) / "mps"
+    try:
+        keys = sorted(p for p in root.iterdir() if p.is_dir())
+    except FileNotFoundError:
+        return 0
+    return sum(answers(str(key / "pipe")) for key in keys)
 
 
 def remove_pipe_dir(daemon: MpsDaemon) -> None:

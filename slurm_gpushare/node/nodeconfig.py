@@ -24,7 +24,9 @@ Loading a policy costs about a second (pydantic), too much for every job, so
 the root hooks keep this node's view of it, the ``NodeSpec`` (GPU modes,
 paths), in a JSON cache keyed by the policy file's sha256: a changed policy
 is noticed on the next job and the cache rebuilt from it. The cache is
-derived, never edited; the task prolog never reads it.
+derived, never edited; the task prolog never reads it. The spec carries the
+policy's ``cluster.metrics`` directories (textfile collector, dcgm-exporter
+job mapping), so the hooks know them without loading the policy.
 """
 
 from __future__ import annotations
@@ -133,6 +135,8 @@ class NodeSpec:
     slurm_conf_dir: str
     gres_include: str
     gpus: tuple[GpuSpec, ...]
+    textfile_dir: str | None = None  # cluster.metrics: off when None
+    dcgm_job_mapping_dir: str | None = None
     format: str = SPEC_FORMAT
 
     def to_json(self) -> dict:
@@ -185,9 +189,12 @@ def build_spec(policy: Path, node: str, digest: str) -> NodeSpec:
     except KeyError as exc:
         raise NodeConfigError(f"{exc.args[0]} ({policy})") from None
     paths = site.cluster.paths
-    gpus = tuple(GpuSpec(s.index, s.mode, s.model.name, s.units, s.replicas, tuple(s.layout)) for s in group.gpus)
+    gpus = tuple(GpuSpec(s.index, s.mode, s.model.name, s.units, s.replicas, tuple(s.model.profile(n).name for n in s.layout))
+                 for s in group.gpus)
+    metrics = site.cluster.metrics
     return NodeSpec(policy=str(policy), policy_sha256=digest, node=node, group=group.name, state_dir=paths.state_dir,
-                    log_dir=paths.log_dir, slurm_conf_dir=paths.slurm_conf_dir, gres_include=paths.gres_include, gpus=gpus)
+                    log_dir=paths.log_dir, slurm_conf_dir=paths.slurm_conf_dir, gres_include=paths.gres_include, gpus=gpus,
+                    textfile_dir=metrics.textfile_dir, dcgm_job_mapping_dir=metrics.dcgm_job_mapping_dir)
 
 
 def _read_cache(path: Path) -> NodeSpec | None:

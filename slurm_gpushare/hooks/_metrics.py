@@ -1,0 +1,55 @@
+"""After a prolog or epilog run: count it in the textfile collector file and keep
+dcgm-exporter's job mapping in step, when the policy turns them on.
+
+Imported only then. Nothing here may fail the job: every error is one line
+on stderr (slurmd's log) and the hook's exit status stays what the run made it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def after_run(label: str, hook: str, seen: dict, error: BaseException | None, duration: float) -> None:
+    spec = seen["spec"]
+    dcgm_errors = 0
+    if spec.dcgm_job_mapping_dir is not None:
+        try:
+            _dcgm(hook, seen, error, spec.dcgm_job_mapping_dir)
+        except Exception as exc:  # noqa: BLE001 - metrics never fail a job
+            dcgm_errors = 1
+            print(f"{label}: dcgm-exporter job mapping in {spec.dcgm_job_mapping_dir} not updated: "
+                  f"{type(exc).__name__}: {exc}", file=sys.stderr)
+    if spec.textfile_dir is not None:
+        try:
+            _textfile(hook, seen, error, duration, spec, dcgm_errors)
+        except Exception as exc:  # noqa: BLE001
+            print(f"{label}: metrics file in {spec.textfile_dir} not written: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
+
+
+def _dcgm(hook: str, seen: dict, error, directory: str) -> None:
+    from ..metrics import dcgmjobs
+
+    if hook == "prolog" and error is None and "journal" in seen:
+        dcgmjobs.add_job(directory, seen["journal"])
+    elif hook == "epilog" and "job_id" in seen:
+        dcgmjobs.remove_job(directory, seen["job_id"])  # the job is over, whatever the epilog found
+
+
+def _textfile(hook: str, seen: dict, error, duration: float, spec, dcgm_errors: int) -> None:
+    from ..metrics import textfile
+    from ..node.journal import JournalError, JournalStore
+    from ..node.mps import running_daemons
+
+    store = JournalStore(spec.state_dir)
+    snapshot = textfile.Snapshot(journals_present=len(store.job_ids()), mps_daemons_running=running_daemons(spec.state_dir))
+    try:
+        snapshot.jobs = textfile.jobs_of(store.all().values())
+    except JournalError:
+        pass  # an unreadable journal: keep the last mapping (reconcile reports it)
+    live = seen.get("live")
+    if live is not None:
+        snapshot.mig = textfile.mig_matches(live.gpus.values(), spec.gpus)
+    textfile.record(spec.state_dir, spec.textfile_dir, hook, "ok" if error is None else "failed",
+                    None if error is None else textfile.failure_reason(error), duration, snapshot, dcgm_errors)

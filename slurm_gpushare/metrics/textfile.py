@@ -1,0 +1,262 @@
+"""The node's metrics as a node_exporter textfile-collector file, written by the hooks.
+
+node_exporter's textfile collector reads every ``*.prom`` file of one
+directory (``--collector.textfile.directory``; Debian's
+prometheus-node-exporter package documents /var/lib/prometheus/node-exporter
+in /usr/share/doc/prometheus-node-exporter/README.textfile) on each scrape.
+The prolog, the epilog and `gpushare node reconcile` (re)write
+``<textfile_dir>/gpushare.prom`` after each run, atomically (a temporary
+``.gpushare.prom.XXXX`` in the same directory, which the ``*.prom`` glob
+skips, then a rename), when the policy sets ``cluster.metrics.textfile_dir``.
+
+Hooks are short-lived processes, so the counters live in a small state file,
+``<state_dir>/metrics.json``, read, updated and written back under an flock
+of ``<state_dir>/metrics.lock``: concurrent hooks never lose an increment, and
+the ``.prom`` file is rendered from the state under the same lock, so the
+last writer's file holds every increment. Gauges that a run could not observe
+(a failed hook, a hook that saw only some GPUs) keep their last value.
+
+Metrics (names are a contract with the dashboard and the cluster tests)::
+
+    gpushare_node_hook_runs_total{hook, result}             counter  result: ok | failed
+    gpushare_node_hook_failures_total{hook, reason}         counter  reason: one of REASONS
+    gpushare_node_hook_last_duration_seconds{hook}          gauge
+    gpushare_node_hook_last_run_timestamp_seconds{hook}     gauge    (unix time the last run ended)
+    gpushare_node_mps_daemons_running                       gauge
+    gpushare_node_journals_present                          gauge    job journals in the state dir now
+    gpushare_node_mig_layout_matches_policy{gpu}            gauge    1/0, MIG GPUs of the policy only
+    gpushare_node_job_gpu_info{job_id, gpu, uuid, mig_uuid, gpu_instance_id, compute_instance_id}  gauge = 1
+    gpushare_node_dcgm_mapping_errors_total                 counter  dcgm-exporter mapping writes that failed
+
+``hook`` is prolog, epilog or reconcile. Every (hook, result) and (hook,
+reason) pair is written from the first run on, at 0 until it happens, so
+``increase()`` sees the first increment.
+
+Nothing here imports more than the standard library and ``atomic``: the
+prolog and epilog are on every job's start and end.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..atomic import atomic_write
+
+FILE_NAME = "gpushare.prom"
+STATE_NAME = "metrics.json"
+LOCK_NAME = "metrics.lock"
+STATE_FORMAT = "gpushare-node-metrics/1"
+HOOKS = ("prolog", "epilog", "reconcile")
+RESULTS = ("ok", "failed")
+# The bounded failure reasons: the error's class decides (``failure_reason``).
+REASONS = {
+    "unsafe": "the node is not safe for or after the job (busy device, leftover or surviving process)",
+    "mps": "an MPS control daemon would not start, answer or quit",
+    "journal": "a job journal could not be read or written",
+    "gpu": "NVML (or the fake NVML), or the MIG minors table, failed",
+    "config": "the node config, the policy or this node's spec cannot be used",
+    "input": "the environment slurmd gave the hook is not usable",
+    "gres": "gres.conf or the node's MIG include cannot be read",
+    "slurm": "a Slurm command failed or printed something unreadable",
+    "command": "another command the hook runs failed",
+    "unrepaired": "reconcile could not repair something",
+    "mig_drift": "reconcile found the MIG layout differs from the policy",
+    "other": "another gpushare error",
+    "internal": "a bug: an exception that is not a gpushare error",
+}
+_BY_CLASS = (  # class name (anywhere in the exception's MRO) -> reason, first match wins
+    ("NodeUnsafe", "unsafe"), ("MpsError", "mps"), ("JournalError", "journal"), ("GpuError", "gpu"),
+    ("FakeNvmlError", "gpu"), ("MigMinorsError", "gpu"), ("NodeConfigError", "config"), ("PolicyError", "config"),
+    ("HookInputError", "input"), ("GresConfReadError", "gres"), ("GresConfError", "gres"),
+    ("SlurmClientError", "slurm"), ("SlurmParseError", "slurm"), ("ReconcileError", "slurm"),
+    ("CommandError", "command"), ("GpushareError", "other"),
+)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The bounded reason code for an exception a hook raised (by class name: no imports)."""
+    names = {c.__name__ for c in type(exc).__mro__}
+    return next((reason for name, reason in _BY_CLASS if name in names), "internal")
+
+
+@dataclass(frozen=True)
+class JobGpu:
+    """One device a running job holds: ``mig_uuid``/``gi``/``ci`` None for whole, shard and MPS GPUs."""
+
+    job_id: int
+    gpu: int
+    uuid: str
+    mig_uuid: str | None = None
+    gi: int | None = None
+    ci: int | None = None
+
+
+@dataclass
+class Snapshot:
+    """What one run observed; None (or absent GPUs in ``mig``) keeps the last known value."""
+
+    journals_present: int | None = None
+    mps_daemons_running: int | None = None
+    mig: dict[int, bool] = field(default_factory=dict)  # GPU index -> layout matches the policy
+    jobs: list[JobGpu] | None = None  # every device of every job with a journal, when read
+    replace_mig: bool = False  # ``mig`` is the whole node's answer (reconcile): forget other GPUs
+
+
+def jobs_of(journals) -> list[JobGpu]:
+    """The job-to-device rows of journals (``node.journal.Journal``-like: job_id, devices)."""
+    return [JobGpu(j.job_id, d.gpu_index, d.gpu_uuid, d.mig_uuid, d.gi, d.ci)
+            for j in journals for d in j.devices]
+
+
+def mig_matches(live_gpus, spec_gpus) -> dict[int, bool]:
+    """Per MIG GPU of the policy that the hook observed: does the live layout match the policy's?
+
+    ``live_gpus``: ``node.live.LiveGpu``s; a GPU counts as observed when MIG is off
+    (then it cannot match) or its MIG devices were read. The live profile is the
+    name after ``MIG `` in NVML's device name (``NVIDIA A100-SXM4-40GB MIG 1g.5gb``),
+    compared as a multiset with the spec's layout (catalogue names)."""
+    wanted = {g.index: sorted(g.layout) for g in spec_gpus if g.mode == "mig"}
+    found = {}
+    for gpu in live_gpus:
+        if gpu.index not in wanted:
+            continue
+        if gpu.mig_current is False:
+            found[gpu.index] = False
+        elif gpu.mig_devices:
+            have = sorted(d.name.rpartition(" MIG ")[2] for d in gpu.mig_devices)
+            found[gpu.index] = have == wanted[gpu.index]
+    return found
+
+
+# ---- state --------------------------------------------------------------------------
+
+
+def empty_state() -> dict:
+    return {"format": STATE_FORMAT, "runs": {}, "failures": {}, "duration": {}, "last_run": {}, "journals": None,
+            "mps": None, "mig": {}, "jobs": [], "dcgm_errors": 0}
+
+
+def read_state(path: Path) -> dict:
+    """The counters so far; a missing or unreadable file starts from zero (counters may reset: Prometheus copes)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return empty_state()
+    if not isinstance(data, dict) or data.get("format") != STATE_FORMAT or set(data) != set(empty_state()):
+        return empty_state()
+    return data
+
+
+def update(state: dict, hook: str, result: str, reason: str | None, duration: float, now: float,
+           snapshot: Snapshot, dcgm_errors: int = 0) -> dict:
+    """Pure: the state after one run of ``hook``."""
+    if hook not in HOOKS or result not in RESULTS or (reason is not None and reason not in REASONS):
+        raise ValueError(f"hook {hook!r} result {result!r} reason {reason!r}: expected hook in {HOOKS}, "
+                         f"result in {RESULTS}, reason in {tuple(REASONS)}")
+    new = json.loads(json.dumps(state))
+    runs = new["runs"].setdefault(hook, {})
+    runs[result] = runs.get(result, 0) + 1
+    if result == "failed":
+        failures = new["failures"].setdefault(hook, {})
+        failures[reason or "other"] = failures.get(reason or "other", 0) + 1
+    new["duration"][hook] = round(duration, 6)
+    new["last_run"][hook] = round(now, 3)
+    if snapshot.journals_present is not None:
+        new["journals"] = snapshot.journals_present
+    if snapshot.mps_daemons_running is not None:
+        new["mps"] = snapshot.mps_daemons_running
+    if snapshot.replace_mig:
+        new["mig"] = {}
+    new["mig"].update({str(k): bool(v) for k, v in snapshot.mig.items()})
+    if snapshot.jobs is not None:
+        new["jobs"] = [[r.job_id, r.gpu, r.uuid, r.mig_uuid, r.gi, r.ci] for r in snapshot.jobs]
+    new["dcgm_errors"] += dcgm_errors
+    return new
+
+
+# ---- the text format ------------------------------------------------------------------------
+
+
+def _escape(value) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _labels(**labels) -> str:
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
+
+
+def _num(value: float) -> str:
+    return repr(float(value)) if isinstance(value, float) else str(int(value))
+
+
+def render(state: dict) -> str:
+    """Prometheus text exposition format 0.0.4 of the state (HELP and TYPE for every family)."""
+    out: list[str] = []
+
+    def family(name: str, kind: str, text: str, samples) -> None:
+        out.append(f"# HELP {name} {text}")
+        out.append(f"# TYPE {name} {kind}")
+        out.extend(f"{name}{labels} {_num(value)}" for labels, value in samples)
+
+    family("gpushare_node_hook_runs_total", "counter", "Runs of the gpushare node hooks by hook and result.",
+           [(_labels(hook=h, result=r), state["runs"].get(h, {}).get(r, 0)) for h in HOOKS for r in RESULTS])
+    family("gpushare_node_hook_failures_total", "counter", "Failed runs of the gpushare node hooks by hook and reason.",
+           [(_labels(hook=h, reason=r), state["failures"].get(h, {}).get(r, 0)) for h in HOOKS for r in REASONS])
+    family("gpushare_node_hook_last_duration_seconds", "gauge", "Wall time of the last run of each node hook.",
+           [(_labels(hook=h), state["duration"][h]) for h in HOOKS if h in state["duration"]])
+    family("gpushare_node_hook_last_run_timestamp_seconds", "gauge", "Unix time the last run of each node hook ended.",
+           [(_labels(hook=h), state["last_run"][h]) for h in HOOKS if h in state["last_run"]])
+    if state["mps"] is not None:
+        family("gpushare_node_mps_daemons_running", "gauge", "MPS control daemons of gpushare answering on this node.",
+               [("", state["mps"])])
+    if state["journals"] is not None:
+        family("gpushare_node_journals_present", "gauge", "Job journals in the node state dir (jobs set up, not yet undone).",
+               [("", state["journals"])])
+    if state["mig"]:
+        family("gpushare_node_mig_layout_matches_policy", "gauge",
+               "1 if the GPU's MIG layout is the policy's, 0 if it drifted (last observed).",
+               [(_labels(gpu=g), int(v)) for g, v in sorted(state["mig"].items(), key=lambda kv: int(kv[0]))])
+    family("gpushare_node_job_gpu_info", "gauge",
+           "A device a job holds on this node (mig_uuid, gpu_instance_id, compute_instance_id empty outside MIG).",
+           [(_labels(job_id=j, gpu=g, uuid=u, mig_uuid=m or "", gpu_instance_id="" if gi is None else gi,
+                     compute_instance_id="" if ci is None else ci), 1)
+            for j, g, u, m, gi, ci in sorted(state["jobs"], key=lambda r: (r[0], r[1], r[4] or -1, r[5] or -1))])
+    family("gpushare_node_dcgm_mapping_errors_total", "counter",
+           "Writes of dcgm-exporter's job mapping files that failed (the job went on).", [("", state["dcgm_errors"])])
+    return "\n".join(out) + "\n"
+
+
+# ---- the one call the hooks make --------------------------------------------------------------
+
+
+@contextmanager
+def _locked(state_dir: Path):
+    state_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(state_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def record(state_dir, textfile_dir, hook: str, result: str, reason: str | None, duration: float,
+           snapshot: Snapshot | None = None, dcgm_errors: int = 0, now: float | None = None) -> Path | None:
+    """Count one run and rewrite ``<textfile_dir>/gpushare.prom``; returns its path (None when off).
+
+    Read-modify-write under the flock, so concurrent hooks never lose an increment."""
+    if textfile_dir is None:
+        return None
+    state_dir, target = Path(state_dir), Path(textfile_dir) / FILE_NAME
+    with _locked(state_dir):
+        state = update(read_state(state_dir / STATE_NAME), hook, result, reason, duration,
+                       time.time() if now is None else now, snapshot or Snapshot(), dcgm_errors)
+        atomic_write(state_dir / STATE_NAME, json.dumps(state, sort_keys=True), 0o600)
+        atomic_write(target, render(state), 0o644)
+    return target
