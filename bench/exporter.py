@@ -14,6 +14,10 @@ Prints, best of 3 (figures, never assertions):
   - peak Python memory of one full scrape (tracemalloc).
 
     .venv/bin/python bench/exporter.py [--jobs 10000] [--nodes 1000]
+
+--large PROJECT (from the host, on a running test cluster): grows it as bench/slurm_client.py --large does
+(--nodes CLOUD nodes, --jobs held jobs) and then scrapes real Slurm from inside slurmctld, once per backend
+(cli, pyslurm where the image has it), with the policy the cluster runs; --live is that inner part.
 """
 
 from __future__ import annotations
@@ -27,7 +31,38 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from slurm_client import large_outputs, measure  # noqa: E402  (bench/slurm_client.py: the replayed outputs)
+
+
+def live() -> None:
+    """Inside slurmctld: one scrape of the real cluster per backend, best of 3, and its parts."""
+    import gc
+
+    from slurm_gpushare.metrics.exporter import SlurmCollector, exposition, registry_for
+    from slurm_gpushare.policy import load_file
+    from slurm_gpushare.slurm.client import make_client, pyslurm_problem
+
+    site = load_file(Path("/etc/gpushare/policy.yaml"))
+    times = {}
+    for backend in ("cli", "pyslurm"):
+        if backend == "pyslurm" and pyslurm_problem():
+            print(f"pyslurm: {pyslurm_problem()}")
+            continue
+        collector = SlurmCollector(make_client(backend), site)
+        registry = registry_for(collector)
+        best = float("inf")
+        for _ in range(3):
+            gc.collect()
+            t = time.perf_counter()
+            text = exposition(registry)
+            best = min(best, time.perf_counter() - t)
+        jobs, nodes = len(collector.client.jobs()), len(collector.client.nodes())
+        read, coll, expo, n = best_phases(collector)
+        times[backend] = best
+        print(f"live {backend}: one scrape of {jobs} jobs + {nodes} nodes in {best:.3f} s (best of 3), "
+              f"{n} samples, {len(text) / 2**10:.0f} KiB; read {read:.3f} s, collection {coll:.3f} s, "
+              f"exposition {expo:.3f} s")
+    if len(times) == 2:
+        print(f"ratio pyslurm/cli: {times['pyslurm'] / times['cli']:.2f}")
 
 
 def fake_runner(squeue: str, scontrol: str):
@@ -107,7 +142,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=10000)
     ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--live", action="store_true", help="inside slurmctld: scrape the real cluster")
+    ap.add_argument("--large", metavar="PROJECT", help="grow this running test cluster, then --live in it")
     args = ap.parse_args()
+    if args.live:
+        return live()
+    from slurm_client import grow, large_outputs, measure, run_inside  # bench/slurm_client.py
+
+    if args.large:
+        grow(args.large, args.nodes, args.jobs)
+        return run_inside(args.large, Path(__file__), ["--live"])
 
     from slurm_gpushare import examples
     from slurm_gpushare.metrics.exporter import SlurmCollector, exposition, registry_for

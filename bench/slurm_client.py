@@ -109,6 +109,21 @@ def live(submit: int) -> None:
 
 def large(project: str, n_nodes: int, n_jobs: int) -> None:
     """Grow a running test cluster to n_nodes more nodes and n_jobs held jobs, then run --live inside it."""
+    grow(project, n_nodes, n_jobs)
+    run_inside(project, Path(__file__), ["--live"])
+
+
+def run_inside(project: str, script: Path, args: list[str]) -> None:
+    """Run a bench script with the package's Python in the project's slurmctld (where slurm.conf is)."""
+    import subprocess
+
+    res = subprocess.run(["docker", "exec", "-i", f"{project}_slurmctld_1", "/opt/gpushare/bin/python3", "-", *args],
+                         input=script.read_text(), capture_output=True, text=True)
+    print(res.stdout + res.stderr, end="")
+
+
+def grow(project: str, n_nodes: int, n_jobs: int) -> None:
+    """n_nodes more nodes (State=CLOUD, partition bench) in a running test cluster, and n_jobs held jobs."""
     import subprocess
 
     ctl = f"{project}_slurmctld_1"
@@ -142,10 +157,6 @@ def large(project: str, n_nodes: int, n_jobs: int) -> None:
        f"-J bench >/dev/null; done; for i in $(seq {rest}); do sbatch -H -A physics --gres=gpu:1 --wrap true "
        f"-o /dev/null -J bench >/dev/null; done", user="alice")
     print(f"{project}: {n_nodes} bench nodes; {half + rest} held jobs submitted in {time.perf_counter() - t:.0f} s")
-    script = Path(__file__).read_text()
-    res = subprocess.run(["docker", "exec", "-i", ctl, "/opt/gpushare/bin/python3", "-", "--live"],
-                         input=script, capture_output=True, text=True)
-    print(res.stdout + res.stderr, end="")
 
 
 def main() -> None:

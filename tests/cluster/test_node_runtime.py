@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -161,6 +162,50 @@ def test_mps_daemon_lives_until_the_last_job_on_the_gpu_ends(hooks_cluster):
     assert len(mps_daemons(c)) == 1, "the daemon stopped while a job still used it"
     _rec, out = finished(c, long)
     assert env_of(out)["DAEMONS"] == "1"  # both jobs shared one daemon
+    wait_clean(c, "lab-mps01")
+    assert mps_daemons(c) == []
+
+
+# ---- preemption with a grace period ----------------------------------------------------
+
+# A checkpointing scavenger job as the README tells users to write one: the work runs in a step (srun), which
+# is what Slurm signals at preemption; it traps SIGTERM, writes its checkpoint and ends. With --requeue and
+# preempt_mode requeue, Slurm 24.11 counts a job that ends while signalled for its grace time as preempted and
+# requeues it (slurmctld proc_req.c, GRACE_PREEMPT), freeing the GPU at once. On its restart
+# (SLURM_RESTART_COUNT=1) it resumes from the checkpoint.
+CHECKPOINTING = r"""#SBATCH --requeue
+log=/shared/preempt-$SLURM_JOB_ID.log ck=/shared/preempt-$SLURM_JOB_ID.ckpt
+echo "start restart=${SLURM_RESTART_COUNT:-0} resume=$(cat $ck 2>/dev/null || echo none) daemons=$(pgrep -c -f '[n]vidia-cuda-mps-control -d')" >> $log
+[ -f $ck ] && exit 0
+srun bash -c "trap 'echo step=7 > $ck; echo term-at=\$(date +%s) >> $log; exit 0' TERM; sleep 600 & wait"
+"""
+
+
+def test_preempted_job_checkpoints_in_its_grace_time_is_requeued_and_resumes(hooks_cluster):
+    """A scavenger MPS job holding the whole GPU is preempted by a batch-tier MPS job: SIGTERM, 15 s grace
+    (the small lab's scavenger grace_time), requeue; the batch job runs; the scavenger job restarts with
+    SLURM_RESTART_COUNT=1, resumes from its checkpoint and completes; nothing of its first run is left."""
+    c = hooks_cluster
+    grace = c.site.tiers[[t.name for t in c.site.tiers].index("scavenger")].spec.grace_time
+    assert grace == 15
+    low = submit(c, CHECKPOINTING, user="alice", account="physics", gres="mps:100", partition="scavenger")
+    log = f"preempt-{low}.log"
+    wait_for("the scavenger job's step to run", lambda: running(c, low) and "start restart=0" in
+             c.exec("slurmctld", ["cat", f"/shared/{log}"], check=False).stdout, 90)
+    wait_for("the scavenger job's MPS daemon", lambda: len(mps_daemons(c)) == 1, 30)
+    time.sleep(2)  # the step's trap is set up
+    high = submit(c, "sleep 5\n", user="bob", account="physics", gres="mps:50", partition="batch")
+    wait_for("the checkpoint", lambda: c.exec("slurmctld", ["cat", f"/shared/preempt-{low}.ckpt"],
+                                             check=False).stdout.strip() == "step=7", 60)
+    finished(c, high, timeout=180)
+    rec = c.wait(low, timeout=400)  # the requeued job waits for its new begin time, then runs again
+    assert rec["State"] == "COMPLETED", (rec, c.job(low))
+    lines = c.read_shared(log).splitlines()
+    starts = [l for l in lines if l.startswith("start ")]
+    assert starts[0].startswith("start restart=0 resume=none") and starts[1].startswith("start restart=1 resume=step=7"), lines
+    assert any(l.startswith("term-at=") for l in lines), lines
+    runs = c.sacct(low, extra=["-D"])
+    assert [r["State"].split()[0] for r in runs] in (["REQUEUED", "COMPLETED"], ["PREEMPTED", "COMPLETED"]), runs
     wait_clean(c, "lab-mps01")
     assert mps_daemons(c) == []
 
