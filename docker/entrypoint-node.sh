@@ -11,7 +11,7 @@
 #   GPUSHARE_NODE_SETUP=0  skip docker/node-setup.sh (fake NVML, MIG, gres include)
 #   GPUSHARE_NODE_EXPORTER=0  do not start prometheus-node-exporter
 # prometheus-node-exporter (:9100) runs in the background with the textfile
-# collector on the directory node-setup.sh found in the policy (metrics.
+# collector on the directory node-setup.sh found in the policy (cluster.metrics.
 # textfile_dir; Debian's /var/lib/prometheus/node-exporter when unset) and the
 # cpu and meminfo collectors only: the others read host or privileged files
 # that make no sense, or fail, in a container. Log: /var/log/node-exporter.log.

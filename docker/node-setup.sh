@@ -7,7 +7,7 @@
 #   3. `gpushare node gres-conf`: the node's gres.conf include (MIG devices,
 #      empty on other nodes) at the policy's cluster.paths.gres_include
 #   4. /etc/gpushare/node.yaml: policy, fake NVML and state dir for the node hooks
-#   5. /run/gpushare-textfile-dir: the policy's metrics.textfile_dir, for the
+#   5. /run/gpushare-textfile-dir: the policy's cluster.metrics.textfile_dir, for the
 #      node_exporter entrypoint-node.sh starts (absent when the policy sets none)
 # Needs the slurm-gpushare package in the image and the policy mounted at
 # $GPUSHARE_POLICY (compose: GPUSHARE_POLICY_FILE on the host). Skipped, with a
@@ -27,7 +27,7 @@ from slurm_gpushare.policy import load_file
 site = load_file(sys.argv[1])
 group = site.group_for_node(sys.argv[2])
 mig = ",".join(str(s.index) for s in group.gpus if s.mode == "mig")
-metrics = getattr(site, "metrics", None)
+metrics = getattr(site.cluster, "metrics", None)
 textfile_dir = getattr(metrics, "textfile_dir", None) or "-"
 print(group.model.name, len(group.gpus), mig or "-", site.cluster.paths.state_dir, textfile_dir)
 PY
