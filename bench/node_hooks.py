@@ -1,6 +1,6 @@
 """Time the node hooks as Slurm runs them: one process per call, on the fake NVML.
 
-    python bench/node_hooks.py [--runs 30] [--modes mig,mps,exclusive]
+    python bench/node_hooks.py [--runs 30] [--modes mig,mps,exclusive] [--metrics]
 
 The prolog, task prolog and epilog are on every job's start and end. Each is
 started as Slurm starts it (the installed console script, a fresh process,
@@ -13,7 +13,10 @@ lean script the test image installs, which skips the wrapper's ``import re``), e
 same run the same way, is a bare `python -c pass` of the same interpreter,
 so the ratio says what the hook adds to interpreter start-up. The first
 prolog (which builds the node spec cache from the policy) is reported
-separately as the cold start. Figures only, no assertions.
+separately as the cold start. ``--metrics`` turns the policy's
+cluster.metrics on (textfile collector file and dcgm-exporter job mapping in
+the temporary directory), to see what writing them adds. Figures only, no
+assertions.
 """
 
 from __future__ import annotations
@@ -50,11 +53,13 @@ HOOKS = {  # name -> argv; "lean" is the script docker/Dockerfile installs as Ta
 MODES = {"mig": ("lab-mig01", "0", None), "mps": ("lab-mps01", "0", 25), "exclusive": ("lab-excl01", "1", None)}
 
 
-def build_node(tmp: Path, node: str) -> Path:
+def build_node(tmp: Path, node: str, metrics: bool = False) -> Path:
     """The test node's files; returns its node config."""
     raw = yaml.safe_load((ROOT / "etc" / "small-lab.yaml").read_text())
     raw["cluster"]["paths"] = {"slurm_conf_dir": str(tmp / "etc"), "gres_include": str(tmp / "etc" / "gres.d" / "mig.conf"),
                                "state_dir": str(tmp / "state"), "log_dir": str(tmp / "log")}
+    if metrics:
+        raw["cluster"]["metrics"] = {"textfile_dir": str(tmp / "prom"), "dcgm_job_mapping_dir": str(tmp / "dcgm")}
     policy = tmp / "policy.yaml"
     policy.write_text(yaml.safe_dump(raw))
     site = load_file(policy)
@@ -98,10 +103,10 @@ def pct(values: list[float], q: float) -> float:
     return sorted(values)[min(len(values) - 1, int(q * len(values)))]
 
 
-def bench_mode(mode: str, runs: int) -> tuple[dict[str, list[float]], float]:
+def bench_mode(mode: str, runs: int, metrics: bool = False) -> tuple[dict[str, list[float]], float]:
     node, gpus, mps_pct = MODES[mode]
     with tempfile.TemporaryDirectory(prefix=f"gpushare-bench-{mode}-") as tmp:
-        config = build_node(Path(tmp), node)
+        config = build_node(Path(tmp), node, metrics)
         times: dict[str, list[float]] = {name: [] for name in HOOKS}
         cold = 0.0
         for job in range(1, runs + 2):
@@ -118,16 +123,18 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=30, help="jobs per mode (prolog, task prolog, epilog each)")
     ap.add_argument("--modes", default="mig,mps,exclusive")
+    ap.add_argument("--metrics", action="store_true", help="policy with cluster.metrics on (textfile + dcgm mapping)")
     args = ap.parse_args(argv)
     missing = [argv[0] for argv in HOOKS.values() if not Path(argv[0]).exists()]
     if missing:
         raise SystemExit(f"console scripts missing: {', '.join(missing)} (pip install -e .)")
     base = [timed([sys.executable, "-c", "pass"], {}) for _ in range(args.runs)]
     b50 = statistics.median(base)
-    print(f"node hooks, {args.runs} jobs per mode, wall ms per process (python {sys.version.split()[0]}, {os.cpu_count()} CPUs):")
+    print(f"node hooks, {args.runs} jobs per mode, wall ms per process (python {sys.version.split()[0]}, {os.cpu_count()} CPUs), "
+          f"node metrics {'on' if args.metrics else 'off'}:")
     print(f"  {'baseline: python -c pass':32s} p50 {b50:7.1f}  p95 {pct(base, 0.95):7.1f}")
     for mode in args.modes.split(","):
-        times, cold = bench_mode(mode, args.runs)
+        times, cold = bench_mode(mode, args.runs, args.metrics)
         print(f"  {mode}: first prolog (builds the spec cache from the policy) {cold:.0f} ms")
         for name, values in times.items():
             p50 = statistics.median(values)
