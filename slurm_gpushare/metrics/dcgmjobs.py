@@ -9,11 +9,15 @@ What dcgm-exporter reads (NVIDIA/dcgm-exporter at d5e5f51, May 2026; read, not c
 - It re-reads the directory on every scrape (transformation/hpc.go,
   ``hpcMapper.Process``): every regular file whose name matches
   ``^\\d+(\\.\\d+)?$`` (``validGPUFile``); others (``.lock``, ``.0.tmp``...) are skipped.
-- File name: the GPU's id as dcgm-exporter's ``gpu`` label says it (``Metric.GPU``,
-  DCGM's GPU id, which follows NVML's index order), or for a MIG instance
+- File name: the GPU's id as dcgm-exporter's ``gpu`` label says it (``Metric.GPU``
+  from ``DeviceInfo.GPU``, DCGM's GPU id: collector/base_collector.go; we write
+  NVML's index, assuming DCGM numbers GPUs in NVML's order, as it does by
+  default), or for a MIG instance
   ``<gpu>.<gpu instance id>`` (``GPU_I_ID``, NVML's GPU instance id): a metric
   with a MIG profile is looked up under ``gpu.gi`` only, a whole-GPU metric under
   ``gpu`` (hpc.go, ``jobMapKey``). No compute-instance id: one file per GPU instance.
+  The exposition labels a MIG instance's metrics ``gpu``, ``GPU_I_ID``,
+  ``GPU_I_PROFILE`` and ``hostname`` (internal/pkg/rendermetrics/render_metrics.go).
 - Content: job ids, one per line (``bufio.Scanner`` lines taken as they are: a
   blank line would become an empty job id). Several lines: each metric of that
   device is repeated once per job with an ``hpc_job`` label (README.md, "How to
