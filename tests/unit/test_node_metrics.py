@@ -269,12 +269,12 @@ def test_failure_reasons_by_error_class():
     assert textfile.failure_reason(NodeConfigError("x")) == "config"
     assert textfile.failure_reason(SlurmClientError("x")) == "slurm"
     assert textfile.failure_reason(KeyError("x")) == "internal"
-    assert set(r for _, r in textfile._BY_CLASS) | {"internal"} <= set(textfile.REASONS)
+    assert {r for _, r in textfile._BY_CLASS} | {"internal"} <= set(textfile.REASONS)
 
 
 def test_mig_matches_compares_profile_multisets():
     spec = (GpuSpec(0, "mig", "A100-SXM4-40GB", 0, 0, ("3g.20gb", "1g.5gb")), GpuSpec(1, "exclusive", "A100", 0, 0))
-    dev = lambda gi, p: MigDevice(f"MIG-{gi}", gi, 0, f"NVIDIA A100-SXM4-40GB MIG {p}", 1)  # noqa: E731
+    dev = lambda gi, p: MigDevice(f"MIG-{gi}", gi, 0, f"NVIDIA A100-SXM4-40GB MIG {p}", 1)
     good = LiveGpu(0, "GPU-a", 0, 40960, True, (dev(1, "1g.5gb"), dev(2, "3g.20gb")))
     drifted = LiveGpu(0, "GPU-a", 0, 40960, True, (dev(1, "1g.5gb"), dev(2, "1g.5gb")))
     unseen = LiveGpu(0, "GPU-a", 0, 40960, True)
