@@ -45,15 +45,23 @@ def testcluster() -> None:
 @_PROJECT
 @_SUITE
 @click.option("--build/--no-build", default=True, show_default=True, help="Build the images first (idempotent).")
-def up(policy, project, suite, build) -> None:
+@click.option("--prometheus", is_flag=True,
+              help="Add a Prometheus server (service prometheus) scraping `gpushare exporter`, started in slurmctld, "
+                   "and every node's node_exporter.")
+def up(policy, project, suite, build, prometheus) -> None:
     """Build the images, render the policy, start the cluster and wait until every node is idle."""
     c = _cluster(policy, project, suite)
+    c.prometheus = prometheus
     if build:
         c.build()
     c.up()
     c.wait_idle(timeout=240)
     c.slurm(["gpushare", "accounts", "apply", "/etc/gpushare/policy.yaml"], timeout=120)
-    click.echo(f"cluster {project} is up: {', '.join(c.nodes())} idle; accounts applied")
+    extra = ""
+    if prometheus:
+        c.start_exporter()
+        extra = "; gpushare exporter started in slurmctld, Prometheus in service prometheus (:9090 on the cluster network)"
+    click.echo(f"cluster {project} is up: {', '.join(c.nodes())} idle; accounts applied{extra}")
 
 
 @testcluster.command(context_settings={"ignore_unknown_options": True})

@@ -23,7 +23,7 @@ from ..render import render_all
 from ..slurm import commands
 from ..slurm.client import CliClient
 from ..slurm.parsable import parse_scontrol_oneliners  # noqa: F401  (tests import it from here)
-from .compose import PROMETHEUS_PORT, nodes, nodes_compose, prometheus_config
+from .compose import EXPORTER_PORT, PROMETHEUS_PORT, nodes, nodes_compose, prometheus_config
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER_DIR = REPO / "docker"
@@ -193,6 +193,15 @@ class TestCluster:
     def sacct(self, job_id: int | None = None, extra: list[str] | None = None) -> list[dict]:
         out = self.slurm(commands.sacct_jobs(self.SACCT_FIELDS, job_id, extra)).stdout
         return [dict(zip(self.SACCT_FIELDS, line.split("|"))) for line in out.splitlines() if line.strip()]
+
+    EXPORTER_LOG = "/var/log/gpushare-exporter.log"
+
+    def start_exporter(self, policy: str = "/etc/gpushare/policy.yaml") -> None:
+        """Start `gpushare exporter` in slurmctld, in the background (log EXPORTER_LOG there), on the port
+        the project's Prometheus scrapes."""
+        self.compose("exec", "-d", "-T", "slurmctld", "bash", "-c",
+                     f"exec gpushare exporter --policy {shlex.quote(policy)} --listen 0.0.0.0:{EXPORTER_PORT} "
+                     f">>{self.EXPORTER_LOG} 2>&1", timeout=60)
 
     def prometheus_api(self, path: str, params: dict[str, str] | None = None, timeout: float = 30) -> dict:
         """GET Prometheus's HTTP API (``/api/v1/<path>``) inside its container; the decoded JSON.

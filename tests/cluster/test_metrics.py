@@ -35,7 +35,7 @@ PROJECT = os.environ.get("GPUSHARE_METRICS_PROJECT", os.environ.get("GPUSHARE_TE
 NODES = ("lab-excl01", "lab-shard01", "lab-mig01", "lab-mps01")
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"  # Debian node_exporter's default textfile directory
 DCGM_DIR = "/var/lib/dcgm-exporter/job-mapping"     # what dcgm-exporter's --hpc-job-mapping-dir would name
-EXPORTER_LOG = "/var/log/gpushare-exporter.log"
+EXPORTER_LOG = TestCluster.EXPORTER_LOG
 
 # GPU-equivalents by hand, from the small lab's hardware: a 1g.5gb slice is 1/7 of an A100-40GB,
 # lab-shard01's L40S has 4 shards, lab-mps01's A30 100 MPS units; a whole L40S is 1.
@@ -190,8 +190,7 @@ def node_metric(c: TestCluster, name: str, extra: tuple[str, ...] = ()) -> dict[
 @pytest.fixture(scope="module")
 def mix(metrics_cluster):
     c = metrics_cluster
-    c.compose("exec", "-d", "-T", "slurmctld", "bash", "-c",
-              f"exec gpushare exporter --policy /etc/gpushare/policy.yaml --listen 0.0.0.0:9877 >>{EXPORTER_LOG} 2>&1")
+    c.start_exporter()
     wait_for("Prometheus to scrape the exporter and every node_exporter (up == 1)",
              lambda: sorted(values(c, "up", ("job", "instance")).values()) == [1.0] * (1 + len(NODES)), timeout=120, every=2)
     wait_quiet(c)
@@ -274,9 +273,11 @@ def test_pending_demand_equals_squeue(metrics_cluster, mix):
     assert eq == pytest.approx({k: FRACTION["gpu", "l40s"] * v for k, v in want.items()})
     age = values(c, "gpushare_pending_oldest_age_seconds", ("gres", "gres_type"), at=ts)
     assert set(age) == set(submitted)
+    read = values(c, "gpushare_exporter_scrape_duration_seconds", (), at=ts)[()]
     for key, t in submitted.items():
-        # squeue's SubmitTime has whole seconds; the exporter's clock is the scrape's
-        assert abs(age[key] - (ts - t)) < 2.5, (key, age[key], ts - t)
+        # squeue's SubmitTime is whole seconds (the job came in up to 1 s after it); the exporter's clock
+        # is read after Slurm, between the scrape's start (ts) and its end (ts + its duration)
+        assert ts - t - 1.5 <= age[key] <= ts + read - t + 0.5, (key, age[key], ts - t, read)
     quota = values(c, "gpushare_quota_used", ("account", "tres"), at=ts)
     assert quota[("physics", "gres/gpu")] == 2.0  # the whole L40S and the MIG slice
 
