@@ -9,6 +9,7 @@ import click
 from .usage import SLURM_BACKEND, get_client, get_now, parse_when
 
 PARTS = ("jobs", "nodes", "partitions", "associations", "usage")
+CHOICES = PARTS + ("job-summaries",)  # only when asked: the jobs as the exporter reads them (no device indexes)
 
 
 @click.group("slurm")
@@ -17,8 +18,8 @@ def slurm() -> None:
 
 
 @slurm.command("dump")
-@click.option("--part", "parts", multiple=True, type=click.Choice(PARTS),
-              help="What to read (repeatable; default: all). usage needs --since.")
+@click.option("--part", "parts", multiple=True, type=click.Choice(CHOICES),
+              help="What to read (repeatable; default: all but job-summaries). usage needs --since.")
 @click.option("--cluster", help="Associations of this cluster only (default: all clusters).")
 @click.option("--since", help="usage: sacct records of jobs that ran after this (now, 7d, 12h, an ISO time).")
 @click.option("--until", default="now", show_default=True, help="usage: window end.")

@@ -43,7 +43,9 @@ class SlurmCollector:
     def read(self) -> tuple[collect.Snapshot, dict[str, bool]]:
         """One read of each part; a failed part is None in the snapshot and False in the second value."""
         readers = {
-            "jobs": self.client.jobs,
+            # the summaries where the backend has them (CLI: squeue --Format, 30 times faster than --json for
+            # 10,000 jobs); the exporter needs no device indexes
+            "jobs": getattr(self.client, "job_summaries", self.client.jobs),
             "nodes": self.client.nodes,
             "sshare": self.client.sshare,
             "associations": lambda: self.client.associations(self.site.cluster.name),

@@ -41,10 +41,13 @@ BACKEND_ENV = "GPUSHARE_SLURM_BACKEND"
 
 def dump(client, *, cluster: str | None = None, usage_window: tuple[float, float] | None = None,
          parts: Sequence[str] = ("jobs", "nodes", "partitions", "associations", "usage")) -> dict:
-    """The client's view as plain JSON-able data, sorted, so two backends can be compared with ==."""
+    """The client's view as plain JSON-able data, sorted, so two backends can be compared with ==.
+    ``job-summaries`` (not in the default parts): the jobs as pollers read them (``job_summaries``)."""
     out: dict = {"backend": client.backend}
     if "jobs" in parts:
         out["jobs"] = [j.to_dict() for j in sorted(client.jobs(), key=lambda j: j.job_id)]
+    if "job-summaries" in parts:
+        out["job-summaries"] = [j.to_dict() for j in sorted(client.job_summaries(), key=lambda j: j.job_id)]
     if "nodes" in parts:
         out["nodes"] = [n.to_dict() for n in sorted(client.nodes(), key=lambda n: n.name)]
     if "partitions" in parts:

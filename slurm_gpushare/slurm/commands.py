@@ -13,6 +13,20 @@ RECONFIGURE = ("scontrol", "reconfigure")
 VERSION = ("scontrol", "--version")
 
 
+# The jobs without their per-GPU indexes, for readers that poll (the exporter): squeue --Format with '|' after
+# each field (no width: nothing cut) and the name last (the one field that may hold a '|'). About 30 times
+# faster than --json for 10,000 jobs (0.27 s against 10 s in the grown test cluster, Slurm 24.11.5).
+# Run with SLURM_TIME_FORMAT=%s so SubmitTime is epoch seconds.
+JOB_SUMMARY_FIELDS = ("JobID", "ArrayJobID", "ArrayTaskID", "State", "Reason", "UserName", "Account", "Partition",
+                      "QOS", "tres-per-node", "SubmitTime", "NodeList", "tres-alloc", "Name")
+JOB_SUMMARIES = ("squeue", "--all", "--noheader", "--Format",
+                 ",".join(f"{f}:|" for f in JOB_SUMMARY_FIELDS[:-1]) + f",{JOB_SUMMARY_FIELDS[-1]}:")
+
+
+def jobs_json(job_ids) -> list[str]:
+    return ["squeue", "--all", "--json", "--jobs", ",".join(str(j) for j in job_ids)]
+
+
 def node_json(node: str) -> list[str]:
     return ["scontrol", "show", "node", node, "--json"]
 

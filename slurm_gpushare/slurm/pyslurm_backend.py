@@ -40,6 +40,10 @@ class PyslurmClient(CliClient):
         """The jobs squeue shows: slurm_load_jobs also returns finished ones until MinJobAge purges them."""
         return [job_from_pyslurm(j) for j in self.pyslurm.Jobs.load().values() if j.state not in FINISHED]
 
+    def job_summaries(self) -> list[Job]:
+        """The same read as ``jobs()`` (pyslurm reads everything in one call; the CLI backend has a lighter one)."""
+        return self.jobs()
+
     def nodes(self) -> list[Node]:
         return [node_from_pyslurm(n) for n in self.pyslurm.Nodes.load().values()]
 

@@ -121,6 +121,18 @@ def test_both_backends_read_the_same(cluster, frozen):
         assert py[part] == cli[part], f"{part} differ between backends:\ncli:     {cli[part]}\npyslurm: {py[part]}"
 
 
+def test_job_summaries_are_the_jobs_without_device_indexes(cluster, frozen):
+    """squeue --Format (what the exporter polls) against squeue --json, on this Slurm version, same moment."""
+    out = cluster.slurm(["gpushare", "slurm", "dump", "--slurm-backend", "cli", "--part", "jobs",
+                         "--part", "job-summaries"], timeout=120).stdout
+    doc = json.loads(out)
+    strip = lambda jobs: [{**j, "gres_alloc": {n: {k: {**u, "indexes": None} for k, u in use.items()}  # noqa: E731
+                                               for n, use in j["gres_alloc"].items()}} for j in jobs]
+    assert strip(doc["job-summaries"]) == strip(doc["jobs"])
+    running = [j for j in doc["job-summaries"] if j["state"] == "RUNNING"]
+    assert len(running) >= len(RUNNING) and all(j["gres_alloc"] for j in running), running
+
+
 def _usage_window(cluster, frozen) -> tuple[str, str]:
     """From a day back to just before the frozen jobs were submitted, once slurmdbd has every earlier end."""
     since, jobs, held = frozen

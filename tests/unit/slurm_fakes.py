@@ -273,3 +273,26 @@ def _merge_tres(current: str, change: str) -> str:
         else:
             tres[key] = value
     return ",".join(f"{k}={v}" for k, v in sorted(tres.items()))
+
+
+def squeue_summaries(squeue_json: str) -> str:
+    """What ``squeue --Format`` (commands.JOB_SUMMARIES, SLURM_TIME_FORMAT=%s) prints for the jobs of a
+    ``squeue --json`` document of the same moment, as real 24.11.5 printed it (checked against a recording
+    of both at one moment: tests/data/slurm/recorded-24.11.5/summaries/, test_slurm_summaries.py)."""
+    import json
+
+    def num(v):
+        return v.get("number") if isinstance(v, dict) and v.get("set", True) else (None if isinstance(v, dict) else v)
+
+    lines = []
+    for j in json.loads(squeue_json)["jobs"]:
+        state = j["job_state"][0] if isinstance(j["job_state"], list) else j["job_state"]
+        array_job, task = num(j.get("array_job_id")) or 0, num(j.get("array_task_id"))
+        task_text = str(task) if task is not None else (j.get("array_task_string") or "N/A") if array_job else "N/A"
+        alloc = j.get("tres_req_str") if state == "PENDING" else j.get("tres_alloc_str")
+        fields = [j["job_id"], array_job or j["job_id"], task_text, state, j.get("state_reason") or "None",
+                  j.get("user_name", ""), j.get("account", ""), j.get("partition", ""), j.get("qos", ""),
+                  j.get("tres_per_node") or "N/A", num(j.get("submit_time")), j.get("nodes") or "", alloc or "",
+                  j.get("name", "")]
+        lines.append("|".join(str(f) for f in fields))
+    return "".join(line + "\n" for line in lines)
