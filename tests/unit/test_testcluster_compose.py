@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import yaml
 
 from slurm_gpushare.policy import load_file
+from slurm_gpushare.proc import Result
+from slurm_gpushare.testcluster.cluster import ClusterError, TestCluster
 from slurm_gpushare.testcluster.compose import (EXPORTER_PORT, NODE_EXPORTER_PORT, PROMETHEUS_IMAGE, nodes,
                                                 nodes_compose, prometheus_config)
 from tests.conftest import ROOT
@@ -43,3 +48,37 @@ def test_prometheus_service_only_when_asked():
     assert prom["volumes"] == ["/tmp/x/prometheus.yml:/etc/prometheus/prometheus.yml:ro"]
     assert prom["networks"] == ["cluster"] and "ports" not in prom  # never published on the host
     assert set(with_) - {"prometheus"} == set(without)
+
+
+# ---- TestCluster.promql: Prometheus's HTTP API through `docker-compose exec prometheus wget` ----------
+
+
+def _cluster_answering(stdout: str, returncode: int = 0, seen: list | None = None):
+    def runner(argv, **_kw):
+        if seen is not None:
+            seen.append(list(argv))
+        return Result(tuple(argv), returncode, stdout, "")
+
+    return TestCluster(ROOT / "etc" / "small-lab.yaml", project="unit", workdir=Path("/nonexistent"), runner=runner,
+                       prometheus=True)
+
+
+def test_promql_asks_prometheus_inside_its_container_and_returns_the_vector():
+    seen: list = []
+    body = '{"status":"success","data":{"resultType":"vector","result":[{"metric":{"tenant":"physics"},"value":[1,"0.5"]}]}}'
+    c = _cluster_answering(body, seen=seen)
+    assert c.promql('sum by (tenant) (x{a="b c"})', at=12.5) == [{"metric": {"tenant": "physics"}, "value": [1, "0.5"]}]
+    argv = seen[0]
+    assert argv[argv.index("exec"):argv.index("exec") + 3] == ["exec", "-T", "prometheus"]
+    url = argv[-1]
+    assert url.startswith("http://localhost:9090/api/v1/query?") and "time=12.500" in url
+    assert "query=sum+by+%28tenant%29+%28x%7Ba%3D%22b+c%22%7D%29" in url  # URL-encoded
+
+
+def test_promql_errors_name_the_query_and_prometheus_message():
+    c = _cluster_answering('{"status":"error","errorType":"bad_data","error":"parse error"}', returncode=8)
+    with pytest.raises(ClusterError, match=r"bad\{.*bad_data: parse error"):
+        c.promql("bad{")
+    c = _cluster_answering("", returncode=4)
+    with pytest.raises(ClusterError, match="no JSON answer .wget exit 4"):
+        c.promql("up")
