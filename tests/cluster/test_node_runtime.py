@@ -166,6 +166,24 @@ def test_mps_daemon_lives_until_the_last_job_on_the_gpu_ends(hooks_cluster):
     assert mps_daemons(c) == []
 
 
+def test_killed_mps_daemon_is_replaced_by_the_next_job_without_a_drain(hooks_cluster):
+    """The MPS control daemon dies (SIGKILL, as the OOM killer does) while its job runs. The next job of the same
+    user and share starts a fresh daemon (no drain, no hold), both jobs end, and nothing is left."""
+    c = hooks_cluster
+    first = submit(c, "sleep 25\n", gres="mps:25")
+    wait_for("the first MPS job to run", lambda: running(c, first), 120)
+    wait_for("its daemon", lambda: len(mps_daemons(c)) == 1, 30)
+    node_shell(c, "lab-mps01", "pkill -9 -f '[n]vidia-cuda-mps-control -d'")
+    wait_for("the daemon to be gone", lambda: mps_daemons(c) == [], 10)
+    second_rec, out = finished(c, submit(c, "HOLD=2\n" + MPS_SCRIPT, gres="mps:25"))
+    assert env_of(out)["DAEMONS"] == "1", out  # a fresh daemon served it
+    finished(c, first)
+    wait_clean(c, "lab-mps01")
+    assert mps_daemons(c) == []
+    node = c.client().node("lab-mps01")
+    assert "DRAIN" not in node.state, (node.state, node.reason)
+
+
 # ---- preemption with a grace period ----------------------------------------------------
 
 # A checkpointing scavenger job as the README tells users to write one: the work runs in a step (srun), which
