@@ -40,9 +40,9 @@ class PyslurmClient(CliClient):
         """The jobs squeue shows: slurm_load_jobs also returns finished ones until MinJobAge purges them."""
         return [job_from_pyslurm(j) for j in self.pyslurm.Jobs.load().values() if j.state not in FINISHED]
 
-    def job_summaries(self) -> list[Job]:
-        """The same read as ``jobs()`` (pyslurm reads everything in one call; the CLI backend has a lighter one)."""
-        return self.jobs()
+    # job_summaries(): inherited, squeue --Format as the CLI reads it. pyslurm 24.11 gives no job's per-node
+    # allocation (get_resource_layout_per_node() is empty on Slurm 24.11.5), which is what summaries are for,
+    # and the CLI's summaries are as fast (0.40 s against pyslurm's 0.36 s for 9,990 jobs, bench/exporter.py).
 
     def nodes(self) -> list[Node]:
         return [node_from_pyslurm(n) for n in self.pyslurm.Nodes.load().values()]
