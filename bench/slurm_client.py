@@ -101,8 +101,14 @@ def live(submit: int) -> None:
         results[backend] = secs
         print(f"live {backend}: {len(jobs)} jobs + {len(nodes)} nodes in {secs:.3f} s, peak {peak / 2**20:.1f} MiB "
               f"(Python heap; pyslurm's C allocations are not traced)")
-    if len(results) == 2:
-        print(f"ratio pyslurm/cli: {results['pyslurm'] / results['cli']:.2f}")
+    cli = make_client("cli")
+    secs, peak, (jobs, nodes) = measure(lambda: (cli.job_summaries(), cli.nodes()))
+    results["summaries"] = secs
+    print(f"live cli, job summaries (squeue --Format, no device indexes): {len(jobs)} jobs + {len(nodes)} nodes "
+          f"in {secs:.3f} s, peak {peak / 2**20:.1f} MiB")
+    if "pyslurm" in results:
+        print(f"ratio pyslurm/cli: {results['pyslurm'] / results['cli']:.2f}, "
+              f"pyslurm/cli summaries: {results['pyslurm'] / results['summaries']:.2f}")
     if submit:
         subprocess.run(["scancel", "-n", "bench"], check=False)
 
