@@ -182,14 +182,14 @@ def _reconcile(policy_path, node_name, fake_state, dry_run: bool, seen: dict) ->
     from ..node.epilog import Killer
     from ..node.journal import JournalStore
     from ..node.mig import differences, observe
-    from ..node.mps import MpsControl
+    from ..node.mps import MpsControl, mps_lock
     from ..node.reconcile import daemon_dirs, execute_reconcile, observe_reconcile, plan_reconcile, running_jobs
     from ..proc import run
 
     site, name, slots = _target(policy_path, node_name)
     seen["site"] = site
     store = JournalStore(site.cluster.paths.state_dir)
-    with _backend(fake_state) as backend, store.locked():
+    with _backend(fake_state) as backend, store.locked(), mps_lock(site.cluster.paths.state_dir):
         journals = store.all()
         running = running_jobs(run, name)
         plan = plan_reconcile(journals, running, observe_reconcile(journals, backend),

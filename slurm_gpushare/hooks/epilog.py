@@ -23,7 +23,10 @@ def epilog(environ, runner=None, mps=None, kill=None, seen: dict | None = None) 
         if not journal.devices and journal.mps is None:
             store.remove(job_id)  # a job without GPUs here: nothing to check
             return
-        _undo(journal, store, config, runner, mps, kill, seen)
+        from ..node.mps import mps_lock
+
+        with mps_lock(spec.state_dir, journal.mps is not None):  # the refcount (journals) and the quit, together
+            _undo(journal, store, config, runner, mps, kill, seen)
 
 
 def _undo(journal, store, config, runner, mps, kill, seen) -> None:

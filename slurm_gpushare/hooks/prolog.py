@@ -10,7 +10,7 @@ def prolog(environ, runner=None, mps=None, seen: dict | None = None) -> None:
     from ..gpu import open_backend
     from ..node.jobenv import job_from_env
     from ..node.journal import JournalStore
-    from ..node.mps import MpsControl
+    from ..node.mps import MpsControl, mps_lock
     from ..node.prolog import execute_prolog, load_layout, observe_prolog, plan_prolog
     from ..proc import run
     from ._common import load, mps_command
@@ -20,7 +20,9 @@ def prolog(environ, runner=None, mps=None, seen: dict | None = None) -> None:
     seen["spec"] = spec
     job = job_from_env(environ)
     store, mps = JournalStore(spec.state_dir), mps or MpsControl(runner or run, **mps_command(config))
-    with open_backend(config.fake_nvml) as backend, store.locked():
+    # an MPS job (or a rerun whose journal may name a daemon) decides and acts on daemons under the MPS lock
+    uses_mps = job.mps_percentage is not None or store.path(job.job_id).exists()
+    with open_backend(config.fake_nvml) as backend, store.locked(), mps_lock(spec.state_dir, uses_mps):
         node = load_layout(spec, backend)
         seen["live"] = live = observe_prolog(job, node, backend, store, mps)
         journal, actions = plan_prolog(job, node, live)

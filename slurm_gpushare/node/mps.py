@@ -11,14 +11,22 @@ One daemon serves one GPU set for one user at one thread percentage (the
 limit are set before its server starts, so they bind every client of that
 server and are enforced by the server, not by variables the job could unset.
 Jobs that agree on all three share the daemon; the journals count them.
+
+Deciding to start or quit a daemon (from the journals and whether it
+answers) and doing it happen under ``mps_lock``, one flock per node on
+``<state_dir>/mps.lock``: an epilog that found a dead daemon and decided to
+quit it must not reach its pipe dir after a prolog of the same key started
+a fresh one there. Only hooks of MPS jobs take it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import GpushareError
@@ -45,6 +53,27 @@ def check_paths(daemon: MpsDaemon) -> str | None:
     if len(control) > _SOCKET_MAX:
         return f"MPS control socket path {control} is {len(control)} characters; a unix socket allows {_SOCKET_MAX}: shorten cluster.paths.state_dir"
     return None
+
+
+def lock_path(state_dir: str) -> str:
+    return str(state_dir).rstrip("/") + "/mps.lock"
+
+
+@contextmanager
+def mps_lock(state_dir: str, needed: bool = True):
+    """Hold the node's MPS lock (flock of ``<state_dir>/mps.lock``) around a decision
+    about daemons and its action; ``needed=False`` costs nothing (a job without MPS)."""
+    if not needed:
+        yield
+        return
+    path = Path(lock_path(state_dir))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 class MpsControl:
