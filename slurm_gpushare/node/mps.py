@@ -114,10 +114,12 @@ class MpsControl:
         """Start the daemon, set its defaults to the job's limits, start the user's server."""
         try:
             self.runner([*self.command, "-d"], env=self.env(daemon), timeout=self.timeout)
+            # one client session (commands on stdin, one per line, run in order): the defaults bind the next
+            # server only, so they come before start_server; one client start fewer per new daemon. A non-zero
+            # exit still fails the prolog, whose rollback quits the daemon and any server it started
             lines = [f"set_default_active_thread_percentage {daemon.percentage}"]
             lines += [f"set_default_device_pinned_mem_limit {i} {mib}M" for i, mib in enumerate(daemon.mem_limit_mib)]
-            self.send(daemon, *lines)
-            self.send(daemon, f"start_server -uid {daemon.uid}")
+            self.send(daemon, *lines, f"start_server -uid {daemon.uid}")
         except GpushareError as exc:
             raise MpsError(f"MPS daemon {daemon.key} (pipe {daemon.pipe_dir}): could not start") from exc
 
