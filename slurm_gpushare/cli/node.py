@@ -279,6 +279,48 @@ def relayout(policy_path: str, node_name: str | None, fake_state: str | None, ti
 # ---- fake NVML (test clusters) -------------------------------------------------------
 
 
+@node.command("install")
+@click.option("--policy", "policy_path", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="The site policy (gpushare.yaml); node.yaml names it.")
+@click.option("--root", default="/", show_default=True, type=click.Path(file_okay=False),
+              help="Prefix every path with this directory (image builds, tests).")
+@click.option("--fake-nvml", "fake_state", default=None, help="Write fake_nvml: PATH into node.yaml (test clusters only).")
+@click.option("--mps-control", default=None, help="Write mps_control: PATH into node.yaml (default: found on PATH).")
+@click.option("--force", is_flag=True, help="Replace files gpushare node install did not write (or that were edited).")
+@click.option("--dry-run", is_flag=True, help="Print what would be done; change nothing.")
+def install(policy_path: str, root: str, fake_state: str | None, mps_control: str | None, force: bool,
+            dry_run: bool) -> None:
+    """Install what the node hooks need: the lean task prolog script (for this
+    interpreter), /etc/gpushare/node.yaml, the state dir and the policy's
+    metrics dirs, root-owned with fixed modes. A second run changes nothing.
+    Files it did not write are refused (exit 1) unless --force."""
+    from ..node import install as inst
+    from ..policy import load_file
+
+    site = load_file(policy_path)
+    policy = str(Path(policy_path).resolve())
+    top = str(Path(root).resolve()).rstrip("/")
+    if top and (policy + "/").startswith(top + "/"):
+        policy = policy[len(top):]  # as the node will see it
+    c = site.cluster
+    try:
+        wants = inst.plan_install(python=sys.executable, policy=policy, state_dir=c.paths.state_dir,
+                                  task_prolog=c.hooks.task_prolog, textfile_dir=c.metrics.textfile_dir,
+                                  dcgm_job_mapping_dir=c.metrics.dcgm_job_mapping_dir, fake_nvml=fake_state,
+                                  mps_control=mps_control)
+    except ValueError as exc:
+        raise NodeError(str(exc)) from None
+    plan = inst.steps(wants, root, force)
+    if not dry_run:
+        inst.apply(plan, root)
+    for line in inst.lines(plan, root, dry_run):
+        click.echo(line)
+    if all(s.status == "unchanged" for s in plan):
+        click.echo("nothing to do: everything is installed as wanted")
+    if any(s.status == "refuse" for s in plan):
+        sys.exit(1)
+
+
 def _indexes(value: str) -> list[int]:
     try:
         return [int(v) for v in value.split(",") if v.strip()] if value else []

@@ -1,0 +1,235 @@
+"""`gpushare node install`: what a GPU node needs on disk besides the package.
+
+``plan_install`` is pure: the policy's values in, the paths to write out
+(``Want``: a file with its text, or a directory; mode and owner), in node
+terms (no root prefix). ``decide`` compares one ``Want`` with what is there
+(``Found``, read by ``observe``) and says what to do; ``apply`` does it,
+files through ``atomic.atomic_write``. ``--root`` prefixes every path (image
+builds, tests); the node config still names paths as the node sees them.
+
+What is installed:
+
+- the lean task prolog (README "Node runtime"): ``#!<python> -I`` and two
+  lines, at the policy's ``cluster.hooks.task_prolog`` (default
+  /usr/local/bin/gpushare-task-prolog), root 0755;
+- ``/etc/gpushare/node.yaml`` (``nodeconfig``): ``policy``, ``state_dir``
+  (and ``fake_nvml``, ``mps_control`` when given), root 0644 (the hooks refuse
+  a config another user could write);
+- the state dir (``cluster.paths.state_dir``), root 0755; the textfile
+  collector and dcgm job mapping dirs when ``cluster.metrics`` sets them,
+  root 0755.
+
+Files it writes carry ``# written by gpushare node install`` and a
+``# content-sha256:`` line over the rest: such a file, unedited, is replaced
+when the wanted text changes; any other file (someone else's, or ours
+edited) is refused unless ``force``. A second run finds everything as wanted
+and changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..atomic import atomic_write
+from .paths import NODE_CONFIG
+
+MARK = "# written by gpushare node install"
+_HASH = "# content-sha256: "
+DEFAULT_TASK_PROLOG = "/usr/local/bin/gpushare-task-prolog"
+ROOT_UID = ROOT_GID = 0
+
+
+@dataclass(frozen=True)
+class Want:
+    path: str  # as the node sees it
+    kind: str  # "file" or "dir"
+    mode: int
+    what: str
+    text: str | None = None
+    uid: int = ROOT_UID
+    gid: int = ROOT_GID
+
+
+@dataclass(frozen=True)
+class Found:
+    kind: str  # "missing", "file", "dir", "link", "other"
+    mode: int = 0
+    uid: int = -1
+    gid: int = -1
+    text: str | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    want: Want
+    status: str  # "create", "update", "fix", "unchanged", "refuse"
+    detail: str = ""
+
+
+# ---- the marked files ---------------------------------------------------------------
+
+
+def _digest(lines: list[str]) -> str:
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
+
+
+def marked(body: str, shebang: str | None = None) -> str:
+    """``body`` with the mark and its hash (after the shebang line, which must stay first)."""
+    head = [] if shebang is None else [shebang + "\n"]
+    rest = body.splitlines(keepends=True)
+    return "".join(head + [MARK + "\n", _HASH + _digest(head + rest) + "\n"] + rest)
+
+
+def ours(text: str) -> bool:
+    """Written by us and not edited since: the mark, and a hash that matches everything else."""
+    lines = text.splitlines(keepends=True)
+    at = 1 if lines and lines[0].startswith("#!") else 0
+    if len(lines) < at + 2 or lines[at].rstrip("\n") != MARK or not lines[at + 1].startswith(_HASH):
+        return False
+    return lines[at + 1][len(_HASH):].strip() == _digest(lines[:at] + lines[at + 2:])
+
+
+# ---- planning (pure) ------------------------------------------------------------------
+
+
+def task_prolog_text(python: str) -> str:
+    return marked("from slurm_gpushare.node.taskprolog import main\nraise SystemExit(main())\n", f"#!{python} -I")
+
+
+def node_config_text(values: dict[str, str]) -> str:
+    body = "# read by the gpushare node hooks (format: slurm_gpushare/node/nodeconfig.py)\n"
+    body += "".join(f"{key}: {value}\n" for key, value in values.items())
+    return marked(body)
+
+
+def plan_install(*, python: str, policy: str, state_dir: str, task_prolog: str | None = None,
+                 textfile_dir: str | None = None, dcgm_job_mapping_dir: str | None = None,
+                 fake_nvml: str | None = None, mps_control: str | None = None,
+                 node_config: str = NODE_CONFIG) -> list[Want]:
+    """What a node needs, in order (directories before what may lie in them)."""
+    for name, value in (("python", python), ("policy", policy), ("state_dir", state_dir),
+                        ("fake_nvml", fake_nvml), ("mps_control", mps_control)):
+        if value is not None and not value.startswith("/"):
+            raise ValueError(f"{name}: {value!r} is not an absolute path")
+    values = {"policy": policy, "state_dir": state_dir.rstrip("/") or "/"}
+    if fake_nvml:
+        values["fake_nvml"] = fake_nvml
+    if mps_control:
+        values["mps_control"] = mps_control
+    wants = [Want(values["state_dir"], "dir", 0o755, "state dir (cluster.paths.state_dir)")]
+    if textfile_dir:
+        wants.append(Want(textfile_dir.rstrip("/"), "dir", 0o755, "textfile collector dir (cluster.metrics.textfile_dir)"))
+    if dcgm_job_mapping_dir:
+        wants.append(Want(dcgm_job_mapping_dir.rstrip("/"), "dir", 0o755,
+                          "dcgm job mapping dir (cluster.metrics.dcgm_job_mapping_dir)"))
+    wants.append(Want(node_config, "file", 0o644, "node config", node_config_text(values)))
+    wants.append(Want(task_prolog or DEFAULT_TASK_PROLOG, "file", 0o755, "task prolog (lean script)",
+                      task_prolog_text(python)))
+    return wants
+
+
+def decide(want: Want, found: Found, force: bool = False, owners: bool = True) -> Step:
+    """What to do with one path. ``owners``: whether owners can be set (root) and so are compared."""
+    owner_ok = not owners or (found.uid, found.gid) == (want.uid, want.gid)
+    attrs_ok = found.mode == want.mode and owner_ok
+    attrs = _attrs(want, found, owners)
+    if want.kind == "dir":
+        if found.kind == "missing":
+            return Step(want, "create")
+        if found.kind != "dir":
+            return Step(want, "refuse", f"is a {found.kind}, not a directory: remove it, then run again")
+        return Step(want, "unchanged") if attrs_ok else Step(want, "fix", attrs)
+    if found.kind == "missing":
+        return Step(want, "create")
+    if found.kind != "file":
+        return Step(want, "refuse", f"is a {found.kind}, not a regular file: remove it, then run again")
+    if found.text == want.text:
+        return Step(want, "unchanged") if attrs_ok else Step(want, "fix", attrs)
+    if found.text is not None and ours(found.text):
+        return Step(want, "update", "content changed")
+    why = "edited since gpushare node install wrote it" if found.text and MARK in found.text else \
+        "not written by gpushare node install"
+    if force:
+        return Step(want, "update", f"{why}; replaced (--force)")
+    return Step(want, "refuse", f"{why}: move it away or merge it by hand, or run again with --force to replace it")
+
+
+def _attrs(want: Want, found: Found, owners: bool) -> str:
+    parts = []
+    if found.mode != want.mode:
+        parts.append(f"mode {found.mode:04o} -> {want.mode:04o}")
+    if owners and (found.uid, found.gid) != (want.uid, want.gid):
+        parts.append(f"owner {found.uid}:{found.gid} -> {want.uid}:{want.gid}")
+    return ", ".join(parts)
+
+
+# ---- the disk -----------------------------------------------------------------------------
+
+
+def on_disk(root: str | Path, path: str) -> Path:
+    """``path`` under ``root`` ("/" means the path itself)."""
+    return Path(str(root).rstrip("/") + path) if str(root).rstrip("/") else Path(path)
+
+
+def observe(target: Path) -> Found:
+    try:
+        info = os.lstat(target)
+    except FileNotFoundError:
+        return Found("missing")
+    mode, uid, gid = stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid
+    if stat.S_ISLNK(info.st_mode):
+        return Found("link", mode, uid, gid)
+    if stat.S_ISDIR(info.st_mode):
+        return Found("dir", mode, uid, gid)
+    if not stat.S_ISREG(info.st_mode):
+        return Found("other", mode, uid, gid)
+    try:
+        text = target.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError):
+        text = None
+    return Found("file", mode, uid, gid, text)
+
+
+def can_set_owners() -> bool:
+    return os.geteuid() == 0
+
+
+def steps(wants: list[Want], root: str | Path = "/", force: bool = False) -> list[Step]:
+    owners = can_set_owners()
+    return [decide(w, observe(on_disk(root, w.path)), force, owners) for w in wants]
+
+
+def apply(plan: list[Step], root: str | Path = "/") -> None:
+    """Carry out every step but the unchanged and refused ones."""
+    owners = can_set_owners()
+    for step in plan:
+        want, target = step.want, on_disk(root, step.want.path)
+        if step.status in ("unchanged", "refuse"):
+            continue
+        if want.kind == "dir":
+            target.mkdir(parents=True, exist_ok=True)
+            os.chmod(target, want.mode)
+        elif step.status in ("create", "update"):
+            atomic_write(target, want.text, want.mode)
+        else:
+            os.chmod(target, want.mode)
+        if owners:
+            os.chown(target, want.uid, want.gid, follow_symlinks=False)
+
+
+def lines(plan: list[Step], root: str | Path = "/", dry_run: bool = False) -> list[str]:
+    """One line per path: what was (or would be) done."""
+    done = {"create": "created", "update": "updated", "fix": "fixed", "unchanged": "unchanged", "refuse": "refused"}
+    would = {"create": "would create", "update": "would update", "fix": "would fix"}
+    out = []
+    for step in plan:
+        verb = would.get(step.status, done[step.status]) if dry_run else done[step.status]
+        detail = f" ({step.detail})" if step.detail else ""
+        out.append(f"{verb}: {on_disk(root, step.want.path)}: {step.want.what}{detail}")
+    if not can_set_owners():
+        out.append(f"note: not root (uid {os.geteuid()}): owners left as they are; run as root on a node")
+    return out

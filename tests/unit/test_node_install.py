@@ -1,0 +1,184 @@
+"""`gpushare node install` into a temporary --root: fresh install, a second run unchanged, files it did not
+write refused (and replaced with --force), dry runs that write nothing, modes (and owners, as root)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from slurm_gpushare.cli.node import node
+from slurm_gpushare.node import install as inst
+from slurm_gpushare.node.nodeconfig import read_config
+from slurm_gpushare.proc import run
+from tests.conftest import ROOT
+
+SMALL_LAB = ROOT / "etc" / "small-lab.yaml"
+
+
+def invoke(*args):
+    return CliRunner().invoke(node, ["install", *map(str, args)])
+
+
+@pytest.fixture
+def policy(tmp_path) -> Path:
+    """The small lab with its metrics directories set and a state dir of its own."""
+    raw = yaml.safe_load(SMALL_LAB.read_text())
+    raw["cluster"].setdefault("paths", {})["state_dir"] = "/var/lib/gpushare-test"
+    raw["cluster"].setdefault("metrics", {}).update(textfile_dir="/var/lib/node-exporter/textfile",
+                                                    dcgm_job_mapping_dir="/run/gpushare/dcgm-job-mapping")
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def tree(root: Path) -> dict[str, tuple[int, str | None]]:
+    """path -> (mode, text) of everything under root."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        info = p.lstat()
+        out[str(p.relative_to(root))] = (stat.S_IMODE(info.st_mode), p.read_text() if p.is_file() else None)
+    return out
+
+
+def paths(root: Path):
+    return {"config": root / "etc/gpushare/node.yaml", "task": root / "usr/local/bin/gpushare-task-prolog",
+            "state": root / "var/lib/gpushare-test", "textfile": root / "var/lib/node-exporter/textfile",
+            "dcgm": root / "run/gpushare/dcgm-job-mapping"}
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+def test_fresh_install_writes_everything_with_its_mode(tmp_path, policy):
+    root = tmp_path / "root"
+    result = invoke("--policy", policy, "--root", root)
+    assert result.exit_code == 0, result.output
+    p = paths(root)
+    for name in ("config", "task", "state", "textfile", "dcgm"):
+        assert f"created: {p[name]}:" in result.output
+    assert {n: mode(p[n]) for n in p} == {"config": 0o644, "task": 0o755, "state": 0o755, "textfile": 0o755, "dcgm": 0o755}
+    if os.geteuid() == 0:
+        assert all((p[n].lstat().st_uid, p[n].lstat().st_gid) == (0, 0) for n in p)
+    config = read_config(p["config"], root_hook=os.geteuid() == 0)
+    assert config.policy == policy and str(config.state_dir) == "/var/lib/gpushare-test"
+    lines = p["task"].read_text().splitlines()
+    assert lines[0] == f"#!{sys.executable} -I" and lines[1] == inst.MARK
+    assert lines[3:] == ["from slurm_gpushare.node.taskprolog import main", "raise SystemExit(main())"]
+
+
+def test_installed_task_prolog_runs(tmp_path, policy):
+    root = tmp_path / "root"
+    assert invoke("--policy", policy, "--root", root).exit_code == 0
+    script = paths(root)["task"]
+    env = {"PATH": os.defpath, "GPUSHARE_NODE_CONFIG": str(tmp_path / "none.yaml"), "SLURM_JOB_ID": "5"}
+    done = run([str(script)], env=env, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr  # no config, no task file: nothing to export, no error
+
+
+def test_second_run_changes_nothing_and_says_so(tmp_path, policy):
+    root = tmp_path / "root"
+    assert invoke("--policy", policy, "--root", root).exit_code == 0
+    before = tree(root)
+    result = invoke("--policy", policy, "--root", root)
+    assert result.exit_code == 0, result.output
+    assert result.output.count("unchanged: ") == 5 and "nothing to do" in result.output
+    assert tree(root) == before
+
+
+def test_foreign_file_is_refused_and_named_the_rest_installed(tmp_path, policy):
+    root = tmp_path / "root"
+    p = paths(root)
+    p["config"].parent.mkdir(parents=True)
+    p["config"].write_text("policy: /somewhere/else.yaml\n")
+    result = invoke("--policy", policy, "--root", root)
+    assert result.exit_code == 1
+    assert (f"refused: {p['config']}: node config (not written by gpushare node install: move it away or merge it "
+            "by hand, or run again with --force to replace it)") in result.output
+    assert p["config"].read_text() == "policy: /somewhere/else.yaml\n"
+    assert p["task"].exists() and p["state"].is_dir()
+
+
+def test_our_file_edited_is_refused_unedited_is_updated(tmp_path, policy):
+    root = tmp_path / "root"
+    p = paths(root)
+    assert invoke("--policy", policy, "--root", root).exit_code == 0
+    p["config"].write_text(p["config"].read_text() + "mps_control: /opt/mps\n")
+    result = invoke("--policy", policy, "--root", root)
+    assert result.exit_code == 1 and "edited since gpushare node install wrote it" in result.output
+    result = invoke("--policy", policy, "--root", root, "--force")
+    assert result.exit_code == 0 and f"updated: {p['config']}" in result.output
+    result = invoke("--policy", policy, "--root", root, "--mps-control", "/opt/mps")  # ours, unedited: replaced
+    assert result.exit_code == 0 and f"updated: {p['config']}: node config (content changed)" in result.output
+    assert "mps_control: /opt/mps" in p["config"].read_text()
+
+
+def test_force_replaces_a_foreign_file(tmp_path, policy):
+    root = tmp_path / "root"
+    p = paths(root)
+    p["task"].parent.mkdir(parents=True)
+    p["task"].write_text("#!/bin/sh\necho mine\n")
+    result = invoke("--policy", policy, "--root", root, "--force")
+    assert result.exit_code == 0, result.output
+    assert "replaced (--force)" in result.output and inst.ours(p["task"].read_text()) and mode(p["task"]) == 0o755
+
+
+def test_dry_run_writes_nothing(tmp_path, policy):
+    root = tmp_path / "root"
+    root.mkdir()
+    result = invoke("--policy", policy, "--root", root, "--dry-run")
+    assert result.exit_code == 0 and result.output.count("would create: ") == 5
+    assert list(root.iterdir()) == []
+
+
+def test_wrong_modes_are_fixed(tmp_path, policy):
+    root = tmp_path / "root"
+    p = paths(root)
+    assert invoke("--policy", policy, "--root", root).exit_code == 0
+    os.chmod(p["state"], 0o777)
+    os.chmod(p["config"], 0o666)
+    result = invoke("--policy", policy, "--root", root)
+    assert result.exit_code == 0
+    assert f"fixed: {p['state']}: state dir (cluster.paths.state_dir) (mode 0777 -> 0755)" in result.output
+    assert mode(p["state"]) == 0o755 and mode(p["config"]) == 0o644
+
+
+def test_a_file_where_a_directory_belongs_is_refused(tmp_path, policy):
+    root = tmp_path / "root"
+    p = paths(root)
+    p["state"].parent.mkdir(parents=True)
+    p["state"].write_text("")
+    result = invoke("--policy", policy, "--root", root)
+    assert result.exit_code == 1 and f"refused: {p['state']}" in result.output and "not a directory" in result.output
+
+
+def test_policy_under_root_is_named_as_the_node_sees_it(tmp_path, policy):
+    root = tmp_path / "root"
+    inside = root / "etc/gpushare/policy.yaml"
+    inside.parent.mkdir(parents=True)
+    inside.write_text(policy.read_text())
+    assert invoke("--policy", inside, "--root", root).exit_code == 0
+    assert "policy: /etc/gpushare/policy.yaml\n" in paths(root)["config"].read_text()
+
+
+def test_marks_and_hashes():
+    text = inst.marked("a: /b\n")
+    assert inst.ours(text) and not inst.ours(text.replace("/b", "/c")) and not inst.ours("a: /b\n")
+    script = inst.task_prolog_text("/opt/py/bin/python3")
+    assert script.startswith("#!/opt/py/bin/python3 -I\n") and inst.ours(script)
+    assert not inst.ours(script.replace("-I", "-E"))
+
+
+def test_decide_is_pure_and_owner_aware():
+    want = inst.Want("/x", "dir", 0o755, "x")
+    assert inst.decide(want, inst.Found("dir", 0o755, 0, 0)).status == "unchanged"
+    step = inst.decide(want, inst.Found("dir", 0o755, 1000, 1000))
+    assert step.status == "fix" and step.detail == "owner 1000:1000 -> 0:0"
+    assert inst.decide(want, inst.Found("dir", 0o755, 1000, 1000), owners=False).status == "unchanged"
+    assert inst.decide(want, inst.Found("link")).status == "refuse"
