@@ -276,9 +276,6 @@ def relayout(policy_path: str, node_name: str | None, fake_state: str | None, ti
             click.echo(line)
 
 
-# ---- fake NVML (test clusters) -------------------------------------------------------
-
-
 @node.command("install")
 @click.option("--policy", "policy_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="The site policy (gpushare.yaml); node.yaml names it.")
@@ -319,6 +316,9 @@ def install(policy_path: str, root: str, fake_state: str | None, mps_control: st
         click.echo("nothing to do: everything is installed as wanted")
     if any(s.status == "refuse" for s in plan):
         sys.exit(1)
+
+
+# ---- fake NVML (test clusters) -------------------------------------------------------
 
 
 def _indexes(value: str) -> list[int]:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import atomic_write
-from .paths import NODE_CONFIG
+from .paths import NODE_CONFIG, _absolute
 
 MARK = "# written by gpushare node install"
 _HASH = "# content-sha256: "
@@ -113,8 +113,9 @@ def plan_install(*, python: str, policy: str, state_dir: str, task_prolog: str |
     """What a node needs, in order (directories before what may lie in them)."""
     for name, value in (("python", python), ("policy", policy), ("state_dir", state_dir),
                         ("fake_nvml", fake_nvml), ("mps_control", mps_control)):
-        if value is not None and not value.startswith("/"):
-            raise ValueError(f"{name}: {value!r} is not an absolute path")
+        if value is not None and not _absolute(value):
+            raise ValueError(f"{name}: {value!r} is not an absolute path of letters, digits and _./+- (what "
+                             "node.yaml accepts)")
     values = {"policy": policy, "state_dir": state_dir.rstrip("/") or "/"}
     if fake_nvml:
         values["fake_nvml"] = fake_nvml
