@@ -42,15 +42,23 @@ BOUND = 3.0  # how long the epilog waits for a prolog that the lock holds back
 @pytest.fixture
 def node(tmp_path, monkeypatch):
     node = HookNode(tmp_path, "lab-mps01")
+    node.orphans = []
     monkeypatch.setattr(JournalStore, "locked", lambda self: nullcontext(self))  # only the MPS lock is left
     yield node
     stop_daemons(node.state_dir)
+    for pid in node.orphans:  # the killed daemons' servers (the fake's outlive their daemon)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def kill_daemon(node: HookNode, job_id: int) -> None:
     """SIGKILL the job's control daemon, as the OOM killer does; its socket and pipe dir stay behind."""
     daemon = JournalStore(node.state_dir).read(job_id).mps
-    pid = json.loads((Path(daemon.pipe_dir) / ".fake-state.json").read_text())["pid"]
+    state = json.loads((Path(daemon.pipe_dir) / ".fake-state.json").read_text())
+    pid = state["pid"]
+    node.orphans += [int(p) for p in state["servers"]]
     os.kill(pid, signal.SIGKILL)
     while Path(f"/proc/{pid}").exists() and "Z" not in _state(pid):
         time.sleep(0.05)
