@@ -245,6 +245,30 @@ def _reconcile_metrics(seen: dict, error, reason: str | None, duration: float, d
                    f"{type(exc).__name__}: {exc}", err=True)
 
 
+@node.command("health")
+@_common
+@click.option("--dry-run", is_flag=True, help="Print what would be repaired, drained or resumed; change nothing.")
+def health(policy_path: str, node_name: str | None, fake_state: str | None, dry_run: bool) -> None:
+    """The health check (slurm.conf HealthCheckProgram; the console script gpushare-node-health
+    runs the same from /etc/gpushare/node.yaml): repair what `reconcile` repairs, check the device
+    files of this node's gres.conf, the GPUs and MIG layout against the policy and the MPS daemons
+    of running jobs; drain with a "gpushare-health:" reason what cannot be repaired; resume a node
+    this check drained once it is healthy; never resume a node drained for another reason."""
+    from ..node.epilog import Killer
+    from ..node.health import run_health
+    from ..node.mps import MpsControl
+    from ..proc import run
+    from ..slurm.cli_backend import CliClient
+
+    site, name, slots = _target(policy_path, node_name)
+    paths = site.cluster.paths
+    with _backend(fake_state) as backend:
+        report = run_health(name, paths.state_dir, Path(paths.slurm_conf_dir) / "gres.conf", slots,
+                            CliClient(run, timeout=15), backend, MpsControl(run), Killer(backend), dry_run=dry_run)
+    for line in report.lines():
+        click.echo(f"{'would: ' if dry_run else ''}{line}")
+
+
 @node.command("relayout")
 @_common
 @click.option("--timeout", type=click.FloatRange(1), default=600.0, show_default=True,

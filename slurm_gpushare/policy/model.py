@@ -64,6 +64,31 @@ class Metrics(Strict):
         return self
 
 
+class Health(Strict):
+    """The node health check (`gpushare node health`), rendered as slurm.conf HealthCheckProgram,
+    HealthCheckInterval and HealthCheckNodeState. Off (nothing rendered) while ``program`` is null.
+
+    ``node_state``: Slurm's HealthCheckNodeState values (slurm.conf(5), 24.11): ANY, ALLOC, IDLE,
+    MIXED, NONDRAINED_IDLE, and CYCLE (spread the runs over the interval; combines with the others)."""
+
+    program: str | None = Field(None, pattern=ABS_PATH)
+    interval: int = Field(300, ge=10, le=86400)
+    node_state: list[Literal["ANY", "ALLOC", "IDLE", "MIXED", "NONDRAINED_IDLE", "CYCLE"]] = ["ANY"]
+
+    @model_validator(mode="after")
+    def _states(self):
+        states = [s for s in self.node_state if s != "CYCLE"]
+        if not states:
+            raise ValueError("node_state: name at least one of ANY, ALLOC, IDLE, MIXED, NONDRAINED_IDLE "
+                             "(CYCLE only combines with them)")
+        if len(set(self.node_state)) != len(self.node_state):
+            raise ValueError(f"node_state: {self.node_state} names a state twice")
+        if "ANY" in states and len(states) > 1:
+            raise ValueError(f"node_state: ANY already covers {', '.join(s for s in states if s != 'ANY')}; "
+                             "give ANY alone (with CYCLE if wanted) or the states without ANY")
+        return self
+
+
 class Accounting(Strict):
     host: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
     port: int = Field(6819, ge=1, le=65535)
@@ -92,6 +117,7 @@ class Cluster(Strict):
     accounting: Accounting = Accounting()
     priority: Priority = Priority()
     metrics: Metrics = Metrics()
+    health: Health = Health()
     cgroups: bool = True
     slurmd_config_overrides: bool = False
 

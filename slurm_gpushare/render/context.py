@@ -99,6 +99,11 @@ def hooks(site: Site) -> list[tuple[str, str]]:
         out.insert(0, ("PrologFlags", "Alloc,Contain" if site.cluster.cgroups else "Alloc"))
     if h.job_submit_lua:
         out.append(("JobSubmitPlugins", "lua"))
+    health = site.cluster.health
+    if health.program:
+        # `gpushare node health` (gpushare-node-health): repairs, or drains with a "gpushare-health:" reason
+        out += [("HealthCheckProgram", health.program), ("HealthCheckInterval", str(health.interval)),
+                ("HealthCheckNodeState", ",".join(health.node_state))]
     return out
 
 

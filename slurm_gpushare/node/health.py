@@ -1,0 +1,234 @@
+"""`gpushare node health`: slurm.conf's HealthCheckProgram. Repair what can be repaired,
+drain (reason ``gpushare-health: ...``) for what cannot, resume a node it drained itself.
+
+One run: (1) what `gpushare node reconcile` does, under the same locks (the
+journal lock every hook holds for its whole run, then the MPS lock): a job
+whose prolog is running holds the journal lock, so its journal is read only
+once written, and Slurm lists it (squeue shows a job from allocation until
+its epilog ends), so it is never taken for an orphan; (2) checks that need no
+lock: every device file this node's gres.conf names is a character device,
+every GPU is as the policy says (model, MIG mode, MIG layout:
+``mig.differences``, the comparison `gpushare node mig assert` prints), every
+MPS daemon a running job's journal names answers on its socket; (3) the node's
+Slurm state and reason (``scontrol show node``, through the Slurm client),
+then ``plan_health`` (pure) decides: drain, resume, or nothing.
+
+A drain reason starting with ``gpushare-health:`` is this program's own; any
+other drain is an admin's (or a hook's) and is never resumed here. A dead
+MPS daemon of a running job is reported, not a reason to drain: the jobs
+attached to it have lost it already, and the next MPS prolog for its key
+starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import GpushareError
+
+PREFIX = "gpushare-health:"
+REASON_MAX = 200
+_PRINTABLE = re.compile(r"[^\x20-\x7e]")
+
+
+class HealthError(GpushareError):
+    exit_code = 1
+
+
+# ---- findings (what was observed and repaired) -----------------------------------------
+
+
+@dataclass
+class Findings:
+    repaired: list[str] = field(default_factory=list)  # reconcile's lines, done
+    unrepaired: list[str] = field(default_factory=list)  # a repair that failed
+    missing_devices: list[str] = field(default_factory=list)  # "path (gres.conf:line)"
+    layout: list[str] = field(default_factory=list)  # mig.differences lines
+    notes: list[str] = field(default_factory=list)  # reported, never a drain
+
+    def problems(self) -> list[str]:
+        """What this node cannot run jobs safely with, one short phrase each (the drain reason's parts)."""
+        out = []
+        if self.missing_devices:
+            out.append("device files missing: " + ", ".join(self.missing_devices))
+        out += [f"GPU layout: {line}" for line in self.layout]
+        out += [f"not repaired: {line}" for line in self.unrepaired]
+        return out
+
+
+def device_ok(path: str) -> bool:
+    """A character device at ``path`` (what slurmd needs of a gres.conf File=)."""
+    try:
+        return stat.S_ISCHR(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def check_devices(records, is_device=device_ok) -> list[str]:
+    """The files of this node's gpu GRES records that are not character devices, each once, in order."""
+    missing: list[str] = []
+    for record in records:
+        for path in record.files:
+            if not is_device(path) and path not in missing:
+                missing.append(path)
+    return missing
+
+
+def check_mps(journals, answers) -> list[str]:
+    """A daemon named by a (running job's) journal whose control socket does not answer."""
+    notes, seen = [], set()
+    for job_id in sorted(journals):
+        daemon = journals[job_id].mps
+        if daemon is None or daemon.key in seen:
+            continue
+        seen.add(daemon.key)
+        if not answers(daemon.pipe_dir):
+            notes.append(f"MPS daemon {daemon.key} of job {job_id} does not answer (pipe {daemon.pipe_dir}); "
+                         "the next MPS prolog for it starts a fresh one")
+    return notes
+
+
+# ---- decision (pure) -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Drain:
+    reason: str
+
+    def __str__(self) -> str:
+        return f"drain: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Resume:
+    previous: str
+
+    def __str__(self) -> str:
+        return f"resume (drained by the health check: {self.previous})"
+
+
+@dataclass(frozen=True)
+class Leave:
+    why: str
+
+    def __str__(self) -> str:
+        return self.why
+
+
+def drain_reason(problems: list[str]) -> str:
+    text = _PRINTABLE.sub("?", f"{PREFIX} " + "; ".join(problems))
+    return text if len(text) <= REASON_MAX else text[: REASON_MAX - 3] + "..."
+
+
+def plan_health(state: tuple[str, ...], reason: str, problems: list[str]) -> Drain | Resume | Leave:
+    """What to do with the node given its Slurm state (``("IDLE", "DRAIN")``), drain reason and problems.
+
+    - problems, node not drained: drain with a ``gpushare-health:`` reason naming them;
+    - problems, drained by us with another reason: drain again (the reason is updated);
+    - problems, drained by someone else: leave it (their reason stays);
+    - no problems, drained by us: resume; drained by someone else: leave it."""
+    drained = "DRAIN" in state
+    ours = reason.startswith(PREFIX)
+    if problems:
+        wanted = drain_reason(problems)
+        if not drained:
+            return Drain(wanted)
+        if not ours:
+            return Leave(f"drained by someone else ({reason or 'no reason'}); left drained, reason kept")
+        if reason != wanted:
+            return Drain(wanted)
+        return Leave("already drained by the health check for the same reason")
+    if drained and ours:
+        return Resume(reason)
+    if drained:
+        return Leave(f"healthy; drained by someone else ({reason or 'no reason'}), not resumed")
+    return Leave("healthy")
+
+
+# ---- one run ---------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    node: str
+    findings: Findings
+    decision: Drain | Resume | Leave
+
+    def lines(self) -> list[str]:
+        f = self.findings
+        out = [f"node {self.node}: repaired: {line}" for line in f.repaired]
+        out += [f"node {self.node}: PROBLEM: {p}" for p in f.problems()]
+        out += [f"node {self.node}: note: {n}" for n in f.notes]
+        out.append(f"node {self.node}: {self.decision}")
+        return out
+
+
+def observe_and_repair(node: str, state_dir: str, client, backend, mps, killer, dry_run: bool = False) -> Findings:
+    """Step 1, reconcile: under the journal lock and the MPS lock, as the hooks take them."""
+    from .journal import JournalStore
+    from .mps import answers, mps_lock
+    from .reconcile import (
+        daemon_dirs,
+        execute_reconcile,
+        observe_reconcile,
+        plan_reconcile,
+        running_jobs,
+    )
+
+    findings = Findings()
+    store = JournalStore(state_dir)
+    with store.locked(), mps_lock(state_dir):
+        journals = store.all()
+        running = running_jobs(client, node)
+        plan = plan_reconcile(journals, running, observe_reconcile(journals, backend), daemon_dirs(state_dir),
+                              store.stray_temporaries())
+        findings.repaired = [line.split(": ", 1)[1] for line in plan.lines(node) if not line.endswith("journal kept")]
+        if not dry_run:
+            findings.unrepaired = execute_reconcile(plan, store, mps, killer, journals)
+        kept = {j: journals[j] for j in plan.kept}
+        findings.notes = check_mps(kept, answers)
+    return findings
+
+
+def check_node(findings: Findings, node: str, gres_conf: Path, slots, backend, is_device=device_ok) -> None:
+    """Step 2: device files of this node's gres.conf, the GPUs against the policy."""
+    from .gresindex import GresConfReadError, gpu_records
+    from .mig import differences, observe
+
+    try:
+        findings.missing_devices = check_devices(gpu_records(gres_conf, node), is_device)
+    except GresConfReadError as exc:
+        findings.unrepaired.append(f"gres.conf: {exc}")
+    findings.layout = differences(slots, observe(backend, [s.index for s in slots]))
+
+
+def run_health(node: str, state_dir: str, gres_conf: Path, slots, client, backend, mps, killer,
+               is_device=device_ok, dry_run: bool = False) -> Report:
+    """observe + repair, check, read the node, decide (``plan_health``), drain or resume (unless dry_run)."""
+    from ..slurm.client import SlurmClientError
+
+    findings = observe_and_repair(node, state_dir, client, backend, mps, killer, dry_run)
+    check_node(findings, node, gres_conf, slots, backend, is_device)
+    try:
+        current = client.node(node)
+    except SlurmClientError as exc:
+        raise HealthError(f"node {node}: cannot read its Slurm state: {exc}") from None
+    decision = plan_health(current.state, current.reason, findings.problems())
+    if not dry_run:
+        if isinstance(decision, Drain):
+            client.drain(node, decision.reason)
+        elif isinstance(decision, Resume):
+            client.resume(node)
+    return Report(node, findings, decision)
+
+
+def slots_from_spec(spec) -> list:
+    """The policy's GPU slots for this node from the cached NodeSpec (no policy load)."""
+    from ..hardware import get_model
+    from ..policy.site import GpuSlot
+
+    return [GpuSlot(g.index, g.mode, get_model(g.model), "", tuple(g.layout), g.replicas, g.units) for g in spec.gpus]

@@ -1,0 +1,213 @@
+"""`gpushare node health` (node/health.py, hooks/health.py): the pure decision with data, then
+whole runs against the fake NVML, the fake MPS control and a stateful fake Slurm (scontrol, squeue)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from slurm_gpushare.errors import GpushareError
+from slurm_gpushare.hooks import health as health_hook
+from slurm_gpushare.hooks import prolog as prolog_hook
+from slurm_gpushare.node.health import (
+    PREFIX,
+    Drain,
+    Findings,
+    Leave,
+    Resume,
+    drain_reason,
+    plan_health,
+)
+from slurm_gpushare.node.journal import JournalStore
+from slurm_gpushare.policy import load_file
+from slurm_gpushare.policy.model import Health
+from slurm_gpushare.render import render_all
+from tests.unit.hooks_support import ROOT, HookNode, no_scontrol
+from tests.unit.test_hooks_repair import FakeSlurm
+
+# ---- the decision (pure) -------------------------------------------------------------------
+
+OURS = f"{PREFIX} device files missing: /dev/nvidia1"
+
+
+@pytest.mark.parametrize(
+    "state, reason, problems, expected",
+    [
+        (("IDLE",), "", [], Leave("healthy")),
+        (("MIXED",), "", [], Leave("healthy")),
+        (("IDLE", "DRAIN"), OURS, [], Resume(OURS)),
+        (("MIXED", "DRAIN"), OURS, [], Resume(OURS)),
+        (("IDLE", "DRAIN"), "admin", [], Leave("healthy; drained by someone else (admin), not resumed")),
+        (("IDLE", "DRAIN"), "", [], Leave("healthy; drained by someone else (no reason), not resumed")),
+        (("IDLE",), "", ["device files missing: /dev/nvidia1"], Drain(OURS)),
+        (("IDLE", "DRAIN"), "admin", ["device files missing: /dev/nvidia1"],
+         Leave("drained by someone else (admin); left drained, reason kept")),
+        (("IDLE", "DRAIN"), OURS, ["device files missing: /dev/nvidia1"],
+         Leave("already drained by the health check for the same reason")),
+        (("IDLE", "DRAIN"), OURS, ["GPU layout: GPU 0: x"], Drain(f"{PREFIX} GPU layout: GPU 0: x")),
+    ],
+)
+def test_plan_health(state, reason, problems, expected):
+    assert plan_health(state, reason, problems) == expected
+
+
+def test_drain_reason_is_printable_and_bounded():
+    reason = drain_reason(["a\tb", "x" * 300])
+    assert reason.startswith(f"{PREFIX} a?b; x") and len(reason) == 200 and reason.endswith("...")
+
+
+def test_findings_problems_name_devices_layout_and_failed_repairs_but_not_notes():
+    f = Findings(missing_devices=["/dev/nvidia1", "/dev/nvidia-caps/nvidia-cap12"], layout=["GPU 0: have a, want b"],
+                 unrepaired=["MPS daemon k will not quit"], notes=["MPS daemon k2 does not answer"])
+    assert f.problems() == ["device files missing: /dev/nvidia1, /dev/nvidia-caps/nvidia-cap12",
+                            "GPU layout: GPU 0: have a, want b", "not repaired: MPS daemon k will not quit"]
+
+
+# ---- policy and render ---------------------------------------------------------------------
+
+
+def test_health_policy_is_strict_and_off_by_default():
+    assert Health().program is None and Health().node_state == ["ANY"]
+    assert Health(program="/usr/local/sbin/gpushare-node-health", node_state=["IDLE", "MIXED", "CYCLE"]).interval == 300
+    for bad, match in (({"node_state": ["BUSY"]}, "NONDRAINED_IDLE"), ({"node_state": ["CYCLE"]}, "at least one"),
+                       ({"node_state": ["ANY", "IDLE"]}, "ANY already covers IDLE"), ({"interval": 0}, "greater"),
+                       ({"program": "relative/path"}, "pattern"), ({"every": 5}, "Extra")):
+        with pytest.raises(ValidationError, match=match):
+            Health(**bad)
+
+
+def test_render_health_lines_only_when_on(tmp_path):
+    raw = yaml.safe_load((ROOT / "etc" / "small-lab.yaml").read_text())
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    off = "\n".join(render_all(load_file(path)).values())
+    assert "HealthCheck" not in off
+    raw["cluster"]["health"] = {"program": "/usr/local/sbin/gpushare-node-health", "interval": 120,
+                                "node_state": ["IDLE", "MIXED", "CYCLE"]}
+    path.write_text(yaml.safe_dump(raw))
+    on = "\n".join(render_all(load_file(path)).values())
+    for line in ("HealthCheckProgram=/usr/local/sbin/gpushare-node-health", "HealthCheckInterval=120",
+                 "HealthCheckNodeState=IDLE,MIXED,CYCLE"):
+        assert f"\n{line}\n" in on
+
+
+# ---- whole runs ----------------------------------------------------------------------------
+
+
+def all_devices(path: str) -> bool:
+    return True
+
+
+def run(node: HookNode, slurm: FakeSlurm, is_device=all_devices, mps=None):
+    lines: list[str] = []
+    report = health_hook.health({"SLURMD_NODENAME": node.node, "GPUSHARE_NODE_CONFIG": str(node.config)}, runner=slurm,
+                                mps=mps or node.mps, is_device=is_device, out=lines.append)
+    return report, lines
+
+
+def updates(slurm: FakeSlurm) -> list[list[str]]:
+    return [c for c in slurm.calls if c[:2] == ["scontrol", "update"]]
+
+
+@pytest.fixture
+def excl_node(tmp_path):
+    return HookNode(tmp_path, "lab-excl01")
+
+
+@pytest.fixture
+def mig_node(tmp_path):
+    return HookNode(tmp_path, "lab-mig01")
+
+
+def test_healthy_node_is_left_alone(excl_node):
+    slurm = FakeSlurm("lab-excl01", "gpu:l40s:2")
+    report, lines = run(excl_node, slurm)
+    assert report.decision == Leave("healthy") and updates(slurm) == []
+    assert lines == ["node lab-excl01: healthy"]
+
+
+def test_missing_device_file_drains_naming_it_then_resumes_when_back(excl_node):
+    slurm = FakeSlurm("lab-excl01", "gpu:l40s:2")
+    report, lines = run(excl_node, slurm, is_device=lambda p: p != "/dev/nvidia1")
+    assert isinstance(report.decision, Drain) and "DRAIN" in slurm.flags
+    assert slurm.reason == f"{PREFIX} device files missing: /dev/nvidia1"
+    assert "node lab-excl01: PROBLEM: device files missing: /dev/nvidia1" in lines
+    run(excl_node, slurm, is_device=lambda p: p != "/dev/nvidia1")  # still missing: no second update
+    assert len(updates(slurm)) == 1
+    report, _ = run(excl_node, slurm)  # the file is back
+    assert report.decision == Resume(f"{PREFIX} device files missing: /dev/nvidia1")
+    assert "DRAIN" not in slurm.flags and updates(slurm)[-1][-1] == "state=resume"
+
+
+def test_admin_drain_is_never_resumed_nor_its_reason_replaced(excl_node):
+    slurm = FakeSlurm("lab-excl01", "gpu:l40s:2")
+    slurm.flags.add("DRAIN")
+    slurm.reason = "admin: new PSU"
+    report, _ = run(excl_node, slurm)
+    assert "not resumed" in str(report.decision) and updates(slurm) == []
+    report, _ = run(excl_node, slurm, is_device=lambda p: p != "/dev/nvidia0")
+    assert report.findings.missing_devices == ["/dev/nvidia0"]
+    assert updates(slurm) == [] and slurm.reason == "admin: new PSU" and "DRAIN" in slurm.flags
+
+
+def test_mig_drift_drains_naming_the_gpu_and_the_difference(mig_node):
+    with mig_node.backend() as backend:
+        gi = backend.gpu_instances(0)[0]
+        for ci in backend.compute_instances(0, gi.id):
+            backend.destroy_compute_instance(0, gi.id, ci.id)
+        backend.destroy_gpu_instance(0, gi.id)
+    slurm = FakeSlurm("lab-mig01", "gpu:a100_1g.5gb:7")
+    report, _ = run(mig_node, slurm)
+    assert isinstance(report.decision, Drain)
+    assert slurm.reason == f"{PREFIX} GPU layout: GPU 0: have 1g.5gb x6, want 1g.5gb x7"
+
+
+def test_orphan_journal_is_repaired_without_a_drain(excl_node):
+    assert prolog_hook.main(excl_node.env(11, "1"), runner=no_scontrol) == 0
+    assert prolog_hook.main(excl_node.env(12, "0"), runner=no_scontrol) == 0
+    slurm = FakeSlurm("lab-excl01", "gpu:l40s:2", jobs={12: "gres/gpu:1"})  # job 11 ended, its epilog never ran
+    report, lines = run(excl_node, slurm)
+    assert excl_node.journals() == ["12.json"]
+    assert report.decision == Leave("healthy") and updates(slurm) == []
+    assert any(line.startswith("node lab-excl01: repaired: job 11 is not running here") for line in lines)
+
+
+def test_a_job_slurm_runs_is_never_an_orphan(excl_node):
+    """A job Slurm lists (its prolog wrote the journal under the lock the health check takes) keeps it."""
+    assert prolog_hook.main(excl_node.env(21, "0"), runner=no_scontrol) == 0
+    slurm = FakeSlurm("lab-excl01", "gpu:l40s:2", jobs={21: "gres/gpu:1"})
+    report, _ = run(excl_node, slurm)
+    assert excl_node.journals() == ["21.json"] and report.findings.repaired == []
+
+
+class FailingMps:
+    def quit(self, daemon):
+        raise GpushareError(f"MPS control daemon {daemon.key} (pipe {daemon.pipe_dir}) will not quit within 10 s")
+
+
+def test_a_repair_that_fails_drains(excl_node):
+    (excl_node.state_dir / "mps" / "g0-u9-p10" / "pipe").mkdir(parents=True)  # a daemon no journal names
+    slurm = FakeSlurm("lab-excl01", "gpu:l40s:2")
+    report, _ = run(excl_node, slurm, mps=FailingMps())
+    assert isinstance(report.decision, Drain)
+    assert slurm.reason.startswith(f"{PREFIX} not repaired: MPS control daemon g0-u9-p10 ") and "will not quit" in slurm.reason
+
+
+def test_dead_mps_daemon_of_a_running_job_is_a_note_not_a_drain(mps_node):
+    assert prolog_hook.main(mps_node.env(31, "0", 25), runner=no_scontrol, mps=mps_node.mps) == 0
+    journal = JournalStore(mps_node.state_dir).read(31)
+    mps_node.mps.quit(journal.mps)  # the daemon dies under the job
+    slurm = FakeSlurm("lab-mps01", "gpu:a30:1,mps:a30:100", jobs={31: "gres/mps:25"})
+    report, lines = run(mps_node, slurm)
+    assert report.decision == Leave("healthy") and updates(slurm) == []
+    assert any(f"note: MPS daemon {journal.mps.key} of job 31 does not answer" in line for line in lines)
+
+
+def test_main_exits_1_with_one_line_when_slurm_cannot_be_asked(excl_node, capsys):
+    def broken(argv, **kw):
+        raise GpushareError("squeue: cannot reach slurmctld")
+
+    code = health_hook.main({"SLURMD_NODENAME": "lab-excl01", "GPUSHARE_NODE_CONFIG": str(excl_node.config)},
+                            runner=broken, is_device=all_devices)
+    assert code == 1 and "gpushare-node-health: " in capsys.readouterr().err
