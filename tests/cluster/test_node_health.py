@@ -1,0 +1,102 @@
+"""`gpushare node health` on the docker cluster: small-lab with the node hooks and the health
+check on (HealthCheckProgram = the installed gpushare-node-health console script).
+
+slurmd runs the program at its start (before it registers) and every interval; the interval
+here is an hour so the scenarios below decide when it runs: directly, with docker exec on the
+node. That the cluster came up idle already says the start-up runs drained nothing.
+
+Run: GPUSHARE_HEALTH_PROJECT=gpsh5health .venv/bin/python -m pytest -q -s tests/cluster/test_node_health.py
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurm_gpushare.node.health import PREFIX
+from slurm_gpushare.testcluster.cluster import TestCluster
+from tests.cluster.conftest import own_cluster
+from tests.cluster.test_node_runtime import NODES, hooks_policy
+
+PROJECT = os.environ.get("GPUSHARE_HEALTH_PROJECT", "gpsh5health")
+PROGRAM = "/opt/gpushare/bin/gpushare-node-health"  # the wheel's console script in the image
+
+
+def health_policy(path: Path) -> Path:
+    hooks_policy(path)
+    raw = yaml.safe_load(path.read_text())
+    raw["cluster"]["health"] = {"program": PROGRAM, "interval": 3600, "node_state": ["ANY"]}
+    path.write_text("# small-lab.yaml with the node hooks and the health check on (tests/cluster/test_node_health.py)\n"
+                    + yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def health_cluster():
+    yield from own_cluster("health", PROJECT, lambda work: health_policy(work / "small-lab-health.yaml"),
+                           "GPUSHARE_HEALTH_KEEP")
+
+
+def health(c: TestCluster, node: str) -> tuple[int, str, float]:
+    """Run the program as slurmd would (root, no arguments, SLURMD_NODENAME), timed from here."""
+    start = time.monotonic()
+    res = c.exec(node, ["env", f"SLURMD_NODENAME={node}", PROGRAM], check=False, timeout=120)
+    return res.returncode, res.stdout + res.stderr, time.monotonic() - start
+
+
+def state(c: TestCluster, node: str) -> dict:
+    return c.node_states()[node]
+
+
+def test_rendered_and_healthy_nodes_are_left_alone(health_cluster):
+    c = health_cluster
+    conf = c.exec("slurmctld", ["scontrol", "show", "config"]).stdout
+    assert re.search(rf"^HealthCheckProgram\s*= {re.escape(PROGRAM)}$", conf, re.MULTILINE), conf
+    assert re.search(r"^HealthCheckInterval\s*= 3600 sec$", conf, re.MULTILINE), conf
+    figures = []
+    for node in NODES:
+        code, out, took = health(c, node)
+        assert code == 0 and out.strip().endswith(f"node {node}: healthy"), out
+        assert "DRAIN" not in state(c, node)["flags"]
+        figures.append(f"{node} {took:.2f} s")
+    print("\ngpushare-node-health, one run per node (docker exec included): " + ", ".join(figures))
+    # the in-container time alone, without docker exec's own start-up
+    for node in NODES:
+        res = c.exec(node, ["bash", "-c", f"TIMEFORMAT=%R; time (SLURMD_NODENAME={node} {PROGRAM} >/dev/null)"])
+        figures_in = res.stderr.strip().splitlines()[-1]
+        print(f"gpushare-node-health on {node}, timed in the container: {figures_in} s")
+
+
+def test_missing_device_file_drains_then_resumes_once_restored(health_cluster):
+    c, node = health_cluster, "lab-excl01"
+    # keep the device node under another name in the same /dev (a hard link), then remove it
+    c.exec(node, ["bash", "-c", "ln /dev/nvidia1 /dev/.gpushare-test-nvidia1 && rm /dev/nvidia1"])
+    try:
+        code, out, _ = health(c, node)
+        assert code == 0, out
+        s = state(c, node)
+        assert "DRAIN" in s["flags"] and s["reason"].startswith(PREFIX) and "/dev/nvidia1" in s["reason"], (s, out)
+        assert "PROBLEM: device files missing: /dev/nvidia1" in out
+    finally:
+        c.exec(node, ["bash", "-c", "mv /dev/.gpushare-test-nvidia1 /dev/nvidia1"])
+    code, out, _ = health(c, node)
+    assert code == 0 and "resume (drained by the health check" in out, out
+    s = state(c, node)
+    assert "DRAIN" not in s["flags"] and not s["reason"], s
+
+
+def test_admin_drain_is_left_alone(health_cluster):
+    c, node = health_cluster, "lab-shard01"
+    c.scontrol("update", f"nodename={node}", "state=drain", "reason=admin")
+    try:
+        code, out, _ = health(c, node)
+        assert code == 0 and "drained by someone else (admin), not resumed" in out, out
+        s = state(c, node)
+        assert "DRAIN" in s["flags"] and s["reason"] == "admin", s
+    finally:
+        c.scontrol("update", f"nodename={node}", "state=resume")
