@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from slurm_gpushare.proc import Result  # noqa: E402
-from tests.unit.hooks_support import HookNode  # noqa: E402
+from slurm_gpushare.proc import Result
+from tests.unit.hooks_support import HookNode
 
 
 def canned(node: str):
