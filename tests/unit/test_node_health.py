@@ -16,6 +16,7 @@ from slurm_gpushare.node.health import (
     Findings,
     Leave,
     Resume,
+    device_ok,
     drain_reason,
     plan_health,
 )
@@ -211,3 +212,22 @@ def test_main_exits_1_with_one_line_when_slurm_cannot_be_asked(excl_node, capsys
     code = health_hook.main({"SLURMD_NODENAME": "lab-excl01", "GPUSHARE_NODE_CONFIG": str(excl_node.config)},
                             runner=broken, is_device=all_devices)
     assert code == 1 and "gpushare-node-health: " in capsys.readouterr().err
+
+
+def test_cli_dry_run_prints_the_drain_it_would_do_and_changes_nothing(excl_node, monkeypatch):
+    from click.testing import CliRunner
+
+    import slurm_gpushare.proc
+    from slurm_gpushare.cli.node import node as node_cli
+
+    slurm = FakeSlurm("lab-excl01", "gpu:l40s:2")
+    monkeypatch.setattr(slurm_gpushare.proc, "run", slurm)
+    result = CliRunner().invoke(node_cli, ["health", "--policy", str(excl_node.policy), "--node", "lab-excl01",
+                                           "--fake-nvml", str(excl_node.state), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    missing = [p for p in ("/dev/nvidia0", "/dev/nvidia1") if not device_ok(p)]  # this host's real /dev
+    if missing:
+        assert f"would: node lab-excl01: drain: {PREFIX} device files missing: {', '.join(missing)}\n" in result.output
+    else:
+        assert result.output.endswith("would: node lab-excl01: healthy\n")
+    assert updates(slurm) == [] and "DRAIN" not in slurm.flags
