@@ -7,7 +7,6 @@ beyond the standard library, so the node hooks can use it cheaply.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 
@@ -15,7 +14,7 @@ def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
     """Write ``text`` to ``path`` atomically with permissions ``mode`` (mkstemp alone makes 0600)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, tmp = _create_temp(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -31,3 +30,16 @@ def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _create_temp(path: Path) -> tuple[int, str]:
+    """A new file next to ``path``, as tempfile.mkstemp makes it (O_EXCL, O_NOFOLLOW, mode 0600, a random
+    name), without importing tempfile: the node hooks write journals on every job."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = os.path.join(path.parent, f".{path.name}.{os.urandom(6).hex()}")
+        try:
+            return os.open(tmp, flags, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name next to {path} after 100 tries")

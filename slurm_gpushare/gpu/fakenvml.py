@@ -30,9 +30,7 @@ import fcntl
 import hashlib
 import json
 import os
-import string
 import sys
-import uuid as uuidlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,7 +156,7 @@ def _make_error_classes() -> None:
     for name, value in list(vars(module).items()):
         if not name.startswith("NVML_ERROR_"):
             continue
-        class_name = "NVMLError_" + string.capwords(name.replace("NVML_ERROR_", ""), "_").replace("_", "")
+        class_name = "NVMLError_" + "".join(w.capitalize() for w in name.replace("NVML_ERROR_", "").split("_"))
 
         def new(typ, *args, _value=value):
             return NVMLError.__new__(typ, _value)
@@ -386,6 +384,8 @@ def _fill(array, items, count_ref) -> None:
 def _uuid(prefix: str, *parts: object) -> str:
     """A uuid4-shaped id derived from ``parts``: deterministic, so state files diff cleanly."""
     digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:16]
+    import uuid as uuidlib  # here: building a fake only, not every hook's open
+
     return f"{prefix}-{uuidlib.UUID(bytes=digest, version=4)}"
 
 

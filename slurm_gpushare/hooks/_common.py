@@ -85,6 +85,14 @@ def guarded(hook: str, body, environ=None, runner=None, metrics: str | None = No
     return 0 if error is None else fail(hook, environ, message, runner)
 
 
+def run(argv, **kwargs):
+    """``proc.run``, imported on the first command: subprocess (and threading, signal, locale) cost
+    every hook a few ms at start-up, and only MPS jobs run a command when nothing fails."""
+    from ..proc import run as proc_run
+
+    return proc_run(argv, **kwargs)
+
+
 def mps_command(config) -> dict:
     """MpsControl's ``command`` when the node config names the control binary."""
     return {} if config.mps_control is None else {"command": (str(config.mps_control),)}

@@ -33,8 +33,7 @@ def _undo(journal, store, config, runner, mps, kill, seen) -> None:
     from ..gpu import open_backend
     from ..node.epilog import Killer, execute_epilog, observe_epilog, plan_epilog
     from ..node.mps import MpsControl
-    from ..proc import run
-    from ._common import mps_command
+    from ._common import mps_command, run
 
     mps = mps or MpsControl(runner or run, **mps_command(config))
     with open_backend(config.fake_nvml) as backend:

@@ -12,8 +12,7 @@ def prolog(environ, runner=None, mps=None, seen: dict | None = None) -> None:
     from ..node.journal import JournalStore
     from ..node.mps import MpsControl, mps_lock
     from ..node.prolog import execute_prolog, load_layout, observe_prolog, plan_prolog
-    from ..proc import run
-    from ._common import load, mps_command
+    from ._common import load, mps_command, run
 
     seen = {} if seen is None else seen
     config, spec = load(environ)

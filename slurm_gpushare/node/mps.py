@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
-import socket
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -141,6 +139,8 @@ def answers(pipe_dir: str) -> bool:
     path = f"{pipe_dir}/control"
     if not os.path.exists(path):
         return False
+    import socket  # here, not at the top: hooks of jobs without MPS never probe (hook latency)
+
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(2.0)
     try:
@@ -177,4 +177,6 @@ def _remove(path: Path) -> None:
     if path.is_symlink() or not path.is_dir():
         path.unlink()
     else:
+        import shutil  # here: tempfile-free hooks pay for shutil only when removing a tree
+
         shutil.rmtree(path)
