@@ -103,6 +103,7 @@ class MpsControl:
             parent.mkdir(parents=True, exist_ok=True)
             os.chmod(parent, 0o755)
         if pipe.exists() or pipe.is_symlink():
+            kill_leftovers(daemon.pipe_dir)  # a dead or hung daemon of this key, and the servers it left
             _remove(pipe)
         pipe.mkdir(mode=0o700)
         os.chown(pipe, daemon.uid, daemon.gid)
@@ -132,7 +133,57 @@ class MpsControl:
                                    f"within {self.quit_wait:g} s")
                 self._sleep(pause)
                 pause = min(pause * 2, 0.1)  # a daemon usually goes within ms: no fixed 100 ms on every epilog
+        else:
+            kill_leftovers(daemon.pipe_dir)  # it died (OOM killer, SIGKILL): its servers may outlive it
         remove_pipe_dir(daemon)
+
+
+MPS_COMM = "nvidia-cuda-mps"  # the kernel's 15-character comm of nvidia-cuda-mps-control and -server alike
+
+
+def leftover_processes(pipe_dir: str, proc: str = "/proc") -> list[int]:
+    """MPS control daemons and servers of ``pipe_dir``: processes named nvidia-cuda-mps* whose environment
+    has CUDA_MPS_PIPE_DIRECTORY=pipe_dir (a daemon's servers inherit its environment). Called only for a key
+    whose daemon does not answer, so whatever is found there is what it left."""
+    want = f"CUDA_MPS_PIPE_DIRECTORY={pipe_dir}".encode()
+    found = []
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"{entry.path}/comm", "rb") as fh:
+                if fh.read().strip() != MPS_COMM.encode():
+                    continue
+            with open(f"{entry.path}/environ", "rb") as fh:
+                if want in fh.read().split(b"\0"):
+                    found.append(int(entry.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def kill_leftovers(pipe_dir: str, wait: float = 2.0) -> list[int]:
+    """SIGKILL what a dead or hung daemon of ``pipe_dir`` left (leftover_processes); wait until they are gone."""
+    import signal
+
+    pids = leftover_processes(pipe_dir)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + wait
+    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return pids
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def answers(pipe_dir: str) -> bool:

@@ -210,3 +210,24 @@ def test_the_lock_excludes_a_second_holder(tmp_path):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody holds it
         finally:
             os.close(fd)
+
+
+def test_what_a_killed_daemon_left_is_killed_before_a_fresh_start(node):
+    """The fake's servers, like real ones, can outlive a SIGKILLed control daemon: the next prolog of its key
+    kills them (found by name and by the pipe dir in their environment) before starting a fresh daemon."""
+    from slurm_gpushare.node.mps import leftover_processes
+
+    daemon = start_and_kill_job_1(node)
+    orphans = list(node.orphans)
+    assert orphans and leftover_processes(daemon.pipe_dir) == orphans
+    prolog_hook.prolog(node.env(63, "0", 25), mps=node.mps)
+    assert node.mps.alive(daemon) and not any(_state(p) not in ("Z",) for p in orphans)
+    fresh = json.loads((Path(daemon.pipe_dir) / ".fake-state.json").read_text())
+    assert fresh["pid"] in leftover_processes(daemon.pipe_dir)  # the fresh daemon is found the same way
+
+
+def test_epilog_of_a_killed_daemon_kills_its_servers(node):
+    daemon = start_and_kill_job_1(node)
+    orphans = list(node.orphans)
+    epilog_hook.epilog(node.env(61, "0", 25), mps=node.mps)
+    assert not any(_state(p) != "Z" for p in orphans) and not Path(daemon.pipe_dir).exists()
