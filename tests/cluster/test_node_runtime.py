@@ -180,6 +180,8 @@ def test_killed_mps_daemon_is_replaced_by_the_next_job_without_a_drain(hooks_clu
     finished(c, first)
     wait_clean(c, "lab-mps01")
     assert mps_daemons(c) == []
+    # nor the killed daemon's server, which outlived it (the fake's do, as real ones can)
+    assert node_shell(c, "lab-mps01", "pgrep -a -f '[n]vidia-cuda-mps' || true").stdout.strip() == ""
     node = c.client().node("lab-mps01")
     assert "DRAIN" not in node.state, (node.state, node.reason)
 
