@@ -7,6 +7,7 @@ beyond the standard library, so the node hooks can use it cheaply.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -43,3 +44,17 @@ def _create_temp(path: Path) -> tuple[int, str]:
         except FileExistsError:
             continue
     raise FileExistsError(f"no free temporary name next to {path} after 100 tries")
+
+
+@contextmanager
+def flocked(lock_file: Path):
+    """Hold an exclusive flock on ``lock_file`` (created 0600, its directory too) for the ``with`` block."""
+    import fcntl
+
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

@@ -44,13 +44,11 @@ Standard library and ``atomic`` only: the hooks import this on every job.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
-from contextlib import contextmanager
 from pathlib import Path
 
-from ..atomic import atomic_write
+from ..atomic import atomic_write, flocked
 
 LOCK_NAME = ".lock"
 _FILE = re.compile(r"^[0-9]+(\.[0-9]+)?$")  # what dcgm-exporter reads (validGPUFile)
@@ -91,15 +89,8 @@ def read_dir(directory) -> dict[str, set[int]]:
     return found
 
 
-@contextmanager
 def _locked(directory: Path):
-    directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+    return flocked(directory / LOCK_NAME)
 
 
 def _write(directory: Path, name: str, jobs: set[int]) -> None:

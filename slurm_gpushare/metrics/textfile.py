@@ -38,15 +38,13 @@ prolog and epilog are on every job's start and end.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..atomic import atomic_write
+from ..atomic import atomic_write, flocked
 
 FILE_NAME = "gpushare.prom"
 STATE_NAME = "metrics.json"
@@ -235,15 +233,8 @@ def render(state: dict) -> str:
 # ---- the one call the hooks make --------------------------------------------------------------
 
 
-@contextmanager
 def _locked(state_dir: Path):
-    state_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(state_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+    return flocked(state_dir / LOCK_NAME)
 
 
 def record(state_dir, textfile_dir, hook: str, result: str, reason: str | None, duration: float,
