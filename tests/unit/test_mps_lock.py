@@ -212,12 +212,32 @@ def test_the_lock_excludes_a_second_holder(tmp_path):
             os.close(fd)
 
 
+def start_serve_and_kill_job_1(node: HookNode):
+    """As start_and_kill_job_1, once the server runs as a server (the fake names itself after its interpreter
+    starts, as a real server process is named from its exec)."""
+    prolog_hook.prolog(node.env(61, "0", 25), mps=node.mps)
+    daemon = JournalStore(node.state_dir).read(61).mps
+    servers = json.loads((Path(daemon.pipe_dir) / ".fake-state.json").read_text())["servers"]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not all(_comm(int(p)) == "nvidia-cuda-mps" for p in servers):
+        time.sleep(0.02)
+    kill_daemon(node, 61)
+    return daemon
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def test_what_a_killed_daemon_left_is_killed_before_a_fresh_start(node):
     """The fake's servers, like real ones, can outlive a SIGKILLed control daemon: the next prolog of its key
     kills them (found by name and by the pipe dir in their environment) before starting a fresh daemon."""
     from slurm_gpushare.node.mps import leftover_processes
 
-    daemon = start_and_kill_job_1(node)
+    daemon = start_serve_and_kill_job_1(node)
     orphans = list(node.orphans)
     assert orphans and leftover_processes(daemon.pipe_dir) == orphans
     prolog_hook.prolog(node.env(63, "0", 25), mps=node.mps)
@@ -227,7 +247,7 @@ def test_what_a_killed_daemon_left_is_killed_before_a_fresh_start(node):
 
 
 def test_epilog_of_a_killed_daemon_kills_its_servers(node):
-    daemon = start_and_kill_job_1(node)
+    daemon = start_serve_and_kill_job_1(node)
     orphans = list(node.orphans)
     epilog_hook.epilog(node.env(61, "0", 25), mps=node.mps)
     assert not any(_state(p) != "Z" for p in orphans) and not Path(daemon.pipe_dir).exists()
