@@ -33,6 +33,36 @@ class ClusterError(GpushareError):
     exit_code = 1
 
 
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def remove_node_cgroups(node_names, root: Path = CGROUP_ROOT) -> list[Path]:
+    """Remove the cgroup v1 directories slurmd left on the host for ``node_names``; return those left.
+
+    The containers share the host's cgroup v1 hierarchies, and slurmd's task/cgroup
+    plugin makes ``<controller>/slurm_<node>/uid_<uid>/job_<id>/...`` there. They
+    outlive the containers, and a later cluster with the same node names whose job
+    ids meet them cannot set their cpuset ("batch job complete failure" drains).
+    Only empty directories go (``rmdir``, deepest first); one still in use by a
+    running process stays and is returned, never forced.
+    """
+    left: list[Path] = []
+    if not root.is_dir():
+        return left
+    for controller in sorted(root.iterdir()):
+        for node in node_names:
+            top = controller / f"slurm_{node}"
+            if not top.is_dir() or top.is_symlink():
+                continue
+            dirs = [Path(d) for d, _, _ in os.walk(top)]
+            for d in sorted(dirs, key=lambda p: len(p.parts), reverse=True):
+                try:
+                    d.rmdir()
+                except OSError:
+                    left.append(d)
+    return left
+
+
 @dataclass
 class TestCluster:
     """One compose project of the test cluster, configured from ``policy``."""
@@ -100,6 +130,7 @@ class TestCluster:
 
     def down(self) -> None:
         self.compose("down", "-v", "--remove-orphans", "-t", "5", timeout=180)
+        remove_node_cgroups(self.nodes())
 
     def nodes(self) -> list[str]:
         return nodes(self.site)

@@ -82,3 +82,19 @@ def test_promql_errors_name_the_query_and_prometheus_message():
     c = _cluster_answering("", returncode=4)
     with pytest.raises(ClusterError, match="no JSON answer .wget exit 4"):
         c.promql("up")
+
+
+def test_down_removes_the_clusters_node_cgroups_and_leaves_other_nodes_and_busy_dirs(tmp_path):
+    from slurm_gpushare.testcluster.cluster import remove_node_cgroups
+
+    for ctl in ("cpuset", "memory"):
+        (tmp_path / ctl / "slurm_lab-mps01" / "uid_2003" / "job_211" / "step_batch").mkdir(parents=True)
+        (tmp_path / ctl / "slurm_other-node" / "uid_1" / "job_1").mkdir(parents=True)
+    busy = tmp_path / "memory" / "slurm_lab-mps01" / "uid_2003" / "job_211" / "step_batch"
+    (busy / "tasks").write_text("123\n")  # a file keeps rmdir from removing it, as a live task does
+    left = remove_node_cgroups(["lab-mps01", "lab-mig01"], root=tmp_path)
+    assert not (tmp_path / "cpuset" / "slurm_lab-mps01").exists()
+    assert busy.is_dir() and busy in left
+    assert (tmp_path / "memory" / "slurm_lab-mps01").is_dir()  # its parents stay with it
+    assert (tmp_path / "cpuset" / "slurm_other-node" / "uid_1" / "job_1").is_dir()
+    assert remove_node_cgroups(["lab-x"], root=tmp_path / "absent") == []
