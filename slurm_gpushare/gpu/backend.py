@@ -38,6 +38,9 @@ _HINTS = {
 }
 _MIB = 1 << 20
 
+# NVML_COMPUTEMODE_* (NVML-H / pynvml) and the names nvidia-smi -c takes for them
+COMPUTE_MODES = {0: "DEFAULT", 1: "EXCLUSIVE_THREAD", 2: "PROHIBITED", 3: "EXCLUSIVE_PROCESS"}
+
 
 class GpuError(GpushareError):
     """An NVML operation failed. Names the GPU (index, UUID), the operation and the NVML code."""
@@ -223,6 +226,23 @@ class NvmlBackend:
             mig_current=current,
             mig_pending=pending,
         )
+
+    def compute_mode(self, index: int) -> str:
+        """The GPU's compute mode by nvidia-smi's name: DEFAULT, PROHIBITED, EXCLUSIVE_PROCESS
+        (EXCLUSIVE_THREAD on old drivers). Read on demand: only the hooks of MPS jobs need it."""
+        mode = self._call(index, "read compute mode", self._nvml.nvmlDeviceGetComputeMode, self._handle(index))
+        if mode not in COMPUTE_MODES:
+            raise GpuError("read compute mode", index, self._uuid_for_error(index),
+                           detail=f"NVML returned compute mode {mode}, none of {sorted(COMPUTE_MODES)}")
+        return COMPUTE_MODES[mode]
+
+    def set_compute_mode(self, index: int, mode: str) -> None:
+        """Set the compute mode by name (root on real GPUs; test clusters set their fake GPUs with it)."""
+        codes = {name: code for code, name in COMPUTE_MODES.items()}
+        if mode not in codes:
+            raise GpuError(f"set compute mode {mode}", index, self._uuid_for_error(index),
+                           detail=f"unknown compute mode; known: {', '.join(codes)}")
+        self._call(index, f"set compute mode {mode}", self._nvml.nvmlDeviceSetComputeMode, self._handle(index), codes[mode])
 
     def processes(self, index: int) -> list[GpuProcess]:
         """Compute processes on the GPU. On a MIG GPU, per MIG device: the parent

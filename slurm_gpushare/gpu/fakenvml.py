@@ -79,6 +79,12 @@ NVML_ERROR_UNKNOWN = 999
 NVML_DEVICE_MIG_DISABLE = 0x0
 NVML_DEVICE_MIG_ENABLE = 0x1
 
+NVML_COMPUTEMODE_DEFAULT = 0
+NVML_COMPUTEMODE_EXCLUSIVE_THREAD = 1  # support removed (NVML-H: "Support Removed")
+NVML_COMPUTEMODE_PROHIBITED = 2
+NVML_COMPUTEMODE_EXCLUSIVE_PROCESS = 3
+NVML_COMPUTEMODE_COUNT = 4
+
 NVML_GPU_INSTANCE_PROFILE_1_SLICE = 0x0
 NVML_GPU_INSTANCE_PROFILE_2_SLICE = 0x1
 NVML_GPU_INSTANCE_PROFILE_3_SLICE = 0x2
@@ -516,6 +522,9 @@ class FakeNvml:
                 raise FakeNvmlError(f"fake GPU {index} ({gpu['model']}) does not support MIG")
             if not current and gpu["instances"]:
                 raise FakeNvmlError(f"fake GPU {index} still has MIG instances; destroy them before disabling MIG")
+            if current and gpu.get("compute_mode") == NVML_COMPUTEMODE_EXCLUSIVE_PROCESS:
+                raise FakeNvmlError(f"fake GPU {index} is in compute mode EXCLUSIVE_PROCESS, which MIG mode does not "
+                                    "support; set DEFAULT first")
             gpu["mig_current"] = int(current)
             gpu["mig_pending"] = int(current if pending is None else pending)
 
@@ -693,6 +702,30 @@ class FakeNvml:
             if not get_model(gpu["model"]).mig_capable:
                 _fail(NVML_ERROR_NOT_SUPPORTED)
             return [gpu["mig_current"], gpu["mig_pending"]]
+
+    # ---- compute mode --------------------------------------------------------------
+
+    def nvmlDeviceGetComputeMode(self, handle):
+        if isinstance(handle, _Mig):
+            _unconfirmed("nvmlDeviceGetComputeMode on a MIG device handle")
+        with self._nvml() as state:
+            return self._gpu(state, handle).get("compute_mode", NVML_COMPUTEMODE_DEFAULT)
+
+    def nvmlDeviceSetComputeMode(self, handle, mode):
+        """EXCLUSIVE_THREAD's support was removed (NOT_SUPPORTED); EXCLUSIVE_PROCESS is not supported
+        while MIG mode is on (MIG user guide, MPS on MIG). Root only on real GPUs: not modelled."""
+        if isinstance(handle, _Mig):
+            _unconfirmed("nvmlDeviceSetComputeMode on a MIG device handle")
+        if mode not in (NVML_COMPUTEMODE_DEFAULT, NVML_COMPUTEMODE_EXCLUSIVE_THREAD, NVML_COMPUTEMODE_PROHIBITED,
+                        NVML_COMPUTEMODE_EXCLUSIVE_PROCESS):
+            _fail(NVML_ERROR_INVALID_ARGUMENT)
+        with self._nvml(write=True) as state:
+            gpu = self._gpu(state, handle)
+            if mode == NVML_COMPUTEMODE_EXCLUSIVE_THREAD:
+                _fail(NVML_ERROR_NOT_SUPPORTED)
+            if mode == NVML_COMPUTEMODE_EXCLUSIVE_PROCESS and gpu["mig_current"]:
+                _fail(NVML_ERROR_NOT_SUPPORTED)
+            gpu["compute_mode"] = mode
 
     def nvmlDeviceGetGpuInstanceProfileInfo(self, device, profile, version=2):
         if version not in (1, 2):
@@ -1008,6 +1041,7 @@ def _new_gpu(model: GpuModel, index: int, minor: int, mig: bool, seed: str) -> d
         "index": index, "model": model.name, "uuid": _uuid("GPU", seed, model.name, index), "minor": minor,
         "pci_bus": 0x10 + index, "pci_device_id": model.pci_device_ids[0] if model.pci_device_ids else 0,
         "mig_current": int(mig), "mig_pending": int(mig), "instances": [], "processes": [],
+        "compute_mode": NVML_COMPUTEMODE_DEFAULT,
     }
 
 
