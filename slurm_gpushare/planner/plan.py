@@ -72,6 +72,9 @@ class Knobs:
     frac_nodes: str = "cpus"  # which nodes hold the MPS pool: 'cpus' (most CPUs per GPU) or 'fit' (fewest that suffice)
     frac_weights: str = "group"  # 'group': one weight for the pool; 'node': a weight per node (first fit)
     weights: str = "gpus"  # node Weight order inside a pool: 'gpus' (fewer GPUs per node first), 'cpus' (fewer CPUs per GPU first), 'flat'
+    # CPU-poor nodes (fewer CPUs per GPU than GPU jobs ask) form pool 'lean', first for single-GPU jobs that ask no
+    # more CPUs than its GPUs have each, last for the others (who would leave its GPUs without CPUs)
+    lean: bool = True
 
 
 @dataclass(frozen=True)
@@ -366,6 +369,14 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
             f"single-GPU jobs asking more than {heavy} CPUs"
         )
 
+    lean, light = lean_groups(groups, demand, rich, mig_nodes, frac_nodes) if knobs.lean else (set(), 0)
+    if lean:
+        why.append(
+            f"CPU-poor nodes ({', '.join(g.name for g in groups if g.index in lean)}: fewer than the "
+            f"{demand.cpus_per_gpu():.1f} CPUs per GPU that GPU jobs ask): pool 'lean' takes single-GPU jobs asking "
+            f"at most {light} CPUs first, other GPU jobs only when their own pools are full"
+        )
+
     b = _Builder(base, groups)
     any_mps = bool(mps_frac)
     layout_iter = iter(layouts_by_gpu)
@@ -384,7 +395,7 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
                 for part in _split_group(spec, [(f"mig{k}", nodes, _mig_sharing(list(lay), g.gpus))]):
                     b.add(part, "mig", 10, len(nodes), g.model)
         mode = _mode(units, g.gpus) if any_mps else [{"gpus": _gpu_range(g.gpus), "mode": "exclusive"}]
-        tier = "cpu" if g.index in rich else "gpu"
+        tier = "cpu" if g.index in rich else "lean" if g.index in lean else "gpu"
         if knobs.frac_weights == "node" and frac_part:
             # one weight per node: Slurm then fills the pool node by node (first fit), not best fit on idle CPUs
             for k, node in enumerate(frac_part):
@@ -397,10 +408,13 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
             b.add(part, tier, _weight(g, knobs.weights), len(rest), g.model)
     how = knobs.cpu_jobs if knobs.cpu_jobs != "auto" else ("spare" if "mig" in b.members else "rich")
     spare = _spare_cpus(b.cpus, demand, scale, mig_frac, heavy, bool(rich), how)
+    spare = [x for x in spare if x[0] != "lean"]
     if spare:
         why.append("CPU-only jobs go first where the most CPUs are left once GPU jobs have theirs: "
-                   + ", ".join(f"{t} ({n:.0f} CPUs)" for t, n in spare))
-    routes = _routes(b.members, heavy, isolate, mig_all, knobs.overflow, [t for t, _ in spare])
+                   + ", ".join(f"{t} ({n:.0f} CPUs)" for t, n in spare) + (", then lean" if lean else ""))
+    # CPU-only jobs would take the CPUs that keep a CPU-poor node's GPUs usable: pool 'lean' last
+    cpu_order = [t for t, _ in spare] + (["lean"] if lean and spare else [])
+    routes = _routes(b.members, heavy, isolate, mig_all, knobs.overflow, cpu_order, light)
     default = next((t for t in ("gpu", "frac", "cpu") if t in b.members), next(iter(b.members)))
     why += b.split_by_mps_weight(site.policy.billing)
     raw = b.policy(routes, default)
@@ -482,8 +496,30 @@ def _spare_cpus(cpus: dict[str, int], demand: Demand, scale: float, mig_frac: di
     return sorted(spare, key=lambda x: (x[0] != "cpu", x[0] in ("mig", "frac"), -x[1]))
 
 
+def lean_groups(groups: list[GroupInfo], demand: Demand, rich: set[int], *taken: dict[int, int]) -> tuple[set[int], int]:
+    """(CPU-poor groups with nodes left for pool 'lean', the most CPUs a job may ask to be sent there first).
+
+    A group is CPU-poor with fewer CPUs per GPU than GPU jobs ask on average, and the pool is made only when
+    such GPUs are a minority of the GPUs left outside the CPU-rich pool; the CPU bound is the whole CPUs
+    per GPU of the CPU-poor GPUs' majority (weighted by GPUs), so a job sent there first leaves no GPU of a
+    typical CPU-poor node without CPUs.
+    """
+    per_gpu = demand.cpus_per_gpu()
+    left = {g.index: len(g.nodes) - sum(t.get(g.index, 0) for t in taken) for g in groups}
+    lean = {g.index for g in groups if left[g.index] > 0 and g.index not in rich and g.cpus_per_gpu < per_gpu}
+    gpus = {g.index: left[g.index] * g.gpus for g in groups if g.index not in rich}
+    if not lean or 2 * sum(gpus[i] for i in lean) >= sum(gpus.values()):
+        return set(), 0  # a pool for the few CPU-poor nodes only: when most are, it would be the whole-GPU pool
+    by_cpus: Counter = Counter()
+    for g in groups:
+        if g.index in lean:
+            by_cpus[int(g.cpus_per_gpu)] += left[g.index] * g.gpus
+    light = max(by_cpus, key=lambda c: (by_cpus[c], -c))
+    return lean, max(1, light)
+
+
 def _routes(members: dict[str, list[str]], heavy: int, isolate, mig_all: bool, overflow: bool,
-            cpu_order: Sequence[str] = ()) -> list[dict]:
+            cpu_order: Sequence[str] = (), light: int = 0) -> list[dict]:
     has = set(members)
 
     def tiers(*names: str) -> list[str]:
@@ -503,8 +539,14 @@ def _routes(members: dict[str, list[str]], heavy: int, isolate, mig_all: bool, o
     if cpu_order:
         routes.append({"match": {"gres": "none"}, "tiers": list(cpu_order) if overflow else list(cpu_order)[:1]})
     if "cpu" in has:
-        routes.append({"match": {"gres": "gpu", "max_gpus": 1, "min_cpus": heavy + 1}, "tiers": tiers("cpu", "gpu", "frac")})
-    routes.append({"match": {"gres": "gpu"}, "tiers": tiers("gpu", "cpu", "frac")})
+        routes.append({"match": {"gres": "gpu", "max_gpus": 1, "min_cpus": heavy + 1},
+                       "tiers": tiers("cpu", "gpu", "frac", "lean")})
+    if "lean" in has:
+        # single-GPU jobs that fit a CPU-poor node's CPUs per GPU go there first; heavier ones last
+        routes.append({"match": {"gres": "gpu", "max_gpus": 1, "min_cpus": light + 1},
+                       "tiers": tiers("gpu", "cpu", "frac", "lean")})
+        routes.append({"match": {"gres": "gpu", "max_gpus": 1}, "tiers": tiers("lean", "gpu", "cpu", "frac")})
+    routes.append({"match": {"gres": "gpu"}, "tiers": tiers("gpu", "cpu", "frac", "lean")})
     return [r for r in routes if r["tiers"]]
 
 

@@ -279,3 +279,31 @@ def test_alias_with_nothing_left_to_map_to_is_dropped():
     text = "\n".join(result.report)
     assert "alias 'half': mps:50 no longer exists in the planned layout and nothing planned covers 0.50 of a GPU; dropped" in text
     assert "alias 'slice': shard no longer exists" in text and "dropped" in text
+
+
+def lean_base() -> dict:
+    # 'thin' has 8 CPUs per GPU, under what the GPU jobs ask on average; 'big' has 12
+    return cluster(("big", "b[1-4]", "L40S", 8, 96), ("thin", "t[1-2]", "L40S", 4, 32))
+
+
+def test_cpu_poor_nodes_form_a_lean_pool_for_light_single_gpu_jobs():
+    d = demand((1, 1000, 4, 10), (1, 1000, 16, 20), (2, 1000, 24, 2))
+    result = plan(lean_base(), d)
+    tiers = {t.name: [g.name for g in t.groups] for t in result.site.tiers}
+    assert tiers["lean"] == ["thin"] and tiers["gpu"] == ["big"]
+    routes = [(r["match"], r["tiers"]) for r in result.policy["submission"]["routes"]]
+    # heavier single-GPU jobs than 8 CPUs reach 'lean' only when 'gpu' is full; the light ones start there;
+    # multi-GPU jobs keep to 'gpu' first
+    assert routes == [
+        ({"gres": "gpu", "max_gpus": 1, "min_cpus": 9}, ["gpu", "lean"]),
+        ({"gres": "gpu", "max_gpus": 1}, ["lean", "gpu"]),
+        ({"gres": "gpu"}, ["gpu", "lean"]),
+    ]
+    assert "pool 'lean' takes single-GPU jobs asking at most 8 CPUs first" in "\n".join(result.report)
+
+
+def test_no_lean_pool_when_most_gpus_are_cpu_poor_or_when_turned_off():
+    d = demand((1, 1000, 4, 10), (1, 1000, 16, 20))
+    poor = cluster(("big", "b[1-2]", "L40S", 8, 64), ("thin", "t[1-2]", "L40S", 4, 32))  # every GPU 8 CPUs
+    assert "lean" not in {t.name for t in plan(poor, d).site.tiers}
+    assert "lean" not in {t.name for t in plan(lean_base(), d, candidates=[Knobs(lean=False)]).site.tiers}
