@@ -48,6 +48,7 @@ class Findings:
     unrepaired: list[str] = field(default_factory=list)  # a repair that failed
     missing_devices: list[str] = field(default_factory=list)  # "path (gres.conf:line)"
     layout: list[str] = field(default_factory=list)  # mig.differences lines
+    compute_modes: list[str] = field(default_factory=list)  # MPS GPUs whose compute mode is not the policy's
     notes: list[str] = field(default_factory=list)  # reported, never a drain
 
     def problems(self) -> list[str]:
@@ -56,6 +57,7 @@ class Findings:
         if self.missing_devices:
             out.append("device files missing: " + ", ".join(self.missing_devices))
         out += [f"GPU layout: {line}" for line in self.layout]
+        out += [f"compute mode: {line}" for line in self.compute_modes]
         out += [f"not repaired: {line}" for line in self.unrepaired]
         return out
 
@@ -194,6 +196,21 @@ def observe_and_repair(node: str, state_dir: str, client, backend, mps, killer, 
     return findings
 
 
+def check_compute_modes(slots, backend) -> list[str]:
+    """MPS GPUs whose live compute mode is not the policy's compute_mode (nvidia-smi -c; lost when the driver
+    reloads): "GPU 0 (GPU-...) is EXCLUSIVE_PROCESS, policy default: nvidia-smi -i 0 -c DEFAULT"."""
+    out = []
+    for slot in slots:
+        if slot.mode != "mps":
+            continue
+        want = (slot.compute_mode or "default").upper()
+        have = backend.compute_mode(slot.index)
+        if have != want:
+            uuid = backend.gpu(slot.index).uuid
+            out.append(f"GPU {slot.index} ({uuid}) is {have}, policy {want.lower()}: nvidia-smi -i {slot.index} -c {want}")
+    return out
+
+
 def check_node(findings: Findings, node: str, gres_conf: Path, slots, backend, is_device=device_ok) -> None:
     """Step 2: device files of this node's gres.conf, the GPUs against the policy."""
     from .gresindex import GresConfReadError, gpu_records
@@ -204,6 +221,7 @@ def check_node(findings: Findings, node: str, gres_conf: Path, slots, backend, i
     except GresConfReadError as exc:
         findings.unrepaired.append(f"gres.conf: {exc}")
     findings.layout = differences(slots, observe(backend, [s.index for s in slots]))
+    findings.compute_modes = check_compute_modes(slots, backend)
 
 
 def run_health(node: str, state_dir: str, gres_conf: Path, slots, client, backend, mps, killer,
@@ -231,4 +249,5 @@ def slots_from_spec(spec) -> list:
     from ..hardware import get_model
     from ..policy.site import GpuSlot
 
-    return [GpuSlot(g.index, g.mode, get_model(g.model), "", tuple(g.layout), g.replicas, g.units) for g in spec.gpus]
+    return [GpuSlot(g.index, g.mode, get_model(g.model), "", tuple(g.layout), g.replicas, g.units, g.compute_mode)
+            for g in spec.gpus]

@@ -32,6 +32,7 @@ class LiveGpu:
     mig_current: bool | None
     mig_devices: tuple[MigDevice, ...] = ()
     processes: tuple[GpuProcess, ...] = ()
+    compute_mode: str | None = None  # nvidia-smi's name (EXCLUSIVE_PROCESS, ...); None: not read (only MPS prologs read it)
 
     @property
     def label(self) -> str:

@@ -44,7 +44,7 @@ from . import paths
 NODE_CONFIG = Path(paths.NODE_CONFIG)
 DEFAULT_POLICY = Path(paths.DEFAULT_POLICY)
 CONFIG_ENV = paths.CONFIG_ENV
-SPEC_FORMAT = "gpushare-node-spec/1"
+SPEC_FORMAT = "gpushare-node-spec/2"  # 2: GPUs carry compute_mode
 
 
 class NodeConfigError(GpushareError):
@@ -120,6 +120,7 @@ class GpuSpec:
     units: int
     replicas: int
     layout: tuple[str, ...] = ()
+    compute_mode: str = ""  # mps: the policy's compute_mode (default, exclusive_process)
 
 
 @dataclass(frozen=True)
@@ -189,8 +190,8 @@ def build_spec(policy: Path, node: str, digest: str) -> NodeSpec:
     except KeyError as exc:
         raise NodeConfigError(f"{exc.args[0]} ({policy})") from None
     paths = site.cluster.paths
-    gpus = tuple(GpuSpec(s.index, s.mode, s.model.name, s.units, s.replicas, tuple(s.model.profile(n).name for n in s.layout))
-                 for s in group.gpus)
+    gpus = tuple(GpuSpec(s.index, s.mode, s.model.name, s.units, s.replicas, tuple(s.model.profile(n).name for n in s.layout),
+                         s.compute_mode) for s in group.gpus)
     metrics = site.cluster.metrics
     return NodeSpec(policy=str(policy), policy_sha256=digest, node=node, group=group.name, state_dir=paths.state_dir,
                     log_dir=paths.log_dir, slurm_conf_dir=paths.slurm_conf_dir, gres_include=paths.gres_include, gpus=gpus,

@@ -20,6 +20,16 @@ device files, observed on the cluster):
   one answers already, with the pinned device memory limit the same share
   of each GPU's memory as the thread percentage.
 
+The GPU's compute mode decides whether a daemon's server can start at all
+(``plan_compute_mode``): PROHIBITED lets none; EXCLUSIVE_PROCESS one process,
+so one MPS server (one daemon) per GPU at a time, refused when another
+daemon already holds the GPU (Slurm let a second user on: the partition
+lacks ExclusiveUser=YES). In EXCLUSIVE_PROCESS one user's jobs therefore
+share one daemon per GPU set at 100 % whatever their percentages, and each
+job's limits are its client-side CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and
+CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (they only bind the same user's jobs: no
+other user can be on the GPU). DEFAULT: one daemon per percentage, as above.
+
 Re-running for a job is safe: the plan is computed afresh, a daemon that
 answers is reused, the journal rewritten with the same content.
 """
@@ -27,7 +37,7 @@ answers is reused, the journal rewritten with the same content.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import GpushareError
@@ -170,13 +180,46 @@ def _device(job: JobEnv, index: int, node: NodeLayout, live: LiveState, reasons:
     return Device(index, gpu.index, gpu.uuid, "exclusive" if mode == "exclusive" else f"{mode}-whole")
 
 
+def exclusive_process(live: LiveState, indexes) -> bool:
+    """Does any of these GPUs run in EXCLUSIVE_PROCESS (one MPS server at a time)?"""
+    return any(live.gpus[i].compute_mode == "EXCLUSIVE_PROCESS" for i in indexes if i in live.gpus)
+
+
+def daemon_percentage(live: LiveState, indexes, percentage: int) -> int:
+    """The daemon's default thread percentage: the job's, or 100 where one daemon per GPU must serve all of the
+    user's jobs (EXCLUSIVE_PROCESS); the job's own share is then its client-side limit."""
+    return 100 if exclusive_process(live, indexes) else percentage
+
+
+def plan_compute_mode(job: JobEnv, key: str, indexes, node: NodeLayout, live: LiveState, reasons: list[str]) -> None:
+    """Can the daemon ``key``'s server start on these GPUs? PROHIBITED: no server; EXCLUSIVE_PROCESS: not while
+    another daemon (of a running job) holds the GPU. Unread modes (None) are not judged."""
+    for i in indexes:
+        gpu = live.gpus[i]
+        mode = gpu.compute_mode
+        if mode in ("PROHIBITED", "EXCLUSIVE_THREAD"):
+            reasons.append(f"{gpu.label} on {node.node}: compute mode {mode} lets no MPS server start; set DEFAULT "
+                           f"or EXCLUSIVE_PROCESS as the policy's compute_mode says (nvidia-smi -i {i} -c DEFAULT)")
+        elif mode == "EXCLUSIVE_PROCESS":
+            holders = sorted({(j.mps.key, j.mps.uid, j.job_id) for j in live.journals.values()
+                              if j.job_id != job.job_id and j.mps is not None and j.mps.key != key
+                              and i in j.mps.gpu_indexes and j.mps.key in live.mps_alive})
+            if holders:
+                named = ", ".join(f"MPS daemon {k} (uid {u}, job {jid})" for k, u, jid in holders)
+                reasons.append(f"{gpu.label} on {node.node}: compute mode EXCLUSIVE_PROCESS allows one MPS server and "
+                               f"{named} holds it, so the server for uid {job.uid} cannot start: keep the GPU to one "
+                               "user at a time (policy compute_mode: exclusive_process renders ExclusiveUser=YES on "
+                               f"the partitions of {node.node}) or set the GPU to DEFAULT (nvidia-smi -i {i} -c DEFAULT)")
+
+
 def _mps_daemon(job: JobEnv, devices: list[Device], node: NodeLayout, live: LiveState, reasons) -> MpsDaemon | None:
     mps = [d for d in devices if d.mode == "mps"]
     if not mps:
         return None
-    pct = job.mps_percentage
     indexes = tuple(sorted({d.gpu_index for d in mps}))
+    pct = daemon_percentage(live, indexes, job.mps_percentage)
     key = daemon_key(indexes, job.uid, pct)
+    plan_compute_mode(job, key, indexes, node, live, reasons)
     daemon = MpsDaemon(
         key=key, gpu_indexes=indexes, gpu_uuids=tuple(live.gpus[i].uuid for i in indexes), uid=job.uid, gid=job.gid,
         percentage=pct, mem_limit_mib=tuple(live.gpus[i].memory_mib * pct // 100 for i in indexes),
@@ -188,14 +231,17 @@ def _mps_daemon(job: JobEnv, devices: list[Device], node: NodeLayout, live: Live
     return daemon
 
 
-def mps_env(daemon: MpsDaemon) -> dict[str, str]:
-    """What the job's tasks need to reach their daemon, in their own terms."""
+def mps_env(daemon: MpsDaemon, percentage: int | None = None, gpu_memory_mib: tuple[int, ...] = ()) -> dict[str, str]:
+    """What the job's tasks need to reach their daemon, in their own terms: the daemon's limits, or the job's own
+    ``percentage`` (of each GPU's ``gpu_memory_mib``) where it shares a daemon at 100 % (EXCLUSIVE_PROCESS)."""
+    pct = daemon.percentage if percentage is None else percentage
+    limits = daemon.mem_limit_mib if percentage is None else tuple(m * pct // 100 for m in gpu_memory_mib)
     return {
         "CUDA_MPS_PIPE_DIRECTORY": daemon.pipe_dir,
         "CUDA_MPS_LOG_DIRECTORY": daemon.log_dir,
-        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(daemon.percentage),
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct),
         # client side, CUDA_VISIBLE_DEVICES syntax with =limit (NVIDIA MPS docs, "Environment Variables"): the daemon's GPU ordinals
-        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": ",".join(f"{i}={mib}MB" for i, mib in enumerate(daemon.mem_limit_mib)),
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": ",".join(f"{i}={mib}MB" for i, mib in enumerate(limits)),
     }
 
 
@@ -212,7 +258,9 @@ def plan_prolog(job: JobEnv, node: NodeLayout, live: LiveState) -> tuple[Journal
     if reasons:
         raise PrologRefused(job.job_id, job.node, reasons)
     env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"} if devices else {}
-    if daemon is not None:
+    if daemon is not None and daemon.percentage != job.mps_percentage:  # shared at 100 % (EXCLUSIVE_PROCESS)
+        env.update(mps_env(daemon, job.mps_percentage, tuple(live.gpus[i].memory_mib for i in daemon.gpu_indexes)))
+    elif daemon is not None:
         env.update(mps_env(daemon))
     journal = Journal(job.job_id, job.uid, job.gid, job.node, "ready", tuple(devices), daemon, env)
     actions: list = [WriteJournal(journal.with_state("preparing"))]
@@ -268,12 +316,16 @@ def observe_prolog(job: JobEnv, node: NodeLayout, backend, store: JournalStore, 
     by_minor = {g.minor: g.index for g in infos}
     indexes = gpus_of_records(node.records, job.gpu_indexes, by_minor)
     gpus = {i: g for i, g in observe_gpus(backend, indexes).items()}
+    mps_gpus = [i for i in indexes if node.modes.get(i) == "mps"] if job.mps_percentage is not None else []
+    for i in mps_gpus:  # what lets a server start: only MPS prologs read it
+        gpus[i] = replace(gpus[i], compute_mode=backend.compute_mode(i))
     for info in infos:  # the rest without MIG and processes: only minors and UUIDs are needed
         gpus.setdefault(info.index, LiveGpu(info.index, info.uuid, info.minor, info.memory_mib, info.mig_current))
     journals = store.all()
     daemons = {j.mps.key: j.mps for j in journals.values() if j.mps}
     if job.mps_percentage is not None:
-        key = daemon_key(tuple(sorted(i for i in indexes if node.modes.get(i) == "mps")), job.uid, job.mps_percentage)
+        key = daemon_key(tuple(sorted(mps_gpus)), job.uid,
+                         daemon_percentage(LiveState(gpus), mps_gpus, job.mps_percentage))
         daemons.setdefault(key, MpsDaemon(key, (), (), job.uid, job.gid, job.mps_percentage, (),
                                           f"{node.state_dir.rstrip('/')}/mps/{key}/pipe", ""))
     alive = frozenset(k for k, d in daemons.items() if mps.alive(d))

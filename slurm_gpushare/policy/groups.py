@@ -174,7 +174,8 @@ def _resolve_sharing(sharing: Sharing, path, count, model: GpuModel, slots, prob
     if slot is None:
         return
     for index in indexes:
-        slots[index] = GpuSlot(index, slot.mode, model, slot.slurm_type, slot.layout, slot.replicas, slot.units)
+        slots[index] = GpuSlot(index, slot.mode, model, slot.slurm_type, slot.layout, slot.replicas, slot.units,
+                               slot.compute_mode)
 
 
 def _make_slot(sharing: Sharing, path, model: GpuModel, problems) -> GpuSlot | None:
@@ -210,15 +211,16 @@ def _make_slot(sharing: Sharing, path, model: GpuModel, problems) -> GpuSlot | N
                     f"{units} units do not give whole percentages per unit; allowed: {', '.join(map(str, MPS_UNITS))} (divisors of 100)",
                 )
             )
-        return None if len(problems) > before else GpuSlot(0, mode, model, slurm_type, units=units)
+        return None if len(problems) > before else GpuSlot(0, mode, model, slurm_type, units=units,
+                                                           compute_mode=sharing.compute_mode or "default")
     return None if len(problems) > before else GpuSlot(0, mode, model, slurm_type)
 
 
-_KEYS_FOR = {"mig": {"layout"}, "shard": {"replicas", "type"}, "mps": {"units", "type"}, "exclusive": {"type"}}
+_KEYS_FOR = {"mig": {"layout"}, "shard": {"replicas", "type"}, "mps": {"units", "type", "compute_mode"}, "exclusive": {"type"}}
 
 
 def _forbid_other_keys(sharing: Sharing, mode: str, path: str, problems) -> None:
-    for key in ("layout", "replicas", "units", "type"):
+    for key in ("layout", "replicas", "units", "type", "compute_mode"):
         if getattr(sharing, key) is not None and key not in _KEYS_FOR[mode]:
             owners = [m for m, keys in _KEYS_FOR.items() if key in keys]
             problems.append(Problem(f"{path}.{key}", f"not used by mode {mode}; it applies to mode {' / '.join(owners)}"))

@@ -131,6 +131,8 @@ class Sharing(Strict):
     replicas: int | None = None
     units: int | None = None
     type: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9_.]{0,39}$")
+    # mode mps: the compute mode the site sets on these GPUs (nvidia-smi -c); null means default
+    compute_mode: Literal["default", "exclusive_process"] | None = None
 
 
 class GpuHardware(Strict):

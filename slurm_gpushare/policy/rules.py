@@ -94,10 +94,25 @@ def build_tiers(policy: Policy, groups: list[Group]) -> tuple[list[TierView], li
         for j, gtype in enumerate(tier.gpu_types):
             if gtype not in types:
                 problems.append(Problem(f"{path}.gpu_types[{j}]", f"{gtype!r} is not a GPU type on this tier's nodes; available: {', '.join(sorted(types))}"))
+        problems += _exclusive_process_mix(path, tier.name, members)
         weights, conflicts = tier_weights(members, policy.billing, path)
         problems += conflicts
         views.append(TierView(tier, members, weights, i == default_index))
     return views, problems
+
+
+def _exclusive_process_mix(path: str, tier: str, members) -> list[Problem]:
+    """A tier with EXCLUSIVE_PROCESS MPS groups is rendered ExclusiveUser=YES (one user per node at a time, the only
+    per-user exclusivity Slurm has): every other group in it would be kept to one user per node too."""
+    ep = [g.name for g in members if g.exclusive_process_mps]
+    others = [g.name for g in members if not g.exclusive_process_mps]
+    if not ep or not others:
+        return []
+    return [Problem(f"{path}.node_groups", f"tier {tier!r} mixes node groups {', '.join(ep)} (MPS in compute_mode "
+                    f"exclusive_process: one MPS server, so one user, per GPU at a time; the tier's partition gets "
+                    f"ExclusiveUser=YES) with {', '.join(others)}, which ExclusiveUser would also keep to one user per "
+                    f"node: give {', '.join(ep)} tiers of their own (only exclusive_process MPS groups), or set their "
+                    "compute_mode to default")]
 
 
 def check_types(policy: Policy, groups: list[Group]) -> list[Problem]:

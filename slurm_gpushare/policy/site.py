@@ -28,6 +28,7 @@ class GpuSlot:
     layout: tuple[str, ...] = ()
     replicas: int = 0
     units: int = 0
+    compute_mode: str = ""  # mps: "default" or "exclusive_process" (nvidia-smi -c), as the site sets the GPU
 
     @property
     def device(self) -> str:
@@ -70,6 +71,11 @@ class Group:
     def slots(self, mode: str) -> tuple[GpuSlot, ...]:
         return tuple(s for s in self.gpus if s.mode == mode)
 
+    @property
+    def exclusive_process_mps(self) -> bool:
+        """An MPS GPU of the group runs in EXCLUSIVE_PROCESS: one MPS server, so one user, at a time."""
+        return any(s.mode == "mps" and s.compute_mode == "exclusive_process" for s in self.gpus)
+
 
 @dataclass(frozen=True)
 class TierView:
@@ -81,6 +87,11 @@ class TierView:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @cached_property
+    def exclusive_user(self) -> bool:
+        """Partition ExclusiveUser=YES: its nodes run one user's jobs at a time (EXCLUSIVE_PROCESS MPS GPUs)."""
+        return any(g.exclusive_process_mps for g in self.groups)
 
     @cached_property
     def hostlist(self) -> str:
