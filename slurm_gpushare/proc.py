@@ -11,10 +11,17 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from dataclasses import dataclass
-from typing import Mapping, Protocol, Sequence
 
 from .errors import GpushareError
+from .records import dataclass
+
+TYPE_CHECKING = False  # typing costs the node hooks a few ms at start-up: for type checkers only (Runner is a
+#                        Protocol to them, a plain class at run time)
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Protocol
+else:
+    Protocol = object
 
 
 @dataclass(frozen=True)

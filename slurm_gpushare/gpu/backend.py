@@ -15,12 +15,15 @@ caller-allocated arrays; MIG devices by index up to the max count.
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Self
 
 from ..errors import GpushareError
+from ..records import dataclass
 from .migminors import MIG_MINORS
+
+TYPE_CHECKING = False  # typing costs every node hook a few ms at start-up: for type checkers only
+if TYPE_CHECKING:
+    from typing import Self
 
 # NVML_ERROR_* codes the backend reacts to or names (values: NVML-H / pynvml).
 UNINITIALIZED, INVALID_ARGUMENT, NOT_SUPPORTED, NO_PERMISSION, NOT_FOUND = 1, 2, 3, 4, 6

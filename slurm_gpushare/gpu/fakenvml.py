@@ -32,14 +32,17 @@ import json
 import os
 import sys
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
 from ..atomic import atomic_write
 from ..errors import GpushareError
 from ..hardware import CatalogueError, GpuModel, MigProfile, get_model
+from ..records import dataclass
 from .migminors import mig_minors_text
+
+TYPE_CHECKING = False  # typing costs every node hook a few ms at start-up: for type checkers only
+if TYPE_CHECKING:
+    from typing import ClassVar
 
 # ---- constants: names and values as in pynvml (NVML-H) ----------------------
 

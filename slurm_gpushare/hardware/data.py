@@ -39,12 +39,12 @@ tables; the per-GPU tables give only what differs between GPUs.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
+from ..records import dataclass
 from .model import GpuModel, MigProfile
 
 
-class _Shape(NamedTuple):
+@dataclass(frozen=True)
+class _Shape:
     """What a profile type is on every GPU of one geometry."""
 
     nvml_constant: int
@@ -55,7 +55,8 @@ class _Shape(NamedTuple):
     placements: tuple[int, ...]
 
 
-class _Row(NamedTuple):
+@dataclass(frozen=True)
+class _Row:
     """What one GPU's `-lgip` says about one profile type."""
 
     shape: str

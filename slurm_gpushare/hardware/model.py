@@ -8,7 +8,7 @@ fails at import instead of producing a layout the driver would refuse.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from ..records import dataclass, field
 
 # NVML_GPU_INSTANCE_PROFILE_* / NVML_COMPUTE_INSTANCE_PROFILE_* values for the
 # plain 1-, 2- and 3-slice profiles (NVML-H / PYNVML, reference sections 1.1, 2).

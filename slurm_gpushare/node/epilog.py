@@ -24,9 +24,9 @@ import os
 import re
 import signal
 import time
-from dataclasses import dataclass
 
 from ..errors import GpushareError
+from ..records import dataclass
 from .journal import Journal, JournalStore, MpsDaemon
 from .live import LiveState, NodeUnsafe, WriteJournal, observe_gpus
 

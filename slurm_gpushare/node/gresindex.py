@@ -27,10 +27,10 @@ order, say which GPU or MIG instance the job holds.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import GpushareError
+from ..records import dataclass
 
 
 class GresConfReadError(GpushareError):

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from ..errors import GpushareError
+from ..records import dataclass
 
 _ID = re.compile(r"^[1-9][0-9]{0,9}$")
 _UINT = re.compile(r"^(0|[1-9][0-9]{0,9})$")

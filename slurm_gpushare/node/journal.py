@@ -23,11 +23,11 @@ import json
 import os
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..atomic import atomic_write
 from ..errors import GpushareError
+from ..records import dataclass, field
 from .paths import JOURNAL_FORMAT, TASK_FORMAT, journal_dir
 
 STATES = ("preparing", "ready", "ending")

@@ -6,10 +6,9 @@ Its own module so that no hook imports another hook's module for a type.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from ..errors import GpushareError
 from ..gpu.backend import GpuProcess, MigDevice
+from ..records import dataclass, field
 from .journal import Journal
 
 

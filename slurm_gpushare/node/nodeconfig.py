@@ -35,10 +35,10 @@ import hashlib
 import json
 import os
 import stat
-from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from ..errors import GpushareError
+from ..records import dataclass, fields
 from . import paths
 
 NODE_CONFIG = Path(paths.NODE_CONFIG)
@@ -141,7 +141,7 @@ class NodeSpec:
     format: str = SPEC_FORMAT
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return {**vars(self), "gpus": [vars(g) for g in self.gpus]}
 
     @classmethod
     def from_json(cls, data) -> NodeSpec | None:

@@ -37,10 +37,10 @@ answers is reused, the journal rewritten with the same content.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import GpushareError
+from ..records import dataclass, replace
 from .gresindex import GresRecord
 from .jobenv import JobEnv
 from .journal import Device, Journal, JournalStore, MpsDaemon

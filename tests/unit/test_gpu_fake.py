@@ -14,6 +14,7 @@ import pytest
 from slurm_gpushare.gpu import fakenvml as fk
 from slurm_gpushare.gpu.fakenvml import FakeNvml, FakeNvmlError
 from slurm_gpushare.gpu.migminors import parse_mig_minors
+from slurm_gpushare.records import fields
 from tests.conftest import ROOT
 
 
@@ -453,7 +454,7 @@ def test_info_objects_have_pynvml_attribute_names():
     pynvml = pytest.importorskip("pynvml")
     for fake_cls, real_cls in ((fk._GpuInstanceInfo, pynvml.c_nvmlGpuInstanceInfo_t),
                                (fk._ComputeInstanceInfo, pynvml.c_nvmlComputeInstanceInfo_t)):
-        assert list(fake_cls.__dataclass_fields__) == [f[0] for f in real_cls._fields_]
+        assert [f.name for f in fields(fake_cls)] == [f[0] for f in real_cls._fields_]
     assert [f[0] for f in pynvml.c_nvmlProcessInfo_t._fields_] == ["pid", "usedGpuMemory", "gpuInstanceId", "computeInstanceId"]
 
 

@@ -1,0 +1,176 @@
+"""Frozen record classes for the node hooks' path: ``@dataclass(frozen=True)`` without its start-up cost.
+
+The node hooks start a fresh interpreter on every job (bench/node_hooks.py),
+and the modules they load define about thirty frozen dataclasses. Importing
+``dataclasses`` (which pulls in inspect, ast, dis, tokenize) and creating
+those classes (each compiles half a dozen generated methods with ``exec``)
+cost a hook about as much as the interpreter's own start. This decorator
+gives the same classes, written the same way, from plain closures: no
+imports, no code generation.
+
+What it supports is what those modules use, with dataclasses' semantics:
+``frozen=True`` (required), ``order=True``; fields in annotation order,
+inherited fields first; defaults and ``field(default=..., default_factory=...,
+init=, repr=, compare=, hash=)``; ``__post_init__``; ``__match_args__``;
+``__eq__``/``__hash__``/ordering over the compared fields, only between
+instances of the same class; ``repr`` as dataclasses writes it; assignment
+raises ``FrozenInstanceError`` (an AttributeError). ``replace`` and
+``fields`` stand in for the ``dataclasses`` functions. Classes made here are
+not dataclasses: ``dataclasses.asdict``/``replace`` do not accept them.
+"""
+
+_MISSING = object()
+
+
+class FrozenInstanceError(AttributeError):
+    """Assignment to a field of a frozen record (as dataclasses.FrozenInstanceError)."""
+
+
+class Field:
+    __slots__ = ("name", "default", "default_factory", "init", "repr", "compare", "hash")
+
+    def __init__(self, default=_MISSING, default_factory=_MISSING, init=True, repr=True, compare=True, hash=None):
+        if default is not _MISSING and default_factory is not _MISSING:
+            raise ValueError("cannot specify both default and default_factory")
+        self.name = ""
+        self.default, self.default_factory = default, default_factory
+        self.init, self.repr, self.compare, self.hash = init, repr, compare, hash
+
+    def __repr__(self) -> str:
+        return f"Field(name={self.name!r})"
+
+
+def field(*, default=_MISSING, default_factory=_MISSING, init=True, repr=True, compare=True, hash=None) -> Field:
+    return Field(default, default_factory, init, repr, compare, hash)
+
+
+def fields(record) -> tuple[Field, ...]:
+    """The record's (or record class's) fields, in order."""
+    try:
+        return record.__record_fields__
+    except AttributeError:
+        raise TypeError(f"{record!r} is not a record class or instance") from None
+
+
+def replace(record, /, **changes):
+    """A copy of ``record`` with ``changes`` (init fields only), through ``__init__`` as dataclasses.replace does."""
+    for f in fields(record):
+        if not f.init:
+            if f.name in changes:
+                raise ValueError(f"field {f.name} is declared with init=False, it cannot be specified with replace()")
+        elif f.name not in changes:
+            changes[f.name] = getattr(record, f.name)
+    return type(record)(**changes)
+
+
+def dataclass(cls=None, /, *, frozen: bool = False, order: bool = False):
+    """``@dataclass(frozen=True[, order=True])``, see the module docstring."""
+    if not frozen:
+        raise TypeError("slurm_gpushare.records makes frozen classes only: use @dataclass(frozen=True)")
+
+    def wrap(klass):
+        return _make(klass, order)
+
+    return wrap if cls is None else wrap(cls)
+
+
+def _own_fields(cls) -> list[Field]:
+    out = []
+    for name in cls.__dict__.get("__annotations__", {}):
+        value = cls.__dict__.get(name, _MISSING)
+        f = value if isinstance(value, Field) else Field(default=value)
+        f.name = name
+        if isinstance(value, Field):
+            if f.default is _MISSING:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, f.default)
+        out.append(f)
+    return out
+
+
+def _make(cls, order: bool):
+    by_name: dict[str, Field] = {}
+    for base in reversed(cls.__mro__[1:]):
+        for f in getattr(base, "__record_fields__", ()):
+            by_name[f.name] = f
+    for f in _own_fields(cls):
+        by_name[f.name] = f
+    all_fields = tuple(by_name.values())
+    init = tuple(f for f in all_fields if f.init)
+    seen_default = False
+    for f in init:
+        if f.default is not _MISSING or f.default_factory is not _MISSING:
+            seen_default = True
+        elif seen_default:
+            raise TypeError(f"non-default argument {f.name!r} follows default argument")
+    names = tuple(f.name for f in init)
+    later = tuple(f for f in all_fields if not f.init and (f.default is not _MISSING or f.default_factory is not _MISSING))
+    compared = tuple(f.name for f in all_fields if f.compare)
+    hashed = tuple(f.name for f in all_fields if (f.compare if f.hash is None else f.hash))
+    shown = tuple(f.name for f in all_fields if f.repr)
+    post_init = getattr(cls, "__post_init__", None)
+    qualname = cls.__qualname__
+
+    def __init__(self, *args, **kwargs):
+        if len(args) > len(names):
+            raise TypeError(f"{qualname}.__init__() takes {len(names) + 1} positional arguments but {len(args) + 1} were given")
+        values = dict(zip(names, args))
+        for key, value in kwargs.items():
+            if key not in by_name or not by_name[key].init:
+                raise TypeError(f"{qualname}.__init__() got an unexpected keyword argument {key!r}")
+            if key in values:
+                raise TypeError(f"{qualname}.__init__() got multiple values for argument {key!r}")
+            values[key] = value
+        for f in init:
+            if f.name not in values:
+                if f.default is not _MISSING:
+                    values[f.name] = f.default
+                elif f.default_factory is not _MISSING:
+                    values[f.name] = f.default_factory()
+                else:
+                    raise TypeError(f"{qualname}.__init__() missing required argument: {f.name!r}")
+        for f in later:
+            values[f.name] = f.default if f.default is not _MISSING else f.default_factory()
+        self.__dict__.update(values)
+        if post_init is not None:
+            post_init(self)
+
+    def __repr__(self):
+        return f"{type(self).__qualname__}({', '.join(f'{n}={getattr(self, n)!r}' for n in shown)})"
+
+    def key(self):
+        return tuple(getattr(self, n) for n in compared)
+
+    def __eq__(self, other):
+        return key(self) == key(other) if other.__class__ is self.__class__ else NotImplemented
+
+    def __hash__(self):
+        return hash(tuple(getattr(self, n) for n in hashed))
+
+    def __setattr__(self, name, value):
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name):
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    methods = {"__init__": __init__, "__repr__": __repr__, "__eq__": __eq__, "__hash__": __hash__,
+               "__setattr__": __setattr__, "__delattr__": __delattr__}
+    if order:
+        def compare(op):
+            def method(self, other):
+                return op(key(self), key(other)) if other.__class__ is self.__class__ else NotImplemented
+            return method
+
+        methods.update(__lt__=compare(tuple.__lt__), __le__=compare(tuple.__le__), __gt__=compare(tuple.__gt__),
+                       __ge__=compare(tuple.__ge__))
+    for name, method in methods.items():
+        if name in cls.__dict__ and name != "__hash__":  # Python sets __hash__ = None in a class that defines __eq__
+            if name == "__repr__":
+                continue  # the class's own repr wins, as with dataclasses
+            raise TypeError(f"{qualname} defines {name}: not supported by slurm_gpushare.records")
+        method.__qualname__ = f"{qualname}.{name}"
+        setattr(cls, name, method)
+    cls.__match_args__ = names
+    cls.__record_fields__ = all_fields
+    return cls
