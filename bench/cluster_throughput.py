@@ -33,6 +33,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import yaml  # noqa: E402
+
+from slurm_gpushare.policy import load_file  # noqa: E402
 from slurm_gpushare.proc import CommandError  # noqa: E402
 from slurm_gpushare.testcluster.cluster import TestCluster  # noqa: E402
 
@@ -44,9 +47,10 @@ POLICY = ROOT / "etc" / "small-lab.yaml"
 LOOP = r"""
 import json, subprocess, sys, threading, time
 cfg = json.loads(sys.argv[1])
-argv = ["sbatch", "--parsable", "--job-name=" + cfg["name"], *cfg["options"], "--wrap", "true"]
+mix = cfg.get("mix") or [[]]
+argvs = [["sbatch", "--parsable", "--job-name=" + cfg["name"], *cfg["options"], *m, "--wrap", "true"] for m in mix]
 lock = threading.Lock()
-todo = list(range(cfg["jobs"]))
+todo = list(range(cfg["jobs"]))[::-1]
 lat, ids, errors = [], [], []
 
 def worker():
@@ -54,7 +58,7 @@ def worker():
         with lock:
             if not todo:
                 return
-            todo.pop()
+            argv = argvs[todo.pop() % len(argvs)]
         s = time.monotonic()
         p = subprocess.run(argv, capture_output=True, text=True)
         took = time.monotonic() - s
@@ -208,13 +212,13 @@ def ctld_usec(c: TestCluster, ids: list[int]) -> list[int]:
     return [int(m[2]) for m in _RPC.finditer(out) if int(m[1]) in want]
 
 
-def sacct_states(c: TestCluster, name: str, ids: list[int], timeout: float = 60) -> dict[str, int]:
+def sacct_states(c: TestCluster, name: str, ids: list[int], timeout: float = 60, user: str = USER) -> dict[str, int]:
     """Final states of the jobs from sacct (slurmdbd may lag behind slurmctld a little)."""
     want = set(ids)
     deadline = time.monotonic() + timeout
     states: dict[str, int] = {}
     while True:
-        out = c.slurm(["sacct", "-X", "-n", "-P", "-u", USER, f"--name={name}", "-S", "now-1days", "-o", "JobID,State"],
+        out = c.slurm(["sacct", "-X", "-n", "-P", "-u", user, f"--name={name}", "-S", "now-1days", "-o", "JobID,State"],
                       check=False).stdout
         recs = {int(j): s.split()[0] for j, s in (line.split("|")[:2] for line in out.splitlines() if "|" in line)
                 if j.isdigit() and int(j) in want}
@@ -232,16 +236,20 @@ def sacct_states(c: TestCluster, name: str, ids: list[int], timeout: float = 60)
 
 # ---- the measurement -------------------------------------------------------------------
 def measure(c: TestCluster, jobs: int, options: list[str] | None = None, parallel: int = 1, hold: bool = False,
-            label: str = "sbatch", timeout: float = 900) -> Figures:
-    """Submit ``jobs`` trivial jobs from inside slurmctld and time them (see the module doc)."""
+            label: str = "sbatch", timeout: float = 900, mix: list[list[str]] | None = None,
+            user: str = USER, account: str = ACCOUNT) -> Figures:
+    """Submit ``jobs`` trivial jobs from inside slurmctld and time them (see the module doc).
+    With ``mix``, job i also gets the options ``mix[i % len(mix)]``."""
     wait_queue_empty(c)
     name = f"gpushare-bench-{uuid.uuid4().hex[:8]}"
-    opts = [f"--account={ACCOUNT}", "--output=/dev/null", *(["--hold"] if hold else []), *(options or [])]
-    cfg = {"name": name, "jobs": jobs, "options": opts, "parallel": parallel, "hold": hold, "user": USER, "timeout": timeout}
-    res = c.exec("slurmctld", ["python3", "-c", LOOP, json.dumps(cfg)], user=USER, timeout=timeout + jobs + 120)
+    opts = [f"--account={account}", "--output=/dev/null", *(["--hold"] if hold else []), *(options or [])]
+    cfg = {"name": name, "jobs": jobs, "options": opts, "parallel": parallel, "hold": hold, "user": user, "timeout": timeout,
+           "mix": mix or []}
+    res = c.exec("slurmctld", ["python3", "-c", LOOP, json.dumps(cfg)], user=user, timeout=timeout + jobs + 120)
     data = json.loads(res.stdout.strip().splitlines()[-1])
-    states = {} if hold else sacct_states(c, name, data["ids"])
-    return Figures(label, jobs, parallel, list(options or []), hold, len(data["ids"]), data["failed"], data["submit_s"],
+    states = {} if hold else sacct_states(c, name, data["ids"], user=user)
+    shown = list(options or []) + (["mixed: " + " | ".join(" ".join(m) or "(no GRES)" for m in mix)] if mix else [])
+    return Figures(label, jobs, parallel, shown, hold, len(data["ids"]), data["failed"], data["submit_s"],
                    data["lat"], data["drain_s"], states, data["errors"], ctld_usec(c, data["ids"]))
 
 
@@ -256,14 +264,96 @@ def add_arguments(ap: argparse.ArgumentParser, policy: bool = True) -> None:
     ap.add_argument("--no-build", action="store_true", help="skip docker/bootstrap.sh when starting a cluster")
 
 
+# ---- turnover: mixed short jobs, node hooks and scheduler parameters on and off -------------------------
+MIXED_USER, MIXED_ACCOUNT = "carol", "biology"  # no GrpTRES quota on this account in the small lab
+MIXED = [  # one of each kind the small lab serves; job i gets MIXED[i % 6]
+    ["--gres=gpu:l40s:1"], ["--gres=shard:1"], ["--gres=gpu:a100_40g_1g.5gb:1"], ["--gres=mps:25"], ["--gres=mps:50"], [],
+]
+
+
+def variant_policy(policy: Path, hooks: bool, sched: str, out: Path) -> Path:
+    """``policy`` with the node hooks off (no Prolog, Epilog, TaskProlog) and/or Slurm's own SchedulerParameters."""
+    raw = yaml.safe_load(policy.read_text())
+    cluster = raw["cluster"]
+    if not hooks:
+        cluster["hooks"] = {**cluster.get("hooks", {}), "prolog": None, "epilog": None, "task_prolog": None}
+    if sched == "slurm":
+        cluster["scheduler"] = {"slurm_defaults": True}
+    out.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return out
+
+
+def apply_variant(c: TestCluster, policy: Path, hooks: bool, sched: str) -> str:
+    """Render the variant into the running cluster (scontrol reconfigure) and wait until every node is idle."""
+    path = variant_policy(policy, hooks, sched, c.workdir / f"variant-{'hooks' if hooks else 'nohooks'}-{sched}.yaml")
+    c.reconfigure(load_file(path))
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            c.wait_idle(timeout=120)
+            prolog, params = live_setting(c, "Prolog[0]") or live_setting(c, "Prolog"), live_setting(c, "SchedulerParameters")
+            break
+        except Exception:  # slurmctld restarting after the reconfigure
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(2)
+    want_prolog = bool(c.site.cluster.hooks.prolog) and hooks
+    if bool(prolog) != want_prolog:
+        raise SystemExit(f"reconfigure did not take: Prolog={prolog!r}, wanted {'a prolog' if want_prolog else 'none'}")
+    return f"hooks {'on' if hooks else 'off'}, SchedulerParameters={params or '(Slurm defaults)'}"
+
+
+def turnover(c: TestCluster, policy: Path, jobs: int, rounds: int, hooks: list[bool], scheds: list[str], parallel: int) -> None:
+    """Drain ``jobs`` mixed short jobs under each variant, interleaved round by round; print jobs/s and ratios."""
+    variants = [(h, sc) for sc in scheds for h in hooks]
+    rates: dict[tuple[bool, str], list[float]] = {v: [] for v in variants}
+    for r in range(rounds):
+        for h, sc in variants:
+            label = apply_variant(c, policy, h, sc)
+            f = measure(c, jobs, parallel=parallel, mix=MIXED, user=MIXED_USER, account=MIXED_ACCOUNT,
+                        label=f"round {r + 1}: {label}")
+            print("\n".join(f.lines()), flush=True)
+            if f.drain_s and set(f.states) == {"COMPLETED"}:
+                rates[(h, sc)].append(f.submitted / f.drain_s)
+            else:
+                print(f"  (not counted: jobs not all COMPLETED or queue not drained: {f.states})", flush=True)
+    print(f"\nturnover: {jobs} mixed short jobs ({len(MIXED)} kinds) per measurement, {rounds} round(s), jobs/s to drain")
+    med = {v: statistics.median(x) if x else float("nan") for v, x in rates.items()}
+    for (h, sc), x in rates.items():
+        shown = ", ".join(f"{v:.2f}" for v in x)
+        print(f"  hooks {'on ' if h else 'off'}  scheduler {sc:8s} median {med[(h, sc)]:.2f} jobs/s  ({shown})")
+    for sc in scheds:
+        if True in hooks and False in hooks:
+            print(f"  ratio hooks on/off, scheduler {sc}: {med[(True, sc)] / med[(False, sc)]:.2f}")
+    for h in hooks:
+        if "product" in scheds and "slurm" in scheds:
+            print(f"  ratio scheduler product/slurm, hooks {'on' if h else 'off'}: {med[(h, 'product')] / med[(h, 'slurm')]:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(ap)
     ap.add_argument("--gres", default=None, help="a --gres for every job, e.g. shard:1 (default: none)")
     ap.add_argument("--hold", action="store_true", help="submit held and cancel: submission cost only")
+    ap.add_argument("--hooks", default=None, metavar="on,off",
+                    help="turnover mode: drain --jobs mixed short jobs (whole GPU, shard, MIG 1g, mps 25 and 50, CPU "
+                         "only) with the node hooks on and/or off, interleaved, and print jobs/s and the ratio")
+    ap.add_argument("--sched", default="product", metavar="product,slurm",
+                    help="turnover mode: the policy's SchedulerParameters (product) and/or Slurm's defaults (slurm)")
+    ap.add_argument("--rounds", type=int, default=2, help="turnover mode: rounds of the interleaved variants (default 2)")
     args = ap.parse_args()
     c, started = open_cluster(args.project or DEFAULT_PROJECT, args.policy, build=not args.no_build)
     try:
+        if args.hooks:
+            hooks = [{"on": True, "off": False}[h] for h in args.hooks.split(",")]
+            scheds = args.sched.split(",")
+            if not set(scheds) <= {"product", "slurm"}:
+                raise SystemExit(f"--sched: product and/or slurm, not {args.sched!r}")
+            try:
+                turnover(c, args.policy, args.jobs, args.rounds, hooks, scheds, args.parallel)
+            finally:
+                apply_variant(c, args.policy, True, "product")  # leave the cluster as its policy says
+            return
         plugins = live_setting(c, "JobSubmitPlugins")
         options = [f"--gres={args.gres}"] if args.gres else []
         f = measure(c, args.jobs, options, args.parallel, args.hold, label=f"JobSubmitPlugins={plugins or '(none)'}")

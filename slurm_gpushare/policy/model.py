@@ -89,6 +89,70 @@ class Health(Strict):
         return self
 
 
+# slurm.conf(5) SchedulerParameters of Slurm 24.11: options that stand alone, and options that take a value.
+SCHEDULER_FLAGS = frozenset("""
+allow_zero_lic assoc_limit_stop bf_allow_magnetic_slot bf_busy_nodes bf_continue bf_hetjob_immediate bf_licenses
+bf_one_resv_per_job bf_running_job_reserve bf_topopt_enable defer defer_batch disable_job_shrink disable_hetjob_steps
+enable_hetjob_steps enable_job_state_cache enable_user_top extra_constraints ignore_constraint_validation Ignore_NUMA
+ignore_prefer_validation no_backup_scheduling no_env_cache nohold_on_prolog_fail pack_serial_at_end
+reduce_completing_frag requeue_setup_env_fail salloc_wait_nodes sbatch_wait_nodes spec_cores_first
+time_min_as_soft_limit whole_hetjob""".split())
+SCHEDULER_VALUES = frozenset("""
+batch_sched_delay bb_array_stage_cnt bf_hetjob_prio bf_interval bf_job_part_count_reserve bf_max_job_array_resv
+bf_max_job_assoc bf_max_job_part bf_max_job_start bf_max_job_test bf_max_job_user bf_max_job_user_part bf_max_time
+bf_min_age_reserve bf_min_prio_reserve bf_node_space_size bf_resolution bf_topopt_iterations bf_window
+bf_window_linear bf_yield_interval bf_yield_sleep build_queue_timeout correspond_after_task_cnt default_queue_depth
+delay_boot max_array_tasks max_rpc_cnt max_sched_time max_script_size max_submit_line_size max_switch_wait
+partition_job_depth sched_interval sched_max_job_start sched_min_interval step_retry_count step_retry_time""".split())
+
+# The product's SchedulerParameters for many short GPU jobs of mixed kinds in one partition
+# (bench/cluster_throughput.py --sched measures them against Slurm's defaults; the README says why each).
+SCHEDULER_DEFAULTS: dict[str, bool | int] = {
+    "bf_continue": True,
+    "bf_interval": 10,
+    "bf_min_age_reserve": 300,
+    "nohold_on_prolog_fail": True,
+}
+
+
+class Scheduler(Strict):
+    """slurm.conf SchedulerParameters: the product's defaults (``SCHEDULER_DEFAULTS``) with the
+    site's ``parameters`` on top. A parameter set to ``false`` is left out; an option that stands
+    alone takes ``true``; the others a whole number (``bf_hetjob_prio``: min, avg or max).
+    ``slurm_defaults: true`` starts from Slurm's own defaults instead of the product's."""
+
+    slurm_defaults: bool = False
+    parameters: dict[str, bool | int | str] = {}
+
+    @model_validator(mode="after")
+    def _known(self):
+        problems = []
+        for key, value in self.parameters.items():
+            if key in SCHEDULER_FLAGS:
+                if not isinstance(value, bool):
+                    problems.append(f"{key}: an option without a value: give true (on) or false (off), not {value!r}")
+            elif key in SCHEDULER_VALUES:
+                if key == "bf_hetjob_prio":
+                    if value is not False and value not in ("min", "avg", "max"):
+                        problems.append(f"bf_hetjob_prio: min, avg or max (or false), not {value!r}")
+                elif value is True or isinstance(value, str) or (isinstance(value, int) and value < 0):
+                    problems.append(f"{key}: a whole number >= 0 (or false to leave it out), not {value!r}")
+            else:
+                problems.append(f"{key!r} is not a SchedulerParameters option of Slurm 24.11 (slurm.conf(5))")
+        if problems:
+            raise ValueError("parameters: " + "; ".join(problems))
+        return self
+
+    def effective(self) -> list[tuple[str, bool | int | str]]:
+        """(option, value) in a stable order: defaults first, then the site's additions."""
+        merged: dict[str, bool | int | str] = {} if self.slurm_defaults else dict(SCHEDULER_DEFAULTS)
+        merged.update(self.parameters)
+        return [(k, v) for k, v in merged.items() if v is not False]
+
+    def rendered(self) -> str:
+        return ",".join(k if v is True else f"{k}={v}" for k, v in self.effective())
+
+
 class Accounting(Strict):
     host: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
     port: int = Field(6819, ge=1, le=65535)
@@ -118,6 +182,7 @@ class Cluster(Strict):
     priority: Priority = Priority()
     metrics: Metrics = Metrics()
     health: Health = Health()
+    scheduler: Scheduler = Scheduler()
     cgroups: bool = True
     slurmd_config_overrides: bool = False
 

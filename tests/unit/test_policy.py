@@ -327,3 +327,40 @@ def test_group_for_node(policy):
     assert site.group_for_node("gpu-02").name == "g"
     with pytest.raises(KeyError, match="gpu-99"):
         site.group_for_node("gpu-99")
+
+
+# ---- cluster.scheduler: SchedulerParameters ---------------------------------------------------
+
+
+def _sched_site(scheduler):
+    from pathlib import Path
+
+    import yaml as _yaml
+
+    raw = _yaml.safe_load((Path(__file__).resolve().parents[2] / "etc" / "small-lab.yaml").read_text())
+    raw["cluster"]["scheduler"] = scheduler
+    return load_bytes(_yaml.safe_dump(raw).encode(), "t.yaml")
+
+
+def test_scheduler_parameters_default_and_overrides():
+    from slurm_gpushare.render import render_all
+
+    assert _sched_site({}).cluster.scheduler.rendered() == "bf_continue,bf_interval=10,bf_min_age_reserve=300,nohold_on_prolog_fail"
+    site = _sched_site({"parameters": {"bf_interval": 30, "nohold_on_prolog_fail": False, "defer": True}})
+    assert site.cluster.scheduler.rendered() == "bf_continue,bf_interval=30,bf_min_age_reserve=300,defer"
+    assert "SchedulerParameters=bf_continue,bf_interval=30" in render_all(site)["slurm.conf"]
+    none = _sched_site({"slurm_defaults": True})
+    assert none.cluster.scheduler.rendered() == "" and "SchedulerParameters" not in render_all(none)["slurm.conf"]
+
+
+@pytest.mark.parametrize("params, needle", [
+    ({"bf_intervall": 10}, "'bf_intervall' is not a SchedulerParameters option of Slurm 24.11"),
+    ({"defer": 1}, "defer: an option without a value: give true (on) or false (off), not 1"),
+    ({"bf_interval": True}, "bf_interval: a whole number >= 0 (or false to leave it out), not True"),
+    ({"bf_interval": -1}, "bf_interval: a whole number >= 0"),
+    ({"bf_hetjob_prio": "mid"}, "bf_hetjob_prio: min, avg or max (or false), not 'mid'"),
+])
+def test_scheduler_parameters_refused_with_the_option_named(params, needle):
+    with pytest.raises(PolicyError) as err:
+        _sched_site({"parameters": params})
+    assert needle in err.value.report() and "cluster.scheduler" in err.value.report(), err.value.report()
