@@ -14,7 +14,13 @@ Slurm state and reason (``scontrol show node``, through the Slurm client),
 then ``plan_health`` (pure) decides: drain, resume, or nothing.
 
 A drain reason starting with ``gpushare-health:`` is this program's own; any
-other drain is an admin's (or a hook's) and is never resumed here. A dead
+other drain is an admin's and is never resumed here, with one exception:
+the drains slurmctld makes itself after a hook or a job launch failed on the
+node (reason ``Prolog error``, ``Epilog error``, ``Job env setup error`` or
+``batch job complete failure``, set by SlurmUser ``slurm``). Once step (1)
+has cleaned up after the failed hook and the checks find nothing, the node
+is resumed, at most ``HEAL_LIMIT`` times an hour (counted in
+``<state_dir>/health-heals``); after that it stays drained for an admin. A dead
 MPS daemon of a running job is reported, not a reason to drain: the jobs
 attached to it have lost it already, and the next MPS prolog for its key
 starts a fresh one.
@@ -31,6 +37,12 @@ from pathlib import Path
 from ..errors import GpushareError
 
 PREFIX = "gpushare-health:"
+# slurmctld's own drains after a hook or launch failure (node_mgr.c validate_node_specs, proc_req.c
+# _slurm_rpc_complete_batch_script, job_mgr.c epilog handling; Slurm 24.11), set as SlurmUser.
+SLURM_HOOK_DRAINS = frozenset({"Prolog error", "Epilog error", "Job env setup error", "batch job complete failure"})
+SLURM_USER = "slurm"  # SlurmUser of the rendered slurm.conf
+HEAL_LIMIT = 3  # resumes of such drains per node per hour
+HEAL_WINDOW_S = 3600
 REASON_MAX = 200
 _PRINTABLE = re.compile(r"[^\x20-\x7e]")
 
@@ -108,9 +120,10 @@ class Drain:
 @dataclass(frozen=True)
 class Resume:
     previous: str
+    by: str = "the health check"
 
     def __str__(self) -> str:
-        return f"resume (drained by the health check: {self.previous})"
+        return f"resume (drained by {self.by}: {self.previous})"
 
 
 @dataclass(frozen=True)
@@ -126,15 +139,28 @@ def drain_reason(problems: list[str]) -> str:
     return text if len(text) <= REASON_MAX else text[: REASON_MAX - 3] + "..."
 
 
-def plan_health(state: tuple[str, ...], reason: str, problems: list[str]) -> Drain | Resume | Leave:
+def slurm_hook_drain(reason: str, reason_user: str) -> bool:
+    """A drain slurmctld made itself after a hook or job launch failed on the node."""
+    return reason in SLURM_HOOK_DRAINS and reason_user == SLURM_USER
+
+
+def plan_health(state: tuple[str, ...], reason: str, problems: list[str], reason_user: str = "",
+                heals: int = 0) -> Drain | Resume | Leave:
     """What to do with the node given its Slurm state (``("IDLE", "DRAIN")``), drain reason and problems.
 
     - problems, node not drained: drain with a ``gpushare-health:`` reason naming them;
     - problems, drained by us with another reason: drain again (the reason is updated);
     - problems, drained by someone else: leave it (their reason stays);
-    - no problems, drained by us: resume; drained by someone else: leave it."""
+    - no problems, drained by us: resume; drained by someone else: leave it;
+    - no problems, drained by slurmctld after a hook failure (``slurm_hook_drain``): resume, unless
+      ``heals`` (such resumes of this node in the last hour) reached ``HEAL_LIMIT``."""
     drained = "DRAIN" in state
     ours = reason.startswith(PREFIX)
+    if drained and not problems and slurm_hook_drain(reason, reason_user):
+        if heals >= HEAL_LIMIT:
+            return Leave(f"healthy, but drained by Slurm ({reason}) and resumed {heals} times in the last hour: "
+                         "left drained for an admin")
+        return Resume(reason, by="Slurm after a hook failure, cleaned up since")
     if problems:
         wanted = drain_reason(problems)
         if not drained:
@@ -235,13 +261,37 @@ def run_health(node: str, state_dir: str, gres_conf: Path, slots, client, backen
         current = client.node(node)
     except SlurmClientError as exc:
         raise HealthError(f"node {node}: cannot read its Slurm state: {exc}") from None
-    decision = plan_health(current.state, current.reason, findings.problems())
+    heal_log = Path(state_dir) / "health-heals"
+    heals = recent_heals(heal_log)
+    decision = plan_health(current.state, current.reason, findings.problems(), current.reason_user, len(heals))
     if not dry_run:
         if isinstance(decision, Drain):
             client.drain(node, decision.reason)
         elif isinstance(decision, Resume):
             client.resume(node)
+            if decision.by != Resume.by:
+                record_heal(heal_log, heals)
     return Report(node, findings, decision)
+
+
+def recent_heals(path: Path, now: float | None = None) -> list[float]:
+    """Times (epoch seconds) of the resumes of Slurm's hook-failure drains in the last hour; a bad file counts as none."""
+    import time
+
+    now = time.time() if now is None else now
+    try:
+        times = [float(x) for x in path.read_text().split()]
+    except (OSError, ValueError):
+        return []
+    return [t for t in times if now - HEAL_WINDOW_S < t <= now]
+
+
+def record_heal(path: Path, heals: list[float], now: float | None = None) -> None:
+    import time
+
+    from ..atomic import atomic_write
+
+    atomic_write(path, "".join(f"{t:.0f}\n" for t in [*heals, time.time() if now is None else now]))
 
 
 def slots_from_spec(spec) -> list:

@@ -238,6 +238,7 @@ def _names(value) -> tuple[str, ...]:
 def node_from_json(n: dict) -> Node:
     return Node(
         name=n.get("name", ""), state=node_state(n.get("state") or []), reason=n.get("reason") or "",
+        reason_user=n.get("reason_set_by_user") or "",
         gres=parse_gres_config(n.get("gres")), gres_alloc=gres_from_tres(parse_tres_counts(n.get("tres_used"))),
         features=_names(n.get("features")), active_features=_names(n.get("active_features")),
         weight=int(_num(n.get("weight")) or 0), partitions=_names(n.get("partitions")),

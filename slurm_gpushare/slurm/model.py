@@ -60,6 +60,7 @@ class Node:
     alloc_cpus: int
     real_memory: int
     alloc_memory: int
+    reason_user: str = ""  # who set the reason: "slurm" (SlurmUser) for slurmctld's own drains
 
     @property
     def base_state(self) -> str:

@@ -107,7 +107,7 @@ def job_from_pyslurm(j) -> Job:
 def node_from_pyslurm(n) -> Node:
     tres = {k: float(v) for k, v in (n.allocated_tres or {}).items() if _is_number(v)}
     return Node(
-        name=n.name, state=node_state(n.state or ""), reason=n.reason or "",
+        name=n.name, state=node_state(n.state or ""), reason=n.reason or "", reason_user=n.reason_user or "",
         gres=_requested(n.configured_gres), gres_alloc=gres_from_tres(tres),
         features=tuple(sorted(n.available_features or [])), active_features=tuple(sorted(n.active_features or [])),
         weight=int(n.weight or 0), partitions=tuple(sorted(n.partitions or [])),

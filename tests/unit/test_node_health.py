@@ -231,3 +231,39 @@ def test_cli_dry_run_prints_the_drain_it_would_do_and_changes_nothing(excl_node,
     else:
         assert result.output.endswith("would: node lab-excl01: healthy\n")
     assert updates(slurm) == [] and "DRAIN" not in slurm.flags
+
+
+# ---- slurmctld's own drains after a hook failure ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "reason, user, problems, heals, expected",
+    [
+        ("Prolog error", "slurm", [], 0, Resume("Prolog error", by="Slurm after a hook failure, cleaned up since")),
+        ("Epilog error", "slurm", [], 2, Resume("Epilog error", by="Slurm after a hook failure, cleaned up since")),
+        ("batch job complete failure", "slurm", [], 0,
+         Resume("batch job complete failure", by="Slurm after a hook failure, cleaned up since")),
+        ("Prolog error", "slurm", [], 3, Leave("healthy, but drained by Slurm (Prolog error) and resumed 3 times in the "
+                                               "last hour: left drained for an admin")),
+        # an admin who typed the same words is still an admin
+        ("Prolog error", "root", [], 0, Leave("healthy; drained by someone else (Prolog error), not resumed")),
+        ("Kill task failed", "slurm", [], 0, Leave("healthy; drained by someone else (Kill task failed), not resumed")),
+        ("Prolog error", "slurm", ["device files missing: /dev/nvidia1"], 0,
+         Leave("drained by someone else (Prolog error); left drained, reason kept")),
+    ],
+)
+def test_plan_health_heals_slurms_hook_failure_drains_a_bounded_number_of_times(reason, user, problems, heals, expected):
+    assert plan_health(("IDLE", "DRAIN"), reason, problems, user, heals) == expected
+
+
+def test_heal_log_keeps_the_last_hour_and_survives_a_bad_file(tmp_path):
+    from slurm_gpushare.node.health import record_heal, recent_heals
+
+    log = tmp_path / "health-heals"
+    assert recent_heals(log) == []
+    record_heal(log, [], now=1000.0)
+    record_heal(log, recent_heals(log, now=2000.0), now=2000.0)
+    assert recent_heals(log, now=2000.0) == [1000.0, 2000.0]
+    assert recent_heals(log, now=4700.0) == [2000.0]  # 1000 is more than an hour before
+    log.write_text("garbage\n")
+    assert recent_heals(log, now=2000.0) == []

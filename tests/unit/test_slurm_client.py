@@ -109,11 +109,12 @@ def test_pyslurm_job_converts_like_the_cli():
 
 
 def test_pyslurm_node_and_assoc():
-    pn = SimpleNamespace(name="n1", state="IDLE+DRAIN", reason="r", configured_gres={"gpu:l40s": 2},
+    pn = SimpleNamespace(name="n1", state="IDLE+DRAIN", reason="r", reason_user="slurm", configured_gres={"gpu:l40s": 2},
                          allocated_tres={"cpu": "6", "gres/gpu": "1", "gres/gpu:l40s": "1"}, available_features=["a"],
                          active_features=[], weight=5, partitions=["batch"], total_cpus=8, allocated_cpus=6,
                          real_memory=16000, allocated_memory=6720)
     assert node_from_pyslurm(pn).gres_alloc == {"gpu": 1, "gpu:l40s": 1}
+    assert node_from_pyslurm(pn).reason_user == "slurm"
     pa = SimpleNamespace(account="physics", user=None, parent_account="root", shares=0x7FFFFFFF,
                          group_tres=SimpleNamespace(gres={"gpu": 24}))
     row = assoc_from_pyslurm(pa)
