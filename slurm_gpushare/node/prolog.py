@@ -339,5 +339,6 @@ def load_layout(spec: NodeSpec, backend) -> NodeLayout:
 
     records = gpu_records(Path(spec.slurm_conf_dir) / "gres.conf", spec.node)
     needs_minors = any(len(r.files) > 1 for r in records)
-    minors = read_mig_minors(backend.mig_minors_path) if needs_minors else {}
+    caps = frozenset(int(m[1]) for r in records for m in map(_CAP_FILE.match, r.files) if m)
+    minors = read_mig_minors(backend.mig_minors_path, only=caps) if needs_minors else {}  # the table checked whole
     return NodeLayout.from_spec(spec, records, minors)

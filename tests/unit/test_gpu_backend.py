@@ -9,7 +9,7 @@ import pytest
 
 from slurm_gpushare.gpu import GpuError, MigMinorsError, NvmlBackend, Placement, open_backend, parse_mig_minors, read_mig_minors
 from slurm_gpushare.gpu.fakenvml import FakeNvml
-from slurm_gpushare.gpu.migminors import ci_access_minor, gi_access_minor
+from slurm_gpushare.gpu.migminors import ci_access_minor, gi_access_minor, mig_minors_text
 from slurm_gpushare.hardware import get_model
 
 MIG_UUID = re.compile(r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
@@ -183,6 +183,22 @@ def test_mig_minors_parse():
 def test_mig_minors_bad_lines_are_errors(text, match):
     with pytest.raises(MigMinorsError, match=match):
         parse_mig_minors(text)
+
+
+@pytest.mark.parametrize("text", [mig_minors_text(), mig_minors_text().replace("\n", " \n", 5) + "\n"],
+                         ids=["as the driver writes it", "other spacing"])
+def test_mig_minors_only_some_minors(text):
+    """What the prolog asks for: the entries of its capability minors, as the whole table has them."""
+    only = frozenset({1, 13, 4321, 4322, 9999})
+    assert parse_mig_minors(text, only=only) == {k: m for k, m in parse_mig_minors(text).items() if m in only}
+    assert parse_mig_minors(text, only=only) == {(0, 1, 0): 13, (31, 14, 6): 4321, (31, 14, 7): 4322}
+
+
+@pytest.mark.parametrize("bad", ["gpu3/gi0/compute 4", "gpu3/gi0/access x", "gpu3/gi0/access 0x13"])
+def test_mig_minors_only_still_checks_every_line(bad):
+    text = mig_minors_text() + bad + "\n"
+    with pytest.raises(MigMinorsError, match="mig-minors:4323: "):
+        parse_mig_minors(text, only=frozenset({13}))
 
 
 def test_mig_minors_missing_file(tmp_path):
