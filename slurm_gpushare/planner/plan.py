@@ -66,7 +66,7 @@ class Knobs:
     heavy_cpus: int | None = None  # single-GPU jobs with more CPUs than this go to the CPU-rich pool (None: from demand)
     overflow: bool = True  # a class may spill into the next pool when its own is full
     # CPU-only jobs: 'rich' (the CPU-rich pool, then by CPUs left, shared pools last), 'spare' (by CPUs left),
-    # 'auto' ('spare' when there is a MIG pool, which takes CPU-rich nodes, else 'rich')
+    # 'first' (the CPU-rich pool, then by CPUs left), 'auto' ('first' when there is a MIG pool, else 'rich')
     cpu_jobs: str = "auto"
     mig_factor: float = 1.0  # MIG slices / the slices the isolated shares round up to
     frac_nodes: str = "cpus"  # which nodes hold the MPS pool: 'cpus' (most CPUs per GPU) or 'fit' (fewest that suffice)
@@ -75,6 +75,7 @@ class Knobs:
     # CPU-poor nodes (fewer CPUs per GPU than GPU jobs ask) form pool 'lean', first for single-GPU jobs that ask no
     # more CPUs than its GPUs have each, last for the others (who would leave its GPUs without CPUs)
     lean: bool = True
+    cpu_order: tuple[str, ...] = ()  # exploration: CPU-only jobs' tiers in this order (the listed ones that exist)
 
 
 @dataclass(frozen=True)
@@ -406,7 +407,7 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
                 b.add(part, "frac", 20, len(frac_part), g.model)
         for part in _split_group(spec, [("", rest, mode)]):
             b.add(part, tier, _weight(g, knobs.weights), len(rest), g.model)
-    how = knobs.cpu_jobs if knobs.cpu_jobs != "auto" else ("spare" if "mig" in b.members else "rich")
+    how = knobs.cpu_jobs if knobs.cpu_jobs != "auto" else ("first" if "mig" in b.members else "rich")
     spare = _spare_cpus(b.cpus, demand, scale, mig_frac, heavy, bool(rich), how)
     spare = [x for x in spare if x[0] != "lean"]
     if spare:
@@ -414,6 +415,8 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
                    + ", ".join(f"{t} ({n:.0f} CPUs)" for t, n in spare) + (", then lean" if lean else ""))
     # CPU-only jobs would take the CPUs that keep a CPU-poor node's GPUs usable: pool 'lean' last
     cpu_order = [t for t, _ in spare] + (["lean"] if lean and spare else [])
+    if knobs.cpu_order:
+        cpu_order = [t for t in knobs.cpu_order if t in b.members]
     routes = _routes(b.members, heavy, isolate, mig_all, knobs.overflow, cpu_order, light)
     default = next((t for t in ("gpu", "frac", "cpu") if t in b.members), next(iter(b.members)))
     why += b.split_by_mps_weight(site.policy.billing)
@@ -493,6 +496,8 @@ def _spare_cpus(cpus: dict[str, int], demand: Demand, scale: float, mig_frac: di
     # slices and shares still need, and strand them
     if how == "spare":
         return sorted(spare, key=lambda x: -x[1])
+    if how == "first":
+        return sorted(spare, key=lambda x: (x[0] != "cpu", -x[1]))
     return sorted(spare, key=lambda x: (x[0] != "cpu", x[0] in ("mig", "frac"), -x[1]))
 
 
