@@ -2,7 +2,9 @@
 # Test-cluster node setup from the site policy, run by entrypoint-node.sh
 # before the fake device files are made and slurmd starts:
 #   1. a fake NVML state for this node's GPUs (model, count, MIG mode from the
-#      policy's node group), /var/lib/gpushare/fake-nvml.json
+#      policy's node group), /var/lib/gpushare/fake-nvml.json; MPS GPUs whose
+#      policy compute_mode is exclusive_process set so, as a site would
+#      (`nvidia-smi -i N -c EXCLUSIVE_PROCESS`, the fake nvidia-smi)
 #   2. `gpushare node mig apply` (MIG nodes): the policy's MIG layout
 #   3. `gpushare node gres-conf`: the node's gres.conf include (MIG devices,
 #      empty on other nodes) at the policy's cluster.paths.gres_include
@@ -21,7 +23,7 @@ say() { echo "gpushare-node-setup[$NODE]: $*" >&2; }
 if ! command -v gpushare >/dev/null; then say "no gpushare command in this image; skipped"; exit 0; fi
 if [[ ! -s $POLICY ]]; then say "no policy at $POLICY; skipped"; exit 0; fi
 
-read -r model count mig state_dir textfile_dir < <(/opt/gpushare/bin/python - "$POLICY" "$NODE" <<'PY'
+read -r model count mig state_dir textfile_dir exclusive < <(/opt/gpushare/bin/python - "$POLICY" "$NODE" <<'PY'
 import sys
 from slurm_gpushare.policy import load_file
 site = load_file(sys.argv[1])
@@ -29,7 +31,8 @@ group = site.group_for_node(sys.argv[2])
 mig = ",".join(str(s.index) for s in group.gpus if s.mode == "mig")
 metrics = getattr(site.cluster, "metrics", None)
 textfile_dir = getattr(metrics, "textfile_dir", None) or "-"
-print(group.model.name, len(group.gpus), mig or "-", site.cluster.paths.state_dir, textfile_dir)
+exclusive = ",".join(str(s.index) for s in group.gpus if s.mode == "mps" and s.compute_mode == "exclusive_process")
+print(group.model.name, len(group.gpus), mig or "-", site.cluster.paths.state_dir, textfile_dir, exclusive or "-")
 PY
 )
 [[ $mig == - ]] && mig=
@@ -37,6 +40,9 @@ if [[ $textfile_dir == - ]]; then rm -f /run/gpushare-textfile-dir; else echo "$
 mkdir -p "$(dirname "$STATE")"
 gpushare node fake-nvml init --state "$STATE" --model "$model" --count "$count" --mig "$mig" --force
 export GPUSHARE_FAKE_NVML=$STATE
+if [[ $exclusive != - ]]; then
+  for i in ${exclusive//,/ }; do nvidia-smi -i "$i" -c EXCLUSIVE_PROCESS; done
+fi
 # Where the node hooks (gpushare-prolog, -epilog, -task-prolog) find the policy and
 # this fake NVML: slurmd passes them none of its own environment.
 umask 022
