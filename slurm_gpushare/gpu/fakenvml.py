@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
-import hashlib
 import json
 import os
 import sys
@@ -392,8 +391,10 @@ def _fill(array, items, count_ref) -> None:
 
 def _uuid(prefix: str, *parts: object) -> str:
     """A uuid4-shaped id derived from ``parts``: deterministic, so state files diff cleanly."""
+    import hashlib  # here: building a fake only, not every hook's open
+    import uuid as uuidlib
+
     digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:16]
-    import uuid as uuidlib  # here: building a fake only, not every hook's open
 
     return f"{prefix}-{uuidlib.UUID(bytes=digest, version=4)}"
 

@@ -191,9 +191,11 @@ def answers(pipe_dir: str) -> bool:
     path = f"{pipe_dir}/control"
     if not os.path.exists(path):
         return False
-    import socket  # here, not at the top: hooks of jobs without MPS never probe (hook latency)
+    # the C socket type itself: the socket module's Python layer (its enums, selectors) would cost each MPS
+    # hook a few ms of start-up (bench/node_hooks.py) for a connect and a close
+    import _socket
 
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     probe.settimeout(2.0)
     try:
         probe.connect(path)

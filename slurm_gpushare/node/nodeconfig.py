@@ -31,7 +31,6 @@ job mapping), so the hooks know them without loading the policy.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
@@ -40,6 +39,16 @@ from pathlib import Path
 from ..errors import GpushareError
 from ..records import dataclass, fields
 from . import paths
+
+# CPython's own SHA-256 (_sha2 from 3.12, _sha256 in 3.11), the digest hashlib gives: hashlib loads OpenSSL
+# first, which costs every root hook ~3 ms of its start-up (bench/node_hooks.py).
+try:
+    from _sha2 import sha256 as _sha256
+except ImportError:
+    try:
+        from _sha256 import sha256 as _sha256
+    except ImportError:
+        from hashlib import sha256 as _sha256
 
 NODE_CONFIG = Path(paths.NODE_CONFIG)
 DEFAULT_POLICY = Path(paths.DEFAULT_POLICY)
@@ -161,7 +170,7 @@ class NodeSpec:
 
 def file_sha256(path: Path) -> str:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return _sha256(path.read_bytes()).hexdigest()
     except OSError as exc:
         raise NodeConfigError(f"cannot read policy {path}: {exc.strerror}") from None
 
