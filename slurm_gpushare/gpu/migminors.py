@@ -58,8 +58,10 @@ def parse_mig_minors(text: str, source: str = "mig-minors", only: frozenset[int]
     ``only``: just the entries of these minors (the prolog needs those of its gres.conf's capability
     files); the whole text is still checked."""
     if only is not None and _CANONICAL.fullmatch(text):
-        wanted = {str(m) for m in only}
-        lines = ((n, line) for n, line in enumerate(text.splitlines(), 1) if line.rpartition(" ")[2] in wanted)
+        if not only:
+            return {}
+        wanted = re.compile(r"^.* (?:%s)$" % "|".join(map(str, sorted(only))), re.MULTILINE)
+        lines = ((text.count("\n", 0, m.start()) + 1, m[0]) for m in wanted.finditer(text))
     else:
         lines = enumerate(text.splitlines(), 1)
     table: dict[MinorKey, int] = {}
@@ -88,7 +90,7 @@ def read_mig_minors(path: Path = MIG_MINORS, only: frozenset[int] | None = None)
     """Parse the file at ``path`` (``only``: see parse_mig_minors); a missing file means the driver has no MIG
     support loaded."""
     try:
-        text = Path(path).read_text(encoding="ascii")
+        text = Path(path).read_bytes().decode("ascii")  # not read_text: its codec lookup imports a module
     except OSError as exc:
         raise MigMinorsError(f"cannot read {path}: {exc.strerror} (is the NVIDIA driver with MIG support loaded?)") from None
     return parse_mig_minors(text, str(path), only)
