@@ -212,6 +212,7 @@ class _Builder:
         self.members: dict[str, list[str]] = {}
         self.weights: dict[str, int] = {}
         self.cpus: dict[str, int] = {}
+        self.gpus: dict[str, int] = {}
         self.models: dict[str, str] = {}  # out group -> GPU model name (the billing weight's key)
         self.split: dict[str, list[str]] = {}  # tier -> the tiers it was split into (itself first)
 
@@ -260,6 +261,7 @@ class _Builder:
         self.members.setdefault(tier, []).append(spec["name"])
         self.weights[spec["name"]] = weight
         self.cpus[tier] = self.cpus.get(tier, 0) + nodes * spec["cpus"]
+        self.gpus[tier] = self.gpus.get(tier, 0) + nodes * spec["gpu"]["count"]
 
     def policy(self, routes: list[dict], default: str) -> dict:
         raw = copy.deepcopy(self.base)
@@ -408,7 +410,7 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
         for part in _split_group(spec, [("", rest, mode)]):
             b.add(part, tier, _weight(g, knobs.weights), len(rest), g.model)
     how = knobs.cpu_jobs if knobs.cpu_jobs != "auto" else ("first" if "mig" in b.members else "rich")
-    spare = _spare_cpus(b.cpus, demand, scale, mig_frac, heavy, bool(rich), how)
+    spare = _spare_cpus(b.cpus, demand, scale, mig_frac, heavy, bool(rich), how, b.gpus)
     spare = [x for x in spare if x[0] != "lean"]
     if spare:
         why.append("CPU-only jobs go first where the most CPUs are left once GPU jobs have theirs: "
@@ -478,9 +480,14 @@ def _weight(g: GroupInfo, scheme: str) -> int:
 
 
 def _spare_cpus(cpus: dict[str, int], demand: Demand, scale: float, mig_frac: dict[int, int], heavy: int,
-                rich: bool, how: str = "rich") -> list[tuple[str, float]]:
-    """Tiers by the CPUs their GPU jobs leave idle (most first, only those with some left)."""
+                rich: bool, how: str = "rich", gpus: dict[str, int] | None = None) -> list[tuple[str, float]]:
+    """Tiers by the CPUs their GPU jobs leave idle (most first, only those with some left).
+
+    With ``gpus`` (GPUs per tier), a tier's GPU jobs use its CPUs only as far as its GPUs hold them: the CPUs
+    of the jobs that do not fit are counted on the whole-GPU pool 'gpu', where they spill.
+    """
     used: Counter = Counter()
+    asked: Counter = Counter()  # GPUs asked per tier
     for cls, n in demand.counts.items():
         if cls.kind == "cpu":
             continue
@@ -490,7 +497,15 @@ def _spare_cpus(cpus: dict[str, int], demand: Demand, scale: float, mig_frac: di
             tier = "cpu"
         else:
             tier = "gpu"
-        used[tier if tier in cpus else "gpu"] += cls.cpus * n * scale
+        tier = tier if tier in cpus else "gpu"
+        used[tier] += cls.cpus * n * scale
+        asked[tier] += cls.gpu_demand_milli * n * scale / GPU_MILLI
+    if gpus:
+        for tier in list(used):
+            if tier != "gpu" and "gpu" in cpus and asked[tier] > gpus.get(tier, 0):
+                held = used[tier] * gpus.get(tier, 0) / asked[tier]
+                used["gpu"] += used[tier] - held
+                used[tier] = held
     spare = [(t, c - used[t]) for t, c in cpus.items() if c - used[t] > 0]
     # the CPU-rich pool first; shared pools last: Slurm fills the busiest node first, so CPU-only jobs would take the CPUs a pool's
     # slices and shares still need, and strand them
