@@ -66,7 +66,8 @@ class Knobs:
     heavy_cpus: int | None = None  # single-GPU jobs with more CPUs than this go to the CPU-rich pool (None: from demand)
     overflow: bool = True  # a class may spill into the next pool when its own is full
     # CPU-only jobs: 'rich' (the CPU-rich pool, then by CPUs left, shared pools last), 'spare' (by CPUs left),
-    # 'first' (the CPU-rich pool, then by CPUs left), 'auto' ('first' when there is a MIG pool, else 'rich')
+    # 'first' (the CPU-rich pool, then by CPUs left), 'auto' ('rich' without a MIG pool; with one, 'first' when the
+    # CPU-rich pool can hold a third of the CPU-only jobs' CPUs, else 'spare')
     cpu_jobs: str = "auto"
     mig_factor: float = 1.0  # MIG slices / the slices the isolated shares round up to
     frac_nodes: str = "cpus"  # which nodes hold the MPS pool: 'cpus' (most CPUs per GPU) or 'fit' (fewest that suffice)
@@ -409,11 +410,17 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
                 b.add(part, "frac", 20, len(frac_part), g.model)
         for part in _split_group(spec, [("", rest, mode)]):
             b.add(part, tier, _weight(g, knobs.weights), len(rest), g.model)
-    how = knobs.cpu_jobs if knobs.cpu_jobs != "auto" else ("first" if "mig" in b.members else "rich")
+    how = knobs.cpu_jobs
+    if how == "auto":
+        # with a MIG pool (on CPU-rich nodes), CPU-only jobs that take a MIG node's CPUs strand its free slices: the
+        # CPU-rich pool goes first when it can hold a third of their CPUs, else the pools by CPUs left
+        left = dict(_spare_cpus(b.cpus, demand, scale, mig_frac, heavy, bool(rich), "spare", b.gpus))
+        need = demand.cpus_by_kind()["cpu"] * scale
+        how = "rich" if "mig" not in b.members else "first" if 3 * left.get("cpu", 0) >= need else "spare"
     spare = _spare_cpus(b.cpus, demand, scale, mig_frac, heavy, bool(rich), how, b.gpus)
     spare = [x for x in spare if x[0] != "lean"]
     if spare:
-        why.append("CPU-only jobs go first where the most CPUs are left once GPU jobs have theirs: "
+        why.append("CPU-only jobs go to these pools in this order (the CPUs their GPU jobs leave): "
                    + ", ".join(f"{t} ({n:.0f} CPUs)" for t, n in spare) + (", then lean" if lean else ""))
     # CPU-only jobs would take the CPUs that keep a CPU-poor node's GPUs usable: pool 'lean' last
     cpu_order = [t for t, _ in spare] + (["lean"] if lean and spare else [])
