@@ -326,6 +326,23 @@ def pack_estimate(fractions: dict[int, int], seed: int = 1) -> int:
     """GPUs the shares fill when packed first-fit in a random order (as they arrive): an estimate, not a bound."""
     items = [m for m, n in fractions.items() for _ in range(n)]
     random.Random(seed).shuffle(items)
+    try:
+        import numpy as np  # optional ([sim]): the same first fit, the bin search vectorised
+    except ImportError:
+        return _first_fit(items)
+    free = np.zeros(len(items) + 1, dtype=np.int64)  # every bin that can open, unopened ones past ``used``
+    used = 0
+    for m in items:
+        j = int(np.argmax(free[:used] >= m)) if used else 0
+        if used and free[j] >= m:
+            free[j] -= m
+        else:
+            free[used] = GPU_MILLI - m
+            used += 1
+    return used
+
+
+def _first_fit(items: list[int]) -> int:
     free: list[int] = []
     for m in items:
         for j, f in enumerate(free):

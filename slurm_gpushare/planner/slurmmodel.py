@@ -114,17 +114,22 @@ class SlurmState:
                     self.sh_kind[i, g] = SHARED_KINDS[gpu.mode]
                     self.sh_cap[i, g] = gpu.units
         self.sh_used = np.zeros((n, width), dtype=np.int64)
+        # gpu records of a non-MIG GPU that has mps/shard jobs (kept as jobs arrive; nothing departs), and one mask
+        # per GRES type: the per-job record filter without re-deriving them from every GPU's count
+        self.rec_shared_busy = np.zeros((n, rwidth), dtype=bool)
+        self._type_mask: dict[int, np.ndarray] = {}
         self.gpu_taken = np.zeros((n, width), dtype=bool)  # a whole-GPU gpu record of it is allocated
-        self._rows = np.arange(n)[:, None]
 
     # -- feasibility -------------------------------------------------------------------------------
     def _usable_records(self, req: SlurmRequest) -> np.ndarray:
-        match = self.rec_free & (self.rec_type >= 0)
+        match = self.rec_free & ~self.rec_shared_busy
         if req.gres_type:
             code = self.types.get(req.gres_type, -2)
-            match &= self.rec_type == code
-        shared_busy = self.sh_used[self._rows, self.rec_gpu] > 0
-        return match & ~(shared_busy & ~self.rec_mig)
+            mask = self._type_mask.get(code)
+            if mask is None:
+                mask = self._type_mask[code] = self.rec_type == code
+            return match & mask
+        return match
 
     def _shared_room(self, req: SlurmRequest) -> np.ndarray:
         kind = SHARED_KINDS[req.gres]
@@ -189,6 +194,7 @@ class SlurmState:
         if single:
             g = int(single[0])
             self.sh_used[node, g] += need
+            self._shared_busy(node, (g,))
             return (g,)
         for g in order:  # MULTIPLE_SHARING_GRES_PJ only (fits() refused the job otherwise)
             take = min(int(room[g]), need)
@@ -198,7 +204,13 @@ class SlurmState:
                 used.append(int(g))
             if not need:
                 break
+        self._shared_busy(node, used)
         return tuple(used)
+
+    def _shared_busy(self, node: int, gpus) -> None:
+        """The gpu records of these GPUs (not MIG instances) take no gpu job now that they have mps/shard jobs."""
+        for g in gpus:
+            self.rec_shared_busy[node] |= (self.rec_gpu[node] == g) & ~self.rec_mig[node] & (self.rec_type[node] >= 0)
 
 
 def natural_key(name: str) -> tuple:
