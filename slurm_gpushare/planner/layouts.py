@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 
 from ..hardware import GpuModel, check_layout
@@ -31,6 +32,16 @@ def covering(model: GpuModel, milli: int) -> str | None:
 
 
 def pack(model: GpuModel, need: Counter) -> list[tuple[str, ...]]:
+    """See ``_pack_greedy``; the candidates of one plan often ask the same slices: packed once (layouts are immutable)."""
+    return list(_pack(model, tuple(sorted((k, v) for k, v in need.items() if v > 0))))
+
+
+@functools.lru_cache(maxsize=32)
+def _pack(model: GpuModel, need: tuple[tuple[str, int], ...]) -> tuple[tuple[str, ...], ...]:
+    return tuple(_pack_greedy(model, Counter(dict(need))))
+
+
+def _pack_greedy(model: GpuModel, need: Counter) -> list[tuple[str, ...]]:
     """GPU layouts (one tuple of profiles per GPU) holding at least ``need`` slices of each profile.
 
     Greedy, largest slices first: each GPU takes the largest profile still
