@@ -126,7 +126,7 @@ class MpsControl:
         """``quit`` (stops its servers too), then wait until nothing answers on the socket."""
         if self.alive(daemon):
             self.send(daemon, "quit", check=False)
-            deadline, pause = self._clock() + self.quit_wait, 0.005
+            deadline, pause = self._clock() + self.quit_wait, 0.001
             while self.alive(daemon):
                 if self._clock() > deadline:
                     raise MpsError(f"MPS control daemon {daemon.key} (pipe {daemon.pipe_dir}) will not quit "
