@@ -7,21 +7,9 @@ import sys
 
 import pytest
 
-from slurm_gpushare.gpu import (
-    GpuError,
-    MigMinorsError,
-    NvmlBackend,
-    Placement,
-    open_backend,
-    parse_mig_minors,
-    read_mig_minors,
-)
+from slurm_gpushare.gpu import GpuError, MigMinorsError, NvmlBackend, Placement, open_backend, parse_mig_minors, read_mig_minors
 from slurm_gpushare.gpu.fakenvml import FakeNvml
-from slurm_gpushare.gpu.migminors import (
-    ci_access_minor,
-    gi_access_minor,
-    mig_minors_text,
-)
+from slurm_gpushare.gpu.migminors import ci_access_minor, gi_access_minor, mig_minors_text
 from slurm_gpushare.hardware import get_model
 
 MIG_UUID = re.compile(r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
