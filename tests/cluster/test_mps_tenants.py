@@ -61,10 +61,16 @@ echo "PIPE=$CUDA_MPS_PIPE_DIRECTORY"
 echo "SERVERS=$(echo get_server_list | nvidia-cuda-mps-control | wc -l)"
 sleep {HOLD}
 """
+# DEFAULT: each job waits (at most 60 s) until two MPS servers run on the node at once, then holds 3 s more so
+# the other job sees them too: how far apart Slurm starts the two jobs (a busy CI machine) does not matter.
+BOTH = """for i in $(seq 120); do n=$(pgrep -c -f '[n]vidia-cuda-mps-control --server'); [ "$n" -ge 2 ] && break; sleep 0.5; done
+echo "HELD=$n"
+sleep 3
+"""
 
 
-def submit(c: TestCluster, user: str, account: str, pct: int, partition: str) -> int:
-    return c.sbatch(SCRIPT, user=user, account=account, output="/shared/tenants-%j.out", gres=f"mps:{pct}",
+def submit(c: TestCluster, user: str, account: str, pct: int, partition: str, script: str = SCRIPT) -> int:
+    return c.sbatch(script, user=user, account=account, output="/shared/tenants-%j.out", gres=f"mps:{pct}",
                     partition=partition)
 
 
@@ -79,14 +85,9 @@ def node_shell(c: TestCluster, node: str, script: str) -> str:
     return c.exec(node, ["bash", "-c", script]).stdout
 
 
-def servers_holding(c: TestCluster, node: str) -> int:
-    """Fake MPS servers alive on the node (each registers the GPUs it holds)."""
-    out = node_shell(c, node, "pgrep -c -f '[n]vidia-cuda-mps-control --server' || true")
-    return int(out.strip() or 0)
-
-
 def mps_logs(c: TestCluster, node: str) -> str:
-    return node_shell(c, node, "tail -n 40 /var/log/slurm/gpushare-mps/*/*.log; ps -eo pid,user,args | grep [n]vidia")
+    return node_shell(c, node, "tail -n 40 /var/log/slurm/gpushare-mps/*/*.log; ps -eo pid,user,args | grep [n]vidia; "
+                               f"ls -l {FAKE}.mps-contexts")
 
 
 def left_behind(c: TestCluster, node: str) -> str:
@@ -100,6 +101,11 @@ def assert_clean(c: TestCluster, node: str) -> None:
     assert not any(f.startswith("DRAIN") for f in state["flags"]), state
 
 
+def considered(job: dict) -> dict | None:
+    """The job once the scheduler has looked at it (started, or pending with a reason)."""
+    return job if job.get("JobState") != "PENDING" or job.get("Reason") not in (None, "None") else None
+
+
 def overlap(a: dict, b: dict) -> bool:
     return max(a["Start"], b["Start"]) < min(a["End"], b["End"])
 
@@ -108,16 +114,15 @@ def test_default_mode_runs_two_users_servers_on_one_gpu_at_once(tenants_cluster)
     c = tenants_cluster
     assert node_shell(c, "lab-mps01", f"GPUSHARE_FAKE_NVML={FAKE} nvidia-smi --query-gpu=compute_mode "
                                       "--format=csv,noheader").strip() == "Default"
-    jobs = [submit(c, "alice", "physics", 25, "batch"), submit(c, "carol", "biology", 25, "batch")]
-    wait_for("both users' jobs running", lambda: all(c.job(j).get("JobState") == "RUNNING" for j in jobs), 90, 0.5)
-    held = wait_for("two MPS servers on lab-mps01's GPU", lambda: (n := servers_holding(c, "lab-mps01")) >= 2 and n,
-                    30, 0.3)
+    script = SCRIPT.replace(f"sleep {HOLD}\n", BOTH)
+    jobs = [submit(c, "alice", "physics", 25, "batch", script), submit(c, "carol", "biology", 25, "batch", script)]
     (ra, ea), (rc, ec) = [finished(c, j) for j in jobs]
-    assert held == 2, f"two users' servers on one DEFAULT GPU at once, found {held}: {mps_logs(c, 'lab-mps01')}"
+    held = (ea["HELD"], ec["HELD"])
+    assert held == ("2", "2"), f"two users' servers on one DEFAULT GPU at once, seen {held}: {mps_logs(c, 'lab-mps01')}"
     assert overlap(ra, rc), f"DEFAULT: the two users' jobs did not overlap: {ra['Start']}-{ra['End']}, {rc['Start']}-{rc['End']}"
     assert ea["PIPE"] != ec["PIPE"] and ea["PCT"] == ec["PCT"] == "25"
     assert ea["SERVERS"] == ec["SERVERS"] == "1"  # each daemon runs its own user's server
-    print(f"\nDEFAULT: alice {ra['Start']}-{ra['End']}, carol {rc['Start']}-{rc['End']}, servers at once: {held}")
+    print(f"\nDEFAULT: alice {ra['Start']}-{ra['End']}, carol {rc['Start']}-{rc['End']}, servers seen at once: {held}")
     assert_clean(c, "lab-mps01")
 
 
@@ -126,15 +131,22 @@ def test_exclusive_process_keeps_the_gpu_to_one_user_at_a_time(tenants_cluster):
     assert node_shell(c, "lab-mpsx01", f"GPUSHARE_FAKE_NVML={FAKE} nvidia-smi --query-gpu=compute_mode "
                                        "--format=csv,noheader").strip() == "Exclusive_Process"
     assert "ExclusiveUser=YES" in c.scontrol("show", "partition", "mpsx").stdout
-    alice = [submit(c, "alice", "physics", 25, "mpsx"), submit(c, "alice", "physics", 50, "mpsx")]
+    go = f"/shared/tenants-go-{os.getpid()}"  # alice's jobs hold the node until the test has seen carol wait
+    hold = SCRIPT.replace(f"sleep {HOLD}\n", f"for i in $(seq 120); do [ -e {go} ] && break; sleep 0.5; done\nsleep 1\n")
+    alice = [submit(c, "alice", "physics", 25, "mpsx", hold), submit(c, "alice", "physics", 50, "mpsx", hold)]
     wait_for("alice's two jobs running", lambda: all(c.job(j).get("JobState") == "RUNNING" for j in alice), 90, 0.5)
-    carol = submit(c, "carol", "biology", 25, "mpsx")  # while alice holds the node: Slurm must hold carol back
+    carol = submit(c, "carol", "biology", 25, "mpsx")
+    waiting = wait_for("carol's job considered by the scheduler", lambda: considered(c.job(carol)), 30, 0.5)
+    assert waiting["JobState"] == "PENDING", waiting  # alice holds the node: Slurm keeps carol off it
+    assert all(c.job(j).get("JobState") == "RUNNING" for j in alice)
+    c.exec("slurmctld", ["touch", go])
     (r1, e1), (r2, e2), (r3, e3) = [finished(c, j) for j in (*alice, carol)]
+    c.exec("slurmctld", ["rm", "-f", go])
     assert overlap(r1, r2), f"alice's two jobs should share the GPU: {r1['Start']}-{r1['End']}, {r2['Start']}-{r2['End']}"
     assert e1["PIPE"] == e2["PIPE"] and (e1["PCT"], e2["PCT"]) == ("25", "50")  # one daemon, each job its own limit
     assert not overlap(r1, r3) and not overlap(r2, r3), (
         f"EXCLUSIVE_PROCESS: carol ran beside alice: {r1['Start']}-{r1['End']}, {r2['Start']}-{r2['End']}, {r3['Start']}-{r3['End']}")
     assert e3["SERVERS"] == "1" and e3["PIPE"] != e1["PIPE"]
     print(f"\nEXCLUSIVE_PROCESS: alice {r1['Start']}-{r1['End']} and {r2['Start']}-{r2['End']}, "
-          f"carol {r3['Start']}-{r3['End']}")
+          f"carol {r3['Start']}-{r3['End']} (pending meanwhile: Reason={waiting['Reason']})")
     assert_clean(c, "lab-mpsx01")
