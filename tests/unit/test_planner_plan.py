@@ -307,3 +307,45 @@ def test_no_lean_pool_when_most_gpus_are_cpu_poor_or_when_turned_off():
     poor = cluster(("big", "b[1-2]", "L40S", 8, 64), ("thin", "t[1-2]", "L40S", 4, 32))  # every GPU 8 CPUs
     assert "lean" not in {t.name for t in plan(poor, d).site.tiers}
     assert "lean" not in {t.name for t in plan(lean_base(), d, candidates=[Knobs(lean=False)]).site.tiers}
+
+
+def test_with_a_mig_pool_cpu_only_jobs_go_to_the_cpu_rich_pool_first_when_it_can_hold_a_third_of_them():
+    # LS shares get MIG slices on CPU-rich nodes; the CPU-rich nodes left form pool 'cpu'
+    base = cluster(("big", "b[1-6]", "A100-SXM4-40GB", 8, 96), ("rich", "r[1-8]", "A100-SXM4-40GB", 2, 104))
+
+    def cpu_route(cpu_jobs: int) -> list[str]:
+        d = demand((1, 470, 12, 8, "LS"), (1, 470, 4, 10, "BE"), (1, 1000, 12, 30), (1, 1000, 30, 4),
+                   (0, 0, 16, cpu_jobs))
+        result = plan(base, d, isolate_qos=["LS"])
+        assert {t["name"] for t in result.policy["tiers"]} >= {"mig", "cpu"}
+        return next(r["tiers"] for r in result.policy["submission"]["routes"] if r["match"] == {"gres": "none"})
+
+    # few CPU-only jobs: the CPU-rich pool's spare CPUs hold them, it goes first (MIG nodes keep CPUs for slices)
+    assert cpu_route(4)[:2] == ["cpu", "mig"]
+    # many: the pools by the CPUs their GPU jobs leave, the MIG pool (most left) first
+    assert cpu_route(40)[:2] == ["mig", "cpu"]
+
+
+def test_a_pools_gpu_jobs_use_its_cpus_only_as_far_as_its_gpus_hold_them():
+    from slurm_gpushare.planner.plan import _spare_cpus
+
+    d = demand((1, 1000, 40, 10), (1, 1000, 4, 10))  # 10 heavy jobs (pool 'cpu'), 10 light ones ('gpu')
+    cpus, gpus = {"cpu": 500, "gpu": 400}, {"cpu": 2, "gpu": 40}
+    # without GPU counts: the heavy jobs' 400 CPUs all count on 'cpu', which seems to have 100 left
+    assert dict(_spare_cpus(cpus, d, 1.0, {}, 8, True, "spare")) == {"cpu": 100, "gpu": 360}
+    # 'cpu' holds 2 of the 10 heavy jobs (80 CPUs); the other 320 CPUs spill to 'gpu'
+    assert dict(_spare_cpus(cpus, d, 1.0, {}, 8, True, "spare", gpus)) == {"cpu": 420, "gpu": 40}
+
+
+def test_pack_estimate_is_the_same_first_fit_with_or_without_numpy():
+    import random
+
+    from slurm_gpushare.planner.demand import _first_fit, pack_estimate
+
+    rng = random.Random(3)
+    for _ in range(100):
+        shares = {rng.randint(1, 999): rng.randint(0, 25) for _ in range(rng.randint(1, 6))}
+        items = [m for m, n in shares.items() for _ in range(n)]
+        random.Random(1).shuffle(items)
+        assert pack_estimate(shares) == _first_fit(items)
+    assert _first_fit([600, 600, 400, 400]) == 2
