@@ -51,4 +51,21 @@ fi
 "$LIB/entrypoint.sh" munged
 args=(-D)
 [[ -n ${SLURMD_NODENAME:-} ]] && args+=(-N "$SLURMD_NODENAME")
-exec slurmd "${args[@]}" "$@"
+# With no extra arguments (the node service), slurmd is started again when it dies after running a while,
+# and its jobs' slurmstepd processes live on: what a real node's slurmd.service does with KillMode=process
+# (Debian's unit) and Restart=on-failure. One that fails within 10 s of its start (a bad config) is not
+# retried: the container exits with its status. A stop signal goes to slurmd and ends the loop. Extra
+# arguments (slurmd -G, -vvv) run slurmd once, as it is.
+(($# > 0)) && exec slurmd "${args[@]}" "$@"
+pid=
+trap '[[ -n $pid ]] && kill -TERM "$pid" 2>/dev/null; [[ -n $pid ]] && wait "$pid"; exit 0' TERM INT
+while :; do
+  started=$SECONDS
+  slurmd "${args[@]}" &
+  pid=$!
+  rc=0; wait "$pid" || rc=$?
+  ((rc == 0)) && exit 0
+  if ((SECONDS - started < 10)); then say "slurmd exited $rc within 10 s of its start; not starting it again"; exit "$rc"; fi
+  say "slurmd exited $rc; starting it again in 1 s"
+  sleep 1
+done

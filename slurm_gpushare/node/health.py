@@ -219,7 +219,60 @@ def observe_and_repair(node: str, state_dir: str, client, backend, mps, killer, 
             findings.unrepaired = execute_reconcile(plan, store, mps, killer, journals)
         kept = {j: journals[j] for j in plan.kept}
         findings.notes = check_mps(kept, answers)
+        # no hook runs while the journal lock is held, so a job past its launch has a slurmstepd here
+        requeue_lost_jobs(findings, node, client, stepd_jobs(), dry_run)
     return findings
+
+
+LOST_AFTER_S = 120  # a job's prolog and launch take seconds; a running job older than this has a slurmstepd
+
+
+def lost_jobs(started: dict[int, int], stepds: set[int], now: float, after: float = LOST_AFTER_S) -> list[int]:
+    """Jobs Slurm runs here (this node their batch host) for more than ``after`` seconds without a slurmstepd
+    on the node: their launch was lost (slurmd killed between accepting and starting them). Slurm itself
+    notices only at the node's next registration (every ~20 pings, half an hour with SlurmdTimeout=300)."""
+    return sorted(j for j, t in started.items() if j not in stepds and now - t > after)
+
+
+_STEPD = re.compile(rb"^slurmstepd: \[(\d+)\.")
+
+
+def stepd_jobs(proc: Path = Path("/proc")) -> set[int]:
+    """Job ids of this node's slurmstepd processes (their title is ``slurmstepd: [JOB.STEP]``)."""
+    jobs = set()
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            title = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        m = _STEPD.match(title)
+        if m:
+            jobs.add(int(m[1]))
+    return jobs
+
+
+def requeue_lost_jobs(findings: Findings, node: str, client, stepds: set[int], dry_run: bool) -> None:
+    import time
+
+    from ..errors import GpushareError
+
+    try:
+        started = client.batch_jobs_started(node)
+    except (GpushareError, OSError) as exc:
+        findings.unrepaired.append(f"lost launches: cannot read the running jobs: {exc}")
+        return
+    for job in lost_jobs(started, stepds, time.time()):
+        line = f"job {job}: running for Slurm since {started[job]} but no slurmstepd here (launch lost): requeue it"
+        if dry_run:
+            findings.repaired.append("would " + line)
+            continue
+        try:
+            client.requeue(job)
+            findings.repaired.append(line)
+        except (GpushareError, OSError) as exc:
+            findings.unrepaired.append(f"{line}: failed: {exc}")
 
 
 def check_compute_modes(slots, backend) -> list[str]:

@@ -132,6 +132,27 @@ class CliClient:
     def resume(self, node: str) -> None:
         self._run(commands.resume(node))
 
+    def requeue(self, job_id: int) -> None:
+        self._run(commands.requeue(job_id))
+
+    def batch_jobs_started(self, node: str) -> dict[int, int]:
+        """{job id: start time (epoch s)} of the running jobs whose batch script this node runs."""
+        import os
+
+        env = {**(self.env if self.env is not None else os.environ), "SLURM_TIME_FORMAT": "%s"}
+        out = self.runner(commands.running_batch_jobs_on_node(node), timeout=self.timeout, check=True, env=env).stdout
+        jobs = {}
+        for line in out.splitlines():
+            words = line.split()
+            if not words:
+                continue
+            if len(words) != 3 or not words[0].isdigit() or not words[1].isdigit():
+                raise SlurmClientError(f"squeue -w {node} -t RUNNING: unexpected line {line!r} (want: job id, "
+                                       "start time in epoch seconds, batch host)")
+            if words[2] == node:
+                jobs[int(words[0])] = int(words[1])
+        return jobs
+
     def reconfigure(self) -> None:
         self._run(commands.RECONFIGURE)
 

@@ -40,6 +40,15 @@ def job_ids_on_node(node: str) -> list[str]:
     return ["squeue", "-w", node, "-h", "-o", "%A"]
 
 
+def running_batch_jobs_on_node(node: str) -> list[str]:
+    """Running jobs on the node with their start time and batch host (run with SLURM_TIME_FORMAT=%s)."""
+    return ["squeue", "-w", node, "-h", "-t", "RUNNING", "-o", "%A %S %B"]
+
+
+def requeue(job_id: int) -> list[str]:
+    return ["scontrol", "requeue", str(int(job_id))]
+
+
 def gpu_jobs_on_node(node: str) -> list[str]:
     return ["squeue", "-w", node, "-h", "-o", "%A %b"]
 

@@ -85,6 +85,18 @@ def wait_clean(c: TestCluster, node: str, timeout: float = 90) -> None:
     wait_for(f"no journal on {node}", lambda: not journals(c, node), timeout)
 
 
+def slurmd_pid(c: TestCluster, node: str) -> str:
+    return node_shell(c, node, "cat /run/slurmd.pid 2>/dev/null || true").stdout.strip()
+
+
+def kill_slurmd(c: TestCluster, node: str) -> None:
+    """SIGKILL slurmd; the node's entrypoint starts it again (as slurmd.service's Restart=on-failure would) and
+    its jobs' slurmstepd processes live on (KillMode=process)."""
+    before = slurmd_pid(c, node)
+    node_shell(c, node, f"kill -9 {before}")
+    wait_for(f"a new slurmd on {node}", lambda: slurmd_pid(c, node) not in ("", before), 60)
+
+
 def running(c: TestCluster, job: int) -> bool:
     return c.job(job).get("JobState") == "RUNNING"
 
@@ -270,53 +282,6 @@ def test_forced_prolog_failure_drains_with_readable_reason(hooks_cluster):
     assert journals(c, "lab-excl01") == []
 
 
-# ---- many jobs leave nothing behind ---------------------------------------------------------
-
-CHURN = int(os.environ.get("GPUSHARE_CHURN_JOBS", "200"))
-CHURN_KINDS = (  # (sbatch options, user, account)
-    ({"gres": "gpu:a100_40g_1g.5gb:1"}, "carol", "biology"),
-    ({"gres": "mps:10"}, "dave", "biology-imaging"),
-    ({"gres": "shard:1"}, "carol", "biology"),
-    ({"gres": "mps:20"}, "carol", "biology"),
-    ({"gres": "gpu:l40s:1", "nodelist": "lab-excl01"}, "dave", "biology-imaging"),
-    ({"nodelist": "lab-mig01"}, "dave", "biology-imaging"),  # no GPU at all
-)
-
-
-def _submit_many(c: TestCluster, count: int) -> int:
-    """Submit ``count`` short jobs of mixed kinds, one docker exec per user; returns the number submitted."""
-    per_user: dict[tuple[str, str], list[str]] = {}
-    for i in range(count):
-        opts, user, account = CHURN_KINDS[i % len(CHURN_KINDS)]
-        flags = " ".join(f"--{k}={v}" for k, v in opts.items())
-        per_user.setdefault((user, account), []).append(f"sbatch -Q --account={account} -o /dev/null {flags} --wrap true")
-    for (user, _account), lines in per_user.items():
-        c.exec("slurmctld", ["bash", "-c", "set -e\n" + "\n".join(lines)], user=user, timeout=600)
-    return count
-
-
-def test_many_short_jobs_of_mixed_kinds_leave_nothing_behind(hooks_cluster):
-    c = hooks_cluster
-    before = len(c.sacct())
-    _submit_many(c, CHURN)
-    wait_for("every job to finish", lambda: c.slurm(["squeue", "-h"]).stdout.strip() == "", timeout=300 + 6 * CHURN, every=5)
-    recs = c.sacct()[before:]
-    states = {}
-    for rec in recs:
-        states[rec["State"]] = states.get(rec["State"], 0) + 1
-    assert states == {"COMPLETED": CHURN}, states
-    for node in NODES:
-        wait_clean(c, node)
-        left = node_shell(c, node, f"ls -A {STATE}/jobs; ls -A {STATE}/mps 2>/dev/null; "
-                                   "pgrep -a -f '[n]vidia-cuda-mps' || true").stdout.split()
-        assert left == [".lock"], f"{node}: {left}"
-        procs = node_shell(c, node, f"python3 -c \"import json; print(sum(len(g['processes']) for g in json.load(open('{FAKE}'))['gpus']))\"")
-        assert procs.stdout.strip() == "0", f"{node}: fake NVML still lists processes"
-    assert c.exec("lab-mig01", ["gpushare", "node", "mig", "assert", "--policy", "/etc/gpushare/policy.yaml",
-                                "--fake-nvml", FAKE]).returncode == 0
-    c.wait_idle(timeout=120)  # and no node drained on the way
-
-
 # ---- crashes: reconcile ------------------------------------------------------------------------
 
 
@@ -331,11 +296,8 @@ def test_killed_slurmd_mid_job_then_reconcile_leaves_the_node_clean(hooks_cluste
     wait_for("the MPS job to run", lambda: running(c, job), 120)
     wait_for("its daemon", lambda: mps_daemons(c), 30)
     assert journals(c, "lab-mps01") == [f"{job}.json"]
-    # slurmd dies (SIGKILL, by its pid file): the container goes with it, as a node would on a crash
-    node_shell(c, "lab-mps01", "kill -9 $(cat /run/slurmd.pid)", check=False)
-    wait_for("lab-mps01's container to stop",
-             lambda: "Exit" in c.compose("ps", "lab-mps01", check=False).stdout, 60)
-    c.compose("start", "lab-mps01", timeout=120)
+    # slurmd dies (SIGKILL, by its pid file) and is started again; the job's slurmstepd lives on, as on a real node
+    kill_slurmd(c, "lab-mps01")
     wait_for("lab-mps01 to answer", lambda: node_shell(c, "lab-mps01", "scontrol ping", check=False).returncode == 0, 120)
     c.slurm(["scancel", str(job)], check=False)
     c.wait_idle(timeout=240)

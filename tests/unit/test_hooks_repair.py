@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import json
+import time
 import re
 from pathlib import Path
 
@@ -37,6 +38,8 @@ class FakeSlurm:
         self.jobs = dict(jobs or {})  # job id -> TRES per node
         self.calls: list[list[str]] = []
         self.finish_after: dict[int, int] = {}  # job id -> squeue calls until it ends
+        self.started: dict[int, int] = {}  # job id -> start time (epoch s); unset: started just now
+        self.requeued: list[int] = []
 
     def __call__(self, argv, *, input=None, timeout=60.0, check=True, env=None):
         argv = list(argv)
@@ -66,6 +69,13 @@ class FakeSlurm:
             if argv[-1] == "%A":
                 return self._ok("".join(f"{j}\n" for j in self.jobs))
             return self._ok("".join(f"{j} {t}\n" for j, t in self.jobs.items()))
+        if argv == ["squeue", "-w", n, "-h", "-t", "RUNNING", "-o", "%A %S %B"]:
+            assert env and env.get("SLURM_TIME_FORMAT") == "%s", "start times are read as epoch seconds"
+            return self._ok("".join(f"{j} {self.started.get(j, int(time.time()))} {n}\n" for j in self.jobs))
+        if argv[:2] == ["scontrol", "requeue"] and len(argv) == 3 and int(argv[2]) in self.jobs:
+            self.jobs.pop(int(argv[2]))
+            self.requeued.append(int(argv[2]))
+            return self._ok("")
         raise AssertionError(f"fake Slurm does not know {argv}")
 
     def _registered(self) -> str:

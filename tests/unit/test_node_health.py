@@ -267,3 +267,41 @@ def test_heal_log_keeps_the_last_hour_and_survives_a_bad_file(tmp_path):
     assert recent_heals(log, now=4700.0) == [2000.0]  # 1000 is more than an hour before
     log.write_text("garbage\n")
     assert recent_heals(log, now=2000.0) == []
+
+
+# ---- launches slurmd lost (killed between accepting a job and starting its slurmstepd) -------------------
+
+
+def test_lost_jobs_are_the_old_running_ones_without_a_slurmstepd():
+    from slurm_gpushare.node.health import lost_jobs
+
+    started = {1: 1000, 2: 1000, 3: 1950}
+    assert lost_jobs(started, stepds={2}, now=2000.0) == [1]  # 2 has its stepd, 3 is 50 s old
+    assert lost_jobs(started, stepds=set(), now=2000.0) == [1, 2]
+
+
+def test_stepd_jobs_reads_slurmstepd_titles(tmp_path):
+    from slurm_gpushare.node.health import stepd_jobs
+
+    for pid, title in ((10, b"slurmstepd: [466.batch]\0"), (11, b"slurmstepd: [467.extern]\0"),
+                       (12, b"/usr/bin/python3\0slurmstepd: [9.0]\0"), (13, b"")):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cmdline").write_bytes(title)
+    (tmp_path / "self").mkdir()
+    assert stepd_jobs(tmp_path) == {466, 467}
+
+
+def test_a_lost_launch_is_requeued_and_a_fresh_job_is_not(excl_node, monkeypatch):
+    import time as _time
+
+    from slurm_gpushare.node import health as health_mod
+
+    monkeypatch.setattr(health_mod, "stepd_jobs", lambda: set())  # not this machine's /proc
+
+    slurm = FakeSlurm("lab-excl01", "gpu:l40s:2", jobs={41: "gres/gpu:1", 42: "gres/gpu:1"})
+    slurm.started = {41: int(_time.time()) - 600}  # 42 started just now: its launch may still be under way
+    report, _ = run(excl_node, slurm)
+    assert slurm.requeued == [41]
+    assert any(line.startswith("job 41: running for Slurm since ") and "launch lost" in line
+               for line in report.findings.repaired), report.findings.repaired
+    assert not isinstance(report.decision, Drain)

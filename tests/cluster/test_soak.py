@@ -1,0 +1,203 @@
+"""The soak: at least 1,000 mixed jobs on the small lab with faults injected while they run.
+
+Its own compose project (the small lab with the node hooks, the health check every 15 s, node
+metrics, multi-slice MIG jobs allowed, and the product's SchedulerParameters). Kinds: whole GPU,
+shard, MIG x1 and x2, MPS 25 and 50 (two users, so two tenants' daemons share the MPS GPU),
+CPU only, failing, cancelled (pending and running) and scavenger jobs preempted by the rest.
+Faults, one after another while the queue drains: an MPS control daemon SIGKILLed, slurmd
+SIGKILLed on a node (docker starts the node again, as systemd would), a prolog SIGKILLed while it
+runs (slurmctld drains the node "Prolog error" and requeues the job), slurmctld restarted.
+
+Nothing is done by hand afterwards: every job must end in the state its kind ends in (requeued
+jobs run again and complete), every node must come back idle (the health check cleans up and
+resumes Slurm's "Prolog error" drain), and no journal, MPS daemon or server, pipe directory,
+fake-NVML process, dcgm mapping entry or job info metric may be left on any node. Prints the
+drain time and the count of each final state.
+
+GPUSHARE_SOAK_JOBS (default 1000) sets the number of plain jobs; GPUSHARE_SOAK_PROJECT the project.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurm_gpushare.testcluster.cluster import TestCluster
+from tests.cluster.conftest import own_cluster, wait_for
+from tests.cluster.test_node_runtime import FAKE, NODES, STATE, hooks_policy, journals, kill_slurmd, mps_daemons, node_shell
+
+PROJECT = os.environ.get("GPUSHARE_SOAK_PROJECT", "gpsoak")
+JOBS = int(os.environ.get("GPUSHARE_SOAK_JOBS", "1000"))
+HEALTH = "/opt/gpushare/bin/gpushare-node-health"  # the wheel's console script in the image
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
+DCGM_DIR = "/var/lib/dcgm-exporter/job-mapping"
+USERS = (("carol", "biology"), ("dave", "biology-imaging"))
+
+# name -> (sbatch options, script, final state). Job i of the plain ones is of kind PLAIN[i % len(PLAIN)].
+PLAIN = {
+    "whole": ("--gres=gpu:l40s:1", "true", "COMPLETED"),
+    "shard": ("--gres=shard:1", "true", "COMPLETED"),
+    "mig1": ("--gres=gpu:a100_40g_1g.5gb:1", "true", "COMPLETED"),
+    "mig2": ("--gres=gpu:a100_40g_1g.5gb:2", "true", "COMPLETED"),
+    "mps25": ("--gres=mps:25", "true", "COMPLETED"),
+    "mps50": ("--gres=mps:50", "true", "COMPLETED"),
+    "cpu": ("-c 1", "true", "COMPLETED"),
+    "fail": ("--gres=shard:1", "exit 3", "FAILED"),
+}
+EXTRA = {  # submitted first, a few of each
+    "scavenger": ("-p scavenger --requeue --gres=gpu:a100_40g_1g.5gb:1", "sleep 30", "COMPLETED", 12),
+    "cancel-pending": ("--begin=now+1hour --gres=gpu:l40s:1", "true", "CANCELLED", 10),
+    "cancel-running": ("-c 1", "sleep 600", "CANCELLED", 4),
+}
+
+
+def soak_policy(path: Path) -> Path:
+    hooks_policy(path)
+    raw = yaml.safe_load(path.read_text())
+    raw["cluster"]["health"] = {"program": HEALTH, "interval": 15, "node_state": ["ANY"]}
+    raw["cluster"]["metrics"] = {"textfile_dir": TEXTFILE_DIR, "dcgm_job_mapping_dir": DCGM_DIR}
+    raw["submission"]["reject_multi_slice"] = False
+    path.write_text("# small-lab.yaml for the soak (tests/cluster/test_soak.py)\n" + yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def soak_cluster():
+    yield from own_cluster("soak", PROJECT, lambda work: soak_policy(work / "small-lab-soak.yaml"), "GPUSHARE_SOAK_KEEP")
+
+
+def submit_all(c: TestCluster) -> dict[str, int]:
+    """Every job, one docker exec per user (sbatch in a shell loop); returns {kind: count}."""
+    lines: dict[tuple[str, str], list[str]] = {u: [] for u in USERS}
+    counts: dict[str, int] = {}
+    n = 0
+
+    def add(kind: str, options: str, script: str) -> None:
+        nonlocal n
+        user = USERS[n % len(USERS)]
+        n += 1
+        counts[kind] = counts.get(kind, 0) + 1
+        lines[user].append(f"sbatch -Q --account={user[1]} -o /dev/null -J soak-{kind} {options} --wrap '{script}'")
+
+    for kind, (options, script, _state, count) in EXTRA.items():
+        for _ in range(count):
+            add(kind, options, script)
+    kinds = list(PLAIN.items())
+    for i in range(JOBS):
+        kind, (options, script, _state) = kinds[i % len(kinds)]
+        add(kind, options, script)
+    for (user, _account), script in lines.items():
+        c.exec("slurmctld", ["bash", "-c", "set -e\n" + "\n".join(script)], user=user, timeout=900)
+    return counts
+
+
+def ended(c: TestCluster) -> int:
+    out = c.slurm(["sacct", "-X", "-n", "-P", "-S", "now-1days", "-E", "now+1days", "-o", "JobName,State"], check=False).stdout
+    return sum(1 for line in out.splitlines() if line.startswith("soak-") and
+               line.split("|")[1].split()[0] not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING"))
+
+
+def queue(c: TestCluster) -> list[str]:
+    return c.slurm(["squeue", "-h", "-o", "%i %j %T %r"], check=False).stdout.splitlines()
+
+
+def kill_a_prolog(c: TestCluster, node: str, seconds: float = 60) -> bool:
+    """SIGKILL the first gpushare-prolog seen running on ``node`` (polled every 20 ms); True if one was killed."""
+    probe = (
+        "import os, signal, sys, time\n"
+        f"end = time.time() + {seconds}\n"
+        "while time.time() < end:\n"
+        "    for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "        try:\n"
+        "            cmd = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')\n"
+        "        except OSError:\n"
+        "            continue\n"
+        "        if any(part.endswith(b'gpushare-prolog') for part in cmd[:3]):\n"
+        "            os.kill(int(pid), signal.SIGKILL); print('killed', pid); sys.exit(0)\n"
+        "    time.sleep(0.02)\n"
+        "sys.exit(1)\n"
+    )
+    return c.exec(node, ["python3", "-c", probe], check=False, timeout=seconds + 30).returncode == 0
+
+
+def test_soak_with_faults_heals_without_a_hand(soak_cluster):
+    c = soak_cluster
+    start = time.monotonic()
+    counts = submit_all(c)
+    total = sum(counts.values())
+    submitted = time.monotonic()
+    wait_for("the running jobs to be cancelled to start", lambda: all(
+        "RUNNING" in line for line in queue(c) if "soak-cancel-running" in line) and any(
+        "soak-cancel-running" in line for line in queue(c)), 300, every=2)
+    for name in ("soak-cancel-running", "soak-cancel-pending"):
+        c.slurm(["scancel", "-n", name])
+    faults = []
+    # 1. an MPS control daemon dies (SIGKILL) while MPS jobs run
+    wait_for("15 % of the jobs to end", lambda: ended(c) >= 0.15 * total, 900, every=3)
+    wait_for("an MPS daemon", lambda: mps_daemons(c), 300, every=0.5)
+    node_shell(c, "lab-mps01", "pkill -9 -f '[n]vidia-cuda-mps-control -d'", check=False)
+    faults.append(f"MPS daemon killed at {time.monotonic() - start:.0f} s")
+    # 2. slurmd dies on a node (SIGKILL); docker starts the node again (restart: on-failure)
+    wait_for("30 % of the jobs to end", lambda: ended(c) >= 0.30 * total, 900, every=3)
+    kill_slurmd(c, "lab-excl01")
+    faults.append(f"slurmd killed on lab-excl01 at {time.monotonic() - start:.0f} s")
+    # 3. a prolog dies (SIGKILL) while it runs: slurmctld drains the node "Prolog error" and requeues the job
+    wait_for("45 % of the jobs to end", lambda: ended(c) >= 0.45 * total, 900, every=3)
+    assert kill_a_prolog(c, "lab-mig01"), "no prolog ran on lab-mig01 within 60 s"
+    faults.append(f"a prolog killed on lab-mig01 at {time.monotonic() - start:.0f} s")
+    # 4. slurmctld restarts
+    wait_for("60 % of the jobs to end", lambda: ended(c) >= 0.60 * total, 900, every=3)
+    c.compose("restart", "-t", "10", "slurmctld", timeout=180)
+    faults.append(f"slurmctld restarted at {time.monotonic() - start:.0f} s")
+
+    wait_for("the queue to drain", lambda: not any("soak-" in line for line in queue(c)), 1800, every=5)
+    drained = time.monotonic()
+    # no command by hand: the health check resumes what Slurm drained after the killed prolog
+    wait_for("every node idle and not drained", lambda: all(
+        s["base"] == "IDLE" and not any(f.startswith(("DRAIN", "DOWN", "FAIL")) for f in s["flags"])
+        for s in c.node_states().values()), 180, every=3)
+
+    out = c.slurm(["sacct", "-X", "-n", "-P", "-S", "now-1days", "-E", "now+1days", "-o", "JobID,JobName,State,Restarts"]).stdout
+    finals: dict[str, dict[str, int]] = {}
+    requeued, preempted = 0, 0
+    for line in out.splitlines():
+        job, name, state, restarts_ = line.split("|")[:4]
+        if not name.startswith("soak-"):
+            continue
+        state = state.split()[0]
+        finals.setdefault(name[5:], {}).setdefault(state, 0)
+        finals[name[5:]][state] += 1
+        requeued += int(restarts_ or 0) > 0
+        preempted += name == "soak-scavenger" and int(restarts_ or 0) > 0
+    states: dict[str, int] = {}
+    for per in finals.values():
+        for s, k in per.items():
+            states[s] = states.get(s, 0) + k
+    print(f"\nsoak: {total} jobs submitted in {submitted - start:.0f} s, queue drained {drained - start:.0f} s after "
+          f"the first submission ({total / (drained - start):.2f} jobs/s); faults: {'; '.join(faults)}")
+    print(f"soak: final states {states}; jobs that ran more than once (requeued): {requeued}, "
+          f"of them scavenger jobs preempted: {preempted}")
+    print(f"soak: by kind {finals}")
+    want = {kind: {state: counts[kind]} for kind, (_o, _s, state) in PLAIN.items()}
+    want.update({kind: {state: counts[kind]} for kind, (_o, _s, state, _n) in EXTRA.items()})
+    assert finals == want
+    assert preempted, "no scavenger job was preempted (requeued by a batch job)"
+
+    for node in NODES:
+        wait_for(f"no journal on {node}", lambda: not journals(c, node), 60)
+        left = node_shell(c, node, f"ls -A {STATE}/jobs; ls -A {STATE}/mps 2>/dev/null; "
+                                   "pgrep -a -f '[n]vidia-cuda-mps' || true").stdout.split()
+        assert left == [".lock"], f"{node}: {left}"
+        procs = node_shell(c, node, f"python3 -c \"import json; print(sum(len(g['processes']) for g in "
+                                    f"json.load(open('{FAKE}'))['gpus']))\"").stdout.strip()
+        assert procs == "0", f"{node}: the fake NVML still lists {procs} processes"
+        mapping = node_shell(c, node, f"cat {DCGM_DIR}/* 2>/dev/null || true").stdout.split()
+        assert mapping == [], f"{node}: dcgm-exporter mapping still names jobs {mapping}"
+        info = node_shell(c, node, f"grep '^gpushare_node_job_gpu_info{{' {TEXTFILE_DIR}/gpushare.prom || true").stdout
+        assert info.strip() == "", f"{node}: job info metric left:\n{info}"
+    assert c.exec("lab-mig01", ["gpushare", "node", "mig", "assert", "--policy", "/etc/gpushare/policy.yaml",
+                                "--fake-nvml", FAKE]).returncode == 0
