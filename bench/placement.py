@@ -18,6 +18,19 @@ on MIG slices and the rest on MPS. The planner's own policies ("Slurm +
 planner") come from ``slurm_gpushare.planner.scenarios.planned_policies(scenario,
 cluster, pods)`` when that module exists; without it those rows say so, and
 S2/S3 run the plain stand-in layouts of planner/whatif.py instead.
+
+Slice occupancy (S2, S3), at 100 % / 130 % arrived, two figures per row:
+- "all N GPUs": compute slices occupied over 7 x every GPU of the cluster,
+  the same rule for every policy (slurmmodel.occupied_slices): a MIG GPU
+  counts the compute slices of its occupied instances; a GPU allocated whole
+  (exclusive, or the whole-GPU record of an mps GPU) counts 7 of 7, as a
+  whole-GPU job holds a 7g.40gb under MIG; an mps GPU counts the share its
+  jobs hold, rounded up to slices once per GPU, ceil(7 x units used / units);
+  an idle GPU 0. FGD under MIG rules makes every GPU a MIG GPU and a
+  whole-GPU job takes a 7g.40gb, so its figure is the same count over the
+  same GPUs (baselines.PaperState.metrics).
+- "MIG GPUs only (M)": compute slices of occupied instances over 7 x the M
+  GPUs in MIG mode (for FGD M is every GPU, so it equals the first figure).
 """
 
 from __future__ import annotations
@@ -178,10 +191,16 @@ def report(scenario: str, seeds: list[int], rows: dict, pub, why: str) -> None:
         a130 = mean([v[1] for v in row["per_seed"].values()])
         secs = row["seconds"]
         extra = ""
+        occ_all = [row["probes"][s][100].get("slices_occupied_all") for s in seeds]
+        if all(o is not None for o in occ_all):
+            occ130 = [row["probes"][s][130]["slices_occupied_all"] for s in seeds]
+            gpus = row["probes"][seeds[0]][100]["gpus"]
+            extra = f"  slices occupied, all {gpus:.0f} GPUs {mean(occ_all):.2f} / {mean(occ130):.2f} %"
         occ = [row["probes"][s][100].get("slices_occupied") for s in seeds]
         if all(o is not None for o in occ):
             occ130 = [row["probes"][s][130]["slices_occupied"] for s in seeds]
-            extra = f"  slices occupied {mean(occ):.2f} / {mean(occ130):.2f} %"
+            mig = row["probes"][seeds[0]][100].get("mig_gpus", float("nan"))
+            extra += f"; MIG GPUs only ({mig:.0f}) {mean(occ):.2f} / {mean(occ130):.2f} %"
         under = [row["probes"][s][130].get("undersized") for s in seeds]
         if any(under):
             extra += f"  undersized jobs (MIG slice < request) {mean(under):.0f}/seed"

@@ -91,7 +91,11 @@ class PaperState:
         if self.kind.slices is None:
             return {}
         used = self.kind.slices[self.st][self.present].sum()
-        return {"slices_occupied": 100.0 * used / (self.kind.slices_per_gpu * self.present.sum())}
+        share = 100.0 * used / (self.kind.slices_per_gpu * self.present.sum())
+        # every GPU is a MIG GPU in this model (a whole-GPU job holds the 7g instance, all compute slices), so the
+        # MIG GPUs are all the GPUs: both figures are the same count (slurmmodel.occupied_slices for Slurm)
+        gpus = float(self.present.sum())
+        return {"slices_occupied": share, "mig_gpus": gpus, "slices_occupied_all": share, "gpus": gpus}
 
 
 def pick_max(scores: np.ndarray, ok: np.ndarray, rank: np.ndarray) -> int:

@@ -269,6 +269,7 @@ class SlurmPolicy:
         codes = {code: self.mig_slices.get(t, 0) for t, code in self.state.types.items()}
         self.rec_slices = np.vectorize(lambda c: codes.get(c, 0), otypes=[np.int64])(self.state.rec_type)
         self.mig_gpus = sum(1 for n in cluster.nodes for g in n.gpus if g.mode == "mig")
+        self.gpus = cluster.gpu_count
         shares = {code: self.mig_shares.get(t, GPU_MILLI) for t, code in self.state.types.items()}
         self.rec_share = np.vectorize(lambda c: shares.get(c, GPU_MILLI), otypes=[np.int64])(self.state.rec_type)
         self.pod_milli = [p.gpu_milli for p in pods]
@@ -300,5 +301,28 @@ class SlurmPolicy:
         }
         if self.mig_gpus and self.mig_slices:
             used = (self.rec_slices * (~s.rec_free & s.rec_mig)).sum()
-            out["slices_occupied"] = 100.0 * used / (self.slices_per_gpu * self.mig_gpus)
+            out["slices_occupied"] = 100.0 * used / (self.slices_per_gpu * self.mig_gpus)  # MIG GPUs only
+            out["mig_gpus"] = float(self.mig_gpus)
+        if self.mig_slices and self.gpus:
+            used_all = occupied_slices(s, self.rec_slices, self.slices_per_gpu)
+            out["slices_occupied_all"] = 100.0 * used_all / (self.slices_per_gpu * self.gpus)
+            out["gpus"] = float(self.gpus)
         return out
+
+
+def occupied_slices(s: SlurmState, rec_slices: np.ndarray, slices_per_gpu: int) -> int:
+    """Compute slices occupied over every GPU of the cluster, whatever its mode (S2/S3's "all GPUs" figure).
+
+    - a MIG GPU: the compute slices of its allocated MIG instances (``rec_slices``: per gpu record);
+    - a GPU allocated whole (a gpu record of a non-MIG GPU): all ``slices_per_gpu``, as a whole-GPU job
+      holds a 7g.40gb under MIG;
+    - an mps/shard GPU: the share of it its jobs hold, in slices rounded up once per GPU:
+      ``ceil(slices_per_gpu x units used / units)`` (mps 30 + 20 of 100 on an A100: ceil(3.5) = 4);
+    - an idle GPU, or a MIG GPU without instances: 0.
+    """
+    mig = int((rec_slices * (~s.rec_free & s.rec_mig)).sum())
+    whole = int(s.gpu_taken.sum()) * slices_per_gpu
+    shared = (s.sh_cap > 0) & ~s.gpu_taken
+    cap = np.maximum(s.sh_cap, 1)
+    part = np.minimum(-(-slices_per_gpu * s.sh_used // cap), slices_per_gpu)
+    return mig + whole + int(part[shared].sum())

@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 
 from slurm_gpushare.hardware import get_model
-from slurm_gpushare.planner.arrivals import arrival_sequence
+from slurm_gpushare.planner.arrivals import Arrivals, arrival_sequence
 from slurm_gpushare.planner.baselines import BestFit, best_fit_score, pick_max
 from slurm_gpushare.planner.engine import replay
 from slurm_gpushare.planner.fgd import FGD, FragMeasure, TaskClass, fgd_score, typical_classes
 from slurm_gpushare.planner.gpustate import covering_profile, mig_kind, milli_kind
-from slurm_gpushare.planner.simcluster import Pod
+from slurm_gpushare.planner.simcluster import Pod, SimCluster, SimGpu, SimNode
 from slurm_gpushare.planner.trace import TRACE_DIR, default_trace
+from slurm_gpushare.planner.whatif import a100_cluster
 
 CLASSES = (TaskClass(4000, 500, 1, "", count=3), TaskClass(1000, 0, 0, "", count=1))
 
@@ -108,6 +109,18 @@ def test_mig_placement_rules_in_the_state_tables():
     assert not kind.host[s, seven]
     assert kind.left[s] == 429  # 3 of 7 compute slices free
     assert kind.left[kind.free] == 1000 and kind.left[kind.absent] == 0
+
+
+def test_fgd_mig_slices_occupied_counts_every_gpu_a_whole_job_as_seven():
+    # three A100s: a whole-GPU job (7g.40gb: 7 slices), a 400-milli share (3g.20gb: 3), one idle: 10 of 21, the
+    # same count slurmmodel.occupied_slices makes for Slurm; every GPU is a MIG GPU here, so both figures agree
+    cluster = a100_cluster(SimCluster((SimNode("a", 64, 1000, (SimGpu("exclusive", "T4"),) * 3),)))
+    pods = (Pod("whole", 1000, 1, 1, 1000), Pod("share", 1000, 1, 1, 400))
+    result = replay(FGD(kind=mig_kind()), cluster, pods, Arrivals(0, np.arange(2), 3000))
+    assert result.placed == 2
+    probe = result.probes[130]
+    assert probe["slices_occupied_all"] == pytest.approx(100 * 10 / 21) and probe["gpus"] == 3.0
+    assert probe["slices_occupied"] == probe["slices_occupied_all"] and probe["mig_gpus"] == 3.0
 
 
 def published(policy: str) -> dict[int, float]:

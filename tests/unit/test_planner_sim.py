@@ -18,6 +18,7 @@ from slurm_gpushare.planner.slurmmodel import (
     SlurmPolicy,
     SlurmState,
     consec_pick,
+    occupied_slices,
     uniform_router,
 )
 from slurm_gpushare.planner.trace import TraceError, load_cluster, load_pods
@@ -269,6 +270,34 @@ def test_untyped_gpu_request_may_get_a_mig_slice_and_is_counted_undersized():
     assert result.placed == 1  # Slurm hands the untyped gpu:1 the only gpu record: a 1g slice
     assert result.probes[130]["undersized"] == 1.0
     assert result.probes[130]["slices_occupied"] == pytest.approx(100 / 7)
+
+
+def test_slices_occupied_over_all_gpus_by_one_rule_for_every_mode():
+    # four A100s: exclusive (a whole job: 7 of 7), MIG 3g+2g+1g+1g (a 3g job: 3), mps 100 units (30 + 20 units:
+    # ceil(7 x 0.5) = 4), mps idle (0): 14 of 28 slices over all GPUs; MIG GPUs only: 3 of 7
+    g_mig = gpu("mig", mig=("a100_3g", "a100_2g", "a100_1g", "a100_1g"))
+    cluster = SimCluster((node("a", cpus=64, gpus=[gpu(gres_type="a100"), g_mig, gpu("mps", units=100)]),
+                          node("b", cpus=64, gpus=[gpu("mps", units=100)])))
+    requests = {"whole": req("gpu", 1, "a100"), "mig": req("gpu", 1, "a100_3g"), "m30": req("mps", 30),
+                "m20": req("mps", 20)}
+    pods = tuple(Pod(name, 1000, 1, 1, 1000 if name == "whole" else 300) for name in requests)
+    slices = {"a100_3g": 3, "a100_2g": 2, "a100_1g": 1}
+    policy = SlurmPolicy("s", lambda p: requests[p.name], mig_slices=slices)
+    result = replay(policy, cluster, pods, Arrivals(0, np.arange(4), 4000))
+    assert result.placed == 4
+    assert policy.state.sh_used.max() == 50  # both mps jobs on one GPU (first device with room)
+    probe = result.probes[130]
+    assert probe["slices_occupied_all"] == pytest.approx(100 * 14 / 28) and probe["gpus"] == 4.0
+    assert probe["slices_occupied"] == pytest.approx(100 * 3 / 7) and probe["mig_gpus"] == 1.0
+
+
+def test_mps_share_rounds_up_to_slices_once_per_gpu_and_caps_at_seven():
+    cluster = SimCluster((node("a", cpus=64, gpus=[gpu("mps", units=100), gpu("mps", units=100)]),))
+    state = SlurmState(cluster)
+    state.allocate(req("mps", 1), 0)  # 1 unit: ceil(0.07) = 1 slice
+    state.allocate(req("mps", 99), 0)  # same GPU, 100 of 100 units: 7, not 1 + 7
+    state.allocate(req("mps", 15), 0)  # second GPU: ceil(1.05) = 2
+    assert occupied_slices(state, np.zeros_like(state.rec_type), 7) == 9
 
 
 def test_ls_fractional_jobs_off_mig_are_counted():
