@@ -92,9 +92,22 @@ def slurmd_pid(c: TestCluster, node: str) -> str:
 def kill_slurmd(c: TestCluster, node: str) -> None:
     """SIGKILL slurmd; the node's entrypoint starts it again (as slurmd.service's Restart=on-failure would) and
     its jobs' slurmstepd processes live on (KillMode=process)."""
-    before = slurmd_pid(c, node)
+    before, started = slurmd_pid(c, node), slurmd_start_time(c, node)
     node_shell(c, node, f"kill -9 {before}")
     wait_for(f"a new slurmd on {node}", lambda: slurmd_pid(c, node) not in ("", before), 60)
+    # and registered with slurmctld (a job's cancel sent before then reaches no slurmd)
+    wait_for(f"the new slurmd of {node} to register", lambda: slurmd_start_time(c, node) > started, 120)
+
+
+def slurmd_start_time(c: TestCluster, node: str) -> int:
+    import json
+
+    out = c.slurm(["scontrol", "show", "node", node, "--json"], check=False).stdout
+    try:
+        value = json.loads(out)["nodes"][0]["slurmd_start_time"]
+    except (ValueError, KeyError, IndexError):
+        return 0
+    return int(value.get("number", 0) if isinstance(value, dict) else value or 0)
 
 
 def running(c: TestCluster, job: int) -> bool:
@@ -298,9 +311,10 @@ def test_killed_slurmd_mid_job_then_reconcile_leaves_the_node_clean(hooks_cluste
     assert journals(c, "lab-mps01") == [f"{job}.json"]
     # slurmd dies (SIGKILL, by its pid file) and is started again; the job's slurmstepd lives on, as on a real node
     kill_slurmd(c, "lab-mps01")
-    wait_for("lab-mps01 to answer", lambda: node_shell(c, "lab-mps01", "scontrol ping", check=False).returncode == 0, 120)
+    assert running(c, job), c.job(job)  # its slurmstepd lived on
     c.slurm(["scancel", str(job)], check=False)
     c.wait_idle(timeout=240)
+    wait_clean(c, "lab-mps01")  # the epilog ran (the new slurmd knew the job)
     res = reconcile(c, "lab-mps01")
     assert res.returncode == 0, res.stdout + res.stderr
     assert journals(c, "lab-mps01") == [] and mps_daemons(c) == []
