@@ -219,7 +219,7 @@ def observe_and_repair(node: str, state_dir: str, client, backend, mps, killer, 
             findings.unrepaired = execute_reconcile(plan, store, mps, killer, journals)
         kept = {j: journals[j] for j in plan.kept}
         findings.notes = check_mps(kept, answers)
-        # no hook runs while the journal lock is held, so a job past its launch has a slurmstepd here
+        # no hook runs while the journal lock is held, so a job past its launch has a batch slurmstepd here
         requeue_lost_jobs(findings, node, client, stepd_jobs(), dry_run)
     return findings
 
@@ -228,17 +228,18 @@ LOST_AFTER_S = 120  # a job's prolog and launch take seconds; a running job olde
 
 
 def lost_jobs(started: dict[int, int], stepds: set[int], now: float, after: float = LOST_AFTER_S) -> list[int]:
-    """Jobs Slurm runs here (this node their batch host) for more than ``after`` seconds without a slurmstepd
-    on the node: their launch was lost (slurmd killed between accepting and starting them). Slurm itself
+    """Jobs Slurm runs here (this node their batch host) for more than ``after`` seconds without a batch
+    slurmstepd on the node: their launch was lost (slurmd killed between accepting and starting them). Slurm itself
     notices only at the node's next registration (every ~20 pings, half an hour with SlurmdTimeout=300)."""
     return sorted(j for j, t in started.items() if j not in stepds and now - t > after)
 
 
-_STEPD = re.compile(rb"^slurmstepd: \[(\d+)\.")
+_STEPD = re.compile(rb"^slurmstepd: \[(\d+)\.batch\]")
 
 
 def stepd_jobs(proc: Path = Path("/proc")) -> set[int]:
-    """Job ids of this node's slurmstepd processes (their title is ``slurmstepd: [JOB.STEP]``)."""
+    """Job ids of this node's batch-step slurmstepd processes (title ``slurmstepd: [JOB.batch]``). The
+    extern step's (``[JOB.extern]``, PrologFlags=Contain) starts before the launch, so it does not count."""
     jobs = set()
     for entry in proc.iterdir():
         if not entry.name.isdigit():
@@ -264,7 +265,7 @@ def requeue_lost_jobs(findings: Findings, node: str, client, stepds: set[int], d
         findings.unrepaired.append(f"lost launches: cannot read the running jobs: {exc}")
         return
     for job in lost_jobs(started, stepds, time.time()):
-        line = f"job {job}: running for Slurm since {started[job]} but no slurmstepd here (launch lost): requeue it"
+        line = f"job {job}: running for Slurm since {started[job]} but no batch slurmstepd here (launch lost): requeue it"
         if dry_run:
             findings.repaired.append("would " + line)
             continue
