@@ -166,15 +166,21 @@ def kill_leftovers(pipe_dir: str, wait: float = 2.0) -> list[int]:
     """SIGKILL what a dead or hung daemon of ``pipe_dir`` left (leftover_processes); wait until they are gone."""
     import signal
 
-    pids = leftover_processes(pipe_dir)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    pids: list[int] = []
     deadline = time.monotonic() + wait
-    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    # scan again after each kill: a hung daemon may have forked a server between the scan and its SIGKILL
+    for _scan in range(3):
+        new = [pid for pid in leftover_processes(pipe_dir) if pid not in pids]
+        if not new:
+            break
+        for pid in new:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        pids += new
+        while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.01)
     return pids
 
 

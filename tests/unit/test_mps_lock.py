@@ -251,3 +251,15 @@ def test_epilog_of_a_killed_daemon_kills_its_servers(node):
     orphans = list(node.orphans)
     epilog_hook.epilog(node.env(61, "0", 25), mps=node.mps)
     assert not any(_state(p) != "Z" for p in orphans) and not Path(daemon.pipe_dir).exists()
+
+
+def test_kill_leftovers_scans_again_for_a_server_forked_before_its_daemon_died(monkeypatch):
+    """A hung daemon can fork a server between the scan and its SIGKILL: the kill scans again until a scan
+    finds nothing new, and kills what the second scan found."""
+    scans = iter([[101], [101, 102], [101, 102]])
+    killed = []
+    monkeypatch.setattr(mps_module, "leftover_processes", lambda pipe_dir: next(scans))
+    monkeypatch.setattr(mps_module, "_running", lambda pid: False)
+    monkeypatch.setattr(mps_module.os, "kill", lambda pid, sig: killed.append((pid, sig)))
+    assert mps_module.kill_leftovers("/s/mps/g0-u5-p25/pipe") == [101, 102]
+    assert killed == [(101, signal.SIGKILL), (102, signal.SIGKILL)]
