@@ -293,6 +293,29 @@ class Billing(Strict):
     mem_per_gb: float = Field(0.0, ge=0)
 
 
+class Live(Strict):
+    """The live planner (`gpushare plan --live`): which MIG layouts follow the pending queue, and the limits
+    that keep it from thrashing. Times are seconds. A node under relayout holds a gpushare-relayout-<node>
+    reservation or is drained with a reason starting "gpushare relayout"."""
+
+    enabled: bool = False
+    min_pending: int = Field(300, ge=0, le=30 * 86400)  # a pending job counts once it has waited this long
+    min_dwell: int = Field(3600, ge=0, le=365 * 86400)  # between two changes (or attempts) of one node's layout
+    min_benefit_jobs: int = Field(1, ge=1, le=100000)  # pending jobs a change must let start
+    max_draining: int = Field(1, ge=1, le=10000)  # nodes under relayout at once, per tier
+    max_wait: int = Field(3600, ge=0, le=30 * 86400)  # every GPU job on the node must end within this
+    change_cost: int = Field(120, ge=0, le=86400)  # drain + re-registration counted in every change's cost
+    policy_file: str | None = Field(None, pattern=ABS_PATH)  # default: <slurm_conf_dir>/gpushare-live.yaml
+
+    @model_validator(mode="after")
+    def _file(self):
+        if self.policy_file is not None:
+            if "/../" in self.policy_file + "/" or self.policy_file.endswith("/"):
+                raise ValueError(f"policy_file: {self.policy_file!r} must name a file by its own absolute path "
+                                 "(no '..', not a directory), e.g. /etc/slurm/gpushare-live.yaml")
+        return self
+
+
 class Policy(Strict):
     version: Literal[1]
     cluster: Cluster
@@ -302,3 +325,4 @@ class Policy(Strict):
     tiers: list[Tier] = Field(min_length=1)
     submission: Submission = Submission()
     billing: Billing = Billing()
+    live: Live = Live()
