@@ -197,7 +197,7 @@ def job_from_json(j: dict) -> Job:
         partition=j.get("partition") or "", qos=j.get("qos") or "", state=state[0] if state else "",
         reason=j.get("state_reason") or "", nodes=j.get("nodes") or "",
         gres_request=parse_gres_config(j.get("tres_per_node")), gres_alloc=alloc,
-        submit_time=_time(j.get("submit_time")),
+        submit_time=_time(j.get("submit_time")), end_time=_time(j.get("end_time")),
     )
 
 

@@ -40,6 +40,9 @@ class Job:
     gres_request: dict[str, int] = field(default_factory=dict)  # tres_per_node: {"gpu:l40s": 1}
     gres_alloc: dict[str, dict[str, GresUse]] = field(default_factory=dict)  # node -> gres -> use
     submit_time: int | None = None  # epoch seconds slurmctld took the job (None: Slurm did not say)
+    # epoch seconds a running job ends by its time limit (squeue EndTime: start + limit); None when Slurm did not say
+    # (job_summaries() leaves it None: squeue --Format is read without it)
+    end_time: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
