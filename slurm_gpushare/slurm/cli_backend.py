@@ -198,7 +198,13 @@ def job_from_json(j: dict) -> Job:
         reason=j.get("state_reason") or "", nodes=j.get("nodes") or "",
         gres_request=parse_gres_config(j.get("tres_per_node")), gres_alloc=alloc,
         submit_time=_time(j.get("submit_time")), end_time=_time(j.get("end_time")),
+        priority=_priority(j.get("priority")),
     )
+
+
+def _priority(value) -> int | None:
+    number = _num(value)
+    return int(number) if number is not None else None
 
 
 def _time(value) -> int | None:

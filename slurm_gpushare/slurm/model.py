@@ -43,6 +43,7 @@ class Job:
     # epoch seconds a running job ends by its time limit (squeue EndTime: start + limit); None when Slurm did not say
     # (job_summaries() leaves it None: squeue --Format is read without it)
     end_time: int | None = None
+    priority: int | None = None  # the job's priority (squeue Priority); None when Slurm did not say
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -102,6 +102,7 @@ def job_from_pyslurm(j) -> Job:
         gres_request=_requested(j.gres_per_node), gres_alloc=alloc,
         submit_time=int(j.submit_time) if j.submit_time else None,  # pyslurm: epoch seconds, None when unset
         end_time=int(j.end_time) if getattr(j, "end_time", None) else None,
+        priority=int(j.priority) if getattr(j, "priority", None) is not None else None,
     )
 
 

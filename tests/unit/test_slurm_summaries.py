@@ -21,7 +21,7 @@ REC = Path(__file__).resolve().parents[1] / "data" / "slurm" / "recorded-24.11.5
 
 def without_indexes(job):
     alloc = {n: {k: GresUse(u.count, None) for k, u in use.items()} for n, use in job.gres_alloc.items()}
-    return dataclasses.replace(job, gres_alloc=alloc, end_time=None)  # summaries do not read EndTime
+    return dataclasses.replace(job, gres_alloc=alloc, end_time=None, priority=None)  # summaries read neither
 
 
 def runner(calls):
