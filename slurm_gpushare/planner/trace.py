@@ -36,6 +36,31 @@ def load_pods(path: str | Path) -> tuple[Pod, ...]:
     return parse_pods(_read(path), str(path))
 
 
+def load_pod_times(path: str | Path) -> dict[str, tuple[int, int | None, int | None]]:
+    """Each pod's (creation_time, scheduled_time, deletion_time) in trace seconds, by pod name (None: empty).
+
+    The columns are optional in the openb format (the multigpu50 variant has none): a file without
+    ``creation_time`` gives {}. Used by the live-loop simulator for job durations.
+    """
+    return parse_pod_times(_read(path), str(path))
+
+
+def parse_pod_times(text: str, source: str) -> dict[str, tuple[int, int | None, int | None]]:
+    out: dict[str, tuple[int, int | None, int | None]] = {}
+    header = next(csv.reader(io.StringIO(text, newline="")), [])
+    if "creation_time" not in [h.strip() for h in header]:
+        return out
+    for line, row in _rows(text, source, ("name", "creation_time"), "pod list"):
+        times = []
+        for column in ("creation_time", "scheduled_time", "deletion_time"):
+            raw = (row.get(column) or "").strip()
+            times.append(_int(row, column, line, source, 0) if raw else None)
+        if times[0] is None:
+            raise TraceError(f"{source}: line {line}, column creation_time: empty; accepted: an integer >= 0")
+        out[row["name"].strip()] = (times[0], times[1], times[2])
+    return out
+
+
 def parse_cluster(text: str, source: str) -> SimCluster:
     """An openb node list's text; ``source`` names it in errors."""
     nodes = tuple(_node(row, line, source) for line, row in _rows(text, source, NODE_COLUMNS, "node list"))
