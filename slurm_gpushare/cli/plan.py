@@ -13,6 +13,7 @@ from ..errors import GpushareError
 from ..planner.demand import Demand, DemandError, Units, format_demand, from_job_records, from_openb, from_squeue_json
 from ..policy import Site, load_file
 from ..policy.load import parse_yaml
+from .usage import SLURM_BACKEND
 
 FORMS = "openb:FILE.csv, sacct:FILE (recorded sacct --json or --parsable2), squeue:FILE (squeue --json), sacct:live"
 
@@ -69,10 +70,70 @@ def policy_diff(before: dict, after: dict, name: str) -> str:
     return "".join(difflib.unified_diff(a, b, f"{name} (as read)", f"{name} (planned)"))
 
 
+def live_state(client, site: Site, now: float) -> tuple[dict[str, float], frozenset[str]]:
+    """Each node's last relayout (or attempt) time and the nodes under relayout (gpushare-relayout-<node>
+    reservations), as the apply side records them: ``slurm_gpushare.cli.live.read_state(client, site, now)``
+    when that module has it; otherwise none known (plan_live still sees nodes drained 'gpushare relayout...')."""
+    try:
+        from . import live as apply_side
+    except ImportError:
+        return {}, frozenset()
+    read = getattr(apply_side, "read_state", None)
+    return read(client, site, now) if read else ({}, frozenset())
+
+
+def live_policy(policy_path: Path) -> tuple[Site, dict, Path]:
+    """The policy the cluster runs: the live policy (``live.policy_file`` of --policy, default
+    gpushare-live.yaml beside slurm.conf) when that file exists, else --policy itself; (site, document, path)."""
+    from ..planner.live import live_policy_path
+
+    admin = load_file(policy_path)
+    path = Path(live_policy_path(admin))
+    if not path.is_file():
+        path = policy_path
+    site = admin if path == policy_path else load_file(path)
+    return site, parse_yaml(path.read_text(encoding="utf-8"), path.name), path
+
+
+def live_plan(ctx: click.Context, policy_path: Path):
+    """Read Slurm through the client and plan: (site, document, policy path, snapshot, LivePlan). The report
+    (`plan --live`) prints it; the apply side (--apply/--every) acts on it."""
+    from ..planner.live import plan_live, snapshot_from_client
+    from .usage import get_client, get_now
+
+    site, doc, path = live_policy(policy_path)
+    client, now = get_client(ctx), get_now(ctx)
+    changes, locked = live_state(client, site, now)
+    snap = snapshot_from_client(client, site, now, changes, locked)
+    return site, doc, path, snap, plan_live(site, snap, doc)
+
+
+def live_report(ctx: click.Context, policy_path: Path, as_json: bool) -> None:
+    import json
+
+    site, _doc, path, snap, result = live_plan(ctx, policy_path)
+    if as_json:
+        click.echo(json.dumps({"policy": str(path), "now": snap.now, "enabled": site.policy.live.enabled,
+                               **result.to_dict()}, indent=1))
+        return
+    live = site.policy.live
+    click.echo(f"policy: {path}" + ("" if path == policy_path else " (the live policy)")
+               + ("" if live.enabled else "; live.enabled is false: report only, --apply would refuse"))
+    click.echo(f"limits: min_pending {live.min_pending} s, min_dwell {live.min_dwell} s, min_benefit_jobs "
+               f"{live.min_benefit_jobs}, max_draining {live.max_draining} per tier, max_wait {live.max_wait} s, "
+               f"change_cost {live.change_cost} s")
+    click.echo("\n".join(result.report()))
+
+
 @click.command("plan")
 @click.option("--policy", "policy_path", required=True, type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="The site policy whose hardware (node groups, GPU models) is planned for.")
-@click.option("--demand", "source", required=True, metavar="SOURCE", help=f"Where the workload comes from: {FORMS}.")
+@click.option("--demand", "source", metavar="SOURCE", help=f"Where the workload comes from: {FORMS}.")
+@click.option("--live", is_flag=True,
+              help="Plan on the live cluster instead: read the pending queue, running jobs and nodes through the "
+                   "Slurm client and report which MIG GPUs should change layout now (see below). Report only.")
+@click.option("--json", "as_json", is_flag=True, help="With --live: print the plan as JSON.")
+@SLURM_BACKEND
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the planned policy here (YAML).")
 @click.option("--isolate-qos", multiple=True, metavar="QOS",
               help="Fractional jobs of this QoS get MIG slices of their own (repeatable; needs MIG-capable GPUs).")
@@ -81,8 +142,8 @@ def policy_diff(before: dict, after: dict, name: str) -> str:
               help="Score a few candidate pool sizes with the Slurm placement model on sampled arrivals, keep the best.")
 @click.option("--days", default=30.0, show_default=True, help="With sacct:live: how many days of history to read.")
 @click.pass_context
-def plan(ctx, policy_path: Path, source: str, out: Path | None, isolate_qos, mig_fractions: bool, evaluate: bool,
-         days: float) -> None:
+def plan(ctx, policy_path: Path, source: str | None, live: bool, as_json: bool, out: Path | None, isolate_qos,
+         mig_fractions: bool, evaluate: bool, days: float) -> None:
     """Choose each GPU's sharing mode, node weights and class routing from the workload.
 
     Reads the demand (request classes: GPUs, per-GPU share, CPUs, memory,
@@ -97,7 +158,29 @@ def plan(ctx, policy_path: Path, source: str, out: Path | None, isolate_qos, mig
     sacct:FILE (a recorded `sacct -a -X -P -o ...` or `sacct --json`),
     squeue:FILE (a recorded `squeue --json`: the pending jobs), or sacct:live
     (the last --days of this cluster's history).
+
+    --live (instead of --demand): plan on the cluster as it is now. Reads
+    the pending jobs (typed GRES, reason, age, priority), the running GPU
+    jobs with their end times (time limits) and the nodes through the Slurm
+    client, with the policy the cluster runs (the live policy file when it
+    exists, else --policy). Prints the demand per GPU type, one line per
+    proposed MIG relayout (who waits, which GPU changes to what, how many
+    jobs it lets start, and its cost: the node's GPU jobs that must finish
+    first, since Slurm requeues every job holding GRES on a node whose GRES
+    change, plus live.change_cost of drain and re-registration) and the
+    changes the policy's live: limits hold back (min_dwell, min_benefit_jobs,
+    max_draining, max_wait) with why. Changes nothing.
     """
+    if live:
+        if source or out or isolate_qos or mig_fractions:
+            raise click.UsageError("--live plans on the cluster's queue: it takes no --demand, --out, "
+                                   "--isolate-qos or --mig-fractions")
+        live_report(ctx, policy_path, as_json)
+        return
+    if source is None:
+        raise click.UsageError("give --demand SOURCE (a workload to plan for) or --live (the cluster now)")
+    if as_json:
+        raise click.UsageError("--json goes with --live")
     from ..planner.evaluate import evaluator
     from ..planner.plan import plan as make_plan
 

@@ -1,0 +1,540 @@
+"""The planner on the live cluster: which MIG GPU should change layout for the jobs pending now. Pure.
+
+Data in (a ``Snapshot`` of the queue, the running jobs and the nodes, read
+through the Slurm client by ``snapshot_from_client``), a ``LivePlan`` out:
+demand lines, proposals (one line each: who waits, what changes, what it
+costs) and held lines (a change the policy's ``live:`` limits keep back).
+
+The decision, per node with MIG GPUs:
+
+- pending MIG jobs count once they have waited ``live.min_pending`` with a
+  reason that says they wait for resources (``COUNTED_REASONS``); in
+  priority order, those that fit idle instances of their type on an
+  available node of their partition now are left to Slurm; the others are
+  *blocked*;
+- for each MIG GPU of the node, every maximal layout of the catalogue
+  (``candidate_layouts``) is scored by how many blocked jobs the whole node
+  would start with it (the node's GPU jobs must all end first: Slurm 24.11
+  requeues every job holding GRES on a node whose GRES count changes), minus
+  how many the node's present layout would start once drained anyway;
+- the best change of the node is proposed, or held with the limit that stops
+  it: the node under relayout or drained/down by someone else, Slurm's GRES
+  not the policy's, ``min_benefit_jobs``, ``min_dwell`` since the node's last
+  change (thrash), a GPU job without an end time, ``max_wait``,
+  ``max_draining`` per tier. Proposals are made greedily, best first, and the
+  jobs a proposal starts are not counted again for another node.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import posixpath
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+
+from hostlist import collect_hostlist, expand_hostlist
+
+from ..hardware import GpuModel, check_layout
+from ..errors import PolicyError
+from ..policy import Site, build_site
+from ..policy.groups import parse_indexes
+from .layouts import plain_profiles
+
+# squeue reasons of a job that waits for nodes or GRES (not held, not a limit of its account or QOS)
+COUNTED_REASONS = ("Resources", "Priority", "ReqNodeNotAvail", "Nodes_required_for_job", "NodeDown")
+RELAYOUT_REASON = "gpushare relayout"  # the drain reason of a node under (or failed in) relayout starts so
+# node flags and base states under which a node starts no job
+UNAVAILABLE = frozenset({"DRAIN", "DRAINED", "DRAINING", "DOWN", "FAIL", "FAILING", "NOT_RESPONDING", "MAINT",
+                         "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN", "REBOOT_REQUESTED", "REBOOT_ISSUED", "FUTURE",
+                         "UNKNOWN", "INVALID_REG"})
+_GROUP_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    job_id: int
+    gres: str  # the typed GRES as Slurm shows it: "gpu:a100_40g_3g.20gb"
+    count: int
+    age_s: float
+    priority: int
+    reason: str
+    partition: str  # Slurm's partition field: one name, or several joined by ','
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    job_id: int
+    node: str
+    gres: dict[str, int]  # on this node: {"gpu:a100_40g_1g.5gb": 1}
+    end_time: float | None  # epoch s, squeue EndTime (start + time limit); None: unknown
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    state: tuple[str, ...]
+    reason: str
+    gres: dict[str, int]  # configured typed GRES, as Slurm has them
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    now: float
+    pending: tuple[PendingJob, ...]
+    running: tuple[RunningJob, ...]
+    nodes: dict[str, NodeView]
+    changes: dict[str, float] = field(default_factory=dict)  # node -> epoch of its last change (or attempt)
+    locked: frozenset[str] = frozenset()  # nodes whose gpushare-relayout-<node> reservation exists
+
+
+@dataclass(frozen=True)
+class Proposal:
+    node: str
+    gpu: int
+    old_layout: tuple[str, ...]
+    new_layout: tuple[str, ...]
+    starts: dict[str, int]  # slurm gres type -> pending jobs the change lets start
+    must_finish: tuple[int, ...]
+    ready_in_s: float
+    cost_s: float
+    benefit: float  # pending jobs the change lets start, less those the present layout would start
+    line: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Held:
+    node: str
+    gpu: int
+    new_layout: tuple[str, ...]
+    why: str
+
+    @property
+    def line(self) -> str:
+        to = f" GPU {self.gpu} to {'+'.join(self.new_layout)}" if self.new_layout else ""
+        return f"held: {self.node}{to}: {self.why}"
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "line": self.line}
+
+
+@dataclass(frozen=True)
+class LivePlan:
+    proposals: tuple[Proposal, ...]
+    held: tuple[Held, ...]
+    demand: tuple[str, ...]
+
+    def report(self) -> list[str]:
+        out = ["demand (pending GPU jobs by type):"] + [f"  {d}" for d in self.demand or ("none",)]
+        out += ["proposals:"] + [f"  {p.line}" for p in self.proposals or ()]
+        if not self.proposals:
+            out.append("  none")
+        if self.held:
+            out += ["held back:"] + [f"  {h.line}" for h in self.held]
+        return out
+
+    def to_dict(self) -> dict:
+        return {"demand": list(self.demand), "proposals": [p.to_dict() for p in self.proposals],
+                "held": [h.to_dict() for h in self.held]}
+
+
+# ---- reading the cluster ----------------------------------------------------------------------
+
+def snapshot_from_client(client, site: Site, now: float, changes: dict[str, float] | None = None,
+                         locked=frozenset()) -> Snapshot:
+    """The queue, running GPU jobs and nodes as the Slurm client (slurm/) reads them (``jobs()``, ``nodes()``)."""
+    pending, running = [], []
+    for job in client.jobs():
+        if job.state == "PENDING":
+            if not job.gres_request:
+                continue
+            key = next((k for k in job.gres_request if k.startswith("gpu")), next(iter(job.gres_request)))
+            age = max(0.0, now - job.submit_time) if job.submit_time else 0.0
+            pending.append(PendingJob(job.job_id, key, int(job.gres_request[key]), age, int(job.priority or 0),
+                                      job.reason, job.partition))
+        elif job.gres_alloc:
+            for node, use in job.gres_alloc.items():
+                gres = {k: u.count for k, u in use.items() if u.count}
+                if gres:
+                    running.append(RunningJob(job.job_id, node, gres, float(job.end_time) if job.end_time else None))
+    nodes = {n.name: NodeView(n.name, tuple(n.state), n.reason, dict(n.gres)) for n in client.nodes()}
+    return Snapshot(now, tuple(pending), tuple(running), nodes, dict(changes or {}), frozenset(locked))
+
+
+def live_policy_path(site: Site) -> str:
+    """Where --apply writes the live policy: ``live.policy_file``, else gpushare-live.yaml beside slurm.conf."""
+    return site.policy.live.policy_file or posixpath.join(site.cluster.paths.slurm_conf_dir, "gpushare-live.yaml")
+
+
+def under_relayout(view: NodeView | None, locked: frozenset[str], name: str) -> bool:
+    """The node holds a gpushare-relayout reservation or is drained with a gpushare relayout reason."""
+    return name in locked or (view is not None and _drained(view) and view.reason.startswith(RELAYOUT_REASON))
+
+
+# ---- the catalogue ----------------------------------------------------------------------------
+
+def mig_types(site: Site) -> dict[str, tuple[GpuModel, str]]:
+    """'gpu:<slurm type>' of every MIG profile of the site's MIG-capable models -> (model, profile)."""
+    out: dict[str, tuple[GpuModel, str]] = {}
+    for group in site.groups:
+        if group.model.mig_capable:
+            for p in group.model.mig_profiles:
+                out[f"gpu:{group.model.mig_slurm_type(p.name)}"] = (group.model, p.name)
+    return out
+
+
+@lru_cache(maxsize=16)
+def candidate_layouts(model: GpuModel) -> tuple[tuple[str, ...], ...]:
+    """Every layout of plain profiles the catalogue places on ``model`` to which no further instance fits,
+    largest profiles first in each."""
+    order = [p.name for p in reversed(plain_profiles(model))]
+    found: set[tuple[str, ...]] = set()
+
+    def grow(layout: list[str], start: int) -> None:
+        extended = False
+        for i in range(start, len(order)):
+            if not check_layout(model, layout + [order[i]]):
+                extended = True
+                grow(layout + [order[i]], i)
+        if not extended and layout and all(check_layout(model, layout + [n]) for n in order):
+            found.add(tuple(layout))
+
+    grow([], 0)
+    return tuple(sorted(found, key=lambda lay: (len(lay), lay)))
+
+
+# ---- the decision -----------------------------------------------------------------------------
+
+@dataclass
+class _Best:
+    gpu: int
+    old: tuple[str, ...]
+    new: tuple[str, ...]
+    new_served: list[PendingJob]
+    dropped: list[PendingJob]
+    benefit: int
+    wait: float
+
+
+def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
+    """``doc``: the policy document ``site`` was built from (default: the site's policy as data); a proposed
+    layout is one ``with_layout(doc, ...)`` accepts."""
+    live = site.policy.live
+    doc = site.policy.model_dump(mode="json", exclude_unset=True) if doc is None else doc
+    valid: dict = {}
+    types = mig_types(site)
+    now = snap.now
+    counted = [p for p in snap.pending if p.reason.startswith(COUNTED_REASONS) and p.age_s >= live.min_pending]
+    counted.sort(key=lambda p: (-p.priority, -p.age_s, p.job_id))
+    tiers_of = {n: tuple(t.name for t in site.tiers if any(n in g.nodes for g in t.groups))
+                for g in site.groups for n in g.nodes}
+    running_on: dict[str, list[RunningJob]] = {}
+    for r in snap.running:
+        running_on.setdefault(r.node, []).append(r)
+
+    def serves(node: str, job: PendingJob) -> bool:
+        return bool(set(job.partition.split(",")) & set(tiers_of.get(node, ())))
+
+    # what is idle now on nodes that start jobs
+    free: dict[str, Counter] = {}
+    for name, view in snap.nodes.items():
+        use = Counter()
+        for r in running_on.get(name, ()):
+            use.update(r.gres)
+        free[name] = Counter({k: v - use[k] for k, v in view.gres.items() if v - use[k] > 0})
+    startable = {n for n, v in snap.nodes.items() if n in tiers_of and not _unavailable(v)
+                 and not under_relayout(v, snap.locked, n)}
+    blocked: list[PendingJob] = []
+    idle_now = Counter()
+    left = {n: Counter(free[n]) for n in startable}
+    for job in counted:
+        if job.gres not in types:
+            continue
+        spot = next((n for n in sorted(startable) if serves(n, job) and left[n][job.gres] >= job.count), None)
+        if spot is None:
+            blocked.append(job)
+        else:
+            left[spot][job.gres] -= job.count
+            idle_now[job.gres] += 1
+
+    demand = _demand_lines(snap.pending, counted, blocked, idle_now, types, live.min_pending)
+    held: list[Held] = []
+    proposals: list[Proposal] = []
+    draining: Counter = Counter()  # tier -> nodes under relayout (or proposed this run)
+    mig_nodes = [n for g in site.groups if g.slots("mig") for n in g.nodes]
+    for name in sorted(set(tiers_of)):
+        if under_relayout(snap.nodes.get(name), snap.locked, name):
+            draining.update(tiers_of[name])
+    for name in mig_nodes:  # a node under relayout gets the policy's layout for it: the jobs it serves are coming
+        if under_relayout(snap.nodes.get(name), snap.locked, name):
+            caps = _caps(site, name)
+            served = _serve(caps, [j for j in blocked if serves(name, j)])
+            blocked = [j for j in blocked if j not in served]
+            held.append(Held(name, -1, (), f"under relayout (reservation gpushare-relayout-{name} or drained "
+                                         f"'{RELAYOUT_REASON}...'); its policy layout will start {len(served)} "
+                                         "of the blocked jobs"))
+    todo = [n for n in mig_nodes if not under_relayout(snap.nodes.get(n), snap.locked, n)]
+    while todo and blocked:
+        scored = []
+        for name in todo:
+            best = _best_change(site, doc, name, [j for j in blocked if serves(name, j)], valid)
+            if best is not None:
+                scored.append((best, name))
+        if not scored:
+            break
+        scored.sort(key=lambda bn: (-bn[0].benefit, -bn[0].wait, bn[1]))
+        best, name = scored[0]
+        todo.remove(name)
+        why, must_finish, ready_in = _limits(site, snap, name, best, running_on.get(name, []), tiers_of[name], draining)
+        if why:
+            held.append(Held(name, best.gpu, best.new, why))
+            continue
+        draining.update(tiers_of[name])
+        blocked = [j for j in blocked if j not in best.new_served]
+        proposals.append(_proposal(site, snap, name, best, must_finish, ready_in, free.get(name, Counter()),
+                                   counted, types))
+    return LivePlan(tuple(proposals), tuple(held), tuple(demand))
+
+
+def _limits(site, snap, name, best, running, tiers, draining) -> tuple[str, tuple[int, ...], float]:
+    """Why the change is held back ('' when it is not), the GPU jobs that must finish first, and when they end."""
+    live = site.policy.live
+    view = snap.nodes.get(name)
+    must_finish = tuple(sorted({r.job_id for r in running}))
+    if view is None:
+        return f"Slurm has no node {name}", must_finish, 0.0
+    if _unavailable(view):
+        return (f"{'+'.join(view.state)} by someone else (reason: {view.reason or 'none given'}); "
+                "the live planner leaves it alone", must_finish, 0.0)
+    group = site.group_for_node(name)
+    want = {f"{n}:{t}": c for (n, t), c in group.gres.items() if n == "gpu"}
+    have = {k: v for k, v in view.gres.items() if k.startswith("gpu:")}
+    if want != have:
+        return (f"Slurm has Gres {_gres_text(have)}, the policy {_gres_text(want)}: a change or reconfigure is "
+                "under way, or Slurm does not run this policy", must_finish, 0.0)
+    if best.benefit < live.min_benefit_jobs:
+        return (f"lets {best.benefit} more pending job(s) start; min_benefit_jobs is {live.min_benefit_jobs}",
+                must_finish, 0.0)
+    last = snap.changes.get(name)
+    if last is not None and snap.now - last < live.min_dwell:
+        return (f"changed (or tried) {_mins(snap.now - last)} ago; min_dwell is {_mins(live.min_dwell)}",
+                must_finish, 0.0)
+    unknown = sorted({r.job_id for r in running if r.end_time is None})
+    if unknown:
+        return (f"job(s) {_ids(unknown)} on the node have no end time (no time limit?): cannot bound the wait",
+                must_finish, 0.0)
+    ready_in = max([0.0] + [r.end_time - snap.now for r in running])
+    if ready_in > live.max_wait:
+        return (f"job(s) {_ids(must_finish)} must finish first, the last in {_mins_up(ready_in)}; max_wait is "
+                f"{_mins(live.max_wait)}", must_finish, ready_in)
+    full = [t for t in tiers if draining[t] >= live.max_draining]
+    if full:
+        return (f"tier {', '.join(full)} already has {max(draining[t] for t in full)} node(s) under relayout; "
+                f"max_draining is {live.max_draining}", must_finish, ready_in)
+    return "", must_finish, ready_in
+
+
+def _best_change(site: Site, doc: dict, name: str, jobs: list[PendingJob], valid: dict) -> _Best | None:
+    """The MIG GPU of the node and the catalogue layout for it that starts the most of ``jobs`` (net), among the
+    layouts the policy accepts (``with_layout`` validates: an alias or tier type the site names must stay)."""
+    if not jobs:
+        return None
+    group = site.group_for_node(name)
+    base = _caps(site, name)
+    before = _serve(base, jobs)
+    scored = []
+    for slot in group.slots("mig"):
+        old = Counter(f"gpu:{t}" for t in slot.mig_types())
+        for layout in candidate_layouts(slot.model):
+            if Counter(layout) == Counter(slot.layout):
+                continue
+            caps = base - old + Counter(f"gpu:{slot.model.mig_slurm_type(p)}" for p in layout)
+            after = _serve(caps, jobs)
+            benefit = len(after) - len(before)
+            if benefit <= 0:
+                continue
+            gained = [j for j in after if j not in before]
+            dropped = [j for j in before if j not in after]
+            moved = sum(((Counter(layout) - Counter(slot.layout)) + (Counter(slot.layout) - Counter(layout))).values())
+            wait = sum(j.age_s for j in gained) - sum(j.age_s for j in dropped)
+            scored.append(((-benefit, -wait, moved, slot.index, layout),
+                           _Best(slot.index, slot.layout, layout, gained, dropped, benefit, wait)))
+    for _key, best in sorted(scored, key=lambda kb: kb[0]):
+        key = (name, best.gpu, best.new)
+        if key not in valid:
+            try:
+                with_layout(doc, name, best.gpu, best.new)
+                valid[key] = True
+            except (ValueError, PolicyError):
+                valid[key] = False
+        if valid[key]:
+            return best
+    return None
+
+
+def _caps(site: Site, name: str) -> Counter:
+    group = site.group_for_node(name)
+    return Counter({f"{n}:{t}": c for (n, t), c in group.gres.items() if n == "gpu"})
+
+
+def _serve(caps: Counter, jobs: list[PendingJob]) -> list[PendingJob]:
+    """The jobs (in the order given: priority) that start on an empty node with these GRES counts."""
+    left, out = Counter(caps), []
+    for job in jobs:
+        if left[job.gres] >= job.count:
+            left[job.gres] -= job.count
+            out.append(job)
+    return out
+
+
+def _proposal(site, snap, name, best: _Best, must_finish, ready_in, free: Counter, counted, types) -> Proposal:
+    live = site.policy.live
+    slot = site.group_for_node(name).gpus[best.gpu]
+    starts = Counter(j.gres.split(":", 1)[1] for j in best.new_served)
+    main = starts.most_common(1)[0][0]
+    waiting = [j for j in counted if j.gres == f"gpu:{main}"]
+    oldest = max(j.age_s for j in waiting)
+    old = Counter(slot.layout)
+    idle = []
+    for profile, n in sorted(old.items(), key=lambda pn: (-pn[1], pn[0])):
+        k = min(n, free[f"gpu:{slot.model.mig_slurm_type(profile)}"])
+        idle.append(f"{n} idle {profile} slices" if k == n else f"{k} of {n} {profile} slices idle")
+    lets = f"lets {sum(starts.values())} start" if len(starts) == 1 else \
+        "lets " + ", ".join(f"{n} {t}" for t, n in sorted(starts.items())) + " start"
+    if best.dropped:
+        lets += f" ({len(best.dropped)} pending that the present layout would start wait longer)"
+    if must_finish:
+        first = f"job{'s' if len(must_finish) > 1 else ''} {_ids(must_finish)} must finish (ends in {_mins_up(ready_in)})"
+    else:
+        first = "no GPU job on the node"
+    line = (f"{len(waiting)} job{'s have' if len(waiting) != 1 else ' has'} waited {_mins(oldest)} for {main}; "
+            f"{name} GPU {best.gpu} has {', '.join(idle)}: relayout to {'+'.join(best.new)} {lets}; "
+            f"cost: {first} + {_mins_up(live.change_cost)} drain and re-registration")
+    return Proposal(name, best.gpu, tuple(best.old), tuple(best.new), dict(sorted(starts.items())), must_finish,
+                    ready_in, ready_in + live.change_cost, float(best.benefit), line)
+
+
+def _demand_lines(pending, counted, blocked, idle_now, types, min_pending) -> list[str]:
+    by_type: dict[str, list[PendingJob]] = {}
+    for p in pending:
+        by_type.setdefault(p.gres, []).append(p)
+    counted_ids = {p.job_id for p in counted}
+    blocked_by = Counter(p.gres for p in blocked)
+    out = []
+    for key in sorted(by_type):
+        jobs = by_type[key]
+        name = key.split(":", 1)[1] if key in types else key
+        n_counted = sum(1 for p in jobs if p.job_id in counted_ids)
+        line = (f"{name}: {len(jobs)} pending, {n_counted} for >= {_mins(min_pending)} for resources "
+                f"(oldest {_mins(max(p.age_s for p in jobs))})")
+        if key in types:
+            line += f"; {idle_now[key]} fit idle instances now, {blocked_by[key]} blocked"
+        else:
+            line += "; not a MIG type: the live planner changes MIG layouts only"
+        out.append(line)
+    return out
+
+
+# ---- the policy with a node's new layout -----------------------------------------------------
+
+def with_layout(site_doc: dict, node: str, gpu: int, layout: tuple[str, ...]) -> dict:
+    """The policy document with ``node`` split out of its node group into a group of its own ("<group>-<node>",
+    added to every tier that had the group) whose GPU ``gpu`` has the MIG ``layout``; every other node unchanged.
+    A node alone in its group keeps the group. Validated (``build_site``) before it is returned: PolicyError."""
+    doc = copy.deepcopy(site_doc)
+    groups = doc.get("node_groups") or []
+    for i, group in enumerate(groups):
+        nodes = expand_hostlist(str(group.get("nodes", "")))
+        if node in nodes:
+            break
+    else:
+        raise ValueError(f"node {node!r} is in no node group of the policy; groups: "
+                         f"{', '.join(str(g.get('name')) for g in groups)}")
+    count = int(group["gpu"]["count"])
+    if not 0 <= gpu < count:
+        raise ValueError(f"GPU {gpu} of node {node}: node group {group['name']} has {count} GPU(s), 0-{count - 1}")
+    sharing, found = [], False
+    for entry in group.get("sharing") or []:
+        indexes = parse_indexes(entry["gpus"], count)
+        if gpu not in indexes:
+            sharing.append(entry)
+            continue
+        if str(entry.get("mode", "")).lower() != "mig":
+            raise ValueError(f"GPU {gpu} of node {node} is shared by mode {entry.get('mode')} in node group "
+                             f"{group['name']}, not mig: the live planner changes MIG layouts only")
+        rest = [x for x in indexes if x != gpu]
+        if rest:
+            sharing.append({**entry, "gpus": _index_text(rest)})
+        sharing.append({"gpus": gpu, "mode": "mig", "layout": list(layout)})
+        found = True
+    if not found:
+        raise ValueError(f"GPU {gpu} of node {node} has no MIG sharing entry in node group {group['name']} "
+                         "(an exclusive GPU): the live planner changes MIG layouts only")
+    sharing.sort(key=lambda e: parse_indexes(e["gpus"], count)[0])
+    if len(nodes) == 1:
+        group["sharing"] = sharing
+    else:
+        taken = {str(g.get("name")) for g in groups}
+        name = _group_name(f"{group['name']}-{node}", taken)
+        groups.insert(i + 1, {**copy.deepcopy(group), "name": name, "nodes": node, "sharing": sharing})
+        group["nodes"] = collect_hostlist([n for n in nodes if n != node])
+        for tier in doc.get("tiers") or []:
+            names = tier.get("node_groups") or []
+            if group["name"] in names:
+                names.insert(names.index(group["name"]) + 1, name)
+    build_site(doc, f"live policy ({node} GPU {gpu} as {'+'.join(layout)})")
+    return doc
+
+
+def _group_name(wanted: str, taken: set[str]) -> str:
+    base = _GROUP_NAME.sub("-", wanted)
+    if not base[:1].isalpha():
+        base = "g" + base
+    base = base[:63]
+    name, n = base, 2
+    while name in taken:
+        suffix = f"-{n}"
+        name, n = base[:63 - len(suffix)] + suffix, n + 1
+    return name
+
+
+def _index_text(indexes: list[int]) -> int | str:
+    if len(indexes) == 1:
+        return indexes[0]
+    runs, start = [], indexes[0]
+    for a, b in zip(indexes, indexes[1:] + [None]):
+        if b != a + 1:
+            runs.append(f"{start}-{a}" if a != start else f"{a}")
+            start = b
+    return ",".join(runs)
+
+
+# ---- small helpers -----------------------------------------------------------------------------
+
+def _drained(view: NodeView) -> bool:
+    return any(s in ("DRAIN", "DRAINED", "DRAINING") for s in view.state)
+
+
+def _unavailable(view: NodeView) -> bool:
+    return any(s in UNAVAILABLE for s in view.state)
+
+
+def _mins(seconds: float) -> str:
+    return f"{int(seconds // 60)} min"
+
+
+def _mins_up(seconds: float) -> str:
+    return f"{math.ceil(seconds / 60)} min"
+
+
+def _ids(ids) -> str:
+    return ",".join(str(i) for i in ids)
+
+
+def _gres_text(gres: dict[str, int]) -> str:
+    return ",".join(f"{k}:{v}" for k, v in sorted(gres.items())) or "none"
