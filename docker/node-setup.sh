@@ -8,7 +8,8 @@
 #   2. `gpushare node mig apply` (MIG nodes): the policy's MIG layout
 #   3. `gpushare node gres-conf`: the node's gres.conf include (MIG devices,
 #      empty on other nodes) at the policy's cluster.paths.gres_include
-#   4. /etc/gpushare/node.yaml: policy, fake NVML and state dir for the node hooks
+#   4. /etc/gpushare/node.yaml: policy, fake NVML and state dir for the node hooks, and
+#      live_policy (the live planner's policy file) when the policy has live.enabled
 #   5. /run/gpushare-textfile-dir: the policy's cluster.metrics.textfile_dir, for the
 #      node_exporter entrypoint-node.sh starts (absent when the policy sets none)
 # Needs the slurm-gpushare package in the image and the policy mounted at
@@ -23,16 +24,21 @@ say() { echo "gpushare-node-setup[$NODE]: $*" >&2; }
 if ! command -v gpushare >/dev/null; then say "no gpushare command in this image; skipped"; exit 0; fi
 if [[ ! -s $POLICY ]]; then say "no policy at $POLICY; skipped"; exit 0; fi
 
-read -r model count mig state_dir textfile_dir exclusive < <(/opt/gpushare/bin/python - "$POLICY" "$NODE" <<'PY'
-import sys
+read -r model count mig state_dir textfile_dir exclusive live_policy < <(/opt/gpushare/bin/python - "$POLICY" "$NODE" <<'PY'
+import posixpath, sys
 from slurm_gpushare.policy import load_file
 site = load_file(sys.argv[1])
+live = getattr(site.policy, "live", None)
+live_policy = "-"
+if live is not None and live.enabled:
+    live_policy = live.policy_file or posixpath.join(site.cluster.paths.slurm_conf_dir, "gpushare-live.yaml")
 group = site.group_for_node(sys.argv[2])
 mig = ",".join(str(s.index) for s in group.gpus if s.mode == "mig")
 metrics = getattr(site.cluster, "metrics", None)
 textfile_dir = getattr(metrics, "textfile_dir", None) or "-"
 exclusive = ",".join(str(s.index) for s in group.gpus if s.mode == "mps" and s.compute_mode == "exclusive_process")
-print(group.model.name, len(group.gpus), mig or "-", site.cluster.paths.state_dir, textfile_dir, exclusive or "-")
+print(group.model.name, len(group.gpus), mig or "-", site.cluster.paths.state_dir, textfile_dir, exclusive or "-",
+      live_policy)
 PY
 )
 [[ $mig == - ]] && mig=
@@ -52,7 +58,12 @@ policy: $POLICY
 fake_nvml: $STATE
 state_dir: $state_dir
 CONF
+# live.enabled: the live planner's policy (written by `gpushare plan --live --apply`) wins while it exists
+if [[ $live_policy != - ]]; then echo "live_policy: $live_policy" >>/etc/gpushare/node.yaml; fi
+# A restarted node takes the layout the hooks follow: the live policy's once the live planner wrote one.
+LAYOUT_POLICY=$POLICY
+if [[ $live_policy != - && -s $live_policy ]]; then LAYOUT_POLICY=$live_policy; fi
 if [[ -n $mig ]]; then
-  gpushare node mig apply --policy "$POLICY" --node "$NODE"
+  gpushare node mig apply --policy "$LAYOUT_POLICY" --node "$NODE"
 fi
-gpushare node gres-conf --policy "$POLICY" --node "$NODE"
+gpushare node gres-conf --policy "$LAYOUT_POLICY" --node "$NODE"

@@ -279,8 +279,12 @@ def health(policy_path: str, node_name: str | None, fake_state: str | None, dry_
                    "changed), or SIGHUP to this node's slurmd.")
 @click.option("--slurmd-pid-file", default="/run/slurmd.pid", show_default=True, type=click.Path(dir_okay=False),
               help="For --restart sighup.")
+@click.option("--node-config", "node_config", default=None, type=click.Path(dir_okay=False),
+              help="The node hooks' config (node.yaml): refuse unless the hooks follow --policy (its live_policy, "
+                   "else policy), and take its fake_nvml when --fake-nvml is not given. The live planner's "
+                   "relayout job passes it.")
 def relayout(policy_path: str, node_name: str | None, fake_state: str | None, timeout: float, poll: float,
-             restart: str, slurmd_pid_file: str) -> None:
+             restart: str, slurmd_pid_file: str, node_config: str | None) -> None:
     """Change this node's MIG layout to the policy's, safely: drain, wait for GPU
     jobs, apply, write the gres include, make slurmd re-read it, wait for the
     node to register the new GRES counts, resume. On failure the node stays
@@ -292,12 +296,29 @@ def relayout(policy_path: str, node_name: str | None, fake_state: str | None, ti
     from ..node.relayout import Relayout, SlurmNode
     from ..proc import run
 
+    if node_config is not None:
+        fake_state = _follows(Path(node_config), Path(policy_path), fake_state)
     site, name, _slots = _target(policy_path, node_name)
     with _backend(fake_state) as backend:
         job = Relayout(site, name, backend, SlurmNode(run, name), JournalStore(site.cluster.paths.state_dir),
                        restart=restart, pid_file=Path(slurmd_pid_file), timeout=timeout, poll=poll, say=click.echo)
         for line in job.run():
             click.echo(line)
+
+
+def _follows(config_file: Path, policy: Path, fake_state: str | None) -> str | None:
+    """The fake NVML to use; NodeError when the node hooks (``config_file``) follow another policy than ``policy``:
+    the relayout would apply a layout the prolog then refuses."""
+    from ..node.nodeconfig import read_config
+    from ..node.relayout import RelayoutError
+
+    config = read_config(config_file)
+    if config.policy.resolve() != policy.resolve():
+        raise RelayoutError(f"{config_file}: the node hooks follow {config.policy}, not --policy {policy}; give "
+                        f"node.yaml live_policy: {policy} (docker/node-setup.sh writes it when live.enabled)")
+    if fake_state is None and config.fake_nvml is not None:
+        return str(config.fake_nvml)
+    return fake_state
 
 
 @node.command("install")

@@ -8,6 +8,7 @@ configured with variables. They read one root-owned file instead,
 without a YAML library because the task prolog runs on every task start)::
 
     policy: /etc/gpushare/policy.yaml        # the site policy (default)
+    live_policy: /etc/slurm/gpushare-live.yaml  # the live planner's policy: wins over policy while it exists
     fake_nvml: /var/lib/gpushare/fake-nvml.json   # test clusters only
     spec_cache: /etc/gpushare/node-spec.json # default: next to this file
     mps_control: /usr/bin/nvidia-cuda-mps-control  # default: found on a fixed PATH
@@ -19,6 +20,13 @@ the two cannot drift apart silently (docker/node-setup.sh writes it from the
 policy).
 
 No file means: real NVML, the policy at /etc/gpushare/policy.yaml.
+
+``live_policy`` names the file `gpushare plan --live --apply` writes (the
+policy's ``live.policy_file``): the admin's policy with the MIG layouts the
+live planner changed. While that file exists it is the policy every hook,
+the health check and `gpushare node relayout --node-config` follow, so the
+node and slurm.conf (rendered from the same file) never disagree; without
+it (live planner off, or not run yet) ``policy`` is read.
 
 Loading a policy costs about a second (pydantic), too much for every job, so
 the root hooks keep this node's view of it, the ``NodeSpec`` (GPU modes,
@@ -66,11 +74,15 @@ class NodeConfig:
     """The parsed node config file (see the module docstring)."""
 
     def __init__(self, path: Path, policy: Path = DEFAULT_POLICY, fake_nvml: Path | None = None,
-                 spec_cache: Path | None = None, mps_control: Path | None = None, state_dir: Path | None = None):
+                 spec_cache: Path | None = None, mps_control: Path | None = None, state_dir: Path | None = None,
+                 live_policy: Path | None = None):
         self.path = Path(path)
+        self.live_policy = None if live_policy is None else Path(live_policy)
+        self.admin_policy = Path(policy)
         self.state_dir = None if state_dir is None else Path(state_dir)
         self.mps_control = None if mps_control is None else Path(mps_control)
-        self.policy = Path(policy)
+        # the policy the hooks follow: the live planner's while its file exists (checked at each read)
+        self.policy = self.live_policy if self.live_policy is not None and self.live_policy.is_file() else Path(policy)
         self.fake_nvml = None if fake_nvml is None else Path(fake_nvml)
         self.spec_cache = Path(spec_cache) if spec_cache else self.path.with_name(paths.SPEC_CACHE_NAME)
 

@@ -20,7 +20,7 @@ DEFAULT_STATE_DIR = "/var/lib/gpushare"
 SPEC_CACHE_NAME = "node-spec.json"
 JOURNAL_FORMAT = "gpushare-journal/1"
 TASK_FORMAT = "gpushare-task/1"
-CONFIG_KEYS = ("policy", "fake_nvml", "spec_cache", "mps_control", "state_dir")
+CONFIG_KEYS = ("policy", "fake_nvml", "spec_cache", "mps_control", "state_dir", "live_policy")
 
 
 def parse_flat(text: str, source: str) -> dict[str, str]:

@@ -81,3 +81,21 @@ def sacct_jobs(fields: tuple[str, ...], job_id: int | None = None, extra: list[s
 def node_health_shell(node_expr: str) -> str:
     """The compose healthcheck of a test node (a shell line run by docker in the container)."""
     return f"scontrol -o show node {node_expr} | grep -qE 'State=(IDLE|MIXED|ALLOCATED|COMPLETING)'"
+
+
+# ---- the live planner's lock and relayout job (slurm/reservations.py) -----------------------------------
+
+RESERVATIONS_JSON = ("scontrol", "show", "reservation", "--json")
+
+
+def create_reservation(name: str, node: str, minutes: int) -> list[str]:
+    return ["scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={node}", "StartTime=now",
+            f"Duration={int(minutes)}", "Users=root", "Flags=MAINT,IGNORE_JOBS"]
+
+
+def delete_reservation(name: str) -> list[str]:
+    return ["scontrol", "delete", f"ReservationName={name}"]
+
+
+def update_reservation_end(name: str, minutes: int) -> list[str]:
+    return ["scontrol", "update", f"ReservationName={name}", f"EndTime=now+{int(minutes)}minutes"]

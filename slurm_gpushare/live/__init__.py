@@ -1,0 +1,21 @@
+"""The live planner's apply path: `gpushare plan --live --apply` (one run, for cron) and `--every` (a loop).
+
+One run: observe (Slurm's queue and nodes, the gpushare-relayout reservations,
+the shared state file) -> decide (``decide``, pure: what each change in
+flight does next, which proposals of ``planner.live.plan_live`` to start) ->
+execute (``apply``: reservations and the root relayout job through
+``slurm.reservations``, the live policy and the rendered configuration
+written atomically under the state file's lock).
+
+A change of one node goes through these phases, each in the run that sees
+its condition, so a change started by one planner host may be finished by
+another:
+
+- ``waiting``: the node's lock (reservation ``gpushare-relayout-<node>``) is
+  held and no new job starts there; its GPU jobs end by their time limits;
+- ``relayout``: the live policy has the node's new layout, the configuration
+  is rendered, the root job ``gpushare-relayout-<node>`` runs
+  ``gpushare node relayout`` on the node;
+- ``done`` / ``failed`` / ``gave_up`` / ``lost``: the lock is deleted and the
+  time kept, so ``live.min_dwell`` holds the node back from the next change.
+"""

@@ -1,0 +1,120 @@
+"""What one run of the live planner does next (pure: data in, actions out; ``apply`` carries them out).
+
+For each change in flight (``state.Change``, phase waiting or relayout):
+
+- waiting, its lock gone (expired, or deleted by hand): ``Lost`` (kept as an
+  attempt: the dwell holds);
+- waiting, GPU jobs still on the node: ``Wait``, or ``GiveUp`` once the lock
+  is older than ``live.max_wait`` (the lock is deleted, the attempt kept);
+- waiting, no GPU job left on the node: ``Relayout`` (write the live policy,
+  render, submit the root job);
+- relayout, the job still pending or running: ``Wait``;
+- relayout, the job ended: ``Finish`` (COMPLETED 0:0: done; anything else:
+  failed, the node left drained with a reason that names the job).
+
+Then each proposal of ``planner.live.plan_live`` on a node with nothing in
+flight: ``Take`` (create the lock; ``apply`` chains ``Relayout`` at once when
+the node has no GPU job). The planner's own limits (dwell, benefit,
+max_draining, max_wait, locked) have chosen the proposals already.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .state import Change, State
+
+# A relayout job that sacct still does not know this long after its submission is taken as failed.
+NO_RECORD_GRACE = 600.0
+RELAYOUT_REASON = "gpushare relayout"
+
+
+@dataclass(frozen=True)
+class Wait:
+    node: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Lost:
+    node: str
+    why: str
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    node: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Relayout:
+    node: str
+
+
+@dataclass(frozen=True)
+class Finish:
+    node: str
+    ok: bool
+    result: str
+    drain: str | None = None  # a reason to drain the node with (the job failed before it drained the node)
+
+
+@dataclass(frozen=True)
+class Take:
+    proposal: object  # planner.live.Proposal
+
+
+def decide(now: float, state: State, locks: frozenset[str], gpu_jobs: dict[str, tuple[int, ...]],
+           job_ends: dict[int, object], node_states: dict[str, tuple[tuple[str, ...], str]], proposals,
+           max_wait: float, relayout_limit: float) -> list:
+    """The actions of this run, changes in flight first (in node order), then the proposals to start.
+
+    ``gpu_jobs``: node -> GPU jobs running there; ``job_ends``: relayout job id -> ``JobEnd`` or None (sacct has
+    no record yet); ``node_states``: node -> (Slurm state words, reason)."""
+    actions: list = []
+    for node, change in sorted(state.in_flight().items()):
+        actions.append(_next(now, change, node in locks, gpu_jobs.get(node, ()), job_ends.get(change.job),
+                             node_states.get(node, ((), "")), max_wait, relayout_limit))
+    busy = set(state.in_flight())
+    for p in proposals:
+        if p.node not in busy:
+            actions.append(Take(p))
+            busy.add(p.node)
+    return actions
+
+
+def _next(now, change: Change, locked: bool, jobs, end, node_state, max_wait, relayout_limit):
+    node = change.node
+    if change.phase == "waiting":
+        if not locked:
+            return Lost(node, f"its lock disappeared before the relayout started (expired or deleted by hand)")
+        if jobs:
+            waited = now - change.locked_at
+            ids = ", ".join(map(str, jobs))
+            if waited > max_wait:
+                return GiveUp(node, f"GPU jobs {ids} still run {waited:.0f} s after the lock (live.max_wait "
+                                    f"{max_wait:g} s)")
+            return Wait(node, f"waiting for GPU jobs {ids} to end ({waited:.0f} of {max_wait:g} s)")
+        return Relayout(node)
+    # relayout: the root job decides
+    if end is None:
+        if change.submitted_at is not None and now - change.submitted_at > relayout_limit + NO_RECORD_GRACE:
+            return Finish(node, False, f"relayout job {change.job}: no accounting record "
+                                       f"{now - change.submitted_at:.0f} s after its submission",
+                          _drain(node_state, f"job {change.job} has no accounting record"))
+        return Wait(node, f"relayout job {change.job} not in accounting yet")
+    if not end.ended:
+        return Wait(node, f"relayout job {change.job} is {end.state}")
+    if end.ok:
+        return Finish(node, True, f"relayout job {change.job} COMPLETED: {'+'.join(change.new_layout)}")
+    result = f"relayout job {change.job} ended {end.state} exit {end.exit_code}"
+    return Finish(node, False, result, _drain(node_state, f"job {change.job} ended {end.state} exit {end.exit_code}"))
+
+
+def _drain(node_state, why: str) -> str | None:
+    """The reason to drain with, unless the node is drained with the relayout's own reason already."""
+    words, reason = node_state
+    if "DRAIN" in words and reason.startswith(RELAYOUT_REASON):
+        return None
+    return f"{RELAYOUT_REASON} failed: {why}"

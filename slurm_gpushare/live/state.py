@@ -1,0 +1,155 @@
+"""The live planner's shared state: one JSON file next to the live policy, changed only under a file lock.
+
+Why a file and not Slurm (a node's Comment): the live policy and the
+configuration rendered from it are read, changed and written by whichever
+planner host changes a node, in the directory slurm.conf lives in (every
+planner host and node reads them there); that read-modify-write needs a lock
+on that directory anyway, and the same lock covers this file. A node's
+Comment is the admin's free text (a planner would overwrite theirs), holds
+one string, and a change in flight needs more than one (layout, job id,
+times). The Slurm reservation stays the lock on the node itself.
+
+``flock`` on the lock file ``<state>.lock``: on a Linux NFS client it is a
+whole-file POSIX lock (nfs(5): "local_lock=none", the default), seen by every
+host. Records are written atomically (``atomic_write``), so a reader without
+the lock sees the old file or the new one.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from ..atomic import atomic_write
+from ..errors import GpushareError
+
+FORMAT = "gpushare-live-state/1"
+IN_FLIGHT = ("waiting", "relayout")
+ENDED = ("done", "failed", "gave_up", "lost")
+HISTORY = 200  # ended changes kept (newest last)
+
+
+class StateError(GpushareError):
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change (or attempt) of one node's layout."""
+
+    node: str
+    gpu: int
+    old_layout: tuple[str, ...]
+    new_layout: tuple[str, ...]
+    phase: str  # waiting, relayout, done, failed, gave_up, lost
+    locked_at: float  # the lock (reservation) was taken
+    line: str = ""  # the proposal's report line
+    job: int | None = None  # the relayout job
+    submitted_at: float | None = None
+    ended_at: float | None = None
+    result: str = ""  # how it ended, one line
+    planner: str = ""  # host and pid of the run that started it
+
+    @property
+    def in_flight(self) -> bool:
+        return self.phase in IN_FLIGHT
+
+    @property
+    def changed_at(self) -> float:
+        """When the node last changed (or was tried): the end of a change, else its start."""
+        return self.ended_at if self.ended_at is not None else self.locked_at
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "old_layout": list(self.old_layout), "new_layout": list(self.new_layout)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Change:
+        try:
+            return cls(**{**data, "old_layout": tuple(data["old_layout"]), "new_layout": tuple(data["new_layout"])})
+        except (TypeError, KeyError) as exc:
+            raise StateError(f"live state: a change record is not one of {FORMAT}: {exc}: {data!r}") from None
+
+
+@dataclass
+class State:
+    """Current change per node, the layouts the live policy carries, the ended changes (bounded)."""
+
+    current: dict[str, Change] = field(default_factory=dict)
+    layouts: dict[str, dict[int, tuple[str, ...]]] = field(default_factory=dict)  # node -> gpu -> layout
+    history: list[Change] = field(default_factory=list)
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> phase -> how many changes ended so
+
+    def changes(self) -> dict[str, float]:
+        """node -> epoch of its last change or attempt (planner.live's Snapshot.changes)."""
+        return {n: c.changed_at for n, c in self.current.items()}
+
+    def in_flight(self) -> dict[str, Change]:
+        return {n: c for n, c in self.current.items() if c.in_flight}
+
+    def put(self, change: Change) -> None:
+        before = self.current.get(change.node)
+        self.current[change.node] = change
+        if change.phase in ENDED and (before is None or before.phase not in ENDED):
+            self.history = (self.history + [change])[-HISTORY:]
+            per = self.counts.setdefault(change.node, {})
+            per[change.phase] = per.get(change.phase, 0) + 1
+
+    def to_json(self) -> dict:
+        return {"format": FORMAT, "current": {n: c.to_json() for n, c in sorted(self.current.items())},
+                "layouts": {n: {str(g): list(l) for g, l in sorted(gl.items())} for n, gl in sorted(self.layouts.items())},
+                "history": [c.to_json() for c in self.history], "counts": self.counts}
+
+    @classmethod
+    def from_json(cls, doc, source: str = "live state") -> State:
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise StateError(f"{source}: not a {FORMAT} file (format {doc.get('format') if isinstance(doc, dict) else '?'!r}); "
+                             "move it away to start afresh")
+        try:
+            layouts = {n: {int(g): tuple(l) for g, l in gl.items()} for n, gl in (doc.get("layouts") or {}).items()}
+        except (AttributeError, ValueError, TypeError) as exc:
+            raise StateError(f"{source}: layouts: {exc}") from None
+        return cls(current={n: Change.from_json(c) for n, c in (doc.get("current") or {}).items()}, layouts=layouts,
+                   history=[Change.from_json(c) for c in doc.get("history") or []],
+                   counts={n: dict(v) for n, v in (doc.get("counts") or {}).items()})
+
+
+class StateFile:
+    """The state file and its lock file (``<path>.lock``, never replaced, so every holder locks the same inode)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+
+    def read(self) -> State:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return State()
+        except OSError as exc:
+            raise StateError(f"cannot read the live state {self.path}: {exc.strerror}") from None
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise StateError(f"{self.path}: not JSON ({exc}); move it away to start afresh") from None
+        return State.from_json(doc, str(self.path))
+
+    def write(self, state: State) -> None:
+        atomic_write(self.path, json.dumps(state.to_json(), indent=1, sort_keys=True) + "\n")
+
+    @contextmanager
+    def locked(self):
+        """Hold the lock for a read-modify-write (of this file, the live policy, the rendered configuration)."""
+        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield self
+        finally:
+            os.close(fd)  # closing drops the lock
+
+
+__all__ = ["Change", "State", "StateError", "StateFile", "replace"]

@@ -1,0 +1,143 @@
+"""A stateful fake of the Slurm commands the live planner's apply path runs (slurm/reservations.py).
+
+``FakeCtld`` is a Runner: scontrol create/show/delete/update reservation,
+scontrol update of a node (drain), sbatch --parsable (a script on stdin) and
+sacct of one job answer as Slurm 24.11 does, with the same error texts
+(src/common/slurm_errno.c; scontrol prefixes "Error creating the
+reservation: " or "delete_reservation <arg>: "). Anything else raises
+UnknownCommand, so the code cannot drift from the real command lines.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from slurm_gpushare.proc import CommandError, Result
+from tests.unit.slurm_fakes import UnknownCommand
+
+
+@dataclass
+class FakeJob:
+    job_id: int
+    name: str
+    node: str
+    reservation: str
+    script: str
+    options: dict
+    state: str = "PENDING"
+    exit_code: str = "0:0"
+    end: int | None = None
+    in_sacct: bool = True
+
+
+@dataclass
+class FakeCtld:
+    now: float = 1_000_000.0
+    reservations: dict[str, dict] = field(default_factory=dict)
+    jobs: dict[int, FakeJob] = field(default_factory=dict)
+    drains: dict[str, str] = field(default_factory=dict)
+    calls: list[tuple[str, ...]] = field(default_factory=list)
+    next_id: int = 100
+    fail_sbatch: str = ""  # when set: sbatch fails with this message
+
+    def __call__(self, argv, *, input=None, timeout=60.0, check=True, env=None) -> Result:
+        argv = tuple(argv)
+        self.calls.append(argv)
+        tool = {"scontrol": self._scontrol, "sbatch": self._sbatch, "sacct": self._sacct}.get(argv[0])
+        if tool is None:
+            raise UnknownCommand(f"not a command the live apply path runs: {argv!r}")
+        code, out, err = tool(list(argv[1:]), input, env)
+        res = Result(argv, code, out, err)
+        if check and code:
+            raise CommandError(res)
+        return res
+
+    # ---- scontrol ---------------------------------------------------------------------------
+    def _scontrol(self, args, input, env):
+        if args[:2] == ["create", "reservation"]:
+            return self._create(args[2:])
+        if args == ["show", "reservation", "--json"]:
+            return 0, json.dumps({"reservations": [self._res_json(n, r) for n, r in self.reservations.items()],
+                                  "errors": [], "warnings": []}), ""
+        if args[:1] == ["delete"] and len(args) == 2 and args[1].startswith("ReservationName="):
+            name = args[1].split("=", 1)[1]
+            if name not in self.reservations:
+                return 1, "", f"delete_reservation {args[1]}: Requested reservation is invalid\n"
+            if any(j.reservation == name and j.state in ("PENDING", "RUNNING") for j in self.jobs.values()):
+                return 1, "", f"delete_reservation {args[1]}: Requested reservation is in use\n"
+            del self.reservations[name]
+            return 0, "", ""
+        if args[:1] == ["update"] and args[1:2] and args[1].startswith("ReservationName="):
+            name = args[1].split("=", 1)[1]
+            if len(args) != 3 or not args[2].startswith("EndTime=now+") or not args[2].endswith("minutes"):
+                raise UnknownCommand(f"scontrol update reservation {args!r}")
+            if name not in self.reservations:
+                return 1, "", "Error updating the reservation: Requested reservation is invalid\n"
+            self.reservations[name]["end"] = self.now + 60 * int(args[2][len("EndTime=now+"):-len("minutes")])
+            return 0, "Reservation updated.\n", ""
+        if args[:1] == ["update"] and args[1:2] and args[1].startswith("nodename="):
+            opts = dict(a.split("=", 1) for a in args[1:])
+            if opts.get("state") != "drain" or "reason" not in opts:
+                raise UnknownCommand(f"scontrol update node {args!r}")
+            self.drains[opts["nodename"]] = opts["reason"]
+            return 0, "", ""
+        raise UnknownCommand(f"scontrol {args!r}")
+
+    def _create(self, args):
+        opts = {}
+        for a in args:
+            key, sep, value = a.partition("=")
+            if not sep or key in opts:
+                raise UnknownCommand(f"scontrol create reservation {args!r}")
+            opts[key] = value
+        if set(opts) != {"ReservationName", "Nodes", "StartTime", "Duration", "Users", "Flags"}:
+            raise UnknownCommand(f"scontrol create reservation with {sorted(opts)}")
+        if opts["StartTime"] != "now" or opts["Users"] != "root" or opts["Flags"] != "MAINT,IGNORE_JOBS":
+            raise UnknownCommand(f"scontrol create reservation {opts}")
+        name = opts["ReservationName"]
+        if name in self.reservations:
+            return 1, "", "Error creating the reservation: Duplicate reservation name\n"
+        self.reservations[name] = {"node": opts["Nodes"], "start": self.now,
+                                   "end": self.now + 60 * int(opts["Duration"])}
+        return 0, f"Reservation created: {name}\n", ""
+
+    @staticmethod
+    def _res_json(name, r):
+        return {"name": name, "node_list": r["node"], "flags": ["MAINT", "IGNORE_JOBS", "SPEC_NODES"],
+                "users": "root", "start_time": {"set": True, "infinite": False, "number": int(r["start"])},
+                "end_time": {"set": True, "infinite": False, "number": int(r["end"])}}
+
+    # ---- sbatch / sacct ----------------------------------------------------------------------
+    def _sbatch(self, args, input, env):
+        if args[:1] != ["--parsable"] or not input or not input.startswith("#!"):
+            raise UnknownCommand(f"sbatch {args!r} (want --parsable and a script on stdin)")
+        opts = {}
+        for a in args[1:]:
+            key, sep, value = a.partition("=")
+            if not key.startswith("--") or not sep:
+                raise UnknownCommand(f"sbatch option {a!r}")
+            opts[key[2:]] = value
+        if self.fail_sbatch:
+            return 1, "", f"sbatch: error: {self.fail_sbatch}\n"
+        if opts.get("reservation") not in self.reservations:
+            return 1, "", "sbatch: error: Batch job submission failed: Requested reservation is invalid\n"
+        self.next_id += 1
+        self.jobs[self.next_id] = FakeJob(self.next_id, opts.get("job-name", ""), opts.get("nodelist", ""),
+                                          opts["reservation"], input, opts)
+        return 0, f"{self.next_id}\n", ""
+
+    def _sacct(self, args, input, env):
+        if args[:6] != ["-a", "-X", "-P", "-n", "-o", "JobID,State,ExitCode,End,NodeList"] or args[6] != "-j":
+            raise UnknownCommand(f"sacct {args!r}")
+        if (env or {}).get("SLURM_TIME_FORMAT") != "%s":
+            raise UnknownCommand("sacct without SLURM_TIME_FORMAT=%s: End would not be epoch seconds")
+        job = self.jobs.get(int(args[7]))
+        if job is None or not job.in_sacct:
+            return 0, "", ""
+        end = str(job.end) if job.end else "Unknown"
+        return 0, f"{job.job_id}|{job.state}|{job.exit_code}|{end}|{job.node}\n", ""
+
+    def finish(self, job_id: int, state: str = "COMPLETED", exit_code: str = "0:0") -> None:
+        job = self.jobs[job_id]
+        job.state, job.exit_code, job.end = state, exit_code, int(self.now)

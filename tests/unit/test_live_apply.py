@@ -1,0 +1,479 @@
+"""The live planner's apply path: Slurm operations (slurm/reservations.py), the pure next step (live/decide.py),
+the shared state file (live/state.py) and one run end to end against a stateful fake of Slurm (live/apply.py)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import multiprocessing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurm_gpushare.live import decide as d
+from slurm_gpushare.live.apply import LiveApply, LiveApplyError, gpu_jobs_by_node
+from slurm_gpushare.live.state import Change, State, StateError, StateFile
+from slurm_gpushare.slurm.cli_backend import CliClient
+from slurm_gpushare.slurm.reservations import (JobEnd, LockHeld, ReservationError, Reservations, lock_name,
+                                               relayout_script)
+from tests.conftest import ROOT
+from tests.unit.live_fakes import FakeCtld
+from tests.unit.slurm_fakes import UnknownCommand
+
+NODE = "lab-mig01"
+ALL_1G = ("1g.5gb",) * 7
+THREE_G = ("3g.20gb", "2g.10gb", "1g.5gb")
+
+
+# ---- slurm/reservations.py --------------------------------------------------------------------
+
+
+def test_create_lock_is_one_reservation_named_for_the_node():
+    ctld = FakeCtld()
+    res = Reservations(ctld)
+    assert res.create_lock(NODE, 3601) == "gpushare-relayout-lab-mig01"
+    assert ctld.calls[-1] == ("scontrol", "create", "reservation", "ReservationName=gpushare-relayout-lab-mig01",
+                              "Nodes=lab-mig01", "StartTime=now", "Duration=61", "Users=root", "Flags=MAINT,IGNORE_JOBS")
+    with pytest.raises(LockHeld, match="another planner holds the node"):
+        res.create_lock(NODE, 60)
+    assert [r.node for r in res.locks()] == [NODE]
+
+
+def test_create_lock_other_failures_are_not_taken_for_a_held_lock():
+    def runner(argv, **kw):
+        from slurm_gpushare.proc import Result
+
+        return Result(tuple(argv), 1, "", "Error creating the reservation: Invalid node name specified\n")
+
+    with pytest.raises(ReservationError, match="Invalid node name") as exc:
+        Reservations(runner).create_lock(NODE, 60)
+    assert not isinstance(exc.value, LockHeld)
+
+
+def test_locks_lists_only_gpushare_reservations_and_reads_their_times():
+    ctld = FakeCtld()
+    ctld.reservations["admin-maint"] = {"node": "lab-excl01", "start": 1, "end": 2}
+    Reservations(ctld).create_lock(NODE, 120)
+    locks = Reservations(ctld).locks()
+    assert [(r.name, r.nodes, r.end - r.start) for r in locks] == [(lock_name(NODE), NODE, 120)]
+    assert "MAINT" in locks[0].flags
+
+
+def test_delete_lock_says_whether_it_was_there():
+    ctld = FakeCtld()
+    res = Reservations(ctld)
+    res.create_lock(NODE, 60)
+    assert res.delete_lock(NODE) is True
+    assert res.delete_lock(NODE) is False
+    assert ctld.calls[-1] == ("scontrol", "delete", "ReservationName=gpushare-relayout-lab-mig01")
+
+
+def test_relayout_job_is_a_fixed_script_in_the_lock_with_no_environment():
+    ctld = FakeCtld()
+    res = Reservations(ctld)
+    res.create_lock(NODE, 600)
+    job = res.submit_relayout(NODE, "/etc/slurm/gpushare-live.yaml", log="/var/log/slurm/relayout-%j.log",
+                              time_limit_s=1320, partition="batch", node_config="/etc/gpushare/node.yaml")
+    fake = ctld.jobs[job]
+    assert fake.options == {"reservation": "gpushare-relayout-lab-mig01", "nodelist": NODE,
+                            "job-name": "gpushare-relayout-lab-mig01", "output": "/var/log/slurm/relayout-%j.log",
+                            "export": "NONE", "time": "22", "nodes": "1", "ntasks": "1", "partition": "batch"}
+    lines = fake.script.splitlines()
+    assert lines[0] == "#!/bin/sh"
+    assert lines[-1] == ("exec gpushare node relayout --policy /etc/slurm/gpushare-live.yaml --node lab-mig01 "
+                         "--node-config /etc/gpushare/node.yaml")
+    assert "$" not in fake.script.replace("$PATH", "")  # nothing expanded from any environment
+
+
+@pytest.mark.parametrize("node, policy", [
+    ("lab;reboot", "/etc/slurm/live.yaml"), ("-n", "/etc/slurm/live.yaml"), ("a b", "/etc/slurm/live.yaml"),
+    (NODE, "relative.yaml"), (NODE, "/etc/slurm/../shadow"), (NODE, "/etc/slurm/live.yaml; reboot"),
+    (NODE, "/etc/$(reboot)"), ("x" * 64, "/etc/slurm/live.yaml"),
+])
+def test_hostile_node_names_and_paths_are_refused(node, policy):
+    with pytest.raises(ReservationError, match="expected"):
+        relayout_script(policy, node)
+
+
+def test_job_end_reads_sacct_in_epoch_seconds():
+    ctld = FakeCtld()
+    res = Reservations(ctld)
+    res.create_lock(NODE, 600)
+    job = res.submit_relayout(NODE, "/etc/slurm/live.yaml", log="/var/log/r.log", time_limit_s=60)
+    assert res.job_end(job) == JobEnd(job, "PENDING", "0:0", None, NODE)
+    ctld.finish(job, "FAILED", "1:0")
+    end = res.job_end(job)
+    assert (end.ended, end.ok, end.end) == (True, False, int(ctld.now))
+    ctld.jobs[job].in_sacct = False
+    assert res.job_end(job) is None
+
+
+# ---- live/decide.py ---------------------------------------------------------------------------
+
+
+def change(phase="waiting", **kw) -> Change:
+    base = dict(node=NODE, gpu=0, old_layout=ALL_1G, new_layout=THREE_G, phase=phase, locked_at=1000.0)
+    return Change(**{**base, **kw})
+
+
+def one(state_change, now=1100.0, locks=frozenset({NODE}), jobs=None, ends=None, nodes=None, max_wait=600.0):
+    state = State()
+    state.put(state_change)
+    return d.decide(now, state, locks, jobs or {}, ends or {}, nodes or {}, (), max_wait, 1320.0)[0]
+
+
+def test_waiting_change_waits_for_gpu_jobs_then_gives_up_after_max_wait():
+    assert isinstance(one(change(), jobs={NODE: (7, 8)}), d.Wait)
+    gave = one(change(), now=1000.0 + 601, jobs={NODE: (7,)})
+    assert isinstance(gave, d.GiveUp) and "live.max_wait 600 s" in gave.why
+
+
+def test_waiting_change_without_gpu_jobs_starts_the_relayout():
+    assert one(change(), jobs={"lab-other": (3,)}) == d.Relayout(NODE)
+
+
+def test_waiting_change_whose_lock_vanished_is_lost():
+    assert isinstance(one(change(), locks=frozenset()), d.Lost)
+
+
+def test_relayout_change_follows_its_job():
+    c = change("relayout", job=55, submitted_at=1050.0)
+    assert isinstance(one(c), d.Wait)  # not in accounting yet
+    assert isinstance(one(c, ends={55: JobEnd(55, "RUNNING", "0:0", None, NODE)}), d.Wait)
+    assert one(c, ends={55: JobEnd(55, "COMPLETED", "0:0", 1090, NODE)}).ok
+    failed = one(c, ends={55: JobEnd(55, "FAILED", "1:0", 1090, NODE)})
+    assert (failed.ok, failed.drain) == (False, "gpushare relayout failed: job 55 ended FAILED exit 1:0")
+    # the relayout drained the node with its own reason: kept, not replaced
+    own = one(c, ends={55: JobEnd(55, "FAILED", "1:0", 1090, NODE)},
+              nodes={NODE: (("IDLE", "DRAIN"), "gpushare relayout failed: MIG layout still differs")})
+    assert (own.ok, own.drain) == (False, None)
+    # a job accounting never heard of, long after: failed, not waited for forever
+    lost = one(c, now=1050.0 + 1320 + d.NO_RECORD_GRACE + 1)
+    assert isinstance(lost, d.Finish) and not lost.ok and "no accounting record" in lost.result
+
+
+@dataclass(frozen=True)
+class P:
+    node: str
+    gpu: int = 0
+    old_layout: tuple = ALL_1G
+    new_layout: tuple = THREE_G
+    line: str = "3 jobs wait for a100_40g_3g.20gb"
+
+
+def test_proposals_on_nodes_in_flight_are_not_taken_twice():
+    state = State()
+    state.put(change(node="lab-mig02"))
+    acts = d.decide(1100.0, state, frozenset({"lab-mig02"}), {}, {}, {}, (P("lab-mig02"), P(NODE), P(NODE)), 600, 1320)
+    assert acts == [d.Relayout("lab-mig02"), d.Take(P(NODE))]
+
+
+# ---- live/state.py ----------------------------------------------------------------------------
+
+
+def test_state_round_trips_and_counts_each_ended_change_once(tmp_path):
+    store = StateFile(tmp_path / "gpushare-live-state.json")
+    state = store.read()
+    state.put(change())
+    state.put(change("relayout", job=5))
+    done = change("done", job=5, ended_at=1500.0)
+    state.put(done)
+    state.put(done)
+    state.layouts[NODE] = {0: THREE_G}
+    store.write(state)
+    again = store.read()
+    assert again.current[NODE] == done and again.layouts == {NODE: {0: THREE_G}}
+    assert again.counts == {NODE: {"done": 1}} and len(again.history) == 1
+    assert again.changes() == {NODE: 1500.0}
+    assert store.lock_path.name == "gpushare-live-state.json.lock"
+
+
+def test_a_state_file_of_another_format_is_refused(tmp_path):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"format": "other/9"}))
+    with pytest.raises(StateError, match="not a gpushare-live-state/1 file"):
+        StateFile(path).read()
+
+
+def _hold(path, started, release):
+    with StateFile(path).locked():
+        started.set()
+        release.wait(10)
+
+
+def test_the_state_lock_excludes_another_process(tmp_path):
+    import fcntl
+    import os
+
+    path = tmp_path / "s.json"
+    ctx = multiprocessing.get_context("fork")
+    started, release = ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=_hold, args=(path, started, release))
+    proc.start()
+    try:
+        assert started.wait(10)
+        fd = os.open(StateFile(path).lock_path, os.O_RDWR)
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        release.set()
+        proc.join(10)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free once the holder is gone
+        os.close(fd)
+    finally:
+        release.set()
+        proc.join(10)
+
+
+# ---- live/apply.py: runs against the fake Slurm ----------------------------------------------
+
+
+@dataclass
+class Running:
+    job_id: int
+    node: str
+    gres: dict
+    end_time: float | None = None
+
+
+@dataclass
+class View:
+    name: str
+    state: tuple = ("IDLE",)
+    reason: str = ""
+    gres: dict = field(default_factory=dict)
+
+
+@dataclass
+class Snap:
+    now: float
+    running: tuple
+    nodes: dict
+    changes: dict
+    locked: frozenset
+    pending: tuple = ()
+
+
+@dataclass
+class Plan:
+    proposals: tuple
+    held: tuple = ()
+    demand: tuple = ()
+
+
+class FakePlanner:
+    """planner.live's three functions: the proposals and running jobs a test sets; with_layout sets the layout of
+    the node's (one-node) group."""
+
+    def __init__(self):
+        self.proposals: tuple = ()
+        self.running: tuple = ()
+        self.nodes = {NODE: View(NODE)}
+        self.seen: list[Snap] = []
+
+    def snapshot_from_client(self, client, site, now, changes, locked):
+        snap = Snap(now, self.running, dict(self.nodes), dict(changes), frozenset(locked))
+        self.seen.append(snap)
+        return snap
+
+    def plan_live(self, site, snap):
+        return Plan(tuple(p for p in self.proposals if p.node not in snap.locked))
+
+    @staticmethod
+    def with_layout(doc, node, gpu, layout):
+        doc = copy.deepcopy(doc)
+        group = next(g for g in doc["node_groups"] if g["nodes"] == node)
+        group["sharing"] = [{"gpus": gpu, "mode": "mig", "layout": list(layout)}]
+        return doc
+
+
+def admin_policy(tmp_path: Path, enabled: bool = True) -> Path:
+    raw = yaml.safe_load((ROOT / "etc" / "small-lab.yaml").read_text())
+    raw["node_groups"] = [g for g in raw["node_groups"] if g["name"] == "lab-mig"]
+    for tier in raw["tiers"]:
+        tier["node_groups"] = ["lab-mig"]
+    raw["submission"]["aliases"].pop("half", None)
+    raw["billing"]["gpu_weights"] = {"A100-SXM4-40GB": 100}
+    raw["cluster"]["paths"] = {"slurm_conf_dir": str(tmp_path / "etc-slurm")}
+    raw["live"] = {"enabled": enabled, "min_dwell": 3600, "max_wait": 600}
+    path = tmp_path / "gpushare.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+class Clock:
+    def __init__(self, ctld):
+        self.ctld = ctld
+
+    def __call__(self):
+        return self.ctld.now
+
+
+@pytest.fixture
+def world(tmp_path):
+    ctld = FakeCtld()
+    planner = FakePlanner()
+    live = LiveApply(admin_policy(tmp_path), CliClient(ctld), Reservations(ctld), clock=Clock(ctld), planner=planner)
+    return live, ctld, planner
+
+
+def test_a_change_waits_for_the_gpu_jobs_then_runs_the_relayout_job_then_ends(world, tmp_path):
+    live, ctld, planner = world
+    planner.proposals = (P(NODE),)
+    planner.running = (Running(7, NODE, {"gpu:a100_40g_1g.5gb": 1}, ctld.now + 300),)
+
+    first = live.run_once()
+    assert lock_name(NODE) in ctld.reservations and not ctld.jobs
+    assert live.store.read().current[NODE].phase == "waiting"
+    assert not live.policy_file.exists()
+    assert any("locked" in line for line in first.lines)
+
+    ctld.now += 60
+    second = live.run_once()
+    assert [type(a) for a in second.actions] == [d.Wait]
+    assert planner.seen[-1].locked == {NODE}
+
+    ctld.now += 300
+    planner.running = ()
+    live.run_once()
+    (job,) = ctld.jobs.values()
+    assert job.reservation == lock_name(NODE) and "--policy " + str(live.policy_file) in job.script
+    written = yaml.safe_load(live.policy_file.read_text())
+    assert written["node_groups"][0]["sharing"][0]["layout"] == list(THREE_G)
+    slurm_conf = (tmp_path / "etc-slurm" / "slurm-gpushare.conf").read_text()
+    assert "gpu:a100_40g_3g.20gb:1" in slurm_conf and "gpu:a100_40g_1g.5gb:1" in slurm_conf
+    # the lock now outlasts the relayout job's time limit
+    assert ctld.reservations[lock_name(NODE)]["end"] >= ctld.now + live.relayout_limit
+    assert live.store.read().current[NODE].phase == "relayout"
+
+    job.state = "RUNNING"
+    ctld.now += 30
+    assert [type(a) for a in live.run_once().actions] == [d.Wait]
+    ctld.finish(job.job_id)
+    ctld.now += 30
+    live.run_once()
+    state = live.store.read()
+    assert state.current[NODE].phase == "done" and state.counts == {NODE: {"done": 1}}
+    assert not ctld.reservations and not ctld.drains
+    assert planner.seen[-1].changes == {NODE: state.current[NODE].locked_at}  # the snapshot of that run
+    live.run_once()
+    assert planner.seen[-1].changes == {NODE: ctld.now - 0}  # ended_at: the dwell counts from the end
+
+
+def test_a_node_without_gpu_jobs_is_relaid_out_in_the_run_that_locks_it(world):
+    live, ctld, planner = world
+    planner.proposals = (P(NODE),)
+    live.run_once()
+    assert len(ctld.jobs) == 1 and live.store.read().current[NODE].phase == "relayout"
+
+
+def test_a_failed_relayout_leaves_the_node_drained_and_counts(world):
+    live, ctld, planner = world
+    planner.proposals = (P(NODE),)
+    live.run_once()
+    (job,) = ctld.jobs.values()
+    ctld.finish(job.job_id, "FAILED", "1:0")
+    ctld.now += 10
+    live.run_once()
+    state = live.store.read()
+    assert state.current[NODE].phase == "failed" and state.counts == {NODE: {"failed": 1}}
+    assert ctld.drains == {NODE: f"gpushare relayout failed: job {job.job_id} ended FAILED exit 1:0"}
+    assert not ctld.reservations
+
+
+def test_gpu_jobs_past_max_wait_give_the_change_up(world):
+    live, ctld, planner = world
+    planner.proposals = (P(NODE),)
+    planner.running = (Running(7, NODE, {"gpu:a100_40g_1g.5gb": 1}, None),)
+    live.run_once()
+    ctld.now += 601
+    live.run_once()
+    state = live.store.read()
+    assert state.current[NODE].phase == "gave_up" and not ctld.reservations and not ctld.jobs
+
+
+def test_a_node_locked_by_another_planner_is_left_alone(world):
+    live, ctld, planner = world
+    Reservations(ctld).create_lock(NODE, 600)  # the other planner
+    planner.proposals = (P(NODE),)
+    planner.plan_live = lambda site, snap: Plan((P(NODE),))  # as if this run looked before the other locked
+    report = live.run_once()
+    assert any("another planner holds the node" in line for line in report.lines)
+    assert live.store.read().current == {} and not ctld.jobs
+
+
+def test_a_change_recorded_by_another_planner_after_the_snapshot_releases_the_new_lock(world):
+    live, ctld, planner = world
+    with live.store.locked():
+        state = live.store.read()
+        state.put(change("done", locked_at=ctld.now - 100, ended_at=ctld.now - 10))
+        live.store.write(state)
+    planner.plan_live = lambda site, snap: Plan((P(NODE),))  # the other planner's change, unseen by the planner
+    report = live.run_once()
+    assert any("another planner recorded a change" in line for line in report.lines)
+    assert not ctld.reservations and not ctld.jobs
+
+
+def test_a_refused_submission_puts_the_live_policy_back(world, tmp_path):
+    live, ctld, planner = world
+    ctld.fail_sbatch = "Invalid account or account/partition combination specified"
+    planner.proposals = (P(NODE),)
+    report = live.run_once()
+    state = live.store.read()
+    assert state.current[NODE].phase == "failed" and "Invalid account" in state.current[NODE].result
+    assert state.layouts == {}
+    written = yaml.safe_load(live.policy_file.read_text())
+    assert written["node_groups"][0]["sharing"][0]["layout"] == "all-1g.5gb"
+    assert "gpu:a100_40g_1g.5gb:7" in (tmp_path / "etc-slurm" / "slurm-gpushare.conf").read_text()
+    assert not ctld.reservations and any("live policy put back" in line for line in report.lines)
+
+
+def test_apply_needs_live_enabled(tmp_path):
+    ctld = FakeCtld()
+    with pytest.raises(LiveApplyError, match="live.enabled is false"):
+        LiveApply(admin_policy(tmp_path, enabled=False), CliClient(ctld), Reservations(ctld), planner=FakePlanner())
+
+
+def test_unknown_commands_are_refused_by_the_fake():
+    with pytest.raises(UnknownCommand):
+        FakeCtld()(["scontrol", "reconfigure"])
+
+
+def test_gpu_jobs_by_node_counts_only_gpu_mps_shard():
+    snap = Snap(0, (Running(1, "a", {"gpu:x": 1}), Running(2, "a", {"shard": 2}), Running(3, "b", {"license": 1}),
+                    Running(4, "b", {"mps": 0})), {}, {}, frozenset())
+    assert gpu_jobs_by_node(snap) == {"a": (1, 2)}
+
+
+# ---- the node follows the live policy (node/nodeconfig.py, `gpushare node relayout --node-config`) -----------
+
+
+def test_node_config_live_policy_wins_while_its_file_exists(tmp_path):
+    from slurm_gpushare.node.nodeconfig import read_config
+
+    admin, live_file = tmp_path / "policy.yaml", tmp_path / "gpushare-live.yaml"
+    cfg = tmp_path / "node.yaml"
+    cfg.write_text(f"policy: {admin}\nlive_policy: {live_file}\n")
+    cfg.chmod(0o644)
+    assert read_config(cfg).policy == admin
+    live_file.write_text("version: 1\n")
+    config = read_config(cfg)
+    assert (config.policy, config.admin_policy, config.live_policy) == (live_file, admin, live_file)
+
+
+def test_relayout_refuses_a_policy_the_node_hooks_do_not_follow(tmp_path):
+    from click.testing import CliRunner
+
+    from slurm_gpushare.cli import main
+
+    admin = admin_policy(tmp_path)
+    other = tmp_path / "gpushare-live.yaml"
+    cfg = tmp_path / "node.yaml"
+    other.write_text(admin.read_text())
+    cfg.write_text(f"policy: {admin}\n")  # no live_policy: the hooks follow the admin's policy
+    cfg.chmod(0o644)
+    res = CliRunner().invoke(main, ["node", "relayout", "--policy", str(other), "--node", NODE,
+                                    "--node-config", str(cfg)])
+    assert res.exit_code == 1, res.output
+    assert f"the node hooks follow {admin}, not --policy {other}" in res.output
