@@ -278,7 +278,16 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
             held.append(Held(name, -1, (), f"under relayout (reservation gpushare-relayout-{name} or drained "
                                          f"'{RELAYOUT_REASON}...'); its policy layout will start {len(served)} "
                                          "of the blocked jobs"))
-    todo = [n for n in mig_nodes if not under_relayout(snap.nodes.get(n), snap.locked, n)]
+    todo = []
+    for name in mig_nodes:
+        view = snap.nodes.get(name)
+        if under_relayout(view, snap.locked, name):
+            continue
+        why = _mismatch(site, name, view)
+        if why:
+            held.append(Held(name, -1, (), why))
+        else:
+            todo.append(name)
     while todo and blocked:
         scored = []
         for name in todo:
@@ -287,7 +296,7 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
                 scored.append((best, name))
         if not scored:
             break
-        scored.sort(key=lambda bn: (-bn[0].benefit, -bn[0].wait, bn[1]))
+        scored.sort(key=lambda bn: (-bn[0].benefit, _ready(snap.now, running_on.get(bn[1], [])), -bn[0].wait, bn[1]))
         best, name = scored[0]
         todo.remove(name)
         why, must_finish, ready_in = _limits(site, snap, name, best, running_on.get(name, []), tiers_of[name], draining)
@@ -311,12 +320,6 @@ def _limits(site, snap, name, best, running, tiers, draining) -> tuple[str, tupl
     if _unavailable(view):
         return (f"{'+'.join(view.state)} by someone else (reason: {view.reason or 'none given'}); "
                 "the live planner leaves it alone", must_finish, 0.0)
-    group = site.group_for_node(name)
-    want = {f"{n}:{t}": c for (n, t), c in group.gres.items() if n == "gpu"}
-    have = {k: v for k, v in view.gres.items() if k.startswith("gpu:")}
-    if want != have:
-        return (f"Slurm has Gres {_gres_text(have)}, the policy {_gres_text(want)}: a change or reconfigure is "
-                "under way, or Slurm does not run this policy", must_finish, 0.0)
     if best.benefit < live.min_benefit_jobs:
         return (f"lets {best.benefit} more pending job(s) start; min_benefit_jobs is {live.min_benefit_jobs}",
                 must_finish, 0.0)
@@ -328,7 +331,7 @@ def _limits(site, snap, name, best, running, tiers, draining) -> tuple[str, tupl
     if unknown:
         return (f"job(s) {_ids(unknown)} on the node have no end time (no time limit?): cannot bound the wait",
                 must_finish, 0.0)
-    ready_in = max([0.0] + [r.end_time - snap.now for r in running])
+    ready_in = _ready(snap.now, running)
     if ready_in > live.max_wait:
         return (f"job(s) {_ids(must_finish)} must finish first, the last in {_mins_up(ready_in)}; max_wait is "
                 f"{_mins(live.max_wait)}", must_finish, ready_in)
@@ -337,6 +340,18 @@ def _limits(site, snap, name, best, running, tiers, draining) -> tuple[str, tupl
         return (f"tier {', '.join(full)} already has {max(draining[t] for t in full)} node(s) under relayout; "
                 f"max_draining is {live.max_draining}", must_finish, ready_in)
     return "", must_finish, ready_in
+
+
+def _mismatch(site: Site, name: str, view: NodeView | None) -> str:
+    """Why the node's GPU GRES in Slurm are not the policy's ('' when they are)."""
+    if view is None:
+        return "Slurm has no such node: the policy is not the one Slurm runs"
+    want = {k: v for k, v in _caps(site, name).items()}
+    have = {k: v for k, v in view.gres.items() if k.startswith("gpu:")}
+    if want == have:
+        return ""
+    return (f"Slurm has Gres {_gres_text(have)}, the policy {_gres_text(want)}: a change or reconfigure is under "
+            "way, or Slurm does not run this policy; the live planner leaves the node alone")
 
 
 def _best_change(site: Site, doc: dict, name: str, jobs: list[PendingJob], valid: dict) -> _Best | None:
@@ -375,6 +390,13 @@ def _best_change(site: Site, doc: dict, name: str, jobs: list[PendingJob], valid
         if valid[key]:
             return best
     return None
+
+
+def _ready(now: float, running: list[RunningJob]) -> float:
+    """Seconds until the last of these jobs ends by its time limit (inf when one has none)."""
+    if any(r.end_time is None for r in running):
+        return math.inf
+    return max([0.0] + [r.end_time - now for r in running])
 
 
 def _caps(site: Site, name: str) -> Counter:
