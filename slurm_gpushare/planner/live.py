@@ -227,6 +227,7 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
     live = site.policy.live
     doc = site.policy.model_dump(mode="json", exclude_unset=True) if doc is None else doc
     valid: dict = {}
+    refused: dict = {}
     types = mig_types(site)
     now = snap.now
     counted = [p for p in snap.pending if p.reason.startswith(COUNTED_REASONS) and p.age_s >= live.min_pending]
@@ -291,7 +292,7 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
     while todo and blocked:
         scored = []
         for name in todo:
-            best = _best_change(site, doc, name, [j for j in blocked if serves(name, j)], valid)
+            best = _best_change(site, doc, name, [j for j in blocked if serves(name, j)], valid, refused)
             if best is not None:
                 scored.append((best, name))
         if not scored:
@@ -307,6 +308,13 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
         blocked = [j for j in blocked if j not in best.new_served]
         proposals.append(_proposal(site, snap, name, best, must_finish, ready_in, free.get(name, Counter()),
                                    counted, types))
+    chosen = {p.node: p.benefit for p in proposals}
+    for h in held:
+        chosen.setdefault(h.node, 0)
+    for name, (best, why) in sorted(refused.items()):
+        if best.benefit > chosen.get(name, 0):
+            held.append(Held(name, best.gpu, best.new, f"would let {best.benefit} pending job(s) start, but the "
+                                                        f"policy refuses the layout: {why}"))
     return LivePlan(tuple(proposals), tuple(held), tuple(demand))
 
 
@@ -354,9 +362,11 @@ def _mismatch(site: Site, name: str, view: NodeView | None) -> str:
             "way, or Slurm does not run this policy; the live planner leaves the node alone")
 
 
-def _best_change(site: Site, doc: dict, name: str, jobs: list[PendingJob], valid: dict) -> _Best | None:
+def _best_change(site: Site, doc: dict, name: str, jobs: list[PendingJob], valid: dict,
+                 refused: dict) -> _Best | None:
     """The MIG GPU of the node and the catalogue layout for it that starts the most of ``jobs`` (net), among the
-    layouts the policy accepts (``with_layout`` validates: an alias or tier type the site names must stay)."""
+    layouts the policy accepts (``with_layout`` validates: an alias or tier type the site names must stay).
+    ``refused[name]``: the best layout the policy refused, and why (when it beats the one returned)."""
     if not jobs:
         return None
     group = site.group_for_node(name)
@@ -379,16 +389,20 @@ def _best_change(site: Site, doc: dict, name: str, jobs: list[PendingJob], valid
             wait = sum(j.age_s for j in gained) - sum(j.age_s for j in dropped)
             scored.append(((-benefit, -wait, moved, slot.index, layout),
                            _Best(slot.index, slot.layout, layout, gained, dropped, benefit, wait)))
+    refused.pop(name, None)
     for _key, best in sorted(scored, key=lambda kb: kb[0]):
         key = (name, best.gpu, best.new)
         if key not in valid:
             try:
                 with_layout(doc, name, best.gpu, best.new)
-                valid[key] = True
-            except (ValueError, PolicyError):
-                valid[key] = False
-        if valid[key]:
+                valid[key] = ""
+            except PolicyError as exc:
+                valid[key] = "; ".join(f"{p.path}: {p.message}" if p.path else p.message for p in exc.problems[:2])
+            except ValueError as exc:
+                valid[key] = str(exc)
+        if not valid[key]:
             return best
+        refused.setdefault(name, (best, valid[key]))
     return None
 
 
@@ -431,7 +445,8 @@ def _proposal(site, snap, name, best: _Best, must_finish, ready_in, free: Counte
     if best.dropped:
         lets += f" ({len(best.dropped)} pending that the present layout would start wait longer)"
     if must_finish:
-        first = f"job{'s' if len(must_finish) > 1 else ''} {_ids(must_finish)} must finish (ends in {_mins_up(ready_in)})"
+        when = f"ends in {_mins_up(ready_in)}" if ready_in > 0 else "at its time limit now"
+        first = f"job{'s' if len(must_finish) > 1 else ''} {_ids(must_finish)} must finish ({when})"
     else:
         first = "no GPU job on the node"
     line = (f"{len(waiting)} job{'s have' if len(waiting) != 1 else ' has'} waited {_mins(oldest)} for {main}; "

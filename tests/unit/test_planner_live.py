@@ -98,6 +98,8 @@ def test_a_node_without_gpu_jobs_costs_only_the_change():
     (p,) = plan_live(one_node(), snap(pending(2))).proposals
     assert p.must_finish == () and p.ready_in_s == 0 and p.cost_s == 120
     assert "cost: no GPU job on the node + 2 min drain" in p.line and "has 7 idle 1g.5gb slices" in p.line
+    (p,) = plan_live(one_node(), snap(pending(2), RUNNING_1G, now=NOW + 300)).proposals  # past their limits
+    assert p.ready_in_s == 0 and "jobs 12,13 must finish (at its time limit now)" in p.line
 
 
 def test_jobs_that_fit_idle_instances_now_are_left_to_slurm():
@@ -238,8 +240,12 @@ def test_a_layout_the_policy_refuses_is_not_proposed():
     d["node_groups"][0].update(nodes="m01", gpu={"model": "A100-SXM4-40GB", "count": 1},
                                sharing=[{"gpus": 0, "mode": "mig", "layout": "all-1g.5gb"}])
     d["submission"] = {"aliases": {"small": T1}}  # the site names 1g.5gb: it must stay somewhere
-    (p,) = plan_live(build_site(d, "t"), snap(pending(9))).proposals
+    plan = plan_live(build_site(d, "t"), snap(pending(9)))
+    (p,) = plan.proposals
     assert "1g.5gb" in p.new_layout and p.new_layout.count("3g.20gb") == 1
+    (h,) = plan.held  # the better layout, and why the policy refuses it
+    assert h.new_layout == ("3g.20gb", "3g.20gb") and "would let 2 pending job(s) start" in h.why
+    assert "submission.aliases.small" in h.why
 
 
 def test_candidate_layouts_are_the_catalogues_full_layouts():
