@@ -48,17 +48,25 @@ def apply_live(ctx: click.Context, policy_path: Path, every: float | None, as_js
 def _show(report, as_json: bool) -> None:
     plan = report.plan
     if as_json:
-        click.echo(json.dumps({"proposals": [getattr(p, "line", str(p)) for p in plan.proposals],
-                               "held": [f"{h.node} GPU {h.gpu}: {h.why}" for h in plan.held],
-                               "actions": report.lines}, sort_keys=True))
+        doc = plan.to_dict() if hasattr(plan, "to_dict") else {}
+        click.echo(json.dumps({**doc, "applied": report.lines}, sort_keys=True))
         return
-    for line in plan.demand:
-        click.echo(line)
-    for p in plan.proposals:
-        click.echo(f"proposal: {p.line}")
-    for h in plan.held:
-        click.echo(f"held: {h.node} GPU {h.gpu} -> {'+'.join(h.new_layout)}: {h.why}")
+    if hasattr(plan, "report"):
+        click.echo("\n".join(plan.report()))
     for line in report.lines:
         click.echo(f"apply: {line}")
     if not report.lines:
         click.echo("apply: nothing to do")
+
+
+def read_state(client, site, now: float) -> tuple[dict[str, float], frozenset[str]]:
+    """(node -> last change or attempt, nodes holding a gpushare-relayout reservation), as the apply side keeps
+    them: for `gpushare plan --live` (report only), so it holds back what --apply would."""
+    from ..live.apply import live_policy_path, state_path
+    from ..live.state import StateFile
+    from ..slurm.reservations import Reservations
+
+    changes = StateFile(state_path(live_policy_path(site))).read().changes()
+    runner = getattr(client, "runner", None)
+    locks = frozenset(r.node for r in Reservations(runner).locks()) if runner is not None else frozenset()
+    return changes, locks

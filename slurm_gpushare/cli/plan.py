@@ -133,6 +133,10 @@ def live_report(ctx: click.Context, policy_path: Path, as_json: bool) -> None:
               help="Plan on the live cluster instead: read the pending queue, running jobs and nodes through the "
                    "Slurm client and report which MIG GPUs should change layout now (see below). Report only.")
 @click.option("--json", "as_json", is_flag=True, help="With --live: print the plan as JSON.")
+@click.option("--apply", "apply_", is_flag=True, help="With --live: carry the proposals out (needs live.enabled; "
+              "see slurm_gpushare/live): lock the node, relayout it by a root job once its GPU jobs end.")
+@click.option("--every", type=click.FloatRange(1), default=None, metavar="SECONDS",
+              help="With --live --apply: run again every SECONDS until SIGTERM (a service); default: once (cron).")
 @SLURM_BACKEND
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the planned policy here (YAML).")
 @click.option("--isolate-qos", multiple=True, metavar="QOS",
@@ -142,8 +146,8 @@ def live_report(ctx: click.Context, policy_path: Path, as_json: bool) -> None:
               help="Score a few candidate pool sizes with the Slurm placement model on sampled arrivals, keep the best.")
 @click.option("--days", default=30.0, show_default=True, help="With sacct:live: how many days of history to read.")
 @click.pass_context
-def plan(ctx, policy_path: Path, source: str | None, live: bool, as_json: bool, out: Path | None, isolate_qos,
-         mig_fractions: bool, evaluate: bool, days: float) -> None:
+def plan(ctx, policy_path: Path, source: str | None, live: bool, as_json: bool, apply_: bool, every: float | None,
+         out: Path | None, isolate_qos, mig_fractions: bool, evaluate: bool, days: float) -> None:
     """Choose each GPU's sharing mode, node weights and class routing from the workload.
 
     Reads the demand (request classes: GPUs, per-GPU share, CPUs, memory,
@@ -175,8 +179,17 @@ def plan(ctx, policy_path: Path, source: str | None, live: bool, as_json: bool, 
         if source or out or isolate_qos or mig_fractions:
             raise click.UsageError("--live plans on the cluster's queue: it takes no --demand, --out, "
                                    "--isolate-qos or --mig-fractions")
+        if apply_ or every is not None:
+            from .live import apply_live
+
+            if not apply_:
+                raise click.UsageError("--every goes with --live --apply")
+            apply_live(ctx, policy_path, every, as_json)
+            return
         live_report(ctx, policy_path, as_json)
         return
+    if apply_ or every is not None:
+        raise click.UsageError("--apply and --every go with --live")
     if source is None:
         raise click.UsageError("give --demand SOURCE (a workload to plan for) or --live (the cluster now)")
     if as_json:

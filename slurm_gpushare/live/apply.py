@@ -93,20 +93,23 @@ class LiveApply:
 
     # ---- observe --------------------------------------------------------------------------------
     def current_site(self):
-        """The policy the cluster runs now: the live policy when it exists, else the admin's."""
+        """The policy the cluster runs now, and its document: the live policy when it exists, else the admin's."""
         from ..policy import load_file
+        from ..policy.load import parse_yaml
 
-        return load_file(self.policy_file) if self.policy_file.is_file() else self.admin
+        path = self.policy_file if self.policy_file.is_file() else self.admin_policy
+        site = load_file(path) if path == self.policy_file else self.admin
+        return site, parse_yaml(path.read_text(encoding="utf-8"), path.name)
 
     def run_once(self) -> RunReport:
         plan_live, snapshot_from_client = self.planner.plan_live, self.planner.snapshot_from_client
         report = RunReport()
         now = self.clock()
-        site = self.current_site()
+        site, doc = self.current_site()
         state = self.store.read()
         locks = frozenset(r.node for r in self.reservations.locks())
         snap = snapshot_from_client(self.client, site, now, state.changes(), locks)
-        plan = plan_live(site, snap)
+        plan = plan_live(site, snap, doc)
         report.plan = plan
         gpu_jobs = gpu_jobs_by_node(snap)
         job_ends = {c.job: self.reservations.job_end(c.job) for c in state.in_flight().values() if c.job is not None}

@@ -277,7 +277,7 @@ class FakePlanner:
         self.seen.append(snap)
         return snap
 
-    def plan_live(self, site, snap):
+    def plan_live(self, site, snap, doc=None):
         return Plan(tuple(p for p in self.proposals if p.node not in snap.locked))
 
     @staticmethod
@@ -397,7 +397,7 @@ def test_a_node_locked_by_another_planner_is_left_alone(world):
     live, ctld, planner = world
     Reservations(ctld).create_lock(NODE, 600)  # the other planner
     planner.proposals = (P(NODE),)
-    planner.plan_live = lambda site, snap: Plan((P(NODE),))  # as if this run looked before the other locked
+    planner.plan_live = lambda site, snap, doc=None: Plan((P(NODE),))  # as if this run looked before the other locked
     report = live.run_once()
     assert any("another planner holds the node" in line for line in report.lines)
     assert live.store.read().current == {} and not ctld.jobs
@@ -409,7 +409,7 @@ def test_a_change_recorded_by_another_planner_after_the_snapshot_releases_the_ne
         state = live.store.read()
         state.put(change("done", locked_at=ctld.now - 100, ended_at=ctld.now - 10))
         live.store.write(state)
-    planner.plan_live = lambda site, snap: Plan((P(NODE),))  # the other planner's change, unseen by the planner
+    planner.plan_live = lambda site, snap, doc=None: Plan((P(NODE),))  # the other planner's change, unseen by the planner
     report = live.run_once()
     assert any("another planner recorded a change" in line for line in report.lines)
     assert not ctld.reservations and not ctld.jobs
