@@ -343,12 +343,13 @@ def _node(name, gres, state=("MIXED",), reason=""):
 
 
 class SqueueScontrol:
-    """A Runner answering `squeue --all --json` and `scontrol show node --json` (data_parser v0.0.42 shapes, as
-    in tests/data/slurm/recorded-24.11.5); anything else raises."""
+    """A Runner answering `squeue --all --json`, `scontrol show node --json` and `scontrol show reservation
+    --json` (data_parser v0.0.42 shapes, as in tests/data/slurm/recorded-24.11.5); anything else raises."""
 
-    def __init__(self, jobs, nodes):
+    def __init__(self, jobs, nodes, reservations=()):
         self.answers = {tuple(commands.SQUEUE_JSON): json.dumps({"jobs": jobs}),
-                        tuple(commands.NODES_JSON): json.dumps({"nodes": nodes})}
+                        tuple(commands.NODES_JSON): json.dumps({"nodes": nodes}),
+                        tuple(commands.RESERVATIONS_JSON): json.dumps({"reservations": list(reservations)})}
         self.calls = []
 
     def __call__(self, argv, *, input=None, timeout=60.0, check=True, env=None):
@@ -359,11 +360,11 @@ class SqueueScontrol:
         return Result(argv, 0, self.answers[argv], "")
 
 
-def cluster():
+def cluster(reservations=()):
     jobs = [_job(12, "RUNNING", T1, "m01", end=int(NOW + 200)), _job(13, "RUNNING", T1, "m01", end=int(NOW + 230))]
     jobs += [_job(100 + i, "PENDING", T3, reason="Resources") for i in range(9)]
     jobs.append(_job(99, "PENDING", "gpu:l40s", reason="Priority", age=60))
-    return SqueueScontrol(jobs, [_node("m01", "gpu:a100_40g_1g.5gb:7"), _node("e01", "gpu:l40s:2")])
+    return SqueueScontrol(jobs, [_node("m01", "gpu:a100_40g_1g.5gb:7"), _node("e01", "gpu:l40s:2")], reservations)
 
 
 def test_snapshot_from_the_client():
@@ -398,7 +399,8 @@ def test_plan_live_cli_prints_demand_proposals_and_held(tmp_path):
     assert "  gpu:l40s: 1 pending, 0 for >= 5 min" in out
     assert ("  9 jobs have waited 25 min for a100_40g_3g.20gb; m01 GPU 0 has 5 of 7 1g.5gb slices idle: relayout "
             "to 3g.20gb+3g.20gb lets 2 start; cost: jobs 12,13 must finish (ends in 4 min)") in out
-    assert set(runner.calls) == {tuple(commands.SQUEUE_JSON), tuple(commands.NODES_JSON)}  # reads, changes nothing
+    assert set(runner.calls) <= {tuple(commands.SQUEUE_JSON), tuple(commands.NODES_JSON),
+                                 tuple(commands.RESERVATIONS_JSON)}  # reads, changes nothing
 
     res = CliRunner().invoke(main, ["plan", "--live", "--json", "--policy", str(policy)],
                              obj={"runner": cluster(), "clock": lambda: NOW})
@@ -433,3 +435,18 @@ def test_plan_options_that_do_not_go_together(tmp_path, args, says):
     policy = write_policy(tmp_path, doc())
     res = CliRunner().invoke(main, ["plan", "--policy", str(policy), *args])
     assert res.exit_code == 2 and says in res.output
+
+
+def test_plan_live_cli_sees_a_relayout_lock(tmp_path):
+    """A gpushare-relayout-<node> reservation (another planner's lock, read by the apply side's read_state):
+    the node is under relayout, the report proposes nothing for it."""
+    d = doc()
+    d["node_groups"][0].update(nodes="m01", gpu={"model": "A100-SXM4-40GB", "count": 1},
+                               sharing=[{"gpus": 0, "mode": "mig", "layout": "all-1g.5gb"}])
+    policy = write_policy(tmp_path, d)
+    lock = {"name": "gpushare-relayout-m01", "node_list": "m01", "flags": ["MAINT", "IGNORE_JOBS"],
+            "start_time": _t(int(NOW - 60)), "end_time": _t(int(NOW + 4200)), "users": "root"}
+    res = CliRunner().invoke(main, ["plan", "--live", "--policy", str(policy)],
+                             obj={"runner": cluster([lock]), "clock": lambda: NOW})
+    assert res.exit_code == 0, res.output
+    assert "proposals:\n  none\n" in res.output and "held: m01: under relayout" in res.output
