@@ -477,3 +477,66 @@ def test_relayout_refuses_a_policy_the_node_hooks_do_not_follow(tmp_path):
                                     "--node-config", str(cfg)])
     assert res.exit_code == 1, res.output
     assert f"the node hooks follow {admin}, not --policy {other}" in res.output
+
+
+# ---- the real planner (planner/live.py) through the apply path ---------------------------------
+
+
+class FakeClient(CliClient):
+    """The Slurm client's reads from data (jobs, nodes); its changes (drain) go to the fake controller."""
+
+    def __init__(self, ctld, jobs, nodes):
+        super().__init__(ctld)
+        self._jobs, self._nodes = jobs, nodes
+
+    def jobs(self):
+        return list(self._jobs)
+
+    def nodes(self):
+        return list(self._nodes)
+
+
+def test_the_real_planner_proposes_and_the_apply_path_locks_relays_out_and_renders(tmp_path):
+    from slurm_gpushare.slurm.model import GresUse, Job, Node
+
+    raw = yaml.safe_load(admin_policy(tmp_path).read_text())
+    spare = {**raw["node_groups"][0], "name": "lab-mig3", "nodes": "lab-mig02",
+             "sharing": [{"gpus": 0, "mode": "mig", "layout": ["3g.20gb", "2g.10gb", "1g.5gb"]}]}
+    raw["node_groups"].append(spare)
+    for tier in raw["tiers"]:
+        tier["node_groups"] = ["lab-mig", "lab-mig3"]
+    raw["live"].update({"min_pending": 0, "max_wait": 600})
+    policy = tmp_path / "two.yaml"
+    policy.write_text(yaml.safe_dump(raw, sort_keys=False))
+    ctld = FakeCtld()
+    now = int(ctld.now)
+
+    def job(i, state, gres, node="", reason="None"):
+        alloc = {node: {gres: GresUse(1, (0,))}} if node else {}
+        return Job(i, None, None, f"j{i}", "carol", "biology", "batch", "normal", state, reason, node,
+                   {gres: 1}, alloc, now - 60, now + 100 if node else None, 100)
+
+    jobs = [job(1, "RUNNING", f"gpu:{'a100_40g_1g.5gb'}", NODE)] + [
+        job(i, "PENDING", "gpu:a100_40g_3g.20gb", reason="ReqNodeNotAvail") for i in (2, 3, 4)]
+
+    def mig_node(name, gres, state=("MIXED",), reason=""):
+        return Node(name, state, reason, gres, {}, (), (), 1, ("batch",), 8, 0, 16000, 0)
+
+    nodes = [mig_node(NODE, {"gpu:a100_40g_1g.5gb": 7}),
+             mig_node("lab-mig02", {"gpu:a100_40g_3g.20gb": 1, "gpu:a100_40g_2g.10gb": 1, "gpu:a100_40g_1g.5gb": 1},
+                      ("IDLE", "DRAIN"), "out for repair")]
+    live = LiveApply(policy, FakeClient(ctld, jobs, nodes), Reservations(ctld), clock=Clock(ctld))
+    first = live.run_once()
+    assert [p.node for p in first.plan.proposals] == [NODE], first.plan.report()
+    new = first.plan.proposals[0].new_layout
+    assert "3g.20gb" in new and lock_name(NODE) in ctld.reservations and not ctld.jobs
+    jobs[0] = job(1, "COMPLETED", "gpu:a100_40g_1g.5gb")  # the 1g job ended
+    live.client._jobs = jobs[1:]
+    ctld.now += 120
+    second = live.run_once()
+    assert not second.plan.proposals  # the node is locked: held, not proposed again
+    (relayout,) = ctld.jobs.values()
+    assert relayout.options["partition"] == "batch"
+    written = yaml.safe_load(live.policy_file.read_text())
+    assert written["node_groups"][0]["sharing"][-1]["layout"] == list(new)
+    assert "gpu:a100_40g_3g.20gb" in (tmp_path / "etc-slurm" / "slurm-gpushare.conf").read_text().split("NodeName=lab-mig01")[1].splitlines()[0]

@@ -1,0 +1,251 @@
+"""The live planner on real Slurm (24.11): `gpushare plan --live --apply` changes a MIG layout for the queue.
+
+Own compose project (GPUSHARE_LIVE_PROJECT, default "live") on the MIG part
+of etc/small-lab.yaml with two A100 nodes: lab-mig01 laid out all-1g.5gb,
+lab-mig02 laid out 3g.20gb+2g.10gb+1g.5gb and drained by the test ("out for
+repair": Slurm only takes a job whose GPU type some node has, so the 3g and
+1g types stay configured). ``live:`` is enabled with min_pending 0, a
+min_dwell longer than the module, max_wait 240 s. Always taken down
+(GPUSHARE_LIVE_KEEP=1 keeps it for debugging).
+
+The scenarios, in order (each starts from where the last left the cluster):
+
+1. a 1g job runs on lab-mig01 and three 3g jobs pend; two planner loops
+   (`--every 3`, two processes started at once) run in slurmctld: one takes
+   the lock (reservation gpushare-relayout-lab-mig01), the other finds it
+   held; when the 1g job has ended, the root job relayouts the node; the 3g
+   jobs run; every job COMPLETED 0:0, the 1g job's one record unchanged (never
+   requeued), exactly one relayout job; SIGTERM ends both loops. The relayout
+   job's elapsed time (drain, apply, reconfigure, re-registration, resume) is
+   printed: live.change_cost's evidence;
+2. demand alternating between 1g and 3g within min_dwell: no second change;
+3. min_dwell later (the state file's record moved back), a relayout that
+   fails (the MIG capability device files nvidia-modprobe would make are
+   missing): the node stays drained with the relayout's reason, the change is
+   recorded failed, and the next runs do not try again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.cluster.conftest import POLICY, own_cluster, wait_for
+
+PROJECT = os.environ.get("GPUSHARE_LIVE_PROJECT", "live")
+NODE, SPARE = "lab-mig01", "lab-mig02"
+FAKE = "/var/lib/gpushare/fake-nvml.json"
+T1G, T3G = "a100_40g_1g.5gb", "a100_40g_3g.20gb"
+STATE = "/etc/slurm/gpushare-live-state.json"
+LIVE = "/etc/slurm/gpushare-live.yaml"
+PLAN = ["gpushare", "plan", "--live", "--policy", "/etc/gpushare/policy.yaml"]
+LOCK = f"gpushare-relayout-{NODE}"
+MIN_DWELL = 1800
+
+# What the driver (nvidia-modprobe) provides on a real node: a device file for every GI and CI access capability
+# of GPU 0 (tests/cluster/test_node_runtime.py does the same before its relayout).
+MAKE_CAPS = f"""
+import os, re, stat
+major = os.major(os.stat('/dev/nvidia-caps/nvidia-cap66').st_rdev)
+for line in open('{FAKE}.mig-minors'):
+    m = re.fullmatch(r'gpu0/gi\\d+(/ci\\d+)?/access (\\d+)', line.strip())
+    path = m and f'/dev/nvidia-caps/nvidia-cap{{m[2]}}'
+    if path and not os.path.exists(path):
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, int(m[2])))
+"""
+# The node without them: every capability file the present gres include does not name goes.
+DROP_CAPS = """
+import os, re
+keep = set(re.findall(r'/dev/nvidia-caps/nvidia-cap\\d+', open('/etc/slurm/gres.d/gpushare-mig.conf').read()))
+for name in os.listdir('/dev/nvidia-caps'):
+    path = '/dev/nvidia-caps/' + name
+    if path not in keep and name not in ('nvidia-cap1', 'nvidia-cap2'):
+        os.unlink(path)
+"""
+
+
+def live_policy(path: Path) -> Path:
+    raw = yaml.safe_load(POLICY.read_text())
+    mig = next(g for g in raw["node_groups"] if g["name"] == "lab-mig")
+    spare = {**mig, "name": "lab-mig3", "nodes": SPARE,
+             "sharing": [{"gpus": 0, "mode": "mig", "layout": ["3g.20gb", "2g.10gb", "1g.5gb"]}]}
+    raw["node_groups"] = [mig, spare]
+    for tier in raw["tiers"]:
+        tier["node_groups"] = ["lab-mig", "lab-mig3"]
+    raw["submission"]["aliases"].pop("half", None)  # an mps alias, and no mps node is left
+    raw["billing"]["gpu_weights"] = {"A100-SXM4-40GB": 100}
+    raw["live"] = {"enabled": True, "min_pending": 0, "min_dwell": MIN_DWELL, "min_benefit_jobs": 1,
+                   "max_draining": 1, "max_wait": 240, "change_cost": 60}
+    text = "# small-lab.yaml, MIG nodes only, live planner on (tests/cluster/test_live_planner.py)\n"
+    path.write_text(text + yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def live_cluster():
+    yield from own_cluster("live", PROJECT, lambda work: live_policy(work / "live.yaml"), "GPUSHARE_LIVE_KEEP")
+
+
+# ---- helpers ----------------------------------------------------------------------------
+
+
+def submit(c, gres: str, seconds: int, user: str = "carol", account: str = "biology", limit: int = 1) -> int:
+    return c.sbatch(f"sleep {seconds}\necho done\n", user=user, account=account, output="/shared/live-%j.out",
+                    gres=f"gpu:{gres}:1", time=limit)
+
+
+def state(c) -> dict:
+    out = c.exec("slurmctld", ["bash", "-c", f"cat {STATE} 2>/dev/null || true"]).stdout
+    return json.loads(out) if out.strip() else {}
+
+
+def phase(c) -> str:
+    return state(c).get("current", {}).get(NODE, {}).get("phase", "")
+
+
+def relayout_jobs(c) -> list[dict]:
+    fields = ["JobID", "State", "ExitCode", "Start", "End", "ElapsedRaw"]
+    out = c.slurm(["sacct", "-a", "-X", "-n", "-P", f"--name={LOCK}", "-S", "now-1days", "-o", ",".join(fields)]).stdout
+    return [dict(zip(fields, line.split("|"))) for line in out.splitlines() if line.strip()]
+
+
+def locks(c) -> list[str]:
+    doc = json.loads(c.slurm(["scontrol", "show", "reservation", "--json"]).stdout)
+    return [r["name"] for r in doc.get("reservations", []) if r["name"].startswith("gpushare-relayout-")]
+
+
+def once(c) -> str:
+    res = c.slurm(PLAN + ["--apply"], timeout=120, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout
+
+
+def start_loop(c, tag: str) -> None:
+    c.compose("exec", "-d", "-T", "slurmctld", "bash", "-c",
+              f"echo $$ >/run/gpushare-live-{tag}.pid; exec {' '.join(PLAN)} --apply --every 3 "
+              f">>/var/log/gpushare-live-{tag}.log 2>&1", timeout=60)
+
+
+def stop_loop(c, tag: str) -> str:
+    c.slurm(["bash", "-c", f"kill -TERM $(cat /run/gpushare-live-{tag}.pid)"])
+    log = f"/var/log/gpushare-live-{tag}.log"
+    wait_for(f"planner {tag} to stop", lambda: "stopped" in c.slurm(["cat", log]).stdout, timeout=60)
+    return c.slurm(["cat", log]).stdout
+
+
+def node(c, name: str = NODE) -> dict:
+    return c.node_states()[name]
+
+
+# ---- the scenarios ----------------------------------------------------------------------
+
+
+def test_pending_3g_jobs_get_lab_mig01_relaid_out_when_its_1g_job_ends(live_cluster):
+    c = live_cluster
+    t0 = time.monotonic()
+    c.exec(NODE, ["python3", "-c", MAKE_CAPS])
+    c.scontrol("update", f"nodename={SPARE}", "state=drain", "reason=test: out for repair")
+    running = submit(c, T1G, 40, limit=2)
+    wait_for(f"job {running} running", lambda: c.job(running).get("JobState") == "RUNNING", timeout=90)
+    pending = [submit(c, T3G, 5, user=u, account=a)
+               for u, a in (("carol", "biology"), ("dave", "biology-imaging"), ("alice", "physics"))]
+    wait_for("the 3g jobs to pend", lambda: all(c.job(j).get("JobState") == "PENDING" for j in pending), timeout=60)
+    time.sleep(3)  # a scheduling pass gives them their reason
+    reasons = {j: c.job(j).get("Reason") for j in pending}
+    print("3g jobs pending:", reasons)
+    report = c.slurm(PLAN).stdout
+    print("gpushare plan --live:\n" + report)
+    assert LOCK not in locks(c)
+
+    # two planners at once, each its own process
+    start_loop(c, "a")
+    start_loop(c, "b")
+    wait_for("the lock", lambda: LOCK in locks(c), timeout=60)
+    assert c.job(running).get("JobState") == "RUNNING"  # the lock does not touch the running job
+    wait_for("the relayout to be done", lambda: phase(c) in ("done", "failed", "gave_up", "lost"), timeout=300, every=2)
+    record = state(c)["current"][NODE]
+    print("change record:", json.dumps(record, indent=1))
+    assert record["phase"] == "done", record
+    for j in pending:
+        r = c.wait(j, timeout=180)
+        assert (r["State"], r["ExitCode"]) == ("COMPLETED", "0:0"), r
+    logs = {tag: stop_loop(c, tag) for tag in ("a", "b")}
+    for tag, text in logs.items():
+        print(f"---- planner {tag} log (last lines) ----\n" + "\n".join(text.splitlines()[-25:]))
+
+    first = c.wait(running, timeout=60)
+    assert (first["State"], first["ExitCode"]) == ("COMPLETED", "0:0"), first
+    assert len(c.sacct(running, extra=["--duplicates"])) == 1  # one run: never requeued
+    jobs = relayout_jobs(c)
+    print("relayout jobs:", jobs)
+    assert len(jobs) == 1 and jobs[0]["State"] == "COMPLETED", jobs
+    assert not locks(c)
+    assert sum(state(c)["counts"].get(NODE, {}).values()) == 1
+    assert any("holds the node" in t or "under relayout" in t or "relayout already started" in t
+               for t in logs.values()), "neither planner saw the other's lock"
+    after = node(c)
+    print(f"{NODE} after: {after}")
+    assert T3G in after["gres"] and not after["flags"] & {"DRAIN", "INVAL", "DOWN"}
+    log = c.exec(NODE, ["bash", "-c", f"cat /var/log/slurm/{LOCK}-{jobs[0]['JobID']}.log"]).stdout
+    print(f"relayout job log:\n{log}")
+    assert f"node {NODE}: resumed" in log
+    print(f"CHANGE COST (relayout job elapsed: drain, MIG apply, gres include, scontrol reconfigure, "
+          f"re-registration, resume): {jobs[0]['ElapsedRaw']} s; scenario {time.monotonic() - t0:.0f} s")
+
+
+def test_demand_alternating_faster_than_min_dwell_changes_nothing_more(live_cluster):
+    c = live_cluster
+    layout = c.exec("slurmctld", ["grep", "-A3", f"nodes: {NODE}", LIVE], check=False).stdout
+    print(f"live policy, {NODE}:\n{layout}")
+    held = []
+    for gres in (T1G, T3G, T1G):
+        jobs = [submit(c, gres, 3, user=u, account=a) for u, a in (("carol", "biology"), ("alice", "physics"))]
+        time.sleep(2)
+        out = once(c)
+        held += [line for line in out.splitlines() if "min_dwell" in line]
+        for j in jobs:
+            c.slurm(["scancel", str(j)])
+    print("held back:", *held, sep="\n  ")
+    assert len(relayout_jobs(c)) == 1 and not locks(c)
+    assert state(c)["counts"] == {NODE: {"done": 1}}
+    if T1G not in node(c)["gres"]:  # the new layout has no 1g.5gb: the 1g demand wanted a change back
+        assert held, "1g jobs blocked, but no change held back by min_dwell"
+
+
+def test_a_failed_relayout_leaves_the_node_drained_and_is_not_retried(live_cluster):
+    c = live_cluster
+    c.exec(NODE, ["python3", "-c", DROP_CAPS])
+    # min_dwell later: the record of the last change moved back (the planner reads the time from there)
+    doc = state(c)
+    for key in ("locked_at", "submitted_at", "ended_at"):
+        doc["current"][NODE][key] -= MIN_DWELL + 60
+    c.exec("slurmctld", ["bash", "-c", f"cat >{STATE}.tmp && mv {STATE}.tmp {STATE}"], input=json.dumps(doc))
+    layout_now = node(c)["gres"]
+    wanted = T1G if T1G not in layout_now else T3G
+    jobs = [submit(c, wanted, 3, user=u, account=a, limit=1) for u, a in (("carol", "biology"), ("alice", "physics"))]
+    time.sleep(2)
+    print(once(c))
+    wait_for("the relayout job to end", lambda: len(relayout_jobs(c)) == 2 and relayout_jobs(c)[-1]["End"] != "Unknown",
+             timeout=240, every=2)
+    out = once(c)
+    print(out)
+    record = state(c)["current"][NODE]
+    print("change record:", json.dumps(record, indent=1))
+    assert record["phase"] == "failed", record
+    rec = node(c)
+    print(f"{NODE}: {rec}")
+    assert "DRAIN" in rec["flags"] and rec["reason"].startswith("gpushare relayout failed:"), rec
+    assert re.search(r"device files that do not exist", rec["reason"]), rec
+    assert not locks(c)
+    for _ in range(2):
+        print(once(c))
+    assert len(relayout_jobs(c)) == 2 and not locks(c)  # not tried again
+    assert state(c)["counts"] == {NODE: {"done": 1, "failed": 1}}
+    for j in jobs:
+        c.slurm(["scancel", str(j)])
