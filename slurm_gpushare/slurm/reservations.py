@@ -16,7 +16,8 @@ node whose jobs still run.
 The relayout itself runs on the node as a root batch job in that reservation
 (``submit_relayout``): its script is fixed text (``relayout_script``), every
 word of it checked (node name, absolute paths), and the job gets no
-environment from the planner (``--export=NONE``; the script sets its own PATH).
+environment from the planner (``--export=NIL``: SLURM_* only, and unlike NONE
+no login environment built on the node either; the script sets its own PATH).
 A job still running when its reservation ends is killed (after slurm.conf's
 ResvOverRun), so the reservation's duration covers the wait for GPU jobs
 and the relayout job's time limit.
@@ -184,8 +185,8 @@ class Reservations:
         """Submit the root relayout job into the node's lock; its job id."""
         name = lock_name(node)
         options = [f"--reservation={name}", f"--nodelist={node}", f"--job-name={name}",
-                   f"--output={check_path(log, 'relayout log', percent=True)}", "--export=NONE", f"--time={minutes(time_limit_s)}",
-                   "--nodes=1", "--ntasks=1"]
+                   f"--output={check_path(log, 'relayout log', percent=True)}", "--export=NIL",
+                   f"--time={minutes(time_limit_s)}", "--nodes=1", "--ntasks=1"]
         if partition is not None:
             options.append(f"--partition={check_node(partition)}")
         res = self._run(commands.sbatch(options), input=relayout_script(policy, node, node_config))
