@@ -208,6 +208,13 @@ def candidate_layouts(model: GpuModel) -> tuple[tuple[str, ...], ...]:
     return tuple(sorted(found, key=lambda lay: (len(lay), lay)))
 
 
+@lru_cache(maxsize=16)
+def _candidates(model: GpuModel) -> tuple[tuple[tuple[str, ...], Counter, Counter], ...]:
+    """(layout, profiles counted, 'gpu:<type>' counted) of every candidate layout of the model."""
+    return tuple((lay, Counter(lay), Counter(f"gpu:{model.mig_slurm_type(p)}" for p in lay))
+                 for lay in candidate_layouts(model))
+
+
 # ---- the decision -----------------------------------------------------------------------------
 
 @dataclass
@@ -238,8 +245,14 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
     for r in snap.running:
         running_on.setdefault(r.node, []).append(r)
 
+    tier_sets = {n: frozenset(t) for n, t in tiers_of.items()}
+    partitions: dict[str, frozenset[str]] = {}
+
     def serves(node: str, job: PendingJob) -> bool:
-        return bool(set(job.partition.split(",")) & set(tiers_of.get(node, ())))
+        parts = partitions.get(job.partition)
+        if parts is None:
+            parts = partitions[job.partition] = frozenset(job.partition.split(","))
+        return not parts.isdisjoint(tier_sets.get(node, ()))
 
     # what is idle now on nodes that start jobs
     free: dict[str, Counter] = {}
@@ -253,10 +266,11 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
     blocked: list[PendingJob] = []
     idle_now = Counter()
     left = {n: Counter(free[n]) for n in startable}
+    order = sorted(startable)
     for job in counted:
         if job.gres not in types:
             continue
-        spot = next((n for n in sorted(startable) if serves(n, job) and left[n][job.gres] >= job.count), None)
+        spot = next((n for n in order if left[n][job.gres] >= job.count and serves(n, job)), None)
         if spot is None:
             blocked.append(job)
         else:
@@ -289,12 +303,14 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
             held.append(Held(name, -1, (), why))
         else:
             todo.append(name)
+    cache: dict[str, _Best | None] = {}  # scores stay good until a proposal takes jobs out of `blocked`
     while todo and blocked:
         scored = []
         for name in todo:
-            best = _best_change(site, doc, name, [j for j in blocked if serves(name, j)], valid, refused)
-            if best is not None:
-                scored.append((best, name))
+            if name not in cache:
+                cache[name] = _best_change(site, doc, name, [j for j in blocked if serves(name, j)], valid, refused)
+            if cache[name] is not None:
+                scored.append((cache[name], name))
         if not scored:
             break
         scored.sort(key=lambda bn: (-bn[0].benefit, _ready(snap.now, running_on.get(bn[1], [])), -bn[0].wait, bn[1]))
@@ -305,7 +321,9 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
             held.append(Held(name, best.gpu, best.new, why))
             continue
         draining.update(tiers_of[name])
-        blocked = [j for j in blocked if j not in best.new_served]
+        taken = {j.job_id for j in best.new_served}
+        blocked = [j for j in blocked if j.job_id not in taken]
+        cache.clear()
         proposals.append(_proposal(site, snap, name, best, must_finish, ready_in, free.get(name, Counter()),
                                    counted, types))
     chosen = {p.node: p.benefit for p in proposals}
@@ -337,11 +355,11 @@ def _limits(site, snap, name, best, running, tiers, draining) -> tuple[str, tupl
                 must_finish, 0.0)
     unknown = sorted({r.job_id for r in running if r.end_time is None})
     if unknown:
-        return (f"job(s) {_ids(unknown)} on the node have no end time (no time limit?): cannot bound the wait",
+        return (f"job(s) {_ids(unknown, 8)} on the node have no end time (no time limit?): cannot bound the wait",
                 must_finish, 0.0)
     ready_in = _ready(snap.now, running)
     if ready_in > live.max_wait:
-        return (f"job(s) {_ids(must_finish)} must finish first, the last in {_mins_up(ready_in)}; max_wait is "
+        return (f"job(s) {_ids(must_finish, 8)} must finish first, the last in {_mins_up(ready_in)}; max_wait is "
                 f"{_mins(live.max_wait)}", must_finish, ready_in)
     full = [t for t in tiers if draining[t] >= live.max_draining]
     if full:
@@ -371,21 +389,31 @@ def _best_change(site: Site, doc: dict, name: str, jobs: list[PendingJob], valid
         return None
     group = site.group_for_node(name)
     base = _caps(site, name)
-    before = _serve(base, jobs)
+    by_type: dict[str, list[PendingJob]] = {}
+    for job in jobs:
+        by_type.setdefault(job.gres, []).append(job)
+    before = {t: _serve_type(base[t], js) for t, js in by_type.items()}
     scored = []
     for slot in group.slots("mig"):
         old = Counter(f"gpu:{t}" for t in slot.mig_types())
-        for layout in candidate_layouts(slot.model):
-            if Counter(layout) == Counter(slot.layout):
+        old_profiles = Counter(slot.layout)
+        for layout, profiles, types in _candidates(slot.model):
+            if profiles == old_profiles:
                 continue
-            caps = base - old + Counter(f"gpu:{slot.model.mig_slurm_type(p)}" for p in layout)
-            after = _serve(caps, jobs)
-            benefit = len(after) - len(before)
+            gained, dropped = [], []
+            for t, js in by_type.items():  # each type's jobs start on that type's instances alone
+                cap = base[t] - old[t] + types[t]
+                if cap == base[t]:
+                    continue
+                after = _serve_type(cap, js)
+                was = {j.job_id for j in before[t]}
+                now_ids = {j.job_id for j in after}
+                gained += [j for j in after if j.job_id not in was]
+                dropped += [j for j in before[t] if j.job_id not in now_ids]
+            benefit = len(gained) - len(dropped)
             if benefit <= 0:
                 continue
-            gained = [j for j in after if j not in before]
-            dropped = [j for j in before if j not in after]
-            moved = sum(((Counter(layout) - Counter(slot.layout)) + (Counter(slot.layout) - Counter(layout))).values())
+            moved = sum(((profiles - old_profiles) + (old_profiles - profiles)).values())
             wait = sum(j.age_s for j in gained) - sum(j.age_s for j in dropped)
             scored.append(((-benefit, -wait, moved, slot.index, layout),
                            _Best(slot.index, slot.layout, layout, gained, dropped, benefit, wait)))
@@ -404,6 +432,18 @@ def _best_change(site: Site, doc: dict, name: str, jobs: list[PendingJob], valid
             return best
         refused.setdefault(name, (best, valid[key]))
     return None
+
+
+def _serve_type(cap: int, jobs: list[PendingJob]) -> list[PendingJob]:
+    """``_serve`` for jobs of one type on ``cap`` instances of it."""
+    out = []
+    for job in jobs:
+        if cap <= 0:
+            break
+        if job.count <= cap:
+            cap -= job.count
+            out.append(job)
+    return out
 
 
 def _ready(now: float, running: list[RunningJob]) -> float:
@@ -445,8 +485,12 @@ def _proposal(site, snap, name, best: _Best, must_finish, ready_in, free: Counte
     if best.dropped:
         lets += f" ({len(best.dropped)} pending that the present layout would start wait longer)"
     if must_finish:
-        when = f"ends in {_mins_up(ready_in)}" if ready_in > 0 else "at its time limit now"
-        first = f"job{'s' if len(must_finish) > 1 else ''} {_ids(must_finish)} must finish ({when})"
+        many = len(must_finish) > 1
+        if ready_in > 0:
+            when = f"{'the last ' if many else ''}ends in {_mins_up(ready_in)}"
+        else:
+            when = f"at {'their' if many else 'its'} time limit now"
+        first = f"job{'s' if many else ''} {_ids(must_finish, 8)} must finish ({when})"
     else:
         first = "no GPU job on the node"
     line = (f"{len(waiting)} job{'s have' if len(waiting) != 1 else ' has'} waited {_mins(oldest)} for {main}; "
@@ -569,7 +613,10 @@ def _mins_up(seconds: float) -> str:
     return f"{math.ceil(seconds / 60)} min"
 
 
-def _ids(ids) -> str:
+def _ids(ids, most: int | None = None) -> str:
+    ids = list(ids)
+    if most is not None and len(ids) > most:
+        return ",".join(str(i) for i in ids[:most - 1]) + f" and {len(ids) - most + 1} more"
     return ",".join(str(i) for i in ids)
 
 

@@ -87,7 +87,7 @@ def test_3g_jobs_pending_on_a_7x1g_node_relayout_once_its_1g_jobs_end():
     assert p.starts == {"a100_40g_3g.20gb": 2} and p.benefit == 2
     assert p.must_finish == (12, 13) and p.ready_in_s == 230 and p.cost_s == 230 + 120
     assert p.line == ("9 jobs have waited 25 min for a100_40g_3g.20gb; m01 GPU 0 has 5 of 7 1g.5gb slices idle: "
-                      "relayout to 3g.20gb+3g.20gb lets 2 start; cost: jobs 12,13 must finish (ends in 4 min) "
+                      "relayout to 3g.20gb+3g.20gb lets 2 start; cost: jobs 12,13 must finish (the last ends in 4 min) "
                       "+ 2 min drain and re-registration")
     assert any(line.startswith("a100_40g_3g.20gb: 9 pending, 9 for >= 5 min") and "9 blocked" in line
                for line in plan.demand)
@@ -99,7 +99,7 @@ def test_a_node_without_gpu_jobs_costs_only_the_change():
     assert p.must_finish == () and p.ready_in_s == 0 and p.cost_s == 120
     assert "cost: no GPU job on the node + 2 min drain" in p.line and "has 7 idle 1g.5gb slices" in p.line
     (p,) = plan_live(one_node(), snap(pending(2), RUNNING_1G, now=NOW + 300)).proposals  # past their limits
-    assert p.ready_in_s == 0 and "jobs 12,13 must finish (at its time limit now)" in p.line
+    assert p.ready_in_s == 0 and "jobs 12,13 must finish (at their time limit now)" in p.line
 
 
 def test_jobs_that_fit_idle_instances_now_are_left_to_slurm():
@@ -398,7 +398,7 @@ def test_plan_live_cli_prints_demand_proposals_and_held(tmp_path):
     assert "  a100_40g_3g.20gb: 9 pending, 9 for >= 5 min for resources (oldest 25 min); 0 fit idle" in out
     assert "  gpu:l40s: 1 pending, 0 for >= 5 min" in out
     assert ("  9 jobs have waited 25 min for a100_40g_3g.20gb; m01 GPU 0 has 5 of 7 1g.5gb slices idle: relayout "
-            "to 3g.20gb+3g.20gb lets 2 start; cost: jobs 12,13 must finish (ends in 4 min)") in out
+            "to 3g.20gb+3g.20gb lets 2 start; cost: jobs 12,13 must finish (the last ends in 4 min)") in out
     assert set(runner.calls) <= {tuple(commands.SQUEUE_JSON), tuple(commands.NODES_JSON),
                                  tuple(commands.RESERVATIONS_JSON)}  # reads, changes nothing
 
