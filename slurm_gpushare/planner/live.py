@@ -236,7 +236,6 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
     valid: dict = {}
     refused: dict = {}
     types = mig_types(site)
-    now = snap.now
     counted = [p for p in snap.pending if p.reason.startswith(COUNTED_REASONS) and p.age_s >= live.min_pending]
     counted.sort(key=lambda p: (-p.priority, -p.age_s, p.job_id))
     tiers_of = {n: tuple(t.name for t in site.tiers if any(n in g.nodes for g in t.groups))
@@ -327,10 +326,9 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
         proposals.append(_proposal(site, snap, name, best, must_finish, ready_in, free.get(name, Counter()),
                                    counted, types))
     chosen = {p.node: p.benefit for p in proposals}
-    for h in held:
-        chosen.setdefault(h.node, 0)
+    already = {h.node for h in held}  # held for another reason: that reason is the one to read
     for name, (best, why) in sorted(refused.items()):
-        if best.benefit > chosen.get(name, 0):
+        if name not in already and best.benefit > chosen.get(name, 0):
             held.append(Held(name, best.gpu, best.new, f"would let {best.benefit} pending job(s) start, but the "
                                                         f"policy refuses the layout: {why}"))
     return LivePlan(tuple(proposals), tuple(held), tuple(demand))
