@@ -36,6 +36,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from slurm_gpushare.slurm.reservations import LockHeld, Reservations
 from tests.cluster.conftest import POLICY, own_cluster, wait_for
 
 PROJECT = os.environ.get("GPUSHARE_LIVE_PROJECT", "live")
@@ -168,6 +169,9 @@ def test_pending_3g_jobs_get_lab_mig01_relaid_out_when_its_1g_job_ends(live_clus
     start_loop(c, "b")
     wait_for("the lock", lambda: LOCK in locks(c), timeout=60)
     assert c.job(running).get("JobState") == "RUNNING"  # the lock does not touch the running job
+    # a third would-be holder: Slurm 24.11 refuses the same name ("Duplicate reservation name"), read as LockHeld
+    with pytest.raises(LockHeld):
+        Reservations(c.slurm_runner()).create_lock(NODE, 60)
     wait_for("the relayout to be done", lambda: phase(c) in ("done", "failed", "gave_up", "lost"), timeout=300, every=2)
     record = state(c)["current"][NODE]
     print("change record:", json.dumps(record, indent=1))
