@@ -30,7 +30,7 @@ def test_minimal_policy_is_valid(policy):
 
 def test_unknown_top_level_key_lists_allowed(policy):
     policy["clustr"] = {}
-    one(policy, "clustr", "unknown key; allowed here: billing, cluster, gpu_models, node_groups")
+    one(policy, "clustr", "unknown key; allowed here: billing, cluster, gpu_models, live, node_groups")
 
 
 def test_unknown_nested_key_lists_allowed(policy):
