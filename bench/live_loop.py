@@ -35,8 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from slurm_gpushare.planner import livesim  # noqa: E402
-from slurm_gpushare.planner.trace import load_pod_times, load_pods  # noqa: E402
+from slurm_gpushare.planner import livesim
+from slurm_gpushare.planner.trace import load_pod_times, load_pods
 
 TRACE = Path("/work/shared/data/gpu-trace/openb_pod_list_default.csv")
 if not TRACE.exists():
@@ -103,11 +103,11 @@ def main() -> None:
     rows: dict[str, list[livesim.SimResult]] = {"static": [], **{name: [] for name in docs}}
     for seed in a.seeds:
         jobs = livesim.trace_jobs(pool, phases, gpus, seed)
-        for name in rows:
+        for name, results in rows.items():
             t = time.perf_counter()
             r = livesim.simulate(docs.get(name, doc), jobs, horizon=horizon, live=name != "static",
                                  interval=a.interval, name=name)
-            rows[name].append(r)
+            results.append(r)
             print(f"seed {seed}, {time.perf_counter() - t:.1f} s: {livesim.summary_line(r)}; "
                   f"pending mean by phase " + ", ".join(f"{phases[k].name}{k + 1} {v:.0f} s"
                                                         for k, v in r.pending_by_phase.items()), flush=True)

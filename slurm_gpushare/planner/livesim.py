@@ -1,7 +1,7 @@
 """The live planner's loop in a simulator with departures: a static MIG layout against `plan_live`. Pure.
 
-(Pure apart from ``trace_jobs``' callers reading the trace through ``trace``.) Every node is an
-A100-SXM4-40GB MIG node of one policy document; the site, the live limits (the policy's ``live:``
+Data in (a policy document, jobs; ``trace_pool`` takes pods and times the caller read with ``trace``),
+figures out. Every node is an A100-SXM4-40GB MIG node of one policy document; the site, the live limits (the policy's ``live:``
 section) and the layouts come from that document, and every change goes through the product's
 ``live.with_layout`` and ``policy.build_site``, so the planner that decides is the product's own.
 
@@ -145,7 +145,7 @@ def product_planner() -> tuple[Callable, Callable]:
 
 # ---- the simulator ---------------------------------------------------------------------------------------------
 
-_ARRIVE, _END, _TICK, _DONE = 1, 0, 3, 2  # at one time: departures, then relayouts done, arrivals, the loop
+_ARRIVE, _END, _TICK, _DONE = 1, 0, 3, 2  # at one time: departures, arrivals, relayouts done, then the loop
 
 
 class LiveSim:
@@ -363,8 +363,7 @@ class LiveSim:
     # -- figures ----------------------------------------------------------------------------------------------
     def _result(self) -> SimResult:
         arrived = [j for j in self.jobs.values() if j.submit < self.horizon]
-        waits = {j.job_id: (self.start[j.job_id] if j.job_id in self.start else self.horizon) - j.submit
-                 for j in arrived}
+        waits = {j.job_id: self.start.get(j.job_id, self.horizon) - j.submit for j in arrived}
         w = np.array(list(waits.values()), dtype=float) if waits else np.zeros(1)
         by_prof: dict[str, list[float]] = {}
         by_phase: dict[int, list[float]] = {}

@@ -3,6 +3,8 @@ min_dwell, and the trace arrivals. Small hand-built cases; the live runs use the
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from slurm_gpushare.planner import livesim
@@ -91,7 +93,7 @@ def test_min_dwell_limits_changes_of_a_node():
                     live=True, interval=300)
     times = [t for t, *_ in slow.changes]
     assert slow.relayouts >= 2  # the demand does move the planner
-    assert all(b - a >= 3600 for a, b in zip(times, times[1:]))
+    assert all(b - a >= 3600 for a, b in itertools.pairwise(times))
     assert slow.relayouts <= hours  # at most one change per min_dwell
     assert fast.relayouts > slow.relayouts  # without the dwell the same demand changes the node more often
 
@@ -133,7 +135,7 @@ def test_trace_jobs_are_seeded_and_follow_the_phase_mix():
     first = [j for j in a if j.phase == 0]
     second = [j for j in a if j.phase == 1]
     assert all(j.submit < 7200 for j in first) and all(7200 <= j.submit < 14400 for j in second)
-    share = lambda js: sum(j.profile == "3g.20gb" for j in js) / len(js)  # noqa: E731
+    share = lambda js: sum(j.profile == "3g.20gb" for j in js) / len(js)
     assert share(first) < 0.3 and share(second) > 0.7
     assert {j.duration for j in a if j.profile == "3g.20gb"} == {1200.0}  # the unknown runtime drawn from the known
 
