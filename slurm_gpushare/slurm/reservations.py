@@ -41,6 +41,7 @@ PREFIX = "gpushare-relayout-"
 NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 SAFE_PATH_WORD = re.compile(r"^/[A-Za-z0-9_./+-]+$")
 SCRIPT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+RELAYOUT_QOS = "normal"
 DUPLICATE = "Duplicate reservation name"  # slurm_errno.c ESLURM_RESERVATION_NAME_DUP (24.11)
 INVALID = "Requested reservation is invalid"  # ESLURM_RESERVATION_INVALID: delete of a name that does not exist
 # sacct states of a job that has ended (sacct's base state, the first word)
@@ -181,12 +182,14 @@ class Reservations:
 
     # ---- the relayout job ---------------------------------------------------------------------
     def submit_relayout(self, node: str, policy: str, *, log: str, time_limit_s: float, partition: str | None = None,
-                        node_config: str | None = None) -> int:
-        """Submit the root relayout job into the node's lock; its job id."""
+                        node_config: str | None = None, qos: str = RELAYOUT_QOS) -> int:
+        """Submit the root relayout job into the node's lock; its job id. ``qos``: named, so job_submit.lua does not
+        give the job its tier's QOS, which root's association need not have ("Invalid qos specification", seen
+        on the test cluster); 'normal' is the QOS slurmdbd creates with every cluster."""
         name = lock_name(node)
         options = [f"--reservation={name}", f"--nodelist={node}", f"--job-name={name}",
                    f"--output={check_path(log, 'relayout log', percent=True)}", "--export=NIL",
-                   f"--time={minutes(time_limit_s)}", "--nodes=1", "--ntasks=1"]
+                   f"--time={minutes(time_limit_s)}", "--nodes=1", "--ntasks=1", f"--qos={check_node(qos)}"]
         if partition is not None:
             options.append(f"--partition={check_node(partition)}")
         res = self._run(commands.sbatch(options), input=relayout_script(policy, node, node_config))

@@ -79,7 +79,8 @@ def test_relayout_job_is_a_fixed_script_in_the_lock_with_no_environment():
     fake = ctld.jobs[job]
     assert fake.options == {"reservation": "gpushare-relayout-lab-mig01", "nodelist": NODE,
                             "job-name": "gpushare-relayout-lab-mig01", "output": "/var/log/slurm/relayout-%j.log",
-                            "export": "NIL", "time": "22", "nodes": "1", "ntasks": "1", "partition": "batch"}
+                            "export": "NIL", "time": "22", "nodes": "1", "ntasks": "1", "partition": "batch",
+                            "qos": "normal"}
     lines = fake.script.splitlines()
     assert lines[0] == "#!/bin/sh"
     assert lines[-1] == ("exec gpushare node relayout --policy /etc/slurm/gpushare-live.yaml --node lab-mig01 "
