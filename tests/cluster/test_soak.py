@@ -124,6 +124,16 @@ def kill_a_prolog(c: TestCluster, node: str, seconds: float = 60) -> bool:
     return c.exec(node, ["python3", "-c", probe], check=False, timeout=seconds + 30).returncode == 0
 
 
+def print_stuck_nodes(c) -> None:
+    """What a failed wait needs to be understood: each node's state and reason, and for a node that is not
+    idle, what its slurmd logged about health checks, prologs and epilogs, and the health check's heal record."""
+    for node, s in sorted(c.node_states().items()):
+        print(f"soak: {node} {s['state']} reason={s['reason']!r}")
+        if s["base"] != "IDLE" or s["flags"]:
+            print(node_shell(c, node, "grep -iE 'health|prolog|epilog|error|drain' /var/log/slurm/slurmd.log | tail -n 25; "
+                                      f"cat {STATE}/health-heals 2>/dev/null", check=False).stdout)
+
+
 def test_soak_with_faults_heals_without_a_hand(soak_cluster):
     c = soak_cluster
     start = time.monotonic()
@@ -157,9 +167,13 @@ def test_soak_with_faults_heals_without_a_hand(soak_cluster):
     wait_for("the queue to drain", lambda: not any("soak-" in line for line in queue(c)), 1800, every=5)
     drained = time.monotonic()
     # no command by hand: the health check resumes what Slurm drained after the killed prolog
-    wait_for("every node idle and not drained", lambda: all(
-        s["base"] == "IDLE" and not any(f.startswith(("DRAIN", "DOWN", "FAIL")) for f in s["flags"])
-        for s in c.node_states().values()), 180, every=3)
+    try:
+        wait_for("every node idle and not drained", lambda: all(
+            s["base"] == "IDLE" and not any(f.startswith(("DRAIN", "DOWN", "FAIL")) for f in s["flags"])
+            for s in c.node_states().values()), 180, every=3)
+    except AssertionError:
+        print_stuck_nodes(c)
+        raise
 
     out = c.slurm(["sacct", "-X", "-n", "-P", "-S", "now-1days", "-E", "now+1days", "-o", "JobID,JobName,State,Restarts"]).stdout
     finals: dict[str, dict[str, int]] = {}
