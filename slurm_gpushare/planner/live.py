@@ -12,11 +12,16 @@ The decision, per node with MIG GPUs:
   priority order, those that fit idle instances of their type on an
   available node of their partition now are left to Slurm; the others are
   *blocked*;
-- for each MIG GPU of the node, every maximal layout of the catalogue
-  (``candidate_layouts``) is scored by how many blocked jobs the whole node
-  would start with it (the node's GPU jobs must all end first: Slurm 24.11
-  requeues every job holding GRES on a node whose GRES count changes), minus
-  how many the node's present layout would start once drained anyway;
+- the node's MIG GPUs get their layouts together, in one drain (the node's
+  GPU jobs must all end first: Slurm 24.11 requeues every job holding GRES on
+  a node whose GRES count changes, so one drain should pay for every GPU
+  that should change): GPU by GPU (greedy, in index order), every maximal
+  layout of the catalogue (``candidate_layouts``) is scored by how many
+  blocked jobs the whole node would start with it and the layouts already
+  chosen for the GPUs before it, and replaces the GPU's layout only when it
+  starts more than keeping it; the change's benefit is what the node starts
+  with all its new layouts, minus what its present layouts would start once
+  drained anyway;
 - the best change of the node is proposed, or held with the limit that stops
   it: the node under relayout or drained/down by someone else, Slurm's GRES
   not the policy's, ``min_benefit_jobs``, ``min_dwell`` since the node's last
@@ -102,6 +107,14 @@ class Proposal:
     cost_s: float
     benefit: float  # pending jobs the change lets start, less those the present layout would start
     line: str
+    # every GPU the change relayouts, in one drain: (gpu, old layout, new layout), in GPU order; gpu,
+    # old_layout and new_layout above are the first of them
+    changes: tuple[tuple[int, tuple[str, ...], tuple[str, ...]], ...] = ()
+
+    @property
+    def layouts(self) -> dict[int, tuple[str, ...]]:
+        """gpu -> new layout of every GPU the change relayouts (``with_layouts``' argument)."""
+        return {g: tuple(new) for g, _old, new in self.changes} or {self.gpu: tuple(self.new_layout)}
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -113,10 +126,14 @@ class Held:
     gpu: int
     new_layout: tuple[str, ...]
     why: str
+    changes: tuple[tuple[int, tuple[str, ...], tuple[str, ...]], ...] = ()  # as Proposal.changes
 
     @property
     def line(self) -> str:
-        to = f" GPU {self.gpu} to {'+'.join(self.new_layout)}" if self.new_layout else ""
+        if len(self.changes) > 1:
+            to = " " + _to_text(self.changes)
+        else:
+            to = f" GPU {self.gpu} to {'+'.join(self.new_layout)}" if self.new_layout else ""
         return f"held: {self.node}{to}: {self.why}"
 
     def to_dict(self) -> dict:
@@ -219,13 +236,23 @@ def _candidates(model: GpuModel) -> tuple[tuple[tuple[str, ...], Counter, Counte
 
 @dataclass
 class _Best:
-    gpu: int
-    old: tuple[str, ...]
-    new: tuple[str, ...]
+    changes: tuple[tuple[int, tuple[str, ...], tuple[str, ...]], ...]  # (gpu, old, new) of every changed GPU
     new_served: list[PendingJob]
     dropped: list[PendingJob]
     benefit: int
     wait: float
+
+    @property
+    def gpu(self) -> int:
+        return self.changes[0][0]
+
+    @property
+    def old(self) -> tuple[str, ...]:
+        return self.changes[0][1]
+
+    @property
+    def new(self) -> tuple[str, ...]:
+        return self.changes[0][2]
 
 
 def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
@@ -317,7 +344,7 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
         todo.remove(name)
         why, must_finish, ready_in = _limits(site, snap, name, best, running_on.get(name, []), tiers_of[name], draining)
         if why:
-            held.append(Held(name, best.gpu, best.new, why))
+            held.append(Held(name, best.gpu, best.new, why, best.changes))
             continue
         draining.update(tiers_of[name])
         taken = {j.job_id for j in best.new_served}
@@ -330,7 +357,7 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
     for name, (best, why) in sorted(refused.items()):
         if name not in already and best.benefit > chosen.get(name, 0):
             held.append(Held(name, best.gpu, best.new, f"would let {best.benefit} pending job(s) start, but the "
-                                                        f"policy refuses the layout: {why}"))
+                                                        f"policy refuses the layout: {why}", best.changes))
     return LivePlan(tuple(proposals), tuple(held), tuple(demand))
 
 
@@ -380,56 +407,97 @@ def _mismatch(site: Site, name: str, view: NodeView | None) -> str:
 
 def _best_change(site: Site, doc: dict, name: str, jobs: list[PendingJob], valid: dict,
                  refused: dict) -> _Best | None:
-    """The MIG GPU of the node and the catalogue layout for it that starts the most of ``jobs`` (net), among the
-    layouts the policy accepts (``with_layout`` validates: an alias or tier type the site names must stay).
-    ``refused[name]``: the best layout the policy refused, and why (when it beats the one returned)."""
+    """The node's new MIG layouts that start the most of ``jobs`` (net), chosen together for one drain, among the
+    sets of layouts the policy accepts (``with_layouts`` validates the node's whole set: an alias or tier type the
+    site names must stay). GPU by GPU in index order (greedy): the catalogue layout that, with the layouts chosen
+    for the GPUs before it, starts the most jobs on the node replaces the GPU's layout when it starts more than
+    keeping it (ties: the older jobs, then the smaller change, then the catalogue's order). ``refused[name]``:
+    the set chosen without the policy's check, and why the policy refuses it (when it does)."""
     if not jobs:
         return None
-    group = site.group_for_node(name)
-    base = _caps(site, name)
     by_type: dict[str, list[PendingJob]] = {}
     for job in jobs:
         by_type.setdefault(job.gres, []).append(job)
-    before = {t: _serve_type(base[t], js) for t, js in by_type.items()}
-    scored = []
-    for slot in group.slots("mig"):
+    base = _caps(site, name)
+    slots = site.group_for_node(name).slots("mig")
+    plain = _choose(slots, base, by_type, None)
+    refused.pop(name, None)
+    if plain is None:
+        return None
+    why = _refusal(doc, name, plain.changes, valid)
+    if not why:
+        return plain
+    refused[name] = (plain, why)
+    return _choose(slots, base, by_type, lambda changes: not _refusal(doc, name, changes, valid))
+
+
+def _refusal(doc: dict, name: str, changes, valid: dict) -> str:
+    """Why the policy refuses these layouts of the node ('' when it accepts them); cached in ``valid``."""
+    key = (name, tuple((g, new) for g, _old, new in changes))
+    if key not in valid:
+        try:
+            with_layouts(doc, name, {g: new for g, _old, new in changes})
+            valid[key] = ""
+        except PolicyError as exc:
+            valid[key] = "; ".join(f"{p.path}: {p.message}" if p.path else p.message for p in exc.problems[:2])
+        except ValueError as exc:
+            valid[key] = str(exc)
+    return valid[key]
+
+
+def _choose(slots, base: Counter, by_type: dict[str, list[PendingJob]], accept) -> _Best | None:
+    """The greedy choice of ``_best_change``; ``accept(changes)`` (when given) must accept the set chosen so far
+    with each GPU's new layout, else the GPU's next best layout is tried, else the GPU keeps its layout."""
+    memo: dict[tuple[str, int], tuple[int, float]] = {}
+
+    def served(t: str, cap: int) -> tuple[int, float]:
+        got = memo.get((t, cap))
+        if got is None:
+            js = _serve_type(cap, by_type[t])
+            got = memo[(t, cap)] = (len(js), sum(j.age_s for j in js))
+        return got
+
+    caps = Counter(base)
+    changes: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = []
+    for slot in slots:
         old = Counter(f"gpu:{t}" for t in slot.mig_types())
         old_profiles = Counter(slot.layout)
+        keep = [served(t, caps[t]) for t in by_type]
+        keep_n = sum(n for n, _ in keep)
+        scored = []
         for layout, profiles, types in _candidates(slot.model):
             if profiles == old_profiles:
                 continue
-            gained, dropped = [], []
-            for t, js in by_type.items():  # each type's jobs start on that type's instances alone
-                cap = base[t] - old[t] + types[t]
-                if cap == base[t]:
-                    continue
-                after = _serve_type(cap, js)
-                was = {j.job_id for j in before[t]}
-                now_ids = {j.job_id for j in after}
-                gained += [j for j in after if j.job_id not in was]
-                dropped += [j for j in before[t] if j.job_id not in now_ids]
-            benefit = len(gained) - len(dropped)
-            if benefit <= 0:
+            n = wait = 0
+            for t in by_type:
+                k, w = served(t, caps[t] - old[t] + types[t])
+                n += k
+                wait += w
+            if n <= keep_n:
                 continue
             moved = sum(((profiles - old_profiles) + (old_profiles - profiles)).values())
-            wait = sum(j.age_s for j in gained) - sum(j.age_s for j in dropped)
-            scored.append(((-benefit, -wait, moved, slot.index, layout),
-                           _Best(slot.index, slot.layout, layout, gained, dropped, benefit, wait)))
-    refused.pop(name, None)
-    for _key, best in sorted(scored, key=lambda kb: kb[0]):
-        key = (name, best.gpu, best.new)
-        if key not in valid:
-            try:
-                with_layout(doc, name, best.gpu, best.new)
-                valid[key] = ""
-            except PolicyError as exc:
-                valid[key] = "; ".join(f"{p.path}: {p.message}" if p.path else p.message for p in exc.problems[:2])
-            except ValueError as exc:
-                valid[key] = str(exc)
-        if not valid[key]:
-            return best
-        refused.setdefault(name, (best, valid[key]))
-    return None
+            scored.append(((-n, -wait, moved, layout), layout, types))
+        for _key, layout, types in sorted(scored, key=lambda s: s[0]):
+            change = (slot.index, tuple(slot.layout), tuple(layout))
+            if accept is None or accept(tuple(changes) + (change,)):
+                changes.append(change)
+                caps = caps - old + types
+                break
+    if not changes:
+        return None
+    gained, dropped, wait = [], [], 0.0
+    for t, js in by_type.items():
+        before = _serve_type(base[t], js)
+        after = _serve_type(caps[t], js)
+        was = {j.job_id for j in before}
+        now_ids = {j.job_id for j in after}
+        gained += [j for j in after if j.job_id not in was]
+        dropped += [j for j in before if j.job_id not in now_ids]
+    benefit = len(gained) - len(dropped)
+    if benefit <= 0:
+        return None
+    wait = sum(j.age_s for j in gained) - sum(j.age_s for j in dropped)
+    return _Best(tuple(changes), gained, dropped, benefit, wait)
 
 
 def _serve_type(cap: int, jobs: list[PendingJob]) -> list[PendingJob]:
@@ -468,16 +536,21 @@ def _serve(caps: Counter, jobs: list[PendingJob]) -> list[PendingJob]:
 
 def _proposal(site, snap, name, best: _Best, must_finish, ready_in, free: Counter, counted, types) -> Proposal:
     live = site.policy.live
-    slot = site.group_for_node(name).gpus[best.gpu]
+    group = site.group_for_node(name)
     starts = Counter(j.gres.split(":", 1)[1] for j in best.new_served)
     main = starts.most_common(1)[0][0]
     waiting = [j for j in counted if j.gres == f"gpu:{main}"]
     oldest = max(j.age_s for j in waiting)
-    old = Counter(slot.layout)
+    old = Counter()  # the changed GPUs' present instances (which GPU a running job holds: not in the snapshot)
+    for gpu, _old, _new in best.changes:
+        old.update(group.gpus[gpu].layout)
+    model = group.gpus[best.gpu].model
     idle = []
     for profile, n in sorted(old.items(), key=lambda pn: (-pn[1], pn[0])):
-        k = min(n, free[f"gpu:{slot.model.mig_slurm_type(profile)}"])
+        k = min(n, free[f"gpu:{model.mig_slurm_type(profile)}"])
         idle.append(f"{n} idle {profile} slices" if k == n else f"{k} of {n} {profile} slices idle")
+    gpus = [g for g, _old, _new in best.changes]
+    has = f"GPU {gpus[0]} has" if len(gpus) == 1 else f"GPUs {_index_text(gpus)} have"
     lets = f"lets {sum(starts.values())} start" if len(starts) == 1 else \
         "lets " + ", ".join(f"{n} {t}" for t, n in sorted(starts.items())) + " start"
     if best.dropped:
@@ -491,11 +564,22 @@ def _proposal(site, snap, name, best: _Best, must_finish, ready_in, free: Counte
         first = f"job{'s' if many else ''} {_ids(must_finish, 8)} must finish ({when})"
     else:
         first = "no GPU job on the node"
+    to = f"to {'+'.join(best.new)}" if len(best.changes) == 1 else _to_text(best.changes)
     line = (f"{len(waiting)} job{'s have' if len(waiting) != 1 else ' has'} waited {_mins(oldest)} for {main}; "
-            f"{name} GPU {best.gpu} has {', '.join(idle)}: relayout to {'+'.join(best.new)} {lets}; "
+            f"{name} {has} {', '.join(idle)}: relayout {to} {lets}; "
             f"cost: {first} + {_mins_up(live.change_cost)} drain and re-registration")
     return Proposal(name, best.gpu, tuple(best.old), tuple(best.new), dict(sorted(starts.items())), must_finish,
-                    ready_in, ready_in + live.change_cost, float(best.benefit), line)
+                    ready_in, ready_in + live.change_cost, float(best.benefit), line, tuple(best.changes))
+
+
+def _to_text(changes) -> str:
+    """'GPU 0 to A and GPUs 1-2 to B': the new layouts of the changed GPUs, GPUs with the same one together."""
+    by_layout: dict[tuple[str, ...], list[int]] = {}
+    for gpu, _old, new in changes:
+        by_layout.setdefault(tuple(new), []).append(gpu)
+    parts = [f"GPU{'s' if len(g) > 1 else ''} {_index_text(sorted(g))} to {'+'.join(new)}"
+             for new, g in sorted(by_layout.items(), key=lambda ng: min(ng[1]))]
+    return ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else parts[0]
 
 
 def _demand_lines(pending, counted, blocked, idle_now, types, min_pending) -> list[str]:
@@ -522,9 +606,18 @@ def _demand_lines(pending, counted, blocked, idle_now, types, min_pending) -> li
 # ---- the policy with a node's new layout -----------------------------------------------------
 
 def with_layout(site_doc: dict, node: str, gpu: int, layout: tuple[str, ...]) -> dict:
+    """``with_layouts`` for one GPU."""
+    return with_layouts(site_doc, node, {gpu: layout})
+
+
+def with_layouts(site_doc: dict, node: str, layouts: dict[int, tuple[str, ...]]) -> dict:
     """The policy document with ``node`` split out of its node group into a group of its own ("<group>-<node>",
-    added to every tier that had the group) whose GPU ``gpu`` has the MIG ``layout``; every other node unchanged.
-    A node alone in its group keeps the group. Validated (``build_site``) before it is returned: PolicyError."""
+    added to every tier that had the group) whose GPUs get the MIG layouts ``layouts`` (gpu -> layout); every other
+    GPU and node unchanged. A node alone in its group keeps the group. The whole set is validated (``build_site``)
+    before the document is returned: PolicyError (a type an alias names dropped, say); ValueError for a node or
+    GPU the policy has not, or a GPU not shared by MIG."""
+    if not layouts:
+        raise ValueError(f"node {node}: no GPU layout given (a mapping gpu -> MIG layout)")
     doc = copy.deepcopy(site_doc)
     groups = doc.get("node_groups") or []
     for i, group in enumerate(groups):
@@ -535,24 +628,29 @@ def with_layout(site_doc: dict, node: str, gpu: int, layout: tuple[str, ...]) ->
         raise ValueError(f"node {node!r} is in no node group of the policy; groups: "
                          f"{', '.join(str(g.get('name')) for g in groups)}")
     count = int(group["gpu"]["count"])
-    if not 0 <= gpu < count:
-        raise ValueError(f"GPU {gpu} of node {node}: node group {group['name']} has {count} GPU(s), 0-{count - 1}")
-    sharing, found = [], False
+    for gpu in sorted(layouts):
+        if not 0 <= gpu < count:
+            raise ValueError(f"GPU {gpu} of node {node}: node group {group['name']} has {count} GPU(s), "
+                             f"0-{count - 1}")
+    sharing, found = [], set()
     for entry in group.get("sharing") or []:
         indexes = parse_indexes(entry["gpus"], count)
-        if gpu not in indexes:
+        mine = [x for x in indexes if x in layouts]
+        if not mine:
             sharing.append(entry)
             continue
         if str(entry.get("mode", "")).lower() != "mig":
-            raise ValueError(f"GPU {gpu} of node {node} is shared by mode {entry.get('mode')} in node group "
+            raise ValueError(f"GPU {mine[0]} of node {node} is shared by mode {entry.get('mode')} in node group "
                              f"{group['name']}, not mig: the live planner changes MIG layouts only")
-        rest = [x for x in indexes if x != gpu]
+        rest = [x for x in indexes if x not in layouts]
         if rest:
             sharing.append({**entry, "gpus": _index_text(rest)})
-        sharing.append({"gpus": gpu, "mode": "mig", "layout": list(layout)})
-        found = True
-    if not found:
-        raise ValueError(f"GPU {gpu} of node {node} has no MIG sharing entry in node group {group['name']} "
+        for gpu in mine:
+            sharing.append({"gpus": gpu, "mode": "mig", "layout": list(layouts[gpu])})
+        found.update(mine)
+    missing = sorted(set(layouts) - found)
+    if missing:
+        raise ValueError(f"GPU {missing[0]} of node {node} has no MIG sharing entry in node group {group['name']} "
                          "(an exclusive GPU): the live planner changes MIG layouts only")
     sharing.sort(key=lambda e: parse_indexes(e["gpus"], count)[0])
     if len(nodes) == 1:
@@ -566,7 +664,8 @@ def with_layout(site_doc: dict, node: str, gpu: int, layout: tuple[str, ...]) ->
             names = tier.get("node_groups") or []
             if group["name"] in names:
                 names.insert(names.index(group["name"]) + 1, name)
-    build_site(doc, f"live policy ({node} GPU {gpu} as {'+'.join(layout)})")
+    what = ", ".join(f"GPU {g} as {'+'.join(layouts[g])}" for g in sorted(layouts))
+    build_site(doc, f"live policy ({node} {what})")
     return doc
 
 

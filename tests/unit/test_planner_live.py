@@ -14,8 +14,16 @@ from slurm_gpushare.cli import main
 from slurm_gpushare.errors import PolicyError
 from slurm_gpushare.hardware import check_layout, get_model
 from slurm_gpushare.planner.live import (
-    NodeView, PendingJob, RunningJob, Snapshot, candidate_layouts, live_policy_path, plan_live, snapshot_from_client,
+    NodeView,
+    PendingJob,
+    RunningJob,
+    Snapshot,
+    candidate_layouts,
+    live_policy_path,
+    plan_live,
+    snapshot_from_client,
     with_layout,
+    with_layouts,
 )
 from slurm_gpushare.policy import build_site
 from slurm_gpushare.proc import Result
@@ -231,8 +239,87 @@ def test_one_proposal_per_node_even_with_two_mig_gpus():
     nodes = {"m01": node("m01", {T1: 14}), "m02": node("m02", {T1: 14})}
     plan = plan_live(site(max_draining=5), snap(pending(20), nodes=nodes))
     assert sorted(p.node for p in plan.proposals) == ["m01", "m02"]
-    # the jobs m01's change starts are not counted again for m02
-    assert sum(p.benefit for p in plan.proposals) == 4
+    # each node changes both its GPUs in its one drain (2 x 3g.20gb each); the jobs m01's change starts are not
+    # counted again for m02
+    assert [p.benefit for p in plan.proposals] == [4, 4]
+    plan = plan_live(site(max_draining=5), snap(pending(6), nodes=nodes))
+    assert [(p.node, p.benefit, [g for g, *_ in p.changes]) for p in plan.proposals] == [("m01", 4, [0, 1]),
+                                                                                          ("m02", 2, [0])]
+
+
+def two_gpu_node(layouts, **live):
+    """One MIG node (m01) with two A100s, GPU i laid out ``layouts[i]``."""
+    d = doc(**live)
+    d["node_groups"][0].update(nodes="m01", sharing=[{"gpus": i, "mode": "mig", "layout": list(lay)}
+                                                     for i, lay in enumerate(layouts)])
+    s = build_site(d, "test")
+    gres = {f"{n}:{t}": c for (n, t), c in s.group_for_node("m01").gres.items()}
+    return d, s, {"m01": node("m01", gres)}
+
+
+def test_both_gpus_of_a_node_change_in_one_proposal():
+    d, s, nodes = two_gpu_node([("1g.5gb",) * 7, ("1g.5gb",) * 7])
+    plan = plan_live(s, snap(pending(9), RUNNING_1G, nodes=nodes), d)
+    (p,) = plan.proposals
+    three = ("3g.20gb", "3g.20gb")
+    assert p.changes == ((0, ("1g.5gb",) * 7, three), (1, ("1g.5gb",) * 7, three))
+    assert (p.gpu, p.old_layout, p.new_layout) == (0, ("1g.5gb",) * 7, three)  # the first change, as before
+    assert p.layouts == {0: three, 1: three}
+    assert p.benefit == 4 and p.starts == {"a100_40g_3g.20gb": 4}
+    assert p.must_finish == (12, 13) and p.cost_s == 230 + 120  # one drain for both
+    assert p.line == ("9 jobs have waited 25 min for a100_40g_3g.20gb; m01 GPUs 0-1 have 12 of 14 1g.5gb slices "
+                      "idle: relayout GPUs 0-1 to 3g.20gb+3g.20gb lets 4 start; cost: jobs 12,13 must finish (the "
+                      "last ends in 4 min) + 2 min drain and re-registration")
+    # the policy the apply side writes: both GPUs, one node, valid
+    live = with_layouts(d, "m01", p.layouts)
+    assert build_site(live, "t").group_for_node("m01").gres[("gpu", "a100_40g_3g.20gb")] == 4
+    assert live == with_layout(with_layout(d, "m01", 0, three), "m01", 1, three)
+
+
+def test_a_gpu_whose_layout_is_already_best_is_kept():
+    three = ("3g.20gb", "3g.20gb")
+    d, s, nodes = two_gpu_node([three, ("1g.5gb",) * 7])
+    busy = (RunningJob(12, "m01", {T3: 1}, NOW + 200), RunningJob(13, "m01", {T3: 1}, NOW + 200))
+    (p,) = plan_live(s, snap(pending(4), busy, nodes=nodes), d).proposals
+    assert p.changes == ((1, ("1g.5gb",) * 7, three),) and p.benefit == 2
+    assert (p.gpu, p.new_layout) == (1, three)
+    assert "m01 GPU 1 has 7 idle 1g.5gb slices: relayout to 3g.20gb+3g.20gb lets 2 start" in p.line
+    # different needs per GPU: one 3g.20gb and 1g.5gb jobs blocked -> GPU 0 keeps 3g+3g (one 3g is busy, the other
+    # serves the 3g job), GPU 1 keeps 7 x 1g: nothing to change
+    jobs = pending(1, first=300) + pending(7, T1, first=400)
+    busy1g = tuple(RunningJob(20 + i, "m01", {T1: 1}, NOW + 60) for i in range(7))
+    assert plan_live(s, snap(jobs, busy + busy1g, nodes=nodes), d).proposals == ()
+
+
+def test_mixed_demand_gets_a_different_layout_per_gpu():
+    d, s, nodes = two_gpu_node([("1g.5gb",) * 7, ("1g.5gb",) * 7])
+    busy = tuple(RunningJob(20 + i, "m01", {T1: 1}, NOW + 60) for i in range(14))
+    jobs = pending(3, T3, priority=50) + pending(3, T1, first=200, priority=40)
+    (p,) = plan_live(s, snap(jobs, busy, nodes=nodes), d).proposals
+    # GPU 0: 3g+3g starts 2 3g jobs and GPU 1's 7 1g instances the 3 1g jobs (5 > 3 kept); GPU 1 then: 3g+4x1g
+    # starts the third 3g job and keeps room for the 3 1g jobs (6 > 5)
+    mixed = ("3g.20gb",) + ("1g.5gb",) * 4
+    assert p.changes == ((0, ("1g.5gb",) * 7, ("3g.20gb", "3g.20gb")), (1, ("1g.5gb",) * 7, mixed))
+    assert p.benefit == 3 and p.starts == {"a100_40g_3g.20gb": 3}
+    assert ("relayout GPU 0 to 3g.20gb+3g.20gb and GPU 1 to 3g.20gb+1g.5gb+1g.5gb+1g.5gb+1g.5gb lets 3 start"
+            in p.line)
+
+
+def test_a_refused_set_of_layouts_keeps_what_the_policy_needs():
+    d, s, nodes = two_gpu_node([("1g.5gb",) * 7, ("1g.5gb",) * 7])
+    d["submission"] = {"aliases": {"small": T1}}  # 1g.5gb must stay on some GPU of the cluster
+    d["node_groups"][0]["nodes"] = "m01"
+    d["node_groups"] = [d["node_groups"][0]]
+    d["tiers"] = [{"name": "batch", "node_groups": ["mig"], "default": True}]
+    s = build_site(d, "t")
+    plan = plan_live(s, snap(pending(9), nodes=nodes), d)
+    (p,) = plan.proposals
+    news = [new for _g, _old, new in p.changes]
+    assert p.changes[0][2] == ("3g.20gb", "3g.20gb")  # GPU 0 still takes 3g+3g: GPU 1 keeps 1g.5gb
+    assert any("1g.5gb" in new for new in news) and p.benefit == 3
+    (h,) = plan.held  # the set the policy refuses (both GPUs 3g+3g) and why
+    assert h.changes and len(h.changes) == 2 and "would let 4 pending job(s) start" in h.why
+    assert "held: m01 GPUs 0-1 to 3g.20gb+3g.20gb: " in h.line and "submission.aliases.small" in h.why
 
 
 def test_a_layout_the_policy_refuses_is_not_proposed():
