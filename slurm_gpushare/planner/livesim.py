@@ -3,7 +3,7 @@
 Data in (a policy document, jobs; ``trace_pool`` takes pods and times the caller read with ``trace``),
 figures out. Every node is an A100-SXM4-40GB MIG node of one policy document; the site, the live limits (the policy's ``live:``
 section) and the layouts come from that document, and every change goes through the product's
-``live.with_layout`` and ``policy.build_site``, so the planner that decides is the product's own.
+``live.with_layouts`` and ``policy.build_site``, so the planner that decides is the product's own.
 
 What the simulated Slurm does (``LiveSim``):
 
@@ -22,7 +22,8 @@ What the simulated Slurm does (``LiveSim``):
   proposal on a node that is not locked locks it (the gpushare-relayout-<node> reservation: no new job
   starts there); at the first loop run at which a locked node has no GPU job left (the same run when it has
   none already) its relayout starts, the node is drained for ``live.change_cost`` seconds, then gets every
-  proposed GPU layout of the lock (``with_layout``), its change time is recorded and the lock is released;
+  GPU layout of the proposal (``Proposal.changes``: all the node's GPUs that change, in the one drain;
+  ``with_layouts``), its change time is recorded and the lock is released;
 - the static run never changes a layout.
 
 Figures (``SimResult``): pending time per job (start - submit; a job still pending at the horizon counts
@@ -161,6 +162,7 @@ class LiveSim:
         self.live = live
         self.interval = float(interval)
         self.name = name or ("live" if live else "static")
+        self._whole_node = with_layout is None  # the product's with_layouts: the node's new layouts at once
         if live and (decide is None or with_layout is None):
             p, w = product_planner()
             decide, with_layout = decide or p, with_layout or w
@@ -307,7 +309,9 @@ class LiveSim:
             if p.node in self.locked and p.node not in self._fresh:
                 continue  # held by an earlier lock: that change is carried out first
             self._fresh.add(p.node)
-            self.locked.setdefault(p.node, {})[int(p.gpu)] = tuple(p.new_layout)
+            lock = self.locked.setdefault(p.node, {})
+            for gpu, _old, layout in getattr(p, "changes", ()) or ((p.gpu, (), p.new_layout),):
+                lock[int(gpu)] = tuple(layout)  # every GPU of the proposal, in the one drain
         for n in sorted(self._fresh, key=natural_key):
             if not self._busy(n):
                 self._begin_relayout(n)
@@ -319,9 +323,15 @@ class LiveSim:
 
     def _relayout_done(self, node: str) -> None:
         doc = self.doc
-        for gpu, layout in sorted(self.locked.pop(node).items()):
-            doc = self.with_layout(doc, node, gpu, tuple(layout))
-            self.change_log.append((self.now, node, gpu, tuple(layout)))
+        layouts = {gpu: tuple(layout) for gpu, layout in sorted(self.locked.pop(node).items())}
+        if self._whole_node:
+            from .live import with_layouts
+
+            doc = with_layouts(doc, node, layouts)  # validated as one set, as the apply side writes it
+        else:
+            for gpu, layout in layouts.items():
+                doc = self.with_layout(doc, node, gpu, layout)
+        self.change_log += [(self.now, node, gpu, layout) for gpu, layout in layouts.items()]
         self.doc = doc
         self.site = build_site(doc, "livesim")
         self._set_records(node, node_layouts(self.site)[node])

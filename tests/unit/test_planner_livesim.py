@@ -66,6 +66,42 @@ def test_a_shifted_mix_makes_the_live_planner_relayout_and_the_3g_jobs_start():
     assert 4 not in r.ends or r.ends[4] - 100 >= 1320
 
 
+def test_one_relayout_changes_every_gpu_of_the_node_that_should_change():
+    """A node of two 7 x 1g.5gb GPUs, a 1g job on GPU 0 until 1000, four 3g jobs pending: one lock, one drain,
+    both GPUs get 3g+3g and the four 3g jobs start together."""
+    doc = site_doc(1, [ALL_1G, ALL_1G], cpus=64, memory_mb=100_000, live=LIVE)
+    jobs = [SimJob(1, 0, 1000, "1g.5gb")] + [SimJob(2 + i, 0, 2000, "3g.20gb") for i in range(4)]
+    r = simulate(doc, jobs, horizon=6000, live=True, interval=300)
+    assert (r.relayouts, r.gpu_changes) == (1, 2)
+    assert [(t, n, g, lay) for t, n, g, lay in r.changes] == [(1320, "sim01", 0, ("3g.20gb", "3g.20gb")),
+                                                               (1320, "sim01", 1, ("3g.20gb", "3g.20gb"))]
+    assert [r.waits[j] for j in range(2, 6)] == [1320] * 4
+
+
+def test_every_change_of_a_proposal_goes_through_with_layout():
+    from slurm_gpushare.planner.live import with_layout
+
+    class Plan:
+        def __init__(self, proposals):
+            self.proposals = proposals
+
+    class Prop:  # two GPUs of sim01 in one proposal
+        node, gpu, old_layout, new_layout = "sim01", 0, ALL_1G, ("7g.40gb",)
+        changes = ((0, ALL_1G, ("7g.40gb",)), (1, ALL_1G, ("3g.20gb", "3g.20gb")))
+
+    calls = []
+
+    def record(doc, node, gpu, layout):
+        calls.append((node, gpu, layout))
+        return with_layout(doc, node, gpu, layout)
+
+    doc = site_doc(1, [ALL_1G, ALL_1G], cpus=64, memory_mb=100_000, live=LIVE)
+    r = simulate(doc, [], horizon=1000, live=True, interval=300,
+                 decide=lambda site, snap: Plan((Prop(),) if snap.now == 300 else ()), with_layout=record)
+    assert calls == [("sim01", 0, ("7g.40gb",)), ("sim01", 1, ("3g.20gb", "3g.20gb"))]
+    assert (r.relayouts, r.gpu_changes) == (1, 2)
+
+
 def test_the_static_run_never_relayouts():
     r = simulate(one_gpu(ALL_1G), shifted(), horizon=5000, live=False)
     assert (r.relayouts, r.gpu_changes, r.plan_calls) == (0, 0, 0)
