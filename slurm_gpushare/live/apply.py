@@ -167,7 +167,8 @@ class LiveApply:
                                   f"{last.changed_at:.0f} ({last.phase}) after this run looked")
                 return False
             change = Change(node=p.node, gpu=p.gpu, old_layout=tuple(p.old_layout), new_layout=tuple(p.new_layout),
-                            phase="waiting", locked_at=now, line=p.line, planner=self.host)
+                            phase="waiting", locked_at=now, line=p.line, planner=self.host,
+                            changes=tuple(getattr(p, "changes", ()) or ()))  # every GPU of the proposal
             state.put(change)
             self.store.write(state)
         self._say(report, f"{p.node}: locked ({'+'.join(p.old_layout)} -> {'+'.join(p.new_layout)}): {p.line}")
@@ -182,7 +183,7 @@ class LiveApply:
                 self._say(report, f"{node}: relayout already started by another planner")
                 return
             before = {n: dict(v) for n, v in state.layouts.items()}
-            state.layouts.setdefault(node, {})[change.gpu] = change.new_layout
+            state.layouts.setdefault(node, {}).update(change.layouts)  # all the GPUs of the change, one drain
             try:
                 self._write_policy(state)
                 self.reservations.extend_lock(node, self.relayout_limit + SLACK)
@@ -222,7 +223,11 @@ class LiveApply:
         from ..render import render_all
 
         doc = parse_yaml(self.admin_policy.read_text(encoding="utf-8"), self.admin_policy.name)
+        with_layouts = getattr(self.planner, "with_layouts", None)  # a node's GPUs validated as one set
         for node, per_gpu in sorted(state.layouts.items()):
+            if with_layouts is not None:
+                doc = with_layouts(doc, node, {gpu: tuple(layout) for gpu, layout in sorted(per_gpu.items())})
+                continue
             for gpu, layout in sorted(per_gpu.items()):
                 doc = self.planner.with_layout(doc, node, gpu, tuple(layout))
         atomic_write(self.policy_file, live_policy_text(doc, self.admin_policy, state))

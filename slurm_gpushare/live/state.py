@@ -53,6 +53,14 @@ class Change:
     ended_at: float | None = None
     result: str = ""  # how it ended, one line
     planner: str = ""  # host and pid of the run that started it
+    # every GPU the change relayouts in its one drain (planner.live Proposal.changes): (gpu, old, new); gpu,
+    # old_layout and new_layout are the first; empty in a record of one GPU (and in records written before)
+    changes: tuple[tuple[int, tuple[str, ...], tuple[str, ...]], ...] = ()
+
+    @property
+    def layouts(self) -> dict[int, tuple[str, ...]]:
+        """gpu -> new layout of every GPU the change relayouts."""
+        return {g: tuple(new) for g, _old, new in self.changes} or {self.gpu: tuple(self.new_layout)}
 
     @property
     def in_flight(self) -> bool:
@@ -64,13 +72,16 @@ class Change:
         return self.ended_at if self.ended_at is not None else self.locked_at
 
     def to_json(self) -> dict:
-        return {**asdict(self), "old_layout": list(self.old_layout), "new_layout": list(self.new_layout)}
+        return {**asdict(self), "old_layout": list(self.old_layout), "new_layout": list(self.new_layout),
+                "changes": [[g, list(old), list(new)] for g, old, new in self.changes]}
 
     @classmethod
     def from_json(cls, data: dict) -> Change:
         try:
-            return cls(**{**data, "old_layout": tuple(data["old_layout"]), "new_layout": tuple(data["new_layout"])})
-        except (TypeError, KeyError) as exc:
+            changes = tuple((int(g), tuple(old), tuple(new)) for g, old, new in data.get("changes") or ())
+            return cls(**{**data, "old_layout": tuple(data["old_layout"]), "new_layout": tuple(data["new_layout"]),
+                          "changes": changes})
+        except (TypeError, KeyError, ValueError) as exc:
             raise StateError(f"live state: a change record is not one of {FORMAT}: {exc}: {data!r}") from None
 
 

@@ -162,6 +162,7 @@ class P:
     old_layout: tuple = ALL_1G
     new_layout: tuple = THREE_G
     line: str = "3 jobs wait for a100_40g_3g.20gb"
+    changes: tuple = ()
 
 
 def test_proposals_on_nodes_in_flight_are_not_taken_twice():
@@ -428,6 +429,46 @@ def test_a_refused_submission_puts_the_live_policy_back(world, tmp_path):
     assert written["node_groups"][0]["sharing"][0]["layout"] == "all-1g.5gb"
     assert "gpu:a100_40g_1g.5gb:7" in (tmp_path / "etc-slurm" / "slurm-gpushare.conf").read_text()
     assert not ctld.reservations and any("live policy put back" in line for line in report.lines)
+
+
+def test_a_proposal_of_two_gpus_is_recorded_and_relaid_out_in_one_job(tmp_path):
+    """planner.live proposes every GPU of a node that should change (Proposal.changes): the state records them
+    all, the live policy gets them all (with_layouts, one set) and one relayout job applies them."""
+    from slurm_gpushare.planner.live import with_layouts
+
+    raw = yaml.safe_load(admin_policy(tmp_path).read_text())
+    raw["node_groups"][0].update(gpu={"model": "A100-SXM4-40GB", "count": 2},
+                                 sharing=[{"gpus": "0-1", "mode": "mig", "layout": "all-1g.5gb"}])
+    policy = tmp_path / "two-gpus.yaml"
+    policy.write_text(yaml.safe_dump(raw, sort_keys=False))
+    ctld = FakeCtld()
+    planner = FakePlanner()
+    planner.with_layouts = with_layouts
+    seven = ("7g.40gb",)
+    planner.proposals = (P(NODE, changes=((0, ALL_1G, THREE_G), (1, ALL_1G, seven))),)
+    live = LiveApply(policy, CliClient(ctld), Reservations(ctld), clock=Clock(ctld), planner=planner)
+    live.run_once()
+    assert len(ctld.jobs) == 1  # one relayout job for both GPUs
+    state = live.store.read()
+    assert state.current[NODE].changes == ((0, ALL_1G, THREE_G), (1, ALL_1G, seven))
+    assert state.current[NODE].layouts == {0: THREE_G, 1: seven} and state.layouts == {NODE: {0: THREE_G, 1: seven}}
+    written = yaml.safe_load(live.policy_file.read_text())
+    assert [(e["gpus"], tuple(e["layout"])) for e in written["node_groups"][0]["sharing"]] == [(0, THREE_G),
+                                                                                               (1, seven)]
+    node_line = (tmp_path / "etc-slurm" / "slurm-gpushare.conf").read_text().split("NodeName=lab-mig01")[1]
+    assert "7g.40gb:1" in node_line.splitlines()[0] and "3g.20gb:1" in node_line.splitlines()[0]
+
+
+def test_a_change_record_of_one_gpu_reads_as_before(tmp_path):
+    store = StateFile(tmp_path / "s.json")
+    state = State()
+    state.put(change())
+    store.write(state)
+    data = json.loads(store.path.read_text())
+    del data["current"][NODE]["changes"]  # a record written before Change.changes
+    store.path.write_text(json.dumps(data))
+    again = store.read().current[NODE]
+    assert again.changes == () and again.layouts == {0: THREE_G}
 
 
 def test_apply_needs_live_enabled(tmp_path):
