@@ -17,7 +17,9 @@ A drain reason starting with ``gpushare-health:`` is this program's own; any
 other drain is an admin's and is never resumed here, with one exception:
 the drains slurmctld makes itself after a hook or a job launch failed on the
 node (reason ``Prolog error``, ``Epilog error``, ``Job env setup error`` or
-``batch job complete failure``, set by SlurmUser ``slurm``). Once step (1)
+``batch job complete failure``, set by SlurmUser ``slurm``), and the reasons
+our own prolog and epilog set (as root) before they fail (``gpushare-prolog:``,
+``gpushare-epilog:``; e.g. an MPS daemon killed while it started). Once step (1)
 has cleaned up after the failed hook and the checks find nothing, the node
 is resumed, at most ``HEAL_LIMIT`` times an hour (counted in
 ``<state_dir>/health-heals``); after that it stays drained for an admin. A dead
@@ -41,6 +43,7 @@ PREFIX = "gpushare-health:"
 # _slurm_rpc_complete_batch_script, job_mgr.c epilog handling; Slurm 24.11), set as SlurmUser.
 SLURM_HOOK_DRAINS = frozenset({"Prolog error", "Epilog error", "Job env setup error", "batch job complete failure"})
 SLURM_USER = "slurm"  # SlurmUser of the rendered slurm.conf
+HOOK_PREFIXES = ("gpushare-prolog:", "gpushare-epilog:")  # the reasons the root hooks set when they fail
 HEAL_LIMIT = 3  # resumes of such drains per node per hour
 HEAL_WINDOW_S = 3600
 REASON_MAX = 200
@@ -140,7 +143,11 @@ def drain_reason(problems: list[str]) -> str:
 
 
 def slurm_hook_drain(reason: str, reason_user: str) -> bool:
-    """A drain slurmctld made itself after a hook or job launch failed on the node."""
+    """A drain slurmctld made itself after a hook or job launch failed on the node, or the reason our own
+    root hooks set before failing (``gpushare-prolog: ...``, ``gpushare-epilog: ...``; hooks/_common.py),
+    which slurmctld keeps when it drains the node for the failure."""
+    if reason.startswith(HOOK_PREFIXES):
+        return reason_user in ("root", SLURM_USER)
     return reason in SLURM_HOOK_DRAINS and reason_user == SLURM_USER
 
 
@@ -160,7 +167,8 @@ def plan_health(state: tuple[str, ...], reason: str, problems: list[str], reason
         if heals >= HEAL_LIMIT:
             return Leave(f"healthy, but drained by Slurm ({reason}) and resumed {heals} times in the last hour: "
                          "left drained for an admin")
-        return Resume(reason, by="Slurm after a hook failure, cleaned up since")
+        by = "a failed gpushare hook" if reason.startswith(HOOK_PREFIXES) else "Slurm after a hook failure"
+        return Resume(reason, by=f"{by}, cleaned up since")
     if problems:
         wanted = drain_reason(problems)
         if not drained:

@@ -290,7 +290,15 @@ def execute_prolog(actions, store: JournalStore, mps) -> None:
                 case StartMps(daemon):
                     mps.prepare_dirs(daemon)
                     started.append(daemon)
-                    mps.start(daemon)
+                    try:
+                        mps.start(daemon)
+                    except GpushareError:
+                        if mps.alive(daemon):
+                            raise
+                        # the daemon died while it started (killed, crashed): what it left goes with its pipe
+                        # dir (prepare_dirs kills it), and one fresh start; a second failure fails the prolog
+                        mps.prepare_dirs(daemon)
+                        mps.start(daemon)
                 case StopMps(daemon):
                     mps.quit(daemon)
                 case _:

@@ -250,6 +250,13 @@ def test_cli_dry_run_prints_the_drain_it_would_do_and_changes_nothing(excl_node,
         ("Kill task failed", "slurm", [], 0, Leave("healthy; drained by someone else (Kill task failed), not resumed")),
         ("Prolog error", "slurm", ["device files missing: /dev/nvidia1"], 0,
          Leave("drained by someone else (Prolog error); left drained, reason kept")),
+        # the reason our own root hooks set before failing (slurmctld keeps it when it drains the node)
+        ("gpushare-prolog: MPS daemon g0-u5-p25: could not start", "root", [], 0,
+         Resume("gpushare-prolog: MPS daemon g0-u5-p25: could not start", by="a failed gpushare hook, cleaned up since")),
+        ("gpushare-epilog: job 7: process 42 survived SIGKILL", "root", [], 3,
+         Leave("healthy, but drained by Slurm (gpushare-epilog: job 7: process 42 survived SIGKILL) and resumed 3 "
+               "times in the last hour: left drained for an admin")),
+        ("gpushare-prolog: x", "alice", [], 0, Leave("healthy; drained by someone else (gpushare-prolog: x), not resumed")),
     ],
 )
 def test_plan_health_heals_slurms_hook_failure_drains_a_bounded_number_of_times(reason, user, problems, heals, expected):
