@@ -200,7 +200,10 @@ def test_pending_3g_jobs_get_lab_mig01_relaid_out_when_its_1g_job_ends(live_clus
     print(f"relayout job log:\n{log}")
     assert f"node {NODE}: resumed" in log
     print(f"CHANGE COST (relayout job elapsed: drain, MIG apply, gres include, scontrol reconfigure, "
-          f"re-registration, resume): {jobs[0]['ElapsedRaw']} s; scenario {time.monotonic() - t0:.0f} s")
+          f"re-registration, resume): {jobs[0]['ElapsedRaw']} s; lock -> relayout submitted (the 1g job ending): "
+          f"{record['submitted_at'] - record['locked_at']:.1f} s; submitted -> recorded done (job start, the job, "
+          f"the next planner run): {record['ended_at'] - record['submitted_at']:.1f} s; scenario "
+          f"{time.monotonic() - t0:.0f} s")
 
 
 def test_demand_alternating_faster_than_min_dwell_changes_nothing_more(live_cluster):
