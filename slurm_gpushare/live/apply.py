@@ -190,7 +190,7 @@ class LiveApply:
                 job = self.reservations.submit_relayout(
                     node, str(self.policy_file), log=self._log(node), time_limit_s=self.relayout_limit,
                     partition=self._partition(node), node_config=self.node_config)
-            except GpushareError as exc:
+            except (GpushareError, ValueError) as exc:  # ValueError: with_layout refuses the layout
                 # nothing ran on the node: put the live policy and the configuration back, end the attempt
                 state.layouts = before
                 self._write_policy(state)

@@ -582,3 +582,17 @@ def test_the_real_planner_proposes_and_the_apply_path_locks_relays_out_and_rende
     written = yaml.safe_load(live.policy_file.read_text())
     assert written["node_groups"][0]["sharing"][-1]["layout"] == list(new)
     assert "gpu:a100_40g_3g.20gb" in (tmp_path / "etc-slurm" / "slurm-gpushare.conf").read_text().split("NodeName=lab-mig01")[1].splitlines()[0]
+
+
+def test_a_layout_the_policy_refuses_ends_the_attempt_and_releases_the_lock(world):
+    live, ctld, planner = world
+    planner.proposals = (P(NODE, new_layout=("7g.40gb", "1g.5gb")),)
+
+    def refuse(doc, node, gpu, layout):
+        raise ValueError(f"GPU {gpu} of node {node}: {'+'.join(layout)} does not fit")
+
+    planner.with_layout = refuse
+    report = live.run_once()
+    assert live.store.read().current[NODE].phase == "failed"
+    assert not ctld.reservations and not ctld.jobs
+    assert any("does not fit" in line for line in report.lines)
