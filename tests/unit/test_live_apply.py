@@ -596,3 +596,18 @@ def test_a_layout_the_policy_refuses_ends_the_attempt_and_releases_the_lock(worl
     assert live.store.read().current[NODE].phase == "failed"
     assert not ctld.reservations and not ctld.jobs
     assert any("does not fit" in line for line in report.lines)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--apply", "--demand", "openb:x.csv"], "--apply and --every go with --live"),
+    (["--live", "--every", "5"], "--every goes with --live --apply"),
+    (["--live", "--apply"], "live.enabled is false"),
+])
+def test_plan_apply_options_are_checked(tmp_path, args, message):
+    from click.testing import CliRunner
+
+    from slurm_gpushare.cli import main
+
+    policy = admin_policy(tmp_path, enabled=False)
+    res = CliRunner().invoke(main, ["plan", "--policy", str(policy), *args], obj={"runner": FakeCtld()})
+    assert res.exit_code != 0 and message in res.output, res.output
