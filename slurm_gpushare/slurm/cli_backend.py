@@ -31,10 +31,7 @@ class CliClient:
         return self.runner(list(argv), timeout=timeout or self.timeout, check=check, **kwargs)
 
     def _epoch_env(self) -> dict[str, str]:
-        """The client's environment with SLURM_TIME_FORMAT=%s: squeue prints times as epoch seconds."""
-        import os
-
-        return {**(self.env if self.env is not None else os.environ), "SLURM_TIME_FORMAT": "%s"}
+        return epoch_env(self.env)
 
     def _json(self, argv: Sequence[str], key: str) -> list[dict]:
         text = self._run(argv).stdout
@@ -169,6 +166,14 @@ def as_client(client_or_runner, **kw) -> CliClient:
 
 
 # ---- JSON -> model (data_parser v0.0.42 on 24.11, v0.0.44 on 26.05) ------------------------------
+
+def epoch_env(env: dict[str, str] | None) -> dict[str, str]:
+    """``env`` (None: this process's environment) with SLURM_TIME_FORMAT=%s: Slurm's commands print times as
+    epoch seconds."""
+    import os
+
+    return {**(env if env is not None else os.environ), "SLURM_TIME_FORMAT": "%s"}
+
 
 def _num(value):
     if isinstance(value, dict):

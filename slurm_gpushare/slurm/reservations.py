@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from ..errors import GpushareError
 from ..proc import CommandError, Runner, run
 from . import commands
+from .cli_backend import _num, epoch_env
 
 PREFIX = "gpushare-relayout-"
 NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -201,7 +202,7 @@ class Reservations:
     def job_end(self, job_id: int) -> JobEnd | None:
         """The job as sacct has it (None: slurmdbd has no record of it yet)."""
         fields = ("JobID", "State", "ExitCode", "End", "NodeList")
-        env = {**(self.env or {}), "SLURM_TIME_FORMAT": "%s"} if self.env is not None else _epoch_env()
+        env = epoch_env(self.env)
         res = self.runner(commands.sacct_jobs(fields, int(job_id)), timeout=self.timeout, check=True, env=env)
         for line in res.stdout.splitlines():
             words = line.split("|")
@@ -212,18 +213,6 @@ class Reservations:
         return None
 
 
-def _epoch_env() -> dict[str, str]:
-    import os
-
-    return {**os.environ, "SLURM_TIME_FORMAT": "%s"}
-
-
-def _num(value):
-    if isinstance(value, dict):
-        if not value.get("set", True) or value.get("infinite"):
-            return None
-        return value.get("number")
-    return value
 
 
 def reservation_from_json(r: dict) -> Reservation:

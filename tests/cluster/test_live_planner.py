@@ -38,6 +38,7 @@ import yaml
 
 from slurm_gpushare.slurm.reservations import LockHeld, Reservations
 from tests.cluster.conftest import POLICY, own_cluster, wait_for
+from tests.cluster.test_node_runtime import MAKE_CAPS
 
 PROJECT = os.environ.get("GPUSHARE_LIVE_PROJECT", "live")
 NODE, SPARE = "lab-mig01", "lab-mig02"
@@ -50,16 +51,7 @@ LOCK = f"gpushare-relayout-{NODE}"
 MIN_DWELL = 1800
 
 # What the driver (nvidia-modprobe) provides on a real node: a device file for every GI and CI access capability
-# of GPU 0 (tests/cluster/test_node_runtime.py does the same before its relayout).
-MAKE_CAPS = f"""
-import os, re, stat
-major = os.major(os.stat('/dev/nvidia-caps/nvidia-cap66').st_rdev)
-for line in open('{FAKE}.mig-minors'):
-    m = re.fullmatch(r'gpu0/gi\\d+(/ci\\d+)?/access (\\d+)', line.strip())
-    path = m and f'/dev/nvidia-caps/nvidia-cap{{m[2]}}'
-    if path and not os.path.exists(path):
-        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, int(m[2])))
-"""
+# of GPU 0 (MAKE_CAPS of tests/cluster/test_node_runtime.py, which does the same before its relayout).
 # The node without them: every capability file the present gres include does not name goes.
 DROP_CAPS = """
 import os, re
