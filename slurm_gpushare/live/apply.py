@@ -24,7 +24,6 @@ from . import decide as d
 from .state import Change, State, StateFile
 
 DEFAULT_NODE_CONFIG = "/etc/gpushare/node.yaml"
-LIVE_NAME = "gpushare-live.yaml"
 GPU_NAMES = ("gpu", "mps", "shard")
 SLACK = 600.0  # s the lock outlives the wait and the relayout job (cron's period, slurmctld re-executing)
 
@@ -34,8 +33,10 @@ class LiveApplyError(GpushareError):
 
 
 def live_policy_path(site) -> Path:
-    live = site.policy.live
-    return Path(live.policy_file) if live.policy_file else Path(site.cluster.paths.slurm_conf_dir) / LIVE_NAME
+    """The live policy's path (planner.live.live_policy_path) as a Path."""
+    from ..planner.live import live_policy_path as path_of
+
+    return Path(path_of(site))
 
 
 def state_path(policy_file: Path) -> Path:
