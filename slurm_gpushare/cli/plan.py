@@ -131,10 +131,12 @@ def live_report(ctx: click.Context, policy_path: Path, as_json: bool) -> None:
 @click.option("--demand", "source", metavar="SOURCE", help=f"Where the workload comes from: {FORMS}.")
 @click.option("--live", is_flag=True,
               help="Plan on the live cluster instead: read the pending queue, running jobs and nodes through the "
-                   "Slurm client and report which MIG GPUs should change layout now (see below). Changes nothing without --apply.")
+                   "Slurm client and report which MIG GPUs should change layout now (see below). Changes nothing "
+                   "without --apply.")
 @click.option("--json", "as_json", is_flag=True, help="With --live: print the plan as JSON.")
 @click.option("--apply", "apply_", is_flag=True, help="With --live: carry the proposals out (needs live.enabled; "
-              "README, 'Carrying a proposal out'): lock the node with a Slurm reservation, relayout it by a root job once its GPU jobs end.")
+              "README, 'Carrying a proposal out'): lock the node with a Slurm reservation, relayout it by a "
+              "root job once its GPU jobs end.")
 @click.option("--every", type=click.FloatRange(1), default=None, metavar="SECONDS",
               help="With --live --apply: run again every SECONDS until SIGTERM (a service); default: once (cron).")
 @SLURM_BACKEND
