@@ -49,7 +49,7 @@ PLAIN = {
     "fail": ("--gres=shard:1", "exit 3", "FAILED"),
 }
 EXTRA = {  # submitted first, a few of each
-    "scavenger": ("-p scavenger --requeue --gres=gpu:a100_40g_1g.5gb:1", "sleep 30", "COMPLETED", 12),
+    "scavenger": ("-p scavenger --requeue --gres=gpu:a100_40g_1g.5gb:1", "sleep 120", "COMPLETED", 12),
     "cancel-pending": ("--begin=now+1hour --gres=gpu:l40s:1", "true", "CANCELLED", 10),
     "cancel-running": ("-c 1", "sleep 600", "CANCELLED", 4),
 }
