@@ -183,7 +183,14 @@ def _reconcile(policy_path, node_name, fake_state, dry_run: bool, seen: dict) ->
     from ..node.journal import JournalStore
     from ..node.mig import differences, observe
     from ..node.mps import MpsControl, mps_lock
-    from ..node.reconcile import daemon_dirs, execute_reconcile, observe_reconcile, plan_reconcile, running_jobs
+    from ..node.reconcile import (
+        daemon_dirs,
+        execute_reconcile,
+        mps_processes_under,
+        observe_reconcile,
+        plan_reconcile,
+        running_jobs,
+    )
     from ..proc import run
 
     site, name, slots = _target(policy_path, node_name)
@@ -193,7 +200,8 @@ def _reconcile(policy_path, node_name, fake_state, dry_run: bool, seen: dict) ->
         journals = store.all()
         running = running_jobs(run, name)
         plan = plan_reconcile(journals, running, observe_reconcile(journals, backend),
-                              daemon_dirs(site.cluster.paths.state_dir), store.stray_temporaries())
+                              daemon_dirs(site.cluster.paths.state_dir), store.stray_temporaries(),
+                              mps_processes_under(site.cluster.paths.state_dir))
         live = observe(backend, [s.index for s in slots])
         plan.drift = differences(slots, live)
         seen["mig"] = {s.index: not differences([s], live) for s in slots if s.mode == "mig"}

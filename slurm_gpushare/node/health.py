@@ -210,6 +210,7 @@ def observe_and_repair(node: str, state_dir: str, client, backend, mps, killer, 
     from .reconcile import (
         daemon_dirs,
         execute_reconcile,
+        mps_processes_under,
         observe_reconcile,
         plan_reconcile,
         running_jobs,
@@ -221,7 +222,7 @@ def observe_and_repair(node: str, state_dir: str, client, backend, mps, killer, 
         journals = store.all()
         running = running_jobs(client, node)
         plan = plan_reconcile(journals, running, observe_reconcile(journals, backend), daemon_dirs(state_dir),
-                              store.stray_temporaries())
+                              store.stray_temporaries(), mps_processes_under(state_dir))
         findings.repaired = [line.split(": ", 1)[1] for line in plan.lines(node) if not line.endswith("journal kept")]
         if not dry_run:
             findings.unrepaired = execute_reconcile(plan, store, mps, killer, journals)

@@ -141,12 +141,11 @@ class MpsControl:
 MPS_COMM = "nvidia-cuda-mps"  # the kernel's 15-character comm of nvidia-cuda-mps-control and -server alike
 
 
-def leftover_processes(pipe_dir: str, proc: str = "/proc") -> list[int]:
-    """MPS control daemons and servers of ``pipe_dir``: processes named nvidia-cuda-mps* whose environment
-    has CUDA_MPS_PIPE_DIRECTORY=pipe_dir (a daemon's servers inherit its environment). Called only for a key
-    whose daemon does not answer, so whatever is found there is what it left."""
-    want = f"CUDA_MPS_PIPE_DIRECTORY={pipe_dir}".encode()
-    found = []
+def mps_processes(proc: str = "/proc") -> dict[int, str]:
+    """pid -> CUDA_MPS_PIPE_DIRECTORY of every process named nvidia-cuda-mps* that has one in its environment
+    (a daemon's servers inherit its environment; reading another user's needs root, as the hooks are)."""
+    want = b"CUDA_MPS_PIPE_DIRECTORY="
+    found = {}
     for entry in os.scandir(proc):
         if not entry.name.isdigit():
             continue
@@ -155,22 +154,35 @@ def leftover_processes(pipe_dir: str, proc: str = "/proc") -> list[int]:
                 if fh.read().strip() != MPS_COMM.encode():
                     continue
             with open(f"{entry.path}/environ", "rb") as fh:
-                if want in fh.read().split(b"\0"):
-                    found.append(int(entry.name))
+                for var in fh.read().split(b"\0"):
+                    if var.startswith(want):
+                        found[int(entry.name)] = var[len(want):].decode("utf-8", "replace")
+                        break
         except OSError:  # gone meanwhile, or not ours to read
             continue
     return found
 
 
+def leftover_processes(pipe_dir: str, proc: str = "/proc") -> list[int]:
+    """MPS control daemons and servers of ``pipe_dir`` (mps_processes). Called only for a key whose daemon does
+    not answer, so whatever is found there is what it left."""
+    return sorted(pid for pid, pipe in mps_processes(proc).items() if pipe == pipe_dir)
+
+
 def kill_leftovers(pipe_dir: str, wait: float = 2.0) -> list[int]:
     """SIGKILL what a dead or hung daemon of ``pipe_dir`` left (leftover_processes); wait until they are gone."""
+    return kill_scanned(lambda: leftover_processes(pipe_dir), wait)
+
+
+def kill_scanned(scan, wait: float = 2.0) -> list[int]:
+    """SIGKILL the pids ``scan()`` names, scan again (up to three times), wait until they are gone."""
     import signal
 
     pids: list[int] = []
     deadline = time.monotonic() + wait
     # scan again after each kill: a hung daemon may have forked a server between the scan and its SIGKILL
     for _scan in range(3):
-        new = [pid for pid in leftover_processes(pipe_dir) if pid not in pids]
+        new = [pid for pid in scan() if pid not in pids]
         if not new:
             break
         for pid in new:

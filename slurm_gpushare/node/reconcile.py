@@ -2,10 +2,12 @@
 
 After a killed slurmd, a node reboot or an epilog that died half-way, a
 node can hold journals of jobs that no longer run, MPS daemons no journal
-names, and half-written journal files. ``plan_reconcile`` compares them
+names, MPS servers that outlived their daemon, and half-written journal
+files. ``plan_reconcile`` compares them
 with the jobs Slurm runs on the node (``squeue -w NODE``, through the
 Slurm client) and plans, per orphan, exactly what the epilog would have done
-(``epilog.plan_epilog``), plus stopping daemons that no journal names. A
+(``epilog.plan_epilog``), plus stopping daemons that no journal names and killing the MPS processes
+(servers whose daemon is gone, with its pipe dir) of keys no journal names. A
 journal of a job Slurm still runs is never touched. MIG drift is reported,
 not repaired (that is `gpushare node relayout`'s job: it needs a drain).
 """
@@ -37,6 +39,15 @@ class StopOrphanDaemon:
 
 
 @dataclass(frozen=True)
+class KillOrphanMps:
+    pid: int
+    pipe_dir: str
+
+    def __str__(self) -> str:
+        return f"kill MPS process {self.pid} (pipe {self.pipe_dir}): no journal names its daemon"
+
+
+@dataclass(frozen=True)
 class RemoveStray:
     path: str
 
@@ -49,6 +60,7 @@ class ReconcilePlan:
     orphans: dict[int, list] = field(default_factory=dict)  # job id -> epilog actions
     problems: dict[int, list[str]] = field(default_factory=dict)
     daemons: list[StopOrphanDaemon] = field(default_factory=list)
+    processes: list[KillOrphanMps] = field(default_factory=list)
     strays: list[RemoveStray] = field(default_factory=list)
     kept: list[int] = field(default_factory=list)
     drift: list[str] = field(default_factory=list)
@@ -57,7 +69,7 @@ class ReconcilePlan:
         out = [f"node {node}: job {j} runs, journal kept" for j in self.kept]
         for job, actions in self.orphans.items():
             out.append(f"node {node}: job {job} is not running here: " + "; ".join(str(a) for a in actions))
-        out += [f"node {node}: {a}" for a in (*self.daemons, *self.strays)]
+        out += [f"node {node}: {a}" for a in (*self.daemons, *self.processes, *self.strays)]
         out += [f"node {node}: MIG layout: {d}" for d in self.drift]
         return out
 
@@ -82,9 +94,19 @@ def daemon_dirs(state_dir: str) -> dict[str, str]:
         return {}
 
 
+def mps_processes_under(state_dir: str, proc: str = "/proc") -> dict[int, str]:
+    """pid -> pipe dir of the MPS processes (mps.mps_processes) whose pipe dir is one of this state dir's keys."""
+    from .mps import mps_processes
+
+    root = str(Path(state_dir) / "mps")
+    return {pid: pipe for pid, pipe in mps_processes(proc).items()
+            if Path(pipe).parent.parent == Path(root) and _KEY.match(Path(pipe).parent.name)}
+
+
 def plan_reconcile(journals: dict[int, Journal], running: set[int], live: LiveState, dirs: dict[str, str],
-                   strays: list[Path]) -> ReconcilePlan:
-    """Pure: journals vs running jobs, daemon directories vs journals."""
+                   strays: list[Path], processes: dict[int, str] | None = None) -> ReconcilePlan:
+    """Pure: journals vs running jobs, daemon directories and MPS processes (pid -> pipe dir,
+    ``mps_processes_under``) vs journals."""
     plan = ReconcilePlan(strays=[RemoveStray(str(p)) for p in strays])
     remaining = {j: jr for j, jr in journals.items() if j in running}
     plan.kept = sorted(remaining)
@@ -99,6 +121,10 @@ def plan_reconcile(journals: dict[int, Journal], running: set[int], live: LiveSt
     for key, pipe in dirs.items():
         if key not in named:
             plan.daemons.append(StopOrphanDaemon(MpsDaemon(key, (), (), 0, 0, 0, (), pipe, "")))
+    # a server can outlive its daemon and its pipe dir (a daemon killed as it forked one): the hooks never look
+    # at a key again once its last job ended, so what runs under a key no journal names is killed here
+    plan.processes = [KillOrphanMps(pid, pipe) for pid, pipe in sorted((processes or {}).items())
+                      if Path(pipe).parent.name not in named]
     return plan
 
 
@@ -117,9 +143,22 @@ def execute_reconcile(plan: ReconcilePlan, store: JournalStore, mps, killer, jou
             mps.quit(action.daemon)
         except GpushareError as exc:
             failed.append(str(exc))
+    if plan.processes:
+        from .mps import kill_scanned, mps_processes
+
+        wanted = {(a.pid, a.pipe_dir) for a in plan.processes}
+        # scanned again at the kill: only a pid that is still that MPS process (no reused pid is killed)
+        left = kill_scanned(lambda: [pid for pid, pipe in mps_processes().items() if (pid, pipe) in wanted])
+        failed += [f"MPS process {pid} survived SIGKILL" for pid in left if _alive(pid)]
     for stray in plan.strays:
         Path(stray.path).unlink(missing_ok=True)
     return failed
+
+
+def _alive(pid: int) -> bool:
+    from .mps import _running
+
+    return _running(pid)
 
 
 def observe_reconcile(journals: dict[int, Journal], backend, proc_root: str = "/proc") -> LiveState:

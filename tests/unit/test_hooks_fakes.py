@@ -129,3 +129,31 @@ def test_smi_lists_gpu_instances(mig_state):
 def test_smi_refuses_what_it_does_not_know(mig_state):
     res = smi(mig_state[0], "-q")
     assert res.returncode == 2 and "this fake supports: nvidia-smi -L" in res.stderr
+
+
+def _servers_of(pipe_dir) -> list[int]:
+    """Processes whose environment names ``pipe_dir`` as their MPS pipe directory (this user's: readable)."""
+    want = f"CUDA_MPS_PIPE_DIRECTORY={pipe_dir}".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"{entry.path}/environ", "rb") as fh:
+                    if want in fh.read().split(b"\0"):
+                        found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_quit_right_after_start_server_leaves_no_server(mps):
+    """A quit whose SIGTERM reaches a just-forked server before it execs (start_server and quit in one session)
+    ends that server too: the daemon exits and no server of its pipe dir is left (the soak once found one)."""
+    pipe = mps.tmp / "pipe"
+    for attempt in range(15):
+        assert mps(args=["-d"]).returncode == 0, attempt
+        assert mps(f"start_server -uid {os.getuid()}", "quit").returncode == 0, attempt
+        deadline = time.monotonic() + 10
+        while (left := _servers_of(pipe)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert left == [], f"attempt {attempt}: daemon or server of {pipe} still running: pids {left}"

@@ -269,3 +269,34 @@ def test_kill_leftovers_scans_again_for_a_server_forked_before_its_daemon_died(m
     monkeypatch.setattr(mps_module.os, "kill", lambda pid, sig: killed.append((pid, sig)))
     assert mps_module.kill_leftovers("/s/mps/g0-u5-p25/pipe") == [101, 102]
     assert killed == [(101, signal.SIGKILL), (102, signal.SIGKILL)]
+
+
+def test_reconcile_kills_a_server_that_outlived_its_daemon_and_pipe_dir(node):
+    """A server whose daemon died and whose pipe dir and journal are gone (a daemon killed as it forked it,
+    after the last scan of its key) is found by reconcile (and so the health check) and killed; a server of a
+    key a journal still names is left to that job's hooks."""
+    import shutil
+
+    from slurm_gpushare.node.reconcile import daemon_dirs, execute_reconcile, mps_processes_under, plan_reconcile
+    from slurm_gpushare.node.epilog import Killer
+    from slurm_gpushare.node.live import LiveState
+
+    daemon = start_serve_and_kill_job_1(node)
+    orphans = list(node.orphans)
+    store = JournalStore(node.state_dir)
+    journal = store.read(61)
+    store.remove(61)
+    shutil.rmtree(Path(daemon.pipe_dir).parent)
+    found = mps_processes_under(str(node.state_dir))
+    assert sorted(found) == sorted(orphans) and set(found.values()) == {daemon.pipe_dir}
+    kept = plan_reconcile({}, set(), LiveState({}, {}, frozenset(), {}), daemon_dirs(str(node.state_dir)), [],
+                          found)
+    assert [a.pid for a in kept.processes] == sorted(orphans)
+    assert any(f"kill MPS process {orphans[0]} (pipe {daemon.pipe_dir}): no journal names its daemon" in line
+               for line in kept.lines("lab-mps01"))
+    # while a journal names the key, the server is its job's hooks' to handle
+    named = {61: journal}
+    assert plan_reconcile(named, {61}, LiveState({}, named, frozenset(), {}), {}, [], found).processes == []
+    assert execute_reconcile(kept, store, node.mps, Killer(None), {}) == []
+    assert not any(_state(p) != "Z" for p in orphans)
+    assert mps_processes_under(str(node.state_dir)) == {}
