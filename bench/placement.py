@@ -1,6 +1,7 @@
 """The GPU-trace placement benchmark: Slurm's placement against FGD, BestFit and Random on the paper's arrivals.
 
     python bench/placement.py [--seeds 42-51] [--scenarios S1,S2,S3] [--json out.json]
+    python bench/placement.py --planner-only 3 [--scenarios S1,S2,S3]   # the planner's own time and memory
 
 For each seed every policy of a scenario replays the same arrivals (the
 paper's rules: seeded shuffle, resampling to 130 %, each pod tried once, no
@@ -9,7 +10,10 @@ allocation ratio at 100 % and 130 % arrived beside the published FGD,
 BestFit and Random figures for the same seeds (tests/data/gpu-trace/
 fgd_expected_default.csv), the seconds per seed and the peak traced memory
 of one replay (tracemalloc, a separate traced pass of the first seed, since
-tracing slows numpy) and the process's max RSS.
+tracing slows numpy) and the process's max RSS. Before its replays each
+scenario times the planner itself on the 1,213-node trace cluster (wall and
+CPU seconds, candidates scored as `gpushare plan` does, and the peak traced
+memory of a separate pass).
 
 Scenarios (issue 13): S1 the trace as it is, fractional requests as mps
 units of 100; S2 every GPU an A100-SXM4-40GB, fractional requests rounded up
@@ -106,6 +110,26 @@ def planned(scenario: str, cluster, pods) -> tuple[list, str]:
     return out, "; ".join(notes)
 
 
+def planner_figures(scenario: str, cluster, pods, repeats: int = 1) -> dict:
+    """The planner alone on the trace cluster, as `gpushare plan` runs it (candidates scored): wall and CPU
+    seconds of each of ``repeats`` runs, and the peak traced memory of one more (tracemalloc slows numpy)."""
+    module = importlib.import_module("slurm_gpushare.planner.scenarios")
+    wall, cpu = [], []
+    for _ in range(repeats):
+        w0, c0 = time.perf_counter(), time.process_time()
+        module.plan_for(cluster, pods, scenario, "auto")
+        wall.append(time.perf_counter() - w0)
+        cpu.append(time.process_time() - c0)
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    module.plan_for(cluster, pods, scenario, "auto")
+    peak = tracemalloc.get_traced_memory()[1] / 2**20
+    tracemalloc.stop()
+    print(f"  planner on {len(cluster.nodes)} nodes ({scenario}): wall {', '.join(f'{w:.1f}' for w in wall)} s, "
+          f"CPU {', '.join(f'{c:.1f}' for c in cpu)} s, peak traced memory {peak:.1f} MiB", flush=True)
+    return {"wall_s": wall, "cpu_s": cpu, "peak_mib": peak}
+
+
 def policies(scenario: str, cluster, pods) -> tuple[list, object, str]:
     """(policies, the cluster they start from, a note on missing planner rows)."""
     extra, why = planned(scenario, cluster, pods)
@@ -161,6 +185,11 @@ def peak_memory(policy, cluster, pods, arrivals) -> float:
 
 
 def run(scenario: str, seeds: list[int], cluster, pods, pub) -> dict:
+    try:
+        planner = planner_figures(scenario, cluster, pods)
+    except Exception as err:  # the planner's module may be absent or mid-edit: reported, not raised
+        planner = {"error": f"{type(err).__name__}: {err}"}
+        print(f"  planner not timed: {planner['error']}")
     pols, start_cluster, why = policies(scenario, cluster, pods)
     rows: dict[str, dict] = {p.name: {"per_seed": {}, "seconds": [], "probes": {}} for p in pols}
     first = arrival_sequence(pods, cluster.gpu_count, seeds[0])
@@ -177,7 +206,7 @@ def run(scenario: str, seeds: list[int], cluster, pods, pub) -> dict:
         print(f"  seed {seed}: " + ", ".join(f"{p.name} {rows[p.name]['per_seed'][seed][0]:.2f}" for p in pols),
               flush=True)
     report(scenario, seeds, rows, pub, why)
-    return {"scenario": scenario, "rows": rows, "planner_missing": why}
+    return {"scenario": scenario, "rows": rows, "planner_missing": why, "planner": planner}
 
 
 def mean(values):
@@ -229,9 +258,17 @@ def main() -> None:
     ap.add_argument("--seeds", default="42-51", help="seeds, e.g. 42-51 or 42,45 (default 42-51)")
     ap.add_argument("--scenarios", default="S1,S2,S3")
     ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--planner-only", type=int, metavar="N", default=0,
+                    help="only time the planner, N runs per scenario (no replays)")
     args = ap.parse_args()
     seeds = seeds_of(args.seeds)
     cluster, pods = default_trace()
+    if args.planner_only:
+        for scenario in args.scenarios.split(","):
+            planner_figures(scenario.strip(), cluster, pods, args.planner_only)
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"max RSS of this process {rss:.0f} MiB")
+        return
     pub = published()
     print(f"trace: {len(cluster.nodes)} nodes, {cluster.gpu_count} GPUs, {len(pods)} pods; seeds {seeds}")
     out = []

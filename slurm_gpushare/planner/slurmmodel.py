@@ -117,35 +117,49 @@ class SlurmState:
         # gpu records of a non-MIG GPU that has mps/shard jobs (kept as jobs arrive; nothing departs), and one mask
         # per GRES type: the per-job record filter without re-deriving them from every GPU's count
         self.rec_shared_busy = np.zeros((n, rwidth), dtype=bool)
-        self._type_mask: dict[int, np.ndarray] = {}
         self.gpu_taken = np.zeros((n, width), dtype=bool)  # a whole-GPU gpu record of it is allocated
+        # kept as jobs arrive (nothing departs) so that a job's feasibility is a few comparisons over the nodes:
+        # usable gpu records per node, of any type and per GRES type code (rows); mps/shard room per GPU and its
+        # largest and total value per node, per sharing kind
+        usable = self.rec_free & ~self.rec_shared_busy
+        self.usable_any = usable.sum(axis=1)
+        self.usable_by_type = np.zeros((len(self.types), n), dtype=np.int64)
+        for code in range(len(self.types)):
+            self.usable_by_type[code] = (usable & (self.rec_type == code)).sum(axis=1)
+        self.rec_whole = ~self.rec_mig & (self.rec_type >= 0)  # a real gpu record of a whole (non-MIG) GPU
+        self.room = {k: np.where(self.sh_kind == k, self.sh_cap, 0) for k in SHARED_KINDS.values()}
+        self.room_max = {k: r.max(axis=1) for k, r in self.room.items()}
+        self.room_sum = {k: r.sum(axis=1) for k, r in self.room.items()}
 
     # -- feasibility -------------------------------------------------------------------------------
     def _usable_records(self, req: SlurmRequest) -> np.ndarray:
+        """Free gpu records of the requested type (any type when untyped) that no mps/shard job made unusable."""
         match = self.rec_free & ~self.rec_shared_busy
         if req.gres_type:
-            code = self.types.get(req.gres_type, -2)
-            mask = self._type_mask.get(code)
-            if mask is None:
-                mask = self._type_mask[code] = self.rec_type == code
-            return match & mask
+            return match & (self.rec_type == self.types.get(req.gres_type, -2))
         return match
 
+    def _usable_count(self, req: SlurmRequest) -> np.ndarray:
+        """Per node, how many gpu records ``_usable_records`` would give (kept up to date as jobs arrive)."""
+        if not req.gres_type:
+            return self.usable_any
+        code = self.types.get(req.gres_type)
+        return self.usable_by_type[code] if code is not None else np.zeros(len(self.names), dtype=np.int64)
+
     def _shared_room(self, req: SlurmRequest) -> np.ndarray:
-        kind = SHARED_KINDS[req.gres]
-        room = np.where((self.sh_kind == kind) & ~self.gpu_taken, self.sh_cap - self.sh_used, 0)
-        return room
+        """mps/shard count left per GPU for this kind (0 on a GPU allocated whole or of another kind)."""
+        return self.room[SHARED_KINDS[req.gres]]
 
     def fits(self, req: SlurmRequest) -> np.ndarray:
         ok = (self.cpu >= req.cpus) & (self.mem >= req.memory_mib)
         if req.gres == "gpu":
-            ok &= self._usable_records(req).sum(axis=1) >= req.count
+            ok &= self._usable_count(req) >= req.count
         elif req.gres in SHARED_KINDS:
-            room = self._shared_room(req)
+            kind = SHARED_KINDS[req.gres]
             if MULTIPLE_SHARING_GRES_PJ in self.flags:
-                ok &= room.sum(axis=1) >= req.count
+                ok &= self.room_sum[kind] >= req.count
             else:
-                ok &= room.max(axis=1) >= req.count
+                ok &= self.room_max[kind] >= req.count
         elif req.gres:
             raise ValueError(f"unknown GRES {req.gres!r} in a SlurmRequest; accepted: gpu, mps, shard or ''")
         return ok
@@ -170,47 +184,74 @@ class SlurmState:
         self.cpu[node] -= req.cpus
         self.mem[node] -= req.memory_mib
         if req.gres == "gpu":
-            recs = np.flatnonzero(self._usable_records(req)[node])[: req.count]
+            match = self.rec_free[node] & ~self.rec_shared_busy[node]
+            if req.gres_type:
+                match &= self.rec_type[node] == self.types.get(req.gres_type, -2)
+            recs = np.flatnonzero(match)[: req.count]
             self.rec_free[node, recs] = False
+            self._unusable(node, recs)
             whole = recs[~self.rec_mig[node, recs]]
-            self.gpu_taken[node, self.rec_gpu[node, whole]] = True
+            gpus = self.rec_gpu[node, whole]
+            self.gpu_taken[node, gpus] = True
+            for kind, room in self.room.items():
+                if len(gpus) and room[node, gpus].any():  # a whole job on a GPU that had mps/shard count
+                    room[node, gpus] = 0
+                    self._room_changed(node, kind)
             return tuple(int(r) for r in recs)
         if req.gres in SHARED_KINDS:
             return self._allocate_shared(req, node)
         return ()
 
     def _allocate_shared(self, req: SlurmRequest, node: int) -> tuple[int, ...]:
-        room = self._shared_room(req)[node]
-        order = np.arange(len(room))
+        kind = SHARED_KINDS[req.gres]
+        room = self.room[kind][node]
         if LL_SHARED_GRES in self.flags:
-            kind = SHARED_KINDS[req.gres]
             cap = np.where(self.sh_kind[node] == kind, self.sh_cap[node], 0)
             total = int(cap.sum())
             with np.errstate(divide="ignore", invalid="ignore"):
                 free = np.where(cap > 0, (cap - self.sh_used[node]) * total // np.maximum(cap, 1), 0)
             order = np.argsort(-free, kind="stable")
+        else:
+            order = np.arange(len(room))
         need, used = req.count, []
-        single = [g for g in order if room[g] >= need]
-        if single:
+        single = order[room[order] >= need]
+        if len(single):
             g = int(single[0])
             self.sh_used[node, g] += need
-            self._shared_busy(node, (g,))
-            return (g,)
-        for g in order:  # MULTIPLE_SHARING_GRES_PJ only (fits() refused the job otherwise)
-            take = min(int(room[g]), need)
-            if take > 0:
-                self.sh_used[node, g] += take
-                need -= take
-                used.append(int(g))
-            if not need:
-                break
+            room[g] -= need
+            used = [g]
+        else:
+            for g in order.tolist():  # MULTIPLE_SHARING_GRES_PJ only (fits() refused the job otherwise)
+                take = min(int(room[g]), need)
+                if take > 0:
+                    self.sh_used[node, g] += take
+                    room[g] -= take
+                    need -= take
+                    used.append(g)
+                if not need:
+                    break
+        self._room_changed(node, kind)
         self._shared_busy(node, used)
         return tuple(used)
 
     def _shared_busy(self, node: int, gpus) -> None:
         """The gpu records of these GPUs (not MIG instances) take no gpu job now that they have mps/shard jobs."""
-        for g in gpus:
-            self.rec_shared_busy[node] |= (self.rec_gpu[node] == g) & ~self.rec_mig[node] & (self.rec_type[node] >= 0)
+        on = self.rec_gpu[node] == gpus[0] if len(gpus) == 1 else np.isin(self.rec_gpu[node], gpus)
+        busy = on & self.rec_whole[node]
+        newly = np.flatnonzero(busy & ~self.rec_shared_busy[node] & self.rec_free[node])
+        self.rec_shared_busy[node] |= busy
+        self._unusable(node, newly)
+
+    def _unusable(self, node: int, recs: np.ndarray) -> None:
+        """These gpu records of ``node`` were usable and are not now: the per-node counts follow."""
+        if len(recs):
+            self.usable_any[node] -= len(recs)
+            np.subtract.at(self.usable_by_type[:, node], self.rec_type[node, recs], 1)
+
+    def _room_changed(self, node: int, kind: int) -> None:
+        row = self.room[kind][node]
+        self.room_max[kind][node] = row.max()
+        self.room_sum[kind][node] = row.sum()
 
 
 def natural_key(name: str) -> tuple:
@@ -219,21 +260,28 @@ def natural_key(name: str) -> tuple:
 
 
 def consec_pick(ok: np.ndarray, weight: np.ndarray, cpus: np.ndarray) -> int:
-    """eval_nodes.c ``_eval_nodes_consec`` for a one-node job: lowest weight, tightest set, best-fit node."""
-    if not ok.any():
-        return -1
+    """eval_nodes.c ``_eval_nodes_consec`` for a one-node job: lowest weight, tightest set, best-fit node.
+
+    Only the lowest-weight sets can win, so the sets are the runs of consecutive usable nodes of that weight (a
+    node of another weight, or an unusable one, ends a run); the first run with the fewest idle CPUs in total,
+    and in it the first node with the fewest.
+    """
     idx = np.flatnonzero(ok)
-    # a new set starts where the previous node was not usable or had another weight
-    starts = np.ones(len(idx), dtype=bool)
-    starts[1:] = (np.diff(idx) != 1) | (weight[idx[1:]] != weight[idx[:-1]])
-    set_id = np.cumsum(starts) - 1
-    set_weight = weight[idx[starts]]
-    set_cpus = np.bincount(set_id, weights=cpus[idx])
-    lowest = set_weight == set_weight.min()
-    candidates = np.flatnonzero(lowest)
-    best_set = candidates[np.argmin(set_cpus[candidates])]  # first of the tightest (argmin keeps the first)
-    members = idx[set_id == best_set]
-    return int(members[np.argmin(cpus[members])])
+    if not len(idx):
+        return -1
+    w = weight[idx]
+    low = w.min()
+    if w.max() != low:
+        idx = idx[w == low]
+    starts = np.flatnonzero(np.diff(idx) != 1) + 1
+    c = cpus[idx]
+    if not len(starts):
+        return int(idx[np.argmin(c)])
+    set_cpus = np.add.reduceat(c, np.concatenate(([0], starts)))
+    best = int(np.argmin(set_cpus))  # first of the tightest
+    lo = int(starts[best - 1]) if best else 0
+    hi = int(starts[best]) if best < len(starts) else len(idx)
+    return int(idx[lo + int(np.argmin(c[lo:hi]))])
 
 
 class SlurmPolicy:

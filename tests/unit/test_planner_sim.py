@@ -324,3 +324,78 @@ def test_partitions_tried_by_priority_tier_first():
     cluster = SimCluster((node("a", partitions=("low",)), node("b", partitions=("high",))),
                          partition_tiers=(("low", 1), ("high", 10)))
     assert SlurmState(cluster).choose_node(req(cpus=1, partitions=("low", "high"))) == 1
+
+
+# -- the kept counts agree with the state they summarise -----------------------------------------------
+
+
+def _consec_pick_reference(ok, weight, cpus):
+    """_eval_nodes_consec over every usable node, set by set (the model's first, unoptimised form)."""
+    idx = [i for i in range(len(ok)) if ok[i]]
+    if not idx:
+        return -1
+    sets, cur = [], [idx[0]]
+    for a, b in zip(idx, idx[1:]):
+        if b == a + 1 and weight[a] == weight[b]:
+            cur.append(b)
+        else:
+            sets.append(cur)
+            cur = [b]
+    sets.append(cur)
+    low = min(weight[s[0]] for s in sets)
+    best = min((s for s in sets if weight[s[0]] == low), key=lambda s: sum(cpus[i] for i in s))
+    return min(best, key=lambda i: (cpus[i], i))
+
+
+def _fits_reference(s: SlurmState, r: SlurmRequest):
+    """Feasibility derived afresh from the records and counts (what the kept per-node counts stand for)."""
+    ok = (s.cpu >= r.cpus) & (s.mem >= r.memory_mib)
+    if r.gres == "gpu":
+        usable = s.rec_free & ~s.rec_shared_busy
+        if r.gres_type:
+            usable &= s.rec_type == s.types.get(r.gres_type, -2)
+        return ok & (usable.sum(axis=1) >= r.count)
+    if r.gres in ("mps", "shard"):
+        kind = {"mps": 1, "shard": 2}[r.gres]
+        room = np.where((s.sh_kind == kind) & ~s.gpu_taken, s.sh_cap - s.sh_used, 0)
+        per_node = room.sum(axis=1) if MULTIPLE_SHARING_GRES_PJ in s.flags else room.max(axis=1)
+        return ok & (per_node >= r.count)
+    return ok
+
+
+@pytest.mark.parametrize("flags", [frozenset(), frozenset({LL_SHARED_GRES}), frozenset({MULTIPLE_SHARING_GRES_PJ})])
+def test_kept_counts_match_a_fresh_derivation(flags):
+    rng = np.random.default_rng(5)
+    kinds = [lambda: gpu("mps", units=100), lambda: gpu("shard", units=4), lambda: gpu(gres_type="a100"),
+             lambda: gpu("mig", mig=("a100_1g", "a100_1g", "a100_3g")), lambda: gpu("mps", units=50)]
+    nodes = tuple(
+        node(f"n{i}", cpus=int(rng.integers(4, 17)), weight=int(rng.integers(1, 3)), memory=400,
+             gpus=[kinds[int(k)]() for k in rng.integers(0, len(kinds), size=int(rng.integers(0, 5)))])
+        for i in range(24))
+    s = SlurmState(SimCluster(nodes, select_flags=flags))
+    asks = [("gpu", 1, ""), ("gpu", 2, ""), ("gpu", 1, "a100"), ("gpu", 1, "a100_1g"), ("gpu", 1, "a100_3g"),
+            ("mps", 30, ""), ("mps", 70, ""), ("shard", 1, ""), ("shard", 3, ""), ("", 0, "")]
+    placed = refused = 0
+    for _ in range(400):
+        gres, count, gtype = asks[int(rng.integers(len(asks)))]
+        r = req(gres, count, gtype, cpus=int(rng.integers(1, 4)), memory=int(rng.integers(0, 60)))
+        want = _fits_reference(s, r)
+        assert s.fits(r).tolist() == want.tolist()
+        assert s.choose_node(r) == _consec_pick_reference(want, s.weight, s.cpu)
+        node_i = s.choose_node(r)
+        if node_i >= 0:
+            s.allocate(r, node_i)
+            placed += 1
+        else:
+            refused += 1
+    assert placed > 50 and refused > 100  # the run filled the cluster, not only the easy first jobs
+
+
+def test_consec_pick_matches_reference_on_random_masks():
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        n = int(rng.integers(1, 30))
+        ok = rng.random(n) < 0.6
+        weight = rng.integers(1, 4, size=n)
+        cpus = rng.integers(0, 6, size=n)
+        assert consec_pick(ok, weight, cpus) == _consec_pick_reference(ok, weight, cpus)
