@@ -37,7 +37,7 @@ import math
 import posixpath
 import re
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 
 from hostlist import collect_hostlist, expand_hostlist
@@ -78,6 +78,17 @@ class RunningJob:
 
 
 @dataclass(frozen=True)
+class RecentJob:
+    """A job that ran on ``node`` and ended within ``live.history_window`` (sacct, ``Snapshot.history``)."""
+
+    job_id: str
+    node: str
+    gres: dict[str, int]  # what it held: {"gpu:a100_40g_1g.5gb": 1}, {"mps": 50}, {"shard:l40s": 2}
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
 class NodeView:
     name: str
     state: tuple[str, ...]
@@ -93,6 +104,7 @@ class Snapshot:
     nodes: dict[str, NodeView]
     changes: dict[str, float] = field(default_factory=dict)  # node -> epoch of its last change (or attempt)
     locked: frozenset[str] = frozenset()  # nodes whose gpushare-relayout-<node> reservation exists
+    history: tuple[RecentJob, ...] = ()  # jobs that ended within live.history_window, one per node they ran on
 
 
 @dataclass(frozen=True)
@@ -110,11 +122,21 @@ class Proposal:
     # every GPU the change relayouts, in one drain: (gpu, old layout, new layout), in GPU order; gpu,
     # old_layout and new_layout above are the first of them
     changes: tuple[tuple[int, tuple[str, ...], tuple[str, ...]], ...] = ()
+    # a mode change instead (old_layout/new_layout then hold the first GPU's old and new mode as text):
+    # (gpu, old mode text, new sharing entry) of every GPU it changes, ``with_modes``' argument as pairs
+    modes: tuple[tuple[int, str, dict], ...] = ()
 
     @property
     def layouts(self) -> dict[int, tuple[str, ...]]:
-        """gpu -> new layout of every GPU the change relayouts (``with_layouts``' argument)."""
+        """gpu -> new layout of every GPU the change relayouts (``with_layouts``' argument); {} for a mode change."""
+        if self.modes:
+            return {}
         return {g: tuple(new) for g, _old, new in self.changes} or {self.gpu: tuple(self.new_layout)}
+
+    @property
+    def sharing(self) -> dict[int, dict]:
+        """gpu -> new sharing entry of every GPU a mode change changes (``with_modes``' argument)."""
+        return {g: dict(new) for g, _old, new in self.modes}
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -127,10 +149,13 @@ class Held:
     new_layout: tuple[str, ...]
     why: str
     changes: tuple[tuple[int, tuple[str, ...], tuple[str, ...]], ...] = ()  # as Proposal.changes
+    modes: tuple[tuple[int, str, dict], ...] = ()  # as Proposal.modes
 
     @property
     def line(self) -> str:
-        if len(self.changes) > 1:
+        if self.modes:
+            to = " " + ", ".join(f"GPU {g} {old} -> {mode_text(new)}" for g, old, new in self.modes)
+        elif len(self.changes) > 1:
             to = " " + _to_text(self.changes)
         else:
             to = f" GPU {self.gpu} to {'+'.join(self.new_layout)}" if self.new_layout else ""
@@ -180,7 +205,22 @@ def snapshot_from_client(client, site: Site, now: float, changes: dict[str, floa
                 if gres:
                     running.append(RunningJob(job.job_id, node, gres, float(job.end_time) if job.end_time else None))
     nodes = {n.name: NodeView(n.name, tuple(n.state), n.reason, dict(n.gres)) for n in client.nodes()}
-    return Snapshot(now, tuple(pending), tuple(running), nodes, dict(changes or {}), frozenset(locked))
+    window = site.policy.live.history_window
+    history = recent_from_records(client.recent_jobs(now - window, now)) if window > 0 else ()
+    return Snapshot(now, tuple(pending), tuple(running), nodes, dict(changes or {}), frozenset(locked), history)
+
+
+def recent_from_records(records) -> tuple[RecentJob, ...]:
+    """``slurm.history.FinishedJob`` records (the client's ``recent_jobs``) as one RecentJob per node a GPU job
+    ran on; the untyped ``gpu`` total is dropped where a typed ``gpu:<type>`` says the same."""
+    out = []
+    for rec in records:
+        gres = {k: int(v) for k, v in rec.gres.items() if v and k.split(":", 1)[0] in ("gpu", "mps", "shard")}
+        if any(k.startswith("gpu:") for k in gres):
+            gres.pop("gpu", None)
+        if gres:
+            out += [RecentJob(str(rec.job_id), node, gres, float(rec.start), float(rec.end)) for node in rec.nodes]
+    return tuple(out)
 
 
 def live_policy_path(site: Site) -> str:
@@ -234,13 +274,90 @@ def _candidates(model: GpuModel) -> tuple[tuple[tuple[str, ...], Counter, Counte
 
 # ---- the decision -----------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class _History:
+    """What a node ran in the history window, as the cost of taking capacity away from it.
+
+    A change holds the node for ``min_dwell`` at least; the recent mix goes on arriving at its rate
+    meanwhile, so the jobs of type ``t`` expected in that time are ``jobs[t] * min_dwell / window``. A change
+    that leaves the node ``caps[t]`` of its ``base[t]`` instances (slots, units) of ``t`` turns away the share
+    ``(base[t] - caps[t]) / base[t]`` of them: the *stranded* jobs, subtracted from the change's benefit."""
+
+    jobs: dict[str, int]  # GRES key -> jobs that ran on the node in the window (each once)
+    base: dict[str, int]  # GRES key -> what the node has of it now
+    dwell: float  # live.min_dwell
+    window: float  # live.history_window
+
+    @property
+    def scale(self) -> float:
+        return self.dwell / self.window
+
+    def stranded(self, caps) -> float:
+        return sum(self._lost(t, caps) for t in self.jobs)
+
+    def _lost(self, t: str, caps) -> float:
+        have = self.base.get(t, 0)
+        if have <= 0 or caps.get(t, 0) >= have:
+            return 0.0
+        return self.jobs[t] * self.scale * (have - max(0, caps.get(t, 0))) / have
+
+    def text(self, caps) -> str:
+        """'the last 6 h ran 24 jobs of a100_40g_1g.5gb here: 4.0 expected within min_dwell (60 min), the change
+        removes 7 of its 7' for every type the change takes capacity from ('' when none)."""
+        parts = []
+        for t in sorted(self.jobs, key=lambda t: (-self._lost(t, caps), t)):
+            if self._lost(t, caps) > 0:
+                have = self.base[t]
+                parts.append(f"{self.jobs[t]} job{'s' if self.jobs[t] != 1 else ''} of {_type_name(t)} "
+                             f"({self.jobs[t] * self.scale:.1f} expected within min_dwell {_mins(self.dwell)}; the "
+                             f"change keeps {max(0, caps.get(t, 0))} of {have})")
+        if not parts:
+            return ""
+        return f"the last {_hours(self.window)} ran " + ", ".join(parts)
+
+
+def _history_of(site: Site, snap: Snapshot, node: str, base) -> _History | None:
+    """The node's ``_History`` (None: no history window, no min_dwell, or nothing of its GRES ran there)."""
+    live = site.policy.live
+    if live.history_window <= 0 or live.min_dwell <= 0:
+        return None
+    jobs: Counter = Counter()
+    for r in snap.history:
+        if r.node == node:
+            for key in {_kind(k) for k in r.gres}:
+                if base.get(key, 0) > 0:
+                    jobs[key] += 1
+    if not jobs:
+        return None
+    return _History(dict(jobs), {k: v for k, v in base.items() if v > 0}, float(live.min_dwell),
+                    float(live.history_window))
+
+
+def _kind(key: str) -> str:
+    """A GRES key as the planner counts it: 'gpu:<type>' as is, 'shard:l40s' / 'mps:x' as 'shard' / 'mps'."""
+    name = key.split(":", 1)[0]
+    return name if name in ("mps", "shard") else key
+
+
+def _type_name(key: str) -> str:
+    return key.split(":", 1)[1] if key.startswith("gpu:") else key
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:g} h" if seconds >= 3600 else _mins(seconds)
+
+
 @dataclass
 class _Best:
     changes: tuple[tuple[int, tuple[str, ...], tuple[str, ...]], ...]  # (gpu, old, new) of every changed GPU
     new_served: list[PendingJob]
     dropped: list[PendingJob]
-    benefit: int
+    benefit: float  # jobs started, less those the present layout would start, less the stranded recent mix
     wait: float
+    caps: Counter = field(default_factory=Counter)  # the node's GPU GRES after the change
+    stranded: float = 0.0  # recent-mix jobs the change would turn away over min_dwell (_History)
+    history: str = ""  # _History.text of the change ('' without one)
+    modes: tuple[tuple[int, str, dict], ...] = ()  # a mode change (livemodes): (gpu, old text, new entry)
 
     @property
     def gpu(self) -> int:
@@ -330,11 +447,13 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
         else:
             todo.append(name)
     cache: dict[str, _Best | None] = {}  # scores stay good until a proposal takes jobs out of `blocked`
+    history = {name: _history_of(site, snap, name, _caps(site, name)) for name in todo}
     while todo and blocked:
         scored = []
         for name in todo:
             if name not in cache:
-                cache[name] = _best_change(site, doc, name, [j for j in blocked if serves(name, j)], valid, refused)
+                cache[name] = _best_change(site, doc, name, [j for j in blocked if serves(name, j)], valid, refused,
+                                           history[name])
             if cache[name] is not None:
                 scored.append((cache[name], name))
         if not scored:
@@ -356,7 +475,7 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
     already = {h.node for h in held}  # held for another reason: that reason is the one to read
     for name, (best, why) in sorted(refused.items()):
         if name not in already and best.benefit > chosen.get(name, 0):
-            held.append(Held(name, best.gpu, best.new, f"would let {best.benefit} pending job(s) start, but the "
+            held.append(Held(name, best.gpu, best.new, f"would let {_num(best.benefit)} pending job(s) start, but the "
                                                         f"policy refuses the layout: {why}", best.changes))
     return LivePlan(tuple(proposals), tuple(held), tuple(demand))
 
@@ -372,7 +491,12 @@ def _limits(site, snap, name, best, running, tiers, draining) -> tuple[str, tupl
         return (f"{'+'.join(view.state)} by someone else (reason: {view.reason or 'none given'}); "
                 "the live planner leaves it alone", must_finish, 0.0)
     if best.benefit < live.min_benefit_jobs:
-        return (f"lets {best.benefit} more pending job(s) start; min_benefit_jobs is {live.min_benefit_jobs}",
+        if best.stranded:
+            started = best.benefit + best.stranded
+            return (f"{best.history}: it would strand {best.stranded:.1f} of them against the {_num(started)} "
+                    f"pending job(s) it lets start (net {best.benefit:.1f}; min_benefit_jobs is "
+                    f"{live.min_benefit_jobs})", must_finish, 0.0)
+        return (f"lets {_num(best.benefit)} more pending job(s) start; min_benefit_jobs is {live.min_benefit_jobs}",
                 must_finish, 0.0)
     last = snap.changes.get(name)
     if last is not None and snap.now - last < live.min_dwell:
@@ -406,13 +530,17 @@ def _mismatch(site: Site, name: str, view: NodeView | None) -> str:
 
 
 def _best_change(site: Site, doc: dict, name: str, jobs: list[PendingJob], valid: dict,
-                 refused: dict) -> _Best | None:
+                 refused: dict, history: _History | None = None) -> _Best | None:
     """The node's new MIG layouts that start the most of ``jobs`` (net), chosen together for one drain, among the
     sets of layouts the policy accepts (``with_layouts`` validates the node's whole set: an alias or tier type the
     site names must stay). GPU by GPU in index order (greedy): the catalogue layout that, with the layouts chosen
     for the GPUs before it, starts the most jobs on the node replaces the GPU's layout when it starts more than
     keeping it (ties: the older jobs, then the smaller change, then the catalogue's order). ``refused[name]``:
-    the set chosen without the policy's check, and why the policy refuses it (when it does)."""
+    the set chosen without the policy's check, and why the policy refuses it (when it does).
+
+    ``history`` (the node's recent mix): the choice is made again with the stranded recent jobs subtracted from
+    every score; when no set is worth it then, the set chosen without history comes back with its stranded jobs
+    subtracted from its benefit (and ``history`` saying which), so that ``_limits`` holds it and says why."""
     if not jobs:
         return None
     by_type: dict[str, list[PendingJob]] = {}
@@ -424,11 +552,21 @@ def _best_change(site: Site, doc: dict, name: str, jobs: list[PendingJob], valid
     refused.pop(name, None)
     if plain is None:
         return None
+    accept = None
     why = _refusal(doc, name, plain.changes, valid)
-    if not why:
+    if why:
+        refused[name] = (plain, why)
+        accept = lambda changes: not _refusal(doc, name, changes, valid)  # noqa: E731
+        plain = _choose(slots, base, by_type, accept)
+        if plain is None:
+            return None
+    if history is None or not history.stranded(plain.caps):
         return plain
-    refused[name] = (plain, why)
-    return _choose(slots, base, by_type, lambda changes: not _refusal(doc, name, changes, valid))
+    kept = _choose(slots, base, by_type, accept, history)
+    if kept is not None:
+        return kept
+    lost = history.stranded(plain.caps)
+    return replace(plain, benefit=plain.benefit - lost, stranded=lost, history=history.text(plain.caps))
 
 
 def _refusal(doc: dict, name: str, changes, valid: dict) -> str:
@@ -445,9 +583,14 @@ def _refusal(doc: dict, name: str, changes, valid: dict) -> str:
     return valid[key]
 
 
-def _choose(slots, base: Counter, by_type: dict[str, list[PendingJob]], accept) -> _Best | None:
+def _choose(slots, base: Counter, by_type: dict[str, list[PendingJob]], accept,
+            history: _History | None = None) -> _Best | None:
     """The greedy choice of ``_best_change``; ``accept(changes)`` (when given) must accept the set chosen so far
-    with each GPU's new layout, else the GPU's next best layout is tried, else the GPU keeps its layout."""
+    with each GPU's new layout, else the GPU's next best layout is tried, else the GPU keeps its layout.
+    ``history``: every score (and the benefit) less the recent jobs the node's GRES after it would strand."""
+    def lost(c) -> float:
+        return history.stranded(c) if history is not None else 0.0
+
     memo: dict[tuple[str, int], tuple[int, float]] = {}
 
     def served(t: str, cap: int) -> tuple[int, float]:
@@ -463,7 +606,7 @@ def _choose(slots, base: Counter, by_type: dict[str, list[PendingJob]], accept) 
         old = Counter(f"gpu:{t}" for t in slot.mig_types())
         old_profiles = Counter(slot.layout)
         keep = [served(t, caps[t]) for t in by_type]
-        keep_n = sum(n for n, _ in keep)
+        keep_n = sum(n for n, _ in keep) - lost(caps)
         scored = []
         for layout, profiles, types in _candidates(slot.model):
             if profiles == old_profiles:
@@ -473,6 +616,8 @@ def _choose(slots, base: Counter, by_type: dict[str, list[PendingJob]], accept) 
                 k, w = served(t, caps[t] - old[t] + types[t])
                 n += k
                 wait += w
+            if history is not None:
+                n -= lost(caps - old + types)
             if n <= keep_n:
                 continue
             moved = sum(((profiles - old_profiles) + (old_profiles - profiles)).values())
@@ -493,11 +638,13 @@ def _choose(slots, base: Counter, by_type: dict[str, list[PendingJob]], accept) 
         now_ids = {j.job_id for j in after}
         gained += [j for j in after if j.job_id not in was]
         dropped += [j for j in before if j.job_id not in now_ids]
-    benefit = len(gained) - len(dropped)
+    stranded = lost(caps)
+    benefit = len(gained) - len(dropped) - stranded
     if benefit <= 0:
         return None
     wait = sum(j.age_s for j in gained) - sum(j.age_s for j in dropped)
-    return _Best(tuple(changes), gained, dropped, benefit, wait)
+    text = history.text(caps) if stranded else ""
+    return _Best(tuple(changes), gained, dropped, benefit, wait, Counter(caps), stranded, text)
 
 
 def _serve_type(cap: int, jobs: list[PendingJob]) -> list[PendingJob]:
@@ -568,6 +715,8 @@ def _proposal(site, snap, name, best: _Best, must_finish, ready_in, free: Counte
     line = (f"{len(waiting)} job{'s have' if len(waiting) != 1 else ' has'} waited {_mins(oldest)} for {main}; "
             f"{name} {has} {', '.join(idle)}: relayout {to} {lets}; "
             f"cost: {first} + {_mins_up(live.change_cost)} drain and re-registration")
+    if best.stranded:
+        line += f"; history: {best.history}: {best.stranded:.1f} stranded, net benefit {best.benefit:.1f}"
     return Proposal(name, best.gpu, tuple(best.old), tuple(best.new), dict(sorted(starts.items())), must_finish,
                     ready_in, ready_in + live.change_cost, float(best.benefit), line, tuple(best.changes))
 
@@ -618,6 +767,59 @@ def with_layouts(site_doc: dict, node: str, layouts: dict[int, tuple[str, ...]])
     GPU the policy has not, or a GPU not shared by MIG."""
     if not layouts:
         raise ValueError(f"node {node}: no GPU layout given (a mapping gpu -> MIG layout)")
+
+    def check(gpu: int, entry: dict | None, group: dict) -> None:
+        if entry is None:
+            raise ValueError(f"GPU {gpu} of node {node} has no MIG sharing entry in node group {group['name']} "
+                             "(an exclusive GPU): the live planner changes MIG layouts only")
+        if str(entry.get("mode", "")).lower() != "mig":
+            raise ValueError(f"GPU {gpu} of node {node} is shared by mode {entry.get('mode')} in node group "
+                             f"{group['name']}, not mig: the live planner changes MIG layouts only")
+
+    entries = {g: {"mode": "mig", "layout": list(layout)} for g, layout in layouts.items()}
+    what = ", ".join(f"GPU {g} as {'+'.join(layouts[g])}" for g in sorted(layouts))
+    return _with_entries(site_doc, node, entries, check, what)
+
+
+def with_modes(site_doc: dict, node: str, modes: dict[int, dict]) -> dict:
+    """``with_layouts`` for sharing modes: the node's GPUs ``modes`` (gpu -> a sharing entry without ``gpus``:
+    ``{"mode": "mps", "units": 100}``, ``{"mode": "shard", "replicas": 4}``, ``{"mode": "exclusive"}``) get
+    those modes, in a group of the node's own, validated as a whole (``build_site``: mps and shard on one node,
+    say, is refused with PolicyError). ValueError for a GPU shared by MIG or to be made MIG: gpushare never
+    changes a GPU's MIG mode (that needs a GPU reset)."""
+    if not modes:
+        raise ValueError(f"node {node}: no GPU mode given (a mapping gpu -> sharing entry)")
+    for gpu, entry in modes.items():
+        mode = str(entry.get("mode", "")).lower()
+        if mode not in ("exclusive", "mps", "shard"):
+            raise ValueError(f"GPU {gpu} of node {node}: mode {entry.get('mode')!r}: the live planner sets "
+                             "exclusive, mps or shard (MIG mode is never changed: it needs a GPU reset)")
+
+    def check(gpu: int, entry: dict | None, group: dict) -> None:
+        if entry is not None and str(entry.get("mode", "")).lower() == "mig":
+            raise ValueError(f"GPU {gpu} of node {node} is shared by MIG in node group {group['name']}: the live "
+                             "planner never changes a GPU's MIG mode (it needs a GPU reset)")
+
+    what = ", ".join(f"GPU {g} {mode_text(modes[g])}" for g in sorted(modes))
+    return _with_entries(site_doc, node, {g: dict(e) for g, e in modes.items()}, check, what)
+
+
+def mode_text(entry: dict) -> str:
+    """A sharing entry in a report: 'exclusive', 'mps (100 units)', 'shard (4 replicas)'."""
+    mode = str(entry.get("mode", "exclusive")).lower()
+    if mode == "mps":
+        return f"mps ({entry.get('units')} units)"
+    if mode == "shard":
+        return f"shard ({entry.get('replicas')} replicas)"
+    if mode == "mig":
+        layout = entry.get("layout")
+        return f"mig ({'+'.join(layout) if isinstance(layout, list) else layout})"
+    return mode
+
+
+def _with_entries(site_doc: dict, node: str, entries: dict[int, dict], check, what: str) -> dict:
+    """The document with the node in a group of its own whose GPUs ``entries`` get these sharing entries;
+    ``check(gpu, its present entry or None, group)`` raises ValueError for a GPU that may not change so."""
     doc = copy.deepcopy(site_doc)
     groups = doc.get("node_groups") or []
     for i, group in enumerate(groups):
@@ -628,30 +830,25 @@ def with_layouts(site_doc: dict, node: str, layouts: dict[int, tuple[str, ...]])
         raise ValueError(f"node {node!r} is in no node group of the policy; groups: "
                          f"{', '.join(str(g.get('name')) for g in groups)}")
     count = int(group["gpu"]["count"])
-    for gpu in sorted(layouts):
+    for gpu in sorted(entries):
         if not 0 <= gpu < count:
             raise ValueError(f"GPU {gpu} of node {node}: node group {group['name']} has {count} GPU(s), "
                              f"0-{count - 1}")
     sharing, found = [], set()
     for entry in group.get("sharing") or []:
         indexes = parse_indexes(entry["gpus"], count)
-        mine = [x for x in indexes if x in layouts]
+        mine = [x for x in indexes if x in entries]
         if not mine:
             sharing.append(entry)
             continue
-        if str(entry.get("mode", "")).lower() != "mig":
-            raise ValueError(f"GPU {mine[0]} of node {node} is shared by mode {entry.get('mode')} in node group "
-                             f"{group['name']}, not mig: the live planner changes MIG layouts only")
-        rest = [x for x in indexes if x not in layouts]
+        check(mine[0], entry, group)
+        rest = [x for x in indexes if x not in entries]
         if rest:
             sharing.append({**entry, "gpus": _index_text(rest)})
-        for gpu in mine:
-            sharing.append({"gpus": gpu, "mode": "mig", "layout": list(layouts[gpu])})
         found.update(mine)
-    missing = sorted(set(layouts) - found)
-    if missing:
-        raise ValueError(f"GPU {missing[0]} of node {node} has no MIG sharing entry in node group {group['name']} "
-                         "(an exclusive GPU): the live planner changes MIG layouts only")
+    for gpu in sorted(set(entries) - found):
+        check(gpu, None, group)
+    sharing += [{"gpus": gpu, **entries[gpu]} for gpu in sorted(entries)]
     sharing.sort(key=lambda e: parse_indexes(e["gpus"], count)[0])
     if len(nodes) == 1:
         group["sharing"] = sharing
@@ -664,7 +861,6 @@ def with_layouts(site_doc: dict, node: str, layouts: dict[int, tuple[str, ...]])
             names = tier.get("node_groups") or []
             if group["name"] in names:
                 names.insert(names.index(group["name"]) + 1, name)
-    what = ", ".join(f"GPU {g} as {'+'.join(layouts[g])}" for g in sorted(layouts))
     build_site(doc, f"live policy ({node} {what})")
     return doc
 
@@ -700,6 +896,11 @@ def _drained(view: NodeView) -> bool:
 
 def _unavailable(view: NodeView) -> bool:
     return any(s in UNAVAILABLE for s in view.state)
+
+
+def _num(x: float) -> str:
+    """A count that may be fractional (a benefit less stranded jobs): '2', '1.5'."""
+    return f"{x:.0f}" if abs(x - round(x)) < 1e-9 else f"{x:.1f}"
 
 
 def _mins(seconds: float) -> str:

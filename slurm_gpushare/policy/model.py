@@ -294,8 +294,8 @@ class Billing(Strict):
 
 
 class Live(Strict):
-    """The live planner (`gpushare plan --live`): which MIG layouts follow the pending queue, and the limits
-    that keep it from thrashing. Times are seconds. A node under relayout holds a gpushare-relayout-<node>
+    """The live planner (`gpushare plan --live`): which MIG layouts and GPU modes follow the pending queue, and
+    the limits that keep it from thrashing. Times are seconds. A node under relayout holds a gpushare-relayout-<node>
     reservation or is drained with a reason starting "gpushare relayout"."""
 
     enabled: bool = False
@@ -305,6 +305,10 @@ class Live(Strict):
     max_draining: int = Field(1, ge=1, le=10000)  # nodes under relayout at once, per tier
     max_wait: int = Field(3600, ge=0, le=30 * 86400)  # every GPU job on the node must end within this
     change_cost: int = Field(120, ge=0, le=86400)  # drain + re-registration counted in every change's cost
+    # s of finished jobs (sacct) read per run: what a node ran lately counts toward keeping its layout or mode
+    # (the jobs of a type it would lose, at their recent rate, over min_dwell); 0: no history read
+    history_window: int = Field(21600, ge=0, le=7 * 86400)
+    modes: bool = True  # also propose a non-MIG GPU's sharing mode (exclusive, mps, shard) for the queue
     policy_file: str | None = Field(None, pattern=ABS_PATH)  # default: <slurm_conf_dir>/gpushare-live.yaml
 
     @model_validator(mode="after")

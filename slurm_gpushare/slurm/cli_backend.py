@@ -119,6 +119,14 @@ class CliClient:
 
         return sshare.query(self.runner, as_json=as_json)
 
+    def recent_jobs(self, since: float, until: float):
+        """The jobs that ran in [since, until) and had ended by ``until``, with their nodes and GRES
+        (``history.FinishedJob``): the live planner's history. sacct on every backend (pyslurm's db.Job has
+        no TRES in 24.11)."""
+        from .history import recent_jobs
+
+        return recent_jobs(self.runner, since, until, timeout=self.timeout, env=self.env)
+
     def usage_source(self):
         """The sacct job records (``JobSource``) of this backend."""
         from .sacct import SacctSource

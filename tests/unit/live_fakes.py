@@ -40,6 +40,7 @@ class FakeCtld:
     calls: list[tuple[str, ...]] = field(default_factory=list)
     next_id: int = 100
     fail_sbatch: str = ""  # when set: sbatch fails with this message
+    finished: list[tuple] = field(default_factory=list)  # (job id, start, end, node, AllocTRES) for the history
 
     def __call__(self, argv, *, input=None, timeout=60.0, check=True, env=None) -> Result:
         argv = tuple(argv)
@@ -128,6 +129,8 @@ class FakeCtld:
         return 0, f"{self.next_id}\n", ""
 
     def _sacct(self, args, input, env):
+        if args[:4] == ["-a", "-X", "-P", "--noheader"]:
+            return self._history(args, env)
         if args[:6] != ["-a", "-X", "-P", "-n", "-o", "JobID,State,ExitCode,End,NodeList"] or args[6] != "-j":
             raise UnknownCommand(f"sacct {args!r}")
         if (env or {}).get("SLURM_TIME_FORMAT") != "%s":
@@ -137,6 +140,20 @@ class FakeCtld:
             return 0, "", ""
         end = str(job.end) if job.end else "Unknown"
         return 0, f"{job.job_id}|{job.state}|{job.exit_code}|{end}|{job.node}\n", ""
+
+    def _history(self, args, env):
+        """The live planner's history (slurm/history.py): the jobs that ended in the window, its finished fake
+        jobs (the relayout jobs: no GRES) and ``finished`` (jobs the test says ran), as sacct -P prints them."""
+        if len(args) != 10 or args[4] != "-S" or args[6] != "-E" or args[8] != "-o" \
+                or args[9] != "JobID,State,Start,End,NodeList,AllocTRES":
+            raise UnknownCommand(f"sacct {args!r}")
+        if (env or {}).get("SLURM_TIME_FORMAT") != "%s":
+            raise UnknownCommand("sacct without SLURM_TIME_FORMAT=%s: its times would not be epoch seconds")
+        lines = [f"{j.job_id}|{j.state}|{j.end - 3}|{j.end}|{j.node}|billing=1,cpu=1,node=1"
+                 for j in self.jobs.values() if j.end]
+        lines += [f"{job_id}|COMPLETED|{int(start)}|{int(end)}|{node}|{tres}"
+                  for job_id, start, end, node, tres in self.finished]
+        return 0, "".join(line + "\n" for line in lines), ""
 
     def finish(self, job_id: int, state: str = "COMPLETED", exit_code: str = "0:0") -> None:
         job = self.jobs[job_id]

@@ -30,6 +30,7 @@ from slurm_gpushare.proc import Result
 from slurm_gpushare.render.files import render_all
 from slurm_gpushare.slurm import commands
 from slurm_gpushare.slurm.cli_backend import CliClient
+from slurm_gpushare.slurm.history import history_argv
 
 T1 = "gpu:a100_40g_1g.5gb"
 T3 = "gpu:a100_40g_3g.20gb"
@@ -398,7 +399,12 @@ def test_live_defaults_and_path():
     ("min_benefit_jobs", 0, "live.min_benefit_jobs"),
     ("max_draining", 0, "live.max_draining"),
     ("min_dwell", -1, "live.min_dwell"),
-    ("dwell", 5, "unknown key; allowed here: change_cost, enabled, max_draining"),
+    ("dwell", 5, "unknown key; allowed here: change_cost, enabled, history_window, max_draining"),
+    ("history", 3600, "unknown key; allowed here: change_cost, enabled, history_window"),
+    ("history_window", -1, "live.history_window"),
+    ("history_window", 8 * 86400, "live.history_window"),
+    ("history_window", "6h", "live.history_window"),
+    ("modes", "sometimes", "live.modes"),
     ("policy_file", "live.yaml", "live.policy_file"),
     ("policy_file", "/etc/slurm/../x.yaml", "no '..'"),
 ])
@@ -431,17 +437,28 @@ def _node(name, gres, state=("MIXED",), reason=""):
 
 class SqueueScontrol:
     """A Runner answering `squeue --all --json`, `scontrol show node --json` and `scontrol show reservation
-    --json` (data_parser v0.0.42 shapes, as in tests/data/slurm/recorded-24.11.5); anything else raises."""
+    --json` (data_parser v0.0.42 shapes, as in tests/data/slurm/recorded-24.11.5), and the history's sacct
+    (``history``: its --parsable2 lines, answered for any window, only with SLURM_TIME_FORMAT=%s); anything else
+    raises."""
 
-    def __init__(self, jobs, nodes, reservations=()):
+    def __init__(self, jobs, nodes, reservations=(), history=()):
         self.answers = {tuple(commands.SQUEUE_JSON): json.dumps({"jobs": jobs}),
                         tuple(commands.NODES_JSON): json.dumps({"nodes": nodes}),
                         tuple(commands.RESERVATIONS_JSON): json.dumps({"reservations": list(reservations)})}
+        self.history = list(history)
         self.calls = []
 
     def __call__(self, argv, *, input=None, timeout=60.0, check=True, env=None):
         argv = tuple(argv)
         self.calls.append(argv)
+        if argv[:1] == ("sacct",):
+            window = history_argv(0, 1)
+            if len(argv) != len(window) or [a for i, a in enumerate(argv) if i not in (6, 8)] != \
+                    [a for i, a in enumerate(window) if i not in (6, 8)]:
+                raise AssertionError(f"not the live planner's history query: {argv}")
+            if (env or {}).get("SLURM_TIME_FORMAT") != "%s":
+                raise AssertionError("sacct without SLURM_TIME_FORMAT=%s: its times would not be epoch seconds")
+            return Result(argv, 0, "".join(line + "\n" for line in self.history), "")
         if argv not in self.answers:
             raise AssertionError(f"the live report runs only squeue/scontrol --json, not {argv}")
         return Result(argv, 0, self.answers[argv], "")
@@ -486,8 +503,9 @@ def test_plan_live_cli_prints_demand_proposals_and_held(tmp_path):
     assert "  gpu:l40s: 1 pending, 0 for >= 5 min" in out
     assert ("  9 jobs have waited 25 min for a100_40g_3g.20gb; m01 GPU 0 has 5 of 7 1g.5gb slices idle: relayout "
             "to 3g.20gb+3g.20gb lets 2 start; cost: jobs 12,13 must finish (the last ends in 4 min)") in out
-    assert set(runner.calls) <= {tuple(commands.SQUEUE_JSON), tuple(commands.NODES_JSON),
-                                 tuple(commands.RESERVATIONS_JSON)}  # reads, changes nothing
+    assert {c for c in runner.calls if c[0] != "sacct"} <= {
+        tuple(commands.SQUEUE_JSON), tuple(commands.NODES_JSON), tuple(commands.RESERVATIONS_JSON)}  # reads only
+    assert [c[:2] for c in runner.calls if c[0] == "sacct"] == [("sacct", "-a")]  # the history, once
 
     res = CliRunner().invoke(main, ["plan", "--live", "--json", "--policy", str(policy)],
                              obj={"runner": cluster(), "clock": lambda: NOW})
