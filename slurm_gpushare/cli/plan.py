@@ -122,6 +122,9 @@ def live_report(ctx: click.Context, policy_path: Path, as_json: bool) -> None:
     click.echo(f"limits: min_pending {live.min_pending} s, min_dwell {live.min_dwell} s, min_benefit_jobs "
                f"{live.min_benefit_jobs}, max_draining {live.max_draining} per tier, max_wait {live.max_wait} s, "
                f"change_cost {live.change_cost} s")
+    click.echo(f"history: {len({r.job_id for r in snap.history})} GPU job(s) ended in the last "
+               f"{live.history_window} s (live.history_window); modes: "
+               f"{'planned' if live.modes else 'not planned (live.modes false)'}")
     click.echo("\n".join(result.report()))
 
 
@@ -130,9 +133,9 @@ def live_report(ctx: click.Context, policy_path: Path, as_json: bool) -> None:
               help="The site policy whose hardware (node groups, GPU models) is planned for.")
 @click.option("--demand", "source", metavar="SOURCE", help=f"Where the workload comes from: {FORMS}.")
 @click.option("--live", is_flag=True,
-              help="Plan on the live cluster instead: read the pending queue, running jobs and nodes through the "
-                   "Slurm client and report which MIG GPUs should change layout now (see below). Changes nothing "
-                   "without --apply.")
+              help="Plan on the live cluster instead: read the pending queue, running jobs, nodes and recent "
+                   "history (sacct) through the Slurm client and report which GPUs should change MIG layout or "
+                   "sharing mode now (see below). Changes nothing without --apply.")
 @click.option("--json", "as_json", is_flag=True, help="With --live: print the plan as JSON.")
 @click.option("--apply", "apply_", is_flag=True, help="With --live: carry the proposals out (needs live.enabled; "
               "README, 'Carrying a proposal out'): lock the node with a Slurm reservation, relayout it by a "
@@ -167,15 +170,20 @@ def plan(ctx, policy_path: Path, source: str | None, live: bool, as_json: bool, 
 
     --live (instead of --demand): plan on the cluster as it is now. Reads
     the pending jobs (typed GRES, reason, age, priority), the running GPU
-    jobs with their end times (time limits) and the nodes through the Slurm
-    client, with the policy the cluster runs (the live policy file when it
-    exists, else --policy). Prints the demand per GPU type, one line per
-    proposed MIG relayout (who waits, which GPU changes to what, how many
-    jobs it lets start, and its cost: the node's GPU jobs that must finish
-    first, since Slurm requeues every job holding GRES on a node whose GRES
-    change, plus live.change_cost of drain and re-registration) and the
-    changes the policy's live: limits hold back (min_dwell, min_benefit_jobs,
-    max_draining, max_wait) with why. Changes nothing.
+    jobs with their end times (time limits), the nodes and the jobs that
+    ended within live.history_window (sacct) through the Slurm client, with
+    the policy the cluster runs (the live policy file when it exists, else
+    --policy). Prints the demand per GPU type, one line per proposed change
+    of a node: a MIG relayout, or a change of GPU modes (exclusive, mps,
+    shard, with the settings the site uses on that GPU model; live.modes)
+    (who waits, which GPU changes to what, how many jobs it lets start, and
+    its cost: the node's GPU jobs that must finish first, since Slurm
+    requeues every job holding GRES on a node whose GRES change, plus
+    live.change_cost of drain and re-registration) and the changes held
+    back with why: the policy's live: limits (min_dwell, min_benefit_jobs,
+    max_draining, max_wait), or the recent history (the jobs of a type a
+    change takes away, at their recent rate over min_dwell, count against
+    it). Changes nothing.
     """
     if live:
         if source or out or isolate_qos or mig_fractions:

@@ -169,7 +169,8 @@ class LiveApply:
                 return False
             change = Change(node=p.node, gpu=p.gpu, old_layout=tuple(p.old_layout), new_layout=tuple(p.new_layout),
                             phase="waiting", locked_at=now, line=p.line, planner=self.host,
-                            changes=tuple(getattr(p, "changes", ()) or ()))  # every GPU of the proposal
+                            changes=tuple(getattr(p, "changes", ()) or ()),  # every GPU of the proposal
+                            modes=tuple(getattr(p, "modes", ()) or ()))  # or every GPU of a change of modes
             state.put(change)
             self.store.write(state)
         self._say(report, f"{p.node}: locked ({'+'.join(p.old_layout)} -> {'+'.join(p.new_layout)}): {p.line}")
@@ -184,7 +185,11 @@ class LiveApply:
                 self._say(report, f"{node}: relayout already started by another planner")
                 return
             before = {n: dict(v) for n, v in state.layouts.items()}
-            state.layouts.setdefault(node, {}).update(change.layouts)  # all the GPUs of the change, one drain
+            before_modes = {n: dict(v) for n, v in state.modes.items()}
+            if change.modes:  # all the GPUs of the change, one drain
+                state.modes.setdefault(node, {}).update(change.sharing)
+            else:
+                state.layouts.setdefault(node, {}).update(change.layouts)
             try:
                 self._write_policy(state)
                 self.reservations.extend_lock(node, self.relayout_limit + SLACK)
@@ -193,7 +198,7 @@ class LiveApply:
                     partition=self._partition(node), node_config=self.node_config)
             except (GpushareError, ValueError) as exc:  # ValueError: with_layout refuses the layout
                 # nothing ran on the node: put the live policy and the configuration back, end the attempt
-                state.layouts = before
+                state.layouts, state.modes = before, before_modes
                 self._write_policy(state)
                 self.reservations.delete_lock(node)
                 state.put(replace(change, phase="failed", ended_at=self.clock(), result=f"not started: {exc}"))
@@ -225,6 +230,8 @@ class LiveApply:
 
         doc = parse_yaml(self.admin_policy.read_text(encoding="utf-8"), self.admin_policy.name)
         with_layouts = getattr(self.planner, "with_layouts", None)  # a node's GPUs validated as one set
+        for node, per_gpu in sorted(state.modes.items()):  # GPU modes first: MIG GPUs are never among them
+            doc = self.planner.with_modes(doc, node, {gpu: dict(entry) for gpu, entry in sorted(per_gpu.items())})
         for node, per_gpu in sorted(state.layouts.items()):
             if with_layouts is not None:
                 doc = with_layouts(doc, node, {gpu: tuple(layout) for gpu, layout in sorted(per_gpu.items())})
@@ -257,8 +264,14 @@ def gpu_jobs_by_node(snap) -> dict[str, tuple[int, ...]]:
 def live_policy_text(doc: dict, admin: Path, state: State) -> str:
     import yaml
 
+    from ..planner.live import mode_text
+
     changed = ", ".join(f"{n} GPU {g}: {'+'.join(l)}" for n, gl in sorted(state.layouts.items())
                         for g, l in sorted(gl.items())) or "none"
     head = (f"# Written by `gpushare plan --live --apply` from {admin}: do not edit (edit {admin.name}; the next\n"
             f"# change is written from it). Layouts changed by the live planner: {changed}\n")
+    if state.modes:
+        modes = ", ".join(f"{n} GPU {g}: {mode_text(e)}" for n, ge in sorted(state.modes.items())
+                          for g, e in sorted(ge.items()))
+        head += f"# GPU modes changed by the live planner: {modes}\n"
     return head + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=120)

@@ -56,11 +56,21 @@ class Change:
     # every GPU the change relayouts in its one drain (planner.live Proposal.changes): (gpu, old, new); gpu,
     # old_layout and new_layout are the first; empty in a record of one GPU (and in records written before)
     changes: tuple[tuple[int, tuple[str, ...], tuple[str, ...]], ...] = ()
+    # a change of GPU modes (planner.live Proposal.modes): (gpu, old mode text, new sharing entry); old_layout and
+    # new_layout then hold the first GPU's modes as text
+    modes: tuple[tuple[int, str, dict], ...] = ()
 
     @property
     def layouts(self) -> dict[int, tuple[str, ...]]:
-        """gpu -> new layout of every GPU the change relayouts."""
+        """gpu -> new layout of every GPU the change relayouts ({} for a change of modes)."""
+        if self.modes:
+            return {}
         return {g: tuple(new) for g, _old, new in self.changes} or {self.gpu: tuple(self.new_layout)}
+
+    @property
+    def sharing(self) -> dict[int, dict]:
+        """gpu -> new sharing entry of every GPU a change of modes changes."""
+        return {g: dict(new) for g, _old, new in self.modes}
 
     @property
     def in_flight(self) -> bool:
@@ -73,15 +83,17 @@ class Change:
 
     def to_json(self) -> dict:
         return {**asdict(self), "old_layout": list(self.old_layout), "new_layout": list(self.new_layout),
-                "changes": [[g, list(old), list(new)] for g, old, new in self.changes]}
+                "changes": [[g, list(old), list(new)] for g, old, new in self.changes],
+                "modes": [[g, old, dict(new)] for g, old, new in self.modes]}
 
     @classmethod
     def from_json(cls, data: dict) -> Change:
         try:
             changes = tuple((int(g), tuple(old), tuple(new)) for g, old, new in data.get("changes") or ())
+            modes = tuple((int(g), str(old), dict(new)) for g, old, new in data.get("modes") or ())
             return cls(**{**data, "old_layout": tuple(data["old_layout"]), "new_layout": tuple(data["new_layout"]),
-                          "changes": changes})
-        except (TypeError, KeyError, ValueError) as exc:
+                          "changes": changes, "modes": modes})
+        except (TypeError, KeyError, ValueError, AttributeError) as exc:
             raise StateError(f"live state: a change record is not one of {FORMAT}: {exc}: {data!r}") from None
 
 
@@ -91,6 +103,7 @@ class State:
 
     current: dict[str, Change] = field(default_factory=dict)
     layouts: dict[str, dict[int, tuple[str, ...]]] = field(default_factory=dict)  # node -> gpu -> layout
+    modes: dict[str, dict[int, dict]] = field(default_factory=dict)  # node -> gpu -> sharing entry (non-MIG GPUs)
     history: list[Change] = field(default_factory=list)
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> phase -> how many changes ended so
 
@@ -112,6 +125,7 @@ class State:
     def to_json(self) -> dict:
         return {"format": FORMAT, "current": {n: c.to_json() for n, c in sorted(self.current.items())},
                 "layouts": {n: {str(g): list(l) for g, l in sorted(gl.items())} for n, gl in sorted(self.layouts.items())},
+                "modes": {n: {str(g): dict(e) for g, e in sorted(ge.items())} for n, ge in sorted(self.modes.items())},
                 "history": [c.to_json() for c in self.history], "counts": self.counts}
 
     @classmethod
@@ -121,9 +135,11 @@ class State:
                              "move it away to start afresh")
         try:
             layouts = {n: {int(g): tuple(l) for g, l in gl.items()} for n, gl in (doc.get("layouts") or {}).items()}
+            modes = {n: {int(g): dict(e) for g, e in ge.items()} for n, ge in (doc.get("modes") or {}).items()}
         except (AttributeError, ValueError, TypeError) as exc:
-            raise StateError(f"{source}: layouts: {exc}") from None
+            raise StateError(f"{source}: layouts or modes: {exc}") from None
         return cls(current={n: Change.from_json(c) for n, c in (doc.get("current") or {}).items()}, layouts=layouts,
+                   modes=modes,
                    history=[Change.from_json(c) for c in doc.get("history") or []],
                    counts={n: dict(v) for n, v in (doc.get("counts") or {}).items()})
 

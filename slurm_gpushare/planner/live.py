@@ -46,6 +46,8 @@ from ..hardware import GpuModel, check_layout
 from ..errors import PolicyError
 from ..policy import Site, build_site
 from ..policy.groups import parse_indexes
+from . import livemodes
+from .livemodes import mode_text
 from .layouts import plain_profiles
 
 # squeue reasons of a job that waits for nodes or GRES (not held, not a limit of its account or QOS)
@@ -170,9 +172,12 @@ class LivePlan:
     proposals: tuple[Proposal, ...]
     held: tuple[Held, ...]
     demand: tuple[str, ...]
+    history: tuple[str, ...] = ()  # GPU jobs ended within live.history_window, by type and node
 
     def report(self) -> list[str]:
         out = ["demand (pending GPU jobs by type):"] + [f"  {d}" for d in self.demand or ("none",)]
+        if self.history:
+            out += ["history (GPU jobs ended within live.history_window, by type):"] + [f"  {h}" for h in self.history]
         out += ["proposals:"] + [f"  {p.line}" for p in self.proposals or ()]
         if not self.proposals:
             out.append("  none")
@@ -182,7 +187,7 @@ class LivePlan:
 
     def to_dict(self) -> dict:
         return {"demand": list(self.demand), "proposals": [p.to_dict() for p in self.proposals],
-                "held": [h.to_dict() for h in self.held]}
+                "held": [h.to_dict() for h in self.held], "history": list(self.history)}
 
 
 # ---- reading the cluster ----------------------------------------------------------------------
@@ -409,22 +414,30 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
     blocked: list[PendingJob] = []
     idle_now = Counter()
     left = {n: Counter(free[n]) for n in startable}
+    mode_kinds = livemodes.kinds(site) if live.modes else frozenset()
+    left_kind = {n: _by_kind(free[n]) for n in startable} if mode_kinds else {}
     order = sorted(startable)
     for job in counted:
-        if job.gres not in types:
+        if job.gres in types:
+            have, key = left, job.gres
+        elif _kind(job.gres) in mode_kinds:
+            have, key = left_kind, _kind(job.gres)
+        else:
             continue
-        spot = next((n for n in order if left[n][job.gres] >= job.count and serves(n, job)), None)
+        spot = next((n for n in order if have[n][key] >= job.count and serves(n, job)), None)
         if spot is None:
             blocked.append(job)
         else:
-            left[spot][job.gres] -= job.count
+            have[spot][key] -= job.count
             idle_now[job.gres] += 1
 
-    demand = _demand_lines(snap.pending, counted, blocked, idle_now, types, live.min_pending)
+    demand = _demand_lines(snap.pending, counted, blocked, idle_now, types, live.min_pending, mode_kinds)
     held: list[Held] = []
     proposals: list[Proposal] = []
     draining: Counter = Counter()  # tier -> nodes under relayout (or proposed this run)
-    mig_nodes = [n for g in site.groups if g.slots("mig") for n in g.nodes]
+    mode_groups = {g.name for g in site.groups if mode_kinds and any(len(livemodes.options(site, s)) > 1
+                                                                     for s in g.gpus)}
+    mig_nodes = [n for g in site.groups if g.slots("mig") or g.name in mode_groups for n in g.nodes]
     for name in sorted(set(tiers_of)):
         if under_relayout(snap.nodes.get(name), snap.locked, name):
             draining.update(tiers_of[name])
@@ -448,12 +461,18 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
             todo.append(name)
     cache: dict[str, _Best | None] = {}  # scores stay good until a proposal takes jobs out of `blocked`
     history = {name: _history_of(site, snap, name, _caps(site, name)) for name in todo}
+    modal = [name for name in todo if site.group_for_node(name).name in mode_groups]
+    mode_history = {name: _history_of(site, snap, name, livemodes.capacity(*_entries(site, name))) for name in modal}
     while todo and blocked:
         scored = []
         for name in todo:
             if name not in cache:
-                cache[name] = _best_change(site, doc, name, [j for j in blocked if serves(name, j)], valid, refused,
-                                           history[name])
+                mine = [j for j in blocked if serves(name, j)]
+                mig = _best_change(site, doc, name, [j for j in mine if j.gres in types], valid, refused,
+                                   history[name]) if site.group_for_node(name).slots("mig") else None
+                mode = _best_modes(site, doc, name, mine, valid, mode_history[name]) if name in mode_history \
+                    else None
+                cache[name] = mode if mode is not None and (mig is None or mode.benefit > mig.benefit) else mig
             if cache[name] is not None:
                 scored.append((cache[name], name))
         if not scored:
@@ -463,21 +482,35 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
         todo.remove(name)
         why, must_finish, ready_in = _limits(site, snap, name, best, running_on.get(name, []), tiers_of[name], draining)
         if why:
-            held.append(Held(name, best.gpu, best.new, why, best.changes))
+            held.append(Held(name, best.gpu, best.new, why, best.changes, best.modes))
             continue
         draining.update(tiers_of[name])
         taken = {j.job_id for j in best.new_served}
         blocked = [j for j in blocked if j.job_id not in taken]
         cache.clear()
-        proposals.append(_proposal(site, snap, name, best, must_finish, ready_in, free.get(name, Counter()),
-                                   counted, types))
+        make = _mode_proposal if best.modes else _proposal
+        proposals.append(make(site, snap, name, best, must_finish, ready_in, free.get(name, Counter()),
+                              counted, types))
     chosen = {p.node: p.benefit for p in proposals}
     already = {h.node for h in held}  # held for another reason: that reason is the one to read
     for name, (best, why) in sorted(refused.items()):
         if name not in already and best.benefit > chosen.get(name, 0):
             held.append(Held(name, best.gpu, best.new, f"would let {_num(best.benefit)} pending job(s) start, but the "
                                                         f"policy refuses the layout: {why}", best.changes))
-    return LivePlan(tuple(proposals), tuple(held), tuple(demand))
+    return LivePlan(tuple(proposals), tuple(held), tuple(demand), _history_lines(snap.history))
+
+
+def _history_lines(history) -> tuple[str, ...]:
+    """'a100_40g_1g.5gb: 12 jobs (lab-mig01 9, lab-mig02 3)' per GRES kind, most jobs first."""
+    per: dict[str, Counter] = {}
+    for r in history:
+        for key in {_kind(k) for k in r.gres}:
+            per.setdefault(key, Counter())[r.node] += 1
+    out = []
+    for key, nodes in sorted(per.items(), key=lambda kn: (-sum(kn[1].values()), kn[0])):
+        where = ", ".join(f"{n} {c}" for n, c in sorted(nodes.items(), key=lambda nc: (-nc[1], nc[0])))
+        out.append(f"{_type_name(key)}: {sum(nodes.values())} job(s) ({where})")
+    return tuple(out)
 
 
 def _limits(site, snap, name, best, running, tiers, draining) -> tuple[str, tuple[int, ...], float]:
@@ -523,8 +556,13 @@ def _mismatch(site: Site, name: str, view: NodeView | None) -> str:
         return "Slurm has no such node: the policy is not the one Slurm runs"
     want = {k: v for k, v in _caps(site, name).items()}
     have = {k: v for k, v in view.gres.items() if k.startswith("gpu:")}
-    if want == have:
+    # MPS units and shards too (a mode change keeps the gpu count and changes these), by kind: Slurm shows a
+    # shard typed ('shard:l40s:4'), the policy has it untyped
+    want_shared = {n: c for (n, _t), c in site.group_for_node(name).gres.items() if n in livemodes.SHARED}
+    have_shared = {k: v for k, v in _by_kind(view.gres).items() if k in livemodes.SHARED and v}
+    if want == have and want_shared == have_shared:
         return ""
+    want, have = {**want, **want_shared}, {**have, **have_shared}
     return (f"Slurm has Gres {_gres_text(have)}, the policy {_gres_text(want)}: a change or reconfigure is under "
             "way, or Slurm does not run this policy; the live planner leaves the node alone")
 
@@ -567,6 +605,39 @@ def _best_change(site: Site, doc: dict, name: str, jobs: list[PendingJob], valid
         return kept
     lost = history.stranded(plain.caps)
     return replace(plain, benefit=plain.benefit - lost, stranded=lost, history=history.text(plain.caps))
+
+
+def _by_kind(gres) -> Counter:
+    """GRES counts by ``_kind``: 'shard:l40s' and 'shard' both as 'shard'."""
+    out: Counter = Counter()
+    for k, v in gres.items():
+        out[_kind(k)] += v
+    return out
+
+
+def _entries(site: Site, name: str) -> tuple[dict[int, dict], dict[int, str]]:
+    """The node's non-MIG GPUs as sharing entries, and their Slurm types (``livemodes.capacity``' arguments)."""
+    slots = [s for s in site.group_for_node(name).gpus if s.mode != "mig"]
+    return {s.index: livemodes.entry_of(s) for s in slots}, {s.index: s.slurm_type for s in slots}
+
+
+def _best_modes(site: Site, doc: dict, name: str, jobs: list[PendingJob], valid: dict,
+                history: _History | None) -> _Best | None:
+    """The node's best change of GPU modes (``livemodes.best_mode_change``), every set checked with the policy."""
+    def accept(changed: dict[int, dict]) -> bool:
+        key = (name, "modes", tuple(sorted((g, tuple(sorted(e.items()))) for g, e in changed.items())))
+        if key not in valid:
+            try:
+                with_modes(doc, name, changed)
+                valid[key] = ""
+            except (PolicyError, ValueError) as exc:
+                valid[key] = str(exc)
+        return not valid[key]
+
+    def make(changes, gained, dropped, benefit, wait, caps, stranded, text, modes) -> _Best:
+        return _Best(changes, gained, dropped, benefit, wait, Counter(caps), stranded, text, modes)
+
+    return livemodes.best_mode_change(site, name, jobs, accept, history, _kind, make)
 
 
 def _refusal(doc: dict, name: str, changes, valid: dict) -> str:
@@ -702,15 +773,7 @@ def _proposal(site, snap, name, best: _Best, must_finish, ready_in, free: Counte
         "lets " + ", ".join(f"{n} {t}" for t, n in sorted(starts.items())) + " start"
     if best.dropped:
         lets += f" ({len(best.dropped)} pending that the present layout would start wait longer)"
-    if must_finish:
-        many = len(must_finish) > 1
-        if ready_in > 0:
-            when = f"{'the last ' if many else ''}ends in {_mins_up(ready_in)}"
-        else:
-            when = f"at {'their' if many else 'its'} time limit now"
-        first = f"job{'s' if many else ''} {_ids(must_finish, 8)} must finish ({when})"
-    else:
-        first = "no GPU job on the node"
+    first = _first_text(must_finish, ready_in)
     to = f"to {'+'.join(best.new)}" if len(best.changes) == 1 else _to_text(best.changes)
     line = (f"{len(waiting)} job{'s have' if len(waiting) != 1 else ' has'} waited {_mins(oldest)} for {main}; "
             f"{name} {has} {', '.join(idle)}: relayout {to} {lets}; "
@@ -719,6 +782,42 @@ def _proposal(site, snap, name, best: _Best, must_finish, ready_in, free: Counte
         line += f"; history: {best.history}: {best.stranded:.1f} stranded, net benefit {best.benefit:.1f}"
     return Proposal(name, best.gpu, tuple(best.old), tuple(best.new), dict(sorted(starts.items())), must_finish,
                     ready_in, ready_in + live.change_cost, float(best.benefit), line, tuple(best.changes))
+
+
+def _first_text(must_finish, ready_in: float) -> str:
+    """What must happen before the change: 'jobs 12,13 must finish (the last ends in 4 min)'."""
+    if not must_finish:
+        return "no GPU job on the node"
+    many = len(must_finish) > 1
+    if ready_in > 0:
+        when = f"{'the last ' if many else ''}ends in {_mins_up(ready_in)}"
+    else:
+        when = f"at {'their' if many else 'its'} time limit now"
+    return f"job{'s' if many else ''} {_ids(must_finish, 8)} must finish ({when})"
+
+
+def _mode_proposal(site, snap, name, best: _Best, must_finish, ready_in, free: Counter, counted, types) -> Proposal:
+    """A mode change's proposal: '6 jobs have waited 12 min for mps; e01 GPU 1 exclusive -> mps (100 units): lets
+    6 start; cost: ...'."""
+    live = site.policy.live
+    starts = Counter(_type_name(_kind(j.gres)) for j in best.new_served)
+    main = starts.most_common(1)[0][0]
+    waiting = [j for j in counted if _type_name(_kind(j.gres)) == main]
+    oldest = max(j.age_s for j in waiting)
+    busy = sorted({r.job_id for r in snap.running if r.node == name})
+    what = ", ".join(f"GPU {g} {old} -> {mode_text(new)}" for g, old, new in best.modes)
+    lets = f"lets {sum(starts.values())} start" if len(starts) == 1 else \
+        "lets " + ", ".join(f"{n} {t}" for t, n in sorted(starts.items())) + " start"
+    if best.dropped:
+        lets += f" ({len(best.dropped)} pending that the present modes would start wait longer)"
+    line = (f"{len(waiting)} job{'s have' if len(waiting) != 1 else ' has'} waited {_mins(oldest)} for {main}; "
+            f"{name} has {len(busy)} GPU job{'s' if len(busy) != 1 else ''} running: mode change {what} {lets}; "
+            f"cost: {_first_text(must_finish, ready_in)} + {_mins_up(live.change_cost)} drain and re-registration")
+    if best.stranded:
+        line += f"; history: {best.history}: {best.stranded:.1f} stranded, net benefit {best.benefit:.1f}"
+    return Proposal(name, best.gpu, tuple(best.old), tuple(best.new), dict(sorted(starts.items())), must_finish,
+                    ready_in, ready_in + live.change_cost, float(best.benefit), line, tuple(best.changes),
+                    tuple(best.modes))
 
 
 def _to_text(changes) -> str:
@@ -731,7 +830,7 @@ def _to_text(changes) -> str:
     return ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else parts[0]
 
 
-def _demand_lines(pending, counted, blocked, idle_now, types, min_pending) -> list[str]:
+def _demand_lines(pending, counted, blocked, idle_now, types, min_pending, mode_kinds=frozenset()) -> list[str]:
     by_type: dict[str, list[PendingJob]] = {}
     for p in pending:
         by_type.setdefault(p.gres, []).append(p)
@@ -746,8 +845,11 @@ def _demand_lines(pending, counted, blocked, idle_now, types, min_pending) -> li
                 f"(oldest {_mins(max(p.age_s for p in jobs))})")
         if key in types:
             line += f"; {idle_now[key]} fit idle instances now, {blocked_by[key]} blocked"
+        elif _kind(key) in mode_kinds:
+            line += f"; {idle_now[key]} fit idle GPUs now, {blocked_by[key]} blocked (a GPU mode change can serve it)"
         else:
-            line += "; not a MIG type: the live planner changes MIG layouts only"
+            line += ("; not a MIG type, and no GPU of the site can change to a mode that serves it (live.modes, "
+                     "and the modes the site uses per GPU model)")
         out.append(line)
     return out
 
@@ -802,19 +904,6 @@ def with_modes(site_doc: dict, node: str, modes: dict[int, dict]) -> dict:
 
     what = ", ".join(f"GPU {g} {mode_text(modes[g])}" for g in sorted(modes))
     return _with_entries(site_doc, node, {g: dict(e) for g, e in modes.items()}, check, what)
-
-
-def mode_text(entry: dict) -> str:
-    """A sharing entry in a report: 'exclusive', 'mps (100 units)', 'shard (4 replicas)'."""
-    mode = str(entry.get("mode", "exclusive")).lower()
-    if mode == "mps":
-        return f"mps ({entry.get('units')} units)"
-    if mode == "shard":
-        return f"shard ({entry.get('replicas')} replicas)"
-    if mode == "mig":
-        layout = entry.get("layout")
-        return f"mig ({'+'.join(layout) if isinstance(layout, list) else layout})"
-    return mode
 
 
 def _with_entries(site_doc: dict, node: str, entries: dict[int, dict], check, what: str) -> dict:

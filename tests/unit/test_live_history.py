@@ -150,3 +150,13 @@ def test_history_picks_a_layout_that_keeps_some_of_the_recent_type():
     assert "3g.20gb" in h.new_layout and h.new_layout.count("1g.5gb") == 4
     assert "the change keeps 4 of 7): it would strand 0.9 of them against the 1 pending job(s) it lets start " \
            "(net 0.1; min_benefit_jobs is 1)" in h.why
+
+
+def test_the_report_shows_the_history_by_type_and_node():
+    plan = plan_live(one_node(), with_history(ran(6) + ran(2, node="m02") + ran(3, gres=T3)))
+    assert plan.history == ("a100_40g_1g.5gb: 8 job(s) (m01 6, m02 2)", "a100_40g_3g.20gb: 3 job(s) (m01 3)")
+    report = plan.report()
+    assert report[report.index("history (GPU jobs ended within live.history_window, by type):") + 1] == \
+        "  a100_40g_1g.5gb: 8 job(s) (m01 6, m02 2)"
+    assert plan.to_dict()["history"] == list(plan.history)
+    assert not any(line.startswith("history") for line in plan_live(one_node(), with_history(())).report())

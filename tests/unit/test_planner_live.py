@@ -499,6 +499,7 @@ def test_plan_live_cli_prints_demand_proposals_and_held(tmp_path):
     assert res.exit_code == 0, res.output
     out = res.output
     assert f"policy: {policy}\n" in out and "limits: min_pending 300 s, min_dwell 3600 s" in out
+    assert "history: 0 GPU job(s) ended in the last 21600 s (live.history_window); modes: planned\n" in out
     assert "  a100_40g_3g.20gb: 9 pending, 9 for >= 5 min for resources (oldest 25 min); 0 fit idle" in out
     assert "  gpu:l40s: 1 pending, 0 for >= 5 min" in out
     assert ("  9 jobs have waited 25 min for a100_40g_3g.20gb; m01 GPU 0 has 5 of 7 1g.5gb slices idle: relayout "
