@@ -59,6 +59,14 @@ def _show(report, as_json: bool) -> None:
         click.echo("apply: nothing to do")
 
 
+def read_steered(site) -> dict[str, int]:
+    """node -> the weight the apply side set (its state file), for `gpushare plan --live` (report only)."""
+    from ..live.apply import live_policy_path, state_path
+    from ..live.state import StateFile
+
+    return dict(StateFile(state_path(live_policy_path(site))).read().weights)
+
+
 def read_state(client, site, now: float) -> tuple[dict[str, float], frozenset[str]]:
     """(node -> last change or attempt, nodes holding a gpushare-relayout reservation), as the apply side keeps
     them: for `gpushare plan --live` (report only), so it holds back what --apply would."""

@@ -105,6 +105,13 @@ def live_plan(ctx: click.Context, policy_path: Path):
     client, now = get_client(ctx), get_now(ctx)
     changes, locked = live_state(client, site, now)
     snap = snapshot_from_client(client, site, now, changes, locked)
+    from . import live as apply_side
+
+    steered = apply_side.read_steered(site)
+    if steered:  # the weights --apply set: the report says when they go back to the policy's
+        from dataclasses import replace
+
+        snap = replace(snap, steered=steered)
     return site, doc, path, snap, plan_live(site, snap, doc)
 
 
@@ -124,7 +131,8 @@ def live_report(ctx: click.Context, policy_path: Path, as_json: bool) -> None:
                f"change_cost {live.change_cost} s")
     click.echo(f"history: {len({r.job_id for r in snap.history})} GPU job(s) ended in the last "
                f"{live.history_window} s (live.history_window); modes: "
-               f"{'planned' if live.modes else 'not planned (live.modes false)'}")
+               f"{'planned' if live.modes else 'not planned (live.modes false)'}; weights: "
+               f"{'planned' if live.weights else 'not planned (live.weights false)'}")
     click.echo("\n".join(result.report()))
 
 

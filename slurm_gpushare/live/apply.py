@@ -110,13 +110,15 @@ class LiveApply:
         state = self.store.read()
         locks = frozenset(r.node for r in self.reservations.locks())
         snap = snapshot_from_client(self.client, site, now, state.changes(), locks)
+        if state.weights:  # the nodes whose weight this planner set: it puts the policy's back when done
+            snap = replace(snap, steered=dict(state.weights))
         plan = plan_live(site, snap, doc)
         report.plan = plan
         gpu_jobs = gpu_jobs_by_node(snap)
         job_ends = {c.job: self.reservations.job_end(c.job) for c in state.in_flight().values() if c.job is not None}
         nodes = {n: (tuple(v.state), v.reason) for n, v in snap.nodes.items()}
         actions = d.decide(now, state, locks, gpu_jobs, job_ends, nodes, plan.proposals, self.live.max_wait,
-                           self.relayout_limit)
+                           self.relayout_limit, getattr(plan, "weights", ()))
         report.actions = actions
         for action in actions:
             self._execute(action, gpu_jobs, report)
@@ -141,6 +143,8 @@ class LiveApply:
             if action.drain:
                 self.client.drain(action.node, action.drain[:200])
             self._end(action.node, "done" if action.ok else "failed", action.result, report, delete=True)
+        elif isinstance(action, d.SetWeight):
+            self._weight(action.change, report)
         elif isinstance(action, d.Take):
             if self._take(action.proposal, report) and not gpu_jobs.get(action.proposal.node):
                 self._relayout(action.proposal.node, report)
@@ -208,6 +212,19 @@ class LiveApply:
             state.put(replace(change, phase="relayout", job=job, submitted_at=self.clock()))
             self.store.write(state)
         self._say(report, f"{node}: wrote {self.policy_file}, rendered into {self.conf_dir}, relayout job {job}")
+
+    def _weight(self, w, report: RunReport) -> None:
+        """``scontrol update nodename=<node> weight=<n>`` through the client; recorded so the policy's comes back
+        when no job needs it (a weight back to the policy's is forgotten)."""
+        self.client.set_weight(w.node, w.new)
+        with self.store.locked():
+            state = self.store.read()
+            if w.jobs:
+                state.weights[w.node] = w.new
+            else:
+                state.weights.pop(w.node, None)
+            self.store.write(state)
+        self._say(report, f"{w.node}: weight {w.old} -> {w.new}: {w.line}")
 
     def _end(self, node: str, phase: str, why: str, report: RunReport, *, delete: bool) -> None:
         with self.store.locked():

@@ -65,10 +65,16 @@ class Take:
     proposal: object  # planner.live.Proposal
 
 
+@dataclass(frozen=True)
+class SetWeight:
+    change: object  # planner.liveweights.WeightChange: scontrol update, no lock, no drain
+
+
 def decide(now: float, state: State, locks: frozenset[str], gpu_jobs: dict[str, tuple[int, ...]],
            job_ends: dict[int, object], node_states: dict[str, tuple[tuple[str, ...], str]], proposals,
-           max_wait: float, relayout_limit: float) -> list:
-    """The actions of this run, changes in flight first (in node order), then the proposals to start.
+           max_wait: float, relayout_limit: float, weights=()) -> list:
+    """The actions of this run, changes in flight first (in node order), then the proposals to start, then the
+    weight changes (``weights``: the plan's; a node under a change of its own keeps its weight).
 
     ``gpu_jobs``: node -> GPU jobs running there; ``job_ends``: relayout job id -> ``JobEnd`` or None (sacct has
     no record yet); ``node_states``: node -> (Slurm state words, reason)."""
@@ -81,6 +87,7 @@ def decide(now: float, state: State, locks: frozenset[str], gpu_jobs: dict[str, 
         if p.node not in busy:
             actions.append(Take(p))
             busy.add(p.node)
+    actions += [SetWeight(w) for w in weights if w.node not in busy]
     return actions
 
 

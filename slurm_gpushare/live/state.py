@@ -104,6 +104,7 @@ class State:
     current: dict[str, Change] = field(default_factory=dict)
     layouts: dict[str, dict[int, tuple[str, ...]]] = field(default_factory=dict)  # node -> gpu -> layout
     modes: dict[str, dict[int, dict]] = field(default_factory=dict)  # node -> gpu -> sharing entry (non-MIG GPUs)
+    weights: dict[str, int] = field(default_factory=dict)  # node -> the weight the live planner set (scontrol)
     history: list[Change] = field(default_factory=list)
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> phase -> how many changes ended so
 
@@ -126,6 +127,7 @@ class State:
         return {"format": FORMAT, "current": {n: c.to_json() for n, c in sorted(self.current.items())},
                 "layouts": {n: {str(g): list(l) for g, l in sorted(gl.items())} for n, gl in sorted(self.layouts.items())},
                 "modes": {n: {str(g): dict(e) for g, e in sorted(ge.items())} for n, ge in sorted(self.modes.items())},
+                "weights": dict(sorted(self.weights.items())),
                 "history": [c.to_json() for c in self.history], "counts": self.counts}
 
     @classmethod
@@ -136,10 +138,11 @@ class State:
         try:
             layouts = {n: {int(g): tuple(l) for g, l in gl.items()} for n, gl in (doc.get("layouts") or {}).items()}
             modes = {n: {int(g): dict(e) for g, e in ge.items()} for n, ge in (doc.get("modes") or {}).items()}
+            weights = {str(n): int(w) for n, w in (doc.get("weights") or {}).items()}
         except (AttributeError, ValueError, TypeError) as exc:
-            raise StateError(f"{source}: layouts or modes: {exc}") from None
+            raise StateError(f"{source}: layouts, modes or weights: {exc}") from None
         return cls(current={n: Change.from_json(c) for n, c in (doc.get("current") or {}).items()}, layouts=layouts,
-                   modes=modes,
+                   modes=modes, weights=weights,
                    history=[Change.from_json(c) for c in doc.get("history") or []],
                    counts={n: dict(v) for n, v in (doc.get("counts") or {}).items()})
 

@@ -46,7 +46,7 @@ from ..hardware import GpuModel, check_layout
 from ..errors import PolicyError
 from ..policy import Site, build_site
 from ..policy.groups import parse_indexes
-from . import livemodes
+from . import livemodes, liveweights
 from .livemodes import mode_text
 from .layouts import plain_profiles
 
@@ -96,6 +96,7 @@ class NodeView:
     state: tuple[str, ...]
     reason: str
     gres: dict[str, int]  # configured typed GRES, as Slurm has them
+    weight: int | None = None  # Slurm's scheduling weight now (None: not read)
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ class Snapshot:
     changes: dict[str, float] = field(default_factory=dict)  # node -> epoch of its last change (or attempt)
     locked: frozenset[str] = frozenset()  # nodes whose gpushare-relayout-<node> reservation exists
     history: tuple[RecentJob, ...] = ()  # jobs that ended within live.history_window, one per node they ran on
+    steered: dict[str, int] = field(default_factory=dict)  # node -> the weight the live planner set (state file)
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,7 @@ class LivePlan:
     held: tuple[Held, ...]
     demand: tuple[str, ...]
     history: tuple[str, ...] = ()  # GPU jobs ended within live.history_window, by type and node
+    weights: tuple[liveweights.WeightChange, ...] = ()  # node weight changes (no drain)
 
     def report(self) -> list[str]:
         out = ["demand (pending GPU jobs by type):"] + [f"  {d}" for d in self.demand or ("none",)]
@@ -181,13 +184,16 @@ class LivePlan:
         out += ["proposals:"] + [f"  {p.line}" for p in self.proposals or ()]
         if not self.proposals:
             out.append("  none")
+        if self.weights:
+            out += ["weights:"] + [f"  {w.line}" for w in self.weights]
         if self.held:
             out += ["held back:"] + [f"  {h.line}" for h in self.held]
         return out
 
     def to_dict(self) -> dict:
         return {"demand": list(self.demand), "proposals": [p.to_dict() for p in self.proposals],
-                "held": [h.to_dict() for h in self.held], "history": list(self.history)}
+                "held": [h.to_dict() for h in self.held], "history": list(self.history),
+                "weights": [w.to_dict() for w in self.weights]}
 
 
 # ---- reading the cluster ----------------------------------------------------------------------
@@ -209,7 +215,7 @@ def snapshot_from_client(client, site: Site, now: float, changes: dict[str, floa
                 gres = {k: u.count for k, u in use.items() if u.count}
                 if gres:
                     running.append(RunningJob(job.job_id, node, gres, float(job.end_time) if job.end_time else None))
-    nodes = {n.name: NodeView(n.name, tuple(n.state), n.reason, dict(n.gres)) for n in client.nodes()}
+    nodes = {n.name: NodeView(n.name, tuple(n.state), n.reason, dict(n.gres), n.weight) for n in client.nodes()}
     window = site.policy.live.history_window
     history = recent_from_records(client.recent_jobs(now - window, now)) if window > 0 else ()
     return Snapshot(now, tuple(pending), tuple(running), nodes, dict(changes or {}), frozenset(locked), history)
@@ -415,12 +421,15 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
     idle_now = Counter()
     left = {n: Counter(free[n]) for n in startable}
     mode_kinds = livemodes.kinds(site) if live.modes else frozenset()
-    left_kind = {n: _by_kind(free[n]) for n in startable} if mode_kinds else {}
+    weight_kinds = frozenset(k for g in site.groups for n in g.nodes[:1]
+                             for k in liveweights.whole_types(site, n)) if live.weights else frozenset()
+    tracked = mode_kinds | weight_kinds
+    left_kind = {n: _by_kind(free[n]) for n in startable} if tracked else {}
     order = sorted(startable)
     for job in counted:
         if job.gres in types:
             have, key = left, job.gres
-        elif _kind(job.gres) in mode_kinds:
+        elif _kind(job.gres) in tracked:
             have, key = left_kind, _kind(job.gres)
         else:
             continue
@@ -431,7 +440,10 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
             have[spot][key] -= job.count
             idle_now[job.gres] += 1
 
-    demand = _demand_lines(snap.pending, counted, blocked, idle_now, types, live.min_pending, mode_kinds)
+    demand = _demand_lines(snap.pending, counted, blocked, idle_now, types, live.min_pending, mode_kinds,
+                           weight_kinds)
+    weights = liveweights.plan_weights(site, snap, blocked, serves, startable, running_on, _kind) if live.weights \
+        else []
     held: list[Held] = []
     proposals: list[Proposal] = []
     draining: Counter = Counter()  # tier -> nodes under relayout (or proposed this run)
@@ -497,7 +509,7 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
         if name not in already and best.benefit > chosen.get(name, 0):
             held.append(Held(name, best.gpu, best.new, f"would let {_num(best.benefit)} pending job(s) start, but the "
                                                         f"policy refuses the layout: {why}", best.changes))
-    return LivePlan(tuple(proposals), tuple(held), tuple(demand), _history_lines(snap.history))
+    return LivePlan(tuple(proposals), tuple(held), tuple(demand), _history_lines(snap.history), tuple(weights))
 
 
 def _history_lines(history) -> tuple[str, ...]:
@@ -830,7 +842,8 @@ def _to_text(changes) -> str:
     return ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else parts[0]
 
 
-def _demand_lines(pending, counted, blocked, idle_now, types, min_pending, mode_kinds=frozenset()) -> list[str]:
+def _demand_lines(pending, counted, blocked, idle_now, types, min_pending, mode_kinds=frozenset(),
+                  weight_kinds=frozenset()) -> list[str]:
     by_type: dict[str, list[PendingJob]] = {}
     for p in pending:
         by_type.setdefault(p.gres, []).append(p)
@@ -847,6 +860,9 @@ def _demand_lines(pending, counted, blocked, idle_now, types, min_pending, mode_
             line += f"; {idle_now[key]} fit idle instances now, {blocked_by[key]} blocked"
         elif _kind(key) in mode_kinds:
             line += f"; {idle_now[key]} fit idle GPUs now, {blocked_by[key]} blocked (a GPU mode change can serve it)"
+        elif _kind(key) in weight_kinds:
+            line += (f"; {idle_now[key]} fit idle GPUs now, {blocked_by[key]} blocked (node weights can keep small "
+                     "jobs off the nodes a multi-GPU job needs)")
         else:
             line += ("; not a MIG type, and no GPU of the site can change to a mode that serves it (live.modes, "
                      "and the modes the site uses per GPU model)")

@@ -309,6 +309,7 @@ class Live(Strict):
     # (the jobs of a type it would lose, at their recent rate, over min_dwell); 0: no history read
     history_window: int = Field(21600, ge=0, le=7 * 86400)
     modes: bool = True  # also propose a non-MIG GPU's sharing mode (exclusive, mps, shard) for the queue
+    weights: bool = True  # also propose node weights that keep small jobs off nodes large blocked jobs need
     policy_file: str | None = Field(None, pattern=ABS_PATH)  # default: <slurm_conf_dir>/gpushare-live.yaml
 
     @model_validator(mode="after")

@@ -137,6 +137,10 @@ class CliClient:
     def drain(self, node: str, reason: str, *, check: bool = True) -> None:
         self._run(commands.drain(node, reason), check=check)
 
+    def set_weight(self, node: str, weight: int) -> None:
+        """``scontrol update nodename=<node> weight=<n>``: live, no drain, until the next reconfigure."""
+        self._run(commands.set_weight(node, weight))
+
     def resume(self, node: str) -> None:
         self._run(commands.resume(node))
 

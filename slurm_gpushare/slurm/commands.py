@@ -57,6 +57,11 @@ def drain(node: str, reason: str) -> list[str]:
     return ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"]
 
 
+def set_weight(node: str, weight: int) -> list[str]:
+    """A node's scheduling weight on the running controller (no drain; slurm.conf's comes back at a reconfigure)."""
+    return ["scontrol", "update", f"nodename={node}", f"weight={int(weight)}"]
+
+
 def resume(node: str) -> list[str]:
     return ["scontrol", "update", f"nodename={node}", "state=resume"]
 

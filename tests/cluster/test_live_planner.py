@@ -19,7 +19,12 @@ The scenarios, in order (each starts from where the last left the cluster):
    job's elapsed time (drain, apply, reconfigure, re-registration, resume) is
    printed: live.change_cost's evidence;
 2. demand alternating between 1g and 3g within min_dwell: no second change;
-3. min_dwell later (the state file's record moved back), a relayout that
+3. a mode change: lab-shard01's 4 shards are held by two running jobs and
+   two more shard jobs pend; the planner turns an idle exclusive GPU of
+   lab-excl01 into 4 shards (the same lock, live policy, render and root
+   relayout job); the pending jobs run there; every job COMPLETED 0:0, the
+   running ones with one record each;
+4. min_dwell later (the state file's record moved back), a relayout that
    fails (the MIG capability device files nvidia-modprobe would make are
    missing): the node stays drained with the relayout's reason, the change is
    recorded failed, and the next runs do not try again.
@@ -68,9 +73,11 @@ def live_policy(path: Path) -> Path:
     mig = next(g for g in raw["node_groups"] if g["name"] == "lab-mig")
     spare = {**mig, "name": "lab-mig3", "nodes": SPARE,
              "sharing": [{"gpus": 0, "mode": "mig", "layout": ["3g.20gb", "2g.10gb", "1g.5gb"]}]}
-    raw["node_groups"] = [mig, spare]
+    # the L40S nodes for the mode change: lab-excl01 (2 exclusive), lab-shard01 (1 GPU in 4 shards)
+    l40s = [g for g in raw["node_groups"] if g["name"] in ("lab-excl", "lab-shard")]
+    raw["node_groups"] = [mig, spare] + l40s
     for tier in raw["tiers"]:
-        tier["node_groups"] = ["lab-mig", "lab-mig3"]
+        tier["node_groups"] = ["lab-mig", "lab-mig3"] + [g["name"] for g in l40s]
     raw["submission"]["aliases"].pop("half", None)  # an mps alias, and no mps node is left
     raw["billing"]["gpu_weights"] = {"A100-SXM4-40GB": 100}
     raw["live"] = {"enabled": True, "min_pending": 0, "min_dwell": MIN_DWELL, "min_benefit_jobs": 1,
@@ -98,8 +105,8 @@ def state(c) -> dict:
     return json.loads(out) if out.strip() else {}
 
 
-def phase(c) -> str:
-    return state(c).get("current", {}).get(NODE, {}).get("phase", "")
+def phase(c, name: str = NODE) -> str:
+    return state(c).get("current", {}).get(name, {}).get("phase", "")
 
 
 def relayout_jobs(c) -> list[dict]:
@@ -217,6 +224,48 @@ def test_demand_alternating_faster_than_min_dwell_changes_nothing_more(live_clus
         assert held, "1g jobs blocked, but no change held back by min_dwell"
 
 
+def test_pending_shard_jobs_turn_an_idle_exclusive_gpu_into_shards(live_cluster):
+    c = live_cluster
+    t0 = time.monotonic()
+    excl, shard = "lab-excl01", "lab-shard01"
+    running = [c.sbatch("sleep 45\necho done\n", user=u, account=a, output="/shared/live-%j.out", gres="shard:2",
+                        time=2, nodelist=shard) for u, a in (("carol", "biology"), ("alice", "physics"))]
+    wait_for("the shard jobs to run", lambda: all(c.job(j).get("JobState") == "RUNNING" for j in running), timeout=90)
+    pending = [c.sbatch("sleep 5\necho done\n", user=u, account=a, output="/shared/live-%j.out", gres="shard:2",
+                        time=1) for u, a in (("carol", "biology"), ("dave", "biology-imaging"))]
+    wait_for("the shard jobs to pend", lambda: all(c.job(j).get("JobState") == "PENDING" for j in pending), timeout=60)
+    time.sleep(3)
+    print("shard jobs pending:", {j: c.job(j).get("Reason") for j in pending})
+    report = c.slurm(PLAN).stdout
+    print("gpushare plan --live:\n" + report)
+    assert f"{excl} has 0 GPU jobs running: mode change GPU 0 exclusive -> shard (4 replicas)" in report, report
+    out = once(c)  # no GPU job on lab-excl01: locked and the relayout job submitted in this one run
+    print(out)
+    def ended() -> bool:  # a planner run records the relayout job's end
+        print(once(c))
+        return phase(c, excl) in ("done", "failed", "gave_up", "lost")
+
+    wait_for("the mode change to be done", ended, timeout=240, every=3)
+    record = state(c)["current"][excl]
+    print("change record:", json.dumps(record, indent=1))
+    assert record["phase"] == "done", record
+    assert record["modes"] == [[0, "exclusive", {"mode": "shard", "replicas": 4}]], record
+    after = node(c, excl)
+    print(f"{excl} after: {after}")
+    assert "shard" in after["gres"] and not after["flags"] & {"DRAIN", "INVAL", "DOWN"}, after
+    for j in pending + running:
+        r = c.wait(j, timeout=180)
+        assert (r["State"], r["ExitCode"]) == ("COMPLETED", "0:0"), r
+    assert {c.sacct(j)[0]["NodeList"] for j in pending} == {excl}, [c.sacct(j) for j in pending]
+    for j in running:
+        assert len(c.sacct(j, extra=["--duplicates"])) == 1  # never requeued by the other node's reconfigure
+    out = c.slurm(["sacct", "-a", "-X", "-n", "-P", f"--name=gpushare-relayout-{excl}", "-S", "now-1days",
+                   "-o", "JobID,State,ExitCode,ElapsedRaw"]).stdout
+    print("relayout jobs:", out)
+    assert len(out.split()) == 1 and "|COMPLETED|0:0|" in out, out
+    print(f"MODE CHANGE: relayout job {out.strip()}; scenario {time.monotonic() - t0:.0f} s")
+
+
 def test_a_failed_relayout_leaves_the_node_drained_and_is_not_retried(live_cluster):
     c = live_cluster
     c.exec(NODE, ["python3", "-c", DROP_CAPS])
@@ -245,6 +294,6 @@ def test_a_failed_relayout_leaves_the_node_drained_and_is_not_retried(live_clust
     for _ in range(2):
         print(once(c))
     assert len(relayout_jobs(c)) == 2 and not locks(c)  # not tried again
-    assert state(c)["counts"] == {NODE: {"done": 1, "failed": 1}}
+    assert state(c)["counts"][NODE] == {"done": 1, "failed": 1}
     for j in jobs:
         c.slurm(["scancel", str(j)])

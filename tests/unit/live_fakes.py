@@ -37,6 +37,7 @@ class FakeCtld:
     reservations: dict[str, dict] = field(default_factory=dict)
     jobs: dict[int, FakeJob] = field(default_factory=dict)
     drains: dict[str, str] = field(default_factory=dict)
+    weights: dict[str, int] = field(default_factory=dict)  # node -> weight set by scontrol update
     calls: list[tuple[str, ...]] = field(default_factory=list)
     next_id: int = 100
     fail_sbatch: str = ""  # when set: sbatch fails with this message
@@ -79,6 +80,11 @@ class FakeCtld:
             return 0, "Reservation updated.\n", ""
         if args[:1] == ["update"] and args[1:2] and args[1].startswith("nodename="):
             opts = dict(a.split("=", 1) for a in args[1:])
+            if set(opts) == {"nodename", "weight"}:  # scontrol takes 0..2^32-2 ("Invalid weight" otherwise)
+                if not opts["weight"].isdigit():
+                    return 1, "", f"Invalid weight {opts['weight']}\n"
+                self.weights[opts["nodename"]] = int(opts["weight"])
+                return 0, "", ""
             if opts.get("state") != "drain" or "reason" not in opts:
                 raise UnknownCommand(f"scontrol update node {args!r}")
             self.drains[opts["nodename"]] = opts["reason"]

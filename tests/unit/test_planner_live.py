@@ -130,7 +130,10 @@ def test_not_mig_requests_are_reported_not_planned():
     plan = plan_live(one_node(), snap(pending(2, "gpu:l40s") + pending(1, "shard", first=50)))
     assert plan.proposals == ()
     assert [line.split(":")[0] for line in plan.demand] == ["gpu", "shard"]
-    assert all("not a MIG type" in line for line in plan.demand)
+    # no GPU of this site shares by shard: nothing can serve it; whole L40S jobs: only weights could help
+    assert "not a MIG type, and no GPU of the site can change to a mode that serves it" in plan.demand[1]
+    assert "node weights can keep small jobs off the nodes a multi-GPU job needs" in plan.demand[0]
+    assert plan.weights == ()  # e01 is not in the snapshot's nodes
 
 
 def test_the_old_layouts_service_is_subtracted():
@@ -476,7 +479,7 @@ def test_snapshot_from_the_client():
     snapshot = snapshot_from_client(CliClient(cluster()), s, NOW, {"m01": NOW - 10}, {"m02"})
     assert snapshot.running == RUNNING_1G
     assert snapshot.pending[0] == PendingJob(100, T3, 1, 1500.0, 10, "Resources", "batch")
-    assert snapshot.nodes["m01"] == NodeView("m01", ("MIXED",), "", {T1: 7})
+    assert snapshot.nodes["m01"] == NodeView("m01", ("MIXED",), "", {T1: 7}, 0)  # no weight in the fake's JSON
     assert snapshot.changes == {"m01": NOW - 10} and snapshot.locked == frozenset({"m02"})
     assert plan_live(s, snapshot).held[0].why.startswith("changed (or tried) 0 min ago")
 
@@ -499,7 +502,7 @@ def test_plan_live_cli_prints_demand_proposals_and_held(tmp_path):
     assert res.exit_code == 0, res.output
     out = res.output
     assert f"policy: {policy}\n" in out and "limits: min_pending 300 s, min_dwell 3600 s" in out
-    assert "history: 0 GPU job(s) ended in the last 21600 s (live.history_window); modes: planned\n" in out
+    assert "history: 0 GPU job(s) ended in the last 21600 s (live.history_window); modes: planned; weights: planned\n" in out
     assert "  a100_40g_3g.20gb: 9 pending, 9 for >= 5 min for resources (oldest 25 min); 0 fit idle" in out
     assert "  gpu:l40s: 1 pending, 0 for >= 5 min" in out
     assert ("  9 jobs have waited 25 min for a100_40g_3g.20gb; m01 GPU 0 has 5 of 7 1g.5gb slices idle: relayout "
