@@ -143,11 +143,11 @@ def live_report(ctx: click.Context, policy_path: Path, as_json: bool) -> None:
 @click.option("--live", is_flag=True,
               help="Plan on the live cluster instead: read the pending queue, running jobs, nodes and recent "
                    "history (sacct) through the Slurm client and report which GPUs should change MIG layout or "
-                   "sharing mode now (see below). Changes nothing without --apply.")
+                   "sharing mode, or node weights, now (see below). Changes nothing without --apply.")
 @click.option("--json", "as_json", is_flag=True, help="With --live: print the plan as JSON.")
 @click.option("--apply", "apply_", is_flag=True, help="With --live: carry the proposals out (needs live.enabled; "
-              "README, 'Carrying a proposal out'): lock the node with a Slurm reservation, relayout it by a "
-              "root job once its GPU jobs end.")
+              "README, 'Carrying a proposal out'): lock the node with a Slurm reservation, relayout it (MIG "
+              "layout or GPU modes) by a root job once its GPU jobs end; a node weight by scontrol update.")
 @click.option("--every", type=click.FloatRange(1), default=None, metavar="SECONDS",
               help="With --live --apply: run again every SECONDS until SIGTERM (a service); default: once (cron).")
 @SLURM_BACKEND
@@ -191,7 +191,9 @@ def plan(ctx, policy_path: Path, source: str | None, live: bool, as_json: bool, 
     back with why: the policy's live: limits (min_dwell, min_benefit_jobs,
     max_draining, max_wait), or the recent history (the jobs of a type a
     change takes away, at their recent rate over min_dwell, count against
-    it). Changes nothing.
+    it). With live.weights, it also proposes node weights that keep small
+    jobs off the node a blocked multi-GPU job needs (scontrol update, no
+    drain). Changes nothing.
     """
     if live:
         if source or out or isolate_qos or mig_fractions:
