@@ -327,17 +327,17 @@ class _History:
         return f"the last {_hours(self.window)} ran " + ", ".join(parts)
 
 
-def _history_of(site: Site, snap: Snapshot, node: str, base) -> _History | None:
-    """The node's ``_History`` (None: no history window, no min_dwell, or nothing of its GRES ran there)."""
+def _history_of(site: Site, ran, base) -> _History | None:
+    """A node's ``_History`` from the RecentJobs that ``ran`` there (None: no history window, no min_dwell, or
+    nothing of its GRES ran there)."""
     live = site.policy.live
     if live.history_window <= 0 or live.min_dwell <= 0:
         return None
     jobs: Counter = Counter()
-    for r in snap.history:
-        if r.node == node:
-            for key in {_kind(k) for k in r.gres}:
-                if base.get(key, 0) > 0:
-                    jobs[key] += 1
+    for r in ran:
+        for key in {_kind(k) for k in r.gres}:
+            if base.get(key, 0) > 0:
+                jobs[key] += 1
     if not jobs:
         return None
     return _History(dict(jobs), {k: v for k, v in base.items() if v > 0}, float(live.min_dwell),
@@ -472,9 +472,13 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
         else:
             todo.append(name)
     cache: dict[str, _Best | None] = {}  # scores stay good until a proposal takes jobs out of `blocked`
-    history = {name: _history_of(site, snap, name, _caps(site, name)) for name in todo}
+    ran: dict[str, list[RecentJob]] = {}
+    for r in snap.history:
+        ran.setdefault(r.node, []).append(r)
+    history = {name: _history_of(site, ran.get(name, ()), _caps(site, name)) for name in todo}
     modal = [name for name in todo if site.group_for_node(name).name in mode_groups]
-    mode_history = {name: _history_of(site, snap, name, livemodes.capacity(*_entries(site, name))) for name in modal}
+    mode_history = {name: _history_of(site, ran.get(name, ()), livemodes.capacity(*_entries(site, name)))
+                    for name in modal}
     while todo and blocked:
         scored = []
         for name in todo:
