@@ -57,11 +57,12 @@ from slurm_gpushare.planner.arrivals import arrival_sequence  # noqa: E402
 from slurm_gpushare.planner.baselines import BestFit, RandomPolicy  # noqa: E402
 from slurm_gpushare.planner.engine import replay  # noqa: E402
 from slurm_gpushare.planner.fgd import FGD  # noqa: E402
-from slurm_gpushare.planner.gpustate import mig_kind  # noqa: E402
+from slurm_gpushare.planner.gpustate import covering_profile, mig_kind  # noqa: E402
 from slurm_gpushare.planner.slurmmodel import SlurmPolicy, uniform_router, with_uniform_mps  # noqa: E402
 from slurm_gpushare.planner.trace import TRACE_DIR, default_trace  # noqa: E402
 
 PUBLISHED = {"FGD": "06-FGD", "BestFit": "05-BestFit", "Random": "01-Random"}
+PLANNER_UNIFORM_TYPES = "Slurm + planner, uniform's slice types"
 
 
 def published() -> dict[tuple[str, int], tuple[float, float]]:
@@ -90,10 +91,15 @@ def planned(scenario: str, cluster, pods) -> tuple[list, str]:
     except Exception as err:  # the planner's module may be absent or mid-edit
         return [], f"slurm_gpushare/planner/scenarios.py not importable ({type(err).__name__}: {err})"
     out, notes = [], []
-    builders = (
+    builders = [
         ("Slurm uniform policy (product)", getattr(module, "uniform", None), (cluster, scenario)),
         ("Slurm + planner", getattr(module, "planned", None), (cluster, pods, scenario)),
-    )
+    ]
+    if scenario == "S2" and hasattr(module, "uniform_mig_types"):
+        # the planner held to the uniform policy's slice types: its requests are rounded as the uniform policy's are
+        types = module.uniform_mig_types(cluster, scenario)
+        builders.append((PLANNER_UNIFORM_TYPES, getattr(module, "planned", None),
+                         (cluster, pods, scenario, "auto", types)))
     for label, fn, call in builders:
         if fn is None:
             notes.append(f"{label}: scenarios.py has no such builder")
@@ -154,6 +160,20 @@ def policies(scenario: str, cluster, pods) -> tuple[list, object, str]:
         if product_router is not None:  # FGD on exactly the requests the product's submission makes
             kind = mig_kind(profile_of=whatif.profile_from_router(product_router))
             base.append(_named(FGD(kind=kind), "FGD, MIG rules, product rounding"))
+        # and on exactly the requests each planned policy's submission makes (its own slice types), unless they are
+        # the product rounding's already (checked pod by pod)
+        ran = {"covering rounding": _profiles(None, pods)}
+        if product_router is not None:
+            ran["product rounding"] = _profiles(product_router, pods)
+        for p in extra:
+            if p.name.startswith("Slurm + planner"):
+                label = "FGD, MIG rules, planner rounding" + p.name[len("Slurm + planner"):]
+                same = [name for name, profiles in ran.items() if _profiles(p.router, pods) == profiles]
+                if same:
+                    print(f"  {label}: the same rounded requests as FGD's {same[0]} (every pod): its row stands for it")
+                    continue
+                kind = mig_kind(profile_of=whatif.profile_from_router(p.router))
+                base.append(_named(FGD(kind=kind), label))
         return base + extra, a100, why
     if scenario == "S3":
         stand_in = whatif.split_by_qos(cluster, pods)
@@ -168,6 +188,16 @@ def _product_router(cluster, scenario):
         return importlib.import_module("slurm_gpushare.planner.scenarios").uniform(cluster, scenario)[1]
     except Exception:  # reported on the planner's rows already
         return None
+
+
+def _profiles(router, pods) -> list[str]:
+    """The MIG profile each pod's request is rounded to by this router (None: covering rounding), as FGD with MIG
+    rules is given it."""
+    if router is None:
+        model = mig_kind().model
+        return [covering_profile(model, p.gpu_milli).name if p.num_gpu else "" for p in pods]
+    profile_of = whatif.profile_from_router(router)
+    return [profile_of(p) if p.num_gpu else "" for p in pods]
 
 
 def _named(policy, name):

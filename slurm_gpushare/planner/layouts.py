@@ -15,42 +15,93 @@ def plain_profiles(model: GpuModel):
     return sorted(plain, key=lambda p: (p.fraction(model), p.compute_slices, p.memory_slices, p.name))
 
 
-def covering(model: GpuModel, milli: int) -> str | None:
+def covering(model: GpuModel, milli: int, allowed: tuple[str, ...] = ()) -> str | None:
     """The smallest profile whose share of the GPU covers ``milli``/1000 of it (None: the model has no MIG).
 
     Share is ``MigProfile.fraction`` (the larger of the compute and memory
     shares), as billing and the submission rounding count it; the share is
     first written as the whole percent a user asks for (``mps:ceil(milli/10)``),
     as the submission rounding sees it. A share above every partial profile
-    gets the whole-GPU profile (7g on an A100).
+    gets the whole-GPU profile (7g on an A100). ``allowed`` (profile names):
+    only these partial profiles are offered (the whole-GPU one always is).
     """
     pct = -(-milli * 100 // GPU_MILLI)  # the mps percent a user asks for: ceil
-    for p in plain_profiles(model):
+    for p in offered(model, allowed):
         if int(p.fraction(model) * 100 + 1e-9) >= pct:
             return p.name
     return None
 
 
-def pack(model: GpuModel, need: Counter) -> list[tuple[str, ...]]:
-    """See ``_pack_greedy``; the candidates of one plan often ask the same slices: packed once (layouts are immutable)."""
-    return list(_pack(model, tuple(sorted((k, v) for k, v in need.items() if v > 0))))
+def offered(model: GpuModel, allowed: tuple[str, ...] = ()):
+    """``plain_profiles`` limited to ``allowed`` (every one when empty); the whole-GPU profile is always offered."""
+    plain = plain_profiles(model)
+    if not allowed:
+        return plain
+    return [p for p in plain if p.name in allowed or p.compute_slices == model.compute_slices]
+
+
+def pack(model: GpuModel, need: Counter, allowed: tuple[str, ...] = (), fill: bool = False) -> list[tuple[str, ...]]:
+    """See ``_pack_greedy`` (``fill``: ``_pack_fill``); the candidates of one plan often ask the same slices:
+    packed once (layouts are immutable)."""
+    return list(_pack(model, tuple(sorted((k, v) for k, v in need.items() if v > 0)), tuple(allowed), fill))
 
 
 @functools.lru_cache(maxsize=32)
-def _pack(model: GpuModel, need: tuple[tuple[str, int], ...]) -> tuple[tuple[str, ...], ...]:
-    return tuple(_pack_greedy(model, Counter(dict(need))))
+def _pack(model: GpuModel, need: tuple[tuple[str, int], ...], allowed: tuple[str, ...] = (),
+          fill: bool = False) -> tuple[tuple[str, ...], ...]:
+    return tuple((_pack_fill if fill else _pack_greedy)(model, Counter(dict(need)), allowed))
 
 
-def _pack_greedy(model: GpuModel, need: Counter) -> list[tuple[str, ...]]:
+def _pack_fill(model: GpuModel, need: Counter, allowed: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Like ``_pack_greedy``, but each GPU, after the largest profile still needed, takes the mix of needed
+    profiles that uses the most of its compute slices, then of its memory slices (larger profiles first among
+    equals): a 3g.20gb with two 2g.10gb (7 of 7 compute slices) before two 3g.20gb (6 of 7), so the slices a
+    layout cannot use are fewer, and so are the GPUs when small slices fill what large ones leave."""
+    left = Counter({k: v for k, v in need.items() if v > 0})
+    order = [p.name for p in reversed(offered(model, allowed))]
+    size = {p.name: (p.compute_slices, p.memory_slices) for p in model.mig_profiles}
+    best_of: dict[tuple, tuple[str, ...]] = {}
+
+    def best(layout: tuple[str, ...], avail: tuple[int, ...], start: int) -> tuple[tuple, tuple[str, ...]]:
+        score = (sum(size[n][0] for n in layout), sum(size[n][1] for n in layout), tuple(-order.index(n) for n in layout))
+        top = (score, layout)
+        for k in range(start, len(order)):
+            if avail[k] and not check_layout(model, list(layout) + [order[k]]):
+                got = best(layout + (order[k],), avail[:k] + (avail[k] - 1,) + avail[k + 1:], k)
+                if got[0][:2] > top[0][:2] or got[0][:2] == top[0][:2] and got[0][2] > top[0][2]:
+                    top = got
+        return top
+
+    gpus: list[tuple[str, ...]] = []
+    while sum(left.values()) > 0:
+        first = next(n for n in order if left[n] > 0)
+        left[first] -= 1
+        avail = tuple(min(left[n], model.compute_slices) for n in order)
+        key = (first, avail)
+        if key not in best_of:
+            best_of[key] = best((first,), avail, order.index(first))[1]
+        layout = list(best_of[key])
+        for name in layout[1:]:
+            left[name] -= 1
+        for name in reversed(order[1:]):  # top up as _pack_greedy does
+            while not check_layout(model, layout + [name]):
+                layout.append(name)
+        gpus.append(tuple(layout))
+    return gpus
+
+
+def _pack_greedy(model: GpuModel, need: Counter, allowed: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     """GPU layouts (one tuple of profiles per GPU) holding at least ``need`` slices of each profile.
 
     Greedy, largest slices first: each GPU takes the largest profile still
     needed, then as many more needed profiles as still fit (checked against
     the catalogue's placement rules), then is topped up with the smallest
-    profile, so no slice of a GPU is left without an instance.
+    profile, so no slice of a GPU is left without an instance. With
+    ``allowed``, only those profiles (and the whole-GPU one) top a GPU up: a
+    type the layouts hold is a type the submission may round a share to.
     """
     left = Counter({k: v for k, v in need.items() if v > 0})
-    order = [p.name for p in reversed(plain_profiles(model))]
+    order = [p.name for p in reversed(offered(model, allowed))]
     gpus: list[tuple[str, ...]] = []
     while sum(left.values()) > 0:
         layout: list[str] = []
@@ -65,7 +116,8 @@ def _pack_greedy(model: GpuModel, need: Counter) -> list[tuple[str, ...]]:
     return gpus
 
 
-def slices_needed(model: GpuModel, fractions: dict[int, int], whole_slice: bool = True) -> tuple[Counter, int]:
+def slices_needed(model: GpuModel, fractions: dict[int, int], whole_slice: bool = True,
+                  allowed: tuple[str, ...] = ()) -> tuple[Counter, int]:
     """(slices per profile, jobs left to whole GPUs) for {milli: jobs}.
 
     ``whole_slice``: a share only the whole-GPU profile covers gets that slice
@@ -74,7 +126,7 @@ def slices_needed(model: GpuModel, fractions: dict[int, int], whole_slice: bool 
     need: Counter = Counter()
     whole = 0
     for milli, n in fractions.items():
-        name = covering(model, milli)
+        name = covering(model, milli, allowed)
         if name is None or (not whole_slice and model.profile(name).compute_slices == model.compute_slices):
             whole += n
         else:

@@ -41,7 +41,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hostlist import collect_hostlist, expand_hostlist as expand_nodes
 
@@ -77,6 +77,9 @@ class Knobs:
     # more CPUs than its GPUs have each, last for the others (who would leave its GPUs without CPUs)
     lean: bool = True
     cpu_order: tuple[str, ...] = ()  # exploration: CPU-only jobs' tiers in this order (the listed ones that exist)
+    # MIG slice types the layouts may hold (profile names; () every one): shares round to the smallest of them
+    mig_types: tuple[str, ...] = ()
+    mig_fill: bool = False  # layouts packed to use the most compute slices per GPU (layouts._pack_fill), not greedily
 
 
 @dataclass(frozen=True)
@@ -328,8 +331,8 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
         # isolated classes get a slice even when only the whole-GPU one covers them; with every share on MIG
         # (mig_all) such a share takes a whole GPU from the whole-GPU pool, where whole-GPU jobs can use it too
         need, whole_from_mig = slices_needed(model, scaled_counts(mig_frac, scale * HEADROOM * knobs.mig_factor),
-                                             whole_slice=not mig_all)
-        layouts_by_gpu = pack(model, need)
+                                             whole_slice=not mig_all, allowed=knobs.mig_types)
+        layouts_by_gpu = pack(model, need, knobs.mig_types, knobs.mig_fill)
         # slices strand when their node runs out of CPUs first: CPU-rich nodes first
         cpu_need = sum(cls.cpus * n for cls, n in demand.counts.items()
                        if cls.kind == "fraction" and cls.gpu_milli in mig_frac) * scale / max(1, len(layouts_by_gpu))
@@ -656,11 +659,13 @@ def fix_aliases(raw: dict, before: Site) -> list[str]:
 
 def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fractions: bool = False,
          evaluate: Callable[[dict], float] | None = None, candidates: Sequence[Knobs] | None = None,
-         budget_s: float | None = None) -> PlanResult:
+         budget_s: float | None = None, mig_types: Sequence[str] = ()) -> PlanResult:
     """Plan a policy for ``demand`` on the hardware of ``base`` (a policy mapping, validated here).
 
     With ``evaluate``, candidates are scored in order until ``budget_s`` seconds have gone (the first is always
-    scored), and the best is kept.
+    scored), and the best is kept. ``mig_types`` (MIG profile names): the layouts hold only these slice types
+    (and the whole-GPU one), packed to use the most compute slices per GPU, so a share is rounded to the
+    smallest of them (e.g. the site's existing slice types; without 1g.10gb, a 20 % share takes a 2g.10gb).
     """
     began = time.perf_counter()
     site = build_site(base, "base policy")
@@ -671,6 +676,13 @@ def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fra
         raise ValueError(f"MIG slices were asked for (isolated QoS or every share on MIG) but no GPU of the policy "
                          f"supports MIG ({models})")
     tries = list(candidates or (default_candidates() if evaluate else [Knobs()]))
+    if mig_types:
+        known = sorted({p.name for g in site.groups if g.model.mig_capable for p in g.model.mig_profiles})
+        unknown = [t for t in mig_types if t not in known]
+        if unknown:
+            raise ValueError(f"MIG slice type(s) {', '.join(unknown)} not offered by any MIG-capable GPU of the "
+                             f"policy; accepted: {', '.join(known)}")
+        tries = [replace(k, mig_types=tuple(mig_types), mig_fill=True) for k in tries]
     best: tuple[float, Knobs, dict, list[str]] | None = None
     tried: list[tuple[Knobs, float]] = []
     built: list[dict] = []

@@ -138,19 +138,26 @@ def _span(lo: int, hi: int) -> str | int:
 
 
 def planned(cluster: SimCluster, pods: Sequence[Pod], scenario: str = "S1",
-            evaluate: Callable[[dict], float] | None | str = "auto") -> tuple[SimCluster, Router, Site]:
+            evaluate: Callable[[dict], float] | None | str = "auto",
+            mig_types: Sequence[str] = ()) -> tuple[SimCluster, Router, Site]:
     """The planner's policy for the scenario, from the demand of ``pods``, as `gpushare plan` makes it.
 
     ``evaluate`` 'auto': score the candidates as the CLI does (the Slurm model on
     arrivals sampled from the demand, seed 7, never a benchmark seed); None: the
-    demand model's sizes, unscored.
+    demand model's sizes, unscored. ``mig_types``: see ``plan.plan``.
     """
-    result = plan_for(cluster, pods, scenario, evaluate)
+    result = plan_for(cluster, pods, scenario, evaluate, mig_types)
     return built(result.policy, cluster, f"planned-{scenario}")
 
 
+def uniform_mig_types(cluster: SimCluster, scenario: str = "S2") -> tuple[str, ...]:
+    """The MIG slice types of the uniform policy's layouts (S2/S3), read off its validated site."""
+    _sim, _router, site = uniform(cluster, scenario)
+    return tuple(sorted({p for g in site.groups for slot in g.gpus if slot.mode == "mig" for p in slot.layout}))
+
+
 def plan_for(cluster: SimCluster, pods: Sequence[Pod], scenario: str = "S1",
-             evaluate: Callable[[dict], float] | None | str = None) -> PlanResult:
+             evaluate: Callable[[dict], float] | None | str = None, mig_types: Sequence[str] = ()) -> PlanResult:
     demand: Demand = from_pods(pods, "trace")
     if evaluate == "auto":
         from .evaluate import evaluator
@@ -159,4 +166,4 @@ def plan_for(cluster: SimCluster, pods: Sequence[Pod], scenario: str = "S1",
     base = uniform_raw(cluster, "S1") if scenario == "S1" else trace_policy(cluster, model=MIG_MODEL, mode="exclusive")
     isolate = ("LS",) if scenario == "S3" else ()
     mig_all = scenario == "S2"
-    return plan(base, demand, isolate_qos=isolate, mig_fractions=mig_all, evaluate=evaluate)
+    return plan(base, demand, isolate_qos=isolate, mig_fractions=mig_all, evaluate=evaluate, mig_types=mig_types)

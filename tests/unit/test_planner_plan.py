@@ -74,6 +74,40 @@ def test_every_packed_layout_is_valid_and_full():
         assert check_layout(A100, [*lay, "1g.5gb"]) != []
 
 
+def test_fill_packing_uses_every_compute_slice_where_greedy_leaves_one():
+    need = Counter({"3g.20gb": 2, "2g.10gb": 4})
+    # greedy: 3g+3g (6 of 7 compute slices), then the 2g.10gb on a GPU of their own: 3 GPUs
+    assert pack(A100, need) == [("3g.20gb", "3g.20gb"), ("2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb"),
+                                ("2g.10gb", "1g.5gb", "1g.5gb", "1g.5gb", "1g.5gb", "1g.5gb")]
+    # fill: each 3g.20gb with two 2g.10gb, 7 of 7 compute and 8 of 8 memory slices: the known best, 2 GPUs
+    assert pack(A100, need, fill=True) == [("3g.20gb", "2g.10gb", "2g.10gb")] * 2
+    # with nothing to mix in, fill packs as greedy does (the memory-bound best)
+    assert pack(A100, Counter({"3g.20gb": 4, "1g.10gb": 4}), fill=True) == pack(A100, Counter({"3g.20gb": 4, "1g.10gb": 4}))
+
+
+def test_allowed_types_bound_rounding_and_top_up():
+    allowed = ("1g.5gb", "2g.10gb", "3g.20gb")
+    assert covering(A100, 200) == "1g.10gb"
+    assert covering(A100, 200, allowed) == "2g.10gb"  # no 1g.10gb offered: the next covering type
+    assert covering(A100, 550, allowed) == "7g.40gb"  # no 4g.20gb: only the whole-GPU slice covers it
+    layouts = pack(A100, Counter({"3g.20gb": 3}), allowed, fill=True)
+    assert {p for lay in layouts for p in lay} <= set(allowed)  # topped up with 1g.5gb, never 1g.10gb
+    assert all(check_layout(A100, list(lay)) == [] for lay in layouts)
+
+
+def test_planner_held_to_slice_types_rounds_to_them():
+    base = cluster(("a", "a[1-4]", "A100-SXM4-40GB", 2, 64))
+    d = demand((1, 470, 4, 4), (1, 200, 4, 4), (1, 1000, 8, 2))
+    free = plan(base, d, mig_fractions=True)
+    held = plan(base, d, mig_fractions=True, mig_types=["1g.5gb", "2g.10gb", "3g.20gb"])
+    types = lambda r: {p for g in r.site.groups for s in g.gpus if s.mode == "mig" for p in s.layout}  # noqa: E731
+    assert "1g.10gb" in types(free)
+    assert types(held) <= {"1g.5gb", "2g.10gb", "3g.20gb"} and "2g.10gb" in types(held)
+    assert held.knobs.mig_fill and held.knobs.mig_types == ("1g.5gb", "2g.10gb", "3g.20gb")
+    with pytest.raises(ValueError, match="9g.80gb not offered.*accepted: .*3g.20gb"):
+        plan(base, d, mig_fractions=True, mig_types=["9g.80gb"])
+
+
 def test_slices_needed_gives_big_shares_the_whole_gpu_slice():
     need, uncovered = slices_needed(A100, {470: 3, 810: 2, 230: 1})
     assert need == Counter({"3g.20gb": 3, "7g.40gb": 2, "1g.10gb": 1}) and uncovered == 0
