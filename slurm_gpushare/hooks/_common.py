@@ -63,9 +63,16 @@ def guarded(hook: str, body, environ=None, runner=None, metrics: str | None = No
     With ``metrics`` (the hook's short name) the body is ``body(environ, seen)``
     and fills ``seen``; the run is then counted, and dcgm-exporter's job mapping
     updated, when the policy turns them on (``_metrics``). That step never
-    changes the exit status."""
+    changes the exit status.
+
+    Without ``environ`` this is the hook process slurmd started (its console
+    script calls ``main()``): then the cyclic garbage collector is off for the
+    run and what the run built is frozen out of the collection at exit (``_no_gc``).
+    Callers in a longer-lived process pass the environment and keep the collector."""
     from ..errors import GpushareError
 
+    if environ is None:
+        _no_gc()
     environ = dict(os.environ if environ is None else environ)
     seen: dict = {}
     start = time.monotonic()
@@ -85,9 +92,20 @@ def guarded(hook: str, body, environ=None, runner=None, metrics: str | None = No
     return 0 if error is None else fail(hook, environ, message, runner)
 
 
+def _no_gc() -> None:
+    """A hook process lives ~50 ms and frees everything at exit: the cyclic collector's passes over the
+    objects its imports create (a gen-0 pass every 700 allocations, older generations as they fill) and the
+    full collection in the interpreter's teardown are ~15 M instructions of a 150 M hook, a tenth
+    (bench/node_hooks.py, callgrind). Reference counting still frees everything not in a cycle at once."""
+    import atexit
+    import gc
+
+    gc.disable()
+    atexit.register(gc.freeze)  # at exit: the teardown's collection then skips the objects the run made
+
+
 def run(argv, **kwargs):
-    """``proc.run``, imported on the first command: subprocess (and threading, signal, locale) cost
-    every hook a few ms at start-up, and only MPS jobs run a command when nothing fails."""
+    """``proc.run``, imported on the first command: only MPS jobs run a command when nothing fails."""
     from ..proc import run as proc_run
 
     return proc_run(argv, **kwargs)

@@ -266,3 +266,17 @@ def test_mps_daemon_dataclass_round_trips():
     journal = plan_prolog(job([0], 25), whole_node("mps"), live(A30))[0]
     assert Journal.from_json(journal.to_json()) == journal
     assert isinstance(journal.mps, MpsDaemon)
+
+
+def test_hook_process_runs_without_the_cyclic_collector():
+    """main() without an environment is the process slurmd started: no gc passes, the run frozen at exit
+    (hooks/_common._no_gc); with one (a caller's process, these tests) the collector is left alone."""
+    import subprocess
+    import sys
+
+    code = ("import atexit, gc; from slurm_gpushare.hooks._common import guarded; seen = []; "
+            "guarded('t', lambda env: seen.append(gc.isenabled()), environ={'X': '1'}); "
+            "guarded('t', lambda env: seen.append(gc.isenabled())); "
+            "before = gc.get_freeze_count(); atexit._run_exitfuncs(); print(seen, before, gc.get_freeze_count() > 0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["[True,", "False]", "0", "True"]
