@@ -24,7 +24,11 @@ The scenarios, in order (each starts from where the last left the cluster):
    lab-excl01 into 4 shards (the same lock, live policy, render and root
    relayout job); the pending jobs run there; every job COMPLETED 0:0, the
    running ones with one record each;
-4. min_dwell later (the state file's record moved back), a relayout that
+4. node weights: a 2-GPU job pends while a 1-GPU job holds lab-excl01 (the
+   only node with two L40S): one run raises lab-excl01's weight above
+   lab-shard01's with `scontrol update` (no drain, no lock); once the 2-GPU
+   job has run, the next run puts the policy's weight back;
+5. min_dwell later (the state file's record moved back), a relayout that
    fails (the MIG capability device files nvidia-modprobe would make are
    missing): the node stays drained with the relayout's reason, the change is
    recorded failed, and the next runs do not try again.
@@ -264,6 +268,37 @@ def test_pending_shard_jobs_turn_an_idle_exclusive_gpu_into_shards(live_cluster)
     print("relayout jobs:", out)
     assert len(out.split()) == 1 and "|COMPLETED|0:0|" in out, out
     print(f"MODE CHANGE: relayout job {out.strip()}; scenario {time.monotonic() - t0:.0f} s")
+
+
+def weight(c, name: str) -> int:
+    return next(n.weight for n in c.client(timeout=30).nodes() if n.name == name)
+
+
+def test_a_blocked_two_gpu_job_raises_the_weight_of_the_node_it_needs(live_cluster):
+    c = live_cluster
+    excl = "lab-excl01"
+    assert weight(c, excl) == 1
+    small = c.sbatch("sleep 30\necho done\n", user="carol", account="biology", output="/shared/live-%j.out",
+                     gres="gpu:l40s:1", time=1, nodelist=excl)
+    wait_for(f"job {small} running", lambda: c.job(small).get("JobState") == "RUNNING", timeout=90)
+    large = c.sbatch("sleep 3\necho done\n", user="alice", account="physics", output="/shared/live-%j.out",
+                     gres="gpu:l40s:2", time=1)
+    wait_for(f"job {large} to pend", lambda: c.job(large).get("JobState") == "PENDING", timeout=60)
+    time.sleep(3)
+    print(f"job {large}:", c.job(large).get("Reason"))
+    out = once(c)
+    print(out)
+    assert f"{excl}: weight 1 -> 2: job {large} has waited" in out, out
+    assert weight(c, excl) == 2 and state(c)["weights"] == {excl: 2}
+    assert not locks(c) and "DRAIN" not in node(c, excl)["flags"]  # no lock, no drain
+    for j in (small, large):
+        r = c.wait(j, timeout=180)
+        assert (r["State"], r["ExitCode"]) == ("COMPLETED", "0:0"), r
+    assert c.sacct(large)[0]["NodeList"] == excl
+    out = once(c)
+    print(out)
+    assert f"{excl}: weight 2 -> 1: no job waits for several whole GPUs on one node" in out, out
+    assert weight(c, excl) == 1 and state(c)["weights"] == {}
 
 
 def test_a_failed_relayout_leaves_the_node_drained_and_is_not_retried(live_cluster):
