@@ -157,3 +157,56 @@ def test_quit_right_after_start_server_leaves_no_server(mps):
         while (left := _servers_of(pipe)) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert left == [], f"attempt {attempt}: daemon or server of {pipe} still running: pids {left}"
+
+
+# ---- the fake control client's start cost (issue 14): a stub importing fake_mps_control.py, C modules only ----
+
+
+def _fake_module():
+    sys.path.insert(0, str(FAKES))
+    try:
+        import fake_mps_control
+    finally:
+        sys.path.remove(str(FAKES))
+    return fake_mps_control
+
+
+def test_state_file_json_is_what_json_dumps_writes():
+    fake = _fake_module()
+    hostile = ['', 'a"b\\c', "tab\tnew\nline\r\x00\x1f\x7f", "é ü", "\u2028\uffff", "\U0001f600 \U00010000", "GPU-0,GPU-1"]
+    for text in hostile:
+        assert fake._json(text) == json.dumps(text)
+    state = {"pid": 123, "servers": {"456": 1000}, "default_active_thread_percentage": 25.0,
+             "default_device_pinned_mem_limit": {k: "6144M" for k in hostile}, "cuda_visible_devices": "GPU-a\"b"}
+    assert fake._json(state) == json.dumps(state) and json.loads(fake._json(state)) == state
+    for value in (33.3333333333, 100.0, 0.5, 7, 10**20):
+        assert fake._json(value) == json.dumps(value)
+    for bad in (float("nan"), float("inf"), True, None, [1], {1: 2}):
+        with pytest.raises(TypeError):
+            fake._json(bad)
+
+
+def test_memory_limit_check_is_the_regular_expression_it_replaces():
+    fake = _fake_module()
+    for value in ("6144M", "1G", "0M", "M", "G", "", "6144", "61.4M", "6144K", "6144m", "-1M", "٣M", "²G", "1 M",
+                  "6144MM", "１M", "12G\n"):
+        assert fake._mem_limit(value) == bool(re.fullmatch(r"[0-9]+[MG]", value)), value
+
+
+def test_client_and_daemon_paths_import_only_c_modules(tmp_path):
+    """A client start and a daemon's serving need neither json, re, socket nor signal's Python layer (each
+    costs a -I -S interpreter 19-31 M instructions); the server registry and NVML state are read with json."""
+    code = (f"import sys; sys.path.insert(0, {str(FAKES)!r}); import fake_mps_control as f; "
+            "f._daemon_modules(); d = f.Daemon(); d.handle('set_default_device_pinned_mem_limit 0 6144M'); d.save(); "
+            "print(sorted(m for m in ('json', 're', 'socket', 'signal', 'enum') if m in sys.modules))")
+    env = {"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path), "CUDA_MPS_LOG_DIRECTORY": str(tmp_path), "PATH": os.defpath}
+    res = run([sys.executable, "-I", "-S", "-c", code], env=env)
+    assert res.stdout.strip() == "[]"
+    assert json.loads((tmp_path / ".fake-state.json").read_text())["default_device_pinned_mem_limit"] == {"0": "6144M"}
+
+
+def test_stub_finds_its_module_through_a_link(tmp_path):
+    link = tmp_path / "nvidia-cuda-mps-control"
+    link.symlink_to(FAKES / "nvidia-cuda-mps-control")
+    res = run([sys.executable, "-I", "-S", str(link), "--bogus"], check=False, env={"PATH": os.defpath})
+    assert res.returncode == 1 and "unsupported arguments '--bogus'" in res.stderr
