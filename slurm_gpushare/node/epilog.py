@@ -20,9 +20,9 @@ Without a journal there is nothing to undo: a second run is a no-op.
 
 from __future__ import annotations
 
+import _signal  # the C module: signal's Python layer (its enums) costs each epilog ~3 M instructions
 import os
 import re
-import signal
 import time
 
 from ..errors import GpushareError
@@ -124,7 +124,7 @@ class Killer:
 
 def _sigkill(pid: int) -> None:
     try:
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, _signal.SIGKILL)
     except ProcessLookupError:
         pass
 
