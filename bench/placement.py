@@ -63,6 +63,7 @@ from slurm_gpushare.planner.trace import TRACE_DIR, default_trace  # noqa: E402
 
 PUBLISHED = {"FGD": "06-FGD", "BestFit": "05-BestFit", "Random": "01-Random"}
 PLANNER_UNIFORM_TYPES = "Slurm + planner, uniform's slice types"
+PLANNER_COMPACT_TYPES = "Slurm + planner, compact slice types"
 
 
 def published() -> dict[tuple[str, int], tuple[float, float]]:
@@ -96,7 +97,10 @@ def planned(scenario: str, cluster, pods) -> tuple[list, str]:
         ("Slurm + planner", getattr(module, "planned", None), (cluster, pods, scenario)),
     ]
     if scenario == "S2" and hasattr(module, "uniform_mig_types"):
-        # the planner held to the uniform policy's slice types: its requests are rounded as the uniform policy's are
+        # the planner held to compact slice types (one per compute size, the least memory), and to the uniform
+        # policy's slice types (its requests are then rounded as the uniform policy's are)
+        builders.append((PLANNER_COMPACT_TYPES, getattr(module, "planned", None),
+                         (cluster, pods, scenario, "auto", ("compact",))))
         types = module.uniform_mig_types(cluster, scenario)
         builders.append((PLANNER_UNIFORM_TYPES, getattr(module, "planned", None),
                          (cluster, pods, scenario, "auto", types)))

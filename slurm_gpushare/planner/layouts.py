@@ -32,6 +32,19 @@ def covering(model: GpuModel, milli: int, allowed: tuple[str, ...] = ()) -> str 
     return None
 
 
+def compact_types(model: GpuModel) -> tuple[str, ...]:
+    """One slice type per compute size, the one with the least memory (A100-40GB: 1g.5gb, 2g.10gb, 3g.20gb,
+    4g.20gb, 7g.40gb; not 1g.10gb). A memory-heavy slice strands compute: four 1g.10gb take all 8 memory
+    slices of an A100 and leave 3 of its 7 compute slices idle, where a share they cover on a 2g.10gb (the
+    same memory) packs beside a 3g.20gb with every compute slice in use."""
+    best: dict[int, object] = {}
+    for p in plain_profiles(model):
+        cur = best.get(p.compute_slices)
+        if cur is None or (p.memory_slices, p.name) < (cur.memory_slices, cur.name):
+            best[p.compute_slices] = p
+    return tuple(best[c].name for c in sorted(best))
+
+
 def offered(model: GpuModel, allowed: tuple[str, ...] = ()):
     """``plain_profiles`` limited to ``allowed`` (every one when empty); the whole-GPU profile is always offered."""
     plain = plain_profiles(model)

@@ -49,7 +49,7 @@ from ..errors import PolicyError
 from ..policy import Site, build_site
 from ..policy.billing import gpu_weight
 from .demand import Demand, format_demand, pack_estimate
-from .layouts import pack, slices_needed
+from .layouts import compact_types, pack, slices_needed
 from .report import stranded_lines, supply_lines
 from .simcluster import GPU_MILLI
 
@@ -80,6 +80,8 @@ class Knobs:
     # MIG slice types the layouts may hold (profile names; () every one): shares round to the smallest of them
     mig_types: tuple[str, ...] = ()
     mig_fill: bool = False  # layouts packed to use the most compute slices per GPU (layouts._pack_fill), not greedily
+    # the layouts hold one slice type per compute size, the least memory (layouts.compact_types), packed with fill
+    mig_compact: bool = False
 
 
 @dataclass(frozen=True)
@@ -330,14 +332,19 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
         model = site.groups[mig_groups[0].index].model
         # isolated classes get a slice even when only the whole-GPU one covers them; with every share on MIG
         # (mig_all) such a share takes a whole GPU from the whole-GPU pool, where whole-GPU jobs can use it too
+        allowed = knobs.mig_types or (compact_types(model) if knobs.mig_compact else ())
         need, whole_from_mig = slices_needed(model, scaled_counts(mig_frac, scale * HEADROOM * knobs.mig_factor),
-                                             whole_slice=not mig_all, allowed=knobs.mig_types)
-        layouts_by_gpu = pack(model, need, knobs.mig_types, knobs.mig_fill)
+                                             whole_slice=not mig_all, allowed=allowed)
+        layouts_by_gpu = pack(model, need, allowed, knobs.mig_fill or knobs.mig_compact)
         # slices strand when their node runs out of CPUs first: CPU-rich nodes first
         cpu_need = sum(cls.cpus * n for cls, n in demand.counts.items()
                        if cls.kind == "fraction" and cls.gpu_milli in mig_frac) * scale / max(1, len(layouts_by_gpu))
         order = sorted(mig_groups, key=lambda g: (g.cpus_per_gpu < MIG_CPUS * cpu_need, -g.gpus, -g.cpus_per_gpu, g.index))
         _take_nodes(mig_nodes, groups, order, len(layouts_by_gpu))
+        if allowed:
+            why.append(f"MIG slice types offered: {', '.join(allowed)} (and the whole GPU's)"
+                       + (" (one per compute size, the least memory: a memory-heavy slice strands compute slices)"
+                          if not knobs.mig_types else ""))
         why.append(
             f"MIG: {sum(need.values())} slices ({', '.join(f'{n} x {p}' for p, n in sorted(need.items()))}) for "
             f"{sum(mig_frac.values())} fractional jobs ({', '.join(sorted({q for q in isolate}) or ['all'])}), packed into "
@@ -665,7 +672,8 @@ def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fra
     With ``evaluate``, candidates are scored in order until ``budget_s`` seconds have gone (the first is always
     scored), and the best is kept. ``mig_types`` (MIG profile names): the layouts hold only these slice types
     (and the whole-GPU one), packed to use the most compute slices per GPU, so a share is rounded to the
-    smallest of them (e.g. the site's existing slice types; without 1g.10gb, a 20 % share takes a 2g.10gb).
+    smallest of them (e.g. the site's existing slice types; without 1g.10gb, a 20 % share takes a 2g.10gb);
+    ``("compact",)``: one type per compute size, the least memory (``layouts.compact_types``).
     """
     began = time.perf_counter()
     site = build_site(base, "base policy")
@@ -676,7 +684,9 @@ def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fra
         raise ValueError(f"MIG slices were asked for (isolated QoS or every share on MIG) but no GPU of the policy "
                          f"supports MIG ({models})")
     tries = list(candidates or (default_candidates() if evaluate else [Knobs()]))
-    if mig_types:
+    if tuple(mig_types) == ("compact",):
+        tries = [replace(k, mig_compact=True) for k in tries]
+    elif mig_types:
         known = sorted({p.name for g in site.groups if g.model.mig_capable for p in g.model.mig_profiles})
         unknown = [t for t in mig_types if t not in known]
         if unknown:
@@ -704,11 +714,13 @@ def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fra
 
 
 def default_candidates() -> list[Knobs]:
-    """The demand model's sizes first, then a smaller MPS pool, each way of placing CPU-only jobs, fewer MIG slices.
+    """The demand model's sizes first, then a smaller MPS pool, each way of placing CPU-only jobs, 5 and 10 % fewer
+    MIG slices.
 
-    Without MIG the last is the first again (scored once); so is one of the CPU-only ways.
+    Without MIG the last two are the first again (scored once); so is one of the CPU-only ways.
     """
-    return [Knobs(), Knobs(frac_factor=0.95), Knobs(cpu_jobs="rich"), Knobs(cpu_jobs="spare"), Knobs(mig_factor=0.95)]
+    return [Knobs(), Knobs(frac_factor=0.95), Knobs(cpu_jobs="rich"), Knobs(cpu_jobs="spare"), Knobs(mig_factor=0.95),
+            Knobs(mig_factor=0.9)]
 
 
 def plan_report(demand: Demand, before: Site, after: Site, why: list[str], tried, raw: dict) -> list[str]:

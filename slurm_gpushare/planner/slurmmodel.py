@@ -127,6 +127,8 @@ class SlurmState:
         for code in range(len(self.types)):
             self.usable_by_type[code] = (usable & (self.rec_type == code)).sum(axis=1)
         self.rec_whole = ~self.rec_mig & (self.rec_type >= 0)  # a real gpu record of a whole (non-MIG) GPU
+        self.shared_gpu = self.sh_cap > 0  # a GPU with mps/shard count
+        self._part_masks: dict[tuple[str, ...], list[np.ndarray]] = {}  # a job's partitions, in the order tried
         self.room = {k: np.where(self.sh_kind == k, self.sh_cap, 0) for k in SHARED_KINDS.values()}
         self.room_max = {k: r.max(axis=1) for k, r in self.room.items()}
         self.room_sum = {k: r.sum(axis=1) for k, r in self.room.items()}
@@ -169,10 +171,12 @@ class SlurmState:
         ok = self.fits(req)
         if not req.partitions:
             return consec_pick(ok, self.weight, self.cpu)
-        for p in sorted(req.partitions, key=lambda p: -self.tiers.get(p, 1)):  # stable: equal tiers keep request order
-            inside = self.partition.get(p)
-            if inside is None:
-                continue
+        masks = self._part_masks.get(req.partitions)
+        if masks is None:
+            # by PriorityTier (stable: equal tiers keep request order); a partition this cluster lacks is skipped
+            order = sorted(req.partitions, key=lambda p: -self.tiers.get(p, 1))
+            masks = self._part_masks[req.partitions] = [self.partition[p] for p in order if p in self.partition]
+        for inside in masks:
             node = consec_pick(ok & inside, self.weight, self.cpu)
             if node >= 0:
                 return node
@@ -191,13 +195,15 @@ class SlurmState:
             self.rec_free[node, recs] = False
             self._unusable(node, recs)
             whole = recs[~self.rec_mig[node, recs]]
-            gpus = self.rec_gpu[node, whole]
-            self.gpu_taken[node, gpus] = True
-            for kind, room in self.room.items():
-                if len(gpus) and room[node, gpus].any():  # a whole job on a GPU that had mps/shard count
-                    room[node, gpus] = 0
-                    self._room_changed(node, kind)
-            return tuple(int(r) for r in recs)
+            if len(whole):
+                gpus = self.rec_gpu[node, whole]
+                self.gpu_taken[node, gpus] = True
+                if self.shared_gpu[node, gpus].any():  # a whole job on a GPU that had mps/shard count
+                    for kind, room in self.room.items():
+                        if room[node, gpus].any():
+                            room[node, gpus] = 0
+                            self._room_changed(node, kind)
+            return tuple(recs.tolist())
         if req.gres in SHARED_KINDS:
             return self._allocate_shared(req, node)
         return ()
@@ -244,7 +250,10 @@ class SlurmState:
 
     def _unusable(self, node: int, recs: np.ndarray) -> None:
         """These gpu records of ``node`` were usable and are not now: the per-node counts follow."""
-        if len(recs):
+        if len(recs) == 1:
+            self.usable_any[node] -= 1
+            self.usable_by_type[self.rec_type[node, recs[0]], node] -= 1
+        elif len(recs):
             self.usable_any[node] -= len(recs)
             np.subtract.at(self.usable_by_type[:, node], self.rec_type[node, recs], 1)
 
@@ -273,7 +282,7 @@ def consec_pick(ok: np.ndarray, weight: np.ndarray, cpus: np.ndarray) -> int:
     low = w.min()
     if w.max() != low:
         idx = idx[w == low]
-    starts = np.flatnonzero(np.diff(idx) != 1) + 1
+    starts = np.flatnonzero(idx[1:] - idx[:-1] != 1) + 1
     c = cpus[idx]
     if not len(starts):
         return int(idx[np.argmin(c)])

@@ -383,3 +383,16 @@ def test_pack_estimate_is_the_same_first_fit_with_or_without_numpy():
         random.Random(1).shuffle(items)
         assert pack_estimate(shares) == _first_fit(items)
     assert _first_fit([600, 600, 400, 400]) == 2
+
+
+def test_compact_slice_types_one_per_compute_size_least_memory():
+    from slurm_gpushare.planner.layouts import compact_types
+
+    assert compact_types(A100) == ("1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb")
+    base = cluster(("a", "a[1-4]", "A100-SXM4-40GB", 2, 64))
+    d = demand((1, 470, 4, 4), (1, 200, 4, 4), (1, 550, 4, 2), (1, 1000, 8, 2))
+    held = plan(base, d, mig_fractions=True, mig_types=["compact"])
+    types = {p for g in held.site.groups for s in g.gpus if s.mode == "mig" for p in s.layout}
+    assert "1g.10gb" not in types and {"2g.10gb", "3g.20gb", "4g.20gb"} <= types
+    assert held.knobs.mig_compact
+    assert any("one per compute size" in line for line in held.report)
