@@ -300,3 +300,28 @@ def test_reconcile_kills_a_server_that_outlived_its_daemon_and_pipe_dir(node):
     assert execute_reconcile(kept, store, node.mps, Killer(None), {}) == []
     assert not any(_state(p) != "Z" for p in orphans)
     assert mps_processes_under(str(node.state_dir)) == {}
+
+
+def test_pipe_dir_removal_empty_tree_link_and_file(tmp_path):
+    """node.mps._remove: an empty pipe dir by rmdir (the daemon removed its socket), a tree by shutil.rmtree, a
+    link (planted in place of the dir) and a file unlinked without touching what a link points to."""
+    from slurm_gpushare.node.mps import _remove
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _remove(empty)
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "f").write_text("x")
+    (tree / "control").write_text("")
+    _remove(tree)
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "keep").write_text("x")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    _remove(link)
+    plain = tmp_path / "plain"
+    plain.write_text("x")
+    _remove(plain)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["target"] and (target / "keep").exists()
