@@ -79,7 +79,7 @@ def _pack_fill(model: GpuModel, need: Counter, allowed: tuple[str, ...] = ()) ->
         score = (sum(size[n][0] for n in layout), sum(size[n][1] for n in layout), tuple(-order.index(n) for n in layout))
         top = (score, layout)
         for k in range(start, len(order)):
-            if avail[k] and not check_layout(model, list(layout) + [order[k]]):
+            if avail[k] and _layout_ok(model, (*layout, order[k])):
                 got = best(layout + (order[k],), avail[:k] + (avail[k] - 1,) + avail[k + 1:], k)
                 if got[0][:2] > top[0][:2] or got[0][:2] == top[0][:2] and got[0][2] > top[0][2]:
                     top = got
@@ -97,10 +97,16 @@ def _pack_fill(model: GpuModel, need: Counter, allowed: tuple[str, ...] = ()) ->
         for name in layout[1:]:
             left[name] -= 1
         for name in reversed(order[1:]):  # top up as _pack_greedy does
-            while not check_layout(model, layout + [name]):
+            while _layout_ok(model, (*layout, name)):
                 layout.append(name)
         gpus.append(tuple(layout))
     return gpus
+
+
+@functools.lru_cache(maxsize=8192)
+def _layout_ok(model: GpuModel, layout: tuple[str, ...]) -> bool:
+    """``check_layout`` finds nothing wrong (packing asks the same layouts again and again: checked once each)."""
+    return not check_layout(model, list(layout))
 
 
 def _pack_greedy(model: GpuModel, need: Counter, allowed: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -119,11 +125,11 @@ def _pack_greedy(model: GpuModel, need: Counter, allowed: tuple[str, ...] = ()) 
     while sum(left.values()) > 0:
         layout: list[str] = []
         for name in order:
-            while left[name] > 0 and not check_layout(model, layout + [name]):
+            while left[name] > 0 and _layout_ok(model, (*layout, name)):
                 layout.append(name)
                 left[name] -= 1
         for name in reversed(order[1:]):  # top up (never with a whole-GPU slice): smallest first, so spares are many
-            while not check_layout(model, layout + [name]):
+            while _layout_ok(model, (*layout, name)):
                 layout.append(name)
         gpus.append(tuple(layout))
     return gpus
