@@ -683,7 +683,7 @@ def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fra
         models = ", ".join(sorted({g.model.name for g in site.groups}))
         raise ValueError(f"MIG slices were asked for (isolated QoS or every share on MIG) but no GPU of the policy "
                          f"supports MIG ({models})")
-    tries = list(candidates or (default_candidates() if evaluate else [Knobs()]))
+    tries = list(candidates or (default_candidates(isolating=bool(isolate_qos)) if evaluate else [Knobs()]))
     if tuple(mig_types) == ("compact",):
         tries = [replace(k, mig_compact=True) for k in tries]
     elif mig_types:
@@ -713,14 +713,17 @@ def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fra
     return PlanResult(raw, new_site, report, knobs, score if evaluate else None, tried)
 
 
-def default_candidates() -> list[Knobs]:
-    """The demand model's sizes first, then a smaller MPS pool, each way of placing CPU-only jobs, 5 and 10 % fewer
-    MIG slices.
+def default_candidates(isolating: bool = False) -> list[Knobs]:
+    """The demand model's sizes first, then a smaller MPS pool, each way of placing CPU-only jobs, 5 % fewer MIG
+    slices, and 10 % fewer unless a QoS class is isolated on MIG.
 
-    Without MIG the last two are the first again (scored once); so is one of the CPU-only ways.
+    Without MIG the MIG variants are the first again (scored once); so is one of the CPU-only ways. An isolated
+    class may start only on its slices, so 10 % fewer of them refuse its jobs more often than any other job: on
+    S3 (seeds 42-51, 100 % arrived) 7.4 % of the LS shares were not placed against 6.1 % of all GPU jobs, for
+    +0.1 point of placed GPU; with 5 % fewer, 2.4 % against 6.0 %.
     """
-    return [Knobs(), Knobs(frac_factor=0.95), Knobs(cpu_jobs="rich"), Knobs(cpu_jobs="spare"), Knobs(mig_factor=0.95),
-            Knobs(mig_factor=0.9)]
+    out = [Knobs(), Knobs(frac_factor=0.95), Knobs(cpu_jobs="rich"), Knobs(cpu_jobs="spare"), Knobs(mig_factor=0.95)]
+    return out if isolating else [*out, Knobs(mig_factor=0.9)]
 
 
 def plan_report(demand: Demand, before: Site, after: Site, why: list[str], tried, raw: dict) -> list[str]:

@@ -396,3 +396,10 @@ def test_compact_slice_types_one_per_compute_size_least_memory():
     assert "1g.10gb" not in types and {"2g.10gb", "3g.20gb", "4g.20gb"} <= types
     assert held.knobs.mig_compact
     assert any("one per compute size" in line for line in held.report)
+
+
+def test_isolated_classes_keep_at_least_95_percent_of_their_slices():
+    from slurm_gpushare.planner.plan import default_candidates
+
+    assert min(k.mig_factor for k in default_candidates()) == 0.9
+    assert min(k.mig_factor for k in default_candidates(isolating=True)) == 0.95
