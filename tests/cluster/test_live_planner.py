@@ -19,8 +19,8 @@ The scenarios, in order (each starts from where the last left the cluster):
    job's elapsed time (drain, apply, reconfigure, re-registration, resume) is
    printed: live.change_cost's evidence;
 2. demand alternating between 1g and 3g within min_dwell: no second change;
-3. a mode change: lab-shard01's 4 shards are held by two running jobs and
-   two more shard jobs pend; the planner turns an idle exclusive GPU of
+3. a mode change: lab-shard01's 4 shards are held by four running jobs and
+   four more shard jobs pend; the planner turns an idle exclusive GPU of
    lab-excl01 into 4 shards (the same lock, live policy, render and root
    relayout job); the pending jobs run there; every job COMPLETED 0:0, the
    running ones with one record each;
@@ -232,11 +232,13 @@ def test_pending_shard_jobs_turn_an_idle_exclusive_gpu_into_shards(live_cluster)
     c = live_cluster
     t0 = time.monotonic()
     excl, shard = "lab-excl01", "lab-shard01"
-    running = [c.sbatch("sleep 45\necho done\n", user=u, account=a, output="/shared/live-%j.out", gres="shard:2",
-                        time=2, nodelist=shard) for u, a in (("carol", "biology"), ("alice", "physics"))]
+    users = (("carol", "biology"), ("alice", "physics"), ("dave", "biology-imaging"), ("bob", "physics"))
+    # one shard each (the policy's submission rules refuse shard:2: two shards are no more of the GPU than one)
+    running = [c.sbatch("sleep 45\necho done\n", user=u, account=a, output="/shared/live-%j.out", gres="shard:1",
+                        time=2, nodelist=shard) for u, a in users]
     wait_for("the shard jobs to run", lambda: all(c.job(j).get("JobState") == "RUNNING" for j in running), timeout=90)
-    pending = [c.sbatch("sleep 5\necho done\n", user=u, account=a, output="/shared/live-%j.out", gres="shard:2",
-                        time=1) for u, a in (("carol", "biology"), ("dave", "biology-imaging"))]
+    pending = [c.sbatch("sleep 5\necho done\n", user=u, account=a, output="/shared/live-%j.out", gres="shard:1",
+                        time=1) for u, a in users]
     wait_for("the shard jobs to pend", lambda: all(c.job(j).get("JobState") == "PENDING" for j in pending), timeout=60)
     time.sleep(3)
     print("shard jobs pending:", {j: c.job(j).get("Reason") for j in pending})
