@@ -183,14 +183,7 @@ def _reconcile(policy_path, node_name, fake_state, dry_run: bool, seen: dict) ->
     from ..node.journal import JournalStore
     from ..node.mig import differences, observe
     from ..node.mps import MpsControl, mps_lock
-    from ..node.reconcile import (
-        daemon_dirs,
-        execute_reconcile,
-        mps_processes_under,
-        observe_reconcile,
-        plan_reconcile,
-        running_jobs,
-    )
+    from ..node.reconcile import execute_reconcile, plan_for_node, running_jobs
     from ..proc import run
 
     site, name, slots = _target(policy_path, node_name)
@@ -199,9 +192,7 @@ def _reconcile(policy_path, node_name, fake_state, dry_run: bool, seen: dict) ->
     with _backend(fake_state) as backend, store.locked(), mps_lock(site.cluster.paths.state_dir):
         journals = store.all()
         running = running_jobs(run, name)
-        plan = plan_reconcile(journals, running, observe_reconcile(journals, backend),
-                              daemon_dirs(site.cluster.paths.state_dir), store.stray_temporaries(),
-                              mps_processes_under(site.cluster.paths.state_dir))
+        plan = plan_for_node(journals, running, backend, site.cluster.paths.state_dir, store)
         live = observe(backend, [s.index for s in slots])
         plan.drift = differences(slots, live)
         seen["mig"] = {s.index: not differences([s], live) for s in slots if s.mode == "mig"}

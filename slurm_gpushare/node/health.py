@@ -207,22 +207,14 @@ def observe_and_repair(node: str, state_dir: str, client, backend, mps, killer, 
     """Step 1, reconcile: under the journal lock and the MPS lock, as the hooks take them."""
     from .journal import JournalStore
     from .mps import answers, mps_lock
-    from .reconcile import (
-        daemon_dirs,
-        execute_reconcile,
-        mps_processes_under,
-        observe_reconcile,
-        plan_reconcile,
-        running_jobs,
-    )
+    from .reconcile import execute_reconcile, plan_for_node, running_jobs
 
     findings = Findings()
     store = JournalStore(state_dir)
     with store.locked(), mps_lock(state_dir):
         journals = store.all()
         running = running_jobs(client, node)
-        plan = plan_reconcile(journals, running, observe_reconcile(journals, backend), daemon_dirs(state_dir),
-                              store.stray_temporaries(), mps_processes_under(state_dir))
+        plan = plan_for_node(journals, running, backend, state_dir, store)
         findings.repaired = [line.split(": ", 1)[1] for line in plan.lines(node) if not line.endswith("journal kept")]
         if not dry_run:
             findings.unrepaired = execute_reconcile(plan, store, mps, killer, journals)

@@ -128,6 +128,13 @@ def plan_reconcile(journals: dict[int, Journal], running: set[int], live: LiveSt
     return plan
 
 
+def plan_for_node(journals: dict[int, Journal], running: set[int], backend, state_dir: str, store: JournalStore,
+                  proc_root: str = "/proc") -> ReconcilePlan:
+    """Observe this node (GPUs the journals name, daemon dirs, MPS processes, half-written files) and plan."""
+    return plan_reconcile(journals, running, observe_reconcile(journals, backend, proc_root), daemon_dirs(state_dir),
+                          store.stray_temporaries(), mps_processes_under(state_dir, proc_root))
+
+
 def execute_reconcile(plan: ReconcilePlan, store: JournalStore, mps, killer, journals: dict[int, Journal]) -> list[str]:
     """Carry out the plan; returns what could not be repaired (one line each)."""
     from .epilog import EpilogRefused, execute_epilog
