@@ -103,10 +103,25 @@ def _pack_fill(model: GpuModel, need: Counter, allowed: tuple[str, ...] = ()) ->
     return gpus
 
 
-@functools.lru_cache(maxsize=8192)
+_CHECKED: dict[int, tuple[GpuModel, dict[tuple[str, ...], bool]]] = {}  # id(model) -> (model, {layout: ok})
+
+
 def _layout_ok(model: GpuModel, layout: tuple[str, ...]) -> bool:
-    """``check_layout`` finds nothing wrong (packing asks the same layouts again and again: checked once each)."""
-    return not check_layout(model, list(layout))
+    """``check_layout`` finds nothing wrong (packing asks the same layouts again and again: checked once each).
+
+    Keyed by the model object's identity, which the entry keeps alive (hashing a model's fields on every call
+    would cost more than the check); a few models at most are kept.
+    """
+    entry = _CHECKED.get(id(model))
+    if entry is None:
+        if len(_CHECKED) >= 8:
+            _CHECKED.clear()
+        entry = _CHECKED[id(model)] = (model, {})
+    seen = entry[1]
+    ok = seen.get(layout)
+    if ok is None:
+        ok = seen[layout] = not check_layout(model, list(layout))
+    return ok
 
 
 def _pack_greedy(model: GpuModel, need: Counter, allowed: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
