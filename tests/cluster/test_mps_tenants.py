@@ -63,7 +63,7 @@ sleep {HOLD}
 """
 # DEFAULT: each job waits (at most 60 s) until two MPS servers run on the node at once, then holds 3 s more so
 # the other job sees them too: how far apart Slurm starts the two jobs (a busy CI machine) does not matter.
-BOTH = """for i in $(seq 120); do n=$(pgrep -c -f '[n]vidia-cuda-mps-control --server'); [ "$n" -ge 2 ] && break; sleep 0.5; done
+BOTH = """for i in $(seq 120); do n=$(pgrep -c -f '[n]vidia-cuda-mps-server'); [ "$n" -ge 2 ] && break; sleep 0.5; done
 echo "HELD=$n"
 sleep 3
 """
