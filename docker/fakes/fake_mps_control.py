@@ -274,7 +274,10 @@ def _exec_server(uid: int) -> None:
         exe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nvidia-cuda-mps-server")
         if not os.path.exists(exe):  # outside the image (unit tests): named only once server_main runs
             exe = sys.executable
-        os.execv(exe, [exe, "-I", "-S", os.path.abspath(__file__), "--server", str(uid)])
+        # through the stub beside this module, whose import of it reads the cached bytecode (this file run as a
+        # script would be compiled again for every server)
+        stub = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nvidia-cuda-mps-control")
+        os.execv(exe, [exe, "-I", "-S", stub, "--server", str(uid)])
     except BaseException as exc:  # a fake's own failure: said where a real server's would be
         log("Server", f"Failed to start : fake server could not start: {exc!r}", "server.log")
     finally:
