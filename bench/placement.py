@@ -19,9 +19,14 @@ Scenarios (issue 13): S1 the trace as it is, fractional requests as mps
 units of 100; S2 every GPU an A100-SXM4-40GB, fractional requests rounded up
 to a MIG profile, static layouts; S3 the same A100s, LS fractional requests
 on MIG slices and the rest on MPS. The planner's own policies ("Slurm +
-planner") come from ``slurm_gpushare.planner.scenarios.planned_policies(scenario,
-cluster, pods)`` when that module exists; without it those rows say so, and
-S2/S3 run the plain stand-in layouts of planner/whatif.py instead.
+planner") come from ``slurm_gpushare.planner.scenarios`` (``uniform`` and
+``planned``) when that module exists; without it those rows say so, and
+S2/S3 run the plain stand-in layouts of planner/whatif.py instead. S2 adds
+the planner held to compact slice types and to the uniform policy's slice
+types, and FGD with MIG rules on each planned policy's own rounded requests
+(the MIG profile every pod's request is rounded to), unless those are the
+requests of an FGD row it already runs (covering or the uniform policy's
+rounding): then it says which row stands for it.
 
 Slice occupancy (S2, S3), at 100 % / 130 % arrived, two figures per row:
 - "all N GPUs": compute slices occupied over 7 x every GPU of the cluster,
