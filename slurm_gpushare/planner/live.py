@@ -410,11 +410,14 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
 
     # what is idle now on nodes that start jobs
     free: dict[str, Counter] = {}
+    free_kind: dict[str, Counter] = {}  # by _kind: Slurm names a node's shards 'shard:l40s', a job's 'shard'
     for name, view in snap.nodes.items():
         use = Counter()
         for r in running_on.get(name, ()):
             use.update(r.gres)
         free[name] = Counter({k: v - use[k] for k, v in view.gres.items() if v - use[k] > 0})
+        have, used = _by_kind(view.gres), _by_kind(use)
+        free_kind[name] = Counter({k: v - used[k] for k, v in have.items() if v - used[k] > 0})
     startable = {n for n, v in snap.nodes.items() if n in tiers_of and not _unavailable(v)
                  and not under_relayout(v, snap.locked, n)}
     blocked: list[PendingJob] = []
@@ -424,7 +427,7 @@ def plan_live(site: Site, snap: Snapshot, doc: dict | None = None) -> LivePlan:
     weight_kinds = frozenset(k for g in site.groups for n in g.nodes[:1]
                              for k in liveweights.whole_types(site, n)) if live.weights else frozenset()
     tracked = mode_kinds | weight_kinds
-    left_kind = {n: _by_kind(free[n]) for n in startable} if tracked else {}
+    left_kind = {n: Counter(free_kind[n]) for n in startable} if tracked else {}
     order = sorted(startable)
     for job in counted:
         if job.gres in types:

@@ -278,3 +278,12 @@ def test_a_mode_change_is_locked_written_rendered_and_relaid_out(tmp_path):
     again = copy.deepcopy(live.store.read().modes)
     live.run_once()
     assert live.store.read().modes == again
+
+
+def test_running_shards_count_whatever_their_key():
+    # squeue names a running job's shards 'shard' or 'shard:l40s', the node's Gres 'shard:l40s': both are shards
+    for key in ("shard", "shard:l40s"):
+        busy = tuple(RunningJob(10 + i, SHARD, {key: 1}, NOW + 300) for i in range(4))
+        plan = plan_live(lab(), snap(shard_jobs(2, count=1), running=busy))
+        assert any("0 fit idle GPUs now, 2 blocked" in line for line in plan.demand), (key, plan.demand)
+        assert [p.node for p in plan.proposals] == [EXCL]
