@@ -231,14 +231,15 @@ class Daemon:
         for pid in list(self.servers):
             try:
                 os.kill(pid, signal.SIGTERM)
-                deadline = time.monotonic() + grace
+                deadline, pause = time.monotonic() + grace, 0.0005
                 while os.waitpid(pid, os.WNOHANG) == (0, 0):
                     if time.monotonic() > deadline:
                         log("Control", f"Server {pid} did not exit on SIGTERM within {grace:g} s: killed")
                         os.kill(pid, signal.SIGKILL)
                         os.waitpid(pid, 0)
                         break
-                    time.sleep(0.005)
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.02)  # a server ends within a ms of SIGTERM: no 5 ms on every quit
             except (ProcessLookupError, ChildProcessError):
                 pass
             log("Control", f"Server {pid} exited")
