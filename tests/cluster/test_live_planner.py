@@ -254,6 +254,10 @@ def test_pending_shard_jobs_turn_an_idle_exclusive_gpu_into_shards(live_cluster)
     wait_for("the mode change to be done", ended, timeout=240, every=3)
     record = state(c)["current"][excl]
     print("change record:", json.dumps(record, indent=1))
+    log = c.exec(excl, ["bash", "-c", f"cat /var/log/slurm/gpushare-relayout-{excl}-{record['job']}.log"],
+                 check=False)
+    print(f"relayout job log:\n{log.stdout}{log.stderr}")
+    print(f"{excl}: {node(c, excl)}")
     assert record["phase"] == "done", record
     assert record["modes"] == [[0, "exclusive", {"mode": "shard", "replicas": 4}]], record
     after = node(c, excl)
