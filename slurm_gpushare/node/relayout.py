@@ -225,12 +225,12 @@ class Relayout:
         self._wait_registered()
         done.append(f"node {self.node}: registered Gres={fmt_gres(self.group.gres)}")
         if "DRAIN" not in self.slurm.state_flags():
-            # seen on 24.11 (tests/cluster/test_live_planner.py): a reconfigure that gives the node a shared GRES
-            # it had not (exclusive -> shard) registers it undrained, and `state=resume` of an undrained node
-            # fails "Invalid node state specified"
+            # `state=resume` of an undrained node fails "Invalid node state specified"
             done.append(f"node {self.node}: not drained any more after the reconfigure: nothing to resume")
             return done
-        self.slurm.resume()
+        if not self._resume():
+            done.append(f"node {self.node}: not drained any more after the reconfigure: nothing to resume")
+            return done
         self._wait_resumed()
         done.append(f"node {self.node}: resumed")
         return done
@@ -284,6 +284,27 @@ class Relayout:
                                     f"Slurm shows Gres={rec.get('Gres', '?')} State={rec.get('State', '?')} "
                                     f"Reason={last.get('Reason', '')}")
             self.sleep(self.poll)
+
+    def _resume(self) -> bool:
+        """Resume the node; False when it turned out undrained. Seen on 24.11 (tests/cluster/test_live_planner.py,
+        an exclusive GPU turned into shards): `state=resume` right after the re-registration failed "Invalid node
+        state specified" on a node shown drained; it is retried until the timeout, the node's state in the error."""
+        from ..errors import GpushareError
+
+        deadline = self._deadline()
+        while True:
+            try:
+                self.slurm.resume()
+                return True
+            except GpushareError as exc:
+                rec = self.slurm.record()
+                if "Invalid node state" not in str(exc) or self.clock() > deadline:
+                    raise RelayoutError(f"{exc} (Slurm shows State={rec.get('State', '?')} "
+                                        f"Reason={rec.get('Reason', '')})") from None
+                self.say(f"node {self.node}: resume refused ({exc}); State={rec.get('State', '?')}: trying again")
+                self.sleep(self.poll)
+                if "DRAIN" not in self.slurm.state_flags():
+                    return False
 
     def _wait_resumed(self) -> None:
         deadline = self._deadline()
