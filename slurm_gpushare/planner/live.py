@@ -788,10 +788,7 @@ def _proposal(site, snap, name, best: _Best, must_finish, ready_in, free: Counte
         idle.append(f"{n} idle {profile} slices" if k == n else f"{k} of {n} {profile} slices idle")
     gpus = [g for g, _old, _new in best.changes]
     has = f"GPU {gpus[0]} has" if len(gpus) == 1 else f"GPUs {_index_text(gpus)} have"
-    lets = f"lets {sum(starts.values())} start" if len(starts) == 1 else \
-        "lets " + ", ".join(f"{n} {t}" for t, n in sorted(starts.items())) + " start"
-    if best.dropped:
-        lets += f" ({len(best.dropped)} pending that the present layout would start wait longer)"
+    lets = _lets_text(starts, best.dropped, "layout")
     first = _first_text(must_finish, ready_in)
     to = f"to {'+'.join(best.new)}" if len(best.changes) == 1 else _to_text(best.changes)
     line = (f"{len(waiting)} job{'s have' if len(waiting) != 1 else ' has'} waited {_mins(oldest)} for {main}; "
@@ -801,6 +798,15 @@ def _proposal(site, snap, name, best: _Best, must_finish, ready_in, free: Counte
         line += f"; history: {best.history}: {best.stranded:.1f} stranded, net benefit {best.benefit:.1f}"
     return Proposal(name, best.gpu, tuple(best.old), tuple(best.new), dict(sorted(starts.items())), must_finish,
                     ready_in, ready_in + live.change_cost, float(best.benefit), line, tuple(best.changes))
+
+
+def _lets_text(starts: Counter, dropped, present: str) -> str:
+    """'lets 6 start' / 'lets 2 a, 3 b start', and the pending jobs the present layout or modes would start."""
+    lets = f"lets {sum(starts.values())} start" if len(starts) == 1 else \
+        "lets " + ", ".join(f"{n} {t}" for t, n in sorted(starts.items())) + " start"
+    if dropped:
+        lets += f" ({len(dropped)} pending that the present {present} would start wait longer)"
+    return lets
 
 
 def _first_text(must_finish, ready_in: float) -> str:
@@ -825,10 +831,7 @@ def _mode_proposal(site, snap, name, best: _Best, must_finish, ready_in, free: C
     oldest = max(j.age_s for j in waiting)
     busy = sorted({r.job_id for r in snap.running if r.node == name})
     what = ", ".join(f"GPU {g} {old} -> {mode_text(new)}" for g, old, new in best.modes)
-    lets = f"lets {sum(starts.values())} start" if len(starts) == 1 else \
-        "lets " + ", ".join(f"{n} {t}" for t, n in sorted(starts.items())) + " start"
-    if best.dropped:
-        lets += f" ({len(best.dropped)} pending that the present modes would start wait longer)"
+    lets = _lets_text(starts, best.dropped, "modes")
     line = (f"{len(waiting)} job{'s have' if len(waiting) != 1 else ' has'} waited {_mins(oldest)} for {main}; "
             f"{name} has {len(busy)} GPU job{'s' if len(busy) != 1 else ''} running: mode change {what} {lets}; "
             f"cost: {_first_text(must_finish, ready_in)} + {_mins_up(live.change_cost)} drain and re-registration")

@@ -23,7 +23,7 @@ from typing import Iterable, Iterator
 from hostlist import expand_hostlist
 
 from .model import gres_from_tres
-from .parsable import SlurmParseError, parse_time, parse_tres
+from .parsable import SlurmParseError, parse_time, parse_tres, rows
 
 HISTORY_FIELDS = ("JobID", "State", "Start", "End", "NodeList", "AllocTRES")
 NOT_FINISHED = ("PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED")
@@ -57,17 +57,7 @@ def _stamp(t: float) -> str:
 
 def parse_history(lines: Iterable[str], until: float, source: str = "sacct") -> Iterator[FinishedJob]:
     """The finished jobs of ``history_argv`` output (``--parsable2``, no header), in the order given."""
-    n = len(HISTORY_FIELDS)
-    for number, line in enumerate(lines, 1):
-        line = line.rstrip("\r\n")
-        if not line:
-            continue
-        f = line.split("|")
-        if len(f) == n + 1 and f[-1] == "":
-            f = f[:-1]  # --parsable's trailing '|'
-        if len(f) != n:
-            raise SlurmParseError(f"{source} line {number}: {len(f)} fields, expected {n} "
-                                  f"({','.join(HISTORY_FIELDS)}): {line[:120]!r}")
+    for number, f in enumerate(rows(lines, len(HISTORY_FIELDS), source), 1):  # number: of the non-empty lines
         job_id, state, start, end, nodelist, alloc = f
         state = state.split()[0] if state.strip() else ""
         if state in NOT_FINISHED or "." in job_id:
