@@ -151,21 +151,16 @@ def execute_reconcile(plan: ReconcilePlan, store: JournalStore, mps, killer, jou
         except GpushareError as exc:
             failed.append(str(exc))
     if plan.processes:
-        from .mps import kill_scanned, mps_processes
+        from .mps import _running, kill_scanned, mps_processes
 
         wanted = {(a.pid, a.pipe_dir) for a in plan.processes}
         # scanned again at the kill: only a pid that is still that MPS process (no reused pid is killed)
         left = kill_scanned(lambda: [pid for pid, pipe in mps_processes().items() if (pid, pipe) in wanted])
-        failed += [f"MPS process {pid} survived SIGKILL" for pid in left if _alive(pid)]
+        failed += [f"MPS process {pid} survived SIGKILL" for pid in left if _running(pid)]
     for stray in plan.strays:
         Path(stray.path).unlink(missing_ok=True)
     return failed
 
-
-def _alive(pid: int) -> bool:
-    from .mps import _running
-
-    return _running(pid)
 
 
 def observe_reconcile(journals: dict[int, Journal], backend, proc_root: str = "/proc") -> LiveState:

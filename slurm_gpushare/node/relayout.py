@@ -224,10 +224,6 @@ class Relayout:
         done.append(f"node {self.node}: slurmd re-read its configuration ({self.restart})")
         self._wait_registered()
         done.append(f"node {self.node}: registered Gres={fmt_gres(self.group.gres)}")
-        if "DRAIN" not in self.slurm.state_flags():
-            # `state=resume` of an undrained node fails "Invalid node state specified"
-            done.append(f"node {self.node}: not drained any more after the reconfigure: nothing to resume")
-            return done
         if not self._resume():
             done.append(f"node {self.node}: not drained any more after the reconfigure: nothing to resume")
             return done
@@ -293,6 +289,8 @@ class Relayout:
 
         deadline = self._deadline()
         while True:
+            if "DRAIN" not in self.slurm.state_flags():  # `state=resume` of an undrained node is refused
+                return False
             try:
                 self.slurm.resume()
                 return True
@@ -303,8 +301,6 @@ class Relayout:
                                         f"Reason={rec.get('Reason', '')})") from None
                 self.say(f"node {self.node}: resume refused ({exc}); State={rec.get('State', '?')}: trying again")
                 self.sleep(self.poll)
-                if "DRAIN" not in self.slurm.state_flags():
-                    return False
 
     def _wait_resumed(self) -> None:
         deadline = self._deadline()
