@@ -197,6 +197,42 @@ def test_reconcile_records_mig_layout_and_drift_as_a_failure(tmp_path, monkeypat
     assert value(node.prom, "gpushare_node_hook_failures_total", hook="reconcile", reason="mig_drift") == 1
 
 
+def test_health_check_removes_mapping_entries_of_jobs_that_ended_unseen(tmp_path):
+    """The soak's leftover: lab-excl01's slurmd was killed under a job; its epilog never ran, the journal went
+    (reconcile, or a requeue that ran elsewhere) and the mapping still named the job after the queue drained.
+    The health check rewrites the mapping as reconcile does, every run."""
+    from slurm_gpushare.hooks import health as health_hook
+    from tests.unit.test_hooks_repair import FakeSlurm
+
+    node = metered(tmp_path, "lab-excl01")
+    assert run_prolog(node, 11, "1") == 0 and run_prolog(node, 12, "0") == 0
+    (node.dcgm / "1").write_text("11\n410\n")  # 410: no journal, not running (the CI run's leftover)
+    slurm = FakeSlurm("lab-excl01", "gpu:l40s:2", jobs={12: "gres/gpu:1"})  # job 11 ended, its epilog never ran
+    lines: list[str] = []
+    env = {"SLURMD_NODENAME": node.node, "GPUSHARE_NODE_CONFIG": str(node.config)}
+    report = health_hook.health(env, runner=slurm, mps=node.mps, is_device=lambda _p: True, out=lines.append)
+    assert mapping(node) == {"0": "12\n"} and node.journals() == ["12.json"]
+    assert f"node lab-excl01: repaired: dcgm job mapping {node.dcgm / '1'}: removed job(s) 11, 410" in lines
+    assert str(report.decision) == "healthy"  # a repaired mapping is no reason to drain
+    health_hook.health(env, runner=slurm, mps=node.mps, is_device=lambda _p: True, out=lines.append)
+    assert mapping(node) == {"0": "12\n"}
+
+
+def test_health_check_with_an_unwritable_mapping_dir_notes_it_and_does_not_drain(tmp_path):
+    from slurm_gpushare.hooks import health as health_hook
+    from tests.unit.test_hooks_repair import FakeSlurm
+
+    node = metered(tmp_path, "lab-excl01", mapping_dir="dcgm")
+    node.dcgm.write_text("a file where the directory should be\n")  # root writes anywhere: a file stops it
+    slurm = FakeSlurm("lab-excl01", "gpu:l40s:2")
+    lines: list[str] = []
+    report = health_hook.health({"SLURMD_NODENAME": node.node, "GPUSHARE_NODE_CONFIG": str(node.config)}, runner=slurm,
+                                mps=node.mps, is_device=lambda _p: True, out=lines.append)
+    assert str(report.decision) == "healthy" and not any(c[:2] == ["scontrol", "update"] for c in slurm.calls)
+    assert any(line.startswith(f"node lab-excl01: note: dcgm job mapping {node.dcgm} not repaired: ")
+               for line in lines), lines
+
+
 # ---- the pieces --------------------------------------------------------------------------------
 
 
