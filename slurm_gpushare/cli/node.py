@@ -264,7 +264,7 @@ def health(policy_path: str, node_name: str | None, fake_state: str | None, dry_
     with _backend(fake_state) as backend:
         report = run_health(name, paths.state_dir, Path(paths.slurm_conf_dir) / "gres.conf", slots,
                             CliClient(run, timeout=15), backend, MpsControl(run), Killer(backend), dry_run=dry_run,
-                            dcgm_dir=site.cluster.metrics.dcgm_job_mapping_dir)
+                            metrics=site.cluster.metrics)
     for line in report.lines():
         click.echo(f"{'would: ' if dry_run else ''}{line}")
 

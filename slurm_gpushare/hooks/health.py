@@ -38,7 +38,7 @@ def health(environ, runner=None, mps=None, kill=None, is_device=None, out=print)
     with open_backend(config.fake_nvml) as backend:
         report = run_health(node, spec.state_dir, Path(spec.slurm_conf_dir) / "gres.conf", slots_from_spec(spec), client,
                             backend, mps, Killer(backend, kill=kill), is_device or device_ok,
-                            dcgm_dir=spec.dcgm_job_mapping_dir)
+                            metrics=spec)
     for line in report.lines():
         out(line)
     return report

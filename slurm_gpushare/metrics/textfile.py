@@ -165,6 +165,12 @@ def update(state: dict, hook: str, result: str, reason: str | None, duration: fl
         failures[reason or "other"] = failures.get(reason or "other", 0) + 1
     new["duration"][hook] = round(duration, 6)
     new["last_run"][hook] = round(now, 3)
+    return observed(new, snapshot, dcgm_errors)
+
+
+def observed(state: dict, snapshot: Snapshot, dcgm_errors: int = 0) -> dict:
+    """Pure: ``state`` (changed in place and returned) with what a run observed, no run counted."""
+    new = state
     if snapshot.journals_present is not None:
         new["journals"] = snapshot.journals_present
     if snapshot.mps_daemons_running is not None:
@@ -242,12 +248,22 @@ def record(state_dir, textfile_dir, hook: str, result: str, reason: str | None, 
     """Count one run and rewrite ``<textfile_dir>/gpushare.prom``; returns its path (None when off).
 
     Read-modify-write under the flock, so concurrent hooks never lose an increment."""
+    return _rewrite(state_dir, textfile_dir, lambda state: update(
+        state, hook, result, reason, duration, time.time() if now is None else now, snapshot or Snapshot(), dcgm_errors))
+
+
+def refresh(state_dir, textfile_dir, snapshot: Snapshot) -> Path | None:
+    """Rewrite ``<textfile_dir>/gpushare.prom`` with what a run that is no hook's saw (the health check: the
+    jobs and journals left after its repairs), counting no run; returns its path (None when off)."""
+    return _rewrite(state_dir, textfile_dir, lambda state: observed(state, snapshot))
+
+
+def _rewrite(state_dir, textfile_dir, change) -> Path | None:
     if textfile_dir is None:
         return None
     state_dir, target = Path(state_dir), Path(textfile_dir) / FILE_NAME
     with _locked(state_dir):
-        state = update(read_state(state_dir / STATE_NAME), hook, result, reason, duration,
-                       time.time() if now is None else now, snapshot or Snapshot(), dcgm_errors)
+        state = change(read_state(state_dir / STATE_NAME))
         atomic_write(state_dir / STATE_NAME, json.dumps(state, sort_keys=True), 0o600)
         atomic_write(target, render(state), 0o644)
     return target

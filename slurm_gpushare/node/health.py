@@ -204,12 +204,13 @@ class Report:
 
 
 def observe_and_repair(node: str, state_dir: str, client, backend, mps, killer, dry_run: bool = False,
-                       dcgm_dir: str | None = None) -> Findings:
-    """Step 1, reconcile: under the journal lock and the MPS lock, as the hooks take them. With ``dcgm_dir``
-    (the policy's cluster.metrics.dcgm_job_mapping_dir), dcgm-exporter's job mapping is rewritten from the
-    journals of the jobs Slurm runs here, as `gpushare node reconcile` does: an entry the epilog never removed
-    (its job's journal undone here, or the job requeued and run elsewhere) goes. A mapping that cannot be
-    written is a note, never a drain (metrics never stop jobs)."""
+                       metrics=None) -> Findings:
+    """Step 1, reconcile: under the journal lock and the MPS lock, as the hooks take them. With ``metrics``
+    (``dcgm_job_mapping_dir`` and ``textfile_dir`` attributes: the policy's cluster.metrics or the node spec),
+    dcgm-exporter's job mapping is rewritten from the journals of the jobs Slurm runs here, as `gpushare node
+    reconcile` does, and the textfile's job rows and journal count from the journals left: an entry no epilog
+    removed (its job's journal undone here, or the job requeued and run elsewhere) goes. Metrics that cannot
+    be written are a note, never a drain (metrics never stop jobs)."""
     from .journal import JournalStore
     from .mps import answers, mps_lock
     from .reconcile import execute_reconcile, plan_for_node, running_jobs
@@ -225,22 +226,33 @@ def observe_and_repair(node: str, state_dir: str, client, backend, mps, killer, 
             findings.unrepaired = execute_reconcile(plan, store, mps, killer, journals)
         kept = {j: journals[j] for j in plan.kept}
         findings.notes = check_mps(kept, answers)
-        if dcgm_dir is not None:
-            repair_dcgm_mapping(findings, dcgm_dir, journals if dry_run else store.all(), running, dry_run)
+        if metrics is not None and not dry_run:
+            repair_metrics(findings, metrics, state_dir, store, running)
         # no hook runs while the journal lock is held, so a job past its launch has a batch slurmstepd here
         requeue_lost_jobs(findings, node, client, stepd_jobs(), dry_run)
     return findings
 
 
-def repair_dcgm_mapping(findings: Findings, directory: str, journals: dict, running: set[int], dry_run: bool) -> None:
+def repair_metrics(findings: Findings, metrics, state_dir: str, store, running: set[int]) -> None:
+    from ..metrics import textfile
     from ..metrics.dcgmjobs import repair
+    from .mps import running_daemons
 
-    try:
-        removed, added = repair(directory, journals.values(), running, dry_run=dry_run)
-    except OSError as exc:
-        findings.notes.append(f"dcgm job mapping {directory} not repaired: {type(exc).__name__}: {exc}")
-        return
-    findings.repaired += removed + added
+    left = store.all()
+    if metrics.dcgm_job_mapping_dir is not None:
+        try:
+            removed, added = repair(metrics.dcgm_job_mapping_dir, left.values(), running)
+            findings.repaired += removed + added
+        except OSError as exc:
+            findings.notes.append(f"dcgm job mapping {metrics.dcgm_job_mapping_dir} not repaired: "
+                                  f"{type(exc).__name__}: {exc}")
+    if metrics.textfile_dir is not None:
+        snapshot = textfile.Snapshot(journals_present=len(left), mps_daemons_running=running_daemons(state_dir),
+                                     jobs=textfile.jobs_of(left.values()))
+        try:
+            textfile.refresh(state_dir, metrics.textfile_dir, snapshot)
+        except OSError as exc:
+            findings.notes.append(f"metrics file in {metrics.textfile_dir} not written: {type(exc).__name__}: {exc}")
 
 
 LOST_AFTER_S = 120  # a job's prolog and launch take seconds; a running job older than this has a slurmstepd
@@ -324,11 +336,11 @@ def check_node(findings: Findings, node: str, gres_conf: Path, slots, backend, i
 
 
 def run_health(node: str, state_dir: str, gres_conf: Path, slots, client, backend, mps, killer,
-               is_device=device_ok, dry_run: bool = False, dcgm_dir: str | None = None) -> Report:
+               is_device=device_ok, dry_run: bool = False, metrics=None) -> Report:
     """observe + repair, check, read the node, decide (``plan_health``), drain or resume (unless dry_run)."""
     from ..slurm.client import SlurmClientError
 
-    findings = observe_and_repair(node, state_dir, client, backend, mps, killer, dry_run, dcgm_dir)
+    findings = observe_and_repair(node, state_dir, client, backend, mps, killer, dry_run, metrics)
     check_node(findings, node, gres_conf, slots, backend, is_device)
     try:
         current = client.node(node)

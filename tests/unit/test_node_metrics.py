@@ -200,7 +200,7 @@ def test_reconcile_records_mig_layout_and_drift_as_a_failure(tmp_path, monkeypat
 def test_health_check_removes_mapping_entries_of_jobs_that_ended_unseen(tmp_path):
     """The soak's leftover: lab-excl01's slurmd was killed under a job; its epilog never ran, the journal went
     (reconcile, or a requeue that ran elsewhere) and the mapping still named the job after the queue drained.
-    The health check rewrites the mapping as reconcile does, every run."""
+    The health check rewrites the mapping as reconcile does, every run, and the textfile's job rows."""
     from slurm_gpushare.hooks import health as health_hook
     from tests.unit.test_hooks_repair import FakeSlurm
 
@@ -214,11 +214,14 @@ def test_health_check_removes_mapping_entries_of_jobs_that_ended_unseen(tmp_path
     assert mapping(node) == {"0": "12\n"} and node.journals() == ["12.json"]
     assert f"node lab-excl01: repaired: dcgm job mapping {node.dcgm / '1'}: removed job(s) 11, 410" in lines
     assert str(report.decision) == "healthy"  # a repaired mapping is no reason to drain
+    info = {dict(labels)["job_id"] for (name, labels) in samples(node.prom) if name == "gpushare_node_job_gpu_info"}
+    assert info == {"12"} and value(node.prom, "gpushare_node_journals_present") == 1
+    assert value(node.prom, "gpushare_node_hook_runs_total", hook="prolog", result="ok") == 2  # no run counted
     health_hook.health(env, runner=slurm, mps=node.mps, is_device=lambda _p: True, out=lines.append)
     assert mapping(node) == {"0": "12\n"}
 
 
-def test_health_check_with_an_unwritable_mapping_dir_notes_it_and_does_not_drain(tmp_path):
+def test_health_check_with_an_unusable_mapping_dir_notes_it_and_does_not_drain(tmp_path):
     from slurm_gpushare.hooks import health as health_hook
     from tests.unit.test_hooks_repair import FakeSlurm
 
@@ -231,6 +234,7 @@ def test_health_check_with_an_unwritable_mapping_dir_notes_it_and_does_not_drain
     assert str(report.decision) == "healthy" and not any(c[:2] == ["scontrol", "update"] for c in slurm.calls)
     assert any(line.startswith(f"node lab-excl01: note: dcgm job mapping {node.dcgm} not repaired: ")
                for line in lines), lines
+    assert value(node.prom, "gpushare_node_journals_present") == 0  # the textfile is still written
 
 
 # ---- the pieces --------------------------------------------------------------------------------
