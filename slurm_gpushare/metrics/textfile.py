@@ -168,9 +168,8 @@ def update(state: dict, hook: str, result: str, reason: str | None, duration: fl
     return observed(new, snapshot, dcgm_errors)
 
 
-def observed(state: dict, snapshot: Snapshot, dcgm_errors: int = 0) -> dict:
-    """Pure: ``state`` (changed in place and returned) with what a run observed, no run counted."""
-    new = state
+def observed(new: dict, snapshot: Snapshot, dcgm_errors: int = 0) -> dict:
+    """The state ``new`` with what a run observed, changed in place and returned; no run counted."""
     if snapshot.journals_present is not None:
         new["journals"] = snapshot.journals_present
     if snapshot.mps_daemons_running is not None:
