@@ -7,12 +7,17 @@ beyond the standard library, so the node hooks can use it cheaply.
 from __future__ import annotations
 
 import os
+import stat  # loaded by os already: free
 from contextlib import contextmanager
 from pathlib import Path
 
 
 def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write ``text`` to ``path`` atomically with permissions ``mode`` (mkstemp alone makes 0600)."""
+    """Write ``text`` to ``path`` atomically with permissions ``mode`` (mkstemp alone makes 0600).
+
+    The mode is set on the open descriptor (``fchmod``), not by name: a name swapped for a link between the
+    write and the chmod would lend the mode to the link's target. Before the rename the name must still be
+    the file written (same device and inode, not a link), else nothing is renamed and OSError says why."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _create_temp(path)
@@ -21,16 +26,37 @@ def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
+            os.fchmod(fh.fileno(), mode)  # on the file written, never on whatever the name points to now
+            _still_ours(fh.fileno(), tmp)
+            os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        _remove_temp(tmp)
         raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _still_ours(fd: int, tmp: str) -> None:
+    """The temporary's name still names the file open on ``fd``: not replaced, not a link."""
+    mine, there = os.fstat(fd), os.lstat(tmp)
+    if stat.S_ISLNK(there.st_mode) or (there.st_dev, there.st_ino) != (mine.st_dev, mine.st_ino):
+        raise OSError(f"{tmp}: replaced while it was written (now {_kind(there.st_mode)}, not the file written): "
+                      "not renamed")
+
+
+def _remove_temp(tmp: str) -> None:
+    """Remove the temporary a failed write left (a link put in its place is removed, never followed)."""
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+
+
+def _kind(mode: int) -> str:
+    return "a symbolic link" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode) else "another file"
 
 
 def _create_temp(path: Path) -> tuple[int, str]:
