@@ -17,6 +17,14 @@ Rules, in the order they are applied (job_submit.lua applies the same ones):
      GRES per task or per socket (it multiplies on one node), and
      ``OVER shard=<n>`` for more than one shard per node or per job.
 4. ``MIXED a+b``: whole GPUs/MIG (gpu), shards and MPS in one job.
+   ``MPS_TASKS tasks=<n>``: an MPS request from a job that may run more than
+   one task on a node (``tasks_per_node``: --ntasks-per-node, else --ntasks
+   less the nodes beyond the first). NVIDIA MPS limits each client process
+   (thread percentage, pinned memory), not a job, so n tasks would get n
+   times the share; the message steers to one task per node, or to a MIG
+   slice (or a whole GPU) for isolation that does not depend on how many
+   processes a job starts. A process the job starts itself (fork, a step
+   with more tasks) is not seen at submission: docs/users/mps-isolation.md.
    Before these checks, a class route (``submission.routes``, ``routes.py``)
    is found for a new job without a partition; with ``round_to: mig`` its
    ``mps:N`` becomes the smallest covering MIG slice, ``gpu:<type>:1``.
@@ -43,7 +51,7 @@ from dataclasses import dataclass, field, replace
 
 from .parse import BadRequest, Gres, Other, parse_field
 from .routes import find_route, routed
-from .tables import FIELDS, JOIN, KINDS, PER, Tables, TierCaps, code, message
+from .tables import FIELDS, JOIN, KINDS, NO_VAL, NO_VAL16, PER, Tables, TierCaps, code, message
 
 
 @dataclass(frozen=True)
@@ -111,6 +119,9 @@ def decide(t: Tables, job: Mapping[str, str | None], modify: bool = False, curre
     mixed = check_mixed(requests)
     if mixed:
         violations.append(mixed)
+    tasks = check_mps_tasks(t, job, requests)
+    if tasks:
+        violations.append(tasks)
     if violations:
         return Decision(False, tuple(violations))
     return _place(t, job, parsed, modify, current_partition, route)
@@ -199,6 +210,37 @@ def check_mixed(requests: list[Gres]) -> Violation | None:
     if len(kinds) < 2:
         return None
     return Violation(code("mixed", kinds=JOIN["kinds_code"].join(kinds)), message("mixed", kinds=JOIN["kinds"].join(kinds)))
+
+
+def _count(value, unset: int) -> int | None:
+    """A task or node count from job_submit (a number, or its digits); None when unset (0, NO_VAL*, not a number)."""
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        return None
+    return n if 0 < n < unset else None
+
+
+def tasks_per_node(job: Mapping[str, str | None]) -> int:
+    """The most tasks the job may start on one node: --ntasks-per-node, else --ntasks less one per further
+    node it must have (--nodes, its minimum), else 1."""
+    per_node = _count(job.get("ntasks_per_node"), NO_VAL16)
+    if per_node is not None:
+        return per_node
+    tasks = _count(job.get("num_tasks"), NO_VAL)
+    if tasks is None:
+        return 1
+    nodes = _count(job.get("min_nodes"), NO_VAL) or 1
+    return max(1, tasks - nodes + 1)
+
+
+def check_mps_tasks(t: Tables, job, requests: list[Gres]) -> Violation | None:
+    """MPS limits are per client process: a job with several tasks on a node would hold its share once per task."""
+    mps = next((r for r in requests if r.name == "mps"), None)
+    n = tasks_per_node(job) if mps is not None else 1
+    if n < 2:
+        return None
+    return violation("mps_tasks", n=n, units=mps.count, isolation=t.texts["isolation"])
 
 
 def serves(tier: TierCaps, r: Gres) -> bool:

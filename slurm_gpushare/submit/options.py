@@ -1,7 +1,8 @@
 """sbatch options and #SBATCH lines -> the job_submit fields sbatch would send.
 
-Only the options that carry GPU requests or the partition are read; the rest
-are skipped. Values are placed where sbatch puts them (--gres and
+Only the options that carry GPU requests, the partition or the task layout
+(--ntasks, --ntasks-per-node, --nodes: MPS_TASKS reads them) are read; the
+rest are skipped. Values are placed where sbatch puts them (--gres and
 --gpus-per-node -> tres_per_node, --gpus -> tres_per_job, --gpus-per-socket
 -> tres_per_socket, --gpus-per-task / --tres-per-task -> tres_per_task), in
 the site's GRES string format, and are not validated here: the decision
@@ -24,8 +25,12 @@ _LONG = {
     "--gpus-per-task": ("tres_per_task", "gpu_eq"),
     "--tres-per-task": ("tres_per_task", "tres"),
     "--partition": ("partition", "raw"),
+    "--ntasks": ("num_tasks", "raw"),
+    "--ntasks-per-node": ("ntasks_per_node", "raw"),
+    "--nodes": ("min_nodes", "nodes"),
 }
-_SHORT = {"-G": "--gpus", "-p": "--partition"}
+_SHORT = {"-G": "--gpus", "-p": "--partition", "-n": "--ntasks", "-N": "--nodes"}
+_PLAIN = ("--partition", "--ntasks", "--ntasks-per-node", "--nodes")  # one value each, not GRES entries
 # Order sbatch builds tres_per_node in: --gres first, then --gpus-per-node appended.
 _ORDER = ("--gres", "--gpus-per-node", "--gpus", "--gpus-per-socket", "--gpus-per-task", "--tres-per-task")
 
@@ -75,8 +80,11 @@ def to_job(options: dict[str, str], prefix: str) -> dict[str, str]:
         field, how = _LONG[opt]
         job.setdefault(field, []).append(_entries(options[opt], how, prefix))
     out = {field: ",".join(parts) for field, parts in job.items()}
-    if "--partition" in options:
-        out["partition"] = options["--partition"]
+    for opt in _PLAIN:
+        if opt in options:
+            field, how = _LONG[opt]
+            # --nodes=2-4: job_submit sees min_nodes 2 (and max_nodes 4, which no rule reads)
+            out[field] = options[opt].split("-", 1)[0] if how == "nodes" else options[opt]
     return out
 
 

@@ -63,6 +63,9 @@ MESSAGES = {
     "and the job gets no more of it than with one. Ask for --gres=shard:1, or for whole GPUs with --gres=gpu:1",
     "mixed": "one job cannot combine {kinds}: it gets whole GPUs or MIG slices (gpu), or shards, or an MPS "
     "share, one kind only (Slurm refuses the mix); submit separate jobs",
+    "mps_tasks": "an MPS share is enforced per process, not per job: NVIDIA MPS applies the thread percentage and "
+    "the memory limit to each client process, so {n} tasks on one node would each get the whole mps:{units}, {n} "
+    "times the share. Run one task per node (--ntasks-per-node=1), or {isolation}",
     # the user message (Decision.user_message)
     "rejected": "gpushare rejected this job:",
     "violation": "{code}: {message}",  # one line a violation, after "rejected"
@@ -91,7 +94,19 @@ CODES = {
     "scope": "SCOPE {name} {field}",
     "over_shard": "OVER shard={n}",
     "mixed": "MIXED {kinds}",
+    "mps_tasks": "MPS_TASKS tasks={n}",
 }
+# Where MPS_TASKS steers a job that needs isolation (Tables.texts['isolation'], chosen once per site).
+ISOLATION = {
+    "mig": "for isolation that holds however many processes the job starts, ask for a MIG slice "
+    "(e.g. --gres=gpu:{type}:1) or a whole GPU (--gres=gpu:1)",
+    "whole": "for isolation that holds however many processes the job starts, ask for a whole GPU "
+    "(--gres=gpu:1; this cluster has no MIG slices)",
+}
+# Slurm's "not set" values in job_desc (slurm.h): NO_VAL for 32-bit counts, NO_VAL16 for 16-bit ones;
+# a task count at or above them is unset, as is 0.
+NO_VAL = 0xFFFFFFFE
+NO_VAL16 = 0xFFFE
 # How lists inside messages are joined (both languages read these).
 JOIN = {"kinds_code": "+", "kinds": " and ", "matches": " or ", "lines": "\n", "changes": ", ", "log_codes": "; "}
 
@@ -147,6 +162,7 @@ class Tables:
     tiers: tuple[TierCaps, ...]  # routing order: default first, then priority (high first), then name
     texts: dict[str, str] = field(default_factory=dict)
     routes: tuple = ()  # submit.routes.RouteRule, first match wins (submission.routes)
+    mig_types: tuple[str, ...] = ()  # the gpu types that are MIG slices (MPS_TASKS names one)
 
     def tier(self, name: str) -> TierCaps | None:
         return next((t for t in self.tiers if t.name == name), None)
@@ -218,14 +234,22 @@ def build_tables(site: Site) -> Tables:
         aliases=aliases,
         tiers=routing_order(tiers),
         routes=build_routes(site),
+        mig_types=tuple(sorted({x for g in site.groups for slot in g.gpus if slot.mode == "mig" for x in slot.mig_types()})),
     )
     return _with_texts(tables)
+
+
+def _isolation(t: Tables) -> str:
+    """Where MPS_TASKS steers a job that needs isolation: a MIG slice when the site has any, else a whole GPU."""
+    mig = [x for x in t.gpu_types if x in t.mig_types]
+    return ISOLATION["mig"].format(type=mig[0]) if mig else ISOLATION["whole"]
 
 
 def _with_texts(t: Tables) -> Tables:
     """Lists that messages print, joined once here so Python and Lua print the same words."""
     offers = [f"gpu:{x}" for x in t.gpu_types] + sorted(t.shared)
     texts = {
+        "isolation": _isolation(t),
         "gres_names": ", ".join(GRES_NAMES),
         "gpu_types": ", ".join(t.gpu_types) or "(none)",
         "aliases": ", ".join(sorted(t.aliases)),

@@ -18,7 +18,7 @@ from slurm_gpushare.submit import Decision, build_tables, decide, split_options,
 from tests.conftest import ROOT
 
 CASES_FILE = ROOT / "tests" / "cases" / "submit.yaml"
-CODES = ("BAD_REQUEST", "UNKNOWN_TYPE", "MPS_RANGE", "OVER", "SCOPE", "MIXED")
+CODES = ("BAD_REQUEST", "UNKNOWN_TYPE", "MPS_RANGE", "OVER", "SCOPE", "MIXED", "MPS_TASKS")
 
 
 def load_cases() -> list[dict]:

@@ -110,8 +110,20 @@ def test_options_before_23_11_use_the_colon_prefix():
 
 
 def test_other_options_and_their_values_are_skipped():
-    argv = ["-N", "2", "--time", "1:00", "--job-name=x", "-J", "gpu", "--gres", "shard:1", "-p=scavenger"]
+    argv = ["-c", "2", "--time", "1:00", "--job-name=x", "-J", "gpu", "--gres", "shard:1", "-p=scavenger"]
     assert to_job(split_options(argv), "gres/") == {"tres_per_node": "gres/shard:1", "partition": "scavenger"}
+
+
+@pytest.mark.parametrize("argv, fields", [
+    (["-n", "4"], {"num_tasks": "4"}),
+    (["-n4", "--ntasks-per-node=2"], {"num_tasks": "4", "ntasks_per_node": "2"}),
+    (["--ntasks", "3", "-N", "2"], {"num_tasks": "3", "min_nodes": "2"}),
+    (["--nodes=2-4"], {"min_nodes": "2"}),
+    (["-N1-2", "-n", "1"], {"min_nodes": "1", "num_tasks": "1"}),
+])
+def test_task_layout_options_are_read_as_job_submit_sees_them(argv, fields):
+    """MPS_TASKS reads num_tasks, ntasks_per_node and min_nodes: sbatch's -n, --ntasks-per-node and -N (its minimum)."""
+    assert to_job(split_options(["--gres=mps:50", *argv]), "gres/") == {"tres_per_node": "gres/mps:50", **fields}
 
 
 def test_option_without_value_is_an_error():
