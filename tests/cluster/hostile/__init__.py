@@ -1,0 +1,1 @@
+"""Hostile-tenant cluster tests (issue 21): one module per attack."""
