@@ -1,27 +1,42 @@
-"""The controller exporter: a prometheus_client Collector that reads Slurm once per scrape, and its HTTP server.
+"""The controller exporter: a prometheus_client Collector over one read of Slurm, and its HTTP server.
 
-Each scrape reads four parts through the Slurm client (jobs, nodes, sshare,
+A read has four parts, read through the Slurm client (jobs, nodes, sshare,
 associations); a part whose read fails is logged, counted in
 ``gpushare_exporter_scrape_errors_total{part}`` and left out, and the
-families of the other parts are still exported. Scrapes are serialised (one
-read of Slurm at a time, whatever the number of concurrent scrapers).
+families of the other parts are still exported.
+
+The server (``ExporterServer``) never reads Slurm on a scrape's thread: one
+``SharedSnapshot`` serves every scrape, with at most one read of Slurm begun
+per ``interval`` seconds however many scrapes arrive; scrapes that come while
+a read is in progress wait for that read. A scraper that gives up or
+disconnects therefore leaves nothing behind, and ``CommandTimeouts`` bounds
+each Slurm command by ``--slurm.timeout`` and by the time Prometheus gives
+the scrape (``X-Prometheus-Scrape-Timeout-Seconds``). TLS, client
+certificates and basic auth come from the web configuration file
+(``webconfig``), in Prometheus' exporter-toolkit format.
 """
 
 from __future__ import annotations
 
+import gzip
 import logging
+import socket
+import ssl
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
 from ..policy import Site
+from ..proc import CommandError, Result
 from . import collect
+from .defaults import DEFAULT_LISTEN, DEFAULT_PORT, DEFAULT_TIMEOUT
+from .webconfig import BasicAuth, RateLimit, TlsConfig, WebConfig, peer_allowed
 
 PARTS = ("jobs", "nodes", "sshare", "associations")
-DEFAULT_PORT = 9877
 log = logging.getLogger("gpushare.exporter")
 
 
@@ -33,6 +48,7 @@ class SlurmCollector:
         self.client, self.site, self.clock, self.timer = client, site, clock, timer
         self.metrics = collect.SiteMetrics(site)
         self.errors = {part: 0 for part in PARTS}
+        self.reads = 0
         self.last_read: dict[str, float] = {}
         self._lock = threading.Lock()
 
@@ -67,17 +83,26 @@ class SlurmCollector:
         return snap, ok
 
     def collect(self) -> Iterator[Metric]:
-        with self._lock:
-            start = self.timer()
-            snap, ok = self.read()
-            out = [to_prometheus(f) for f in collect.families(self.metrics, snap)]
-            out += self._own(ok, self.timer() - start)
-        yield from out
+        yield from self.scrape()
 
-    def _own(self, ok: dict[str, bool], seconds: float) -> list[Metric]:
+    def scrape(self) -> list[Metric]:
+        """One read of Slurm and every family computed from it, with the exporter's own metrics."""
+        with self._lock:
+            began, start = self.clock(), self.timer()
+            snap, ok = self.read()
+            self.reads += 1
+            out = [to_prometheus(f) for f in collect.families(self.metrics, snap)]
+            return out + self._own(ok, self.timer() - start, began)
+
+    def _own(self, ok: dict[str, bool], seconds: float, began: float) -> list[Metric]:
         duration = GaugeMetricFamily("gpushare_exporter_scrape_duration_seconds",
-                                     "Seconds the last scrape took: reading Slurm and computing the families",
+                                     "Seconds the last read of Slurm took, with computing the families",
                                      value=seconds)
+        taken = GaugeMetricFamily("gpushare_exporter_snapshot_timestamp_seconds",
+                                  "Unix time the served snapshot's read of Slurm began (scrapes share one snapshot "
+                                  "for --slurm.read-interval seconds)", value=began)
+        reads = CounterMetricFamily("gpushare_exporter_slurm_reads", "Reads of Slurm since the exporter started",
+                                    value=self.reads)
         read = GaugeMetricFamily("gpushare_exporter_read_duration_seconds",
                                  "Seconds the last scrape spent reading each part from Slurm", labels=["part"])
         errors = CounterMetricFamily("gpushare_exporter_scrape_errors",
@@ -91,7 +116,7 @@ class SlurmCollector:
         success = GaugeMetricFamily("gpushare_exporter_last_scrape_success",
                                     "1 if the last scrape read every part from Slurm, else 0",
                                     value=1.0 if all(ok.values()) else 0.0)
-        return [duration, read, errors, up, success]
+        return [duration, taken, reads, read, errors, up, success]
 
 
 def to_prometheus(fam: collect.Family) -> Metric:
@@ -116,20 +141,242 @@ def exposition(registry: CollectorRegistry) -> str:
     return generate_latest(registry).decode("utf-8")
 
 
+
 def parse_listen(text: str) -> tuple[str, int]:
-    """'ADDR:PORT', ':PORT', 'PORT' or '[v6]:PORT' -> (addr, port); ValueError names what is accepted."""
+    """'ADDR:PORT', ':PORT', 'PORT' or '[v6]:PORT' -> (addr, port); ValueError names what is accepted.
+
+    An empty address is every interface (IPv4), as node_exporter's ':9100' is."""
     addr, sep, port = text.rpartition(":")
     if not sep:
         addr, port = "", text
     addr = addr.strip("[]") or "0.0.0.0"
     if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--listen {text!r}: expected ADDR:PORT with a port 1-65535 (e.g. 0.0.0.0:{DEFAULT_PORT}, "
-                         f"[::]:{DEFAULT_PORT}, :{DEFAULT_PORT})")
+        raise ValueError(f"--web.listen-address {text!r}: expected ADDR:PORT with a port 1-65535 (e.g. "
+                         f"{DEFAULT_LISTEN} for every interface, 127.0.0.1:{DEFAULT_PORT}, [::]:{DEFAULT_PORT})")
     return addr, int(port)
 
 
-def serve(registry: CollectorRegistry, addr: str, port: int):
-    """Start the HTTP server (a daemon thread answering /metrics); returns prometheus_client's (server, thread)."""
-    from prometheus_client import start_http_server
+# ---- one read of Slurm for every scrape -------------------------------------------------------------
 
-    return start_http_server(port, addr=addr, registry=registry)
+class CommandTimeouts:
+    """A Runner for the Slurm client: each command gets at most ``limit`` seconds, and none runs past the
+    ``deadline`` (a ``monotonic`` time) of the read in progress; a command with no time left is not started
+    (a CommandError, so the part counts as failed)."""
+
+    def __init__(self, runner, limit: float, monotonic: Callable[[], float] = time.monotonic):
+        self.runner, self.limit, self.monotonic = runner, limit, monotonic
+        self.deadline: float | None = None
+
+    def __call__(self, argv, *, timeout: float = 60.0, **kw):
+        budget = min(timeout, self.limit)
+        if self.deadline is not None:
+            left = self.deadline - self.monotonic()
+            if left <= 0:
+                raise CommandError(Result(tuple(str(a) for a in argv), 124, "", ""),
+                                   "not started: the scrape's time was used up by the commands before it")
+            budget = min(budget, left)
+        return self.runner(argv, timeout=budget, **kw)
+
+
+class SharedSnapshot:
+    """The metrics of at most one read of Slurm begun per ``interval`` seconds, shared by every scrape.
+
+    ``get`` returns the last snapshot while its read began less than ``interval`` seconds ago; otherwise
+    it starts a read on a thread of its own (unless one is in progress) and waits for it up to the
+    scrape's budget. Scrapes never read Slurm themselves: any number of them, and any that disconnect,
+    cost one read."""
+
+    def __init__(self, collector: SlurmCollector, interval: float, *, timeouts: CommandTimeouts | None = None,
+                 monotonic: Callable[[], float] = time.monotonic):
+        self.collector, self.interval, self.timeouts, self.monotonic = collector, interval, timeouts, monotonic
+        self.reads = 0       # reads begun
+        self.waiting = 0     # scrapes waiting for the read in progress (tests and the benchmark watch it)
+        self._cond = threading.Condition()
+        self._metrics: list[Metric] | None = None
+        self._started: float | None = None
+        self._reading = False
+        self._generation = 0
+        self._rendered: dict[tuple[int, str], bytes] = {}
+
+    def get(self, budget: float | None) -> tuple[list[Metric] | None, int]:
+        """(metrics, generation) of the snapshot to serve; metrics None when no read has finished in time."""
+        deadline = None if budget is None else self.monotonic() + budget
+        with self._cond:
+            if not self._reading and not self._fresh():
+                self._start(deadline)
+            if self._reading:
+                generation = self._generation
+                self.waiting += 1
+                try:
+                    self._cond.wait_for(lambda: self._generation != generation, timeout=budget)
+                finally:
+                    self.waiting -= 1
+            return self._metrics, self._generation
+
+    def render(self, metrics: list[Metric], generation: int, encoder, content_type: str) -> bytes:
+        """The exposition of a snapshot in one format, computed once per snapshot and format."""
+        key = (generation, content_type)
+        with self._cond:
+            cached = self._rendered.get(key)
+        if cached is None:
+            cached = encoder(_Static(metrics))
+            with self._cond:
+                if generation == self._generation:
+                    self._rendered[key] = cached
+        return cached
+
+    def _fresh(self) -> bool:
+        return self._started is not None and self.monotonic() - self._started < self.interval
+
+    def _start(self, deadline: float | None) -> None:
+        self._reading, self._started = True, self.monotonic()
+        self.reads += 1
+        threading.Thread(target=self._read, args=(deadline,), name="gpushare-slurm-read", daemon=True).start()
+
+    def _read(self, deadline: float | None) -> None:
+        metrics = None
+        try:
+            if self.timeouts is not None:
+                self.timeouts.deadline = deadline
+            metrics = self.collector.scrape()
+        except Exception:  # noqa: BLE001 - the server keeps serving the last snapshot; the log says why
+            log.exception("gpushare exporter: reading Slurm failed")
+        finally:
+            if self.timeouts is not None:
+                self.timeouts.deadline = None
+            with self._cond:
+                if metrics is not None:
+                    self._metrics, self._rendered = metrics, {}
+                self._reading = False
+                self._generation += 1
+                self._cond.notify_all()
+
+
+class _Static:
+    """A registry-like holder of already computed families (what prometheus_client's encoders take)."""
+
+    def __init__(self, metrics: list[Metric]):
+        self.metrics = metrics
+
+    def collect(self) -> list[Metric]:
+        return self.metrics
+
+
+# ---- HTTP ------------------------------------------------------------------------------------------
+
+SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
+LANDING = (b"<html><head><title>gpushare exporter</title></head><body><h1>gpushare exporter</h1>"
+           b"<p><a href=\"/metrics\">Metrics</a></p></body></html>\n")
+
+
+class Exporter:
+    """What a request gets: rate limit, basic auth, then /metrics from the shared snapshot."""
+
+    def __init__(self, snapshot: SharedSnapshot, web: WebConfig | None = None, *, wait: float = 4 * DEFAULT_TIMEOUT):
+        self.snapshot, self.wait = snapshot, wait
+        self.web = web
+        self.auth = BasicAuth(web.users) if web and web.users else None
+        self.limit = RateLimit(web.rate_interval, web.rate_burst) if web and web.rate_interval else None
+        self.headers = dict(web.headers) if web else {}
+
+    def budget(self, header: str | None) -> float:
+        """Seconds a scrape may wait for Slurm: Prometheus' scrape timeout less a margin to answer in, else
+        ``wait``."""
+        try:
+            timeout = float(header) if header else 0.0
+        except ValueError:
+            timeout = 0.0
+        if timeout <= 0:
+            return self.wait
+        return min(self.wait, max(timeout - min(0.5, timeout / 4), timeout / 2))
+
+    def respond(self, path: str, headers) -> tuple[int, dict[str, str], bytes]:
+        """(status, headers, body) for a GET of ``path`` with the request's ``headers``."""
+        extra = dict(self.headers)
+        if self.limit and not self.limit.allow():
+            return 429, extra, b"Too Many Requests\n"
+        if self.auth and not self.auth.check(headers.get("Authorization")):
+            return 401, {**extra, "WWW-Authenticate": 'Basic realm="gpushare exporter"'}, b"Unauthorized\n"
+        route = path.split("?", 1)[0]
+        if route == "/":
+            return 200, {**extra, "Content-Type": "text/html; charset=utf-8"}, LANDING
+        if route != "/metrics":
+            return 404, extra, b"Not Found\n"
+        return self._metrics(headers, extra)
+
+    def _metrics(self, headers, extra: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+        from prometheus_client.exposition import choose_encoder
+
+        metrics, generation = self.snapshot.get(self.budget(headers.get(SCRAPE_TIMEOUT_HEADER)))
+        if metrics is None:
+            return 503, extra, b"No read of Slurm has finished yet; the exporter's log says why.\n"
+        encoder, content_type = choose_encoder(headers.get("Accept") or "")
+        body = self.snapshot.render(metrics, generation, encoder, content_type)
+        out = {**extra, "Content-Type": content_type}
+        if "gzip" in (headers.get("Accept-Encoding") or ""):
+            body, out["Content-Encoding"] = gzip.compress(body, compresslevel=1), "gzip"
+        return 200, out, body
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 30  # seconds a connection may idle or dawdle over a request: a stalled client is dropped
+    server_version = "gpushare-exporter"
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        status, headers, body = self.server.exporter.respond(self.path, self.headers)
+        try:
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:  # the scraper went away: nothing of ours is left running for it
+            self.close_connection = True
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's signature
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+class ExporterServer(ThreadingHTTPServer):
+    """The HTTP(S) server of ``Exporter``. With TLS the handshake runs on the connection's own thread (with a
+    timeout), so a client that never completes one blocks nobody."""
+
+    daemon_threads = True
+    HANDSHAKE_TIMEOUT = 10.0
+
+    def __init__(self, addr: str, port: int, exporter: Exporter, context: ssl.SSLContext | None = None,
+                 tls: TlsConfig | None = None):
+        self.address_family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+        self.exporter, self.context, self.tls = exporter, context, tls
+        super().__init__((addr, port), _Handler)
+        if context is not None:
+            self.socket = context.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
+
+    def finish_request(self, request, client_address) -> None:
+        if self.context is not None and not self._handshake(request, client_address):
+            return
+        super().finish_request(request, client_address)
+
+    def _handshake(self, request, client_address) -> bool:
+        request.settimeout(self.HANDSHAKE_TIMEOUT)
+        try:
+            request.do_handshake()
+        except (ssl.SSLError, OSError) as exc:
+            log.info("gpushare exporter: TLS handshake with %s failed: %s", client_address[0], exc)
+            return False
+        if self.tls is not None and not peer_allowed(self.tls, request.getpeercert()):
+            log.info("gpushare exporter: %s: client certificate has none of client_allowed_sans", client_address[0])
+            return False
+        return True
+
+
+def serve(exporter: Exporter, addr: str, port: int, web: WebConfig | None = None) -> ExporterServer:
+    """Bind the server (OSError when the address is taken or not ours) and serve it on a daemon thread."""
+    from .webconfig import ssl_context
+
+    tls = web.tls if web else None
+    server = ExporterServer(addr, port, exporter, ssl_context(tls) if tls else None, tls)
+    threading.Thread(target=server.serve_forever, name="gpushare-exporter-http", daemon=True).start()
+    return server

@@ -200,9 +200,10 @@ def test_cli_once_fails_when_a_part_could_not_be_read():
 
 
 def test_cli_refuses_a_bad_listen_address():
-    res = CliRunner().invoke(main, ["exporter", "--policy", str(examples.example()), "--listen", "0.0.0.0:http"],
-                             obj={"runner": Recorded(REC24)})
-    assert res.exit_code == 2 and "ADDR:PORT" in res.output
+    for flag in ("--web.listen-address", "--listen"):  # --listen: the former name, still accepted
+        res = CliRunner().invoke(main, ["exporter", "--policy", str(examples.example()), flag, "0.0.0.0:http"],
+                                 obj={"runner": Recorded(REC24)})
+        assert res.exit_code == 2 and "ADDR:PORT" in res.output and flag in res.output
 
 
 def test_parse_listen():
@@ -272,15 +273,12 @@ def test_the_http_server_answers_a_scrape():
     """The path Prometheus takes: GET /metrics from the server `gpushare exporter` starts (here on a free port)."""
     import urllib.request
 
-    from slurm_gpushare.metrics.exporter import serve
+    from slurm_gpushare.metrics.exporter import Exporter, SharedSnapshot, serve
 
     collector = SlurmCollector(CliClient(Recorded(REC24)), _site(), clock=lambda: NOW)
-    started = serve(registry_for(collector), "127.0.0.1", 0)
-    if not started:
-        pytest.skip("this prometheus_client's start_http_server does not return its server (port 0 unknown)")
-    server, thread = started
+    server = serve(Exporter(SharedSnapshot(collector, 15.0)), "127.0.0.1", 0)
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=10) as resp:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}/metrics", timeout=10) as resp:
             text = resp.read().decode()
     finally:
         server.shutdown()
