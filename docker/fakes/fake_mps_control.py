@@ -139,11 +139,18 @@ class Daemon:
         state = {"pid": os.getpid(), "servers": {str(p): u for p, u in self.servers.items()},
                  "default_active_thread_percentage": self.percentage, "default_device_pinned_mem_limit": self.mem_limits,
                  "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+        # the pipe dir is the job user's once the daemon is up: the temporary is created afresh (O_EXCL, no link
+        # followed), its mode set on the descriptor, and renamed over whatever the name is (rename never follows)
         tmp = os.path.join(PIPE, ".fake-state.json.tmp")
         try:
-            with open(tmp, "w", encoding="utf-8") as fh:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with open(fd, "w", encoding="utf-8") as fh:
                 fh.write(_json(state))
-            os.chmod(tmp, 0o644)
+                os.fchmod(fh.fileno(), 0o644)
             os.replace(tmp, os.path.join(PIPE, ".fake-state.json"))
         except OSError:
             pass
@@ -489,8 +496,11 @@ def _listen() -> _socket.socket:
     """Clients of any user connect (connecting needs write access to the socket);
     who may reach it at all is decided by the pipe directory's owner and mode."""
     listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    listener.bind(CONTROL)
-    os.chmod(CONTROL, 0o777)
+    mask = os.umask(0)  # the socket file is made 0777 by bind itself: no chmod by name (a name can be a link)
+    try:
+        listener.bind(CONTROL)
+    finally:
+        os.umask(mask)
     listener.listen(8)
     return listener
 

@@ -12,6 +12,25 @@ limit are set before its server starts, so they bind every client of that
 server and are enforced by the server, not by variables the job could unset.
 Jobs that agree on all three share the daemon; the journals count them.
 
+Root never acts on a daemon through a name the job's user can write
+(docs/admins/mps-security.md). Per key, under ``<state_dir>/mps`` (root, 0711:
+no user can list the keys)::
+
+    <key>/            root 0711
+    <key>/pipe/       the daemon's CUDA_MPS_PIPE_DIRECTORY: root 0700 while the
+                      daemon starts, then the job user's (0700)
+    <key>/root/       root 0700: hard links to what the daemon created in its
+                      pipe dir at start (its control socket), made while only
+                      root could write there; root's own client sessions
+                      (configure, start_server, quit) connect through these
+    <key>/daemon.json root 0600: the daemon's pid, start time and executable,
+                      taken from the control socket's peer credentials
+
+A daemon is stopped by that pid (a pidfd, after checking the start time and
+executable), never through ``pipe/control``; a probe connects only to a
+socket it ``lstat``ed as a socket owned by root (no link followed), with a
+short timeout, and checks the peer is the recorded daemon.
+
 Deciding to start or quit a daemon (from the journals and whether it
 answers) and doing it happen under ``mps_lock``, one flock per node on
 ``<state_dir>/mps.lock``: an epilog that found a dead daemon and decided to
@@ -23,6 +42,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +53,8 @@ from .journal import MpsDaemon
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CONTROL = ("nvidia-cuda-mps-control",)
 _SOCKET_MAX = 100  # sun_path is 108 bytes; leave room
+CONNECT_TIMEOUT = 0.25  # a probe's connect: a daemon that answers does so within ms
+RECORD, ALIAS = "daemon.json", "root"
 
 
 class MpsError(GpushareError):
@@ -79,40 +101,49 @@ class MpsControl:
     arguments (tests run the docker/fakes script with the interpreter)."""
 
     def __init__(self, runner, command: tuple[str, ...] = CONTROL, timeout: float = 15.0, quit_wait: float = 10.0,
-                 sleep=time.sleep, clock=time.monotonic):
+                 sleep=time.sleep, clock=time.monotonic, quit_timeout: float = 5.0):
         self.runner, self.command, self.timeout, self.quit_wait = runner, tuple(command), timeout, quit_wait
+        self.quit_timeout = quit_timeout
         self._sleep, self._clock = sleep, clock
 
-    def env(self, daemon: MpsDaemon) -> dict[str, str]:
+    def env(self, daemon: MpsDaemon, pipe: str | None = None) -> dict[str, str]:
         return {"PATH": SAFE_PATH, "CUDA_VISIBLE_DEVICES": ",".join(daemon.gpu_uuids),
-                "CUDA_MPS_PIPE_DIRECTORY": daemon.pipe_dir, "CUDA_MPS_LOG_DIRECTORY": daemon.log_dir}
+                "CUDA_MPS_PIPE_DIRECTORY": pipe or daemon.pipe_dir, "CUDA_MPS_LOG_DIRECTORY": daemon.log_dir}
 
     def send(self, daemon: MpsDaemon, *lines: str, check: bool = True):
-        return self.runner(list(self.command), input="".join(f"{line}\n" for line in lines), env=self.env(daemon),
-                           timeout=self.timeout, check=check)
+        """One client session, through the root-only alias of the daemon's pipe dir (``<key>/root``); a
+        ``quit`` waits at most ``quit_timeout`` (a daemon that never answers is then stopped by its pid)."""
+        timeout = self.quit_timeout if lines == ("quit",) else self.timeout
+        return self.runner(list(self.command), input="".join(f"{line}\n" for line in lines),
+                           env=self.env(daemon, alias_dir(daemon.pipe_dir)), timeout=timeout, check=check)
 
     def alive(self, daemon: MpsDaemon) -> bool:
-        """Does a daemon accept connections on the pipe dir's control socket? (No process spawned.)"""
+        """Is the daemon recorded for this key running and answering on its socket? (No process spawned.)"""
         return answers(daemon.pipe_dir)
 
     def prepare_dirs(self, daemon: MpsDaemon) -> None:
-        """A fresh pipe dir owned by the job's user, mode 0700; a root-owned log dir (0755),
-        so the root daemon never writes through a link the user planted."""
-        pipe, log = Path(daemon.pipe_dir), Path(daemon.log_dir)
-        for parent in (pipe.parent, log):
-            parent.mkdir(parents=True, exist_ok=True)
-            os.chmod(parent, 0o755)
-        if pipe.exists() or pipe.is_symlink():
-            kill_leftovers(daemon.pipe_dir)  # a dead or hung daemon of this key, and the servers it left
-            _remove(pipe)
-        pipe.mkdir(mode=0o700)
-        os.chown(pipe, daemon.uid, daemon.gid)
-        os.chmod(pipe, 0o700)
+        """A fresh pipe dir owned by root (0700) until the daemon is up (``start`` hands it to the job's user);
+        root-only state and log dirs, so the root daemon never writes through a link a user planted."""
+        key = Path(daemon.pipe_dir).parent
+        _own_dir(key.parent, 0o711)  # <state_dir>/mps: traversable, not listable
+        _own_dir(key, 0o711)
+        if daemon.log_dir:
+            _own_dir(Path(daemon.log_dir).parent, 0o700)
+            _own_dir(Path(daemon.log_dir), 0o700)
+        if any(os.path.lexists(p) for p in (daemon.pipe_dir, alias_dir(daemon.pipe_dir), record_path(daemon.pipe_dir))):
+            stop_recorded(daemon.pipe_dir)  # a dead or hung daemon of this key ...
+            kill_leftovers(daemon.pipe_dir)  # ... and the servers it left
+            remove_pipe_dir(daemon, keep_key=True)
+        os.mkdir(daemon.pipe_dir, 0o700)
+        _set_owner(daemon.pipe_dir, os.geteuid(), os.getegid())
 
     def start(self, daemon: MpsDaemon) -> None:
-        """Start the daemon, set its defaults to the job's limits, start the user's server."""
+        """Start the daemon (pipe dir still root's), record it, hand the pipe dir to the job's user, then set
+        its defaults to the job's limits and start the user's server."""
         try:
             self.runner([*self.command, "-d"], env=self.env(daemon), timeout=self.timeout)
+            adopt(daemon.pipe_dir)
+            _set_owner(daemon.pipe_dir, daemon.uid, daemon.gid)
             # one client session (commands on stdin, one per line, run in order): the defaults bind the next
             # server only, so they come before start_server; one client start fewer per new daemon. A non-zero
             # exit still fails the prolog, whose rollback quits the daemon and any server it started
@@ -123,19 +154,237 @@ class MpsControl:
             raise MpsError(f"MPS daemon {daemon.key} (pipe {daemon.pipe_dir}): could not start") from exc
 
     def quit(self, daemon: MpsDaemon) -> None:
-        """``quit`` (stops its servers too), then wait until nothing answers on the socket."""
-        if self.alive(daemon):
-            self.send(daemon, "quit", check=False)
-            deadline, pause = self._clock() + self.quit_wait, 0.001
-            while self.alive(daemon):
-                if self._clock() > deadline:
-                    raise MpsError(f"MPS control daemon {daemon.key} (pipe {daemon.pipe_dir}) will not quit "
-                                   f"within {self.quit_wait:g} s")
-                self._sleep(pause)
-                pause = min(pause * 2, 0.1)  # a daemon usually goes within ms: no fixed 100 ms on every epilog
+        """``quit`` through the root-only alias (stops its servers too); a daemon still there after ``quit_wait``
+        is SIGKILLed by its recorded pid, with its servers. A pipe dir without a record (a daemon started before
+        records were kept) is taken back from the user first, so its ``control`` is root's to trust."""
+        record = read_record(daemon.pipe_dir)
+        if os.path.isdir(daemon.pipe_dir) and not os.path.islink(daemon.pipe_dir):
+            _set_owner(daemon.pipe_dir, os.geteuid(), os.getegid())  # nothing in it changes under us any more
+        if record is None:
+            self._quit_unrecorded(daemon)
         else:
-            kill_leftovers(daemon.pipe_dir)  # it died (OOM killer, SIGKILL): its servers may outlive it
+            self._quit_recorded(daemon, record)
         remove_pipe_dir(daemon)
+
+    def _quit_recorded(self, daemon: MpsDaemon, record: dict) -> None:
+        handle = ProcessHandle.open(record)
+        if handle is None:  # it died (OOM killer, SIGKILL): its servers may outlive it
+            kill_leftovers(daemon.pipe_dir)
+            return
+        with handle:
+            try:
+                self.send(daemon, "quit", check=False)
+            except GpushareError:
+                pass  # it did not answer in time: stopped by its pid below
+            if not handle.wait(self.quit_wait):
+                handle.kill()
+                if not handle.wait(2.0):
+                    raise MpsError(f"MPS control daemon {daemon.key} (pipe {daemon.pipe_dir}, pid {handle.pid}) "
+                                   f"survived SIGKILL")
+        kill_leftovers(daemon.pipe_dir)  # servers of a daemon that was killed
+
+    def _quit_unrecorded(self, daemon: MpsDaemon) -> None:
+        if not answers(daemon.pipe_dir):
+            kill_leftovers(daemon.pipe_dir)
+            return
+        self.runner(list(self.command), input="quit\n", env=self.env(daemon), timeout=self.quit_timeout, check=False)
+        deadline, pause = self._clock() + self.quit_wait, 0.001
+        while answers(daemon.pipe_dir):
+            if self._clock() > deadline:
+                raise MpsError(f"MPS control daemon {daemon.key} (pipe {daemon.pipe_dir}) will not quit "
+                               f"within {self.quit_wait:g} s")
+            self._sleep(pause)
+            pause = min(pause * 2, 0.1)
+
+
+# ---- what root trusts: its own directories, the recorded daemon, root-owned sockets ------------------------
+
+
+def alias_dir(pipe_dir: str) -> str:
+    return str(Path(pipe_dir).parent / ALIAS)
+
+
+def record_path(pipe_dir: str) -> str:
+    return str(Path(pipe_dir).parent / RECORD)
+
+
+def _own_dir(path: Path, mode: int) -> None:
+    """``path`` as a directory of ours (the hooks' user, root) with ``mode``; refused if it is a link or
+    another user's (the mode is set on the open directory, never through a name)."""
+    path.mkdir(mode=mode, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            raise MpsError(f"{path} belongs to uid {st.st_uid}, not to root: remove it (MPS state and log "
+                           "directories must be root's)")
+        if stat.S_IMODE(st.st_mode) != mode:
+            os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def _set_owner(path: str, uid: int, gid: int, mode: int = 0o700) -> None:
+    """chown and chmod the directory ``path`` through a descriptor opened without following a link."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fchown(fd, uid, gid)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def socket_problem(path: str) -> str | None:
+    """Why root must not connect to ``path`` (None: a socket owned by root, not a link)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return f"{path} does not exist"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symbolic link"
+    if not stat.S_ISSOCK(st.st_mode):
+        return f"{path} is not a socket"
+    if st.st_uid != os.geteuid():
+        return f"{path} belongs to uid {st.st_uid}, not to root"
+    return None
+
+
+def peer(path: str) -> tuple[int, int] | None:
+    """(pid, uid) of the process listening on the socket ``path``, from the connection's SO_PEERCRED; None when
+    ``path`` is not a root-owned socket (``socket_problem``) or nothing accepts it within CONNECT_TIMEOUT."""
+    if socket_problem(path) is not None:
+        return None
+    # the C socket type itself: the socket module's Python layer (its enums, selectors) would cost each MPS
+    # hook a few ms of start-up (bench/node_hooks.py) for a connect and a close
+    import _socket
+
+    probe = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    probe.settimeout(CONNECT_TIMEOUT)  # non-blocking: a full backlog fails at once (EAGAIN), never stalls
+    try:
+        probe.connect(path)
+        creds = probe.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)  # struct ucred: pid, uid, gid
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    return int.from_bytes(creds[0:4], "little", signed=True), int.from_bytes(creds[4:8], "little")
+
+
+def adopt(pipe_dir: str) -> dict:
+    """Right after ``-d``, while the pipe dir is root's: find the daemon from its control socket's peer, link
+    what it created into the root-only alias dir and write its record. MpsError if no root daemon listens."""
+    found = peer(f"{pipe_dir}/control")
+    if found is None or found[1] != os.geteuid():
+        raise MpsError(f"MPS daemon (pipe {pipe_dir}): no root daemon listens on {pipe_dir}/control after start "
+                       f"({socket_problem(f'{pipe_dir}/control') or 'connect failed'})")
+    record = process_record(found[0])
+    if record is None:
+        raise MpsError(f"MPS daemon (pipe {pipe_dir}): its process {found[0]} is gone")
+    alias = alias_dir(pipe_dir)
+    os.mkdir(alias, 0o700)
+    for entry in os.scandir(pipe_dir):
+        st = entry.stat(follow_symlinks=False)
+        if not stat.S_ISDIR(st.st_mode) and not stat.S_ISLNK(st.st_mode) and st.st_uid == os.geteuid():
+            os.link(entry.path, os.path.join(alias, entry.name), follow_symlinks=False)
+    from ..atomic import atomic_write
+    import json
+
+    atomic_write(Path(record_path(pipe_dir)), json.dumps(record, sort_keys=True), 0o600)
+    return record
+
+
+def read_record(pipe_dir: str) -> dict | None:
+    import json
+
+    try:
+        with open(record_path(pipe_dir), encoding="utf-8") as fh:
+            data = json.load(fh)
+        return {"pid": int(data["pid"]), "start": int(data["start"]), "exe": str(data["exe"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # none (a daemon started before records were kept), or unreadable: not trusted
+
+
+def process_record(pid: int, proc: str = "/proc") -> dict | None:
+    """{pid, start (clock ticks after boot, /proc/PID/stat field 22), exe} of a live process; None if gone."""
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        exe = os.readlink(f"{proc}/{pid}/exe")
+    except (OSError, IndexError):
+        return None
+    if fields[0] in (b"Z", b"X"):
+        return None
+    return {"pid": pid, "start": int(fields[19]), "exe": exe}
+
+
+def same_process(record: dict, proc: str = "/proc") -> bool:
+    """Is the recorded process still the one running under its pid (same start time and executable)?"""
+    return process_record(record["pid"], proc) == record
+
+
+class ProcessHandle:
+    """A recorded process pinned by a pidfd (where the kernel has them) once its identity is checked:
+    signals go to that process even if its pid is reused meanwhile."""
+
+    def __init__(self, pid: int, fd: int | None):
+        self.pid, self.fd = pid, fd
+
+    @classmethod
+    def open(cls, record: dict) -> "ProcessHandle | None":
+        fd = None
+        try:
+            fd = os.pidfd_open(record["pid"]) if hasattr(os, "pidfd_open") else None
+        except OSError:
+            return None  # no such process
+        if not same_process(record):  # checked after the pidfd is open: it names this very process
+            if fd is not None:
+                os.close(fd)
+            return None
+        return cls(record["pid"], fd)
+
+    def kill(self) -> None:
+        import _signal
+
+        try:
+            if self.fd is not None:
+                _signal.pidfd_send_signal(self.fd, _signal.SIGKILL)
+            else:
+                os.kill(self.pid, _signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def wait(self, timeout: float) -> bool:
+        """Has it exited (a zombie counts) within ``timeout`` seconds?"""
+        deadline, pause = time.monotonic() + timeout, 0.0005
+        while _running(self.pid):
+            if time.monotonic() > deadline:
+                return False
+            if self.fd is not None:
+                import select
+
+                select.select([self.fd], [], [], max(0.0, min(deadline - time.monotonic(), 0.05)))
+            else:
+                time.sleep(pause)
+                pause = min(pause * 2, 0.02)
+        return True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)
+
+
+def stop_recorded(pipe_dir: str) -> bool:
+    """SIGKILL the daemon recorded for ``pipe_dir`` if it is still that process; did one go?"""
+    record = read_record(pipe_dir)
+    handle = None if record is None else ProcessHandle.open(record)
+    if handle is None:
+        return False
+    with handle:
+        handle.kill()
+        return handle.wait(2.0)
 
 
 MPS_COMM = "nvidia-cuda-mps"  # the kernel's 15-character comm of nvidia-cuda-mps-control and -server alike
@@ -205,23 +454,18 @@ def _running(pid: int) -> bool:
 
 
 def answers(pipe_dir: str) -> bool:
-    """Does a daemon accept connections on ``pipe_dir``'s control socket? (No process spawned.)"""
-    path = f"{pipe_dir}/control"
-    if not os.path.exists(path):
-        return False
-    # the C socket type itself: the socket module's Python layer (its enums, selectors) would cost each MPS
-    # hook a few ms of start-up (bench/node_hooks.py) for a connect and a close
-    import _socket
-
-    probe = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    probe.settimeout(2.0)
-    try:
-        probe.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        probe.close()
+    """Does the daemon of ``pipe_dir`` answer? With a record (``adopt``): the recorded process is still that
+    process and listens on the root-only alias of its control socket. Without one (a daemon started before
+    records were kept): ``pipe_dir/control`` is a root-owned socket (no link followed) whose listener is root.
+    No process spawned; a socket that never accepts costs at most CONNECT_TIMEOUT."""
+    record = read_record(pipe_dir)
+    if record is not None:
+        if not same_process(record):
+            return False
+        found = peer(f"{alias_dir(pipe_dir)}/control")
+        return found is not None and found[0] == record["pid"]
+    found = peer(f"{pipe_dir}/control")
+    return found is not None and found[1] == os.geteuid()
 
 
 def running_daemons(state_dir: str) -> int:
@@ -234,15 +478,18 @@ def running_daemons(state_dir: str) -> int:
     return sum(answers(str(key / "pipe")) for key in keys)
 
 
-def remove_pipe_dir(daemon: MpsDaemon) -> None:
-    """The pipe dir and its parent key dir (the log dir stays: logs are not state)."""
+def remove_pipe_dir(daemon: MpsDaemon, keep_key: bool = False) -> None:
+    """The pipe dir, the root-only alias and the record, and the key dir unless ``keep_key`` (the log dir
+    stays: logs are not state)."""
     pipe = Path(daemon.pipe_dir)
-    if pipe.exists() or pipe.is_symlink():
-        _remove(pipe)
-    try:
-        pipe.parent.rmdir()
-    except OSError:
-        pass
+    for path in (pipe, Path(alias_dir(daemon.pipe_dir)), Path(record_path(daemon.pipe_dir))):
+        if path.exists() or path.is_symlink():
+            _remove(path)
+    if not keep_key:
+        try:
+            pipe.parent.rmdir()
+        except OSError:
+            pass
 
 
 def _remove(path: Path) -> None:

@@ -3,6 +3,8 @@ leftovers killed, strangers reported, the MPS daemon stopped with its last job, 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from slurm_gpushare.gpu.backend import GpuProcess
@@ -10,7 +12,7 @@ from slurm_gpushare.hooks import epilog as epilog_hook
 from slurm_gpushare.hooks import prolog as prolog_hook
 from slurm_gpushare.node.epilog import EpilogRefused, KillProcess, QuitMps, RemoveJournal, plan_epilog, process_jobs
 from slurm_gpushare.node.journal import Device, Journal, JournalStore, MpsDaemon
-from slurm_gpushare.node.mps import MpsControl
+from slurm_gpushare.node.mps import MpsControl, _running
 from slurm_gpushare.node.live import LiveGpu, LiveState, WriteJournal
 from slurm_gpushare.proc import Result
 from tests.unit.hooks_support import HookNode, no_scontrol
@@ -110,9 +112,15 @@ def test_two_jobs_share_the_daemon_until_the_last_ends(mps_node):
     assert not mps_node.mps.alive(daemon) and mps_node.journals() == []
 
 
-def test_daemon_that_will_not_quit_keeps_the_journal_and_drains(mps_node, capsys):
+def test_daemon_that_will_not_quit_is_killed_by_its_recorded_pid(mps_node):
+    """A daemon that ignores ``quit`` is SIGKILLed by the pid recorded at its start (a pidfd, identity checked),
+    with its servers: the epilog succeeds and nothing is left (issue 21 part 1)."""
+    import json
+
     env = mps_node.env(51, "0", 25)
     assert prolog_hook.main(env, runner=no_scontrol, mps=mps_node.mps) == 0
+    daemon = JournalStore(mps_node.state_dir).read(51).mps
+    state = json.loads((Path(daemon.pipe_dir) / ".fake-state.json").read_text())
 
     class Stubborn(MpsControl):
         def send(self, daemon, *lines, check=True):
@@ -121,15 +129,10 @@ def test_daemon_that_will_not_quit_keeps_the_journal_and_drains(mps_node, capsys
             return super().send(daemon, *lines, check=check)
 
     stubborn = Stubborn(mps_node.mps.runner, mps_node.mps.command, quit_wait=0.5)
-    calls = []
-    assert epilog_hook.main(env, runner=lambda argv, **kw: calls.append(argv) or Result(tuple(argv), 0, "", ""),
-                            mps=stubborn) == 1
-    err = capsys.readouterr().err
-    assert "gpushare-epilog: job 51 on lab-mps01: MPS control daemon g0-u" in err and "will not quit within 0.5 s" in err
-    assert calls and calls[0][:3] == ["scontrol", "update", "nodename=lab-mps01"]
-    assert JournalStore(mps_node.state_dir).read(51).state == "ending"  # a rerun or reconcile finishes it
-    assert epilog_hook.main(env, runner=no_scontrol, mps=mps_node.mps) == 0  # rerun with a working quit
-    assert mps_node.journals() == []
+    assert epilog_hook.main(env, runner=no_scontrol, mps=stubborn) == 0
+    assert mps_node.journals() == [] and not Path(daemon.pipe_dir).exists()
+    for pid in [state["pid"], *map(int, state["servers"])]:
+        assert not _running(pid)
 
 
 def test_leftover_process_is_killed_and_gone(tmp_path, monkeypatch):
