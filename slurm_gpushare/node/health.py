@@ -2,10 +2,15 @@
 drain (reason ``gpushare-health: ...``) for what cannot, resume a node it drained itself.
 
 One run: (1) what `gpushare node reconcile` does, under the same locks (the
-journal lock every hook holds for its whole run, then the MPS lock): a job
-whose prolog is running holds the journal lock, so its journal is read only
-once written, and Slurm lists it (squeue shows a job from allocation until
-its epilog ends), so it is never taken for an orphan; (2) checks that need no
+journal lock every hook holds for its whole run, then the MPS lock), but no
+lock is held across a Slurm call: the journals' file identities are taken
+under the locks, Slurm is asked what runs here with no lock held, and the
+repair runs under the locks again, taking for an orphan only a journal that
+is as it was before Slurm was asked (Slurm lists a job from allocation until
+its epilog ends); a journal written since is kept for the next run. Lost
+launches of batch jobs are requeued after the locks are released (a job with
+no batch script, salloc or srun, is never considered; a requeue Slurm refuses
+is a note, never a drain); (2) checks that need no
 lock: every device file this node's gres.conf names is a character device,
 every GPU is as the policy says (model, MIG mode, MIG layout:
 ``mig.differences``, the comparison `gpushare node mig assert` prints), every
@@ -14,12 +19,17 @@ Slurm state and reason (``scontrol show node``, through the Slurm client),
 then ``plan_health`` (pure) decides: drain, resume, or nothing.
 
 A drain reason starting with ``gpushare-health:`` is this program's own; any
-other drain is an admin's and is never resumed here, with one exception:
-the drains slurmctld makes itself after a hook or a job launch failed on the
-node (reason ``Prolog error``, ``Epilog error``, ``Job env setup error`` or
-``batch job complete failure``, set by SlurmUser ``slurm``), and the reasons
-our own prolog and epilog set (as root) before they fail (``gpushare-prolog:``,
-``gpushare-epilog:``; e.g. an MPS daemon killed while it started). Once step (1)
+other drain is an admin's and is never resumed here, with these exceptions:
+the reasons our own prolog and epilog set (as root) before they fail
+(``gpushare-prolog:``, ``gpushare-epilog:``; e.g. an MPS daemon killed while
+it started); the drains slurmctld makes itself (as SlurmUser ``slurm``) after
+a job launch failed on the node (``Job env setup error``, ``batch job complete
+failure``); and slurmctld's ``Prolog error`` / ``Epilog error``, which follow
+any site script's failure, only when attributed to our hook (``attributable``):
+our journal showed that hook started and never finished (a SIGKILLed hook,
+recorded in ``<state_dir>/health-unfinished-hooks`` when step (1) cleans up
+after it), or it is the only Prolog / Epilog slurmctld runs (``scontrol show
+config``). Another script's failure is left drained for an admin. Once step (1)
 has cleaned up after the failed hook and the checks find nothing, the node
 is resumed, at most ``HEAL_LIMIT`` times an hour (counted in
 ``<state_dir>/health-heals``); after that it stays drained for an admin. A dead
@@ -42,8 +52,12 @@ PREFIX = "gpushare-health:"
 # slurmctld's own drains after a hook or launch failure (node_mgr.c validate_node_specs, proc_req.c
 # _slurm_rpc_complete_batch_script, job_mgr.c epilog handling; Slurm 24.11), set as SlurmUser.
 SLURM_HOOK_DRAINS = frozenset({"Prolog error", "Epilog error", "Job env setup error", "batch job complete failure"})
+# of those, the ones any Prolog / Epilog script causes: healed only when attributed to ours (``attributed``)
+SCRIPT_DRAINS = {"Prolog error": "prolog", "Epilog error": "epilog"}
 SLURM_USER = "slurm"  # SlurmUser of the rendered slurm.conf
 HOOK_PREFIXES = ("gpushare-prolog:", "gpushare-epilog:")  # the reasons the root hooks set when they fail
+HOOK_MODULES = {"prolog": "slurm_gpushare.hooks.prolog", "epilog": "slurm_gpushare.hooks.epilog"}
+UNFINISHED = "health-unfinished-hooks"  # <state_dir>/...: "<epoch s> <prolog|epilog> <job id>" per line
 HEAL_LIMIT = 3  # resumes of such drains per node per hour
 HEAL_WINDOW_S = 3600
 REASON_MAX = 200
@@ -142,28 +156,37 @@ def drain_reason(problems: list[str]) -> str:
     return text if len(text) <= REASON_MAX else text[: REASON_MAX - 3] + "..."
 
 
-def slurm_hook_drain(reason: str, reason_user: str) -> bool:
+def slurm_hook_drain(reason: str, reason_user: str, attributed: frozenset[str] = frozenset()) -> bool:
     """A drain slurmctld made itself after a hook or job launch failed on the node, or the reason our own
     root hooks set before failing (``gpushare-prolog: ...``, ``gpushare-epilog: ...``; hooks/_common.py),
-    which slurmctld keeps when it drains the node for the failure."""
+    which slurmctld keeps when it drains the node for the failure. Slurm's ``Prolog error`` and ``Epilog
+    error`` follow any site script's failure: they count only when ``attributed`` names them (see
+    ``attributable``); never another script's failure."""
     if reason.startswith(HOOK_PREFIXES):
         return reason_user in ("root", SLURM_USER)
+    if reason in SCRIPT_DRAINS and reason not in attributed:
+        return False
     return reason in SLURM_HOOK_DRAINS and reason_user == SLURM_USER
 
 
 def plan_health(state: tuple[str, ...], reason: str, problems: list[str], reason_user: str = "",
-                heals: int = 0) -> Drain | Resume | Leave:
+                heals: int = 0, attributed: frozenset[str] = frozenset()) -> Drain | Resume | Leave:
     """What to do with the node given its Slurm state (``("IDLE", "DRAIN")``), drain reason and problems.
 
     - problems, node not drained: drain with a ``gpushare-health:`` reason naming them;
     - problems, drained by us with another reason: drain again (the reason is updated);
     - problems, drained by someone else: leave it (their reason stays);
     - no problems, drained by us: resume; drained by someone else: leave it;
-    - no problems, drained by slurmctld after a hook failure (``slurm_hook_drain``): resume, unless
-      ``heals`` (such resumes of this node in the last hour) reached ``HEAL_LIMIT``."""
+    - no problems, drained by slurmctld after a hook failure (``slurm_hook_drain``; a ``Prolog error`` or
+      ``Epilog error`` only when ``attributed`` to our hooks): resume, unless ``heals`` (such resumes of
+      this node in the last hour) reached ``HEAL_LIMIT``."""
     drained = "DRAIN" in state
     ours = reason.startswith(PREFIX)
-    if drained and not problems and slurm_hook_drain(reason, reason_user):
+    if drained and reason in SCRIPT_DRAINS and reason not in attributed and reason_user == SLURM_USER:
+        return Leave(f"drained by Slurm ({reason}), not attributed to the gpushare {SCRIPT_DRAINS[reason]}: another "
+                     f"{SCRIPT_DRAINS[reason].capitalize()} script runs here and no journal shows ours unfinished; "
+                     "left drained for an admin")
+    if drained and not problems and slurm_hook_drain(reason, reason_user, attributed):
         if heals >= HEAL_LIMIT:
             return Leave(f"healthy, but drained by Slurm ({reason}) and resumed {heals} times in the last hour: "
                          "left drained for an admin")
@@ -205,32 +228,69 @@ class Report:
 
 def observe_and_repair(node: str, state_dir: str, client, backend, mps, killer, dry_run: bool = False,
                        metrics=None) -> Findings:
-    """Step 1, reconcile: under the journal lock and the MPS lock, as the hooks take them. With ``metrics``
-    (``dcgm_job_mapping_dir`` and ``textfile_dir`` attributes: the policy's cluster.metrics or the node spec),
-    dcgm-exporter's job mapping is rewritten from the journals of the jobs Slurm runs here, as `gpushare node
-    reconcile` does, and the textfile's job rows and journal count from the journals left: an entry no epilog
-    removed (its job's journal undone here, or the job requeued and run elsewhere) goes. Metrics that cannot
-    be written are a note, never a drain (metrics never stop jobs)."""
+    """Step 1, reconcile, with no lock held across a Slurm call (slurmctld can take tens of seconds to answer,
+    and every prolog waits for the journal lock). Under the journal lock and the MPS lock, as the hooks take
+    them: (a) the journals' file identities; then, with no lock, what Slurm runs here (``squeue -w``) and its
+    running batch jobs; then again under both locks (b) the journals: one whose file is as it was at (a) and
+    whose job Slurm does not list is an orphan (Slurm lists a job from allocation until its epilog ends, and
+    a journal as it was at (a) was written before that read); one written since (a prolog of a job allocated
+    after the read) is kept for the next run. The lost-launch requeue runs after the locks are released.
+
+    With ``metrics`` (``dcgm_job_mapping_dir`` and ``textfile_dir`` attributes: the policy's cluster.metrics or
+    the node spec), dcgm-exporter's job mapping is rewritten from the journals of the jobs Slurm runs here, as
+    `gpushare node reconcile` does, and the textfile's job rows and journal count from the journals left: an
+    entry no epilog removed (its job's journal undone here, or the job requeued and run elsewhere) goes.
+    Metrics that cannot be written are a note, never a drain (metrics never stop jobs)."""
     from .journal import JournalStore
-    from .mps import answers, mps_lock
-    from .reconcile import execute_reconcile, plan_for_node, running_jobs
+    from .mps import mps_lock
+    from .reconcile import running_jobs
 
     findings = Findings()
     store = JournalStore(state_dir)
     with store.locked(), mps_lock(state_dir):
-        journals = store.all()
-        running = running_jobs(client, node)
-        plan = plan_for_node(journals, running, backend, state_dir, store)
-        findings.repaired = [line.split(": ", 1)[1] for line in plan.lines(node) if not line.endswith("journal kept")]
-        if not dry_run:
-            findings.unrepaired = execute_reconcile(plan, store, mps, killer, journals)
-        kept = {j: journals[j] for j in plan.kept}
-        findings.notes = check_mps(kept, answers)
-        if metrics is not None and not dry_run:
-            repair_metrics(findings, metrics, state_dir, store, running)
-        # no hook runs while the journal lock is held, so a job past its launch has a batch slurmstepd here
-        requeue_lost_jobs(findings, node, client, stepd_jobs(), dry_run)
+        before = journal_marks(store)
+    running = running_jobs(client, node)  # Slurm, no lock held
+    started = batch_jobs_started(findings, client, node)  # Slurm, no lock held
+    with store.locked(), mps_lock(state_dir):
+        repair_locked(findings, node, state_dir, store, before, running, backend, mps, killer, dry_run, metrics)
+        # no hook runs while the journal lock is held: a job past its launch has its batch slurmstepd here
+        stepds = stepd_jobs()
+    if started is not None:
+        requeue_lost_jobs(findings, node, client, started, stepds, dry_run)  # Slurm, no lock held
     return findings
+
+
+def journal_marks(store) -> dict[int, tuple[int, int]]:
+    """job id -> (inode, mtime ns) of each journal file: a journal rewritten (atomic rename) gets a new inode."""
+    marks = {}
+    for job_id in store.job_ids():
+        try:
+            info = os.stat(store.path(job_id))
+        except FileNotFoundError:
+            continue
+        marks[job_id] = (info.st_ino, info.st_mtime_ns)
+    return marks
+
+
+def repair_locked(findings: Findings, node: str, state_dir: str, store, before, running: set[int], backend, mps,
+                  killer, dry_run: bool, metrics) -> None:
+    """The reconcile part of step 1, under both locks: a journal written since ``before`` counts as running."""
+    from .mps import answers
+    from .reconcile import execute_reconcile, plan_for_node
+
+    journals = store.all()
+    marks = journal_marks(store)
+    fresh = {j for j in journals if j not in running and marks.get(j) != before.get(j)}
+    held = running | fresh
+    plan = plan_for_node(journals, held, backend, state_dir, store)
+    findings.repaired = [line.split(": ", 1)[1] for line in plan.lines(node) if not line.endswith("journal kept")]
+    if not dry_run:
+        findings.unrepaired = execute_reconcile(plan, store, mps, killer, journals)
+        note_unfinished(Path(state_dir) / UNFINISHED, [journals[j] for j in plan.orphans])
+    kept = {j: journals[j] for j in plan.kept}
+    findings.notes = check_mps(kept, answers)
+    if metrics is not None and not dry_run:
+        repair_metrics(findings, metrics, state_dir, store, held)
 
 
 def repair_metrics(findings: Findings, metrics, state_dir: str, store, running: set[int]) -> None:
@@ -259,9 +319,11 @@ LOST_AFTER_S = 120  # a job's prolog and launch take seconds; a running job olde
 
 
 def lost_jobs(started: dict[int, int], stepds: set[int], now: float, after: float = LOST_AFTER_S) -> list[int]:
-    """Jobs Slurm runs here (this node their batch host) for more than ``after`` seconds without a batch
+    """Batch jobs Slurm runs here (this node their batch host) for more than ``after`` seconds without a batch
     slurmstepd on the node: their launch was lost (slurmd killed between accepting and starting them). Slurm itself
-    notices only at the node's next registration (every ~20 pings, half an hour with SlurmdTimeout=300)."""
+    notices only at the node's next registration (every ~20 pings, half an hour with SlurmdTimeout=300). A job
+    with no batch script (salloc, srun) has no batch slurmstepd anywhere: ``started`` never holds one
+    (``batch_jobs_started``)."""
     return sorted(j for j, t in started.items() if j not in stepds and now - t > after)
 
 
@@ -285,17 +347,28 @@ def stepd_jobs(proc: Path = Path("/proc")) -> set[int]:
     return jobs
 
 
-def requeue_lost_jobs(findings: Findings, node: str, client, stepds: set[int], dry_run: bool) -> None:
+def batch_jobs_started(findings: Findings, client, node: str) -> dict[int, int] | None:
+    """The running batch jobs whose batch host is this node (``client.batch_jobs_started``), or None, with a
+    note, when Slurm cannot say: a lost launch waits for the next run, the node is not drained for it."""
+    try:
+        return client.batch_jobs_started(node)
+    except (GpushareError, OSError) as exc:
+        findings.notes.append(f"lost launches: cannot read the running batch jobs: {exc}")
+        return None
+
+
+def requeue_lost_jobs(findings: Findings, node: str, client, started: dict[int, int], stepds: set[int],
+                      dry_run: bool, now: float | None = None) -> None:
+    """Requeue each lost launch (``lost_jobs``) that Slurm, asked again after the slurmstepd scan, still runs
+    here with the same start (a job that ended or was requeued meanwhile is not requeued again). A requeue
+    Slurm refuses is a note, never a drain: nothing on the node is wrong because of it."""
     import time
 
-    from ..errors import GpushareError
-
-    try:
-        started = client.batch_jobs_started(node)
-    except (GpushareError, OSError) as exc:
-        findings.unrepaired.append(f"lost launches: cannot read the running jobs: {exc}")
-        return
-    for job in lost_jobs(started, stepds, time.time()):
+    lost = lost_jobs(started, stepds, time.time() if now is None else now)
+    if lost:
+        again = batch_jobs_started(findings, client, node)
+        lost = [j for j in lost if again is not None and again.get(j) == started[j]]
+    for job in lost:
         line = f"job {job}: running for Slurm since {started[job]} but no batch slurmstepd here (launch lost): requeue it"
         if dry_run:
             findings.repaired.append("would " + line)
@@ -304,7 +377,96 @@ def requeue_lost_jobs(findings: Findings, node: str, client, stepds: set[int], d
             client.requeue(job)
             findings.repaired.append(line)
         except (GpushareError, OSError) as exc:
-            findings.unrepaired.append(f"{line}: failed: {exc}")
+            findings.notes.append(f"{line}: Slurm refused: {exc}")
+
+
+# ---- which generic Slurm drains are ours -------------------------------------------------
+
+
+def note_unfinished(path: Path, orphans, now: float | None = None) -> None:
+    """Record the orphans whose journal shows our hook started and never finished (``preparing``: a prolog,
+    ``ending``: an epilog, e.g. SIGKILLed): the evidence that a ``Prolog error`` / ``Epilog error`` drain
+    is ours, kept an hour or until a resume of that drain uses it (``attributable``)."""
+    import time
+
+    hooks = {"preparing": "prolog", "ending": "epilog"}
+    new = [(hooks[j.state], j.job_id) for j in orphans if j.state in hooks]
+    if not new:
+        return
+    now = time.time() if now is None else now
+    entries = unfinished_hooks(path, now) + [(now, hook, job) for hook, job in new]
+    write_unfinished(path, entries)
+
+
+def unfinished_hooks(path: Path, now: float | None = None) -> list[tuple[float, str, int]]:
+    """(time, hook, job id) of the last hour's unfinished hooks; a bad line or file counts as none."""
+    import time
+
+    now = time.time() if now is None else now
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        words = line.split()
+        try:
+            entry = (float(words[0]), words[1], int(words[2]))
+        except (IndexError, ValueError):
+            continue
+        if len(words) == 3 and entry[1] in HOOK_MODULES and now - HEAL_WINDOW_S < entry[0] <= now:
+            out.append(entry)
+    return out
+
+
+def write_unfinished(path: Path, entries) -> None:
+    from ..atomic import atomic_write
+
+    atomic_write(path, "".join(f"{t:.0f} {hook} {job}\n" for t, hook, job in entries))
+
+
+def sole_hook(value: str, hook: str, read=None) -> bool:
+    """Slurm's ``Prolog`` / ``Epilog`` setting (``scontrol show config``) is one program, and it is ours: a
+    script that runs ``slurm_gpushare.hooks.<hook>`` (pip's console script, or a link to it). A list, a
+    glob or any other program is not."""
+    if not re.fullmatch(r"/[A-Za-z0-9_./+-]+", value or ""):
+        return False
+    try:
+        head = (read or _head)(value)
+    except OSError:
+        return False
+    return re.search(rf"^(from|import) {re.escape(HOOK_MODULES[hook])}\b", head, re.MULTILINE) is not None
+
+
+def _head(path: str) -> str:
+    with open(path, "rb") as f:
+        return f.read(4096).decode("utf-8", "replace")
+
+
+def attributable(reason: str, client, state_dir: str, read=None) -> frozenset[str]:
+    """``{reason}`` when Slurm's generic ``reason`` (``Prolog error``, ``Epilog error``) can be put down to our
+    hook: our journal showed it started and never finished (``note_unfinished``), or it is the only Prolog /
+    Epilog Slurm runs (asked of slurmctld, with no lock held); else empty."""
+    from ..slurm.client import SlurmClientError
+
+    hook = SCRIPT_DRAINS.get(reason)
+    if hook is None:
+        return frozenset()
+    if any(h == hook for _t, h, _j in unfinished_hooks(Path(state_dir) / UNFINISHED)):
+        return frozenset({reason})
+    try:
+        programs = client.hook_programs()
+    except (SlurmClientError, OSError):
+        return frozenset()
+    return frozenset({reason}) if sole_hook(programs.get(hook.capitalize(), ""), hook, read) else frozenset()
+
+
+def used_evidence(path: Path, reason: str) -> None:
+    """A resume of ``reason`` used the unfinished-hook records of its hook: drop them."""
+    hook = SCRIPT_DRAINS.get(reason)
+    entries = unfinished_hooks(path)
+    if hook is not None and any(h == hook for _t, h, _j in entries):
+        write_unfinished(path, [e for e in entries if e[1] != hook])
 
 
 def check_compute_modes(slots, backend) -> list[str]:
@@ -336,8 +498,10 @@ def check_node(findings: Findings, node: str, gres_conf: Path, slots, backend, i
 
 
 def run_health(node: str, state_dir: str, gres_conf: Path, slots, client, backend, mps, killer,
-               is_device=device_ok, dry_run: bool = False, metrics=None) -> Report:
-    """observe + repair, check, read the node, decide (``plan_health``), drain or resume (unless dry_run)."""
+               is_device=device_ok, dry_run: bool = False, metrics=None, read_hook=None) -> Report:
+    """observe + repair, check, read the node, decide (``plan_health``), drain or resume (unless dry_run).
+    No lock is held from here on: every Slurm call below runs with the node's hooks free to run.
+    ``read_hook(path) -> str``: the start of a hook program (tests; default: read the file)."""
     from ..slurm.client import SlurmClientError
 
     findings = observe_and_repair(node, state_dir, client, backend, mps, killer, dry_run, metrics)
@@ -348,7 +512,11 @@ def run_health(node: str, state_dir: str, gres_conf: Path, slots, client, backen
         raise HealthError(f"node {node}: cannot read its Slurm state: {exc}") from None
     heal_log = Path(state_dir) / "health-heals"
     heals = recent_heals(heal_log)
-    decision = plan_health(current.state, current.reason, findings.problems(), current.reason_user, len(heals))
+    attributed = frozenset()
+    if "DRAIN" in current.state and current.reason in SCRIPT_DRAINS and current.reason_user == SLURM_USER:
+        attributed = attributable(current.reason, client, state_dir, read_hook)
+    decision = plan_health(current.state, current.reason, findings.problems(), current.reason_user, len(heals),
+                           attributed)
     if not dry_run:
         if isinstance(decision, Drain):
             client.drain(node, decision.reason)
@@ -356,6 +524,7 @@ def run_health(node: str, state_dir: str, gres_conf: Path, slots, client, backen
             client.resume(node)
             if decision.by != Resume.by:
                 record_heal(heal_log, heals)
+                used_evidence(Path(state_dir) / UNFINISHED, current.reason)
     return Report(node, findings, decision)
 
 

@@ -148,20 +148,31 @@ class CliClient:
         self._run(commands.requeue(job_id))
 
     def batch_jobs_started(self, node: str) -> dict[int, int]:
-        """{job id: start time (epoch s)} of the running jobs whose batch script this node runs."""
+        """{job id: start time (epoch s)} of the running batch jobs whose batch script this node runs. A job
+        without a batch script (salloc, srun: batch flag 0) is left out, whatever its batch host says."""
         out = self.runner(commands.running_batch_jobs_on_node(node), timeout=self.timeout, check=True,
                           env=self._epoch_env()).stdout
         jobs = {}
         for line in out.splitlines():
-            words = line.split()
-            if not words:
+            if not line.strip():
                 continue
-            if len(words) != 3 or not words[0].isdigit() or not words[1].isdigit():
+            words = [w.strip() for w in line.split("|")]
+            if len(words) != 4 or not words[0].isdigit() or not words[1].isdigit() or words[3] not in ("0", "1"):
                 raise SlurmClientError(f"squeue -w {node} -t RUNNING: unexpected line {line!r} (want: job id, "
-                                       "start time in epoch seconds, batch host)")
-            if words[2] == node:
+                                       "start time in epoch seconds, batch host, batch flag 0 or 1, '|' after each)")
+            if words[3] == "1" and words[2] == node:
                 jobs[int(words[0])] = int(words[1])
         return jobs
+
+    def hook_programs(self) -> dict[str, str]:
+        """slurmctld's Prolog and Epilog settings as ``scontrol show config`` prints them ("" when unset)."""
+        found = {"Prolog": "", "Epilog": ""}
+        for line in self._run(commands.show_config()).stdout.splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() in found:
+                value = value.strip()
+                found[key.strip()] = "" if value == "(null)" else value
+        return found
 
     def reconfigure(self) -> None:
         self._run(commands.RECONFIGURE)

@@ -41,8 +41,14 @@ def job_ids_on_node(node: str) -> list[str]:
 
 
 def running_batch_jobs_on_node(node: str) -> list[str]:
-    """Running jobs on the node with their start time and batch host (run with SLURM_TIME_FORMAT=%s)."""
-    return ["squeue", "-w", node, "-h", "-t", "RUNNING", "-o", "%A %S %B"]
+    """Running jobs on the node: id, start time, batch host and batch flag, '|' after each (run with
+    SLURM_TIME_FORMAT=%s). The batch host of a job with no batch script (salloc, srun) is its submit host,
+    so only the batch flag tells a batch job."""
+    return ["squeue", "-w", node, "-h", "-t", "RUNNING", "--Format", "JobID:|,StartTime:|,BatchHost:|,BatchFlag:"]
+
+
+def show_config() -> list[str]:
+    return ["scontrol", "show", "config"]
 
 
 def requeue(job_id: int) -> list[str]:

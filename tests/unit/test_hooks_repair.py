@@ -40,6 +40,7 @@ class FakeSlurm:
         self.finish_after: dict[int, int] = {}  # job id -> squeue calls until it ends
         self.started: dict[int, int] = {}  # job id -> start time (epoch s); unset: started just now
         self.requeued: list[int] = []
+        self.interactive: set[int] = set()  # jobs with no batch script (salloc, srun): batch flag 0
 
     def __call__(self, argv, *, input=None, timeout=60.0, check=True, env=None):
         argv = list(argv)
@@ -69,9 +70,10 @@ class FakeSlurm:
             if argv[-1] == "%A":
                 return self._ok("".join(f"{j}\n" for j in self.jobs))
             return self._ok("".join(f"{j} {t}\n" for j, t in self.jobs.items()))
-        if argv == ["squeue", "-w", n, "-h", "-t", "RUNNING", "-o", "%A %S %B"]:
+        if argv == ["squeue", "-w", n, "-h", "-t", "RUNNING", "--Format", "JobID:|,StartTime:|,BatchHost:|,BatchFlag:"]:
             assert env and env.get("SLURM_TIME_FORMAT") == "%s", "start times are read as epoch seconds"
-            return self._ok("".join(f"{j} {self.started.get(j, int(time.time()))} {n}\n" for j in self.jobs))
+            return self._ok("".join(f"{j}|{self.started.get(j, int(time.time()))}|{n}|{int(j not in self.interactive)}\n"
+                                    for j in self.jobs))
         if argv[:2] == ["scontrol", "requeue"] and len(argv) == 3 and int(argv[2]) in self.jobs:
             self.jobs.pop(int(argv[2]))
             self.requeued.append(int(argv[2]))

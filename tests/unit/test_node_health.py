@@ -236,31 +236,49 @@ def test_cli_dry_run_prints_the_drain_it_would_do_and_changes_nothing(excl_node,
 # ---- slurmctld's own drains after a hook failure ------------------------------------------------
 
 
+PROLOG_ERR, EPILOG_ERR = frozenset({"Prolog error"}), frozenset({"Epilog error"})
+NOT_OURS = ("drained by Slurm (Prolog error), not attributed to the gpushare prolog: another Prolog script runs here "
+            "and no journal shows ours unfinished; left drained for an admin")
+
+
 @pytest.mark.parametrize(
-    "reason, user, problems, heals, expected",
+    "reason, user, problems, heals, attributed, expected",
     [
-        ("Prolog error", "slurm", [], 0, Resume("Prolog error", by="Slurm after a hook failure, cleaned up since")),
-        ("Epilog error", "slurm", [], 2, Resume("Epilog error", by="Slurm after a hook failure, cleaned up since")),
-        ("batch job complete failure", "slurm", [], 0,
+        ("Prolog error", "slurm", [], 0, PROLOG_ERR,
+         Resume("Prolog error", by="Slurm after a hook failure, cleaned up since")),
+        ("Epilog error", "slurm", [], 2, EPILOG_ERR,
+         Resume("Epilog error", by="Slurm after a hook failure, cleaned up since")),
+        # a generic Prolog / Epilog error not attributed to our hooks: another script's failure, left alone
+        ("Prolog error", "slurm", [], 0, frozenset(), Leave(NOT_OURS)),
+        ("Prolog error", "slurm", [], 0, EPILOG_ERR, Leave(NOT_OURS)),
+        ("Epilog error", "slurm", [], 0, PROLOG_ERR,
+         Leave(NOT_OURS.replace("Prolog", "Epilog").replace("prolog", "epilog"))),
+        ("Prolog error", "slurm", ["device files missing: /dev/nvidia1"], 0, frozenset(), Leave(NOT_OURS)),
+        # launch failures, not a script's: healed as before
+        ("batch job complete failure", "slurm", [], 0, frozenset(),
          Resume("batch job complete failure", by="Slurm after a hook failure, cleaned up since")),
-        ("Prolog error", "slurm", [], 3, Leave("healthy, but drained by Slurm (Prolog error) and resumed 3 times in the "
-                                               "last hour: left drained for an admin")),
+        ("Prolog error", "slurm", [], 3, PROLOG_ERR,
+         Leave("healthy, but drained by Slurm (Prolog error) and resumed 3 times in the last hour: left drained for "
+               "an admin")),
         # an admin who typed the same words is still an admin
-        ("Prolog error", "root", [], 0, Leave("healthy; drained by someone else (Prolog error), not resumed")),
-        ("Kill task failed", "slurm", [], 0, Leave("healthy; drained by someone else (Kill task failed), not resumed")),
-        ("Prolog error", "slurm", ["device files missing: /dev/nvidia1"], 0,
+        ("Prolog error", "root", [], 0, PROLOG_ERR, Leave("healthy; drained by someone else (Prolog error), not resumed")),
+        ("Kill task failed", "slurm", [], 0, frozenset(),
+         Leave("healthy; drained by someone else (Kill task failed), not resumed")),
+        ("Prolog error", "slurm", ["device files missing: /dev/nvidia1"], 0, PROLOG_ERR,
          Leave("drained by someone else (Prolog error); left drained, reason kept")),
         # the reason our own root hooks set before failing (slurmctld keeps it when it drains the node)
-        ("gpushare-prolog: MPS daemon g0-u5-p25: could not start", "root", [], 0,
+        ("gpushare-prolog: MPS daemon g0-u5-p25: could not start", "root", [], 0, frozenset(),
          Resume("gpushare-prolog: MPS daemon g0-u5-p25: could not start", by="a failed gpushare hook, cleaned up since")),
-        ("gpushare-epilog: job 7: process 42 survived SIGKILL", "root", [], 3,
+        ("gpushare-epilog: job 7: process 42 survived SIGKILL", "root", [], 3, frozenset(),
          Leave("healthy, but drained by Slurm (gpushare-epilog: job 7: process 42 survived SIGKILL) and resumed 3 "
                "times in the last hour: left drained for an admin")),
-        ("gpushare-prolog: x", "alice", [], 0, Leave("healthy; drained by someone else (gpushare-prolog: x), not resumed")),
+        ("gpushare-prolog: x", "alice", [], 0, frozenset(),
+         Leave("healthy; drained by someone else (gpushare-prolog: x), not resumed")),
     ],
 )
-def test_plan_health_heals_slurms_hook_failure_drains_a_bounded_number_of_times(reason, user, problems, heals, expected):
-    assert plan_health(("IDLE", "DRAIN"), reason, problems, user, heals) == expected
+def test_plan_health_heals_our_hook_failure_drains_a_bounded_number_of_times(reason, user, problems, heals, attributed,
+                                                                           expected):
+    assert plan_health(("IDLE", "DRAIN"), reason, problems, user, heals, attributed) == expected
 
 
 def test_heal_log_keeps_the_last_hour_and_survives_a_bad_file(tmp_path):
