@@ -41,6 +41,11 @@ _HINTS = {
 }
 _MIB = 1 << 20
 
+# Per-cgroup memory limits (nvmlDeviceSetMemoryLimits_v1; NVIDIA's "MPS v3 memory partitioning"): driver r615+
+# (CUDA 13.4), cgroup v2, non-MIG GPUs, root. NVML_DEVICE_MEMORY_LIMIT_MAX as hardLimit means no limit.
+MEMORY_LIMITS_DRIVER = 615
+MEMORY_LIMIT_MAX = 0xFFFFFFFFFFFFFFFF
+
 # NVML_COMPUTEMODE_* (NVML-H / pynvml) and the names nvidia-smi -c takes for them
 COMPUTE_MODES = {0: "DEFAULT", 1: "EXCLUSIVE_THREAD", 2: "PROHIBITED", 3: "EXCLUSIVE_PROCESS"}
 
@@ -246,6 +251,41 @@ class NvmlBackend:
             raise GpuError(f"set compute mode {mode}", index, self._uuid_for_error(index),
                            detail=f"unknown compute mode; known: {', '.join(codes)}")
         self._call(index, f"set compute mode {mode}", self._nvml.nvmlDeviceSetComputeMode, self._handle(index), codes[mode])
+
+    # ---- driver, per-cgroup memory limits --------------------------------------------
+
+    def driver_version(self) -> str:
+        return _text(self._call(None, "read driver version", self._nvml.nvmlSystemGetDriverVersion))
+
+    def memory_limits_supported(self) -> bool:
+        """Does this driver offer per-cgroup memory limits (r615+)? The GPU must also be out of MIG mode, and
+        cgroup v2 mounted: the callers check those."""
+        head = self.driver_version().split(".", 1)[0]
+        return head.isdigit() and int(head) >= MEMORY_LIMITS_DRIVER
+
+    def set_memory_limit(self, index: int, cgroup: str, mib: int) -> None:
+        """Processes of the cgroup ``cgroup`` (a full path) may allocate ``mib`` MiB of the GPU, guaranteed
+        (soft limit) and at most (hard limit). Root only."""
+        limits = self._nvml.c_nvmlSetMemoryLimits_v1_t()
+        limits.nameSpace, limits.softLimit, limits.hardLimit = cgroup.encode(), mib * _MIB, mib * _MIB
+        self._call(index, f"set memory limit {mib} MiB for cgroup {cgroup}", self._nvml.nvmlDeviceSetMemoryLimits_v1,
+                   self._handle(index), limits)
+
+    def clear_memory_limit(self, index: int, cgroup: str) -> None:
+        limits = self._nvml.c_nvmlSetMemoryLimits_v1_t()
+        limits.nameSpace, limits.softLimit, limits.hardLimit = cgroup.encode(), 0, MEMORY_LIMIT_MAX
+        self._call(index, f"clear memory limit for cgroup {cgroup}", self._nvml.nvmlDeviceSetMemoryLimits_v1,
+                   self._handle(index), limits)
+
+    def memory_limit(self, index: int, cgroup: str) -> tuple[int, int] | None:
+        """(soft, hard) MiB set for the cgroup on this GPU, or None when it has no limit."""
+        limits = self._nvml.c_nvmlGetMemoryLimits_v1_t()
+        limits.nameSpace = cgroup.encode()
+        self._call(index, f"read memory limit for cgroup {cgroup}", self._nvml.nvmlDeviceGetMemoryLimits_v1,
+                   self._handle(index), limits)
+        if limits.softLimit == 0 and limits.hardLimit == MEMORY_LIMIT_MAX:
+            return None
+        return limits.softLimit // _MIB, limits.hardLimit // _MIB
 
     def processes(self, index: int) -> list[GpuProcess]:
         """Compute processes on the GPU. On a MIG GPU, per MIG device: the parent

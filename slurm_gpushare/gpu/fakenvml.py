@@ -126,9 +126,18 @@ NVML_DEVICE_NAME_V2_BUFFER_SIZE = 96
 NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE = 32
 NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE = 16
 
+NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE = 80
+NVML_DEVICE_MEMORY_LIMIT_MAX = 0xFFFFFFFFFFFFFFFF  # hardLimit meaning "no limit" (nvmlSetMemoryLimits_v1_t)
+
 nvmlGpuInstanceProfileInfo_v2 = 0x02000098
 nvmlComputeInstanceProfileInfo_v2 = 0x02000088
 
+# Per-cgroup memory limits (nvmlDeviceSetMemoryLimits_v1, "MPS v3 memory partitioning") come with driver
+# r615 / CUDA 13.4 (NVIDIA's MPS documentation); an older libnvidia-ml has no such symbol, which pynvml
+# reports as NVML_ERROR_FUNCTION_NOT_FOUND. The fake's driver is r580 unless built or set otherwise.
+DEFAULT_DRIVER = "580.65.06"
+MEMORY_LIMITS_DRIVER = 615
+DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
 _NOT_MIG = 0xFFFFFFFF  # gpuInstanceId / computeInstanceId of a process outside MIG (NVML-H)
 _MIB = 1 << 20
 
@@ -253,6 +262,15 @@ class c_nvmlComputeInstanceProfileInfo_v2_t(_Printable):
 
 class c_nvmlMemory_t(_Printable):
     _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+class c_nvmlSetMemoryLimits_v1_t(_Printable):
+    _fields_ = [("nameSpace", ctypes.c_char_p), ("softLimit", ctypes.c_ulonglong), ("hardLimit", ctypes.c_ulonglong)]
+
+
+class c_nvmlGetMemoryLimits_v1_t(_Printable):
+    _fields_ = [("nameSpace", ctypes.c_char_p), ("softLimit", ctypes.c_ulonglong), ("hardLimit", ctypes.c_ulonglong),
+                ("currentUsed", ctypes.c_ulonglong)]
 
 
 class nvmlPciInfo_t(_Printable):
@@ -467,10 +485,12 @@ class FakeNvml:
 
     NVMLError = NVMLError
 
-    def __init__(self, state_path: str | os.PathLike):
+    def __init__(self, state_path: str | os.PathLike, euid: int | None = None):
+        """``euid``: the effective uid root-only calls are judged by (default: this process's, read per call)."""
         self.state_path = Path(state_path)
         self._lock_path = self.state_path.with_name(self.state_path.name + ".lock")
         self._inits = 0
+        self._euid = euid
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
@@ -486,17 +506,20 @@ class FakeNvml:
 
     @classmethod
     def build(cls, state_path, model: str = "H100-SXM5-80GB", count: int = 8, mig_enabled=(4, 5),
-              minors=None, seed: str = "") -> FakeNvml:
+              minors=None, seed: str = "", driver: str = DEFAULT_DRIVER, cgroup_root: str = DEFAULT_CGROUP_ROOT) -> FakeNvml:
         """Write a fresh state: ``count`` GPUs of ``model``, MIG mode on for ``mig_enabled``
-        (no instances yet), device minors ``minors`` (default: equal to the index)."""
+        (no instances yet), device minors ``minors`` (default: equal to the index), driver version
+        ``driver`` (r615+ offers per-cgroup memory limits), cgroup v2 mounted at ``cgroup_root``."""
         gpu_model = _builder_model(model)
         minors = list(range(count)) if minors is None else list(minors)
         _check_build(gpu_model, count, list(mig_enabled), minors)
+        _driver_major(driver)
         fake = cls(state_path)
         gpus = [_new_gpu(gpu_model, i, minors[i], i in set(mig_enabled), seed) for i in range(count)]
         fake.state_path.parent.mkdir(parents=True, exist_ok=True)
         with fake._locked(write=True, fresh=True) as state:
-            state.update({"format": STATE_FORMAT, "serial": 0, "gpus": gpus})
+            state.update({"format": STATE_FORMAT, "serial": 0, "gpus": gpus, "driver_version": driver,
+                          "cgroup_root": str(cgroup_root)})
         _write_text(fake.mig_minors_path, mig_minors_text())
         return fake
 
@@ -531,6 +554,12 @@ class FakeNvml:
                                     "support; set DEFAULT first")
             gpu["mig_current"] = int(current)
             gpu["mig_pending"] = int(current if pending is None else pending)
+
+    def set_driver(self, version: str) -> None:
+        """An admin installs another driver (its version as nvidia-smi prints it, e.g. 615.20.01)."""
+        _driver_major(version)
+        with self._locked(write=True) as state:
+            state["driver_version"] = version
 
     # ---- state file ----------------------------------------------------------
 
@@ -706,6 +735,56 @@ class FakeNvml:
             if not get_model(gpu["model"]).mig_capable:
                 _fail(NVML_ERROR_NOT_SUPPORTED)
             return [gpu["mig_current"], gpu["mig_pending"]]
+
+    # ---- driver, per-cgroup memory limits (MPS v3 memory partitioning) ------------------
+
+    def nvmlSystemGetDriverVersion(self):
+        with self._nvml() as state:
+            return _driver(state)
+
+    def nvmlDeviceSetMemoryLimits_v1(self, device, limits):
+        """Root sets the memory a cgroup's processes may allocate on a non-MIG GPU (r615+): softLimit
+        (guaranteed; dmem.min) and hardLimit (allocations beyond fail; dmem.max), in bytes; softLimit 0 with
+        hardLimit NVML_DEVICE_MEMORY_LIMIT_MAX clears them (nvmlSetMemoryLimits_v1_t). ``limits`` is the
+        structure itself: pynvml passes it by reference. What NVIDIA does not document is refused loudly."""
+        target = _limits_struct(limits, c_nvmlSetMemoryLimits_v1_t)
+        with self._nvml(write=True) as state:
+            gpu = self._limits_gpu(state, device)
+            if (os.geteuid() if self._euid is None else self._euid) != 0:
+                _fail(NVML_ERROR_NO_PERMISSION)
+            path = _cgroup_path(state, target.nameSpace)
+            soft, hard = target.softLimit, target.hardLimit
+            limits_of = gpu.setdefault("memory_limits", {})
+            if soft == 0 and hard == NVML_DEVICE_MEMORY_LIMIT_MAX:
+                limits_of.pop(path, None)
+                return
+            if hard == 0 or soft > hard or hard > get_model(gpu["model"]).memory_mib * _MIB:
+                _unconfirmed(f"nvmlDeviceSetMemoryLimits_v1 with softLimit {soft}, hardLimit {hard} (zero, soft above "
+                             "hard, or above the GPU's memory)")
+            limits_of[path] = {"soft": soft, "hard": hard}
+
+    def nvmlDeviceGetMemoryLimits_v1(self, device, limits):
+        """The limits set for ``limits.nameSpace`` (none: softLimit 0, hardLimit NVML_DEVICE_MEMORY_LIMIT_MAX).
+        currentUsed is 0: the fake does not place processes in cgroups."""
+        target = _limits_struct(limits, c_nvmlGetMemoryLimits_v1_t)
+        with self._nvml() as state:
+            gpu = self._limits_gpu(state, device)
+            found = gpu.get("memory_limits", {}).get(_cgroup_path(state, target.nameSpace))
+        target.softLimit = found["soft"] if found else 0
+        target.hardLimit = found["hard"] if found else NVML_DEVICE_MEMORY_LIMIT_MAX
+        target.currentUsed = 0
+
+    def _limits_gpu(self, state: dict, device) -> dict:
+        """A GPU memory limits apply to: the driver has the function (r615+), the handle is a whole GPU, MIG is off
+        ("MIG handles are not supported"; MIG is "explicitly unsupported")."""
+        if _driver_major(_driver(state)) < MEMORY_LIMITS_DRIVER:
+            _fail(NVML_ERROR_FUNCTION_NOT_FOUND)
+        if isinstance(device, _Mig):
+            _fail(NVML_ERROR_NOT_SUPPORTED)
+        gpu = self._gpu(state, device)
+        if gpu["mig_current"]:
+            _fail(NVML_ERROR_NOT_SUPPORTED)
+        return gpu
 
     # ---- compute mode --------------------------------------------------------------
 
@@ -1063,6 +1142,35 @@ def _check_process_target(gpu: dict, gi: int | None, ci: int | None) -> None:
         return
     if not any(g["id"] == gi and any(c["id"] == ci for c in g["cis"]) for g in gpu["instances"]):
         raise FakeNvmlError(f"fake GPU {gpu['index']} is in MIG mode: name an existing GI and CI, not gi={gi} ci={ci}")
+
+
+def _driver(state: dict) -> str:
+    """The state's driver version; states written before it was kept are r580."""
+    return state.get("driver_version", DEFAULT_DRIVER)
+
+
+def _driver_major(version: str) -> int:
+    head = version.split(".", 1)[0]
+    if not head.isdigit() or not version.replace(".", "").isdigit():
+        raise FakeNvmlError(f"driver version {version!r} is not as nvidia-smi prints it, e.g. 615.20.01")
+    return int(head)
+
+
+def _limits_struct(limits, cls):
+    if not isinstance(limits, cls):
+        raise TypeError(f"pass a {cls.__name__} (pynvml passes it by reference itself), got {limits!r}")
+    return limits
+
+
+def _cgroup_path(state: dict, name) -> str:
+    """nameSpace: the full path of a cgroup directory under the cgroup v2 mount; anything else INVALID_ARGUMENT."""
+    root = Path(state.get("cgroup_root", DEFAULT_CGROUP_ROOT))
+    path = Path(name) if isinstance(name, str) and name else None
+    if path is None or not path.is_absolute() or ".." in path.parts or root not in (path, *path.parents):
+        _fail(NVML_ERROR_INVALID_ARGUMENT)
+    if path.is_symlink() or not path.is_dir():
+        _fail(NVML_ERROR_INVALID_ARGUMENT)
+    return str(path)
 
 
 def _write_text(path: Path, text: str) -> None:

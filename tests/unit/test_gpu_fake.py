@@ -439,7 +439,7 @@ def test_constants_and_error_classes_match_pynvml():
 @pytest.mark.parametrize("name", [
     "c_nvmlGpuInstancePlacement_t", "c_nvmlComputeInstancePlacement_t", "c_nvmlGpuInstanceProfileInfo_t",
     "c_nvmlGpuInstanceProfileInfo_v2_t", "c_nvmlComputeInstanceProfileInfo_t", "c_nvmlComputeInstanceProfileInfo_v2_t",
-    "c_nvmlMemory_t", "nvmlPciInfo_t",
+    "c_nvmlMemory_t", "nvmlPciInfo_t", "c_nvmlSetMemoryLimits_v1_t", "c_nvmlGetMemoryLimits_v1_t",
 ])
 def test_structures_match_pynvml(name):
     pynvml = pytest.importorskip("pynvml")
