@@ -21,11 +21,13 @@ from pathlib import Path
 from ..atomic import atomic_write
 from ..errors import GpushareError
 from . import decide as d
+from ..slurm.reservations import lock_name
 from .state import Change, State, StateFile
 
 DEFAULT_NODE_CONFIG = "/etc/gpushare/node.yaml"
 GPU_NAMES = ("gpu", "mps", "shard")
 SLACK = 600.0  # s the lock outlives the wait and the relayout job (cron's period, slurmctld re-executing)
+CLOCK_SKEW = 120.0  # s a relayout job's submit time (slurmctld's clock) may read before its change began (ours)
 
 
 class LiveApplyError(GpushareError):
@@ -109,6 +111,7 @@ class LiveApply:
         site, doc = self.current_site()
         state = self.store.read()
         locks = frozenset(r.node for r in self.reservations.locks())
+        locks -= self._release_orphans(locks - set(state.in_flight()), report)
         snap = snapshot_from_client(self.client, site, now, state.changes(), locks)
         if state.weights:  # the nodes whose weight this planner set: it puts the policy's back when done
             snap = replace(snap, steered=dict(state.weights))
@@ -116,13 +119,42 @@ class LiveApply:
         report.plan = plan
         gpu_jobs = gpu_jobs_by_node(snap)
         job_ends = {c.job: self.reservations.job_end(c.job) for c in state.in_flight().values() if c.job is not None}
+        found = {n: self._relayout_jobs(c, state) for n, c in state.in_flight().items() if c.phase == "submitting"}
         nodes = {n: (tuple(v.state), v.reason) for n, v in snap.nodes.items()}
         actions = d.decide(now, state, locks, gpu_jobs, job_ends, nodes, plan.proposals, self.live.max_wait,
-                           self.relayout_limit, getattr(plan, "weights", ()))
+                           self.relayout_limit, getattr(plan, "weights", ()), found)
         report.actions = actions
         for action in actions:
             self._execute(action, gpu_jobs, report)
         return report
+
+    # ---- recovery -------------------------------------------------------------------------------
+    def _release_orphans(self, nodes, report: RunReport) -> frozenset[str]:
+        """Delete the gpushare-relayout locks no change in flight owns (a run that stopped between deleting a
+        lock's record and the lock, or a planner before intents were recorded): every lock a planner makes is
+        made under the state file's lock after its intent is recorded, so one without an owner under that lock
+        has none. The nodes whose lock went."""
+        if not nodes:
+            return frozenset()
+        gone = set()
+        with self.store.locked():
+            state = self.store.read()
+            for node in sorted(set(nodes) - set(state.in_flight())):
+                try:
+                    self.reservations.delete_lock(node)
+                except GpushareError as exc:  # a relayout job still in it: "in use"
+                    self._say(report, f"{node}: lock {lock_name(node)} has no change recorded and was not "
+                                      f"deleted: {exc}")
+                    continue
+                gone.add(node)
+                self._say(report, f"{node}: deleted lock {lock_name(node)}: no change in flight owns it")
+        return frozenset(gone)
+
+    def _relayout_jobs(self, change: Change, state: State) -> tuple[int, ...]:
+        """The root jobs named for the change's node submitted since it began, less the node's earlier changes'."""
+        known = {c.job for c in state.history if c.node == change.node and c.job is not None}
+        jobs = self.reservations.relayout_jobs(change.node, change.locked_at - CLOCK_SKEW)
+        return tuple(j for j in jobs if j not in known)
 
     # ---- execute --------------------------------------------------------------------------------
     def _say(self, report: RunReport, line: str) -> None:
@@ -139,12 +171,19 @@ class LiveApply:
             self._end(action.node, "gave_up", action.why, report, delete=True)
         elif isinstance(action, d.Relayout):
             self._relayout(action.node, report)
+        elif isinstance(action, d.Drop):
+            self._drop(action.node, action.why, report)
+        elif isinstance(action, d.Found):
+            self._found(action.node, action.job, report)
         elif isinstance(action, d.Finish):
             if action.drain:
                 self.client.drain(action.node, action.drain[:200])
             self._end(action.node, "done" if action.ok else "failed", action.result, report, delete=True)
         elif isinstance(action, d.SetWeight):
             self._weight(action.change, report)
+        elif isinstance(action, d.Adopt):
+            if self._adopt(action.node, action.why, report) and not gpu_jobs.get(action.node):
+                self._relayout(action.node, report)
         elif isinstance(action, d.Take):
             if self._take(action.proposal, report) and not gpu_jobs.get(action.proposal.node):
                 self._relayout(action.proposal.node, report)
@@ -152,66 +191,122 @@ class LiveApply:
             raise LiveApplyError(f"unknown action {action!r}")
 
     def _take(self, p, report: RunReport) -> bool:
-        """Lock the node and record the change as waiting; False when another planner has it."""
-        from ..slurm.reservations import LockHeld
+        """Record the intent (locking), lock the node, record the change as waiting, all under the state file's
+        lock; False when the node's record is newer than this run's view or the lock is held."""
+        from ..slurm.reservations import ReservationError
 
         duration = self.live.max_wait + self.relayout_limit + SLACK
-        try:
-            self.reservations.create_lock(p.node, duration)
-        except LockHeld as exc:
-            self._say(report, f"{p.node}: not changed: {exc}")
-            return False
         now = self.clock()
         with self.store.locked():
             state = self.store.read()
             last = state.current.get(p.node)
             # another planner changed the node after this run's snapshot: its record is newer than our view allows
             if last is not None and (last.in_flight or now - last.changed_at < self.live.min_dwell):
-                self.reservations.delete_lock(p.node)
                 self._say(report, f"{p.node}: not changed: another planner recorded a change at "
                                   f"{last.changed_at:.0f} ({last.phase}) after this run looked")
                 return False
-            change = Change(node=p.node, gpu=p.gpu, old_layout=tuple(p.old_layout), new_layout=tuple(p.new_layout),
-                            phase="waiting", locked_at=now, line=p.line, planner=self.host,
+            intent = Change(node=p.node, gpu=p.gpu, old_layout=tuple(p.old_layout), new_layout=tuple(p.new_layout),
+                            phase="locking", locked_at=now, line=p.line, planner=self.host,
                             changes=tuple(getattr(p, "changes", ()) or ()),  # every GPU of the proposal
                             modes=tuple(getattr(p, "modes", ()) or ()))  # or every GPU of a change of modes
-            state.put(change)
+            state.put(intent)
+            self.store.write(state)
+            try:
+                self.reservations.create_lock(p.node, duration)
+            except ReservationError as exc:  # scontrol answered: no reservation of ours was made
+                state.take_back(p.node)
+                self.store.write(state)
+                self._say(report, f"{p.node}: not changed: {exc}")
+                return False
+            state.put(replace(intent, phase="waiting"))
             self.store.write(state)
         self._say(report, f"{p.node}: locked ({'+'.join(p.old_layout)} -> {'+'.join(p.new_layout)}): {p.line}")
         return True
 
-    def _relayout(self, node: str, report: RunReport) -> None:
-        """Write the live policy and the configuration, submit the root relayout job (all under the state lock)."""
+    def _adopt(self, node: str, why: str, report: RunReport) -> bool:
+        """A change recorded as locking whose lock exists: recorded waiting (under the lock, if still locking)."""
         with self.store.locked():
             state = self.store.read()
             change = state.current.get(node)
-            if change is None or change.phase != "waiting":
+            if change is None or change.phase != "locking":
+                return False
+            state.put(replace(change, phase="waiting"))
+            self.store.write(state)
+        self._say(report, f"{node}: locked: {why}")
+        return True
+
+    def _drop(self, node: str, why: str, report: RunReport) -> None:
+        """A change recorded as locking with no lock (under the lock, if still so): the record taken back, the
+        node's last ended change (the history's) its record again; nothing counted."""
+        with self.store.locked():
+            state = self.store.read()
+            change = state.current.get(node)
+            if change is None or change.phase != "locking":
+                return
+            state.take_back(node)
+            self.store.write(state)
+        self._say(report, f"{node}: change not started: {why}")
+
+    def _found(self, node: str, job: int, report: RunReport) -> None:
+        """A change recorded as submitting whose job exists: the job recorded as the change's (no second one)."""
+        with self.store.locked():
+            state = self.store.read()
+            change = state.current.get(node)
+            if change is None or change.phase != "submitting":
+                return
+            self._record_job(state, change, job)
+        self._say(report, f"{node}: relayout job {job} found by its name {lock_name(node)}: submitted by a run "
+                          f"that stopped before recording it ({change.planner})")
+
+    def _record_job(self, state: State, change: Change, job: int) -> None:
+        state.put(replace(change, phase="relayout", job=job, submitted_at=self.clock()))
+        self.store.write(state)
+
+    def _relayout(self, node: str, report: RunReport) -> None:
+        """Record the new layout (submitting), write the live policy and the configuration, extend the lock,
+        submit the root relayout job, record it (all under the state lock). A change recorded as submitting by
+        a run that stopped is taken on from there: its job is looked for first, and never submitted twice."""
+        with self.store.locked():
+            state = self.store.read()
+            change = state.current.get(node)
+            if change is None or change.phase not in ("waiting", "submitting"):
                 self._say(report, f"{node}: relayout already started by another planner")
                 return
-            before = {n: dict(v) for n, v in state.layouts.items()}
-            before_modes = {n: dict(v) for n, v in state.modes.items()}
-            if change.modes:  # all the GPUs of the change, one drain
-                state.modes.setdefault(node, {}).update(change.sharing)
+            if change.phase == "submitting":
+                jobs = self._relayout_jobs(change, state)
+                if jobs:
+                    self._record_job(state, change, min(jobs))
+                    self._say(report, f"{node}: relayout job {min(jobs)} found by its name {lock_name(node)}")
+                    return
             else:
-                state.layouts.setdefault(node, {}).update(change.layouts)
-            try:
-                self._write_policy(state)
-                self.reservations.extend_lock(node, self.relayout_limit + SLACK)
-                job = self.reservations.submit_relayout(
-                    node, str(self.policy_file), log=self._log(node), time_limit_s=self.relayout_limit,
-                    partition=self._partition(node), node_config=self.node_config)
-            except (GpushareError, ValueError) as exc:  # ValueError: with_layout refuses the layout
-                # nothing ran on the node: put the live policy and the configuration back, end the attempt
-                state.layouts, state.modes = before, before_modes
-                self._write_policy(state)
-                self.reservations.delete_lock(node)
-                state.put(replace(change, phase="failed", ended_at=self.clock(), result=f"not started: {exc}"))
+                change = state.apply(change)  # the intent: the live policy's new entries and the node's prior
+                state.put(change)
                 self.store.write(state)
-                self._say(report, f"{node}: relayout not started, live policy put back: {exc}")
+            try:
+                job = self._submit(node, state)
+            except (GpushareError, ValueError) as exc:  # ValueError: with_layout refuses the layout
+                self._not_started(state, change, exc, report)
                 return
-            state.put(replace(change, phase="relayout", job=job, submitted_at=self.clock()))
-            self.store.write(state)
+            self._record_job(state, change, job)
         self._say(report, f"{node}: wrote {self.policy_file}, rendered into {self.conf_dir}, relayout job {job}")
+
+    def _submit(self, node: str, state: State) -> int:
+        self._write_policy(state)
+        self.reservations.extend_lock(node, self.relayout_limit + SLACK)
+        return self.reservations.submit_relayout(
+            node, str(self.policy_file), log=self._log(node), time_limit_s=self.relayout_limit,
+            partition=self._partition(node), node_config=self.node_config)
+
+    def _not_started(self, state: State, change: Change, exc: Exception, report: RunReport) -> None:
+        """Nothing ran on the node: delete the lock (first: a job in it keeps it, and the record, for the next
+        run), put the live policy and the configuration back, end the attempt."""
+        node = change.node
+        self.reservations.delete_lock(node)
+        state.restore(change)
+        self._write_policy(state)
+        state.put(replace(change, phase="failed", ended_at=self.clock(), result=f"not started: {exc}"))
+        self.store.write(state)
+        self._say(report, f"{node}: relayout not started, live policy put back: {exc}")
 
     def _weight(self, w, report: RunReport) -> None:
         """``scontrol update nodename=<node> weight=<n>`` through the client; recorded so the policy's comes back
@@ -227,16 +322,22 @@ class LiveApply:
         self._say(report, f"{w.node}: weight {w.old} -> {w.new}: {w.line}")
 
     def _end(self, node: str, phase: str, why: str, report: RunReport, *, delete: bool) -> None:
+        """End the change in flight. Lost or given up: the live policy and the configuration are put back first
+        when the change had written its layout (a run that stopped while submitting)."""
         with self.store.locked():
             state = self.store.read()
             change = state.current.get(node)
             if change is None or not change.in_flight:
                 return
+            put_back = phase in ("lost", "gave_up") and change.prior is not None
+            if put_back:
+                state.restore(change)
+                self._write_policy(state)
             if delete:
                 self.reservations.delete_lock(node)
             state.put(replace(change, phase=phase, ended_at=self.clock(), result=why))
             self.store.write(state)
-        self._say(report, f"{node}: {phase.replace('_', ' ')}: {why}")
+        self._say(report, f"{node}: {phase.replace('_', ' ')}: {why}{'; live policy put back' if put_back else ''}")
 
     # ---- the files ------------------------------------------------------------------------------
     def _write_policy(self, state: State) -> None:

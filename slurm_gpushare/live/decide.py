@@ -1,13 +1,25 @@
 """What one run of the live planner does next (pure: data in, actions out; ``apply`` carries them out).
 
-For each change in flight (``state.Change``, phase waiting or relayout):
+For each change in flight (``state.Change``, phase locking, waiting, submitting or relayout):
 
+- locking (a run recorded the intent to lock the node, then stopped): its
+  lock there: ``Adopt`` (the lock is the change's: recorded waiting, and on
+  as waiting); no lock: ``Drop`` (nothing was made: the record is taken
+  back, the node's last change is its record again, and a later run
+  proposes the change anew if it is still worth it);
 - waiting, its lock gone (expired, or deleted by hand): ``Lost`` (kept as an
   attempt: the dwell holds);
 - waiting, GPU jobs still on the node: ``Wait``, or ``GiveUp`` once the lock
   is older than ``live.max_wait`` (the lock is deleted, the attempt kept);
 - waiting, no GPU job left on the node: ``Relayout`` (write the live policy,
   render, submit the root job);
+- submitting (a run recorded the new layout, then stopped somewhere among
+  the live policy, the configuration, the lock's extension and ``sbatch``):
+  a root job named for the node submitted since the change began: ``Found``
+  (recorded as the change's relayout job; never a second one); none, the lock
+  there: ``Relayout`` (the same steps again: each is idempotent, and the job
+  is looked for once more under the state file's lock); none and no lock:
+  ``Lost`` (the live policy is put back);
 - relayout, the job still pending or running: ``Wait``;
 - relayout, the job ended: ``Finish`` (COMPLETED 0:0: done; anything else:
   failed, the node left drained with a reason that names the job).
@@ -61,6 +73,30 @@ class Finish:
 
 
 @dataclass(frozen=True)
+class Adopt:
+    """A change recorded as locking whose lock exists: the run that made it stopped before recording it."""
+
+    node: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Drop:
+    """A change recorded as locking with no lock: taken back, as if never recorded."""
+
+    node: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Found:
+    """A change recorded as submitting whose relayout job exists: recorded as the change's job."""
+
+    node: str
+    job: int
+
+
+@dataclass(frozen=True)
 class Take:
     proposal: object  # planner.live.Proposal
 
@@ -72,16 +108,23 @@ class SetWeight:
 
 def decide(now: float, state: State, locks: frozenset[str], gpu_jobs: dict[str, tuple[int, ...]],
            job_ends: dict[int, object], node_states: dict[str, tuple[tuple[str, ...], str]], proposals,
-           max_wait: float, relayout_limit: float, weights=()) -> list:
+           max_wait: float, relayout_limit: float, weights=(), found=None) -> list:
     """The actions of this run, changes in flight first (in node order), then the proposals to start, then the
     weight changes (``weights``: the plan's; a node under a change of its own keeps its weight).
 
     ``gpu_jobs``: node -> GPU jobs running there; ``job_ends``: relayout job id -> ``JobEnd`` or None (sacct has
-    no record yet); ``node_states``: node -> (Slurm state words, reason)."""
+    no record yet); ``node_states``: node -> (Slurm state words, reason); ``found``: node -> ids of the relayout
+    jobs found by name for a change recorded as submitting."""
     actions: list = []
+    found = found or {}
     for node, change in sorted(state.in_flight().items()):
-        actions.append(_next(now, change, node in locks, gpu_jobs.get(node, ()), job_ends.get(change.job),
-                             node_states.get(node, ((), "")), max_wait, relayout_limit))
+        if change.phase == "locking":
+            actions.append(_locking(change, node in locks))
+        elif change.phase == "submitting":
+            actions.append(_submitting(change, node in locks, found.get(node, ())))
+        else:
+            actions.append(_next(now, change, node in locks, gpu_jobs.get(node, ()), job_ends.get(change.job),
+                                 node_states.get(node, ((), "")), max_wait, relayout_limit))
     busy = set(state.in_flight())
     for p in proposals:
         if p.node not in busy:
@@ -89,6 +132,21 @@ def decide(now: float, state: State, locks: frozenset[str], gpu_jobs: dict[str, 
             busy.add(p.node)
     actions += [SetWeight(w) for w in weights if w.node not in busy]
     return actions
+
+
+def _locking(change: Change, locked: bool):
+    if locked:
+        return Adopt(change.node, f"its lock was made by a run that stopped before recording it ({change.planner})")
+    return Drop(change.node, f"the run that meant to lock it ({change.planner}) stopped before its reservation was made")
+
+
+def _submitting(change: Change, locked: bool, jobs):
+    if jobs:
+        return Found(change.node, min(jobs))
+    if not locked:
+        return Lost(change.node, f"its lock disappeared before the relayout job of the run that stopped "
+                                 f"({change.planner}) was submitted")
+    return Relayout(change.node)
 
 
 def _next(now, change: Change, locked: bool, jobs, end, node_state, max_wait, relayout_limit):

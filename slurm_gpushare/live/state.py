@@ -28,7 +28,10 @@ from ..atomic import atomic_write
 from ..errors import GpushareError
 
 FORMAT = "gpushare-live-state/1"
-IN_FLIGHT = ("waiting", "relayout")
+# locking: the intent to take the node's lock, written before the reservation is created; submitting: the live
+# policy's new layout recorded (with the node's entries before it, ``Change.prior``), written before the live
+# policy, the rendered configuration and the relayout job. A run that finds either finishes or undoes the step.
+IN_FLIGHT = ("locking", "waiting", "submitting", "relayout")
 ENDED = ("done", "failed", "gave_up", "lost")
 HISTORY = 200  # ended changes kept (newest last)
 
@@ -45,7 +48,7 @@ class Change:
     gpu: int
     old_layout: tuple[str, ...]
     new_layout: tuple[str, ...]
-    phase: str  # waiting, relayout, done, failed, gave_up, lost
+    phase: str  # locking, waiting, submitting, relayout, done, failed, gave_up, lost
     locked_at: float  # the lock (reservation) was taken
     line: str = ""  # the proposal's report line
     job: int | None = None  # the relayout job
@@ -59,6 +62,9 @@ class Change:
     # a change of GPU modes (planner.live Proposal.modes): (gpu, old mode text, new sharing entry); old_layout and
     # new_layout then hold the first GPU's modes as text
     modes: tuple[tuple[int, str, dict], ...] = ()
+    # the node's entries of State.layouts and State.modes before this change wrote its own (set with the phase
+    # submitting): what the live policy is put back to when the change is lost, given up or not started
+    prior: dict | None = None
 
     @property
     def layouts(self) -> dict[int, tuple[str, ...]]:
@@ -88,6 +94,8 @@ class Change:
 
     @classmethod
     def from_json(cls, data: dict) -> Change:
+        if not isinstance(data, dict) or not isinstance(data.get("prior"), (dict, type(None))):
+            raise StateError(f"live state: a change record is not one of {FORMAT}: prior is not a mapping: {data!r}")
         try:
             changes = tuple((int(g), tuple(old), tuple(new)) for g, old, new in data.get("changes") or ())
             modes = tuple((int(g), str(old), dict(new)) for g, old, new in data.get("modes") or ())
@@ -114,6 +122,44 @@ class State:
 
     def in_flight(self) -> dict[str, Change]:
         return {n: c for n, c in self.current.items() if c.in_flight}
+
+    def take_back(self, node: str) -> None:
+        """Forget the node's current record (an intent that made nothing): its last ended change, kept in the
+        history, is its record again (its time still holds the node back for live.min_dwell); none: no record."""
+        self.current.pop(node, None)
+        last = next((c for c in reversed(self.history) if c.node == node), None)
+        if last is not None:
+            self.current[node] = last  # as it was: not put(), which would count it again
+
+    def node_entries(self, node: str) -> dict:
+        """The node's entries of ``layouts`` and ``modes`` as JSON (``Change.prior``)."""
+        return {"layouts": {str(g): list(l) for g, l in sorted(self.layouts.get(node, {}).items())},
+                "modes": {str(g): dict(e) for g, e in sorted(self.modes.get(node, {}).items())}}
+
+    def apply(self, change: Change) -> Change:
+        """Record the change's layouts (or modes) for the live policy; the change with ``prior`` and phase
+        submitting. Once: a change that has ``prior`` already is returned as it is."""
+        if change.prior is not None:
+            return change
+        prior = self.node_entries(change.node)
+        if change.modes:  # all the GPUs of the change, one drain
+            self.modes.setdefault(change.node, {}).update(change.sharing)
+        else:
+            self.layouts.setdefault(change.node, {}).update(change.layouts)
+        return replace(change, phase="submitting", prior=prior)
+
+    def restore(self, change: Change) -> None:
+        """Put the node's entries back as they were before ``change`` applied its own (nothing when it did not)."""
+        if change.prior is None:
+            return
+        node = change.node
+        layouts = {int(g): tuple(l) for g, l in (change.prior.get("layouts") or {}).items()}
+        modes = {int(g): dict(e) for g, e in (change.prior.get("modes") or {}).items()}
+        for table, entries in ((self.layouts, layouts), (self.modes, modes)):
+            if entries:
+                table[node] = entries
+            else:
+                table.pop(node, None)
 
     def put(self, change: Change) -> None:
         before = self.current.get(change.node)

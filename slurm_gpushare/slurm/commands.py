@@ -110,3 +110,15 @@ def delete_reservation(name: str) -> list[str]:
 
 def update_reservation_end(name: str, minutes: int) -> list[str]:
     return ["scontrol", "update", f"ReservationName={name}", f"EndTime=now+{int(minutes)}minutes"]
+
+
+def root_jobs_named(name: str) -> list[str]:
+    """root's jobs of this name slurmctld still holds, in any state (run with SLURM_TIME_FORMAT=%s: %V, the submit
+    time, in epoch seconds)."""
+    return ["squeue", "--all", "-h", "-t", "all", "-u", "root", f"--name={name}", "-o", "%i|%T|%V"]
+
+
+def root_jobs_named_since(name: str, start: str) -> list[str]:
+    """root's jobs of this name in accounting from ``start`` on (``YYYY-MM-DDTHH:MM:SS``, local time; run with
+    SLURM_TIME_FORMAT=%s: Submit in epoch seconds)."""
+    return ["sacct", "-X", "-P", "-n", "-u", "root", f"--name={name}", "-S", start, "-o", "JobID,State,Submit"]

@@ -199,6 +199,31 @@ class Reservations:
             raise ReservationError(f"sbatch for the relayout of {node} printed {res.stdout.strip()!r}, not a job id")
         return int(word)
 
+    def relayout_jobs(self, node: str, since: float) -> list[int]:
+        """Ids of root's jobs named ``gpushare-relayout-<node>`` submitted at or after ``since`` (epoch s), from
+        slurmctld (squeue: a job just submitted, before slurmdbd has it) and from accounting (sacct: a job already
+        gone from slurmctld's memory, MinJobAge after its end). How a run finds the job an earlier run submitted
+        but did not live to record. Only root's: any user may name a job so, none may submit one as root."""
+        import time
+
+        name, env = lock_name(node), epoch_env(self.env)
+        found: set[int] = set()
+        queued = self.runner(commands.root_jobs_named(name), timeout=self.timeout, check=True, env=env).stdout
+        start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since))
+        accounted = self.runner(commands.root_jobs_named_since(name, start), timeout=self.timeout, check=True,
+                                env=env).stdout
+        for source, text in (("squeue", queued), ("sacct", accounted)):
+            for line in text.splitlines():
+                words = line.strip().split("|")
+                if not line.strip():
+                    continue
+                if len(words) != 3 or not words[0].isdigit():
+                    raise ReservationError(f"{source} of the jobs named {name}: unexpected line {line!r} "
+                                           "(want job id|state|submit time)")
+                if words[2].isdigit() and int(words[2]) >= since:
+                    found.add(int(words[0]))
+        return sorted(found)
+
     def job_end(self, job_id: int) -> JobEnd | None:
         """The job as sacct has it (None: slurmdbd has no record of it yet)."""
         fields = ("JobID", "State", "ExitCode", "End", "NodeList")

@@ -29,6 +29,9 @@ class FakeJob:
     exit_code: str = "0:0"
     end: int | None = None
     in_sacct: bool = True
+    user: str = "root"
+    submit: int = 0
+    in_squeue: bool = True  # False: slurmctld forgot it (MinJobAge after its end); sacct still has it
 
 
 @dataclass
@@ -46,7 +49,8 @@ class FakeCtld:
     def __call__(self, argv, *, input=None, timeout=60.0, check=True, env=None) -> Result:
         argv = tuple(argv)
         self.calls.append(argv)
-        tool = {"scontrol": self._scontrol, "sbatch": self._sbatch, "sacct": self._sacct}.get(argv[0])
+        tool = {"scontrol": self._scontrol, "sbatch": self._sbatch, "sacct": self._sacct,
+                "squeue": self._squeue}.get(argv[0])
         if tool is None:
             raise UnknownCommand(f"not a command the live apply path runs: {argv!r}")
         code, out, err = tool(list(argv[1:]), input, env)
@@ -131,12 +135,32 @@ class FakeCtld:
             return 1, "", "sbatch: error: Batch job submission failed: Requested reservation is invalid\n"
         self.next_id += 1
         self.jobs[self.next_id] = FakeJob(self.next_id, opts.get("job-name", ""), opts.get("nodelist", ""),
-                                          opts["reservation"], input, opts)
+                                          opts["reservation"], input, opts, submit=int(self.now))
         return 0, f"{self.next_id}\n", ""
+
+    def user_job(self, name: str, user: str) -> int:
+        """A user's job named as the planner names its own (any user may choose a job's name)."""
+        self.next_id += 1
+        self.jobs[self.next_id] = FakeJob(self.next_id, name, "", "", "#!/bin/sh\n", {}, user=user,
+                                          submit=int(self.now))
+        return self.next_id
+
+    def _squeue(self, args, input, env):
+        """``squeue --all -h -t all -u USER --name=NAME -o %i|%T|%V`` (the jobs named so, of that user)."""
+        if len(args) != 9 or args[:5] != ["--all", "-h", "-t", "all", "-u"] or not args[6].startswith("--name=") \
+                or args[7:] != ["-o", "%i|%T|%V"]:
+            raise UnknownCommand(f"squeue {args!r}")
+        if (env or {}).get("SLURM_TIME_FORMAT") != "%s":
+            raise UnknownCommand("squeue without SLURM_TIME_FORMAT=%s: %V would not be epoch seconds")
+        name = args[6].split("=", 1)[1]
+        return 0, "".join(f"{j.job_id}|{j.state}|{j.submit}\n" for j in self.jobs.values()
+                          if j.name == name and j.user == args[5] and j.in_squeue), ""
 
     def _sacct(self, args, input, env):
         if args[:4] == ["-a", "-X", "-P", "--noheader"]:
             return self._history(args, env)
+        if args[:5] == ["-X", "-P", "-n", "-u", "root"]:
+            return self._named(args, env)
         if args[:6] != ["-a", "-X", "-P", "-n", "-o", "JobID,State,ExitCode,End,NodeList"] or args[6] != "-j":
             raise UnknownCommand(f"sacct {args!r}")
         if (env or {}).get("SLURM_TIME_FORMAT") != "%s":
@@ -146,6 +170,21 @@ class FakeCtld:
             return 0, "", ""
         end = str(job.end) if job.end else "Unknown"
         return 0, f"{job.job_id}|{job.state}|{job.exit_code}|{end}|{job.node}\n", ""
+
+    def _named(self, args, env):
+        """``sacct -X -P -n -u root --name=NAME -S START -o JobID,State,Submit``: the jobs of that name accounting has
+        (submitted before START too: sacct selects by the time a job was eligible or ran, not by its submission)."""
+        import time
+
+        if len(args) != 10 or not args[5].startswith("--name=") or args[6] != "-S" \
+                or args[8:] != ["-o", "JobID,State,Submit"]:
+            raise UnknownCommand(f"sacct {args!r}")
+        if (env or {}).get("SLURM_TIME_FORMAT") != "%s":
+            raise UnknownCommand("sacct without SLURM_TIME_FORMAT=%s: Submit would not be epoch seconds")
+        time.strptime(args[7], "%Y-%m-%dT%H:%M:%S")  # the form sacct takes; anything else raises
+        name = args[5].split("=", 1)[1]
+        return 0, "".join(f"{j.job_id}|{j.state}|{j.submit}\n" for j in self.jobs.values()
+                          if j.name == name and j.user == "root" and j.in_sacct), ""
 
     def _history(self, args, env):
         """The live planner's history (slurm/history.py): the jobs that ended in the window, its finished fake

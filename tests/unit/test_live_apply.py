@@ -395,14 +395,40 @@ def test_gpu_jobs_past_max_wait_give_the_change_up(world):
     assert state.current[NODE].phase == "gave_up" and not ctld.reservations and not ctld.jobs
 
 
-def test_a_node_locked_by_another_planner_is_left_alone(world):
+class LocksFirst:
+    """The fake Slurm, where someone else (an admin, a planner of an earlier version) creates the node's
+    reservation just before this run does."""
+
+    def __init__(self, ctld):
+        self.ctld = ctld
+
+    def __call__(self, argv, **kw):
+        if list(argv[:3]) == ["scontrol", "create", "reservation"]:
+            self.ctld(argv, **kw)
+        return self.ctld(argv, **kw)
+
+
+def test_a_lock_made_by_someone_else_while_this_run_takes_the_node_is_left_alone(world):
     live, ctld, planner = world
-    Reservations(ctld).create_lock(NODE, 600)  # the other planner
     planner.proposals = (P(NODE),)
-    planner.plan_live = lambda site, snap, doc=None: Plan((P(NODE),))  # as if this run looked before the other locked
+    live.reservations = Reservations(LocksFirst(ctld))
     report = live.run_once()
     assert any("another planner holds the node" in line for line in report.lines)
-    assert live.store.read().current == {} and not ctld.jobs
+    assert live.store.read().current == {} and not ctld.jobs  # the intent taken back: no record, nothing counted
+    assert lock_name(NODE) in ctld.reservations  # theirs, left alone in this run
+
+
+def test_a_lock_no_change_owns_is_deleted_unless_a_job_runs_in_it(world):
+    live, ctld, planner = world
+    res = Reservations(ctld)
+    res.create_lock(NODE, 600)  # a run that deleted its change's record, then stopped
+    report = live.run_once()
+    assert not ctld.reservations and any("no change in flight owns it" in line for line in report.lines)
+    res.create_lock(NODE, 600)
+    job = res.submit_relayout(NODE, "/etc/slurm/live.yaml", log="/var/log/r.log", time_limit_s=60)
+    report = live.run_once()
+    assert lock_name(NODE) in ctld.reservations and ctld.jobs[job].state == "PENDING"
+    assert any("has no change recorded and was not deleted" in line and "in use" in line for line in report.lines)
 
 
 def test_a_change_recorded_by_another_planner_after_the_snapshot_releases_the_new_lock(world):
