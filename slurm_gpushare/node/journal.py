@@ -11,17 +11,38 @@ could drift from the journals.
 
 The task prolog reads, as the job's user, the journal's ``.task`` twin (see
 ``paths``): written after the journal once it is ``ready``, removed before
-the journal changes state or goes. Both are world-readable (0644) and hold
-only ids, UUIDs and numbers, never anything the job chose. Hooks of
-concurrent jobs serialise on an flock of ``jobs/.lock``.
+the journal changes state or goes. The directory is root's, 0711: a user can
+open a file whose name they know but not list the jobs; the journal is 0600,
+the task file 0644 (only ids, UUIDs and numbers, never anything the job
+chose). Hooks of concurrent jobs serialise on an flock of ``jobs/.lock``.
+
+One bad journal never stops the node (docs/admins/journal.md). A journal that
+cannot be read (not a regular file, a link, not UTF-8, not JSON, not a
+format this version reads, a field missing or wrong, another job's id) is
+set aside: renamed, never followed, to ``<job id>.json.bad-<UTC time>`` in
+the same directory, reported on stderr and in ``JournalStore.quarantined``,
+and the other journals are read as usual. Only a holder of the journal lock
+renames; a reader without it (metrics) skips the file. Whether a GPU is in
+doubt is decided by one rule, ``JournalStore.doubts``: the job of a journal
+set aside still runs on the node (Slurm says so, or it is the job whose
+epilog is running) and no readable journal of that job says what it holds.
+Then, and only then, the node is drained with a reason naming the file.
+
+Journals written by earlier versions are read: every format in
+``READ_FORMATS``; a field added since has a default, so an older file
+without it reads as the older version meant it.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import re
+import stat
+import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -31,7 +52,13 @@ from ..records import dataclass, field
 from .paths import JOURNAL_FORMAT, TASK_FORMAT, journal_dir
 
 STATES = ("preparing", "ready", "ending")
+# every journal format this version reads: the one it writes and those of earlier versions (same fields, or
+# fewer: a field added later has a default). gpushare-journal/1 is the only one written so far.
+READ_FORMATS = tuple(dict.fromkeys((JOURNAL_FORMAT, "gpushare-journal/1")))
+JOURNAL_MODE, TASK_MODE, DIR_MODE = 0o600, 0o644, 0o711
+MAX_BYTES = 1 << 20  # a journal is a few hundred bytes; anything this large is not one
 _NAME = re.compile(r"^([1-9][0-9]{0,9})\.json$")
+_ASIDE = re.compile(r"^([1-9][0-9]{0,9})\.json\.bad-[0-9TZ]+(\.[0-9]+)?$")
 
 
 class JournalError(GpushareError):
@@ -96,8 +123,10 @@ class Journal:
     @classmethod
     def from_json(cls, data: dict, source: str = "journal") -> Journal:
         try:
-            if data.get("format") != JOURNAL_FORMAT or data.get("state") not in STATES:
-                raise ValueError(f"not a {JOURNAL_FORMAT} journal")
+            if data.get("format") not in READ_FORMATS:
+                raise ValueError(f"format {data.get('format')!r} is not one of {', '.join(READ_FORMATS)}")
+            if data.get("state") not in STATES:
+                raise ValueError(f"state {data.get('state')!r} is not one of {', '.join(STATES)}")
             mps = data.get("mps")
             return cls(
                 job_id=int(data["job_id"]), uid=int(data["uid"]), gid=int(data["gid"]), node=str(data["node"]),
@@ -115,7 +144,7 @@ class Journal:
 # ---- files -----------------------------------------------------------------------
 
 
-def write_json(path: Path, data: dict, mode: int = 0o644) -> None:
+def write_json(path: Path, data: dict, mode: int = JOURNAL_MODE) -> None:
     """Atomically (readers see the old file or the new one), sorted keys."""
     atomic_write(path, json.dumps(data, indent=1, sort_keys=True), mode)
 
@@ -138,11 +167,39 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class JournalStore:
-    """The journals of one node, under ``<state_dir>/jobs``."""
+@dataclass(frozen=True)
+class SetAside:
+    """A journal file that could not be read, and where it lies now.
 
-    def __init__(self, state_dir: str | Path):
+    ``path`` is the ``.bad-`` file it was renamed to, or the journal's own path when it was not moved (a
+    reader without the journal lock, or a rename that failed: ``moved`` False). ``reason`` says what was wrong
+    with it ("" for a file set aside by an earlier run)."""
+
+    job_id: int
+    path: str
+    reason: str = ""
+    moved: bool = True
+
+    def __str__(self) -> str:
+        why = f" ({self.reason})" if self.reason else ""
+        return f"{self.path}: unreadable journal of job {self.job_id}{why}, " + ("set aside" if self.moved else "left in place")
+
+    def doubt(self) -> str:
+        """The drain reason's part: names the file first (a reason is cut at 200 characters), then the doubt."""
+        return f"{self.path}: unreadable journal of job {self.job_id}, set aside; what the job holds on the GPUs is unknown"
+
+
+class JournalStore:
+    """The journals of one node, under ``<state_dir>/jobs``.
+
+    ``quarantined``: the journals this store set aside (or, without the lock, skipped) since it was made, in
+    order; ``set_aside()``: every ``.bad-`` file in the directory, from this run or earlier ones."""
+
+    def __init__(self, state_dir: str | Path, report=None):
         self.dir = Path(journal_dir(str(state_dir)))
+        self.quarantined: list[SetAside] = []
+        self._report = report or _stderr
+        self._held = 0
 
     def path(self, job_id: int) -> Path:
         return self.dir / f"{job_id}.json"
@@ -151,27 +208,24 @@ class JournalStore:
         return self.dir / f"{job_id}.task"
 
     def write(self, journal: Journal) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.dir, 0o755)
+        self._ensure_dir()
         if journal.state != "ready":
             self.task_path(journal.job_id).unlink(missing_ok=True)
         write_json(self.path(journal.job_id), journal.to_json())
         if journal.state == "ready":
-            atomic_write(self.task_path(journal.job_id), task_text(journal))
+            atomic_write(self.task_path(journal.job_id), task_text(journal), TASK_MODE)
 
     def read(self, job_id: int) -> Journal | None:
+        """The job's journal, None without one. An unreadable one is set aside (under the lock) and raises
+        JournalError naming the file: it is the job this caller acts for, and what it holds is unknown."""
         path = self.path(job_id)
         try:
-            text = path.read_text(encoding="utf-8")
+            return _parse(job_id, path)
         except FileNotFoundError:
             return None
-        except OSError as exc:
-            raise JournalError(f"cannot read journal {path}: {exc.strerror}") from None
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise JournalError(f"{path}: not JSON ({exc})") from None
-        return Journal.from_json(data, str(path))
+        except _Bad as bad:
+            aside = self._set_aside(job_id, path, str(bad))
+            raise JournalError(f"{aside}; what the job holds on the GPUs is unknown") from None
 
     def remove(self, job_id: int) -> bool:
         self.task_path(job_id).unlink(missing_ok=True)
@@ -183,27 +237,42 @@ class JournalStore:
         return True
 
     def job_ids(self) -> list[int]:
-        """Jobs with a journal (leftover temporary files are not journals)."""
-        try:
-            names = os.listdir(self.dir)
-        except FileNotFoundError:
-            return []
-        return sorted(int(m[1]) for m in map(_NAME.match, names) if m)
+        """Jobs with a journal (leftover temporary files and journals set aside are not journals)."""
+        return sorted(int(m[1]) for m in map(_NAME.match, self._names()) if m)
 
     def all(self) -> dict[int, Journal]:
+        """Every readable journal. One that cannot be read is set aside and reported, never raised:
+        one bad file must not stop every hook on the node (see ``doubts``)."""
         found = {}
         for job_id in self.job_ids():
-            journal = self.read(job_id)
-            if journal is not None:
-                found[job_id] = journal
+            path = self.path(job_id)
+            try:
+                found[job_id] = _parse(job_id, path)
+            except FileNotFoundError:
+                continue  # removed since listed: that job's epilog ended
+            except _Bad as bad:
+                self._set_aside(job_id, path, str(bad))
         return found
+
+    def set_aside(self) -> list[SetAside]:
+        """Every journal set aside in this directory, by this run or an earlier one, oldest name first."""
+        by_name = {Path(q.path).name: q for q in self.quarantined if q.moved}
+        return [by_name.get(n) or SetAside(int(m[1]), str(self.dir / n))
+                for n in sorted(self._names()) if (m := _ASIDE.match(n))]
+
+    def doubts(self, running) -> list[SetAside]:
+        """The rule for a GPU in doubt: a journal set aside whose job Slurm still runs on this node
+        (``running``: job ids, as ``reconcile.running_jobs`` reads them) while no readable journal of that job
+        is here. Such a job's epilog would find nothing to undo and its GPUs, MPS daemon or MIG device might
+        be handed to the next job: drain, naming the file. A job that no longer runs is not a doubt (what it
+        left is an orphan for reconcile: a daemon no journal names, a GPU the next prolog finds busy); nor is
+        a job whose prolog ran again and wrote a new journal."""
+        running, present = set(running), set(self.job_ids())
+        return [q for q in self.set_aside() if q.job_id in running and q.job_id not in present]
 
     def stray_temporaries(self) -> list[Path]:
         """Half-written files left by a crash between mkstemp and rename, and task files without a journal."""
-        try:
-            names = {p.name for p in self.dir.iterdir()}
-        except FileNotFoundError:
-            return []
+        names = set(self._names())
         strays = [n for n in names if n.startswith(".") and n != ".lock"]
         strays += [n for n in names if n.endswith(".task") and n[: -len(".task")] + ".json" not in names]
         return sorted(self.dir / n for n in strays)
@@ -211,10 +280,111 @@ class JournalStore:
     @contextmanager
     def locked(self):
         """Serialise the hooks of concurrent jobs (and reconcile) on this node."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        self._ensure_dir()
+        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            yield self
+            self._held += 1
+            try:
+                yield self
+            finally:
+                self._held -= 1
         finally:
             os.close(fd)
+
+    # ---- inside ----
+
+    def _names(self) -> list[str]:
+        try:
+            return os.listdir(self.dir)
+        except FileNotFoundError:
+            return []
+
+    def _ensure_dir(self) -> None:
+        """The journal directory (and a missing state dir) made root's, 0711, through a descriptor of the
+        directory itself: a link in its place is refused, never followed."""
+        for d in (self.dir.parent, self.dir):
+            try:
+                os.mkdir(d, DIR_MODE)
+            except FileExistsError:
+                pass
+        fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            if stat.S_IMODE(os.fstat(fd).st_mode) != DIR_MODE:
+                os.fchmod(fd, DIR_MODE)
+        finally:
+            os.close(fd)
+
+    def _set_aside(self, job_id: int, path: Path, reason: str) -> SetAside:
+        """Rename a bad journal aside (only under the journal lock: a reader without it could rename a good
+        journal that replaced the bad one meanwhile); report it either way."""
+        aside = SetAside(job_id, str(path), reason, moved=False)
+        if self._held:
+            target = self._aside_name(path)
+            try:
+                os.rename(path, target)  # renames a link itself, never what it points to
+                _fsync_dir(self.dir)
+                aside = SetAside(job_id, str(target), reason)
+            except FileNotFoundError:
+                pass  # gone since it was read (not a journal any more)
+            except OSError as exc:
+                aside = SetAside(job_id, str(path), f"{reason}; not moved: {exc.strerror}", moved=False)
+        self.quarantined.append(aside)
+        self._report(f"gpushare journal: {aside}")
+        return aside
+
+    def _aside_name(self, path: Path) -> Path:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        target = path.with_name(f"{path.name}.bad-{stamp}")
+        n = 0
+        while os.path.lexists(target):
+            n += 1
+            target = path.with_name(f"{path.name}.bad-{stamp}.{n}")
+        return target
+
+
+class _Bad(Exception):
+    """Why a journal file cannot be read (the text goes into the report)."""
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def _parse(job_id: int, path: Path) -> Journal:
+    """The journal at ``path``; FileNotFoundError without one, _Bad naming what is wrong."""
+    data = _load(path)
+    try:
+        journal = Journal.from_json(data, str(path))
+    except JournalError as exc:
+        raise _Bad(str(exc).split(": ", 1)[-1]) from None
+    if journal.job_id != job_id:
+        raise _Bad(f"names job {journal.job_id}, not {job_id}")
+    return journal
+
+
+def _load(path: Path):
+    """The JSON in a regular file at ``path``, opened without following a link or blocking on a FIFO."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise _Bad("a symbolic link" if exc.errno == errno.ELOOP else f"cannot open: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _Bad("not a regular file")
+        if info.st_size > MAX_BYTES:
+            raise _Bad(f"{info.st_size} bytes, more than a journal's {MAX_BYTES}")
+        raw = os.read(fd, MAX_BYTES + 1)
+    except OSError as exc:
+        raise _Bad(f"cannot read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise _Bad("not UTF-8 text") from None
+    except ValueError as exc:
+        raise _Bad(f"not JSON: {exc}") from None

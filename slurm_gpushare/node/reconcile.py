@@ -64,9 +64,12 @@ class ReconcilePlan:
     strays: list[RemoveStray] = field(default_factory=list)
     kept: list[int] = field(default_factory=list)
     drift: list[str] = field(default_factory=list)
+    set_aside: list[str] = field(default_factory=list)  # unreadable journals set aside by this run (journal.SetAside)
+    doubts: list[str] = field(default_factory=list)  # JournalStore.doubts: reported as not repaired (the node drains)
 
     def lines(self, node: str) -> list[str]:
         out = [f"node {node}: job {j} runs, journal kept" for j in self.kept]
+        out += [f"node {node}: {line}" for line in self.set_aside]
         for job, actions in self.orphans.items():
             out.append(f"node {node}: job {job} is not running here: " + "; ".join(str(a) for a in actions))
         out += [f"node {node}: {a}" for a in (*self.daemons, *self.processes, *self.strays)]
@@ -130,16 +133,24 @@ def plan_reconcile(journals: dict[int, Journal], running: set[int], live: LiveSt
 
 def plan_for_node(journals: dict[int, Journal], running: set[int], backend, state_dir: str, store: JournalStore,
                   proc_root: str = "/proc") -> ReconcilePlan:
-    """Observe this node (GPUs the journals name, daemon dirs, MPS processes, half-written files) and plan."""
-    return plan_reconcile(journals, running, observe_reconcile(journals, backend, proc_root), daemon_dirs(state_dir),
-                          store.stray_temporaries(), mps_processes_under(state_dir, proc_root))
+    """Observe this node (GPUs the journals name, daemon dirs, MPS processes, half-written files) and plan.
+    While a journal set aside leaves a running job's GPUs in doubt (``JournalStore.doubts``), no daemon or MPS
+    process is taken for an orphan (it may be that job's) and that job's task file stays."""
+    doubts = store.doubts(running)
+    keep = {store.task_path(q.job_id) for q in doubts}
+    plan = plan_reconcile(journals, running, observe_reconcile(journals, backend, proc_root),
+                          {} if doubts else daemon_dirs(state_dir), [p for p in store.stray_temporaries() if p not in keep],
+                          {} if doubts else mps_processes_under(state_dir, proc_root))
+    plan.set_aside = [str(q) for q in store.quarantined]
+    plan.doubts = [q.doubt() for q in doubts]
+    return plan
 
 
 def execute_reconcile(plan: ReconcilePlan, store: JournalStore, mps, killer, journals: dict[int, Journal]) -> list[str]:
     """Carry out the plan; returns what could not be repaired (one line each)."""
     from .epilog import EpilogRefused, execute_epilog
 
-    failed: list[str] = []
+    failed: list[str] = list(plan.doubts)
     for job_id, actions in plan.orphans.items():
         try:
             execute_epilog(journals[job_id], actions, plan.problems.get(job_id, []), store, mps, killer)

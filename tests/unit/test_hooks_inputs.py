@@ -153,7 +153,7 @@ def test_journal_store_round_trip_and_atomic_files(tmp_path):
     journal = Journal(5, 1, 1, "n", "ready", (Device(0, 0, "GPU-a", "exclusive"),), None, {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
     store.write(journal)
     assert store.read(5) == journal and store.job_ids() == [5]
-    assert oct(os.stat(store.path(5)).st_mode & 0o777) == "0o644"
+    assert oct(os.stat(store.path(5)).st_mode & 0o777) == "0o600"  # root's only (issue 21 part 5)
     (store.dir / ".5.json.tmp123").write_text("{")  # what a crash between write and rename leaves
     (store.dir / "notes.txt").write_text("x")
     assert store.job_ids() == [5] and [p.name for p in store.stray_temporaries()] == [".5.json.tmp123"]
@@ -164,7 +164,7 @@ def test_unreadable_journal_is_named(tmp_path):
     store = JournalStore(tmp_path)
     store.dir.mkdir(parents=True)
     store.path(3).write_text("{not json")
-    with pytest.raises(JournalError, match=r"3.json: not JSON"):
+    with pytest.raises(JournalError, match=r"3.json: unreadable journal of job 3 \(not JSON"):
         store.read(3)
     store.path(3).write_text(json.dumps({"format": "other"}))
     with pytest.raises(JournalError, match="unreadable journal"):
