@@ -23,7 +23,7 @@ from ..render import render_all
 from ..slurm import commands
 from ..slurm.client import CliClient
 from ..slurm.parsable import parse_scontrol_oneliners  # noqa: F401  (tests import it from here)
-from .compose import EXPORTER_PORT, PROMETHEUS_PORT, nodes, nodes_compose, prometheus_config
+from .compose import EXPORTER_PORT, EXPORTER_TLS_DIR, PROMETHEUS_PORT, nodes, nodes_compose, prometheus_config
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER_DIR = REPO / "docker"
@@ -78,6 +78,9 @@ class TestCluster:
     # A Prometheus server in the project (service ``prometheus``), scraping the
     # controller exporter and every node's node_exporter.
     prometheus: bool = False
+    # A host directory with the exporter's throwaway TLS files (compose.nodes_compose's exporter_tls_dir):
+    # Prometheus then scrapes the exporter over HTTPS with a client certificate and basic auth.
+    exporter_tls: Path | None = None
     site: Site = field(init=False)
 
     def __post_init__(self) -> None:
@@ -102,8 +105,9 @@ class TestCluster:
         prom = None
         if self.prometheus:
             prom = self.workdir / "prometheus.yml"
-            atomic_write(prom, prometheus_config(site, site.cluster.controller))
-        atomic_write(self.workdir / "nodes.yml", nodes_compose(site, str(prom) if prom else None))
+            atomic_write(prom, prometheus_config(site, site.cluster.controller, exporter_tls=bool(self.exporter_tls)))
+        tls = str(self.exporter_tls) if self.exporter_tls else None
+        atomic_write(self.workdir / "nodes.yml", nodes_compose(site, str(prom) if prom else None, tls))
 
     @property
     def env(self) -> dict[str, str]:
@@ -227,11 +231,14 @@ class TestCluster:
 
     EXPORTER_LOG = "/var/log/gpushare-exporter.log"
 
-    def start_exporter(self, policy: str = "/etc/gpushare/policy.yaml") -> None:
+    def start_exporter(self, policy: str = "/etc/gpushare/policy.yaml", *extra: str) -> None:
         """Start `gpushare exporter` in slurmctld, in the background (log EXPORTER_LOG there), on the port
-        the project's Prometheus scrapes."""
+        the project's Prometheus scrapes; with ``exporter_tls``, with its web configuration file."""
+        args = [f"--web.listen-address=:{EXPORTER_PORT}", *extra]
+        if self.exporter_tls:
+            args.append(f"--web.config.file={EXPORTER_TLS_DIR}/web-config.yml")
         self.compose("exec", "-d", "-T", "slurmctld", "bash", "-c",
-                     f"exec gpushare exporter --policy {shlex.quote(policy)} --listen 0.0.0.0:{EXPORTER_PORT} "
+                     f"exec gpushare exporter --policy {shlex.quote(policy)} {' '.join(map(shlex.quote, args))} "
                      f">>{self.EXPORTER_LOG} 2>&1", timeout=60)
 
     def prometheus_api(self, path: str, params: dict[str, str] | None = None, timeout: float = 30) -> dict:

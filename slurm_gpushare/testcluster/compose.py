@@ -18,12 +18,18 @@ IMAGE = "gpushare-slurm:${SLURM_SUITE:-trixie}"
 # Built by docker/bootstrap.sh from debian:trixie-slim whatever the Slurm suite.
 PROMETHEUS_IMAGE = "gpushare-prometheus:trixie"
 PROMETHEUS_PORT = 9090
-EXPORTER_PORT = 9877       # `gpushare exporter --listen 0.0.0.0:9877` in slurmctld
+EXPORTER_PORT = 9877       # `gpushare exporter --web.listen-address :9877` in slurmctld
 NODE_EXPORTER_PORT = 9100  # prometheus-node-exporter, started by docker/entrypoint-node.sh
 # Short intervals so tests see a change within seconds. The controller exporter
 # runs Slurm commands on each scrape: it gets a longer timeout.
 NODE_SCRAPE_INTERVAL = "2s"
 EXPORTER_SCRAPE_INTERVAL = "5s"
+# With exporter TLS (``exporter_tls``), the directory of the throwaway files each side gets: Prometheus
+# its CA, client certificate and key, and the basic-auth password (``prometheus/`` of the host directory);
+# slurmctld the exporter's web configuration, server certificate and key (``exporter/``).
+PROMETHEUS_TLS_DIR = "/etc/prometheus/gpushare"
+EXPORTER_TLS_DIR = "/etc/gpushare/exporter"
+EXPORTER_USER = "prometheus"
 _HEALTH = node_health_shell('"$$(hostname -s)"')
 
 
@@ -63,18 +69,29 @@ def nodes(site: Site) -> list[str]:
     return [n for g in site.groups for n in g.nodes]
 
 
-def prometheus_config(site: Site, controller: str = "slurmctld") -> str:
+def prometheus_config(site: Site, controller: str = "slurmctld", exporter_tls: bool = False) -> str:
     """prometheus.yml: the controller exporter (job ``gpushare``) and each node's node_exporter (job ``node``).
 
     Every node target carries a ``node`` label (the Slurm NodeName), so node
-    metrics join the controller's ``node`` label without relabelling."""
+    metrics join the controller's ``node`` label without relabelling. With
+    ``exporter_tls`` the exporter is scraped over HTTPS, verified against the
+    test CA, with a client certificate and basic auth (files under
+    PROMETHEUS_TLS_DIR)."""
+    exporter = {"job_name": "gpushare", "scrape_interval": EXPORTER_SCRAPE_INTERVAL,
+                "scrape_timeout": EXPORTER_SCRAPE_INTERVAL,
+                "static_configs": [{"targets": [f"{controller}:{EXPORTER_PORT}"]}]}
+    if exporter_tls:
+        exporter.update({
+            "scheme": "https",
+            "tls_config": {"ca_file": f"{PROMETHEUS_TLS_DIR}/ca.crt", "cert_file": f"{PROMETHEUS_TLS_DIR}/client.crt",
+                           "key_file": f"{PROMETHEUS_TLS_DIR}/client.key", "server_name": controller},
+            "basic_auth": {"username": EXPORTER_USER, "password_file": f"{PROMETHEUS_TLS_DIR}/password"},
+        })
     doc = {
         "global": {"scrape_interval": NODE_SCRAPE_INTERVAL, "scrape_timeout": NODE_SCRAPE_INTERVAL,
                    "evaluation_interval": NODE_SCRAPE_INTERVAL},
         "scrape_configs": [
-            {"job_name": "gpushare", "scrape_interval": EXPORTER_SCRAPE_INTERVAL,
-             "scrape_timeout": EXPORTER_SCRAPE_INTERVAL,
-             "static_configs": [{"targets": [f"{controller}:{EXPORTER_PORT}"]}]},
+            exporter,
             {"job_name": "node",
              "static_configs": [{"targets": [f"{n}:{NODE_EXPORTER_PORT}"], "labels": {"node": n}} for n in nodes(site)]},
         ],
@@ -83,9 +100,9 @@ def prometheus_config(site: Site, controller: str = "slurmctld") -> str:
     return header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
 
 
-def prometheus_service(config_path: str) -> dict:
+def prometheus_service(config_path: str, tls_dir: str | None = None) -> dict:
     """The Prometheus server: on the cluster network only (tests query it inside its container)."""
-    return {
+    service = {
         "image": PROMETHEUS_IMAGE,
         "init": True,
         "hostname": "prometheus",
@@ -95,21 +112,28 @@ def prometheus_service(config_path: str) -> dict:
         "healthcheck": {"test": ["CMD", "wget", "-q", "-O", "/dev/null", f"http://localhost:{PROMETHEUS_PORT}/-/ready"],
                         "interval": "2s", "timeout": "5s", "retries": 60},
     }
+    if tls_dir:
+        service["volumes"].append(f"{tls_dir}/prometheus:{PROMETHEUS_TLS_DIR}:ro")
+    return service
 
 
-def nodes_compose(site: Site, prometheus_config_path: str | None = None) -> str:
+def nodes_compose(site: Site, prometheus_config_path: str | None = None, exporter_tls_dir: str | None = None) -> str:
     """The second compose file: node services, and slurmctld waiting for all of them.
 
     slurmctld resolves every NodeName once at start (blocking for minutes on
     an unknown name), so the node containers must exist before it starts.
     With ``prometheus_config_path`` (a host path of ``prometheus_config``'s
-    output) a ``prometheus`` service is added.
+    output) a ``prometheus`` service is added; with ``exporter_tls_dir`` (a
+    host directory with ``prometheus/`` and ``exporter/``) each side mounts
+    its part of the exporter's TLS files.
     """
     names = nodes(site)
     services = {n: node_service(n, site.cluster.cgroups) for n in names}
     services["slurmctld"] = {"depends_on": {n: {"condition": "service_started"} for n in names}}
     if prometheus_config_path:
-        services["prometheus"] = prometheus_service(prometheus_config_path)
+        services["prometheus"] = prometheus_service(prometheus_config_path, exporter_tls_dir)
+    if exporter_tls_dir:
+        services["slurmctld"]["volumes"] = [f"{exporter_tls_dir}/exporter:{EXPORTER_TLS_DIR}:ro"]
     doc = {"version": "2.4", "services": services}
     header = f"# Generated by gpushare testcluster from {site.source_name}: one service per Slurm node.\n"
     return header + yaml.safe_dump(doc, sort_keys=True, default_flow_style=False)

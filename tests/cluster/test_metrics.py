@@ -4,10 +4,13 @@ textfile metrics (node_exporter's textfile collector), dcgm-exporter's job-mappi
 Runs its own compose project (the small lab with ``cluster.metrics`` set, so the node hooks write the
 textfile and the dcgm mapping) with a Prometheus server (``TestCluster(prometheus=True)``: Debian's
 prometheus scraping ``gpushare exporter`` on slurmctld:9877 every 5 s and each node's
-prometheus-node-exporter every 2 s). The module starts ``gpushare exporter`` in slurmctld, then runs
+prometheus-node-exporter every 2 s). The exporter is scraped as on a production network: HTTPS with a
+certificate of a throwaway CA made here, a client certificate it requires and verifies, and basic auth
+with a bcrypt hash (its --web.config.file); every scrape series below came through that. The module starts ``gpushare exporter`` in slurmctld, then runs
 a mix of whole-GPU, MIG, shard and MPS jobs of two tenants (plus one job pending on physics' quota),
-and compares what Prometheus answers with what Slurm says at the same moment: the exporter's scrape
-is taken between two identical reads of squeue / scontrol, and the query is evaluated at that scrape.
+and compares what Prometheus answers with what Slurm says at the same moment: the exporter's read of
+Slurm (its snapshot, shared by the scrapes of one --slurm.read-interval) began after one read of squeue /
+scontrol and was served before an identical second one, and the query is evaluated at that scrape.
 GPU-equivalents are checked against fractions written here by hand from the small lab's hardware
 (etc/small-lab.yaml), not against the code under test.
 
@@ -20,15 +23,21 @@ import json
 import math
 import os
 import re
+import secrets
+import shutil
+import tempfile
 import time
 from collections import Counter, defaultdict
 from importlib import resources
 from pathlib import Path
 
+import bcrypt
 import pytest
 import yaml
 
 from slurm_gpushare.testcluster.cluster import TestCluster
+from slurm_gpushare.testcluster.compose import EXPORTER_PORT, EXPORTER_TLS_DIR, EXPORTER_USER, PROMETHEUS_TLS_DIR
+from tests import tlsfiles
 from tests.cluster.conftest import MIG_INCLUDE, POLICY, own_cluster, wait_for, wait_quiet
 
 PROJECT = os.environ.get("GPUSHARE_METRICS_PROJECT", os.environ.get("GPUSHARE_TEST_PROJECT", "gpusharetest") + "-metrics")
@@ -56,6 +65,7 @@ EXPECTED_TENANTS = {"physics": 1 + 1 / 7 + 1 / 4 + 25 / 100, "biology": 1 / 7 + 
 # physics' quota is 2 GPUs (GrpTRES gres/gpu=2): its whole L40S and MIG slice use it up, so this one pends.
 PENDING = ("alice", "physics", "gpu:l40s:1")
 DRAIN_NODE, DRAIN_REASON = "lab-excl01", "gpushare metrics test drain"
+PASSWORD = secrets.token_urlsafe(18)  # the basic-auth password Prometheus scrapes the exporter with
 
 
 def metrics_policy(path: Path) -> Path:
@@ -66,10 +76,40 @@ def metrics_policy(path: Path) -> Path:
     return path
 
 
+def exporter_tls(where: Path, password: str) -> Path:
+    """The exporter's TLS files under ``where``: ``exporter/`` (web configuration, server certificate and key,
+    the CA its clients' certificates must chain to) and ``prometheus/`` (CA, client certificate and key,
+    password). A CA made here, a server certificate for slurmctld, a client certificate for prometheus."""
+    tls = tlsfiles.make(where / "made", hosts=("slurmctld",), client="prometheus")
+    exporter, prom = where / "exporter", where / "prometheus"
+    exporter.mkdir()
+    prom.mkdir()
+    for src, dst in ((tls.server_cert, exporter / "server.crt"), (tls.server_key, exporter / "server.key"),
+                     (tls.ca, exporter / "clients-ca.crt"), (tls.ca, prom / "ca.crt"),
+                     (tls.client_cert, prom / "client.crt"), (tls.client_key, prom / "client.key")):
+        dst.write_text(src.read_text())
+    (prom / "password").write_text(password)
+    web = {"tls_server_config": {"cert_file": "server.crt", "key_file": "server.key",  # relative to the file
+                                 "client_auth_type": "RequireAndVerifyClientCert", "client_ca_file": "clients-ca.crt",
+                                 "client_allowed_sans": ["prometheus"]},
+           "http_server_config": {"headers": {"X-Content-Type-Options": "nosniff"}},
+           "basic_auth_users": {EXPORTER_USER: bcrypt.hashpw(password.encode(), bcrypt.gensalt(10)).decode()}}
+    (exporter / "web-config.yml").write_text(yaml.safe_dump(web))
+    for path in where.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)  # read through bind mounts by the prometheus user
+    return where
+
+
 @pytest.fixture(scope="module")
 def metrics_cluster():
-    yield from own_cluster("metrics", PROJECT, lambda work: metrics_policy(work / "small-lab-metrics.yaml"),
-                           "GPUSHARE_METRICS_KEEP", prometheus=True)
+    tls = Path(tempfile.mkdtemp(prefix="gpushare-metrics-tls-"))
+    try:
+        yield from own_cluster("metrics", PROJECT, lambda work: metrics_policy(work / "small-lab-metrics.yaml"),
+                               "GPUSHARE_METRICS_KEEP", prometheus=True,
+                               exporter_tls=exporter_tls(tls, PASSWORD))
+    finally:
+        if os.environ.get("GPUSHARE_METRICS_KEEP") != "1":
+            shutil.rmtree(tls, ignore_errors=True)
 
 
 # ---- reading Prometheus and Slurm ---------------------------------------------------------------
@@ -85,15 +125,20 @@ def values(c: TestCluster, query: str, labels: tuple[str, ...], at: float | None
     return out
 
 
-def scrape_after(c: TestCluster, t: float, timeout: float = 90) -> float:
-    """The time of a controller-exporter scrape that began after ``t`` and read every part of Slurm."""
+def scrape_after(c: TestCluster, t: float, timeout: float = 90) -> tuple[float, float]:
+    """(scrape time, read time) of a controller-exporter scrape serving a snapshot whose read of Slurm began
+    after ``t`` and read every part; both from the one scrape (the queries are evaluated at one instant)."""
     def probe():
-        r = c.promql("timestamp(gpushare_exporter_last_scrape_success) and gpushare_exporter_last_scrape_success == 1")
-        ts = float(r[0]["value"][1]) if r else 0.0
-        return ts if ts > t else None
+        at = time.time()
+        ok = c.promql("timestamp(gpushare_exporter_last_scrape_success) and gpushare_exporter_last_scrape_success == 1",
+                      at=at)
+        read = c.promql("gpushare_exporter_snapshot_timestamp_seconds", at=at)
+        if ok and read and float(read[0]["value"][1]) > t:
+            return float(ok[0]["value"][1]), float(read[0]["value"][1])
+        return None
 
-    return wait_for(f"a successful gpushare exporter scrape after {t:.1f} (log {EXPORTER_LOG} in slurmctld)", probe,
-                    timeout=timeout)
+    return wait_for(f"a successful gpushare exporter read of Slurm after {t:.1f} (log {EXPORTER_LOG} in slurmctld)",
+                    probe, timeout=timeout)
 
 
 def gres_key(spec: str) -> tuple[str, str, int]:
@@ -138,15 +183,16 @@ def slurm_view(c: TestCluster) -> dict:
             "gres": scontrol_gres(c)}
 
 
-def consistent_moment(c: TestCluster, attempts: int = 5) -> tuple[dict, float]:
-    """Slurm's view and the time of an exporter scrape taken while that view held (read before and after)."""
+def consistent_moment(c: TestCluster, attempts: int = 5) -> tuple[dict, float, float]:
+    """Slurm's view, the time of an exporter scrape whose read of Slurm was taken while that view held (read
+    before and after), and the time that read began."""
     for _ in range(attempts):
         before = slurm_view(c)
         t = time.time()
-        ts = scrape_after(c, t)
+        ts, read = scrape_after(c, t)
         after = slurm_view(c)
         if after == before:
-            return before, ts
+            return before, ts, read
     raise AssertionError(f"Slurm's view kept changing across {attempts} exporter scrapes: {before} vs {after}")
 
 
@@ -222,9 +268,37 @@ def test_prometheus_scrapes_the_exporter_and_every_node(metrics_cluster, mix):
     assert up == {("gpushare", "slurmctld:9877"): 1.0, **{("node", f"{n}:9100"): 1.0 for n in NODES}}
 
 
+def fetch_from_prometheus(c: TestCluster, url: str, *options: str):
+    """GET ``url`` with wget inside the Prometheus container (on the cluster network, as Prometheus scrapes)."""
+    return c.exec("prometheus", ["wget", "-S", "-O", "-", "--tries=1", "--timeout=20", *options, url], check=False,
+                  timeout=60)
+
+
+def test_the_exporter_is_scraped_over_tls_and_refuses_anyone_else(metrics_cluster, mix):
+    c = metrics_cluster
+    targets = [t for t in c.prometheus_api("targets")["activeTargets"] if t["labels"]["job"] == "gpushare"]
+    assert [(t["scrapeUrl"], t["health"]) for t in targets] == [(f"https://slurmctld:{EXPORTER_PORT}/metrics", "up")]
+    url = f"https://slurmctld:{EXPORTER_PORT}/metrics"
+    ca = f"--ca-certificate={PROMETHEUS_TLS_DIR}/ca.crt"
+    cert = (f"--certificate={PROMETHEUS_TLS_DIR}/client.crt", f"--private-key={PROMETHEUS_TLS_DIR}/client.key")
+    good = fetch_from_prometheus(c, url, ca, *cert, f"--user={EXPORTER_USER}", f"--password={PASSWORD}")
+    assert good.returncode == 0 and "gpushare_gres_free{" in good.stdout, good.stderr[-2000:]
+    assert "X-Content-Type-Options: nosniff" in good.stderr  # http_server_config.headers
+    plain = fetch_from_prometheus(c, f"http://slurmctld:{EXPORTER_PORT}/metrics")
+    assert plain.returncode != 0 and "gpushare_" not in plain.stdout
+    no_cert = fetch_from_prometheus(c, url, ca, f"--user={EXPORTER_USER}", f"--password={PASSWORD}")
+    assert no_cert.returncode != 0 and "gpushare_" not in no_cert.stdout  # client certificate required
+    for creds in ((), (f"--user={EXPORTER_USER}", "--password=wrong"), ("--user=grafana", f"--password={PASSWORD}")):
+        refused = fetch_from_prometheus(c, url, ca, *cert, *creds)
+        assert refused.returncode in (6, 8) and "401 Unauthorized" in refused.stderr, (creds, refused.stderr[-2000:])
+        assert "WWW-Authenticate: Basic" in refused.stderr and "gpushare_" not in refused.stdout
+    log = c.exec("slurmctld", ["cat", EXPORTER_LOG]).stdout
+    assert "serving https://" in log and "basic auth for 1 user(s)" in log, log[-2000:]
+
+
 def test_gpu_equivalents_per_tenant_equal_the_hand_computation_from_squeue(metrics_cluster, mix):
     c = metrics_cluster
-    view, ts = consistent_moment(c)
+    view, ts, _read = consistent_moment(c)
     by_tenant: dict[str, float] = defaultdict(float)
     by_kind: dict[tuple[str, str, str], float] = defaultdict(float)
     for _job, account, user, spec, _nodes in view["running"]:
@@ -241,7 +315,7 @@ def test_gpu_equivalents_per_tenant_equal_the_hand_computation_from_squeue(metri
 
 def test_free_and_allocated_units_per_type_equal_scontrol(metrics_cluster, mix):
     c = metrics_cluster
-    view, ts = consistent_moment(c)
+    view, ts, _read = consistent_moment(c)
     labels = ("node", "gres", "gres_type")
     want = view["gres"]
     assert want[("lab-shard01", "shard", "l40s")][1] == 2 and want[("lab-mps01", "mps", "a30")][1] == 75, want
@@ -257,7 +331,7 @@ def test_free_and_allocated_units_per_type_equal_scontrol(metrics_cluster, mix):
 
 def test_pending_demand_equals_squeue(metrics_cluster, mix):
     c = metrics_cluster
-    view, ts = consistent_moment(c)
+    view, ts, began = consistent_moment(c)
     want: Counter[tuple[str, str, str]] = Counter()
     submitted: dict[tuple[str, str], float] = {}
     for _job, spec, reason, submit in view["pending"]:
@@ -276,8 +350,8 @@ def test_pending_demand_equals_squeue(metrics_cluster, mix):
     read = values(c, "gpushare_exporter_scrape_duration_seconds", (), at=ts)[()]
     for key, t in submitted.items():
         # squeue's SubmitTime is whole seconds (the job came in up to 1 s after it); the exporter's clock
-        # is read after Slurm, between the scrape's start (ts) and its end (ts + its duration)
-        assert ts - t - 1.5 <= age[key] <= ts + read - t + 0.5, (key, age[key], ts - t, read)
+        # is read after Slurm, between its read's start (began) and its end (began + its duration)
+        assert began - t - 1.5 <= age[key] <= began + read - t + 0.5, (key, age[key], began - t, read)
     quota = values(c, "gpushare_quota_used", ("account", "tres"), at=ts)
     assert quota[("physics", "gres/gpu")] == 2.0  # the whole L40S and the MIG slice
 

@@ -98,3 +98,18 @@ def test_down_removes_the_clusters_node_cgroups_and_leaves_other_nodes_and_busy_
     assert (tmp_path / "memory" / "slurm_lab-mps01").is_dir()  # its parents stay with it
     assert (tmp_path / "cpuset" / "slurm_other-node" / "uid_1" / "job_1").is_dir()
     assert remove_node_cgroups(["lab-x"], root=tmp_path / "absent") == []
+
+
+def test_exporter_tls_scrapes_over_https_with_a_client_certificate_and_basic_auth():
+    from slurm_gpushare.testcluster.compose import EXPORTER_TLS_DIR, PROMETHEUS_TLS_DIR
+
+    job = {j["job_name"]: j for j in yaml.safe_load(prometheus_config(SITE, "slurmctld", exporter_tls=True))["scrape_configs"]}
+    gpushare = job["gpushare"]
+    assert gpushare["scheme"] == "https" and gpushare["tls_config"]["server_name"] == "slurmctld"
+    assert gpushare["tls_config"]["ca_file"] == f"{PROMETHEUS_TLS_DIR}/ca.crt"
+    assert gpushare["basic_auth"] == {"username": "prometheus", "password_file": f"{PROMETHEUS_TLS_DIR}/password"}
+    assert "scheme" not in job["node"]  # node_exporter stays plain HTTP
+    services = yaml.safe_load(nodes_compose(SITE, "/tmp/x/prometheus.yml", "/tmp/x/tls"))["services"]
+    assert f"/tmp/x/tls/prometheus:{PROMETHEUS_TLS_DIR}:ro" in services["prometheus"]["volumes"]
+    assert services["slurmctld"]["volumes"] == [f"/tmp/x/tls/exporter:{EXPORTER_TLS_DIR}:ro"]
+    assert "scheme" not in {k for j in yaml.safe_load(prometheus_config(SITE))["scrape_configs"] for k in j}
