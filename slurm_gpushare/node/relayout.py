@@ -26,6 +26,14 @@ The workflow, each step checked before the next:
 Any failure after step 2 leaves the node drained, its reason replaced by
 "gpushare relayout failed: <what happened>". No shell, no restart command
 taken from the user: Slurm is reached through the Slurm client only.
+
+One relayout at a time on a node: the whole workflow holds an exclusive
+``flock`` on ``<state_dir>/relayout.lock`` (root's directory; opened without
+following a link). A second run (a second relayout job, an admin's run by
+hand) waits for it up to ``timeout``, then compares afresh (usually: nothing
+to do); one that still finds it held exits 1 naming the holder's pid,
+without draining the node or touching it. The lock goes with the process
+that holds it, whatever kills it.
 """
 
 from __future__ import annotations
@@ -34,12 +42,14 @@ import os
 import re
 import signal
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import GpushareError
 
 GPU_GRES = re.compile(r"(^|,)(gres/)?(gpu|mps|shard)[:=]")
+LOCK_NAME = "relayout.lock"  # in the node's state_dir
 
 
 class RelayoutError(GpushareError):
@@ -152,6 +162,7 @@ class Relayout:
     sleep: object = time.sleep
     clock: object = time.monotonic
     missing: object = None  # gres text -> device files not present (default: missing_devices)
+    lock_path: Path | None = None  # the node-local lock (default: <state_dir>/relayout.lock)
 
     @property
     def group(self):
@@ -186,7 +197,13 @@ class Relayout:
         return found
 
     def run(self) -> list[str]:
-        """The whole workflow; returns what was done. RelayoutError leaves the node drained."""
+        """The whole workflow under the node-local lock; returns what was done. RelayoutError leaves the node
+        drained, unless the lock stayed held by another run (then nothing was touched)."""
+        path = Path(self.lock_path or Path(self.site.cluster.paths.state_dir) / LOCK_NAME)
+        with node_lock(path, self.node, self.timeout, self.clock, self.sleep, self.poll, self.say):
+            return self._run()
+
+    def _run(self) -> list[str]:
         todo = self.in_sync()
         if not todo:
             return [f"node {self.node}: layout, gres include and Slurm's GRES match the policy; nothing to do"]
@@ -309,3 +326,35 @@ class Relayout:
                 raise RelayoutError(f"the node is still drained {self.timeout:g} s after resume: "
                                     f"{self.slurm.record().get('Reason', '')}")
             self.sleep(self.poll)
+
+
+@contextmanager
+def node_lock(path: Path, node: str, timeout: float, clock, sleep, poll: float, say):
+    """Hold an exclusive flock on ``path`` (created 0600, never through a link), waiting up to ``timeout`` for
+    another holder; RelayoutError names the holder's pid (written into the file) when it stays held."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise RelayoutError(f"node {node}: cannot open the relayout lock {path}: {exc.strerror} (a regular file "
+                            "root owns is expected, not a link)") from None
+    try:
+        deadline = clock() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+                if clock() > deadline:
+                    raise RelayoutError(f"node {node}: another `gpushare node relayout` (pid {holder}) has held "
+                                        f"{path} for {timeout:g} s; the node was not touched") from None
+                say(f"node {node}: waiting for the relayout of pid {holder} ({path})")
+                sleep(poll)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing drops the lock
