@@ -561,6 +561,11 @@ class FakeNvml:
         with self._locked(write=True) as state:
             state["driver_version"] = version
 
+    def mount_cgroup2(self, root: str | os.PathLike) -> None:
+        """The node's cgroup v2 hierarchy is at ``root`` (a test's directory tree instead of /sys/fs/cgroup)."""
+        with self._locked(write=True) as state:
+            state["cgroup_root"] = str(root)
+
     # ---- state file ----------------------------------------------------------
 
     @contextmanager

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 
 def prolog(environ, runner=None, mps=None, seen: dict | None = None) -> None:
     """Check the job's devices, start its MPS daemon, write its journal (node.prolog).
@@ -25,6 +27,12 @@ def prolog(environ, runner=None, mps=None, seen: dict | None = None) -> None:
         node = load_layout(spec, backend)
         seen["live"] = live = observe_prolog(job, node, backend, store, mps)
         journal, actions = plan_prolog(job, node, live)
+        if job.mps_percentage is not None:  # the share on the job's cgroup, where the driver offers it (node.mpsmem)
+            from ..node.mpsmem import apply_memory_limits
+
+            note = apply_memory_limits(job, journal, live, backend)
+            if note:
+                print(f"gpushare-prolog: {note}", file=sys.stderr)
         execute_prolog(actions, store, mps)
         seen["journal"] = journal
 
