@@ -69,7 +69,7 @@ def journal(job_id: int) -> Journal:
 
 
 def store_with(tmp_path, bad: dict[int, bytes], good=(1, 3)) -> JournalStore:
-    store = JournalStore(tmp_path, report=lambda line: None)
+    store = JournalStore(tmp_path)
     for job_id in good:
         store.write(journal(job_id))
     for job_id, data in bad.items():
@@ -84,10 +84,8 @@ def names(store: JournalStore) -> list[str]:
 # ---- one bad journal never stops the others ----------------------------------------------------------
 
 
-def test_all_sets_an_unreadable_journal_aside_and_reads_the_others(tmp_path):
-    lines = []
+def test_all_sets_an_unreadable_journal_aside_and_reads_the_others(tmp_path, capsys):
     store = store_with(tmp_path, {2: GARBAGE})
-    store._report = lines.append
     with store.locked():
         found = store.all()
     assert sorted(found) == [1, 3]
@@ -97,7 +95,7 @@ def test_all_sets_an_unreadable_journal_aside_and_reads_the_others(tmp_path):
     assert moved.startswith("2.json.bad-") and os.path.dirname(aside.path) == str(store.dir)
     assert open(aside.path, "rb").read() == GARBAGE  # kept for the admin, as it was
     assert "2.json" not in names(store) and store.job_ids() == [1, 3]
-    assert lines == [f"gpushare journal: {aside.path}: unreadable journal of job 2 (not UTF-8 text), set aside"]
+    assert capsys.readouterr().err == f"gpushare journal: {aside.path}: unreadable journal of job 2 (not UTF-8 text), set aside\n"
     assert [a.path for a in store.set_aside()] == [aside.path]
     with store.locked():
         assert sorted(store.all()) == [1, 3] and len(store.quarantined) == 1  # once set aside, gone from the way
@@ -172,7 +170,7 @@ def test_a_gpu_is_in_doubt_only_while_slurm_runs_the_job_and_no_readable_journal
 
 
 def _reconcile(node, running: set[int]):
-    store = JournalStore(node.state_dir, report=lambda line: None)
+    store = JournalStore(node.state_dir)
     with node.backend() as backend, store.locked():
         journals = store.all()
         plan = plan_for_node(journals, running, backend, str(node.state_dir), store)
