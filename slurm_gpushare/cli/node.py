@@ -247,7 +247,11 @@ def _reconcile_metrics(seen: dict, error, reason: str | None, duration: float, d
 @node.command("health")
 @_common
 @click.option("--dry-run", is_flag=True, help="Print what would be repaired, drained or resumed; change nothing.")
-def health(policy_path: str, node_name: str | None, fake_state: str | None, dry_run: bool) -> None:
+@click.option("--lost-after", type=click.IntRange(1), default=None,
+              help="Seconds a running batch job may go without its batch slurmstepd here before it is requeued as a "
+                   "lost launch (default 120).")
+def health(policy_path: str, node_name: str | None, fake_state: str | None, dry_run: bool,
+           lost_after: int | None) -> None:
     """The health check (slurm.conf HealthCheckProgram; the console script gpushare-node-health
     runs the same from /etc/gpushare/node.yaml): repair what `reconcile` repairs, check the device
     files of this node's gres.conf, the GPUs and MIG layout against the policy and the MPS daemons
@@ -264,7 +268,7 @@ def health(policy_path: str, node_name: str | None, fake_state: str | None, dry_
     with _backend(fake_state) as backend:
         report = run_health(name, paths.state_dir, Path(paths.slurm_conf_dir) / "gres.conf", slots,
                             CliClient(run, timeout=15), backend, MpsControl(run), Killer(backend), dry_run=dry_run,
-                            metrics=site.cluster.metrics)
+                            metrics=site.cluster.metrics, lost_after=lost_after)
     for line in report.lines():
         click.echo(f"{'would: ' if dry_run else ''}{line}")
 
@@ -349,7 +353,7 @@ def install(policy_path: str, root: str, fake_state: str | None, mps_control: st
         wants = inst.plan_install(python=sys.executable, policy=policy, state_dir=c.paths.state_dir,
                                   task_prolog=c.hooks.task_prolog, textfile_dir=c.metrics.textfile_dir,
                                   dcgm_job_mapping_dir=c.metrics.dcgm_job_mapping_dir, fake_nvml=fake_state,
-                                  mps_control=mps_control)
+                                  mps_control=mps_control, health_program=c.health.program)
     except ValueError as exc:
         raise NodeError(str(exc)) from None
     plan = inst.steps(wants, root, force)

@@ -227,7 +227,7 @@ class Report:
 
 
 def observe_and_repair(node: str, state_dir: str, client, backend, mps, killer, dry_run: bool = False,
-                       metrics=None) -> Findings:
+                       metrics=None, lost_after: float | None = None) -> Findings:
     """Step 1, reconcile, with no lock held across a Slurm call (slurmctld can take tens of seconds to answer,
     and every prolog waits for the journal lock). Under the journal lock and the MPS lock, as the hooks take
     them: (a) the journals' file identities; then, with no lock, what Slurm runs here (``squeue -w``) and its
@@ -256,7 +256,7 @@ def observe_and_repair(node: str, state_dir: str, client, backend, mps, killer, 
         # no hook runs while the journal lock is held: a job past its launch has its batch slurmstepd here
         stepds = stepd_jobs()
     if started is not None:
-        requeue_lost_jobs(findings, node, client, started, stepds, dry_run)  # Slurm, no lock held
+        requeue_lost_jobs(findings, node, client, started, stepds, dry_run, after=lost_after)  # Slurm, no lock held
     return findings
 
 
@@ -358,13 +358,13 @@ def batch_jobs_started(findings: Findings, client, node: str) -> dict[int, int] 
 
 
 def requeue_lost_jobs(findings: Findings, node: str, client, started: dict[int, int], stepds: set[int],
-                      dry_run: bool, now: float | None = None) -> None:
+                      dry_run: bool, now: float | None = None, after: float | None = None) -> None:
     """Requeue each lost launch (``lost_jobs``) that Slurm, asked again after the slurmstepd scan, still runs
     here with the same start (a job that ended or was requeued meanwhile is not requeued again). A requeue
     Slurm refuses is a note, never a drain: nothing on the node is wrong because of it."""
     import time
 
-    lost = lost_jobs(started, stepds, time.time() if now is None else now)
+    lost = lost_jobs(started, stepds, time.time() if now is None else now, LOST_AFTER_S if after is None else after)
     if lost:
         again = batch_jobs_started(findings, client, node)
         lost = [j for j in lost if again is not None and again.get(j) == started[j]]
@@ -498,13 +498,15 @@ def check_node(findings: Findings, node: str, gres_conf: Path, slots, backend, i
 
 
 def run_health(node: str, state_dir: str, gres_conf: Path, slots, client, backend, mps, killer,
-               is_device=device_ok, dry_run: bool = False, metrics=None, read_hook=None) -> Report:
+               is_device=device_ok, dry_run: bool = False, metrics=None, read_hook=None,
+               lost_after: float | None = None) -> Report:
     """observe + repair, check, read the node, decide (``plan_health``), drain or resume (unless dry_run).
     No lock is held from here on: every Slurm call below runs with the node's hooks free to run.
-    ``read_hook(path) -> str``: the start of a hook program (tests; default: read the file)."""
+    ``read_hook(path) -> str``: the start of a hook program (tests; default: read the file). ``lost_after``: seconds
+    before a batch job without its slurmstepd is a lost launch (default ``LOST_AFTER_S``)."""
     from ..slurm.client import SlurmClientError
 
-    findings = observe_and_repair(node, state_dir, client, backend, mps, killer, dry_run, metrics)
+    findings = observe_and_repair(node, state_dir, client, backend, mps, killer, dry_run, metrics, lost_after)
     check_node(findings, node, gres_conf, slots, backend, is_device)
     try:
         current = client.node(node)

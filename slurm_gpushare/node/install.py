@@ -15,6 +15,11 @@ What is installed:
 - ``/etc/gpushare/node.yaml`` (``nodeconfig``): ``policy``, ``state_dir``
   (and ``fake_nvml``, ``mps_control`` when given), root 0644 (the hooks refuse
   a config another user could write);
+- the health check (``cluster.health.program``, when the policy turns it on):
+  ``#!<python> -I`` and two lines running ``gpushare-node-health``, root 0755,
+  at the path the rendered ``HealthCheckProgram`` names; a file already there
+  that runs the same entry point (pip's ``gpushare-node-health`` console
+  script, when the policy names it) is kept;
 - the state dir (``cluster.paths.state_dir``), root 0755; the textfile
   collector and dcgm job mapping dirs when ``cluster.metrics`` sets them,
   root 0755.
@@ -52,6 +57,7 @@ class Want:
     text: str | None = None
     uid: int = ROOT_UID
     gid: int = ROOT_GID
+    accepts: str | None = None  # a line whose presence makes another file at the path as good (a console script)
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,13 @@ def task_prolog_text(python: str) -> str:
     return marked("from slurm_gpushare.node.taskprolog import main\nraise SystemExit(main())\n", f"#!{python} -I")
 
 
+HEALTH_ENTRY = "from slurm_gpushare.hooks.health import main"
+
+
+def health_program_text(python: str) -> str:
+    return marked(f"{HEALTH_ENTRY}\nraise SystemExit(main())\n", f"#!{python} -I")
+
+
 def node_config_text(values: dict[str, str]) -> str:
     body = "# read by the gpushare node hooks (format: slurm_gpushare/node/nodeconfig.py)\n"
     body += "".join(f"{key}: {value}\n" for key, value in values.items())
@@ -109,10 +122,11 @@ def node_config_text(values: dict[str, str]) -> str:
 def plan_install(*, python: str, policy: str, state_dir: str, task_prolog: str | None = None,
                  textfile_dir: str | None = None, dcgm_job_mapping_dir: str | None = None,
                  fake_nvml: str | None = None, mps_control: str | None = None,
-                 node_config: str = NODE_CONFIG) -> list[Want]:
-    """What a node needs, in order (directories before what may lie in them)."""
+                 node_config: str = NODE_CONFIG, health_program: str | None = None) -> list[Want]:
+    """What a node needs, in order (directories before what may lie in them). ``health_program``: the policy's
+    ``cluster.health.program`` (None: the health check is off, nothing installed for it)."""
     for name, value in (("python", python), ("policy", policy), ("state_dir", state_dir),
-                        ("fake_nvml", fake_nvml), ("mps_control", mps_control)):
+                        ("fake_nvml", fake_nvml), ("mps_control", mps_control), ("health_program", health_program)):
         if value is not None and not _absolute(value):
             raise ValueError(f"{name}: {value!r} is not an absolute path of letters, digits and _./+- (what "
                              "node.yaml accepts)")
@@ -130,6 +144,9 @@ def plan_install(*, python: str, policy: str, state_dir: str, task_prolog: str |
     wants.append(Want(node_config, "file", 0o644, "node config", node_config_text(values)))
     wants.append(Want(task_prolog or DEFAULT_TASK_PROLOG, "file", 0o755, "task prolog (lean script)",
                       task_prolog_text(python)))
+    if health_program:
+        wants.append(Want(health_program, "file", 0o755, "health check (cluster.health.program, HealthCheckProgram)",
+                          health_program_text(python), accepts=HEALTH_ENTRY))
     return wants
 
 
@@ -150,6 +167,9 @@ def decide(want: Want, found: Found, force: bool = False, owners: bool = True) -
         return Step(want, "refuse", f"is a {found.kind}, not a regular file: remove it, then run again")
     if found.text == want.text:
         return Step(want, "unchanged") if attrs_ok else Step(want, "fix", attrs)
+    if want.accepts and found.text is not None and not ours(found.text) and _runs(found.text, want.accepts):
+        detail = "another script that runs the same entry point (the package's console script), kept"
+        return Step(want, "unchanged", detail) if attrs_ok else Step(want, "fix", f"{attrs}; {detail}")
     if found.text is not None and ours(found.text):
         return Step(want, "update", "content changed")
     why = "edited since gpushare node install wrote it" if found.text and MARK in found.text else \
@@ -157,6 +177,12 @@ def decide(want: Want, found: Found, force: bool = False, owners: bool = True) -
     if force:
         return Step(want, "update", f"{why}; replaced (--force)")
     return Step(want, "refuse", f"{why}: move it away or merge it by hand, or run again with --force to replace it")
+
+
+def _runs(text: str, line: str) -> bool:
+    """``text`` is a script (``#!``) with ``line`` as one of its lines."""
+    lines = text.splitlines()
+    return bool(lines) and lines[0].startswith("#!") and line in (x.strip() for x in lines)
 
 
 def _attrs(want: Want, found: Found, owners: bool) -> str:

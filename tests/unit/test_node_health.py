@@ -80,6 +80,7 @@ def test_health_policy_is_strict_and_off_by_default():
 
 def test_render_health_lines_only_when_on(tmp_path):
     raw = yaml.safe_load((ROOT / "etc" / "small-lab.yaml").read_text())
+    del raw["cluster"]["health"]
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(raw))
     off = "\n".join(render_all(load_file(path)).values())
@@ -91,6 +92,17 @@ def test_render_health_lines_only_when_on(tmp_path):
     for line in ("HealthCheckProgram=/usr/local/sbin/gpushare-node-health", "HealthCheckInterval=120",
                  "HealthCheckNodeState=IDLE,MIXED,CYCLE"):
         assert f"\n{line}\n" in on
+
+
+@pytest.mark.parametrize("example", ["small-lab", "mixed-production", "mps-inference"])
+def test_bundled_policies_with_node_hooks_turn_the_health_check_on(example):
+    """A newcomer's cluster heals a killed hook of ours without an admin: the examples with node hooks render
+    HealthCheckProgram, at the path `gpushare node install` writes it (tests/unit/test_node_install.py)."""
+    site = load_file(ROOT / "etc" / f"{example}.yaml")
+    assert site.cluster.hooks.prolog and site.cluster.health.program == "/usr/local/sbin/gpushare-node-health"
+    conf = render_all(site)["slurm-gpushare.conf"]
+    assert f"\nHealthCheckProgram={site.cluster.health.program}\n" in conf
+    assert f"\nHealthCheckInterval={site.cluster.health.interval}\n" in conf
 
 
 # ---- whole runs ----------------------------------------------------------------------------

@@ -49,7 +49,7 @@ def tree(root: Path) -> dict[str, tuple[int, str | None]]:
 def paths(root: Path):
     return {"config": root / "etc/gpushare/node.yaml", "task": root / "usr/local/bin/gpushare-task-prolog",
             "state": root / "var/lib/gpushare-test", "textfile": root / "var/lib/node-exporter/textfile",
-            "dcgm": root / "run/gpushare/dcgm-job-mapping"}
+            "dcgm": root / "run/gpushare/dcgm-job-mapping", "health": root / "usr/local/sbin/gpushare-node-health"}
 
 
 def mode(path: Path) -> int:
@@ -61,9 +61,10 @@ def test_fresh_install_writes_everything_with_its_mode(tmp_path, policy):
     result = invoke("--policy", policy, "--root", root)
     assert result.exit_code == 0, result.output
     p = paths(root)
-    for name in ("config", "task", "state", "textfile", "dcgm"):
+    for name in ("config", "task", "state", "textfile", "dcgm", "health"):
         assert f"created: {p[name]}:" in result.output
-    assert {n: mode(p[n]) for n in p} == {"config": 0o644, "task": 0o755, "state": 0o755, "textfile": 0o755, "dcgm": 0o755}
+    assert {n: mode(p[n]) for n in p} == {"config": 0o644, "task": 0o755, "state": 0o755, "textfile": 0o755, "dcgm": 0o755,
+                                          "health": 0o755}
     if os.geteuid() == 0:
         assert all((p[n].lstat().st_uid, p[n].lstat().st_gid) == (0, 0) for n in p)
     config = read_config(p["config"], root_hook=os.geteuid() == 0)
@@ -88,7 +89,7 @@ def test_second_run_changes_nothing_and_says_so(tmp_path, policy):
     before = tree(root)
     result = invoke("--policy", policy, "--root", root)
     assert result.exit_code == 0, result.output
-    assert result.output.count("unchanged: ") == 5 and "nothing to do" in result.output
+    assert result.output.count("unchanged: ") == 6 and "nothing to do" in result.output
     assert tree(root) == before
 
 
@@ -133,7 +134,7 @@ def test_dry_run_writes_nothing(tmp_path, policy):
     root = tmp_path / "root"
     root.mkdir()
     result = invoke("--policy", policy, "--root", root, "--dry-run")
-    assert result.exit_code == 0 and result.output.count("would create: ") == 5
+    assert result.exit_code == 0 and result.output.count("would create: ") == 6
     assert list(root.iterdir()) == []
 
 
@@ -182,3 +183,53 @@ def test_decide_is_pure_and_owner_aware():
     assert step.status == "fix" and step.detail == "owner 1000:1000 -> 0:0"
     assert inst.decide(want, inst.Found("dir", 0o755, 1000, 1000), owners=False).status == "unchanged"
     assert inst.decide(want, inst.Found("link")).status == "refuse"
+
+
+# ---- the health check (cluster.health.program) -----------------------------------------------------
+
+
+def test_health_program_is_installed_where_health_check_program_points(tmp_path, policy):
+    """The bundled small lab turns the health check on: install writes the program at the very path the
+    rendered HealthCheckProgram names, and it runs (no node config: one line on stderr, exit 1)."""
+    from slurm_gpushare.policy import load_file
+    from slurm_gpushare.render import render_all
+
+    rendered = render_all(load_file(policy))["slurm-gpushare.conf"]
+    program = next(line.split("=", 1)[1] for line in rendered.splitlines() if line.startswith("HealthCheckProgram="))
+    root = tmp_path / "root"
+    result = invoke("--policy", policy, "--root", root)
+    assert result.exit_code == 0, result.output
+    script = inst.on_disk(root, program)
+    assert script == paths(root)["health"] and mode(script) == 0o755 and inst.ours(script.read_text())
+    lines = script.read_text().splitlines()
+    assert lines[0] == f"#!{sys.executable} -I" and lines[3:] == [inst.HEALTH_ENTRY, "raise SystemExit(main())"]
+    env = {"PATH": os.defpath, "GPUSHARE_NODE_CONFIG": str(tmp_path / "none.yaml"), "SLURMD_NODENAME": "lab-excl01"}
+    done = run([str(script)], env=env, timeout=60, check=False)
+    assert done.returncode == 1 and done.stderr.startswith("gpushare-node-health: "), done.stderr
+
+
+def test_health_check_off_installs_no_program(tmp_path, policy):
+    raw = yaml.safe_load(policy.read_text())
+    del raw["cluster"]["health"]
+    policy.write_text(yaml.safe_dump(raw))
+    root = tmp_path / "root"
+    result = invoke("--policy", policy, "--root", root)
+    assert result.exit_code == 0 and "health check" not in result.output
+    assert not paths(root)["health"].exists()
+
+
+def test_the_packages_console_script_at_the_path_is_kept(tmp_path, policy):
+    """A policy that names pip's gpushare-node-health console script: that file runs the same entry point."""
+    root = tmp_path / "root"
+    console = paths(root)["health"]
+    console.parent.mkdir(parents=True)
+    console.write_text("#!/opt/gpushare/bin/python3\n# -*- coding: utf-8 -*-\nimport re\nimport sys\n"
+                       f"{inst.HEALTH_ENTRY}\nif __name__ == '__main__':\n    sys.exit(main())\n")
+    os.chmod(console, 0o755)
+    before = console.read_text()
+    result = invoke("--policy", policy, "--root", root)
+    assert result.exit_code == 0, result.output
+    assert f"unchanged: {console}: health check" in result.output and console.read_text() == before
+    console.write_text("#!/bin/sh\necho mine\n")  # anything else is refused, as every file install did not write
+    result = invoke("--policy", policy, "--root", root)
+    assert result.exit_code == 1 and f"refused: {console}: health check" in result.output
