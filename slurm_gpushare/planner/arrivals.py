@@ -15,7 +15,9 @@ compare with the published ones only in distribution. The rest is kept: a
 trace larger than the target loses random arrivals (``tuneDownPods``), and the
 stop rule keeps the original's quirk of testing the next pod's *per-GPU*
 share (``gpu_milli``) against the target while adding its total
-(``num_gpu x gpu_milli``).
+(``num_gpu x gpu_milli``). A pod list in which no pod asks for a GPU arrives
+once, shuffled, with no resampled pods (the original refuses such a list: it
+panics when the total GPU request is 0).
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ def arrival_sequence(pods: tuple[Pod, ...], gpu_count: int, seed: int, inflation
     target = inflation * capacity
     total = int(demand.sum())
     extra: list[int] = []
-    if total < target:
+    # no pod asks for a GPU: resampling adds no demand and would never reach the target; the trace arrives once
+    if total < target and demand.any():
         while True:
             pick = int(by_name[rng.integers(len(by_name))])
             if total + per_gpu[pick] > target:

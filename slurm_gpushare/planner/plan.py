@@ -108,6 +108,8 @@ class PlanResult:
     knobs: Knobs
     score: float | None = None
     tried: list[tuple[Knobs, float]] = field(default_factory=list)
+    kept_given: bool = False  # the policy as given was kept: no candidate scored above it (or nothing to plan)
+    given_score: float | None = None  # the policy as given, scored as the candidates are (with ``evaluate``)
 
 
 def supply(site: Site) -> list[GroupInfo]:
@@ -669,8 +671,12 @@ def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fra
          budget_s: float | None = None, mig_types: Sequence[str] = ()) -> PlanResult:
     """Plan a policy for ``demand`` on the hardware of ``base`` (a policy mapping, validated here).
 
-    With ``evaluate``, candidates are scored in order until ``budget_s`` seconds have gone (the first is always
-    scored), and the best is kept. ``mig_types`` (MIG profile names): the layouts hold only these slice types
+    With ``evaluate``, the policy as given is scored first, then candidates in order until ``budget_s`` seconds
+    have gone (the first is always scored); the best candidate is kept only when it scores above the policy as
+    given, which is kept otherwise (never worse than changing nothing, by the planner's own measure). Under
+    ``isolate_qos`` or ``mig_fractions`` the policy as given is scored for the report but not kept: it does not
+    give the shares the MIG slices asked for. A demand with no GPU job keeps the policy as given (nothing to
+    share; the packing score would be 0 for every candidate). ``mig_types`` (MIG profile names): the layouts hold only these slice types
     (and the whole-GPU one), packed to use the most compute slices per GPU, so a share is rounded to the
     smallest of them (e.g. the site's existing slice types; without 1g.10gb, a 20 % share takes a 2g.10gb);
     ``("compact",)``: one type per compute size, the least memory (``layouts.compact_types``).
@@ -683,6 +689,8 @@ def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fra
         models = ", ".join(sorted({g.model.name for g in site.groups}))
         raise ValueError(f"MIG slices were asked for (isolated QoS or every share on MIG) but no GPU of the policy "
                          f"supports MIG ({models})")
+    if not demand.gpu_milli:
+        return _no_gpu_demand(base, site, demand)
     tries = list(candidates or (default_candidates(isolating=bool(isolate_qos)) if evaluate else [Knobs()]))
     if tuple(mig_types) == ("compact",):
         tries = [replace(k, mig_compact=True) for k in tries]
@@ -693,6 +701,21 @@ def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fra
             raise ValueError(f"MIG slice type(s) {', '.join(unknown)} not offered by any MIG-capable GPU of the "
                              f"policy; accepted: {', '.join(known)}")
         tries = [replace(k, mig_types=tuple(mig_types), mig_fill=True) for k in tries]
+    given = evaluate(base) if evaluate else None
+    score, knobs, raw, why, tried = _best_candidate(base, site, demand, tries, evaluate, budget_s, began,
+                                                    isolate_qos, mig_fractions)
+    keep_given = given is not None and not (isolate_qos or mig_fractions) and score <= given
+    verdict = _verdict(given, score, keep_given, bool(isolate_qos or mig_fractions)) if evaluate else []
+    if keep_given:
+        raw, why = copy.deepcopy(base), [verdict[0]]
+    new_site = site if keep_given else build_site(raw, "planned policy")
+    report = plan_report(demand, site, new_site, why, tried if evaluate else [], raw, verdict, given)
+    return PlanResult(raw, new_site, report, knobs, (given if keep_given else score) if evaluate else None, tried,
+                      keep_given, given)
+
+
+def _best_candidate(base, site, demand, tries, evaluate, budget_s, began, isolate_qos, mig_fractions):
+    """(score, knobs, policy, report lines, every (knobs, score) tried) of the best-scoring candidate."""
     best: tuple[float, Knobs, dict, list[str]] | None = None
     tried: list[tuple[Knobs, float]] = []
     built: list[dict] = []
@@ -707,10 +730,25 @@ def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fra
         tried.append((knobs, score))
         if best is None or score > best[0]:
             best = (score, knobs, raw, why)
-    score, knobs, raw, why = best
-    new_site = build_site(raw, "planned policy")
-    report = plan_report(demand, site, new_site, why, tried if evaluate else [], raw)
-    return PlanResult(raw, new_site, report, knobs, score if evaluate else None, tried)
+    return (*best, tried)
+
+
+def _verdict(given: float, best: float, keep_given: bool, constrained: bool) -> list[str]:
+    """The report's line on which policy was kept, and why."""
+    if keep_given:
+        return [f"kept the policy as given: it scores {given:.2f}, no candidate scored above it (best {best:.2f})"]
+    if constrained:
+        return [f"planned: the best candidate scores {best:.2f}; the policy as given ({given:.2f}) is not eligible, "
+                f"it does not give the shares the MIG slices asked for (--isolate-qos / --mig-fractions)"]
+    return [f"planned: the best candidate scores {best:.2f}, above the policy as given ({given:.2f})"]
+
+
+def _no_gpu_demand(base: dict, site: Site, demand: Demand) -> PlanResult:
+    """The plan of a demand without GPU jobs: the policy as given, with the reason."""
+    why = [f"the demand asks for no GPU ({demand.jobs} CPU-only jobs): nothing to share or pack; "
+           f"kept the policy as given"]
+    report = plan_report(demand, site, site, why, [], base)
+    return PlanResult(copy.deepcopy(base), site, report, Knobs(), None, [], True, None)
 
 
 def default_candidates(isolating: bool = False) -> list[Knobs]:
@@ -726,7 +764,8 @@ def default_candidates(isolating: bool = False) -> list[Knobs]:
     return out if isolating else [*out, Knobs(mig_factor=0.9)]
 
 
-def plan_report(demand: Demand, before: Site, after: Site, why: list[str], tried, raw: dict) -> list[str]:
+def plan_report(demand: Demand, before: Site, after: Site, why: list[str], tried, raw: dict,
+                verdict: Sequence[str] = (), given: float | None = None) -> list[str]:
     lines = format_demand(demand)
     lines += supply_lines(before, "supply (base policy)")
     lines.append("choices:")
@@ -740,7 +779,10 @@ def plan_report(demand: Demand, before: Site, after: Site, why: list[str], tried
         lines.append(f"  route {what} -> {','.join(r['tiers'])}{extra}")
     if tried:
         lines.append("candidates (packing score on sampled arrivals):")
+        if given is not None:
+            lines.append(f"  the policy as given: {given:.2f}")
         lines += [f"  {k}: {s:.2f}" for k, s in tried]
+    lines += verdict
     return lines
 
 

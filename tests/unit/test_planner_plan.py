@@ -188,7 +188,7 @@ def test_evaluate_keeps_the_best_candidate():
 
     knobs = [Knobs(), Knobs(frac_factor=2.0), Knobs(frac_factor=0.5)]
     result = plan(s1_base(), s1_demand(), evaluate=score, candidates=knobs)
-    assert len(seen) == 3
+    assert len(seen) == 4 and seen[0] == s1_base()  # the policy as given is scored first
     assert result.knobs == Knobs(frac_factor=2.0)
     assert result.score == 3.0  # all three 8-GPU nodes
     assert "candidates (packing score" in "\n".join(result.report)
@@ -217,7 +217,7 @@ def test_candidates_giving_the_same_policy_are_scored_once():
     # without MIG, cpu_jobs 'auto' is 'rich': the same policy as Knobs()
     plan(s1_base(), s1_demand(), evaluate=lambda raw: calls.append(raw) or 1.0,
          candidates=[Knobs(), Knobs(cpu_jobs="rich"), Knobs(frac_factor=2.0)])
-    assert len(calls) == 2
+    assert len(calls) == 3  # the policy as given, then two distinct candidates
 
 
 def test_isolation_needs_mig_capable_gpus():
