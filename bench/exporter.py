@@ -18,6 +18,15 @@ Prints, best of 3 (figures, never assertions):
 --large PROJECT (from the host, on a running test cluster): grows it as bench/slurm_client.py --large does
 (--nodes CLOUD nodes, --jobs held jobs) and then scrapes real Slurm from inside slurmctld, once per backend
 (cli, pyslurm where the image has it), with the policy the cluster runs; --live is that inner part.
+
+--concurrent N: the HTTP server under N concurrent scrapes, --rounds times, one round per
+--interval seconds (127.0.0.1 only; bounded). Each Slurm command of the fake runner takes --latency
+seconds more (slurmctld's round trip). Prints, for the server as shipped (one shared snapshot per
+interval) and for a no-cache baseline in the same run (prometheus_client's server over the collector:
+every scrape reads Slurm, one read at a time): reads of Slurm per round (= per interval), scrape latency
+p50/p95, and their ratios.
+
+    nice -n 19 .venv/bin/python bench/exporter.py --concurrent 50 --jobs 1000 --nodes 100
 """
 
 from __future__ import annotations
@@ -141,12 +150,122 @@ def best_phases(collector, repeat=3):
     return tuple(min(r[i] for r in runs) for i in range(3)) + (runs[-1][3],)
 
 
+class Counting:
+    """A Runner over ``inner`` that counts reads of Slurm (squeue runs once per read) and adds ``latency``
+    seconds to every command."""
+
+    def __init__(self, inner, latency: float):
+        self.inner, self.latency, self.reads, self.commands = inner, latency, 0, 0
+        self.starts: list[float] = []  # monotonic time each read began
+        self._lock = __import__("threading").Lock()
+
+    def __call__(self, argv, **kw):
+        with self._lock:
+            self.commands += 1
+            if argv[0] == "squeue":
+                self.reads += 1
+                self.starts.append(time.monotonic())
+        time.sleep(self.latency)
+        return self.inner(argv, **kw)
+
+
+def scrape_round(port: int, n: int) -> list[float]:
+    """n concurrent GET /metrics (one connection each); their latencies in seconds."""
+    import http.client
+    import threading
+
+    lat = [0.0] * n
+    go = threading.Barrier(n)
+
+    def one(i: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+        go.wait()
+        t = time.perf_counter()
+        conn.request("GET", "/metrics")
+        resp = conn.getresponse()
+        body = resp.read()
+        lat[i] = time.perf_counter() - t
+        conn.close()
+        assert resp.status == 200 and b"gpushare_gres_free" in body, resp.status
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return lat
+
+
+def run_rounds(port: int, runner: Counting, n: int, rounds: int, interval: float) -> tuple[list[int], list[float]]:
+    """``rounds`` rounds of n scrapes, each starting on its own interval boundary: reads per round, latencies."""
+    reads, lat = [], []
+    start = time.monotonic()
+    for r in range(rounds):
+        time.sleep(max(0.0, start + (r + 0.05) * interval - time.monotonic()))  # just past the boundary
+        before = runner.reads
+        lat += scrape_round(port, n)
+        reads.append(runner.reads - before)
+    return reads, lat
+
+
+def most_in_one_interval(starts: list[float], interval: float) -> int:
+    """The most reads begun within any window of ``interval`` seconds."""
+    return max((sum(1 for u in starts if s <= u < s + interval) for s in starts), default=0)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def concurrent(args, site, squeue: str, scontrol: str) -> None:
+    from prometheus_client import start_http_server
+
+    from slurm_gpushare.metrics.exporter import (CommandTimeouts, Exporter, ExporterServer, SharedSnapshot,
+                                                 SlurmCollector, registry_for)
+    from slurm_gpushare.slurm.cli_backend import CliClient
+
+    n, rounds, interval = args.concurrent, args.rounds, args.interval
+    print(f"{n} concurrent scrapes x {rounds} rounds, one round per {interval:g} s interval; "
+          f"{args.latency * 1000:.0f} ms added to each Slurm command")
+    figures = {}
+    for name in ("shared snapshot", "no-cache baseline"):
+        runner = Counting(fake_runner(squeue, scontrol), args.latency)
+        timeouts = CommandTimeouts(runner, 60.0)
+        collector = SlurmCollector(CliClient(timeouts), site)
+        if name == "shared snapshot":
+            server = ExporterServer("127.0.0.1", 0, Exporter(SharedSnapshot(collector, interval, timeouts=timeouts)))
+            import threading
+
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            port = server.server_address[1]
+        else:  # what `gpushare exporter` served before: a read of Slurm per scrape
+            server, _thread = start_http_server(0, addr="127.0.0.1", registry=registry_for(collector))
+            port = server.server_port
+        reads, lat = run_rounds(port, runner, n, rounds, interval)
+        server.shutdown()
+        server.server_close()
+        most = most_in_one_interval(runner.starts, interval)
+        figures[name] = (reads, pct(lat, 0.5), pct(lat, 0.95), most)
+        print(f"{name:18}: reads of Slurm per round {reads}, at most {most} begun within any {interval:g} s; "
+              f"{runner.commands} Slurm commands; latency p50 {pct(lat, 0.5) * 1000:.0f} ms, "
+              f"p95 {pct(lat, 0.95) * 1000:.0f} ms")
+    new, old = figures["shared snapshot"], figures["no-cache baseline"]
+    print(f"ratio baseline/shared: reads {sum(old[0]) / sum(new[0]):.0f}x, p50 {old[1] / new[1]:.1f}x, "
+          f"p95 {old[2] / new[2]:.1f}x")
+    print(f"target (at most one read of Slurm per interval): {'met' if new[3] <= 1 else 'NOT met'}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=10000)
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--live", action="store_true", help="inside slurmctld: scrape the real cluster")
     ap.add_argument("--large", metavar="PROJECT", help="grow this running test cluster, then --live in it")
+    ap.add_argument("--concurrent", type=int, metavar="N", help="N concurrent scrapes of the HTTP server per round")
+    ap.add_argument("--rounds", type=int, default=3, help="--concurrent: rounds, one per interval")
+    ap.add_argument("--interval", type=float, default=5.0, help="--concurrent: --slurm.read-interval, seconds")
+    ap.add_argument("--latency", type=float, default=0.05, help="--concurrent: seconds added to each Slurm command")
     args = ap.parse_args()
     if args.live:
         return live()
@@ -163,6 +282,9 @@ def main() -> None:
 
     site = load_file(examples.example())
     squeue, scontrol = large_outputs(args.jobs, args.nodes)
+    if args.concurrent:
+        print(f"{args.jobs} jobs, {args.nodes} nodes, policy {examples.example().name}")
+        return concurrent(args, site, squeue, scontrol)
     print(f"{args.jobs} jobs ({len(squeue) / 2**20:.0f} MiB squeue JSON), {args.nodes} nodes "
           f"({len(scontrol) / 2**20:.1f} MiB scontrol JSON), policy {examples.example().name}")
 

@@ -196,7 +196,8 @@ class SharedSnapshot:
         self._started: float | None = None
         self._reading = False
         self._generation = 0
-        self._rendered: dict[tuple[int, str], bytes] = {}
+        self._rendered: dict[tuple[int, str, bool], bytes] = {}
+        self._render_lock = threading.Lock()
 
     def get(self, budget: float | None) -> tuple[list[Metric] | None, int]:
         """(metrics, generation) of the snapshot to serve; metrics None when no read has finished in time."""
@@ -213,17 +214,20 @@ class SharedSnapshot:
                     self.waiting -= 1
             return self._metrics, self._generation
 
-    def render(self, metrics: list[Metric], generation: int, encoder, content_type: str) -> bytes:
-        """The exposition of a snapshot in one format, computed once per snapshot and format."""
-        key = (generation, content_type)
-        with self._cond:
+    def render(self, metrics: list[Metric], generation: int, encoder, content_type: str, gzipped: bool) -> bytes:
+        """The exposition of a snapshot in one format (gzipped or not), computed once per snapshot and format:
+        concurrent scrapes of a new snapshot wait for the first one's rendering instead of each rendering it."""
+        key = (generation, content_type, gzipped)
+        with self._render_lock:
             cached = self._rendered.get(key)
-        if cached is None:
-            cached = encoder(_Static(metrics))
-            with self._cond:
-                if generation == self._generation:
-                    self._rendered[key] = cached
-        return cached
+            if cached is None:
+                cached = encoder(_Static(metrics))
+                if gzipped:
+                    cached = gzip.compress(cached, compresslevel=1)
+                with self._cond:
+                    if generation == self._generation:
+                        self._rendered[key] = cached
+            return cached
 
     def _fresh(self) -> bool:
         return self._started is not None and self.monotonic() - self._started < self.interval
@@ -311,10 +315,11 @@ class Exporter:
         if metrics is None:
             return 503, extra, b"No read of Slurm has finished yet; the exporter's log says why.\n"
         encoder, content_type = choose_encoder(headers.get("Accept") or "")
-        body = self.snapshot.render(metrics, generation, encoder, content_type)
+        gzipped = "gzip" in (headers.get("Accept-Encoding") or "")
+        body = self.snapshot.render(metrics, generation, encoder, content_type, gzipped)
         out = {**extra, "Content-Type": content_type}
-        if "gzip" in (headers.get("Accept-Encoding") or ""):
-            body, out["Content-Encoding"] = gzip.compress(body, compresslevel=1), "gzip"
+        if gzipped:
+            out["Content-Encoding"] = "gzip"
         return 200, out, body
 
 

@@ -428,3 +428,26 @@ def test_budget_leaves_a_margin_to_answer_in():
     exporter = Exporter(None, wait=40.0)
     assert exporter.budget(None) == 40.0 and exporter.budget("junk") == 40.0
     assert exporter.budget("10") == 9.5 and exporter.budget("1") == 0.75 and exporter.budget("100") == 40.0
+
+
+def test_a_snapshot_is_rendered_once_per_format_whatever_the_number_of_scrapes(stacks):
+    s = stacks()
+    metrics, generation = s.snapshot.get(None)
+    calls, release = [], threading.Event()
+
+    def encoder(registry):
+        calls.append(1)
+        release.wait(30)
+        return b"text"
+
+    threads = [threading.Thread(target=s.snapshot.render, args=(metrics, generation, encoder, "text/plain", False))
+               for _ in range(10)]
+    for t in threads:
+        t.start()
+    _wait_until("the first rendering under way", lambda: calls)
+    release.set()
+    for t in threads:
+        t.join(30)
+    assert len(calls) == 1
+    assert s.snapshot.render(metrics, generation, encoder, "text/plain", True) != b"text"  # gzip: its own entry
+    assert len(calls) == 2
