@@ -42,6 +42,8 @@ class KillProcess:
     pid: int
     gpu_index: int
     where: str
+    job_id: int | None = None  # the job whose cgroup held it when planned: killed only while it still does
+
 
     def __str__(self) -> str:
         return f"kill leftover process {self.pid} on {self.where}"
@@ -79,7 +81,7 @@ def _leftovers(journal: Journal, live: LiveState, problems: list[str]) -> list[K
         for proc in procs:
             owner = live.proc_jobs.get(proc.pid)
             if owner == journal.job_id:
-                kills.append(KillProcess(proc.pid, gpu.index, where))
+                kills.append(KillProcess(proc.pid, gpu.index, where, journal.job_id))
             elif not shared:
                 who = "not on this node" if owner is None else ("of no job" if owner == 0 else f"of job {owner}")
                 problems.append(f"{where} busy after the job: process {proc.pid} ({who})")
@@ -106,14 +108,19 @@ def plan_epilog(journal: Journal | None, live: LiveState) -> tuple[list, list[st
 
 
 class Killer:
-    """Send SIGKILL and wait until NVML no longer lists the process."""
+    """Send SIGKILL and wait until NVML no longer lists the process. The pid was read when the epilog observed
+    the node: it is killed only if it is still a process of the job (``kill_job_process``)."""
 
-    def __init__(self, backend, wait: float = 10.0, kill=None, sleep=time.sleep, clock=time.monotonic):
+    def __init__(self, backend, wait: float = 10.0, kill=None, sleep=time.sleep, clock=time.monotonic,
+                 proc_root: str = "/proc"):
         self.backend, self.wait, self._sleep, self._clock = backend, wait, sleep, clock
-        self._kill = kill or _sigkill
+        self._kill, self.proc_root = kill, proc_root
 
     def __call__(self, action: KillProcess) -> str | None:
-        self._kill(action.pid)
+        if self._kill is not None:
+            self._kill(action.pid)
+        elif not kill_job_process(action.pid, action.job_id, self.proc_root):
+            return None  # gone, or its pid is another process's now: nothing of the job's to kill
         deadline = self._clock() + self.wait
         while any(p.pid == action.pid for p in self.backend.processes(action.gpu_index)):
             if self._clock() > deadline:
@@ -122,11 +129,29 @@ class Killer:
         return None
 
 
-def _sigkill(pid: int) -> None:
+def kill_job_process(pid: int, job_id: int | None, proc_root: str = "/proc") -> bool:
+    """SIGKILL ``pid`` if it is still in job ``job_id``'s cgroup (None: any process), checked after a pidfd pins
+    it, so a pid reused meanwhile by another process is never signalled. Was a signal sent?"""
+    fd = None
     try:
-        os.kill(pid, _signal.SIGKILL)
+        fd = os.pidfd_open(pid)
     except ProcessLookupError:
-        pass
+        return False
+    except (AttributeError, OSError):  # no pidfds here (Python or kernel): checked, then signalled by pid
+        fd = None
+    try:
+        if job_id is not None and process_jobs([pid], proc_root).get(pid) != job_id:
+            return False
+        if fd is not None:
+            _signal.pidfd_send_signal(fd, _signal.SIGKILL)
+        else:
+            os.kill(pid, _signal.SIGKILL)
+        return True
+    except ProcessLookupError:
+        return False
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def execute_epilog(journal: Journal, actions, problems: list[str], store: JournalStore, mps, killer) -> None:

@@ -333,9 +333,11 @@ class ProcessHandle:
     def open(cls, record: dict) -> "ProcessHandle | None":
         fd = None
         try:
-            fd = os.pidfd_open(record["pid"]) if hasattr(os, "pidfd_open") else None
-        except OSError:
-            return None  # no such process
+            fd = os.pidfd_open(record["pid"])
+        except ProcessLookupError:
+            return None
+        except (AttributeError, OSError):  # no pidfds here (Python or kernel): the identity check alone
+            fd = None
         if not same_process(record):  # checked after the pidfd is open: it names this very process
             if fd is not None:
                 os.close(fd)
@@ -446,11 +448,16 @@ def kill_scanned(scan, wait: float = 2.0) -> list[int]:
 
 
 def _running(pid: int) -> bool:
+    return _state(pid) not in ("Z", "X", "")
+
+
+def _state(pid: int) -> str:
+    """The process state letter of /proc/PID/stat ('' if gone)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+            return fh.read().rsplit(b")", 1)[1].split()[0].decode()
     except (OSError, IndexError):
-        return False
+        return ""
 
 
 def answers(pipe_dir: str) -> bool:
@@ -460,7 +467,7 @@ def answers(pipe_dir: str) -> bool:
     No process spawned; a socket that never accepts costs at most CONNECT_TIMEOUT."""
     record = read_record(pipe_dir)
     if record is not None:
-        if not same_process(record):
+        if not same_process(record) or _state(record["pid"]) in ("T", "t"):  # stopped: answers nobody
             return False
         found = peer(f"{alias_dir(pipe_dir)}/control")
         return found is not None and found[0] == record["pid"]
