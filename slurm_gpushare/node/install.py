@@ -20,9 +20,10 @@ What is installed:
   at the path the rendered ``HealthCheckProgram`` names; a file already there
   that runs the same entry point (pip's ``gpushare-node-health`` console
   script, when the policy names it) is kept;
-- the state dir (``cluster.paths.state_dir``), root 0755; the textfile
-  collector and dcgm job mapping dirs when ``cluster.metrics`` sets them,
-  root 0755.
+- the state dir (``cluster.paths.state_dir``), root 0711: a job's user
+  reaches its MPS pipe directory and task file by name, but lists nothing;
+  the textfile collector and dcgm job mapping dirs when ``cluster.metrics``
+  sets them, root 0755 (their exporters read them).
 
 Files it writes carry ``# written by gpushare node install`` and a
 ``# content-sha256:`` line over the rest: such a file, unedited, is replaced
@@ -135,7 +136,7 @@ def plan_install(*, python: str, policy: str, state_dir: str, task_prolog: str |
         values["fake_nvml"] = fake_nvml
     if mps_control:
         values["mps_control"] = mps_control
-    wants = [Want(values["state_dir"], "dir", 0o755, "state dir (cluster.paths.state_dir)")]
+    wants = [Want(values["state_dir"], "dir", 0o711, "state dir (cluster.paths.state_dir)")]
     if textfile_dir:
         wants.append(Want(textfile_dir.rstrip("/"), "dir", 0o755, "textfile collector dir (cluster.metrics.textfile_dir)"))
     if dcgm_job_mapping_dir:

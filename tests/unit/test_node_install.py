@@ -63,7 +63,7 @@ def test_fresh_install_writes_everything_with_its_mode(tmp_path, policy):
     p = paths(root)
     for name in ("config", "task", "state", "textfile", "dcgm", "health"):
         assert f"created: {p[name]}:" in result.output
-    assert {n: mode(p[n]) for n in p} == {"config": 0o644, "task": 0o755, "state": 0o755, "textfile": 0o755, "dcgm": 0o755,
+    assert {n: mode(p[n]) for n in p} == {"config": 0o644, "task": 0o755, "state": 0o711, "textfile": 0o755, "dcgm": 0o755,
                                           "health": 0o755}
     if os.geteuid() == 0:
         assert all((p[n].lstat().st_uid, p[n].lstat().st_gid) == (0, 0) for n in p)
@@ -146,8 +146,8 @@ def test_wrong_modes_are_fixed(tmp_path, policy):
     os.chmod(p["config"], 0o666)
     result = invoke("--policy", policy, "--root", root)
     assert result.exit_code == 0
-    assert f"fixed: {p['state']}: state dir (cluster.paths.state_dir) (mode 0777 -> 0755)" in result.output
-    assert mode(p["state"]) == 0o755 and mode(p["config"]) == 0o644
+    assert f"fixed: {p['state']}: state dir (cluster.paths.state_dir) (mode 0777 -> 0711)" in result.output
+    assert mode(p["state"]) == 0o711 and mode(p["config"]) == 0o644
 
 
 def test_a_file_where_a_directory_belongs_is_refused(tmp_path, policy):
