@@ -100,3 +100,41 @@ def test_admin_drain_is_left_alone(health_cluster):
         assert "DRAIN" in s["flags"] and s["reason"] == "admin", s
     finally:
         c.scontrol("update", f"nodename={node}", "state=resume")
+
+
+# ---- the newcomer's cluster: etc/small-lab.yaml as bundled (the health check on, every minute) ----------
+
+
+def test_a_killed_prolog_is_healed_by_the_health_check_alone(cluster):
+    """SIGKILL our prolog while it runs on lab-excl01: slurmctld drains the node ``Prolog error`` and requeues
+    the job. Nobody runs anything by hand: slurmd's own health runs (HealthCheckInterval=60 from the bundled
+    policy) clean up and resume the node, and the requeued job runs again and completes."""
+    import threading
+
+    from tests.cluster.test_node_runtime import journals
+    from tests.cluster.test_soak import kill_a_hook
+    from tests.cluster.conftest import wait_for
+
+    c, node = cluster, "lab-excl01"
+    conf = c.exec("slurmctld", ["scontrol", "show", "config"]).stdout
+    assert re.search(r"^HealthCheckProgram\s*= /usr/local/sbin/gpushare-node-health$", conf, re.MULTILINE), conf
+    assert "DRAIN" not in state(c, node)["state"]
+    killed = []
+    killer = threading.Thread(target=lambda: killed.append(kill_a_hook(c, node, "gpushare-prolog", 90)))
+    killer.start()
+    time.sleep(3)  # the probe is polling before the job is submitted
+    job = c.sbatch("true\n", user="carol", account="biology", gres="gpu:l40s:1", nodelist=node, output="/dev/null")
+    killer.join()
+    assert killed == [True], "no prolog ran on lab-excl01 within 90 s"
+    start = time.monotonic()
+    drained = wait_for(f"{node} drained after the killed prolog",
+                       lambda: (s := state(c, node)) if "DRAIN" in s["state"] else None, 60)
+    assert drained["reason"] in ("Prolog error",) or drained["reason"].startswith("gpushare-prolog:"), drained
+    healed = wait_for(f"{node} resumed by slurmd's health runs", lambda: (s := state(c, node)) if
+                      "DRAIN" not in s["state"] else None, 200, every=2)
+    took = time.monotonic() - start
+    rec = c.wait(job, timeout=240)
+    assert rec["State"] == "COMPLETED", rec
+    wait_for(f"no journal on {node}", lambda: not journals(c, node), 90)
+    print(f"\nprolog of job {job} SIGKILLed on {node}: drained '{drained['reason']}', resumed by the health check "
+          f"alone {took:.0f} s later ({healed['state']}); the requeued job {rec['State']}")

@@ -1,0 +1,64 @@
+"""An interactive job never drains a node (issue 21 part 2), on the newcomer's cluster: etc/small-lab.yaml as
+bundled, the health check on (slurmd runs it every minute).
+
+A user runs ``salloc`` on lab-excl01 itself and is placed there: squeue's batch host for a job with no batch
+script is its submit host (lab-excl01), and there is no ``slurmstepd: [JOB.batch]`` on the node. Before the
+fix the health check took it for a lost launch once it had run 120 s, ``scontrol requeue`` refused it (batch
+jobs only), and the refusal drained the node on every run. Here the job is held past the lost-launch
+threshold, lowered to 5 s for the runs made by hand (``gpushare node health --lost-after 5``, the admin form
+of the same check), while slurmd's own runs go on: the node is never drained, the job is never requeued.
+
+Run: GPUSHARE_REQUIRE_CLUSTER=1 flock /tmp/gpushare-cluster.lock \
+  .venv/bin/python -m pytest -q tests/cluster/hostile/test_interactive_drain.py
+"""
+
+from __future__ import annotations
+
+import time
+
+from tests.cluster.conftest import wait_for
+from tests.cluster.test_node_runtime import FAKE, node_shell
+
+NODE = "lab-excl01"
+USER, ACCOUNT = "carol", "biology"
+THRESHOLD = 5
+
+
+def drained(c) -> bool:
+    state = c.node_states()[NODE]
+    return "DRAIN" in state["flags"] or "DRAIN" in state["state"]
+
+
+def salloc_job(c) -> int | None:
+    out = c.slurm(["squeue", "-h", "-u", USER, "-n", "interactive-on-node", "-o", "%A %T"], check=False).stdout.split()
+    return int(out[0]) if len(out) == 2 and out[1] == "RUNNING" else None
+
+
+def test_an_salloc_job_from_the_node_held_past_the_threshold_never_drains_it(cluster):
+    c = cluster
+    assert not drained(c)
+    # salloc from the compute node's container, placed on that node; it holds the allocation with no batch script
+    node_shell(c, NODE, f"su -s /bin/bash {USER} -c 'setsid nohup salloc -Q -A {ACCOUNT} -w {NODE} "
+                        "--gres=gpu:l40s:1 -J interactive-on-node sleep 240 </dev/null >/tmp/salloc.out 2>&1 &'")
+    job = wait_for("the salloc job to run", lambda: salloc_job(c), 120)
+    try:
+        fields = c.slurm(["squeue", "-h", "-j", str(job), "--Format", "BatchHost:|,BatchFlag:"]).stdout.strip()
+        assert fields == f"{NODE}|0", fields  # the premise: batch host = this node, no batch script
+        health = ["gpushare", "node", "health", "--policy", "/etc/gpushare/policy.yaml", "--node", NODE,
+                  "--fake-nvml", FAKE, "--lost-after", str(THRESHOLD)]
+        outputs = []
+        started = time.monotonic()
+        while time.monotonic() - started < 3 * THRESHOLD + 20:  # several runs, each past the threshold
+            time.sleep(THRESHOLD + 1)
+            res = c.exec(NODE, health, check=False, timeout=120)
+            outputs.append(res.stdout + res.stderr)
+            assert res.returncode == 0, outputs[-1]
+            assert "requeue" not in outputs[-1] and not drained(c), outputs[-1]
+        assert salloc_job(c) == job  # still running, never requeued
+        assert not drained(c), c.node_states()[NODE]
+        print(f"\nsalloc job {job} on {NODE} (batch host {NODE}, batch flag 0): {len(outputs)} health runs with a "
+              f"{THRESHOLD} s threshold, node never drained; last run: {outputs[-1].strip().splitlines()[-1]}")
+    finally:
+        c.slurm(["scancel", str(job)], check=False)
+    wait_for(f"{NODE} idle again", lambda: c.node_states()[NODE]["state"] == "IDLE", 120)
+    assert not drained(c)
