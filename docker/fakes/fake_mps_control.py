@@ -32,6 +32,14 @@ unicode_escape'd).
 The daemon also records its state (pid, servers, defaults) in
 ``<pipe>/.fake-state.json`` for tests to read.
 
+Files, as NVIDIA documents them (docs/admins/mps-security.md): the daemon
+creates the ``control`` socket in the pipe dir (mode 0777 from bind under a
+zero umask: no chmod by name) and writes ``control.log`` in the log dir;
+a server that fails to start writes ``server.log`` there. The daemon runs as
+root and keeps writing into a pipe dir that becomes the job user's, so its
+state file is created afresh with O_EXCL | O_NOFOLLOW and renamed into place:
+nothing is written through a link the user planted.
+
 Compute mode (NVIDIA MPS docs, "Provisioning": one server per GPU in
 EXCLUSIVE_PROCESS mode; nvidia-smi -c): a server holds a CUDA context on each
 GPU its daemon's CUDA_VISIBLE_DEVICES names (all GPUs when unset), so it can
