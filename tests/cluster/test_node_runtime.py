@@ -38,6 +38,9 @@ def hooks_policy(path: Path) -> Path:
     failure from a submission-side one (these tests submit only valid requests)."""
     raw = yaml.safe_load(POLICY.read_text())
     raw["cluster"]["hooks"].update(HOOKS)
+    # the bundled policy runs the health check every minute; slurmd runs it here only at its start and hourly, so
+    # it cannot race the scenarios that leave a node in a state for `gpushare node reconcile` (or the test) to see
+    raw["cluster"]["health"]["interval"] = 3600
     if os.environ.get("GPUSHARE_HOOKS_JOB_SUBMIT") == "0":
         raw["cluster"]["hooks"]["job_submit_lua"] = False
     path.write_text("# small-lab.yaml with the node hooks on (tests/cluster/test_node_runtime.py)\n" + yaml.safe_dump(raw, sort_keys=False))
