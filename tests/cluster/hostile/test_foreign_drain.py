@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cluster.conftest import own_cluster, wait_for
+from tests.cluster.conftest import POLICY, own_cluster, wait_for
 from tests.cluster.test_node_runtime import HOOKS, hooks_policy, node_shell, submit
 
 PROJECT = os.environ.get("GPUSHARE_FOREIGN_DRAIN_PROJECT", "gpsh21foreign")
@@ -41,6 +41,7 @@ def site_policy(path: Path) -> Path:
     hooks_policy(path)
     raw = yaml.safe_load(path.read_text())
     raw["cluster"]["hooks"]["prolog"] = SITE_PROLOG
+    raw["cluster"]["health"] = yaml.safe_load(POLICY.read_text())["cluster"]["health"]  # as bundled: every minute
     path.write_text("# small-lab.yaml with a site Prolog around gpushare's (tests/cluster/hostile/test_foreign_drain.py)\n"
                     + yaml.safe_dump(raw, sort_keys=False))
     return path
