@@ -422,7 +422,7 @@ def unfinished_hooks(path: Path, now: float | None = None) -> list[tuple[float, 
 def write_unfinished(path: Path, entries) -> None:
     from ..atomic import atomic_write
 
-    atomic_write(path, "".join(f"{t:.0f} {hook} {job}\n" for t, hook, job in entries))
+    atomic_write(path, "".join(f"{int(t)} {hook} {job}\n" for t, hook, job in entries))  # floor: never after now
 
 
 def sole_hook(value: str, hook: str, read=None) -> bool:
@@ -547,7 +547,7 @@ def record_heal(path: Path, heals: list[float], now: float | None = None) -> Non
 
     from ..atomic import atomic_write
 
-    atomic_write(path, "".join(f"{t:.0f}\n" for t in [*heals, time.time() if now is None else now]))
+    atomic_write(path, "".join(f"{int(t)}\n" for t in [*heals, time.time() if now is None else now]))  # floor
 
 
 def slots_from_spec(spec) -> list:

@@ -282,3 +282,16 @@ def test_hook_programs_reads_prolog_and_epilog_from_show_config():
             "Epilog                  = (null)\nEpilogMsgTime           = 2000 usec\n")
     client = CliClient(lambda argv, **kw: Result(tuple(argv), 0, text, ""))
     assert client.hook_programs() == {"Prolog": "/usr/local/sbin/gpushare-prolog", "Epilog": ""}
+
+
+def test_an_unfinished_hook_recorded_is_read_back_at_once_and_kept_an_hour(tmp_path):
+    """Times are written floored: one rounded up past the reading's clock would be dropped as in the future."""
+    from slurm_gpushare.node.health import note_unfinished, unfinished_hooks
+
+    path = tmp_path / "health-unfinished-hooks"
+    note_unfinished(path, [Journal(52, 0, 0, "lab-excl01", "ending"), Journal(53, 0, 0, "lab-excl01", "ready")],
+                    now=1000.6)
+    assert unfinished_hooks(path, now=1000.6) == [(1000.0, "epilog", 52)]  # a ready journal is no evidence
+    assert unfinished_hooks(path, now=1000.0 + health_mod.HEAL_WINDOW_S) == []
+    path.write_text("garbage\n1000 prolog x\n")
+    assert unfinished_hooks(path, now=1000.6) == []
