@@ -37,3 +37,11 @@ def test_layout_page_names_every_package_and_module():
     listed = set(re.findall(r"^  (\S+)", block, re.MULTILINE))
     assert sorted(names - listed) == [], "add these to docs/development/layout.md"
     assert sorted(listed - names) == [], "docs/development/layout.md lists what slurm_gpushare/ no longer has"
+
+
+def test_nav_names_each_page_once():
+    import yaml
+
+    pages = re.findall(r"^\s+- [^:]+: (\S+\.md)$", (ROOT / "mkdocs.yml").read_text(), re.MULTILINE)
+    assert len(pages) == len(set(pages)), sorted(p for p in pages if pages.count(p) > 1)
+    assert yaml.safe_load((ROOT / "mkdocs.yml").read_text())["strict"] is True
