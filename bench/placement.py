@@ -1,14 +1,26 @@
 """The GPU-trace placement benchmark: Slurm's placement against FGD, BestFit and Random on the paper's arrivals.
 
-    python bench/placement.py [--seeds 42-51] [--scenarios S1,S2,S3] [--json out.json]
+    python bench/placement.py [--seeds 42-51] [--scenarios S1,S2,S3] [--workload NAME|FILE] [--json out.json]
+    python bench/placement.py --family [--seeds 42-51] [--workloads a,b] # S1 on the paper's 17 workloads
     python bench/placement.py --planner-only 3 [--scenarios S1,S2,S3]   # the planner's own time and memory
+
+--workload runs the scenarios on one pod list of the paper's published family
+(default, cpu050 ... multigpu50; planner/trace.py WORKLOADS) or on any openb
+pod list file (.csv or .csv.gz); published figures are shown when the paper
+published some for it. --family runs S1 on every workload of the family (or
+those --workloads names) and prints, per workload, the published FGD and
+BestFit means, the harness's FGD and BestFit, Slurm under the product's
+uniform policy and Slurm + planner, their differences, and the per-seed
+spread (min..max over seeds of harness FGD minus published FGD, and of Slurm +
+planner minus the uniform policy; seeds where the planner is below the
+uniform policy or below published BestFit).
 
 For each seed every policy of a scenario replays the same arrivals (the
 paper's rules: seeded shuffle, resampling to 130 %, each pod tried once, no
 departures) and the paper's metric; the table prints each policy's mean
 allocation ratio at 100 % and 130 % arrived beside the published FGD,
-BestFit and Random figures for the same seeds (tests/data/gpu-trace/
-fgd_expected_default.csv), the seconds per seed and the peak traced memory
+BestFit and Random figures for the same seeds and pod list (tests/data/
+gpu-trace/analysis_allo_discrete.csv.gz), the seconds per seed and the peak traced memory
 of one replay (tracemalloc, a separate traced pass of the first seed, since
 tracing slows numpy) and the process's max RSS. Before its replays each
 scenario times the planner itself on the 1,213-node trace cluster (wall and
@@ -46,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import importlib
 import json
 import resource
@@ -64,16 +77,25 @@ from slurm_gpushare.planner.engine import replay  # noqa: E402
 from slurm_gpushare.planner.fgd import FGD  # noqa: E402
 from slurm_gpushare.planner.gpustate import covering_profile, mig_kind  # noqa: E402
 from slurm_gpushare.planner.slurmmodel import SlurmPolicy, uniform_router, with_uniform_mps  # noqa: E402
-from slurm_gpushare.planner.trace import TRACE_DIR, default_trace  # noqa: E402
+from slurm_gpushare.planner.trace import (  # noqa: E402
+    TRACE_DIR,
+    WORKLOADS,
+    load_cluster,
+    load_pods,
+    workload_name,
+    workload_path,
+)
 
 PUBLISHED = {"FGD": "06-FGD", "BestFit": "05-BestFit", "Random": "01-Random"}
 PLANNER_UNIFORM_TYPES = "Slurm + planner, uniform's slice types"
 PLANNER_COMPACT_TYPES = "Slurm + planner, compact slice types"
 
 
-def published() -> dict[tuple[str, int], tuple[float, float]]:
-    with open(TRACE_DIR / "fgd_expected_default.csv", newline="") as f:
-        return {(r["sc_policy"], int(r["seed"])): (float(r["100"]), float(r["130"])) for r in csv.DictReader(f)}
+def published(workload: str = "default") -> dict[tuple[str, int], tuple[float, float]]:
+    """The paper's per-seed figures at 100 % and 130 % arrived for one workload of the family ({} for others)."""
+    with gzip.open(TRACE_DIR / "analysis_allo_discrete.csv.gz", "rt", newline="") as f:
+        return {(r["sc_policy"], int(r["seed"])): (float(r["100"]), float(r["130"])) for r in csv.DictReader(f)
+                if r["workload"] == f"openb_pod_list_{workload}"}
 
 
 def seeds_of(text: str) -> list[int]:
@@ -279,7 +301,10 @@ def report(scenario: str, seeds: list[int], rows: dict, pub, why: str) -> None:
               f"  peak {row['peak_mib']:6.1f} MiB{extra}")
     if why:
         print(f"  not run: {why}")
-    if scenario == "S1":
+    if scenario == "S1" and not all((v, s) in pub for v in PUBLISHED.values() for s in seeds):
+        print("  published: none for this pod list and these seeds (the paper published seeds 42-51 of its 17 "
+              "workloads)")
+    elif scenario == "S1":
         for ours, theirs in PUBLISHED.items():
             vals = [pub[(theirs, s)] for s in seeds]
             print(f"  published {ours:30s} {mean([v[0] for v in vals]):6.2f} / {mean([v[1] for v in vals]):6.2f}")
@@ -292,6 +317,94 @@ def report(scenario: str, seeds: list[int], rows: dict, pub, why: str) -> None:
             print(f"  {s:4d} {ours} | {theirs}")
 
 
+# ---- the paper's workload family (S1) ----
+
+FAMILY_COLUMNS = ("FGD", "BestFit", "uniform", "planner")
+
+
+def family_policies(cluster, pods) -> tuple[list, dict]:
+    """FGD, BestFit, Slurm under the product's uniform policy and Slurm + planner for one pod list, and the
+    planner's own figures (seconds, whether it kept the policy as given, its scores)."""
+    module = importlib.import_module("slurm_gpushare.planner.scenarios")
+    uniform_sim, uniform_router_, _site = module.uniform(cluster, "S1")
+    began = time.perf_counter()
+    result = module.plan_for(cluster, pods, "S1", "auto")
+    seconds = time.perf_counter() - began
+    planned_sim, planned_router, _site = module.built(result.policy, cluster, "planned-S1")
+    # as planned() builds the product's rows for the scenario table
+    pols = [FGD(), BestFit(),
+            SlurmPolicy("uniform", uniform_router_, lambda c: uniform_sim, whatif.mig_slices(),
+                        mig_shares=whatif.mig_shares()),
+            SlurmPolicy("planner", planned_router, lambda c: planned_sim, whatif.mig_slices(),
+                        mig_shares=whatif.mig_shares())]
+    info = {"plan_s": seconds, "kept_given": result.kept_given, "given_score": result.given_score,
+            "score": result.score}
+    return pols, info
+
+
+def family_one(workload: str, seeds: list[int], cluster) -> dict:
+    """One workload of the family: every FAMILY_COLUMNS policy on every seed, at 100 % arrived."""
+    began = time.perf_counter()
+    pods = load_pods(workload_path(workload))
+    pols, info = family_policies(cluster, pods)
+    per_seed: dict[str, dict[int, float]] = {p.name: {} for p in pols}
+    for seed in seeds:
+        arrivals = arrival_sequence(pods, cluster.gpu_count, seed)
+        for p in pols:
+            per_seed[p.name][seed] = replay(p, cluster, pods, arrivals).at(100)
+    pub = published(workload)
+    out = {"workload": workload, "seeds": seeds, "per_seed": per_seed, "planner": info,
+           "published": {k: {s: pub[(v, s)][0] for s in seeds if (v, s) in pub} for k, v in PUBLISHED.items()},
+           "wall_s": time.perf_counter() - began}
+    print(family_line(out), flush=True)
+    return out
+
+
+def _spread(values: list[float]) -> str:
+    return f"{min(values):+.2f}..{max(values):+.2f}" if values else "n/a"
+
+
+def family_line(r: dict) -> str:
+    """One workload's row: published FGD/BestFit, harness FGD/BestFit, uniform, planner, differences, spread."""
+    seeds, ps, pub = r["seeds"], r["per_seed"], r["published"]
+    m = {k: mean([ps[k][s] for s in seeds]) for k in FAMILY_COLUMNS}
+    pf = mean(list(pub["FGD"].values())) if len(pub["FGD"]) == len(seeds) else float("nan")
+    pb = mean(list(pub["BestFit"].values())) if len(pub["BestFit"]) == len(seeds) else float("nan")
+    d_fgd = [ps["FGD"][s] - pub["FGD"][s] for s in seeds if s in pub["FGD"]]
+    d_plan = [ps["planner"][s] - ps["uniform"][s] for s in seeds]
+    below_u = sum(ps["planner"][s] < ps["uniform"][s] for s in seeds)
+    below_bf = sum(ps["planner"][s] < pub["BestFit"][s] for s in seeds if s in pub["BestFit"])
+    kept = "given" if r["planner"]["kept_given"] else "plan"
+    return (f"{r['workload']:12s} {pf:6.2f} {pb:6.2f} | {m['FGD']:6.2f} {m['FGD'] - pf:+6.2f} {m['BestFit']:6.2f} "
+            f"{m['BestFit'] - pb:+6.2f} | {m['uniform']:6.2f} {m['planner']:6.2f} {m['planner'] - pf:+6.2f} "
+            f"{m['planner'] - m['uniform']:+6.2f} | {_spread(d_fgd):>13s} {_spread(d_plan):>13s} "
+            f"{below_u:>2d} {below_bf:>2d} | {kept:5s} {r['planner']['plan_s']:4.1f} {r['wall_s']:5.0f}")
+
+
+FAMILY_HEADER = (
+    "workload     pubFGD  pubBF |  FGD    -pub     BF    -pub  | unifrm  plannr -pubFGD -unifrm | "
+    "FGD-pub/seed  plan-unif/seed <u <BF | kept  plan_s wall_s")
+
+
+def family(seeds: list[int], workloads: list[str], cluster, out_json: str | None) -> None:
+    print(f"S1 on the paper's workload family: mean allocation ratio (%) at 100 % arrived over seeds {seeds}")
+    print("columns: published FGD, BestFit; harness FGD, BestFit (and minus published); Slurm under the product's "
+          "uniform policy, Slurm + planner (minus published FGD, minus uniform); per seed min..max of harness FGD "
+          "minus published and of planner minus uniform; seeds with the planner below uniform (<u) and below "
+          "published BestFit (<BF); which policy the planner kept (given: the uniform policy as given), its "
+          "seconds, the workload's wall seconds", flush=True)
+    print(FAMILY_HEADER, flush=True)
+    began = time.perf_counter()
+    rows = [family_one(w, seeds, cluster) for w in workloads]
+    print(f"\n{FAMILY_HEADER}")
+    for r in rows:
+        print(family_line(r))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"\nwall {time.perf_counter() - began:.0f} s; max RSS of this process {rss:.0f} MiB")
+    if out_json:
+        Path(out_json).write_text(json.dumps(rows, indent=1, default=float))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="42-51", help="seeds, e.g. 42-51 or 42,45 (default 42-51)")
@@ -299,17 +412,27 @@ def main() -> None:
     ap.add_argument("--json", help="also write the figures here")
     ap.add_argument("--planner-only", type=int, metavar="N", default=0,
                     help="only time the planner, N runs per scenario (no replays)")
+    ap.add_argument("--workload", default="default", metavar="NAME|FILE",
+                    help=f"the pod list: one of {', '.join(WORKLOADS)}, or an openb pod list file (default: default)")
+    ap.add_argument("--family", action="store_true", help="S1 on every workload of the family (see above)")
+    ap.add_argument("--workloads", help="with --family: only these workloads, comma-separated")
     args = ap.parse_args()
     seeds = seeds_of(args.seeds)
-    cluster, pods = default_trace()
+    cluster = load_cluster(TRACE_DIR / "openb_node_list_gpu_node.csv")
+    if args.family:
+        names = [w.strip() for w in args.workloads.split(",")] if args.workloads else list(WORKLOADS)
+        family(seeds, names, cluster, args.json)
+        return
+    path = workload_path(args.workload)
+    pods = load_pods(path)
     if args.planner_only:
         for scenario in args.scenarios.split(","):
             planner_figures(scenario.strip(), cluster, pods, args.planner_only)
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"max RSS of this process {rss:.0f} MiB")
         return
-    pub = published()
-    print(f"trace: {len(cluster.nodes)} nodes, {cluster.gpu_count} GPUs, {len(pods)} pods; seeds {seeds}")
+    pub = published(workload_name(path))
+    print(f"trace: {len(cluster.nodes)} nodes, {cluster.gpu_count} GPUs, {len(pods)} pods ({path.name}); seeds {seeds}")
     out = []
     began = time.perf_counter()
     for scenario in args.scenarios.split(","):
