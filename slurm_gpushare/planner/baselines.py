@@ -16,6 +16,13 @@ runs them, read from its Go sources:
 - Random (random_score.go): one node drawn uniformly from the nodes that pass
   the filter; the GPU is drawn uniformly among those that fit (``-gpusel random``,
   ``allocateGpuIdBasedOnRandomFit``).
+- GPU type (pkg/utils/utils.go ``IsNodeAccessibleToPodByType``, called by the
+  open-gpu-share Filter for every pod asking GPU milli): a pod's ``gpu_spec``
+  (the ``alibabacloud.com/gpu-card-model`` annotation, e.g. ``V100M16|V100M32``)
+  lists the GPU models it may run on, split on '|' (empty entries ignored); a
+  node passes when its model is one of them. An empty spec passes every node; a
+  spec names no model of a node without GPUs; a spec of separators only passes
+  every GPU node. A CPU-only pod's spec is never checked.
 - Ties between equal node scores: the simulator's vendored Kubernetes
   ``selectHost`` (pkg/scheduler/core/generic_scheduler.go) keeps the smallest
   node name, and simulator.go ``syncClusterResourceList`` prefixes every node
@@ -35,11 +42,33 @@ MAX_SPEC_CPU = 128000  # pkg/type/open-gpu-share/utils/const.go
 MAX_SPEC_GPU = 8000
 
 
+def spec_allows(spec: str, model: str) -> bool:
+    """utils.go ``IsNodeAccessibleToPodByType``: may a pod with GPU type ``spec`` run on a node of GPU ``model``."""
+    if not spec:
+        return True
+    if not model:
+        return False  # a node without GPUs
+    types = [t for t in spec.split("|") if t]
+    return model in types or not types
+
+
+def node_models(cluster: SimCluster) -> list[str]:
+    """Each node's GPU model ('' for a node without GPUs), as the simulator labels a node."""
+    return [n.gpus[0].model if n.gpus else "" for n in cluster.nodes]
+
+
 class PaperState:
     """Node state as the paper's simulator keeps it: millicores, MiB and one state code per GPU."""
 
     def __init__(self, cluster: SimCluster, pods: tuple[Pod, ...], kind: GpuKind, rng: np.random.Generator):
         self.kind = kind
+        self.models = node_models(cluster)
+        specs = sorted({p.gpu_spec for p in pods if p.num_gpu} | {""})
+        index = {spec: k for k, spec in enumerate(specs)}
+        # [N, K]: may node n host a GPU pod of spec k; p_spec: each pod's spec column ('' for CPU-only pods)
+        self.spec_ok = np.array([[spec_allows(spec, m) for spec in specs] for m in self.models], dtype=bool)
+        self.spec_ok = self.spec_ok.reshape(len(self.models), len(specs))
+        self.p_spec = np.array([index[p.gpu_spec] if p.num_gpu else index[""] for p in pods], dtype=np.int64)
         self.rank = rng.permutation(len(cluster.nodes))  # tie order: lowest rank wins
         self.host = kind.host  # [S, A]
         width = max((len(n.gpus) for n in cluster.nodes), default=0)
@@ -62,6 +91,7 @@ class PaperState:
         num = self.p_num[pod]
         if num == 0:
             return ok, None
+        ok = ok & self.spec_ok[:, self.p_spec[pod]]
         if self.p_share[pod]:
             gpu_ok = self.host[self.st, self.p_act[pod]] & ok[:, None]
             return gpu_ok.any(axis=1), gpu_ok
@@ -168,4 +198,5 @@ class RandomPolicy(_PaperPolicy):
         return True
 
 
-__all__ = ["GPU_MILLI", "BestFit", "PaperState", "RandomPolicy", "best_fit_score", "pick_max"]
+__all__ = ["GPU_MILLI", "BestFit", "PaperState", "RandomPolicy", "best_fit_score", "node_models", "pick_max",
+           "spec_allows"]

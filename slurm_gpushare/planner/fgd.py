@@ -12,7 +12,10 @@ not copied):
   popularity x the GPU milli the class could not use: all the node's idle GPU
   milli if the node lacks CPU for it or cannot host it at all (or it is a
   CPU-only class: the simulator counts its whole idle GPU milli as well);
-  otherwise only the idle milli of GPUs too small for its share.
+  otherwise only the idle milli of GPUs too small for its share. A class whose
+  GPU type (``gpu_spec``) excludes the node's model counts all the node's idle
+  GPU milli too (frag.go ``GetNodePodFrag``: ``NoAccess``), and the Filter
+  keeps such pods off the node (baselines.py ``spec_allows``).
 - Score (plugin/fgd_score.go): ``int64(sigmoid((frag_before - frag_after)/1000) x 100)``.
   A share is tried on every GPU of the node that fits and keeps the first best
   GPU; whole GPUs are the lowest-indexed free ones. The best node wins; equal
@@ -28,11 +31,12 @@ slices, and every valid start of the profile on every GPU is a candidate.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from .baselines import PaperState, pick_max
+from .baselines import PaperState, pick_max, spec_allows
 from .gpustate import GpuKind, milli_kind
 from .simcluster import Pod, SimCluster
 
@@ -66,9 +70,14 @@ def typical_classes(pods: tuple[Pod, ...], popularity: int = POPULARITY) -> tupl
 
 
 class FragMeasure:
-    """The fragmentation of node states under one target workload, in integer units (x covered pods)."""
+    """The fragmentation of node states under one target workload, in integer units (x covered pods).
 
-    def __init__(self, classes: tuple[TaskClass, ...], kind: GpuKind, width: int):
+    With ``models`` (each node's GPU model) a class counts as hostable only on nodes whose model its
+    ``gpu_spec`` allows: the class weights ``W`` are kept per model, and each node reads its model's.
+    Without, or when no class names a type, every node reads the same weights.
+    """
+
+    def __init__(self, classes: tuple[TaskClass, ...], kind: GpuKind, width: int, models: Sequence[str] | None = None):
         self.kind = kind
         self.total = sum(c.count for c in classes)
         gpu_classes = [c for c in classes if c.num_gpu]
@@ -80,12 +89,18 @@ class FragMeasure:
         self.H = host
         self.P = kind.left[:, None] * (1 - host)
         self.cvals = np.array(sorted({c.cpu_milli for c in gpu_classes}), dtype=np.int64)
-        self.W = np.zeros((len(self.actions), len(self.cvals) + 1, width + 1), dtype=np.int64)
+        typed = models is not None and any(c.gpu_spec for c in gpu_classes)
+        groups: list[str | None] = sorted(set(models)) if typed else [None]
+        self.group = np.array([groups.index(m) for m in models], dtype=np.int64) if typed else None
+        self.W = np.zeros((len(groups), len(self.actions), len(self.cvals) + 1, width + 1), dtype=np.int64)
         for c, a in zip(gpu_classes, acts, strict=True):
             m = self.actions.index(a)
             rank = int(np.searchsorted(self.cvals, c.cpu_milli))
-            if c.num_gpu <= width:
-                self.W[m, rank + 1 :, c.num_gpu :] += c.count
+            if c.num_gpu > width:
+                continue
+            for g, model in enumerate(groups):
+                if model is None or spec_allows(c.gpu_spec, model):
+                    self.W[g, m, rank + 1 :, c.num_gpu :] += c.count
         self._m = np.arange(len(self.actions))
         self.width = width
 
@@ -93,16 +108,19 @@ class FragMeasure:
         """Per node: idle milli T, GPUs able to host each action, idle milli of GPUs that cannot."""
         return self.kind.left[st].sum(axis=1), self.H[st].sum(axis=1), self.P[st].sum(axis=1)
 
-    def value(self, cpu: np.ndarray, T: np.ndarray, cnt: np.ndarray, part: np.ndarray) -> np.ndarray:
-        """Fragmentation x covered pods, for arrays of node states (cpu, T: [C]; cnt, part: [C, M])."""
+    def value(self, cpu: np.ndarray, T: np.ndarray, cnt: np.ndarray, part: np.ndarray,
+              nodes: np.ndarray | None = None) -> np.ndarray:
+        """Fragmentation x covered pods, for arrays of node states (cpu, T: [C]; cnt, part: [C, M]) of the
+        nodes ``nodes`` (their indexes, needed when the measure has models)."""
         b = np.searchsorted(self.cvals, cpu, side="right")
-        w = self.W[self._m[None, :], b[:, None], np.minimum(cnt, self.width)]
+        g = 0 if self.group is None else self.group[nodes][:, None]
+        w = self.W[g, self._m[None, :], b[:, None], np.minimum(cnt, self.width)]
         return self.total * T - ((T[:, None] - part) * w).sum(axis=1)
 
-    def frag(self, cpu: np.ndarray, st: np.ndarray) -> np.ndarray:
+    def frag(self, cpu: np.ndarray, st: np.ndarray, nodes: np.ndarray | None = None) -> np.ndarray:
         """Fragmentation (milli-GPU) of nodes with ``cpu`` millicores left and GPU states ``st``."""
         T, cnt, part = self.node_terms(st)
-        return self.value(cpu, T, cnt, part) / self.total
+        return self.value(cpu, T, cnt, part, nodes) / self.total
 
 
 def fgd_score(before: np.ndarray, after: np.ndarray, total: int) -> np.ndarray:
@@ -125,9 +143,9 @@ class FGD:
         self.s = s = PaperState(cluster, pods, kind, rng)
         self.rng = rng
         classes, _ = typical_classes(self._workload or pods)
-        self.fm = FragMeasure(classes, kind, s.st.shape[1])
+        self.fm = FragMeasure(classes, kind, s.st.shape[1], s.models)
         self.T, self.cnt, self.part = self.fm.node_terms(s.st)
-        self.F = self.fm.value(s.cpu, self.T, self.cnt, self.part)
+        self.F = self.fm.value(s.cpu, self.T, self.cnt, self.part, np.arange(len(s.cpu)))
         free = kind.free
         self._whole_after = {}
         for a in range(kind.nxt.shape[1]):
@@ -162,7 +180,7 @@ class FGD:
             cnt = cnt + num * (fm.H[after] - fm.H[free])
             part = part + num * (fm.P[after] - fm.P[free])
         score = np.full(len(s.cpu), -1, dtype=np.int64)
-        score[nodes] = fgd_score(self.F[nodes], fm.value(cpu, T, cnt, part), fm.total)
+        score[nodes] = fgd_score(self.F[nodes], fm.value(cpu, T, cnt, part, nodes), fm.total)
         return pick_max(score, ok, s.rank)
 
     def _best_share(self, pod: int, ok: np.ndarray) -> tuple[int, int, int]:
@@ -176,7 +194,7 @@ class FGD:
         T = self.T[node] - s.kind.left[old] + s.kind.left[new]
         cnt = self.cnt[node] - fm.H[old] + fm.H[new]
         part = self.part[node] - fm.P[old] + fm.P[new]
-        after = fm.value(s.cpu[node] - s.p_cpu[pod], T, cnt, part)
+        after = fm.value(s.cpu[node] - s.p_cpu[pod], T, cnt, part, node)
         n_nodes, G, O = nxt.shape
         dense = np.full((n_nodes, G * O), -1, dtype=np.int64)
         dense[node, gpu * O + opt] = fgd_score(self.F[node], after, fm.total)
@@ -188,7 +206,7 @@ class FGD:
     def _refresh(self, node: int) -> None:
         T, cnt, part = self.fm.node_terms(self.s.st[node : node + 1])
         self.T[node], self.cnt[node], self.part[node] = T[0], cnt[0], part[0]
-        self.F[node] = self.fm.value(self.s.cpu[node : node + 1], T, cnt, part)[0]
+        self.F[node] = self.fm.value(self.s.cpu[node : node + 1], T, cnt, part, np.array([node]))[0]
 
     def metrics(self) -> dict[str, float]:
         return self.s.metrics()
