@@ -9,9 +9,13 @@
 #   --install       install docker.io docker-compose debootstrap with apt when
 #                   missing, and start `dockerd --iptables=false` (overlay2,
 #                   then vfs) when `docker info` fails; log /var/log/dockerd.log
-#   --no-wheel      build the Slurm image without the slurm-gpushare wheel
-#                   (passes --build-arg GPUSHARE_WHEEL=none; for bringing the
-#                   cluster up before the package builds)
+#   --no-wheel      build the Slurm image without slurm-gpushare, under its
+#                   own tag gpushare-slurm:<SLURM_SUITE>-plain (passes
+#                   --build-arg GPUSHARE_WHEEL=none): Slurm, munge, the fake
+#                   GPU tools and the test users, no /opt/gpushare; the image
+#                   of a site's own Slurm before it installs the package
+#                   (tests/cluster/test_install_plain_slurm.py). The default
+#                   image gpushare-slurm:<SLURM_SUITE> is left as it is.
 #   --rebuild-base  re-run debootstrap even when debian:<suite>-slim exists
 #
 # Environment:
@@ -25,7 +29,8 @@
 #                   checkout; built only when its X.Y is the image's Slurm)
 #
 # Images produced: debian:<suite>-slim (base, from debootstrap),
-# gpushare-slurm:<SLURM_SUITE>, gpushare-mariadb:<MARIADB_SUITE>,
+# gpushare-slurm:<SLURM_SUITE> (with --no-wheel: gpushare-slurm:<SLURM_SUITE>-plain),
+# gpushare-mariadb:<MARIADB_SUITE>,
 # gpushare-prometheus:trixie (Debian's prometheus; trixie whatever SLURM_SUITE,
 # the test cluster's Prometheus server when a project asks for one).
 set -euo pipefail
@@ -164,8 +169,11 @@ build_image() {  # tag dockerfile build-args...
     die "docker build $tag failed (log $logf)"
   fi
 }
-build_image "gpushare-slurm:$SUITE" Dockerfile \
+# the image without the package has a tag of its own: never the one the other clusters run
+slurm_tag="gpushare-slurm:$SUITE"
+[[ $wheel_arg == none ]] && slurm_tag="gpushare-slurm:$SUITE-plain"
+build_image "$slurm_tag" Dockerfile \
   --build-arg SUITE="$SUITE" --build-arg GPUSHARE_WHEEL="$wheel_arg"
 build_image "gpushare-mariadb:$DB_SUITE" Dockerfile.mariadb --build-arg SUITE="$DB_SUITE"
 build_image "gpushare-prometheus:$PROM_SUITE" Dockerfile.prometheus --build-arg SUITE="$PROM_SUITE"
-log "done: gpushare-slurm:$SUITE gpushare-mariadb:$DB_SUITE gpushare-prometheus:$PROM_SUITE"
+log "done: $slurm_tag gpushare-mariadb:$DB_SUITE gpushare-prometheus:$PROM_SUITE"
