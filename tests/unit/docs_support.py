@@ -10,6 +10,10 @@ from tests.conftest import ROOT
 
 DOCS = ROOT / "docs"
 MARKER = re.compile(r"^<!-- runnable(?: exit=(\d+))? -->$")
+# Blocks a test cluster runs (tests/cluster/test_install_plain_slurm.py): node=controller (the slurmctld
+# host), gpu (every GPU node), all (both), mig (the GPU nodes with MIG GPUs).
+CLUSTER_MARKER = re.compile(r"^<!-- cluster-runnable node=([a-z]+) -->$")
+CLUSTER_ROLES = ("controller", "gpu", "all", "mig")
 
 
 @dataclass(frozen=True)
@@ -30,21 +34,52 @@ def pages() -> list[Path]:
 
 def runnable_blocks(path: Path) -> list[Block]:
     """Every ```sh block right after a `<!-- runnable -->` line; a marker before anything else is an error."""
+    return [Block(name, line, int(m[1] or 0), script) for name, line, m, script in marked_blocks(path, MARKER, "runnable")]
+
+
+@dataclass(frozen=True)
+class ClusterBlock:
+    """A ```sh block marked `<!-- cluster-runnable node=ROLE -->`: run as root, as written, on every node of ROLE
+    of a test cluster (tests/cluster/test_install_plain_slurm.py)."""
+
+    page: str
+    line: int
+    node: str  # one of CLUSTER_ROLES
+    script: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.page}:{self.line}"
+
+
+def cluster_blocks(path: Path) -> list[ClusterBlock]:
+    """Every ```sh block right after a `<!-- cluster-runnable node=ROLE -->` line, in page order."""
+    found = marked_blocks(path, CLUSTER_MARKER, "cluster-runnable")
+    blocks = [ClusterBlock(name, line, m[1], script) for name, line, m, script in found]
+    for b in blocks:
+        if b.node not in CLUSTER_ROLES:
+            raise ValueError(f"{b.id}: node={b.node} is not one of {', '.join(CLUSTER_ROLES)}")
+    return blocks
+
+
+def marked_blocks(path: Path, marker: re.Pattern, what: str) -> list[tuple[str, int, re.Match, str]]:
+    """(page, marker line, the marker's match, the script) of every ```sh block right after a line ``marker``
+    matches; a marker followed by anything else, or a block left open, is an error naming the line."""
     lines = path.read_text().splitlines()
     name = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
-    blocks = []
+    found = []
     for i, line in enumerate(lines):
-        m = MARKER.match(line.strip())
+        m = marker.match(line.strip())
         if not m:
             continue
         where = f"{name}:{i + 1}"
         if i + 1 >= len(lines) or lines[i + 1].strip() != "```sh":
-            raise ValueError(f"{where}: a runnable marker must be followed at once by a ```sh block")
+            raise ValueError(f"{where}: a {what} marker must be followed at once by a ```sh block")
         end = next((j for j in range(i + 2, len(lines)) if lines[j].strip() == "```"), None)
         if end is None:
-            raise ValueError(f"{where}: the ```sh block after the runnable marker is not closed")
-        blocks.append(Block(name, i + 1, int(m[1] or 0), "\n".join(lines[i + 2:end])))
-    return blocks
+            raise ValueError(f"{where}: the ```sh block after the {what} marker is not closed")
+        found.append((name, i + 1, m, "\n".join(lines[i + 2:end])))
+    return found
 
 
 def command_table(text: str, heading: str = "## Commands") -> dict[str, str]:
