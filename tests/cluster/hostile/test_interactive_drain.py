@@ -7,6 +7,8 @@ fix the health check took it for a lost launch once it had run 120 s, ``scontrol
 jobs only), and the refusal drained the node on every run. Here the job is held past the lost-launch
 threshold, lowered to 5 s for the runs made by hand (``gpushare node health --lost-after 5``, the admin form
 of the same check), while slurmd's own runs go on: the node is never drained, the job is never requeued.
+slurmctld is given the node's name for the container's address (``name_the_node_as_its_host``), so the
+batch host is the node's name, as on a real cluster.
 
 Run: GPUSHARE_REQUIRE_CLUSTER=1 flock /tmp/gpushare-cluster.lock \
   .venv/bin/python -m pytest -q tests/cluster/hostile/test_interactive_drain.py
@@ -34,9 +36,18 @@ def salloc_job(c) -> int | None:
     return int(out[0]) if len(out) == 2 and out[1] == "RUNNING" else None
 
 
+def name_the_node_as_its_host(c) -> None:
+    """slurmctld names an allocation's submit host by the peer address of salloc's request. Docker's resolver
+    names a container's address by the container (gpusharetest_lab-excl01_1); on a real cluster it is the
+    node's host name. /etc/hosts, read first, gives slurmctld the node's name for it, as a site's DNS does."""
+    c.exec("slurmctld", ["bash", "-c", f"ip=$(getent hosts {NODE} | awk '{{print $1; exit}}'); cp /etc/hosts /tmp/hosts.orig; "
+                         f"{{ echo \"$ip {NODE}\"; cat /tmp/hosts.orig; }} > /etc/hosts"])
+
+
 def test_an_salloc_job_from_the_node_held_past_the_threshold_never_drains_it(cluster):
     c = cluster
     assert not drained(c)
+    name_the_node_as_its_host(c)
     # salloc from the compute node's container, placed on that node; it holds the allocation with no batch script
     node_shell(c, NODE, f"su -s /bin/bash {USER} -c 'setsid nohup salloc -Q -A {ACCOUNT} -w {NODE} "
                         "--gres=gpu:l40s:1 -J interactive-on-node sleep 240 </dev/null >/tmp/salloc.out 2>&1 &'")
@@ -60,5 +71,6 @@ def test_an_salloc_job_from_the_node_held_past_the_threshold_never_drains_it(clu
               f"{THRESHOLD} s threshold, node never drained; last run: {outputs[-1].strip().splitlines()[-1]}")
     finally:
         c.slurm(["scancel", str(job)], check=False)
+        c.exec("slurmctld", ["bash", "-c", "cat /tmp/hosts.orig > /etc/hosts"], check=False)
     wait_for(f"{NODE} idle again", lambda: c.node_states()[NODE]["state"] == "IDLE", 120)
     assert not drained(c)
