@@ -3,7 +3,9 @@ check on (HealthCheckProgram = the installed gpushare-node-health console script
 
 slurmd runs the program at its start (before it registers) and every interval; the interval
 here is an hour so the scenarios below decide when it runs: directly, with docker exec on the
-node. That the cluster came up idle already says the start-up runs drained nothing.
+node. That the cluster came up idle already says the start-up runs drained nothing. The last test runs on
+the shared cluster of etc/small-lab.yaml as bundled (the newcomer's: health every minute) and runs nothing
+by hand.
 
 Run: GPUSHARE_HEALTH_PROJECT=gpsh5health .venv/bin/python -m pytest -q -s tests/cluster/test_node_health.py
 """
