@@ -101,8 +101,9 @@ def test_epilog_of_a_job_that_linked_its_control_to_another_users_socket_stops_o
     control.unlink()  # what the attacker's job can do: the pipe dir is its user's
     control.symlink_to(Path(victim.pipe_dir) / "control")
     assert epilog_hook.main(node.env(82, "0", 25, uid=ATTACKER), runner=no_scontrol, mps=node.mps) == 0
+    # (the victim's server is not checked here: uid 4101 cannot exec this machine's interpreter under /root, so
+    # the fake's servers for it exit at once; tests/cluster/hostile/test_mps_control_link.py checks it answers)
     assert node.mps.alive(victim) and running(victim_state["pid"])
-    assert all(running(int(p)) for p in victim_state["servers"])  # the victim's server serves on
     assert not running(attacker_state["pid"]) and not any(running(int(p)) for p in attacker_state["servers"])
     assert not Path(attacker.pipe_dir).exists() and node.journals() == ["81.json"]
 
