@@ -330,7 +330,9 @@ def _follows(config_file: Path, policy: Path, fake_state: str | None) -> str | N
               help="The site policy (gpushare.yaml); node.yaml names it.")
 @click.option("--root", default="/", show_default=True, type=click.Path(file_okay=False),
               help="Prefix every path with this directory (image builds, tests).")
-@click.option("--fake-nvml", "fake_state", default=None, help="Write fake_nvml: PATH into node.yaml (test clusters only).")
+@click.option("--fake-nvml", "fake_state", default=None, envvar=FAKE_ENV,
+              help=f"Write fake_nvml: PATH into node.yaml (env {FAKE_ENV}, as the other node commands; test clusters "
+                   "only).")
 @click.option("--mps-control", default=None, help="Write mps_control: PATH into node.yaml (default: found on PATH).")
 @click.option("--force", is_flag=True, help="Replace files gpushare node install did not write (or that were edited).")
 @click.option("--dry-run", is_flag=True, help="Print what would be done; change nothing.")

@@ -81,6 +81,12 @@ class TestCluster:
     # A host directory with the exporter's throwaway TLS files (compose.nodes_compose's exporter_tls_dir):
     # Prometheus then scrapes the exporter over HTTPS with a client certificate and basic auth.
     exporter_tls: Path | None = None
+    # The image without the package (gpushare-slurm:<suite>-plain, docker/bootstrap.sh --no-wheel): a site's own
+    # Slurm before it installs slurm-gpushare. Nothing of the product runs in it until a test installs it.
+    plain: bool = False
+    # The files of the slurm.conf directory (name -> text) to start with, instead of the policy's rendering:
+    # a site's own configuration.
+    conf_files: dict[str, str] | None = None
     site: Site = field(init=False)
 
     def __post_init__(self) -> None:
@@ -100,7 +106,8 @@ class TestCluster:
     def write_config(self, site: Site | None = None) -> None:
         """Render the policy into the conf dir and the node services next to it."""
         site = site or self.site
-        for name, text in render_all(site).items():
+        files = self.conf_files if self.conf_files is not None and site is self.site else render_all(site)
+        for name, text in files.items():
             atomic_write(self.conf_dir / name, text)
         prom = None
         if self.prometheus:
@@ -120,13 +127,20 @@ class TestCluster:
             argv += ["-f", str(f)]
         return argv + list(args)
 
+    @property
+    def image(self) -> str:
+        return f"gpushare-slurm:{self.suite}-plain" if self.plain else f"gpushare-slurm:{self.suite}"
+
     def compose(self, *args: str, timeout: float = 300, check: bool = True, input: str | None = None) -> Result:
-        return self.runner(self.compose_argv(*args), timeout=timeout, check=check, env=self.env, input=input)
+        # the compose files name the Slurm image gpushare-slurm:${SLURM_SUITE}: the plain image's tag goes there
+        env = {**self.env, "SLURM_SUITE": self.image.split(":", 1)[1]}
+        return self.runner(self.compose_argv(*args), timeout=timeout, check=check, env=env, input=input)
 
     # ---- lifecycle ---------------------------------------------------
     def build(self, timeout: float = 1800) -> None:
-        """Build the images (idempotent; installs the working tree's wheel)."""
-        self.runner(["bash", str(self.docker_dir / "bootstrap.sh")], timeout=timeout, env=self.env)
+        """Build the images (idempotent; installs the working tree's wheel, or with ``plain`` none)."""
+        argv = ["bash", str(self.docker_dir / "bootstrap.sh")] + (["--no-wheel"] if self.plain else [])
+        self.runner(argv, timeout=timeout, env=self.env)
 
     def up(self, timeout: float = 300) -> None:
         self.write_config()

@@ -114,12 +114,14 @@ def mig_uuids_by_index(c: TestCluster, node: str = "lab-mig01") -> list[str]:
     return uuids
 
 
-def own_cluster(name: str, project: str, write_policy, keep_env: str | None = None, **options):
+def own_cluster(name: str, project: str, write_policy, keep_env: str | None = None, accounts: bool = True, **options):
     """A cluster in a compose project of its own, for a module that changes nodes or runs another policy.
 
     ``write_policy(work_dir) -> Path`` writes the policy file the cluster runs. The project is built,
     a stale one of the same name is cleared, it is brought up, waited idle and given the accounts;
     it is always taken down afterwards (unless ``keep_env`` names a variable set to 1, for debugging).
+    ``accounts=False``: no `gpushare accounts apply` (a cluster whose image lacks the package, ``plain=True``).
+    ``options`` go to TestCluster (``plain``, ``conf_files``, ``prometheus``, ...).
     Not under pytest's basetemp: concurrent pytest runs rotate those away while the cluster uses them.
     Without docker it skips, or fails under GPUSHARE_REQUIRE_CLUSTER=1. A generator: use it as the body
     of a module fixture (``yield from own_cluster(...)``).
@@ -137,7 +139,8 @@ def own_cluster(name: str, project: str, write_policy, keep_env: str | None = No
         cluster.compose("down", "-v", "--remove-orphans", "-t", "5", timeout=180, check=False)
         cluster.up()
         cluster.wait_idle(timeout=300)
-        setup_accounts(cluster)
+        if accounts:
+            setup_accounts(cluster)
         yield cluster
     finally:
         if not (keep_env and os.environ.get(keep_env) == "1"):

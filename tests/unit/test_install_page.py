@@ -1,0 +1,67 @@
+"""docs/admins/install.md's cluster-runnable blocks (run by tests/cluster/test_install_plain_slurm.py) are well
+formed, cover every step, and name commands the CLI has; `gpushare node install` takes the fake NVML from the
+environment as the other node commands do (how that test gives the page's commands its nodes' stand-in GPUs)."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shlex
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_gpushare.cli import main
+from tests.conftest import ROOT
+from tests.unit.docs_support import cluster_blocks, runnable_blocks
+
+PAGE = ROOT / "docs" / "admins" / "install.md"
+BLOCKS = cluster_blocks(PAGE)
+
+
+def test_the_install_page_has_a_block_for_every_step_and_role():
+    text = PAGE.read_text()
+    roles = [b.node for b in BLOCKS]
+    assert {"all", "controller", "gpu", "mig"} == set(roles), roles
+    scripts = "\n".join(b.script for b in BLOCKS)
+    for step in ("pip install 'slurm-gpushare[nvml]'", "gpushare validate", "gpushare render", "Include ",
+                 "gpushare node install", "gpushare node gres-conf", "scontrol reconfigure", "gpushare accounts apply",
+                 "slurm_gpushare.systemd", "gpushare-exporter.service", "gpushare-live.service",
+                 "slurm.conf.before-gpushare slurm.conf", "gpushare node reconcile", "state=resume"):
+        assert step in scripts, step
+    rollback = text.splitlines().index("## Rolling back") + 1
+    assert [b.node for b in BLOCKS if b.line > rollback] == ["controller", "gpu", "controller"]
+    assert not runnable_blocks(PAGE)  # none of them runs on the unit tier
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
+def test_each_gpushare_command_of_a_block_exists(block):
+    runner = CliRunner()
+    for line in block.script.splitlines():
+        if not line.startswith("gpushare "):
+            continue
+        words = shlex.split(line, comments=True)
+        path = list(itertools.takewhile(lambda w: re.fullmatch(r"[a-z][a-z-]*", w), words[1:4]))
+        done = runner.invoke(main, [*path, "--help"])
+        assert done.exit_code == 0 and "Usage: " in done.output, (line, done.output)
+        for option in (w.split("=", 1)[0] for w in words if w.startswith("--")):
+            assert option in done.output, f"{block.id}: {option} is not an option of `gpushare {' '.join(path)}`"
+
+
+def test_a_cluster_marker_with_an_unknown_role_is_an_error(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("<!-- cluster-runnable node=login -->\n```sh\ntrue\n```\n")
+    with pytest.raises(ValueError, match="node=login is not one of controller, gpu, all, mig"):
+        cluster_blocks(page)
+    page.write_text("<!-- cluster-runnable node=gpu -->\n\n```sh\ntrue\n```\n")
+    with pytest.raises(ValueError, match="cluster-runnable marker must be followed at once by a ```sh block"):
+        cluster_blocks(page)
+
+
+def test_node_install_takes_the_fake_nvml_from_the_environment(tmp_path):
+    policy = ROOT / "etc" / "small-lab.yaml"
+    done = CliRunner().invoke(main, ["node", "install", "--policy", str(policy), "--root", str(tmp_path)],
+                              env={"GPUSHARE_FAKE_NVML": "/var/lib/fake-nvml/state.json"})
+    assert done.exit_code == 0, done.output
+    text = (tmp_path / "etc/gpushare/node.yaml").read_text()
+    assert "fake_nvml: /var/lib/fake-nvml/state.json" in text.splitlines(), text
