@@ -155,6 +155,30 @@ def test_relayout_change_follows_its_job():
     assert isinstance(lost, d.Finish) and not lost.ok and "no accounting record" in lost.result
 
 
+def test_a_change_left_by_a_run_that_stopped_is_taken_on_or_back():
+    state = State()
+    state.put(change("locking"))
+    assert isinstance(d.decide(1100.0, state, frozenset({NODE}), {}, {}, {}, (), 600, 1320)[0], d.Adopt)
+    assert isinstance(d.decide(1100.0, state, frozenset(), {}, {}, {}, (), 600, 1320)[0], d.Drop)
+    state.put(change("submitting", prior={"layouts": {}, "modes": {}}))
+    assert d.decide(1100.0, state, frozenset({NODE}), {}, {}, {}, (), 600, 1320, found={NODE: (9, 7)}) == \
+        [d.Found(NODE, 7)]
+    assert d.decide(1100.0, state, frozenset({NODE}), {}, {}, {}, (), 600, 1320, found={NODE: ()}) == [d.Relayout(NODE)]
+    assert isinstance(d.decide(1100.0, state, frozenset(), {}, {}, {}, (), 600, 1320)[0], d.Lost)
+
+
+def test_restore_puts_back_the_nodes_entries_as_they_were():
+    state = State(layouts={NODE: {1: ALL_1G}, "lab-mig02": {0: THREE_G}})
+    c = state.apply(change(changes=((0, ALL_1G, THREE_G),)))
+    assert c.phase == "submitting" and c.prior == {"layouts": {"1": list(ALL_1G)}, "modes": {}}
+    assert state.layouts[NODE] == {0: THREE_G, 1: ALL_1G} and state.apply(c) is c  # once
+    state.restore(c)
+    assert state.layouts == {NODE: {1: ALL_1G}, "lab-mig02": {0: THREE_G}}
+    fresh = State()
+    fresh.restore(fresh.apply(change(modes=((0, "exclusive", {"mode": "shard", "replicas": 4}),))))
+    assert fresh.modes == {} and fresh.layouts == {}
+
+
 @dataclass(frozen=True)
 class P:
     node: str
