@@ -20,6 +20,7 @@ import os
 import time
 
 import pytest
+import yaml
 
 from tests.cluster.conftest import own_cluster, wait_for
 from tests.cluster.test_live_planner import (LIVE, LOCK, NODE, PLAN, SPARE, T3G, live_policy, locks, node, once,
@@ -109,7 +110,9 @@ def test_killed_after_submitting_the_relayout_job_the_next_run_finishes_the_chan
     after = node(c)
     print(f"{NODE} after: {after}")
     assert T3G in after["gres"] and not after["flags"] & {"DRAIN", "INVAL", "DOWN"}, after
-    assert "3g.20gb" in sh(c, f"grep -A3 'nodes: {NODE}' {LIVE}")
+    live_doc = yaml.safe_load(sh(c, f"cat {LIVE}"))
+    sharing = next(g["sharing"] for g in live_doc["node_groups"] if g["nodes"] == NODE)
+    assert sharing[0]["layout"] == record["new_layout"], sharing  # the live policy says what the node has
     for j in pending:
         r = c.wait(j, timeout=180)
         assert (r["State"], r["ExitCode"]) == ("COMPLETED", "0:0"), r
