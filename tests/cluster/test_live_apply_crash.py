@@ -99,13 +99,13 @@ def test_killed_after_submitting_the_relayout_job_the_next_run_finishes_the_chan
         return phase(c) in ENDED
 
     wait_for("the next runs to end the change", ended, timeout=300, every=3)
-    assert any(f"relayout job {job} found by its name {LOCK}" in out for out in outs), outs[0]
     record = state(c)["current"][NODE]
     print("change record:", json.dumps(record, indent=1))
-    assert record["phase"] == "done" and record["job"] == job, record
     jobs = relayout_jobs(c)
     print("relayout jobs:", jobs)
     assert [(int(j["JobID"]), j["State"], j["ExitCode"]) for j in jobs] == [(job, "COMPLETED", "0:0")], jobs
+    assert record["phase"] == "done" and record["job"] == job, record
+    assert any(f"relayout job {job} found by its name {LOCK}" in out for out in outs), outs[0]
     assert not locks(c)
     after = node(c)
     print(f"{NODE} after: {after}")
