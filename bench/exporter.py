@@ -169,43 +169,50 @@ class Counting:
         return self.inner(argv, **kw)
 
 
-def scrape_round(port: int, n: int) -> list[float]:
-    """n concurrent GET /metrics (one connection each); their latencies in seconds."""
+def scrape_round(port: int, n: int) -> tuple[list[float], int]:
+    """n concurrent GET /metrics (one connection each): latencies in seconds of the answered ones, failures."""
     import http.client
     import threading
 
-    lat = [0.0] * n
+    lat: list[float | None] = [None] * n
     go = threading.Barrier(n)
 
     def one(i: int) -> None:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
         go.wait()
         t = time.perf_counter()
-        conn.request("GET", "/metrics")
-        resp = conn.getresponse()
-        body = resp.read()
-        lat[i] = time.perf_counter() - t
-        conn.close()
-        assert resp.status == 200 and b"gpushare_gres_free" in body, resp.status
+        try:
+            conn.request("GET", "/metrics")
+            resp = conn.getresponse()
+            body = resp.read()
+        except OSError:  # the server reset or refused the connection: a failed scrape
+            return
+        finally:
+            conn.close()
+        if resp.status == 200 and b"gpushare_gres_free" in body:
+            lat[i] = time.perf_counter() - t
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
-    return lat
+    answered = [x for x in lat if x is not None]
+    return answered, n - len(answered)
 
 
-def run_rounds(port: int, runner: Counting, n: int, rounds: int, interval: float) -> tuple[list[int], list[float]]:
-    """``rounds`` rounds of n scrapes, each starting on its own interval boundary: reads per round, latencies."""
-    reads, lat = [], []
+def run_rounds(port: int, runner: Counting, n: int, rounds: int, interval: float) -> tuple[list[int], list[float], int]:
+    """``rounds`` rounds of n scrapes, each starting on its own interval boundary: reads per round, latencies,
+    failed scrapes."""
+    reads, lat, failed = [], [], 0
     start = time.monotonic()
     for r in range(rounds):
         time.sleep(max(0.0, start + (r + 0.05) * interval - time.monotonic()))  # just past the boundary
         before = runner.reads
-        lat += scrape_round(port, n)
+        got, bad = scrape_round(port, n)
+        lat, failed = lat + got, failed + bad
         reads.append(runner.reads - before)
-    return reads, lat
+    return reads, lat, failed
 
 
 def most_in_one_interval(starts: list[float], interval: float) -> int:
@@ -242,14 +249,14 @@ def concurrent(args, site, squeue: str, scontrol: str) -> None:
         else:  # what `gpushare exporter` served before: a read of Slurm per scrape
             server, _thread = start_http_server(0, addr="127.0.0.1", registry=registry_for(collector))
             port = server.server_port
-        reads, lat = run_rounds(port, runner, n, rounds, interval)
+        reads, lat, failed = run_rounds(port, runner, n, rounds, interval)
         server.shutdown()
         server.server_close()
         most = most_in_one_interval(runner.starts, interval)
         figures[name] = (reads, pct(lat, 0.5), pct(lat, 0.95), most)
         print(f"{name:18}: reads of Slurm per round {reads}, at most {most} begun within any {interval:g} s; "
               f"{runner.commands} Slurm commands; latency p50 {pct(lat, 0.5) * 1000:.0f} ms, "
-              f"p95 {pct(lat, 0.95) * 1000:.0f} ms")
+              f"p95 {pct(lat, 0.95) * 1000:.0f} ms; {failed} of {n * rounds} scrapes failed (connection reset)")
     new, old = figures["shared snapshot"], figures["no-cache baseline"]
     print(f"ratio baseline/shared: reads {sum(old[0]) / sum(new[0]):.0f}x, p50 {old[1] / new[1]:.1f}x, "
           f"p95 {old[2] / new[2]:.1f}x")

@@ -349,6 +349,7 @@ class ExporterServer(ThreadingHTTPServer):
     timeout), so a client that never completes one blocks nobody."""
 
     daemon_threads = True
+    request_queue_size = 128  # listen backlog (socketserver's 5 resets connections when many scrapers come at once)
     HANDSHAKE_TIMEOUT = 10.0
 
     def __init__(self, addr: str, port: int, exporter: Exporter, context: ssl.SSLContext | None = None,

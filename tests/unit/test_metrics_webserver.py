@@ -73,10 +73,10 @@ class Stack:
 
     def __init__(self, web=None, *, interval=15.0, held=False, limit=10.0, clock=None, context=None):
         self.gate = Gate(held)
-        self.timeouts = CommandTimeouts(self.gate, limit)
+        monotonic = {"monotonic": clock} if clock else {}  # one clock for the snapshot and the commands' deadline
+        self.timeouts = CommandTimeouts(self.gate, limit, **monotonic)
         collector = SlurmCollector(CliClient(self.timeouts), load_file(examples.example()), clock=lambda: NOW)
-        self.snapshot = SharedSnapshot(collector, interval, timeouts=self.timeouts,
-                                       **({"monotonic": clock} if clock else {}))
+        self.snapshot = SharedSnapshot(collector, interval, timeouts=self.timeouts, **monotonic)
         self.exporter = Exporter(self.snapshot, web)
         tls = web.tls if web else None
         self.server = ExporterServer("127.0.0.1", 0, self.exporter, webconfig.ssl_context(tls) if tls else None, tls)
