@@ -40,8 +40,11 @@ def name_the_node_as_its_host(c) -> None:
     """slurmctld names an allocation's submit host by the peer address of salloc's request. Docker's resolver
     names a container's address by the container (gpusharetest_lab-excl01_1); on a real cluster it is the
     node's host name. /etc/hosts, read first, gives slurmctld the node's name for it, as a site's DNS does."""
-    c.exec("slurmctld", ["bash", "-c", f"ip=$(getent hosts {NODE} | awk '{{print $1; exit}}'); cp /etc/hosts /tmp/hosts.orig; "
-                         f"{{ echo \"$ip {NODE}\"; cat /tmp/hosts.orig; }} > /etc/hosts"])
+    ip = c.exec("slurmctld", ["bash", "-c", f"getent hosts {NODE} | awk '{{print $1; exit}}'"]).stdout.strip()
+    c.exec("slurmctld", ["bash", "-c", f"cp /etc/hosts /tmp/hosts.orig; {{ echo '{ip} {NODE}'; cat /tmp/hosts.orig; }} "
+                         "> /etc/hosts"])
+    assert c.exec("slurmctld", ["getent", "hosts", ip]).stdout.split()[1:2] == [NODE]
+    time.sleep(65)  # slurmctld caches the names of addresses for a minute (getnameinfo cache, Slurm 24.11)
 
 
 def test_an_salloc_job_from_the_node_held_past_the_threshold_never_drains_it(cluster):
