@@ -1,0 +1,124 @@
+"""Benchmark only: how long a node hook process waits on the test doubles (bench/node_hooks.py).
+
+bench/node_hooks.py puts this directory on PYTHONPATH, and names a file in
+GPUSHARE_BENCH_DOUBLES, for the hook processes it starts; nothing else does
+(without the variable this module does nothing). The interpreter's ``site``
+imports it before the hook's own code. It wraps, when (and only if) the hook
+imports them, three seams of the product, timing each call with
+``time.perf_counter`` from the hook's side:
+
+- ``slurm_gpushare.proc.run`` when ``argv[0]`` is the fake
+  ``nvidia-cuda-mps-control`` (docker/fakes): spawn, the fake's interpreter
+  start, its work, its exit and the reap ("mps client");
+- ``slurm_gpushare.node.mps.ProcessHandle.wait``: the epilog waiting for the
+  fake daemon to exit after ``quit`` ("daemon exit");
+- every ``nvml*`` method of ``slurm_gpushare.gpu.fakenvml.FakeNvml``: the
+  fake NVML's JSON state read (and written) under its lock per call, where
+  pynvml calls into the driver ("fake NVML"). Nested calls count once.
+
+Any other command the hook runs is counted apart ("other commands", by
+name), as the product's. At exit one line is appended to the file:
+``<ms mps client> <ms daemon exit> <ms fake NVML> <n mps client> <n NVML calls> <ms other> <names of other>``.
+"""
+
+import os
+import sys
+
+_OUT = os.environ.get("GPUSHARE_BENCH_DOUBLES")
+_FAKE = "nvidia-cuda-mps-control"
+_SEEN = {"mps": 0.0, "wait": 0.0, "nvml": 0.0, "n_mps": 0, "n_nvml": 0, "other": 0.0}
+_OTHER: list = []
+
+
+def _timed(key, fn, counter=None, guard=None):
+    from time import perf_counter
+
+    def wrapper(*args, **kwargs):
+        if guard is not None:
+            if guard[0]:
+                return fn(*args, **kwargs)
+            guard[0] = True
+        t0 = perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _SEEN[key] += (perf_counter() - t0) * 1000
+            if counter:
+                _SEEN[counter] += 1
+            if guard is not None:
+                guard[0] = False
+
+    wrapper.__wrapped__ = fn
+    return wrapper
+
+
+def _patch_proc(module) -> None:
+    run = module.run
+    fake, other = _timed("mps", run, "n_mps"), _timed("other", run)
+
+    def dispatch(argv, *args, **kwargs):
+        if os.path.basename(str(argv[0])) == _FAKE:
+            return fake(argv, *args, **kwargs)
+        _OTHER.append(os.path.basename(str(argv[0])))
+        return other(argv, *args, **kwargs)
+
+    module.run = dispatch
+
+
+def _patch_mps(module) -> None:
+    module.ProcessHandle.wait = _timed("wait", module.ProcessHandle.wait)
+
+
+def _patch_fakenvml(module) -> None:
+    cls, guard = module.FakeNvml, [False]
+    for name, value in list(vars(cls).items()):
+        if name.startswith("nvml") and callable(value):
+            setattr(cls, name, _timed("nvml", value, "n_nvml", guard))
+
+
+_PATCHES = {"slurm_gpushare.proc": _patch_proc, "slurm_gpushare.node.mps": _patch_mps,
+            "slurm_gpushare.gpu.fakenvml": _patch_fakenvml}
+
+
+class _Finder:
+    """Finds nothing itself: for the three modules above, the spec the other finders give, its loader's
+    exec_module followed by the patch (before the importer binds any name from the module)."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        patch = _PATCHES.get(name)
+        if patch is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is _Finder or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        run_module = spec.loader.exec_module
+
+        def exec_module(module):
+            run_module(module)
+            patch(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _report() -> None:
+    line = (f"{_SEEN['mps']:.3f} {_SEEN['wait']:.3f} {_SEEN['nvml']:.3f} {_SEEN['n_mps']} {_SEEN['n_nvml']} "
+            f"{_SEEN['other']:.3f} {','.join(_OTHER) or '-'}\n")
+    fd = os.open(_OUT, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+if _OUT:
+    import atexit
+
+    sys.meta_path.insert(0, _Finder)
+    atexit.register(_report)
