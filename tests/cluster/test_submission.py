@@ -77,6 +77,13 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
         parts[#parts + 1] = f .. "=" .. tostring(v)
       end
     end
+    -- the task layout MPS_TASKS reads, when set (below Slurm's NO_VAL16 / NO_VAL)
+    for _, f in ipairs({ "num_tasks", "ntasks_per_node", "min_nodes" }) do
+      local n = tonumber(job_desc[f])
+      if n ~= nil and n > 0 and n < ((f == "ntasks_per_node" and 65534) or 4294967294) then
+        parts[#parts + 1] = f .. "=" .. string.format("%d", n)
+      end
+    end
     return table.concat(parts, "\\t")
   end)
   slurm.log_info("%s", ok and text or ("gpushare-debug failed: " .. tostring(text)))
@@ -208,7 +215,8 @@ def real(live):
 
 @pytest.fixture(scope="module")
 def seen(live):
-    """{id: the tres_per_*/partition fields slurmctld handed job_submit} (None: job_submit never ran)."""
+    """{id: the tres_per_*/partition fields, and the task layout where set, that slurmctld handed job_submit}
+    (None: job_submit never ran)."""
     token = uuid.uuid4().hex[:12]
     wrapped = rendered_lua(live) + DEBUG_WRAPPER
     with installed(live, wrapped):
