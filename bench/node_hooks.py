@@ -178,15 +178,16 @@ def pct(values: list[float], q: float) -> float:
     return sorted(values)[min(len(values) - 1, int(q * len(values)))]
 
 
-def read_doubles(path: Path, hook: str) -> dict[str, float]:
+def read_doubles(path: Path, hook: str) -> dict:
     """What one timed hook process appended (bench/doubles_clock/sitecustomize.py); the file is then removed."""
     lines = path.read_text().splitlines() if path.exists() else []
     path.unlink(missing_ok=True)
     if len(lines) != 1:
         raise SystemExit(f"the timed {hook} wrote {len(lines)} lines to {path}, not 1: is {CLOCK} imported?")
-    mps, wait, nvml, n_mps, n_nvml, other, names = lines[0].split()
-    return {"mps client": float(mps), "daemon exit": float(wait), "fake NVML": float(nvml), "n_mps": int(n_mps),
-            "n_nvml": int(n_nvml), "other": float(other), "other names": names}
+    words = dict(word.split("=", 1) for word in lines[0].split())
+    return {"mps client": float(words["mps_ms"]), "daemon exit": float(words["wait_ms"]), "fake NVML": float(words["nvml_ms"]),
+            "n_mps": int(words["mps_n"]), "n_nvml": int(words["nvml_n"]), "other": float(words["other_ms"]),
+            "other names": words["other"]}
 
 
 class Measured:

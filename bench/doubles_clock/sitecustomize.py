@@ -16,9 +16,11 @@ imports them, three seams of the product, timing each call with
   fake NVML's JSON state read (and written) under its lock per call, where
   pynvml calls into the driver ("fake NVML"). Nested calls count once.
 
-Any other command the hook runs is counted apart ("other commands", by
-name), as the product's. At exit one line is appended to the file:
-``<ms mps client> <ms daemon exit> <ms fake NVML> <n mps client> <n NVML calls> <ms other> <names of other>``.
+Any other command the hook runs is counted apart ("other", by name), as the
+product's. At exit one line of ``key=value`` words is appended to the file:
+``mps_ms mps_n wait_ms wait_n nvml_ms nvml_n other_ms other_n other`` (ms
+summed over the calls, n the number of calls, ``other`` the other commands'
+names, comma-separated, or ``-``).
 """
 
 import os
@@ -26,11 +28,13 @@ import sys
 
 _OUT = os.environ.get("GPUSHARE_BENCH_DOUBLES")
 _FAKE = "nvidia-cuda-mps-control"
-_SEEN = {"mps": 0.0, "wait": 0.0, "nvml": 0.0, "n_mps": 0, "n_nvml": 0, "other": 0.0}
+_SEEN = {"mps_ms": 0.0, "mps_n": 0, "wait_ms": 0.0, "wait_n": 0, "nvml_ms": 0.0, "nvml_n": 0, "other_ms": 0.0, "other_n": 0}
 _OTHER: list = []
 
 
-def _timed(key, fn, counter=None, guard=None):
+def _timed(key, fn, guard=None):
+    """``fn`` timed into _SEEN[key + "_ms"], counted in _SEEN[key + "_n"]; with ``guard``, calls made
+    while another guarded call runs are neither timed nor counted."""
     from time import perf_counter
 
     def wrapper(*args, **kwargs):
@@ -42,9 +46,8 @@ def _timed(key, fn, counter=None, guard=None):
         try:
             return fn(*args, **kwargs)
         finally:
-            _SEEN[key] += (perf_counter() - t0) * 1000
-            if counter:
-                _SEEN[counter] += 1
+            _SEEN[key + "_ms"] += (perf_counter() - t0) * 1000
+            _SEEN[key + "_n"] += 1
             if guard is not None:
                 guard[0] = False
 
@@ -54,7 +57,7 @@ def _timed(key, fn, counter=None, guard=None):
 
 def _patch_proc(module) -> None:
     run = module.run
-    fake, other = _timed("mps", run, "n_mps"), _timed("other", run)
+    fake, other = _timed("mps", run), _timed("other", run)
 
     def dispatch(argv, *args, **kwargs):
         if os.path.basename(str(argv[0])) == _FAKE:
@@ -73,7 +76,7 @@ def _patch_fakenvml(module) -> None:
     cls, guard = module.FakeNvml, [False]
     for name, value in list(vars(cls).items()):
         if name.startswith("nvml") and callable(value):
-            setattr(cls, name, _timed("nvml", value, "n_nvml", guard))
+            setattr(cls, name, _timed("nvml", value, guard))
 
 
 _PATCHES = {"slurm_gpushare.proc": _patch_proc, "slurm_gpushare.node.mps": _patch_mps,
@@ -108,8 +111,8 @@ class _Finder:
 
 
 def _report() -> None:
-    line = (f"{_SEEN['mps']:.3f} {_SEEN['wait']:.3f} {_SEEN['nvml']:.3f} {_SEEN['n_mps']} {_SEEN['n_nvml']} "
-            f"{_SEEN['other']:.3f} {','.join(_OTHER) or '-'}\n")
+    words = [f"{k}={v:.3f}" if k.endswith("_ms") else f"{k}={v}" for k, v in _SEEN.items()]
+    line = " ".join([*words, f"other={','.join(_OTHER) or '-'}"]) + "\n"
     fd = os.open(_OUT, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, line.encode())
