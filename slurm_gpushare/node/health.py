@@ -425,14 +425,14 @@ def write_unfinished(path: Path, entries) -> None:
     atomic_write(path, "".join(f"{int(t)} {hook} {job}\n" for t, hook, job in entries))  # floor: never after now
 
 
-def sole_hook(value: str, hook: str, read=None) -> bool:
-    """Slurm's ``Prolog`` / ``Epilog`` setting (``scontrol show config``) is one program, and it is ours: a
-    script that runs ``slurm_gpushare.hooks.<hook>`` (pip's console script, or a link to it). A list, a
-    glob or any other program is not."""
-    if not re.fullmatch(r"/[A-Za-z0-9_./+-]+", value or ""):
+def sole_hook(programs: list[str], hook: str, read=None) -> bool:
+    """Slurm's ``Prolog`` / ``Epilog`` programs (``scontrol show config``: one ``Prolog[N]`` line each) are one
+    program, and it is ours: a script that runs ``slurm_gpushare.hooks.<hook>`` (pip's console script, or a
+    link to it). Several programs, a glob or any other program are not."""
+    if len(programs) != 1 or not re.fullmatch(r"/[A-Za-z0-9_./+-]+", programs[0]):
         return False
     try:
-        head = (read or _head)(value)
+        head = (read or _head)(programs[0])
     except OSError:
         return False
     return re.search(rf"^(from|import) {re.escape(HOOK_MODULES[hook])}\b", head, re.MULTILINE) is not None
@@ -458,7 +458,7 @@ def attributable(reason: str, client, state_dir: str, read=None) -> frozenset[st
         programs = client.hook_programs()
     except (SlurmClientError, OSError):
         return frozenset()
-    return frozenset({reason}) if sole_hook(programs.get(hook.capitalize(), ""), hook, read) else frozenset()
+    return frozenset({reason}) if sole_hook(programs.get(hook.capitalize(), []), hook, read) else frozenset()
 
 
 def used_evidence(path: Path, reason: str) -> None:

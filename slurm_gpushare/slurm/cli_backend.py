@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from typing import Sequence
 
 from ..errors import GpushareError
@@ -164,14 +165,15 @@ class CliClient:
                 jobs[int(words[0])] = int(words[1])
         return jobs
 
-    def hook_programs(self) -> dict[str, str]:
-        """slurmctld's Prolog and Epilog settings as ``scontrol show config`` prints them ("" when unset)."""
-        found = {"Prolog": "", "Epilog": ""}
+    def hook_programs(self) -> dict[str, list[str]]:
+        """slurmctld's Prolog and Epilog programs as ``scontrol show config`` prints them: ``Prolog[0] = ...``,
+        one line per program (24.11), or ``Prolog = ...``; an empty list when unset ("(null)")."""
+        found: dict[str, list[str]] = {"Prolog": [], "Epilog": []}
         for line in self._run(commands.show_config()).stdout.splitlines():
             key, sep, value = line.partition("=")
-            if sep and key.strip() in found:
-                value = value.strip()
-                found[key.strip()] = "" if value == "(null)" else value
+            name = re.sub(r"\[\d+\]$", "", key.strip())
+            if sep and name in found and value.strip() not in ("", "(null)"):
+                found[name].append(value.strip())
         return found
 
     def reconfigure(self) -> None:

@@ -55,6 +55,14 @@ def state(c: TestCluster, node: str) -> dict:
     return c.node_states()[node]
 
 
+def drained_state(s: dict) -> dict | None:
+    return s if "DRAIN" in s["state"] else None
+
+
+def undrained_state(s: dict) -> dict | None:
+    return None if "DRAIN" in s["state"] else s
+
+
 def test_rendered_and_healthy_nodes_are_left_alone(health_cluster):
     c = health_cluster
     conf = c.exec("slurmctld", ["scontrol", "show", "config"]).stdout
@@ -130,10 +138,10 @@ def test_a_killed_prolog_is_healed_by_the_health_check_alone(cluster):
     assert killed == [True], "no prolog ran on lab-excl01 within 90 s"
     start = time.monotonic()
     drained = wait_for(f"{node} drained after the killed prolog",
-                       lambda: (s := state(c, node)) if "DRAIN" in s["state"] else None, 60)
+                       lambda: drained_state(state(c, node)), 60)
     assert drained["reason"] in ("Prolog error",) or drained["reason"].startswith("gpushare-prolog:"), drained
-    healed = wait_for(f"{node} resumed by slurmd's health runs", lambda: (s := state(c, node)) if
-                      "DRAIN" not in s["state"] else None, 200, every=2)
+    healed = wait_for(f"{node} resumed by slurmd's health runs", lambda: undrained_state(state(c, node)),
+                      200, every=2)
     took = time.monotonic() - start
     rec = c.wait(job, timeout=240)
     assert rec["State"] == "COMPLETED", rec

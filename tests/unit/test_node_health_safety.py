@@ -35,7 +35,7 @@ class SiteSlurm(FakeSlurm):
         self.reason_user = ""
         self.interactive: set[int] = set()
         self.refuse: dict[int, str] = {}
-        self.config = {"Prolog": "(null)", "Epilog": "(null)"}
+        self.config = {"Prolog": "(null)", "Epilog": "(null)"}  # a value with ',': several programs
 
     def drained_by_slurm(self, reason: str) -> None:
         self.flags.add("DRAIN")
@@ -49,7 +49,10 @@ class SiteSlurm(FakeSlurm):
             return Result(tuple(argv), 0, json.dumps(doc), "")
         if argv == ["scontrol", "show", "config"]:
             self.calls.append(argv)
-            return Result(tuple(argv), 0, "".join(f"{k:<24}= {v}\n" for k, v in self.config.items()), "")
+            # Slurm 24.11: one Prolog[N] line per program, or "Prolog = (null)"
+            lines = [f"{k:<24}= (null)\n" if v == "(null)" else
+                     "".join(f"{k + f'[{i}]':<24}= {p}\n" for i, p in enumerate(v.split(","))) for k, v in self.config.items()]
+            return Result(tuple(argv), 0, "".join(lines), "")
         if argv[:2] == ["scontrol", "requeue"] and len(argv) == 3:
             job = int(argv[2])
             why = BATCH_ONLY if job in self.interactive else self.refuse.get(job)
@@ -278,10 +281,14 @@ def test_hook_programs_reads_prolog_and_epilog_from_show_config():
     from slurm_gpushare.slurm.cli_backend import CliClient
 
     text = ("Configuration data as of 2026-01-01T00:00:00\nPriorityType            = priority/multifactor\n"
-            "Prolog                  = /usr/local/sbin/gpushare-prolog\nPrologFlags             = Alloc,Contain\n"
-            "Epilog                  = (null)\nEpilogMsgTime           = 2000 usec\n")
+            "Prolog[0]               = /usr/local/sbin/gpushare-prolog\nPrologEpilogTimeout     = 65534\n"
+            "PrologFlags             = Alloc,Contain\nEpilog[0]               = /etc/slurm/site-epilog\n"
+            "Epilog[1]               = /usr/local/sbin/gpushare-epilog\nEpilogMsgTime           = 2000 usec\n")
     client = CliClient(lambda argv, **kw: Result(tuple(argv), 0, text, ""))
-    assert client.hook_programs() == {"Prolog": "/usr/local/sbin/gpushare-prolog", "Epilog": ""}
+    assert client.hook_programs() == {"Prolog": ["/usr/local/sbin/gpushare-prolog"],
+                                      "Epilog": ["/etc/slurm/site-epilog", "/usr/local/sbin/gpushare-epilog"]}
+    text = "Prolog                  = (null)\nEpilog                  = /usr/local/sbin/gpushare-epilog\n"  # older form
+    assert client.hook_programs() == {"Prolog": [], "Epilog": ["/usr/local/sbin/gpushare-epilog"]}
 
 
 def test_an_unfinished_hook_recorded_is_read_back_at_once_and_kept_an_hour(tmp_path):

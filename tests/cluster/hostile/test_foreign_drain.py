@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from tests.cluster.conftest import POLICY, own_cluster, wait_for
+from tests.cluster.test_node_health import drained_state
 from tests.cluster.test_node_runtime import HOOKS, hooks_policy, node_shell, submit
 
 PROJECT = os.environ.get("GPUSHARE_FOREIGN_DRAIN_PROJECT", "gpsh21foreign")
@@ -72,7 +73,7 @@ def test_another_scripts_prolog_error_and_an_admin_drain_are_left_drained(site_l
     node_shell(c, NODE, f"cat > {SITE_PROLOG} <<'EOF'\n{SCRIPT}EOF\nchmod 755 {SITE_PROLOG}; touch /etc/site-check-fails")
     job = submit(c, "true\n", gres="shard:1", nodelist=NODE)
     try:
-        s = wait_for(f"{NODE} drained by the site check", lambda: (x := state(c)) if "DRAIN" in x["state"] else None, 120)
+        s = wait_for(f"{NODE} drained by the site check", lambda: drained_state(state(c)), 120)
         assert s["reason"] == "Prolog error", s
         out = health(c)
         assert "not attributed to the gpushare prolog" in out and "resume" not in out, out
