@@ -13,7 +13,15 @@ from ..errors import PolicyError, Problem
 from ..slurmversion import OLDEST_SUPPORTED, TESTED, SlurmVersion
 from .groups import declared_models, resolve_groups
 from .model import Policy
-from .rules import build_tiers, check_billing, check_routes, check_submission, check_tenants, check_types
+from .rules import (
+    build_tiers,
+    check_billing,
+    check_features,
+    check_routes,
+    check_submission,
+    check_tenants,
+    check_types,
+)
 from .site import Site
 
 
@@ -78,6 +86,7 @@ def build_site(raw: object, source: str, digest: str = "", slurm_version: str | 
     groups, found = resolve_groups(policy.node_groups, version or OLDEST_SUPPORTED, declared)
     problems += found
     problems += check_types(policy, groups)
+    problems += check_features(policy, groups)
     problems += check_tenants(policy)
     tiers, found = build_tiers(policy, groups)
     problems += found

@@ -13,6 +13,8 @@ from .site import Group, TierView
 PREEMPT_MODES = ("off", "requeue", "cancel")
 _USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
 _ALIAS = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+# A node feature a job can name in --constraint: no operator of the constraint grammar (& | ( ) [ ] * ,), no space.
+_FEATURE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
 
 def _duplicates(names: list[str], path: str, what: str) -> list[Problem]:
@@ -128,6 +130,28 @@ def check_types(policy: Policy, groups: list[Group]) -> list[Problem]:
                 model = owners.setdefault(t, g.model.name)
                 if model != g.model.name:
                     problems.append(Problem(f"node_groups[{i}].sharing", f"GPU type {t!r} is used for both {model} and {g.model.name}; a type names one kind of GPU"))
+    return problems
+
+
+def check_features(policy: Policy, groups: list[Group]) -> list[Problem]:
+    """Node features: names a constraint can hold, and a GPU model's feature only on that model's nodes.
+
+    Every node gets its GPU model's Slurm type as a feature (``Group.features``), so ``--constraint=a30|l40s``
+    selects GPU models; a group listing another model's feature would be selected for that model.
+    """
+    index = {id(spec): i for i, spec in enumerate(policy.node_groups)}
+    models = {g.model_feature: g.model.name for g in groups}
+    problems = []
+    for g in groups:
+        i = index[id(g.spec)]
+        for k, name in enumerate(g.spec.features):
+            path = f"node_groups[{i}].features[{k}]"
+            if not _FEATURE.match(name):
+                problems.append(Problem(path, f"{name!r} is not a feature name a job can ask for: letters, digits, "
+                                              "'_', '.', '-' (at most 64, starting with a letter or digit)"))
+            elif models.get(name, g.model.name) != g.model.name:
+                problems.append(Problem(path, f"{name!r} is the feature of GPU model {models[name]} (every node gets "
+                                              f"its GPU model's feature), but this group has {g.model.name} GPUs"))
     return problems
 
 

@@ -52,6 +52,16 @@ class Group:
     def name(self) -> str:
         return self.spec.name
 
+    @property
+    def model_feature(self) -> str:
+        """The node feature that names the group's GPU model: the model's Slurm type (``--constraint=a30|l40s``)."""
+        return self.model.slurm_type
+
+    @cached_property
+    def features(self) -> tuple[str, ...]:
+        """slurm.conf ``Features=``: the GPU model's feature first, then the policy's own, each once."""
+        return tuple(dict.fromkeys((self.model_feature, *self.spec.features)))
+
     @cached_property
     def gres(self) -> dict[tuple[str, str], int]:
         """GRES per node: {(name, type): count}, type '' for untyped shard/mps."""
@@ -116,6 +126,16 @@ class Site:
     @cached_property
     def gpu_types(self) -> tuple[str, ...]:
         return tuple(sorted({t for g in self.groups for (n, t) in g.gres if n == "gpu"}))
+
+    @cached_property
+    def model_features(self) -> tuple[str, ...]:
+        """The GPU model features of the site's groups, in group order, each once."""
+        return tuple(dict.fromkeys(g.model_feature for g in self.groups))
+
+    @cached_property
+    def features(self) -> tuple[str, ...]:
+        """Every node feature slurm.conf declares: the GPU model features first, then the policy's others."""
+        return tuple(dict.fromkeys((*self.model_features, *(f for g in self.groups for f in g.features))))
 
     @cached_property
     def uses(self) -> frozenset[str]:

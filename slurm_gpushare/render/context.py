@@ -51,8 +51,8 @@ def node_lines(site: Site) -> list[dict]:
               "ThreadsPerCore": spec.threads_per_core, "RealMemory": spec.memory_mb}
         attrs = [(k, v) for k, v in hw.items() if v is not None]
         attrs.append(("Gres", gres_string(g)))
-        if spec.features:
-            attrs.append(("Features", ",".join(spec.features)))
+        # the GPU model's feature (its Slurm type) and the policy's own: --constraint=a30|l40s picks GPU models
+        attrs.append(("Features", ",".join(g.features)))
         if spec.weight is not None:
             attrs.append(("Weight", spec.weight))  # cons_tres fills lower weights first (planned by `gpushare plan`)
         attrs.append(("State", "UNKNOWN"))

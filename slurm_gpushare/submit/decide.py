@@ -35,6 +35,19 @@ Rules, in the order they are applied (job_submit.lua applies the same ones):
    priority, then name) that serves all its requests; the partition is set only
    when that tier is not the default. With ``set_gpu_type``, untyped gpu
    requests get the type when the job's tier(s) serve exactly one GPU type.
+5a. The job's ``--constraint`` (``features``, read by ``constraint.py``; only
+   for a GPU job, after the rules above passed, on submission and on an
+   update that sets it): ``UNKNOWN_FEATURE <name>`` for a name no node has
+   (Slurm would refuse it too; the message lists the GPU model features and
+   says when only the case differs); ``CONSTRAINT none`` when no node group
+   has the features it asks for together (two GPU models joined by '&');
+   ``CONSTRAINT <key>`` for a request no GPU of the groups it allows serves
+   (``--gres=shard:1 --constraint=a30`` where no A30 is sharded). Routing
+   (5) then picks the first tier whose allowed groups serve every request,
+   and ``set_gpu_type`` looks only at the GPU types of the allowed groups of
+   the job's tiers, so ``--gres=gpu:1 --constraint=a30`` becomes
+   ``gpu:a30:1``. A fractional request (mps, shard) keeps its constraint:
+   Slurm places it only on the allowed models.
 6. QOS (every accepted job, GPU or not, on submission only): a job that names
    no QOS gets the QOS of its tier, the tier its partition names (the first
    one when it names several, all of them tiers), the one routing chose, or
@@ -49,9 +62,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from . import constraint
 from .parse import BadRequest, Gres, Other, parse_field
 from .routes import find_route, routed
-from .tables import FIELDS, JOIN, KINDS, NO_VAL, NO_VAL16, PER, Tables, TierCaps, code, message
+from .tables import FIELDS, JOIN, KINDS, NO_VAL, NO_VAL16, PER, GroupCaps, Tables, TierCaps, code, merged, message, offers
 
 
 @dataclass(frozen=True)
@@ -124,7 +138,11 @@ def decide(t: Tables, job: Mapping[str, str | None], modify: bool = False, curre
         violations.append(tasks)
     if violations:
         return Decision(False, tuple(violations))
-    return _place(t, job, parsed, modify, current_partition, route)
+    con = constraint.read(job.get("features"))
+    bad_constraint = check_constraint(t, con, requests) if con is not None else []
+    if bad_constraint:
+        return Decision(False, tuple(bad_constraint))
+    return _place(t, job, parsed, modify, current_partition, route, allowed_of(t, con))
 
 
 def _parse_all(t: Tables, job, modify) -> tuple[dict[str, list[Gres | Other]], list[Violation]]:
@@ -243,6 +261,46 @@ def check_mps_tasks(t: Tables, job, requests: list[Gres]) -> Violation | None:
     return violation("mps_tasks", n=n, units=mps.count, isolation=t.texts["isolation"])
 
 
+def allowed_of(t: Tables, con: constraint.Constraint | None) -> frozenset[str] | None:
+    """The node groups a constraint allows (by name); None when it narrows nothing (none, or not read)."""
+    if con is None or not con.op:
+        return None
+    return frozenset(g.name for tier in t.tiers for g in tier.groups if con.allows(g.features))
+
+
+def _groups(t: Tables, allowed: frozenset[str]) -> list[GroupCaps]:
+    return [g for tier in t.tiers for g in tier.groups if g.name in allowed]
+
+
+def _models(t: Tables, groups: list[GroupCaps]) -> str:
+    return ", ".join(m for m in t.model_features if any(g.model == m for g in groups))
+
+
+def check_constraint(t: Tables, con: constraint.Constraint, requests: list[Gres]) -> list[Violation]:
+    unknown = [n for n in con.names if n not in t.features]
+    if unknown:
+        return [_unknown_feature(t, n) for n in unknown]
+    allowed = allowed_of(t, con)
+    if allowed is None:
+        return []
+    groups = _groups(t, allowed)
+    if not groups:
+        return [violation("constraint_none", constraint=con.text, models=t.texts["model_features"],
+                          example=t.texts["constraint_example"])]
+    caps = merged("", groups)
+    offered = JOIN["offers"].join(offers(caps.gpu, caps.shared))
+    return [violation("constraint_request", key=r.key, constraint=con.text, models=_models(t, groups), offers=offered)
+            for r in requests if not serves(caps, r)]
+
+
+def _unknown_feature(t: Tables, name: str) -> Violation:
+    low = name.lower()
+    hint = message("hint_feature_lower", low=low) if low != name and low in t.features else ""
+    others = t.texts["other_features"]
+    more = message("hint_other_features", features=others) if others else ""
+    return violation("unknown_feature", name=name, hint=hint, models=t.texts["model_features"], others=more)
+
+
 def serves(tier: TierCaps, r: Gres) -> bool:
     if r.name == "gpu":
         return r.type in tier.gpu if r.type else bool(tier.gpu)
@@ -250,7 +308,7 @@ def serves(tier: TierCaps, r: Gres) -> bool:
     return r.type in per and r.count <= per[r.type]
 
 
-def _place(t: Tables, job, parsed, modify, current_partition, route=None) -> Decision:
+def _place(t: Tables, job, parsed, modify, current_partition, route=None, allowed=None) -> Decision:
     """An accepted GPU job: its partition (routing) and the fields to rewrite (aliases, a single GPU type).
 
     A changed field is written whole in this Slurm's format, so Slurm parses
@@ -258,9 +316,10 @@ def _place(t: Tables, job, parsed, modify, current_partition, route=None) -> Dec
     """
     requests = [e for entries in parsed.values() for e in entries if isinstance(e, Gres)]
     to = ",".join(route.tiers) if route and route.tiers else None  # a class route names the tiers
-    tiers, partition = job_tiers(t, job.get("partition") or to or (current_partition if modify else None), requests, modify)
+    tiers, partition = job_tiers(t, job.get("partition") or to or (current_partition if modify else None), requests, modify,
+                                 allowed)
     partition = partition or to
-    types = {x for tier in tiers for x in tier.gpu}
+    types = {x for tier in tiers for x in within(tier, allowed).gpu}
     fields: dict[str, str] = {}
     for name, entries in parsed.items():
         new = [_typed(e, types) if t.set_gpu_type and len(types) == 1 else e for e in entries]
@@ -283,13 +342,22 @@ def _typed(e: Gres | Other, types: set[str]) -> Gres | Other:
     return e
 
 
-def job_tiers(t: Tables, partition: str | None, requests: list[Gres], modify: bool) -> tuple[list[TierCaps], str | None]:
+def within(tier: TierCaps, allowed: frozenset[str] | None) -> TierCaps:
+    """What the tier serves on the groups a constraint allows (the whole tier when it allows all)."""
+    if allowed is None:
+        return tier
+    return merged(tier.name, [g for g in tier.groups if g.name in allowed])
+
+
+def job_tiers(t: Tables, partition: str | None, requests: list[Gres], modify: bool,
+              allowed: frozenset[str] | None = None) -> tuple[list[TierCaps], str | None]:
     """The tiers the job can run in, and the partition to set (None: leave it)."""
     if partition:
         tiers = [t.tier(p) for p in partition.split(",")]
         return ([x for x in tiers if x is not None] if all(tiers) else []), None
     if t.route_by_gres and not modify:
         for tier in t.tiers:
-            if all(serves(tier, r) for r in requests):
+            caps = within(tier, allowed)
+            if all(serves(caps, r) for r in requests):
                 return [tier], None if tier.is_default else tier.name
     return [t.default_tier], None

@@ -66,6 +66,16 @@ MESSAGES = {
     "mps_tasks": "an MPS share is enforced per process, not per job: NVIDIA MPS applies the thread percentage and "
     "the memory limit to each client process, so {n} tasks on one node would each get the whole mps:{units}, {n} "
     "times the share. Run one task per node (--ntasks-per-node=1), or {isolation}",
+    # the job's --constraint (constraint.py): GPU models are node features
+    "unknown_feature": "--constraint names '{name}', a feature no node here has{hint}; a GPU model is asked for by "
+    "its feature: {models}{others}",
+    "hint_feature_lower": " (feature names are case-sensitive: {low})",
+    "hint_other_features": "; other node features: {features}",
+    "constraint_none": "no node here has every feature --constraint='{constraint}' asks for: each node has one GPU "
+    "model feature ({models}); to let the job run on any of several GPU models join them with '|', e.g. "
+    "--constraint='{example}'",
+    "constraint_request": "{key} is served by no GPU on the nodes --constraint='{constraint}' allows (GPU models: "
+    "{models}); they offer {offers}: ask for one of those, or widen the constraint",
     # the user message (Decision.user_message)
     "rejected": "gpushare rejected this job:",
     "violation": "{code}: {message}",  # one line a violation, after "rejected"
@@ -95,6 +105,9 @@ CODES = {
     "over_shard": "OVER shard={n}",
     "mixed": "MIXED {kinds}",
     "mps_tasks": "MPS_TASKS tasks={n}",
+    "unknown_feature": "UNKNOWN_FEATURE {name}",
+    "constraint_none": "CONSTRAINT none",
+    "constraint_request": "CONSTRAINT {key}",
 }
 # Where MPS_TASKS steers a job that needs isolation (Tables.texts['isolation'], chosen once per site).
 ISOLATION = {
@@ -108,7 +121,8 @@ ISOLATION = {
 NO_VAL = 0xFFFFFFFE
 NO_VAL16 = 0xFFFE
 # How lists inside messages are joined (both languages read these).
-JOIN = {"kinds_code": "+", "kinds": " and ", "matches": " or ", "lines": "\n", "changes": ", ", "log_codes": "; "}
+JOIN = {"kinds_code": "+", "kinds": " and ", "matches": " or ", "lines": "\n", "changes": ", ", "log_codes": "; ",
+        "offers": ", "}
 
 
 def message(which: str, /, **values) -> str:
@@ -139,14 +153,26 @@ class Alias:
 
 
 @dataclass(frozen=True)
+class GroupCaps:
+    """What one node group serves inside a tier (its GPU types narrowed to the tier's), and its node features."""
+
+    name: str
+    model: str  # the GPU model's feature
+    features: tuple[str, ...]
+    gpu: tuple[str, ...]
+    shared: dict[str, dict[str, int]]
+
+
+@dataclass(frozen=True)
 class TierCaps:
-    """What one tier (partition) can serve: GPU types, and per shared GRES the most one GPU holds."""
+    """What one tier (partition) can serve: GPU types, and per shared GRES the most one GPU holds; per group too."""
 
     name: str
     is_default: bool
     priority: int
     gpu: tuple[str, ...]
     shared: dict[str, dict[str, int]]
+    groups: tuple[GroupCaps, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -163,6 +189,8 @@ class Tables:
     texts: dict[str, str] = field(default_factory=dict)
     routes: tuple = ()  # submit.routes.RouteRule, first match wins (submission.routes)
     mig_types: tuple[str, ...] = ()  # the gpu types that are MIG slices (MPS_TASKS names one)
+    features: tuple[str, ...] = ()  # every node feature: GPU model features first (Site.features)
+    model_features: tuple[str, ...] = ()  # the GPU model features, in group order
 
     def tier(self, name: str) -> TierCaps | None:
         return next((t for t in self.tiers if t.name == name), None)
@@ -191,12 +219,29 @@ def shared_caps(groups: tuple[Group, ...]) -> dict[str, dict[str, int]]:
     return {name: dict(sorted(per.items())) for name, per in sorted(caps.items())}
 
 
-def tier_gpu_types(tier: TierView) -> tuple[str, ...]:
-    """GPU types on the tier's nodes, narrowed to its gpu_types when it lists any."""
-    types = {t for g in tier.groups for (n, t) in g.gres if n == "gpu"}
+def tier_gpu_types(tier: TierView, groups: tuple[Group, ...] | None = None) -> tuple[str, ...]:
+    """GPU types on the tier's nodes (or on these groups of it), narrowed to its gpu_types when it lists any."""
+    types = {t for g in (tier.groups if groups is None else groups) for (n, t) in g.gres if n == "gpu"}
     if tier.spec.gpu_types:
         types &= set(tier.spec.gpu_types)
     return tuple(sorted(types))
+
+
+def group_caps(tier: TierView) -> tuple[GroupCaps, ...]:
+    return tuple(GroupCaps(g.name, g.model_feature, g.features, tier_gpu_types(tier, (g,)), shared_caps((g,)))
+                 for g in tier.groups)
+
+
+def merged(name: str, groups) -> TierCaps:
+    """What these groups serve together (of one tier, or several): GPU types joined, shared caps at their largest."""
+    gpu = tuple(sorted({x for g in groups for x in g.gpu}))
+    shared: dict[str, dict[str, int]] = {}
+    for g in groups:
+        for kind, per in g.shared.items():
+            mine = shared.setdefault(kind, {})
+            for k, n in per.items():
+                mine[k] = max(mine.get(k, 0), n)
+    return TierCaps(name, False, 0, gpu, shared, tuple(groups))
 
 
 def parse_alias(target: str) -> Alias:
@@ -218,7 +263,7 @@ def routing_order(tiers: list[TierCaps]) -> tuple[TierCaps, ...]:
 def build_tables(site: Site) -> Tables:
     sub = site.policy.submission
     tiers = [
-        TierCaps(v.name, v.is_default, v.spec.priority, tier_gpu_types(v), shared_caps(v.groups))
+        TierCaps(v.name, v.is_default, v.spec.priority, tier_gpu_types(v), shared_caps(v.groups), group_caps(v))
         for v in site.tiers
     ]
     aliases = {name: parse_alias(target) for name, target in sorted(sub.aliases.items())}
@@ -235,6 +280,8 @@ def build_tables(site: Site) -> Tables:
         tiers=routing_order(tiers),
         routes=build_routes(site),
         mig_types=tuple(sorted({x for g in site.groups for slot in g.gpus if slot.mode == "mig" for x in slot.mig_types()})),
+        features=site.features,
+        model_features=site.model_features,
     )
     return _with_texts(tables)
 
@@ -245,15 +292,23 @@ def _isolation(t: Tables) -> str:
     return ISOLATION["mig"].format(type=mig[0]) if mig else ISOLATION["whole"]
 
 
+def offers(gpu_types, shared) -> list[str]:
+    """What GPUs offer, as a message lists it: gpu:<type> for each type as given, then the shared GRES by name."""
+    return [f"gpu:{x}" for x in gpu_types] + sorted(shared)
+
+
 def _with_texts(t: Tables) -> Tables:
     """Lists that messages print, joined once here so Python and Lua print the same words."""
-    offers = [f"gpu:{x}" for x in t.gpu_types] + sorted(t.shared)
+    offered = offers(t.gpu_types, t.shared)
     texts = {
         "isolation": _isolation(t),
         "gres_names": ", ".join(GRES_NAMES),
         "gpu_types": ", ".join(t.gpu_types) or "(none)",
         "aliases": ", ".join(sorted(t.aliases)),
-        "offers": ", ".join(offers),
+        "offers": ", ".join(offered),
+        "model_features": ", ".join(t.model_features) or "(none)",
+        "other_features": ", ".join(f for f in t.features if f not in t.model_features),
+        "constraint_example": "|".join(t.model_features[:2]) or "(none)",
     }
     for name, per in t.shared.items():
         texts[f"{name}_types"] = ", ".join(k for k in per if k)

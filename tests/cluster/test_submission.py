@@ -71,7 +71,7 @@ local gpushare_real_submit = slurm_job_submit
 function slurm_job_submit(job_desc, part_list, submit_uid)
   local ok, text = pcall(function()
     local parts = { "gpushare-debug", tostring(job_desc.comment) }
-    for _, f in ipairs({ "tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task", "partition" }) do
+    for _, f in ipairs({ "tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task", "partition", "features" }) do
       local v = job_desc[f]
       if v ~= nil then
         parts[#parts + 1] = f .. "=" .. tostring(v)
@@ -233,7 +233,7 @@ def seen(live):
 
 # ---- the corpus on real sbatch --------------------------------------------------
 def test_there_are_cluster_cases():
-    assert 20 <= len(CLUSTER_CASES) <= 30
+    assert 20 <= len(CLUSTER_CASES) <= 40
 
 
 @pytest.mark.parametrize("case", CLUSTER_CASES, ids=CLUSTER_IDS)

@@ -14,7 +14,7 @@ import pytest
 from slurm_gpushare.render.jobsubmit import job_submit_lua
 from slurm_gpushare.submit import FIELDS
 from tests.lua.harness import ESLURM_INVALID_GRES, VERSIONS, Script, codes_of
-from tests.unit.submit_corpus import CASES, IDS, case_job, check_expectations, python_decision, site_of
+from tests.unit.submit_corpus import CASES, IDS, overrides, case_job, check_expectations, python_decision, site_of
 
 pytestmark = pytest.mark.lua
 
@@ -25,7 +25,7 @@ def _script(version: str, policy: str, submission: tuple, slurm_version: str | N
 
 
 def script_for(case: dict, version: str) -> Script:
-    key = (case.get("policy", "small-lab"), tuple(sorted(case.get("submission", {}).items())), case.get("slurm_version"))
+    key = (case.get("policy", "small-lab"), overrides(case), case.get("slurm_version"))
     return _script(version, *key)
 
 

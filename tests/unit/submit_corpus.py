@@ -18,7 +18,7 @@ from slurm_gpushare.submit import Decision, build_tables, decide, split_options,
 from tests.conftest import ROOT
 
 CASES_FILE = ROOT / "tests" / "cases" / "submit.yaml"
-CODES = ("BAD_REQUEST", "UNKNOWN_TYPE", "MPS_RANGE", "OVER", "SCOPE", "MIXED", "MPS_TASKS")
+CODES = ("BAD_REQUEST", "UNKNOWN_TYPE", "MPS_RANGE", "OVER", "SCOPE", "MIXED", "MPS_TASKS", "UNKNOWN_FEATURE", "CONSTRAINT")
 
 
 def load_cases() -> list[dict]:
@@ -35,7 +35,7 @@ def site_of(policy: str = "small-lab", submission: tuple = (), slurm_version: st
     path = ROOT / "etc" / f"{policy}.yaml"
     if submission:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        raw["submission"] = {**raw.get("submission", {}), **dict(submission)}
+        raw["submission"] = {**raw.get("submission", {}), **{k: yaml.safe_load(v) for k, v in submission}}
         site = build_site(raw, path.name)
     else:
         site = load_file(path)
@@ -45,8 +45,13 @@ def site_of(policy: str = "small-lab", submission: tuple = (), slurm_version: st
     return site
 
 
+def overrides(case: dict) -> tuple:
+    """A case's submission overrides as a hashable key: (name, the value as YAML text), by name."""
+    return tuple(sorted((k, yaml.safe_dump(v)) for k, v in case.get("submission", {}).items()))
+
+
 def case_site(case: dict) -> Site:
-    return site_of(case.get("policy", "small-lab"), tuple(sorted(case.get("submission", {}).items())), case.get("slurm_version"))
+    return site_of(case.get("policy", "small-lab"), overrides(case), case.get("slurm_version"))
 
 
 def case_job(case: dict) -> dict:
@@ -62,7 +67,7 @@ def _tables(site_key):
 
 
 def python_decision(case: dict) -> Decision:
-    key = (case.get("policy", "small-lab"), tuple(sorted(case.get("submission", {}).items())), case.get("slurm_version"))
+    key = (case.get("policy", "small-lab"), overrides(case), case.get("slurm_version"))
     modify = case.get("modify")
     return decide(_tables(key), case_job(case), modify is not None, (modify or {}).get("partition"))
 

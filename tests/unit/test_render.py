@@ -92,9 +92,9 @@ def test_slurm_conf_essentials():
     for line in ["GresTypes=gpu,mps,shard", "SelectType=select/cons_tres", "PriorityType=priority/multifactor",
                  "PreemptType=preempt/partition_prio", "PreemptMode=REQUEUE", "SlurmdParameters=config_overrides"]:
         assert line + "\n" in text
-    assert "NodeName=lab-mig01 CPUs=8 RealMemory=16000 Gres=gpu:a100_40g_1g.5gb:7 State=UNKNOWN\n" in text
-    assert "NodeName=lab-shard01 CPUs=8 RealMemory=16000 Gres=gpu:l40s:1,shard:4 State=UNKNOWN\n" in text
-    assert "NodeName=lab-mps01 CPUs=8 RealMemory=16000 Gres=gpu:a30:1,mps:100 State=UNKNOWN\n" in text
+    assert "NodeName=lab-mig01 CPUs=8 RealMemory=16000 Gres=gpu:a100_40g_1g.5gb:7 Features=a100_40g State=UNKNOWN\n" in text
+    assert "NodeName=lab-shard01 CPUs=8 RealMemory=16000 Gres=gpu:l40s:1,shard:4 Features=l40s State=UNKNOWN\n" in text
+    assert "NodeName=lab-mps01 CPUs=8 RealMemory=16000 Gres=gpu:a30:1,mps:100 Features=a30 State=UNKNOWN\n" in text
     assert "SUSPEND" not in text.replace("never suspend", "")
     for line in ["PrologFlags=Alloc,Contain", "Prolog=/usr/local/sbin/gpushare-prolog",
                  "Epilog=/usr/local/sbin/gpushare-epilog", "TaskProlog=/usr/local/bin/gpushare-task-prolog"]:

@@ -25,7 +25,7 @@ from slurm_gpushare.submit import (
 )
 from slurm_gpushare.submit.options import sbatch_lines
 from tests.conftest import ROOT
-from tests.unit.submit_corpus import CASES, case_job, python_decision, site_of
+from tests.unit.submit_corpus import CASES, case_job, case_site, python_decision, site_of
 
 LAB = ROOT / "etc" / "small-lab.yaml"
 PROD = ROOT / "etc" / "mixed-production.yaml"
@@ -198,7 +198,7 @@ def test_a_changed_job_is_not_changed_again(case):
     """Resubmitting (or requeueing) what gpushare produced must pass as it is: the rewrite is a fixed point."""
     d = python_decision(case)
     job = {**case_job(case), **({"partition": d.partition} if d.partition else {}), **d.fields, **({"qos": d.qos} if d.qos else {})}
-    again = decide(build_tables(site_of(case.get("policy", "small-lab"), tuple(sorted(case.get("submission", {}).items())), case.get("slurm_version"))), job)
+    again = decide(build_tables(case_site(case)), job)
     assert again.accepted and again.partition is None and not again.fields and again.qos is None
 
 

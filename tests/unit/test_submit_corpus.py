@@ -38,7 +38,7 @@ def test_every_rule_and_policy_is_covered():
 
 def test_cluster_cases_are_for_the_test_cluster():
     cluster = [c for c in CASES if c.get("cluster")]
-    assert 20 <= len(cluster) <= 30
+    assert 20 <= len(cluster) <= 40  # each one two real sbatch calls per cluster run
     for c in cluster:
         assert c.get("policy", "small-lab") == "small-lab" and "options" in c, c["id"]
         assert not ({"submission", "slurm_version", "modify"} & set(c)), c["id"]
