@@ -18,4 +18,11 @@ another:
   ``gpushare node relayout`` on the node;
 - ``done`` / ``failed`` / ``gave_up`` / ``lost``: the lock is deleted and the
   time kept, so ``live.min_dwell`` holds the node back from the next change.
+
+Each side effect is recorded before it is made (``locking`` before the
+reservation, ``submitting`` before the live policy, the configuration and the
+relayout job), so a run that finds a change a dead planner left finishes or
+undoes it: the lock adopted or the intent taken back, the relayout job found
+by its name instead of submitted again, the live policy put back when the
+change is lost (docs/admins/live-apply.md).
 """

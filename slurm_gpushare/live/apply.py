@@ -20,8 +20,8 @@ from pathlib import Path
 
 from ..atomic import atomic_write
 from ..errors import GpushareError
-from . import decide as d
 from ..slurm.reservations import lock_name
+from . import decide as d
 from .state import Change, State, StateFile
 
 DEFAULT_NODE_CONFIG = "/etc/gpushare/node.yaml"
