@@ -42,6 +42,12 @@ cost instead is printed as a floor: ``proc.run`` of ``/bin/true`` from this
 process (a C program's spawn, exec and reap). The real daemon's and NVML's own
 times are not known here and not estimated.
 
+CPU time (user+system) is printed beside wall time, as less sensitive to the
+machine's load (not immune: contention inflates it too): a hook's, as this
+process's getrusage(RUSAGE_CHILDREN) around it (with the fake clients the
+hook reaped, not the fake daemon or server, which it does not), less the fake
+clients' and the fake NVML calls' CPU as the clock records them.
+
 Targets (issue 25): the product's own prolog+epilog p50 at most 100 ms per mode
 on a quiet machine, at most 150 ms under the load of a running test cluster;
 the load average is printed at the start and end of the run.
@@ -60,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -166,12 +173,24 @@ def hook_env(config: Path, node: str, job: int, gpus: str, pct: int | None, task
 
 
 def timed(argv: list[str], env: dict[str, str]) -> float:
+    return timed_cpu(argv, env)[0]
+
+
+def timed_cpu(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall ms, CPU ms) of one process: its user+system time with that of the children it reaped
+    (getrusage(RUSAGE_CHILDREN) of this process around the run)."""
+    c0 = _children_cpu()
     t0 = time.perf_counter()
     res = subprocess.run(argv, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - t0
     if res.returncode:
         raise SystemExit(f"{argv[0]} failed ({res.returncode}): {res.stderr.strip()}")
-    return elapsed * 1000
+    return elapsed * 1000, (_children_cpu() - c0) * 1000
+
+
+def _children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def pct(values: list[float], q: float) -> float:
@@ -187,21 +206,25 @@ def read_doubles(path: Path, hook: str) -> dict:
     words = dict(word.split("=", 1) for word in lines[0].split())
     return {"mps client": float(words["mps_ms"]), "daemon exit": float(words["wait_ms"]), "fake NVML": float(words["nvml_ms"]),
             "n_mps": int(words["mps_n"]), "n_nvml": int(words["nvml_n"]), "other": float(words["other_ms"]),
-            "other names": words["other"]}
+            "cpu": float(words["mps_cpu"]) + float(words["nvml_cpu"]), "other names": words["other"]}
 
 
 class Measured:
-    """One mode's figures: plain wall per hook, and per timed job its prolog+epilog wall and doubles' sums."""
+    """One mode's figures: plain wall (and CPU) per hook, and per timed job its prolog+epilog wall and CPU and
+    the doubles' sums."""
 
     def __init__(self):
         self.plain: dict[str, list[float]] = {name: [] for name in (BASELINE, *HOOKS)}
+        self.plain_cpu: dict[str, list[float]] = {name: [] for name in (BASELINE, "prolog+epilog")}
         self.timed_wall: list[float] = []
-        self.doubles: dict[str, list[float]] = {key: [] for key in (*DOUBLES, "n_mps", "n_nvml", "other")}
+        self.timed_cpu: list[float] = []
+        self.doubles: dict[str, list[float]] = {key: [] for key in (*DOUBLES, "n_mps", "n_nvml", "other", "cpu")}
         self.other_names: set[str] = set()
         self.cold = 0.0
 
-    def add_timed(self, wall: float, seen: list[dict]) -> None:
+    def add_timed(self, wall: float, cpu: float, seen: list[dict]) -> None:
         self.timed_wall.append(wall)
+        self.timed_cpu.append(cpu)
         for key in self.doubles:
             self.doubles[key].append(sum(part[key] for part in seen))
         self.other_names.update(n for part in seen for n in part["other names"].split(",") if n != "-")
@@ -214,6 +237,10 @@ class Measured:
     def product(self) -> list[float]:
         return [w - d for w, d in zip(self.timed_wall, self.double_sums)]
 
+    @property
+    def product_cpu(self) -> list[float]:
+        return [c - d for c, d in zip(self.timed_cpu, self.doubles["cpu"])]
+
 
 def bench_mode(mode: str, runs: int, metrics: bool = False) -> Measured:
     """Job 1 is the cold start; then ``runs`` plain and ``runs`` timed jobs, alternating."""
@@ -225,22 +252,24 @@ def bench_mode(mode: str, runs: int, metrics: bool = False) -> Measured:
         for job in range(1, 2 * runs + 2):
             timing = job > 1 and job % 2 == 1
             if job > 1:
-                got.plain[BASELINE].append(timed([sys.executable, "-c", "pass"], {}))
-            took, seen = {}, []
+                wall, cpu = timed_cpu([sys.executable, "-c", "pass"], {})
+                got.plain[BASELINE].append(wall)
+                got.plain_cpu[BASELINE].append(cpu)
+            took, cpus, seen = {}, {}, []
             for name, argv in HOOKS.items():
                 task = name.startswith("task prolog")
-                took[name] = timed(argv, hook_env(config, node, job, gpus, mps_pct, task, None if task or not timing else clock))
+                env = hook_env(config, node, job, gpus, mps_pct, task, None if task or not timing else clock)
+                took[name], cpus[name] = timed_cpu(argv, env)
                 if timing and not task:
                     seen.append(read_doubles(clock, name))
             if job == 1:
                 got.cold = took["prolog"]
             elif timing:
-                got.add_timed(took["prolog"] + took["epilog"], seen)
-                for name in HOOKS:
-                    if name.startswith("task prolog"):
-                        got.plain[name].append(took[name])
+                got.add_timed(took["prolog"] + took["epilog"], cpus["prolog"] + cpus["epilog"], seen)
             else:
-                for name in HOOKS:
+                got.plain_cpu["prolog+epilog"].append(cpus["prolog"] + cpus["epilog"])
+            for name in HOOKS if job > 1 else ():
+                if not timing or name.startswith("task prolog"):  # the task prologs are never timed
                     got.plain[name].append(took[name])
     return got
 
@@ -278,13 +307,18 @@ def report_mode(mode: str, got: Measured) -> tuple[float, ...]:
     print(f"      {'test doubles':32s} {p(got.double_sums)}  (p50s: {kinds}; {counts} per job)")
     product = got.product
     print(f"      {'product own':32s} {p(product)}  ({statistics.median(product) / m50:4.1f}x baseline)")
+    c50 = statistics.median(got.plain_cpu[BASELINE])
+    print(f"    CPU ms (user+system, with the reaped fake clients): baseline {p(got.plain_cpu[BASELINE])}")
+    print(f"      {'prolog+epilog, plain':32s} {p(got.plain_cpu['prolog+epilog'])}")
+    print(f"      {'test doubles (client, NVML)':32s} {p(got.doubles['cpu'])}")
+    print(f"      {'product own':32s} {p(got.product_cpu)}  ({statistics.median(got.product_cpu) / c50:4.1f}x baseline)")
     if got.other_names:
         print(f"      (counted as the product's: other commands run, {', '.join(sorted(got.other_names))}: "
               f"p50 {statistics.median(got.doubles['other']):.1f} ms per job)")
     own = statistics.median(product)
     print(f"    product's own prolog+epilog p50 {own:.1f} ms: <= {TARGET_MS:g} {'met' if own <= TARGET_MS else 'not met'}, "
           f"<= {LOADED_TARGET_MS:g} {'met' if own <= LOADED_TARGET_MS else 'not met'}")
-    return m50, plain, statistics.median(got.double_sums), own
+    return m50, plain, statistics.median(got.double_sums), own, c50, statistics.median(got.product_cpu)
 
 
 def load() -> str:
@@ -319,11 +353,13 @@ def main(argv=None) -> None:
     rows = [(mode, report_mode(mode, bench_mode(mode, args.runs, args.metrics))) for mode in args.modes.split(",")
             if not args.against]
     if rows:
-        print("\n| mode | baseline | prolog+epilog wall (plain) | test doubles | product's own | <= 100 | <= 150 |")
-        print("|---|--:|--:|--:|--:|:-:|:-:|")
-        for mode, (m50, plain, doubles, own) in rows:
+        print("\n| mode | baseline | prolog+epilog wall (plain) | test doubles | product's own | <= 100 | <= 150 "
+              "| CPU: baseline | CPU: product's own |")
+        print("|---|--:|--:|--:|--:|:-:|:-:|--:|--:|")
+        for mode, (m50, plain, doubles, own, c50, own_cpu) in rows:
             print(f"| {mode} | {m50:.1f} | {plain:.1f} | {doubles:.1f} | **{own:.1f}** | "
-                  f"{'met' if own <= TARGET_MS else 'not met'} | {'met' if own <= LOADED_TARGET_MS else 'not met'} |")
+                  f"{'met' if own <= TARGET_MS else 'not met'} | {'met' if own <= LOADED_TARGET_MS else 'not met'} "
+                  f"| {c50:.1f} | {own_cpu:.1f} |")
     print(f"end: {load()}")
 
 

@@ -17,8 +17,12 @@ imports them, three seams of the product, timing each call with
   pynvml calls into the driver ("fake NVML"). Nested calls count once.
 
 Any other command the hook runs is counted apart ("other", by name), as the
-product's. At exit one line of ``key=value`` words is appended to the file:
-``mps_ms mps_n wait_ms wait_n nvml_ms nvml_n other_ms other_n other`` (ms
+product's. CPU time is recorded beside wall time where the hook is charged
+for it: the fake client's (``getrusage(RUSAGE_CHILDREN)`` around the call: the
+hook reaps it, so the client's CPU is in the hook's own rusage as its parent
+sees it) and the fake NVML's (``time.process_time`` around the call). At exit
+one line of ``key=value`` words is appended to the file: ``mps_ms mps_cpu
+mps_n wait_ms wait_n nvml_ms nvml_cpu nvml_n other_ms other_n other`` (ms
 summed over the calls, n the number of calls, ``other`` the other commands'
 names, comma-separated, or ``-``).
 """
@@ -28,13 +32,15 @@ import sys
 
 _OUT = os.environ.get("GPUSHARE_BENCH_DOUBLES")
 _FAKE = "nvidia-cuda-mps-control"
-_SEEN = {"mps_ms": 0.0, "mps_n": 0, "wait_ms": 0.0, "wait_n": 0, "nvml_ms": 0.0, "nvml_n": 0, "other_ms": 0.0, "other_n": 0}
+_SEEN = {"mps_ms": 0.0, "mps_cpu": 0.0, "mps_n": 0, "wait_ms": 0.0, "wait_n": 0, "nvml_ms": 0.0, "nvml_cpu": 0.0,
+         "nvml_n": 0, "other_ms": 0.0, "other_n": 0}
 _OTHER: list = []
 
 
-def _timed(key, fn, guard=None):
-    """``fn`` timed into _SEEN[key + "_ms"], counted in _SEEN[key + "_n"]; with ``guard``, calls made
-    while another guarded call runs are neither timed nor counted."""
+def _timed(key, fn, guard=None, cpu=None):
+    """``fn`` timed into _SEEN[key + "_ms"] (with ``cpu``, a clock in seconds: also _SEEN[key + "_cpu"]),
+    counted in _SEEN[key + "_n"]; with ``guard``, calls made while another guarded call runs are neither
+    timed nor counted."""
     from time import perf_counter
 
     def wrapper(*args, **kwargs):
@@ -42,11 +48,14 @@ def _timed(key, fn, guard=None):
             if guard[0]:
                 return fn(*args, **kwargs)
             guard[0] = True
+        c0 = cpu() if cpu else 0.0
         t0 = perf_counter()
         try:
             return fn(*args, **kwargs)
         finally:
             _SEEN[key + "_ms"] += (perf_counter() - t0) * 1000
+            if cpu:
+                _SEEN[key + "_cpu"] += (cpu() - c0) * 1000
             _SEEN[key + "_n"] += 1
             if guard is not None:
                 guard[0] = False
@@ -55,9 +64,16 @@ def _timed(key, fn, guard=None):
     return wrapper
 
 
+def _children_cpu() -> float:
+    import resource  # on the first fake client call only
+
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def _patch_proc(module) -> None:
     run = module.run
-    fake, other = _timed("mps", run), _timed("other", run)
+    fake, other = _timed("mps", run, cpu=_children_cpu), _timed("other", run)
 
     def dispatch(argv, *args, **kwargs):
         if os.path.basename(str(argv[0])) == _FAKE:
@@ -73,10 +89,12 @@ def _patch_mps(module) -> None:
 
 
 def _patch_fakenvml(module) -> None:
+    from time import process_time
+
     cls, guard = module.FakeNvml, [False]
     for name, value in list(vars(cls).items()):
         if name.startswith("nvml") and callable(value):
-            setattr(cls, name, _timed("nvml", value, guard))
+            setattr(cls, name, _timed("nvml", value, guard, process_time))
 
 
 _PATCHES = {"slurm_gpushare.proc": _patch_proc, "slurm_gpushare.node.mps": _patch_mps,
