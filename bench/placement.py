@@ -274,6 +274,21 @@ def mean(values):
     return statistics.fmean(values) if values else float("nan")
 
 
+def refused_codes(probes: list[dict]) -> dict[str, float]:
+    """Jobs refused at submission per violation code, mean per seed (the Slurm rows' 'refused <code>' probes)."""
+    codes = sorted({k for p in probes for k in p if k.startswith("refused ")})
+    return {k[len("refused "):]: mean([p.get(k, 0.0) for p in probes]) for k in codes}
+
+
+def refused_line(probes: list[dict]) -> str:
+    """'refused at submission 365/seed: UNKNOWN_FEATURE g2 300, ...' ('' when nothing was refused)."""
+    total = mean([p.get("rejected", 0.0) for p in probes])
+    if not total:
+        return ""
+    codes = sorted(refused_codes(probes).items(), key=lambda kv: (-kv[1], kv[0]))
+    return f"refused at submission {total:.0f}/seed: " + ", ".join(f"{c} {n:.0f}" for c, n in codes)
+
+
 def report(scenario: str, seeds: list[int], rows: dict, pub, why: str) -> None:
     print(f"\n{scenario}: mean allocation ratio (%) over seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), 100 % / 130 % arrived")
     for name, row in rows.items():
@@ -299,6 +314,9 @@ def report(scenario: str, seeds: list[int], rows: dict, pub, why: str) -> None:
             extra += f"  LS fractional jobs placed without a MIG slice {mean(ls):.0f}/seed"
         print(f"  {name:40s} {a100:6.2f} / {a130:6.2f}   {mean(secs):5.1f} s/seed (max {max(secs):5.1f})"
               f"  peak {row['peak_mib']:6.1f} MiB{extra}")
+        refused = refused_line([row["probes"][s][130] for s in seeds])
+        if refused:
+            print(f"  {'':40s} {refused}")
     if why:
         print(f"  not run: {why}")
     if scenario == "S1" and not all((v, s) in pub for v in PUBLISHED.values() for s in seeds):
@@ -348,15 +366,22 @@ def family_one(workload: str, seeds: list[int], cluster) -> dict:
     pods = load_pods(workload_path(workload))
     pols, info = family_policies(cluster, pods)
     per_seed: dict[str, dict[int, float]] = {p.name: {} for p in pols}
+    probes: dict[str, list[dict]] = {p.name: [] for p in pols}
     for seed in seeds:
         arrivals = arrival_sequence(pods, cluster.gpu_count, seed)
         for p in pols:
-            per_seed[p.name][seed] = replay(p, cluster, pods, arrivals).at(100)
+            r = replay(p, cluster, pods, arrivals)
+            per_seed[p.name][seed] = r.at(100)
+            probes[p.name].append(r.probes[130])
     pub = published(workload)
+    refused = {name: refused_line(probes[name]) for name in ("uniform", "planner")}
     out = {"workload": workload, "seeds": seeds, "per_seed": per_seed, "planner": info,
+           "refused": {k: v for k, v in refused.items() if v},
            "published": {k: {s: pub[(v, s)][0] for s in seeds if (v, s) in pub} for k, v in PUBLISHED.items()},
            "wall_s": time.perf_counter() - began}
     print(family_line(out), flush=True)
+    for name, text in out["refused"].items():
+        print(f"  {name}: {text}", flush=True)
     return out
 
 
@@ -399,6 +424,11 @@ def family(seeds: list[int], workloads: list[str], cluster, out_json: str | None
     print(f"\n{FAMILY_HEADER}")
     for r in rows:
         print(family_line(r))
+    refused = [f"  {r['workload']:12s} {name:8s} {text}" for r in rows for name, text in r["refused"].items()]
+    print("\njobs the product refuses at submission (all arrivals, mean per seed, by reason): "
+          + ("none" if not refused else ""))
+    for line in refused:
+        print(line)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\nwall {time.perf_counter() - began:.0f} s; max RSS of this process {rss:.0f} MiB")
     if out_json:

@@ -45,7 +45,8 @@ def sim_cluster(site: Site, cpu_milli: Mapping[str, int] | None = None) -> SimCl
         parts = tuple(t.name for t in site.tiers if any(m.name == g.name for m in t.groups))
         weight = g.spec.weight if g.spec.weight is not None else 1
         for name in g.nodes:
-            nodes.append(SimNode(name, g.spec.cpus, g.spec.memory_mb, gpus, weight, parts, cpu_milli.get(name, 0)))
+            nodes.append(SimNode(name, g.spec.cpus, g.spec.memory_mb, gpus, weight, parts, cpu_milli.get(name, 0),
+                                 g.features))
     tiers = tuple((t.name, t.spec.priority) for t in site.tiers)
     return SimCluster(tuple(nodes), SELECT_FLAGS, tiers)
 
@@ -55,11 +56,18 @@ def mps_percent_units(tables: Tables) -> int:
     return tables.shared.get("mps", {}).get("", 0) or 100
 
 
+def spec_models(spec: str) -> list[str]:
+    """The GPU models a trace pod's ``gpu_spec`` allows ('V100M16|V100M32'), as node feature names (lower case),
+    each once; [] for none (an empty spec, or separators only: any model, as the paper's simulator reads it)."""
+    return list(dict.fromkeys(t.lower() for t in spec.split("|") if t))
+
+
 @dataclass
 class Router:
     """Pod -> SlurmRequest through ``submit.decide``; None when the product refuses the job.
 
-    ``refused`` counts refusals by violation code, for the report.
+    ``refused`` counts refused jobs by violation code (a job with two
+    violations counts under each) and in all ('total'), for the report.
     """
 
     site: Site
@@ -70,40 +78,59 @@ class Router:
     def __post_init__(self) -> None:
         self.tables = build_tables(self.site)
         self.units = mps_percent_units(self.tables)
-        self._cache: dict[tuple, SlurmRequest | None] = {}
+        self._cache: dict[tuple, tuple[SlurmRequest | None, tuple[str, ...]]] = {}
 
     def job(self, pod: Pod) -> dict[str, str | None]:
-        """The job_submit fields a user's sbatch would send for this pod."""
-        gres = None
+        """The job_submit fields a user's sbatch would send for this pod.
+
+        A ``gpu_spec`` naming GPU models becomes ``--constraint`` over the models' node features
+        ('V100M16|V100M32' -> 'v100m16|v100m32'), for whole GPUs and shares alike. A whole-GPU pod whose spec is
+        one GRES type of the site (a model's type, or a MIG slice's) asks for that type, ``--gres=gpu:<type>:N``.
+        """
+        gres, features = None, None
+        models = spec_models(pod.gpu_spec)
         if pod.num_gpu and pod.gpu_milli < GPU_MILLI:
             gres = f"{self.tables.prefix}mps:{math.ceil(pod.gpu_milli * self.units / GPU_MILLI)}"
+            features = "|".join(models) or None
+        elif pod.num_gpu and len(models) == 1 and models[0] in self.tables.gpu_types:
+            gres = f"{self.tables.prefix}gpu:{models[0]}:{pod.num_gpu}"
         elif pod.num_gpu:
-            typed = f"{pod.gpu_spec.lower()}:" if pod.gpu_spec else ""
-            gres = f"{self.tables.prefix}gpu:{typed}{pod.num_gpu}"
+            gres = f"{self.tables.prefix}gpu:{pod.num_gpu}"
+            features = "|".join(models) or None
         return {"tres_per_node": gres, "partition": None, "qos": pod.qos.lower() or None,
-                "min_cpus": str(cpus_of(pod.cpu_milli))}
+                "min_cpus": str(cpus_of(pod.cpu_milli)), "features": features}
 
     def __call__(self, pod: Pod) -> SlurmRequest | None:
-        key = (pod.num_gpu, pod.gpu_milli if pod.num_gpu else 0, pod.cpu_milli, pod.memory_mib, pod.qos, pod.gpu_spec)
+        key = self._key(pod)
         if key not in self._cache:
             self._cache[key] = self._route(pod)
-        found = self._cache[key]
+        found, codes = self._cache[key]
         if found is None:
-            self.refused["total"] = self.refused.get("total", 0) + 1
+            for code in (*codes, "total"):
+                self.refused[code] = self.refused.get(code, 0) + 1
         return found
 
-    def _route(self, pod: Pod) -> SlurmRequest | None:
+    def refusal(self, pod: Pod) -> tuple[str, ...]:
+        """Why the product refuses this pod's job at submission: its violation codes (() when accepted)."""
+        key = self._key(pod)
+        if key not in self._cache:
+            self._cache[key] = self._route(pod)
+        return self._cache[key][1]
+
+    @staticmethod
+    def _key(pod: Pod) -> tuple:
+        return (pod.num_gpu, pod.gpu_milli if pod.num_gpu else 0, pod.cpu_milli, pod.memory_mib, pod.qos, pod.gpu_spec)
+
+    def _route(self, pod: Pod) -> tuple[SlurmRequest | None, tuple[str, ...]]:
         job = self.job(pod)
         decision = decide(self.tables, job)
         if not decision.accepted:
-            for code in decision.codes:
-                self.refused[code] = self.refused.get(code, 0) + 1
-            return None
+            return None, tuple(decision.codes)
         partitions = tuple((decision.partition or self.tables.default_tier.name).split(","))
         text = decision.fields.get("tres_per_node", job["tres_per_node"])
         gres = [e for e in parse_field("tres_per_node", text) if isinstance(e, Gres)] if text else []
         cpus, mem = cpus_of(pod.cpu_milli), pod.memory_mib
         if not gres:
-            return SlurmRequest(partitions, cpus, mem)
+            return SlurmRequest(partitions, cpus, mem), ()
         g = gres[0]
-        return SlurmRequest(partitions, cpus, mem, g.name, g.type, g.count)
+        return SlurmRequest(partitions, cpus, mem, g.name, g.type, g.count, job["features"] or ""), ()

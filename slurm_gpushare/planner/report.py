@@ -33,10 +33,11 @@ def supply_lines(site: Site, title: str) -> list[str]:
     return lines
 
 
-def routed_demand(demand: Demand, site: Site) -> dict[str, dict[str, float]]:
-    """Per first tier of its route: jobs, GPUs asked, CPUs asked, refused jobs (tier '(refused)')."""
+def routed_demand(demand: Demand, site: Site) -> dict[str, dict]:
+    """Per first tier of its route: jobs, GPUs asked, CPUs asked, refused jobs (tier '(refused)', with ``why``:
+    jobs per violation code)."""
     router = Router(site)
-    out: dict[str, dict[str, float]] = defaultdict(lambda: {"jobs": 0, "gpus": 0.0, "cpus": 0, "frac": 0})
+    out: dict[str, dict] = defaultdict(lambda: {"jobs": 0, "gpus": 0.0, "cpus": 0, "frac": 0})
     for cls, n in demand.counts.items():
         pod = Pod("class", cls.cpus * 1000, cls.memory_mib, cls.num_gpu, cls.gpu_milli, cls.qos, cls.gpu_spec)
         req = router(pod)
@@ -46,7 +47,16 @@ def routed_demand(demand: Demand, site: Site) -> dict[str, dict[str, float]]:
         row["gpus"] += n * cls.gpu_demand_milli / GPU_MILLI
         row["cpus"] += n * cls.cpus
         row["frac"] += n if cls.kind == "fraction" else 0
+        if req is None:
+            why = row.setdefault("why", Counter())
+            for code in router.refusal(pod):
+                why[code] += n
     return dict(out)
+
+
+def refused_text(why: Counter | dict) -> str:
+    """'UNKNOWN_FEATURE a10 12, CONSTRAINT shard 3': jobs per violation code, most first."""
+    return ", ".join(f"{code} {n}" for code, n in sorted(why.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def stranded_lines(demand: Demand, site: Site) -> list[str]:
@@ -56,7 +66,8 @@ def stranded_lines(demand: Demand, site: Site) -> list[str]:
     tiers = {t.name: t for t in site.tiers}
     for name, row in sorted(routed.items()):
         if name not in tiers:
-            lines.append(f"  {name}: {row['jobs']} jobs ({row['gpus']:.1f} GPUs) would be refused at submission")
+            lines.append(f"  {name}: {row['jobs']} jobs ({row['gpus']:.1f} GPUs) would be refused at submission: "
+                         f"{refused_text(row.get('why', {}))}")
             continue
         t = tiers[name]
         gpus = sum(len(g.nodes) * len(g.gpus) for g in t.groups)

@@ -42,6 +42,7 @@ class SimNode:
     weight: int = 1
     partitions: tuple[str, ...] = ()
     cpu_milli: int = 0  # the trace's own millicores, for the paper's baselines (0: cpus * 1000)
+    features: tuple[str, ...] = ()  # slurm.conf Features: the GPU model's feature, then the policy's own
 
     @property
     def milli(self) -> int:
@@ -94,7 +95,8 @@ class SlurmRequest:
     """What reaches slurmctld for one pod after sbatch and job_submit: partitions, CPUs, memory, one GRES.
 
     ``gres`` is 'gpu', 'mps', 'shard' or '' (no GRES); ``gres_type`` '' when untyped;
-    ``count`` per node (the jobs here are single-node).
+    ``count`` per node (the jobs here are single-node); ``constraint`` the job's
+    --constraint over node features ('' for none), e.g. 'v100m16|v100m32'.
     """
 
     partitions: tuple[str, ...]
@@ -103,6 +105,7 @@ class SlurmRequest:
     gres: str = ""
     gres_type: str = ""
     count: int = 0
+    constraint: str = ""
 
 
 Router = Callable[[Pod], "SlurmRequest | None"]

@@ -32,6 +32,12 @@ GRES inside the node:
   GRES_CONF_ONE_SHARING (``gres_use_busy_dev`` in src/interfaces/gres.c) is
   not modelled: the product's gres.conf does not set it.
 
+Node features (--constraint): a node is a candidate only when its features
+satisfy the job's constraint (src/slurmctld/node_scheduler.c filters the
+nodes by the job's feature list before node choice); the constraint is read
+as job_submit reads it (submit/constraint.py: '|' any of the names, '&' all
+of them; an expression mixing both is not modelled and refused here).
+
 Several partitions: tried by PriorityTier, highest first (equal tiers in the order the request lists them), the first
 that can start the job wins. What the model leaves out is listed in the
 README (sockets and core binding, topology, backfill, priorities and
@@ -46,6 +52,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..submit import constraint
 from .simcluster import GPU_MILLI, Pod, Router, SimCluster, SimGpu, SlurmRequest
 
 LL_SHARED_GRES = "LL_SHARED_GRES"
@@ -129,6 +136,8 @@ class SlurmState:
         self.rec_whole = ~self.rec_mig & (self.rec_type >= 0)  # a real gpu record of a whole (non-MIG) GPU
         self.shared_gpu = self.sh_cap > 0  # a GPU with mps/shard count
         self._part_masks: dict[tuple[str, ...], list[np.ndarray]] = {}  # a job's partitions, in the order tried
+        self.features = tuple(frozenset(x.features) for x in nodes)
+        self._feature_masks: dict[str, np.ndarray] = {}  # a constraint -> the nodes whose features satisfy it
         self.room = {k: np.where(self.sh_kind == k, self.sh_cap, 0) for k in SHARED_KINDS.values()}
         self.room_max = {k: r.max(axis=1) for k, r in self.room.items()}
         self.room_sum = {k: r.sum(axis=1) for k, r in self.room.items()}
@@ -152,8 +161,19 @@ class SlurmState:
         """mps/shard count left per GPU for this kind (0 on a GPU allocated whole or of another kind)."""
         return self.room[SHARED_KINDS[req.gres]]
 
+    def _feature_mask(self, text: str) -> np.ndarray:
+        mask = self._feature_masks.get(text)
+        if mask is None:
+            con = constraint.read(text)
+            if con is None or not con.op:
+                raise ValueError(f"constraint {text!r} is not modelled: names joined by '|' or by '&' only")
+            mask = self._feature_masks[text] = np.array([con.allows(f) for f in self.features], dtype=bool)
+        return mask
+
     def fits(self, req: SlurmRequest) -> np.ndarray:
         ok = (self.cpu >= req.cpus) & (self.mem >= req.memory_mib)
+        if req.constraint:
+            ok &= self._feature_mask(req.constraint)
         if req.gres == "gpu":
             ok &= self._usable_count(req) >= req.count
         elif req.gres in SHARED_KINDS:
@@ -323,6 +343,10 @@ class SlurmPolicy:
         self.state = SlurmState(cluster)
         self.requests = [self.router(p) for p in pods]
         self.rejected = 0
+        # why each refused pod is refused (the router's violation codes; 'refused' when it gives none)
+        why = getattr(self.router, "refusal", None)
+        self.why = [(why(p) if why else ()) or ("refused",) if r is None else () for p, r in zip(pods, self.requests)]
+        self.refused_codes: dict[str, int] = {}
         codes = {code: self.mig_slices.get(t, 0) for t, code in self.state.types.items()}
         self.rec_slices = np.vectorize(lambda c: codes.get(c, 0), otypes=[np.int64])(self.state.rec_type)
         self.mig_gpus = sum(1 for n in cluster.nodes for g in n.gpus if g.mode == "mig")
@@ -338,6 +362,8 @@ class SlurmPolicy:
         req = self.requests[pod]
         if req is None:
             self.rejected += 1
+            for code in self.why[pod]:
+                self.refused_codes[code] = self.refused_codes.get(code, 0) + 1
             return False
         node = self.state.choose_node(req)
         if node < 0:
@@ -355,6 +381,8 @@ class SlurmPolicy:
             "rejected": float(self.rejected),
             "undersized": float(self.undersized),
             "ls_share_not_on_mig": float(self.ls_not_mig),  # placed LS fractional jobs without a MIG slice
+            # refused at submission, by violation code (a job with two violations counts under each)
+            **{f"refused {code}": float(n) for code, n in sorted(self.refused_codes.items())},
         }
         if self.mig_gpus and self.mig_slices:
             used = (self.rec_slices * (~s.rec_free & s.rec_mig)).sum()

@@ -75,7 +75,8 @@ def test_router_goes_through_the_submission_decision():
     assert r(pod(1000, gpus=2, cpu=12500)) == SlurmRequest(("whole",), 13, 1024, "gpu", "l40s", 2)
     # no GPU: no GRES, the default tier
     assert r(pod(0, gpus=0)) == SlurmRequest(("whole",), 4, 1024)
-    assert r.job(pod(471)) == {"tres_per_node": "gres/mps:48", "partition": None, "qos": None, "min_cpus": "4"}
+    assert r.job(pod(471)) == {"tres_per_node": "gres/mps:48", "partition": None, "qos": None, "min_cpus": "4",
+                               "features": None}
 
 
 def test_router_refuses_what_the_product_refuses():
