@@ -68,7 +68,7 @@ def health(c) -> str:
 def test_another_scripts_prolog_error_and_an_admin_drain_are_left_drained(site_lab):
     c = site_lab
     conf = c.exec("slurmctld", ["scontrol", "show", "config"]).stdout
-    assert re.search(rf"^Prolog\s*= {SITE_PROLOG}$", conf, re.M), conf
+    assert re.search(rf"^Prolog(\[0\])?\s*= {SITE_PROLOG}$", conf, re.M), conf  # 24.11: Prolog[0] = ...
     assert re.search(rf"^HealthCheckProgram\s*= {HEALTH}$", conf, re.M), conf
     node_shell(c, NODE, f"cat > {SITE_PROLOG} <<'EOF'\n{SCRIPT}EOF\nchmod 755 {SITE_PROLOG}; touch /etc/site-check-fails")
     job = submit(c, "true\n", gres="shard:1", nodelist=NODE)
