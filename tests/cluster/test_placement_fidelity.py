@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from slurm_gpushare.planner.demand import from_pods
-from slurm_gpushare.planner.frompolicy import Router, sim_cluster
+from slurm_gpushare.planner.frompolicy import Router, sim_cluster, spec_models
 from slurm_gpushare.planner.plan import plan
 from slurm_gpushare.planner.simcluster import GPU_MILLI, Pod
 from slurm_gpushare.planner.slurmmodel import SlurmState
@@ -45,6 +45,10 @@ SETTLE_S = 30  # seconds for slurmctld to start a job or give it a pending reaso
 # (7 placed, simulator and Slurm agreeing), under the guard of 8 below. Seed 1's sample places 12 on its plan and
 # makes the planner split a tier by mps billing weight (tiers frac, gpu, gpu-2), so the split is replayed too.
 PLANNED_SEED = 1
+LAB_TYPES = frozenset(load_file(POLICY).gpu_types)  # GRES types of the lab (and of its planned policy)
+# GPU-model specs, the trace's gpuspec form over the lab's models (L40S on lab-excl01 and lab-shard01, the A100 on
+# lab-mig01 in 1g.5gb slices, the A30 on lab-mps01 with MPS)
+SPECS = ("A30|A100_40G", "L40S|A30", "A100_40G", "A30|A100_40G|L40S", "L40S", "A100_40G|A30")
 
 # ---- the sample ---------------------------------------------------------------------------
 
@@ -94,14 +98,18 @@ def simulated(site, pods: list[Pod]) -> list[tuple | None]:
 
 
 def sbatch_argv(pod: Pod) -> list[str]:
-    """What a user submits for this pod (the same request the simulator's router builds)."""
+    """What a user submits for this pod (the same request the simulator's router builds): a spec of one GRES type
+    of the lab asks for that type; a spec of GPU models asks for them as --constraint over the nodes' features."""
     argv = ["sbatch", "--parsable", "-A", ACCOUNT, "-c", str(pod.cpu_milli // 1000), f"--mem={pod.memory_mib}",
             "-t", "60", "-o", "/dev/null", "-J", pod.name]
+    models = spec_models(pod.gpu_spec)
+    constraint = [f"--constraint={'|'.join(models)}"] if models else []
     if pod.num_gpu and pod.gpu_milli < GPU_MILLI:
-        argv.append(f"--gres=mps:{math.ceil(pod.gpu_milli / 10)}")
+        argv += [f"--gres=mps:{math.ceil(pod.gpu_milli / 10)}", *constraint]
+    elif pod.num_gpu and len(models) == 1 and models[0] in LAB_TYPES:
+        argv.append(f"--gres=gpu:{models[0]}:{pod.num_gpu}")
     elif pod.num_gpu:
-        typed = f"{pod.gpu_spec}:" if pod.gpu_spec else ""
-        argv.append(f"--gres=gpu:{typed}{pod.num_gpu}")
+        argv += [f"--gres=gpu:{pod.num_gpu}", *constraint]
     return argv + ["--wrap", "sleep 3600"]
 
 
@@ -201,6 +209,43 @@ def _check(c: TestCluster, site, pods: list[Pod]) -> None:
 
 def test_simulator_places_a_trace_sample_as_slurm_does_on_the_small_lab(cluster):
     _check(cluster, load_file(POLICY), trace_sample())
+
+
+def spec_sample(count: int = 24, seed: int = 5) -> list[Pod]:
+    """The trace sample with every GPU pod given one of SPECS in turn: jobs that may run on any of several models."""
+    pods = trace_sample(count, seed)
+    gpu = [i for i, p in enumerate(pods) if p.num_gpu]
+    for k, i in enumerate(gpu):
+        p = pods[i]
+        pods[i] = Pod(p.name, p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli, p.qos, SPECS[k % len(SPECS)])
+    return pods
+
+
+def test_jobs_for_several_gpu_models_land_only_on_those_models(cluster):
+    """sbatch --constraint='a30|a100_40g' (and the like) runs on a node of an allowed model only, wherever Slurm
+    would put the job without it; a share keeps its models; the simulator places every job as Slurm does."""
+    site = load_file(POLICY)
+    model_of = {n: g.model_feature for g in site.groups for n in g.nodes}
+    pods = spec_sample()
+    wait_quiet(cluster)
+    sim = simulated(site, pods)
+    real = replayed(cluster, pods)
+    wait_quiet(cluster)
+    assert sim == real, "simulator and Slurm disagree:\n" + "\n".join(compare(pods, sim, real))
+    wrong = [(p.gpu_spec, r) for p, r in zip(pods, real) if r and p.num_gpu
+             and model_of[r[0]] not in spec_models(p.gpu_spec)]
+    assert wrong == [], f"jobs on a model their constraint does not allow: {wrong}"
+    placed = [(p, r) for p, r in zip(pods, real) if r and p.num_gpu]
+    several = [r for p, r in placed if "|" in p.gpu_spec]
+    shares = [r for p, r in placed if p.gpu_milli < GPU_MILLI]
+    models = {model_of[r[0]] for _p, r in placed}
+    assert len(several) >= 4 and shares and len(models) >= 2, (
+        f"the sample exercised too little: {len(placed)} GPU jobs placed, {len(several)} with several models, "
+        f"{len(shares)} shares, models {models}")
+    # refusals are the product's own, at submission: a share whose models offer no MPS (CONSTRAINT mps)
+    router = Router(site)
+    refused = [p for p, r in zip(pods, real) if r is None and router(p) is None]
+    assert all(router.refusal(p)[0].startswith("CONSTRAINT") for p in refused), [router.refusal(p) for p in refused]
 
 
 def planned_raw(pods: list[Pod]) -> dict:
