@@ -155,7 +155,7 @@ def test_pending_3g_jobs_get_lab_mig01_relaid_out_when_its_1g_job_ends(live_clus
     t0 = time.monotonic()
     c.exec(NODE, ["python3", "-c", MAKE_CAPS])
     c.scontrol("update", f"nodename={SPARE}", "state=drain", "reason=test: out for repair")
-    running = submit(c, T1G, 40, limit=2)
+    running = submit(c, T1G, 90, limit=3)  # outlives the setup below on a loaded machine (40 s did not once)
     wait_for(f"job {running} running", lambda: c.job(running).get("JobState") == "RUNNING", timeout=90)
     pending = [submit(c, T3G, 5, user=u, account=a)
                for u, a in (("carol", "biology"), ("dave", "biology-imaging"), ("alice", "physics"))]
