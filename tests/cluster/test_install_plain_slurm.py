@@ -221,8 +221,11 @@ def installed(plain_cluster):
     install, _rollback = page_blocks()
     ran = {b.id: run_block(c, b) for b in install}
     c.wait_idle(timeout=240)
-    wait_for("the GPU nodes to register the policy's GRES",
-             lambda: "mps:100" in c.node_states()["gpu-m01"]["gres"], 180)
+    try:
+        wait_for("the GPU nodes to register the policy's GRES", lambda: "mps:a30:100" in c.node_states()["gpu-m01"]["gres"],
+                 180)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {c.node_states()}\n{c.scontrol('show', 'node').stdout}") from None
     return c, ran
 
 
@@ -245,14 +248,23 @@ def test_slurm_runs_the_site_conf_with_the_gpu_part_included(installed):
     assert conf.rstrip().endswith("Include slurm-gpushare.conf"), conf[-300:]
     assert "#gpushare# NodeName=gpu-a01 CPUs=8 RealMemory=16000 Gres=gpu:2" in conf
     assert "\nGresTypes=gpu\n" not in conf and "#gpushare# GresTypes=gpu\n" in conf
-    config = dict(re.findall(r"^(\w+)\s+= (.*)$", c.slurm(["scontrol", "show", "config"]).stdout, re.M))
+    config = show_config(c)
     assert config["JobSubmitPlugins"] == "lua", config.get("JobSubmitPlugins")
     assert config["HealthCheckProgram"] == "/usr/local/sbin/gpushare-node-health"
-    assert config["Prolog"] == "/usr/local/sbin/gpushare-prolog"
+    assert config["Prolog"] == "/usr/local/sbin/gpushare-prolog", config
+    assert config["TaskProlog"] == "/usr/local/bin/gpushare-task-prolog", config
     assert set(config["GresTypes"].split(",")) == {"gpu", "mps", "shard"}
     gres = {n: set(s["gres"].split(",")) for n, s in c.node_states().items()}
-    assert {"gpu:l40s:2"} <= gres["gpu-a01"] and {"gpu:l40s:1", "shard:4"} <= gres["gpu-s01"], gres
-    assert {"gpu:a30:1", "mps:100"} <= gres["gpu-m01"], gres
+    assert gres == {"gpu-a01": {"gpu:l40s:2"}, "gpu-s01": {"gpu:l40s:1", "shard:l40s:4"},
+                    "gpu-m01": {"gpu:a30:1", "mps:a30:100"}}, gres
+
+
+def show_config(c: TestCluster) -> dict[str, str]:
+    """`scontrol show config` as a dict; 24.11 prints list keys indexed (Prolog[0]): the first is kept, unindexed."""
+    config: dict[str, str] = {}
+    for key, value in re.findall(r"^(\w+)(?:\[\d+\])?\s+= (.*)$", c.slurm(["scontrol", "show", "config"]).stdout, re.M):
+        config.setdefault(key, value)
+    return config
 
 
 def submit(c: TestCluster, script: str, user: str, account: str, gres: str) -> int:
@@ -319,19 +331,19 @@ def unit(c: TestCluster, name: str) -> dict[str, list[str]]:
 
 
 def start_unit(c: TestCluster, name: str, log: str) -> None:
-    """Its ExecStart, as its User=, with its Environment=, in the background; pid in /run/<name>.pid."""
+    """Its ExecStart, as its User=, with its Environment=, in the background; pid in /tmp/<name>.pid."""
     keys = unit(c, name)
     (command,) = keys["ExecStart"]
     user = keys.get("User", ["root"])[0]
     env = " ".join(shlex.quote(e) for e in keys.get("Environment", []))
     c.exec("slurmctld", ["bash", "-c", f"install -m 0644 -o {user} /dev/null {log}"])
-    c.compose("exec", "-d", "-T", "slurmctld", "bash", "-c",
-              f"echo $$ > /run/{name}.pid; exec runuser -u {user} -- env {env} {command} >>{log} 2>&1", timeout=60)
+    c.compose("exec", "-d", "-T", "-u", user, "slurmctld", "bash", "-c",
+              f"echo $$ > /tmp/{name}.pid; exec env {env} {command} >>{log} 2>&1", timeout=60)
 
 
 def stop_unit(c: TestCluster, name: str, log: str) -> str:
     """SIGTERM to the process started for ``name`` (by its pid); its log once it has ended."""
-    pid = c.exec("slurmctld", ["cat", f"/run/{name}.pid"]).stdout.strip()
+    pid = c.exec("slurmctld", ["cat", f"/tmp/{name}.pid"]).stdout.strip()
     c.exec("slurmctld", ["kill", "-TERM", pid], check=False)
     wait_for(f"{name} (pid {pid}) to end", lambda: c.exec("slurmctld", ["kill", "-0", pid], check=False).returncode != 0, 120)
     return c.exec("slurmctld", ["cat", log]).stdout
@@ -385,8 +397,9 @@ def test_zz_rollback_gives_back_the_sites_own_cluster(installed):
         gres = {n: s["gres"] for n, s in c.node_states().items()}
         return all("gpu:" in g and "mps" not in g and "shard" not in g and "l40s" not in g for g in gres.values())
     wait_for("the nodes' GRES as the site had them (untyped gpu only)", as_the_site_had_them, 180)
-    config = dict(re.findall(r"^(\w+)\s+= (.*)$", c.slurm(["scontrol", "show", "config"]).stdout, re.M))
+    config = show_config(c)
     assert config.get("JobSubmitPlugins", "(null)") == "(null)" and config.get("Prolog", "(null)") == "(null)", config
+    assert config.get("HealthCheckProgram", "(null)") == "(null)", config
     job = submit(c, ENV_SCRIPT, "alice", "physics", "gpu:1")
     rec = c.wait(job, timeout=240)
     assert rec["State"] == "COMPLETED", rec
