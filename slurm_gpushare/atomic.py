@@ -39,6 +39,27 @@ def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
         os.close(dir_fd)
 
 
+_KINDS = {"socket": stat.S_ISSOCK, "directory": stat.S_ISDIR}
+
+
+def entry_problem(path: str, kind: str, owner: int, label: str = "") -> str | None:
+    """Why root must not act on ``path`` (None: it may): it must exist, be no link, be a ``kind`` (socket,
+    directory) and belong to uid ``owner``; checked with lstat, never followed. ``label`` names it in the
+    reason (e.g. "the job's cgroup")."""
+    name = f"{label} {path}".strip()
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return f"{name} does not exist"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{name} is a symbolic link"
+    if not _KINDS[kind](st.st_mode):
+        return f"{name} is not a {kind}"
+    if st.st_uid != owner:
+        return f"{name} is owned by uid {st.st_uid}, not {'root' if owner == 0 else f'uid {owner}'}"
+    return None
+
+
 def _still_ours(fd: int, tmp: str) -> None:
     """The temporary's name still names the file open on ``fd``: not replaced, not a link."""
     mine, there = os.fstat(fd), os.lstat(tmp)

@@ -47,6 +47,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..atomic import entry_problem
 from ..errors import GpushareError
 from .journal import MpsDaemon
 
@@ -236,17 +237,7 @@ def _set_owner(path: str, uid: int, gid: int, mode: int = 0o700) -> None:
 
 def socket_problem(path: str) -> str | None:
     """Why root must not connect to ``path`` (None: a socket owned by root, not a link)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return f"{path} does not exist"
-    if stat.S_ISLNK(st.st_mode):
-        return f"{path} is a symbolic link"
-    if not stat.S_ISSOCK(st.st_mode):
-        return f"{path} is not a socket"
-    if st.st_uid != os.geteuid():
-        return f"{path} belongs to uid {st.st_uid}, not to root"
-    return None
+    return entry_problem(path, "socket", os.geteuid())
 
 
 def peer(path: str) -> tuple[int, int] | None:

@@ -22,8 +22,8 @@ Slurm removes the job's cgroup when the job ends, and removing a cgroup clears i
 from __future__ import annotations
 
 import os
-import stat
 
+from ..atomic import entry_problem
 from ..records import dataclass
 
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -50,18 +50,8 @@ def cgroup_problem(path: str, root: str = CGROUP_ROOT, owner: int | None = None)
     real directory owned by root, never followed through a link."""
     if not os.path.isfile(f"{root.rstrip('/')}/cgroup.controllers"):
         return f"no cgroup v2 mounted at {root} (no cgroup.controllers)"
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return f"the job's cgroup {path} does not exist"
-    if stat.S_ISLNK(st.st_mode):
-        return f"the job's cgroup {path} is a symbolic link"
-    if not stat.S_ISDIR(st.st_mode):
-        return f"the job's cgroup {path} is not a directory"
     owner = CGROUP_OWNER if owner is None else owner
-    if st.st_uid != owner:
-        return f"the job's cgroup {path} is owned by uid {st.st_uid}, not {'root' if owner == 0 else f'uid {owner}'}"
-    return None
+    return entry_problem(path, "directory", owner, "the job's cgroup")
 
 
 def plan_memory_limits(job_id: int, mps_gpus, percentage: int | None, memory_mib: dict[int, int], supported: bool,
