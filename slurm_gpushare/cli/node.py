@@ -343,6 +343,7 @@ def install(policy_path: str, root: str, fake_state: str | None, mps_control: st
     metrics dirs, root-owned with fixed modes. A second run changes nothing.
     Files it did not write are refused (exit 1) unless --force."""
     from ..node import install as inst
+    from ..planner.live import live_policy_path
     from ..policy import load_file
 
     site = load_file(policy_path)
@@ -355,7 +356,8 @@ def install(policy_path: str, root: str, fake_state: str | None, mps_control: st
         wants = inst.plan_install(python=sys.executable, policy=policy, state_dir=c.paths.state_dir,
                                   task_prolog=c.hooks.task_prolog, textfile_dir=c.metrics.textfile_dir,
                                   dcgm_job_mapping_dir=c.metrics.dcgm_job_mapping_dir, fake_nvml=fake_state,
-                                  mps_control=mps_control, health_program=c.health.program)
+                                  mps_control=mps_control, health_program=c.health.program,
+                                  live_policy=live_policy_path(site) if site.policy.live.enabled else None)
     except ValueError as exc:
         raise NodeError(str(exc)) from None
     plan = inst.steps(wants, root, force)

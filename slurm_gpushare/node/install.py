@@ -123,11 +123,15 @@ def node_config_text(values: dict[str, str]) -> str:
 def plan_install(*, python: str, policy: str, state_dir: str, task_prolog: str | None = None,
                  textfile_dir: str | None = None, dcgm_job_mapping_dir: str | None = None,
                  fake_nvml: str | None = None, mps_control: str | None = None,
-                 node_config: str = NODE_CONFIG, health_program: str | None = None) -> list[Want]:
+                 node_config: str = NODE_CONFIG, health_program: str | None = None,
+                 live_policy: str | None = None) -> list[Want]:
     """What a node needs, in order (directories before what may lie in them). ``health_program``: the policy's
-    ``cluster.health.program`` (None: the health check is off, nothing installed for it)."""
+    ``cluster.health.program`` (None: the health check is off, nothing installed for it). ``live_policy``: the
+    file the live planner writes when the policy turns it on (node.yaml names it, so the hooks follow the
+    live layout while it exists; None: the live planner is off)."""
     for name, value in (("python", python), ("policy", policy), ("state_dir", state_dir),
-                        ("fake_nvml", fake_nvml), ("mps_control", mps_control), ("health_program", health_program)):
+                        ("fake_nvml", fake_nvml), ("mps_control", mps_control), ("health_program", health_program),
+                        ("live_policy", live_policy)):
         if value is not None and not _absolute(value):
             raise ValueError(f"{name}: {value!r} is not an absolute path of letters, digits and _./+- (what "
                              "node.yaml accepts)")
@@ -136,6 +140,8 @@ def plan_install(*, python: str, policy: str, state_dir: str, task_prolog: str |
         values["fake_nvml"] = fake_nvml
     if mps_control:
         values["mps_control"] = mps_control
+    if live_policy:
+        values["live_policy"] = live_policy
     wants = [Want(values["state_dir"], "dir", 0o711, "state dir (cluster.paths.state_dir)")]
     if textfile_dir:
         wants.append(Want(textfile_dir.rstrip("/"), "dir", 0o755, "textfile collector dir (cluster.metrics.textfile_dir)"))

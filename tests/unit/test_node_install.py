@@ -233,3 +233,24 @@ def test_the_packages_console_script_at_the_path_is_kept(tmp_path, policy):
     console.write_text("#!/bin/sh\necho mine\n")  # anything else is refused, as every file install did not write
     result = invoke("--policy", policy, "--root", root)
     assert result.exit_code == 1 and f"refused: {console}: health check" in result.output
+
+
+def test_node_config_names_the_live_policy_when_the_live_planner_is_on(tmp_path, policy):
+    """With live.enabled the hooks must follow the layout the live planner writes: node.yaml names its file
+    (the policy's live.policy_file, else gpushare-live.yaml beside slurm.conf); off, node.yaml names none."""
+    root = tmp_path / "off"
+    assert invoke("--policy", policy, "--root", root).exit_code == 0
+    assert "live_policy" not in paths(root)["config"].read_text()
+    raw = yaml.safe_load(policy.read_text())
+    raw.setdefault("live", {})["enabled"] = True
+    policy.write_text(yaml.safe_dump(raw))
+    root = tmp_path / "on"
+    result = invoke("--policy", policy, "--root", root)
+    assert result.exit_code == 0, result.output
+    slurm_conf_dir = raw["cluster"].get("paths", {}).get("slurm_conf_dir", "/etc/slurm")
+    assert f"live_policy: {slurm_conf_dir}/gpushare-live.yaml" in paths(root)["config"].read_text().splitlines()
+    raw["live"]["policy_file"] = "/etc/gpushare/live.yaml"
+    policy.write_text(yaml.safe_dump(raw))
+    root = tmp_path / "file"
+    assert invoke("--policy", policy, "--root", root).exit_code == 0
+    assert "live_policy: /etc/gpushare/live.yaml" in paths(root)["config"].read_text().splitlines()
