@@ -274,9 +274,12 @@ def adopt(pipe_dir: str) -> dict:
     alias = alias_dir(pipe_dir)
     os.mkdir(alias, 0o700)
     for entry in os.scandir(pipe_dir):
-        st = entry.stat(follow_symlinks=False)
-        if not stat.S_ISDIR(st.st_mode) and not stat.S_ISLNK(st.st_mode) and st.st_uid == os.geteuid():
-            os.link(entry.path, os.path.join(alias, entry.name), follow_symlinks=False)
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if not stat.S_ISDIR(st.st_mode) and not stat.S_ISLNK(st.st_mode) and st.st_uid == os.geteuid():
+                os.link(entry.path, os.path.join(alias, entry.name), follow_symlinks=False)
+        except FileNotFoundError:
+            continue  # gone between the listing and the link (a temporary the daemon renamed): nothing to keep
     from ..atomic import atomic_write
     import json
 
