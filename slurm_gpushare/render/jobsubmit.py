@@ -1,17 +1,22 @@
-"""job_submit.lua: the submission rules of ``slurm_gpushare.submit``, with the policy as Lua tables.
+"""job_submit.lua: a generated prelude (the policy as Lua tables) followed by the static program.
 
-The tables are emitted as literals (built once when slurmctld loads the
-script, never per job), and so are the messages and codes of
-``submit/tables.py``, as Lua functions of their values: the template holds
-the rules' logic, which mirrors ``submit/decide.py``, and no text.
-tests/cases/submit.yaml runs through both and requires the same decision,
-codes, messages and rewrites; tests/unit/test_submit_messages.py requires
-that each message is used on both sides.
+The program is ``slurm_gpushare/submit/job_submit.lua``, beside its Python
+twin (``submit/parse.py`` and ``submit/decide.py``), a plain Lua file that Lua
+tools and editors read; it is shipped unchanged. Only the prelude is rendered
+(``templates/job_submit.prelude.lua.j2``): the tables as literals (built once
+when slurmctld loads the script, never per job), and the messages and codes of
+``submit/tables.py`` as Lua functions of their values, so the program holds
+the rules' logic and no text. tests/cases/submit.yaml runs through both
+twins and requires the same decision, codes, messages and rewrites;
+tests/unit/test_submit_messages.py requires that each message is used on
+both sides.
 """
 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
+from importlib import resources
 
 from ..policy import Site
 from ..submit import tables as tb
@@ -20,6 +25,8 @@ from .env import environment
 from .header import with_header
 
 NAME = "job_submit.lua"
+PROGRAM = "job_submit.lua"  # the static program, a file of the slurm_gpushare.submit package
+PRELUDE = "job_submit.prelude.lua.j2"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _KEYWORDS = frozenset(
     "and break do else elseif end false for function goto if in local nil not or repeat return then true until while".split()
@@ -132,13 +139,27 @@ def to_lua(value, indent: int = 0) -> str:
     return "{\n" + "".join(f"{pad}{item},\n" for item in items) + "  " * indent + "}"
 
 
-def render_body(site: Site, data: dict | None = None) -> str:
-    """The script without its header. ``data`` replaces the policy tables (tests inject broken ones)."""
+@lru_cache(maxsize=1)
+def program() -> str:
+    """The static program text (submit/job_submit.lua), read from the installed package."""
+    return resources.files("slurm_gpushare.submit").joinpath(PROGRAM).read_text(encoding="utf-8")
+
+
+def prelude(site: Site, data: dict | None = None) -> str:
+    """The generated part: P (policy tables), M (messages) and C (codes) as Lua locals.
+
+    ``data`` replaces the policy tables (tests inject broken ones).
+    """
     data = lua_data(build_tables(site)) if data is None else data
     messages = lua_texts({**tb.MESSAGES, **tb.SCRIPT_MESSAGES})
-    return environment().get_template("job_submit.lua.j2").render(
-        site=site, version=site.version, tables=to_lua(data), messages=messages, codes=lua_texts(tb.CODES)
+    return environment().get_template(PRELUDE).render(
+        version=site.version, tables=to_lua(data), messages=messages, codes=lua_texts(tb.CODES)
     )
+
+
+def render_body(site: Site, data: dict | None = None) -> str:
+    """The script without its header: the prelude, a blank line, the program."""
+    return prelude(site, data) + "\n" + program()
 
 
 def job_submit_lua(site: Site) -> str:

@@ -1,7 +1,8 @@
 """Submission policy: parse a job's GPU requests and decide on them (pure).
 
-The same rules are rendered into job_submit.lua (render/jobsubmit.py,
-templates/job_submit.lua.j2); tests/cases/submit.yaml runs through both.
+The same rules in Lua are job_submit.lua, the file beside this one, which
+`gpushare render` ships after a generated prelude of the policy tables
+(render/jobsubmit.py); tests/cases/submit.yaml runs through both.
 """
 
 from .decide import Decision, Violation, decide

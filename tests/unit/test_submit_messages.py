@@ -13,7 +13,8 @@ from tests.conftest import ROOT
 from tests.unit.submit_corpus import site_of
 
 PYTHON = [ROOT / "slurm_gpushare" / "submit" / name for name in ("decide.py", "parse.py")]
-TEMPLATE = ROOT / "templates" / "job_submit.lua.j2"
+PROGRAM = ROOT / "slurm_gpushare" / "submit" / "job_submit.lua"  # the static Lua program
+PRELUDE = ROOT / "templates" / "job_submit.prelude.lua.j2"
 _PY_USE = re.compile(r"\b(?:message|code|violation)\(\s*\"([a-z_]+)\"")
 _LUA_USE = re.compile(r"\b(?:msg|violation)\(\"([a-z_]+)\"|\b[MC]\.([a-z_]+)\(")
 
@@ -23,7 +24,7 @@ def python_uses() -> set[str]:
 
 
 def lua_uses() -> set[str]:
-    return {m[1] or m[2] for m in _LUA_USE.finditer(TEMPLATE.read_text(encoding="utf-8"))}
+    return {m[1] or m[2] for m in _LUA_USE.finditer(PROGRAM.read_text(encoding="utf-8"))}
 
 
 def test_every_shared_message_is_used_by_both_python_and_lua():
@@ -47,9 +48,10 @@ def _words(text: str) -> int:
     return len(text.split())
 
 
-def test_the_template_holds_no_text():
-    """A sentence typed into the template would be a second copy: only patterns and short tokens are literals."""
-    literals = re.findall(r'"((?:[^"\\]|\\.)*)"', TEMPLATE.read_text(encoding="utf-8"))
+@pytest.mark.parametrize("path", [PROGRAM, PRELUDE], ids=lambda p: p.name)
+def test_the_lua_program_holds_no_text(path):
+    """A sentence typed into the program or its prelude would be a second copy: only patterns and short tokens are literals."""
+    literals = re.findall(r'"((?:[^"\\]|\\.)*)"', path.read_text(encoding="utf-8"))
     assert [s for s in literals if _words(s) >= 3] == []
 
 

@@ -1,5 +1,11 @@
--- slurm-gpushare job_submit.lua for Slurm {{ version }}: GPU requests checked
--- against the site policy (the same rules as `gpushare check`).
+-- The job_submit.lua program: the submission rules of slurm_gpushare/submit/
+-- (parse.py and decide.py are its Python twin; tests/cases/submit.yaml runs
+-- through both and requires the same decisions, codes, messages and rewrites).
+--
+-- This file alone is no job_submit.lua: `gpushare render` writes a generated
+-- prelude (templates/job_submit.prelude.lua.j2) that defines the locals P (the
+-- policy tables), M (the messages) and C (the violation codes), then this
+-- file, unchanged.
 --
 -- Written for Lua 5.1 (Debian links job_submit_lua.so to liblua5.1) and 5.4:
 -- no goto, no //, no table.unpack, no bit operators, no float exponents.
@@ -8,16 +14,6 @@
 -- (job_submit_lua.c), so each entry point runs under pcall and an internal
 -- error rejects the job (fail closed) unless the policy says fail_open.
 -- slurm.log_user/log_info take a format string: messages always go as "%s".
-
--- The policy, built once when slurmctld loads this file.
-local P = {{ tables }}
-
--- Every text the script shows, and the violation codes: written once, in
--- slurm_gpushare/submit/tables.py (MESSAGES, SCRIPT_MESSAGES, CODES), and
--- emitted here as functions of their values.
-local M = {{ messages }}
-
-local C = {{ codes }}
 
 local FAIL_OPEN = P.fail_open == true
 
