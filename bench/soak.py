@@ -1,6 +1,6 @@
 """The 1,000-job soak on the test cluster: throughput and recovery under faults, as a benchmark.
 
-CI runs tests/cluster/test_soak.py with 400 plain jobs (its default). This runs the same test, with
+CI runs tests/cluster/test_soak.py with 120 plain jobs (its default). This runs the same test, with
 the same faults (an MPS daemon, slurmd, a prolog and an epilog SIGKILLed, slurmctld SIGKILLed with
 jobs queued), at the size the figures in bench/RESULTS.md are quoted for, and prints the soak's own
 lines (jobs submitted, drain time, jobs/s, final states by kind, requeues) and the wall time.

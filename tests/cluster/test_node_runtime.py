@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from slurm_gpushare.policy import load_file
 from slurm_gpushare.node.relayout import parse_node_gres
 from slurm_gpushare.testcluster.cluster import TestCluster
 from tests.cluster.conftest import POLICY, mig_uuids_by_index, own_cluster, wait_for
+from tests.cluster.tuning import FAST_REQUEUE, tuned
 
 PROJECT = os.environ.get("GPUSHARE_HOOKS_PROJECT", "hooks")
 HOOKS = {"prolog": "/usr/local/sbin/gpushare-prolog", "epilog": "/usr/local/sbin/gpushare-epilog",
@@ -49,7 +49,9 @@ def hooks_policy(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def hooks_cluster():
-    yield from own_cluster("hooks", PROJECT, lambda work: hooks_policy(work / "small-lab-hooks.yaml"), "GPUSHARE_HOOKS_KEEP")
+    # AuthInfo=cred_expire=30: the preempted job starts again 31 s after its requeue, not Slurm's default 121 s
+    write, files = tuned(lambda work: hooks_policy(work / "small-lab-hooks.yaml"), FAST_REQUEUE)
+    yield from own_cluster("hooks", PROJECT, write, "GPUSHARE_HOOKS_KEEP", conf_files=files)
 
 
 # ---- helpers ----------------------------------------------------------------------------
@@ -229,7 +231,7 @@ CHECKPOINTING = r"""#SBATCH --requeue
 log=/shared/preempt-$SLURM_JOB_ID.log ck=/shared/preempt-$SLURM_JOB_ID.ckpt
 echo "start restart=${SLURM_RESTART_COUNT:-0} resume=$(cat $ck 2>/dev/null || echo none) daemons=$(pgrep -c -f '[n]vidia-cuda-mps-control -d')" >> $log
 [ -f $ck ] && exit 0
-srun bash -c "trap 'echo step=7 > $ck; echo term-at=\$(date +%s) >> $log; exit 0' TERM; sleep 600 & wait"
+srun bash -c "trap 'echo step=7 > $ck; echo term-at=\$(date +%s) >> $log; exit 0' TERM; echo armed >> $log; sleep 600 & wait"
 """
 
 
@@ -245,12 +247,13 @@ def test_preempted_job_checkpoints_in_its_grace_time_is_requeued_and_resumes(hoo
     wait_for("the scavenger job's step to run", lambda: running(c, low) and "start restart=0" in
              c.exec("slurmctld", ["cat", f"/shared/{log}"], check=False).stdout, 90)
     wait_for("the scavenger job's MPS daemon", lambda: len(mps_daemons(c)) == 1, 30)
-    time.sleep(2)  # the step's trap is set up
+    wait_for("the step's trap to be set", lambda: "armed" in c.exec("slurmctld", ["cat", f"/shared/{log}"]).stdout.split(), 60,
+             every=0.5)
     high = submit(c, "sleep 5\n", user="bob", account="physics", gres="mps:50", partition="batch")
     wait_for("the checkpoint", lambda: c.exec("slurmctld", ["cat", f"/shared/preempt-{low}.ckpt"],
                                              check=False).stdout.strip() == "step=7", 60)
     finished(c, high, timeout=180)
-    rec = c.wait(low, timeout=400)  # the requeued job waits for its new begin time, then runs again
+    rec = c.wait(low, timeout=400)  # the requeued job waits for its new begin time (cred_expire + 1 s), then runs again
     assert rec["State"] == "COMPLETED", (rec, c.job(low))
     lines = c.read_shared(log).splitlines()
     starts = [l for l in lines if l.startswith("start ")]

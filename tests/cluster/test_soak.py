@@ -1,7 +1,8 @@
-"""The soak: at least 1,000 mixed jobs on the small lab with faults injected while they run.
+"""The soak: mixed jobs on the small lab with faults injected while they run (CI's size; 1,000 in bench/soak.py).
 
 Its own compose project (the small lab with the node hooks, the health check every 15 s, node
-metrics, multi-slice MIG jobs allowed, and the product's SchedulerParameters). Kinds: whole GPU,
+metrics, multi-slice MIG jobs allowed, and the product's SchedulerParameters; AuthInfo=cred_expire=30, so a
+requeued job may start again 31 s after its requeue instead of Slurm's default 121 s: tests/cluster/tuning.py). Kinds: whole GPU,
 shard, MIG x1 and x2, MPS 25 and 50 (two users, so two tenants' daemons share the MPS GPU),
 CPU only, failing, cancelled (pending and running) and scavenger jobs preempted by the rest.
 Faults, one after another while the queue drains: an MPS control daemon SIGKILLed, slurmd
@@ -17,8 +18,8 @@ resumes Slurm's "Prolog error" drain), and no journal, MPS daemon or server, pip
 fake-NVML process, dcgm mapping entry or job info metric may be left on any node. Prints the
 drain time and the count of each final state.
 
-GPUSHARE_SOAK_JOBS (default 400, sized for CI) sets the number of plain jobs; GPUSHARE_SOAK_PROJECT the
-project. `python bench/soak.py` runs the same soak with 1,000 jobs and prints its figures.
+GPUSHARE_SOAK_JOBS (default 120, sized for CI: 15 of each plain kind, with every extra kind and every fault)
+sets the number of plain jobs; GPUSHARE_SOAK_PROJECT the project. `python bench/soak.py` runs the same soak with 1,000 jobs and prints its figures.
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ import yaml
 
 from slurm_gpushare.testcluster.cluster import TestCluster
 from tests.cluster.conftest import own_cluster, wait_for
+from tests.cluster.tuning import FAST_REQUEUE, tuned
 from tests.cluster.test_node_runtime import FAKE, NODES, STATE, hooks_policy, journals, kill_slurmd, mps_daemons, node_shell
 
 PROJECT = os.environ.get("GPUSHARE_SOAK_PROJECT", "gpsoak")
-JOBS = int(os.environ.get("GPUSHARE_SOAK_JOBS", "400"))
+JOBS = int(os.environ.get("GPUSHARE_SOAK_JOBS", "120"))
 HEALTH = "/opt/gpushare/bin/gpushare-node-health"  # the wheel's console script in the image
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 DCGM_DIR = "/var/lib/dcgm-exporter/job-mapping"
@@ -53,7 +55,7 @@ PLAIN = {
     "fail": ("--gres=shard:1", "exit 3", "FAILED"),
 }
 EXTRA = {  # submitted first, a few of each
-    "scavenger": ("-p scavenger --requeue --gres=gpu:a100_40g_1g.5gb:1", "sleep 120", "COMPLETED", 12),
+    "scavenger": ("-p scavenger --requeue --gres=gpu:a100_40g_1g.5gb:1", "sleep 60", "COMPLETED", 12),
     "cancel-pending": ("--begin=now+1hour --gres=gpu:l40s:1", "true", "CANCELLED", 10),
     "cancel-running": ("-c 1", "sleep 600", "CANCELLED", 4),
 }
@@ -71,7 +73,8 @@ def soak_policy(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def soak_cluster():
-    yield from own_cluster("soak", PROJECT, lambda work: soak_policy(work / "small-lab-soak.yaml"), "GPUSHARE_SOAK_KEEP")
+    write, files = tuned(lambda work: soak_policy(work / "small-lab-soak.yaml"), FAST_REQUEUE)
+    yield from own_cluster("soak", PROJECT, write, "GPUSHARE_SOAK_KEEP", conf_files=files)
 
 
 def submit_all(c: TestCluster) -> dict[str, int]:
