@@ -6,7 +6,7 @@
                                          [--json out.json]
 
 Cluster: ``--nodes`` nodes of ``--gpus`` A100-SXM4-40GB GPUs in MIG mode, 256 CPUs and 2,000,000 MB each,
-one tier (planner/livesim.py). Arrivals (livesim.trace_jobs, seeded): three phases of ``--hours`` each,
+one tier (live/sim.py). Arrivals (livesim.trace_jobs, seeded): three phases of ``--hours`` each,
 A (40 % 1g.5gb, 40 % 1g.10gb, 20 % 3g.20gb), B (10 %, 10 %, 80 %), A again; Poisson arrivals whose rate
 offers ``--load`` x the cluster's compute slices; each arrival is one of the trace's one-GPU fractional pods
 whose share rounds up (S2's rule) to the drawn profile, with its CPUs, memory and runtime (deletion_time -
@@ -15,7 +15,7 @@ profile's known runtimes).
 
 Both runs start from the static planner's layout for phase A (livesim.static_layouts: layouts.pack of
 phase A's running instances by Little's law, every node alike). "static" never changes it; "live" runs the
-product's planner (planner/live.py plan_live, the policy's live: limits given here) every ``--interval`` s and
+product's planner (live/plan.py plan_live, the policy's live: limits given here) every ``--interval`` s and
 carries its proposals out as the --apply path does (lock, wait for the node's GPU jobs, change_cost of drain,
 every GPU of the proposal in that one drain: with_layouts). Each ``--variant`` adds a live run whose limits differ from the others' by the keys given. Figures per seed and their mean: pending time (mean, p95; a job still pending at the end counts
 until the end), GPU allocation (occupied MIG compute slices / 7 x GPUs, time-averaged over the run), jobs
@@ -35,8 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from slurm_gpushare.planner import livesim
-from slurm_gpushare.planner.trace import load_pod_times, load_pods
+from slurm_gpushare.live import sim as livesim
+from slurm_gpushare.sim.trace import load_pod_times, load_pods
 
 TRACE = Path("/work/shared/data/gpu-trace/openb_pod_list_default.csv")
 if not TRACE.exists():

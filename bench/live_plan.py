@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from slurm_gpushare.planner.live import NodeView, PendingJob, RecentJob, RunningJob, Snapshot, plan_live  # noqa: E402
+from slurm_gpushare.live.plan import NodeView, PendingJob, RecentJob, RunningJob, Snapshot, plan_live  # noqa: E402
 from slurm_gpushare.policy import build_site  # noqa: E402
 
 T1, T3 = "gpu:a100_40g_1g.5gb", "gpu:a100_40g_3g.20gb"

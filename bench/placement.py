@@ -71,13 +71,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from slurm_gpushare.planner import whatif  # noqa: E402
-from slurm_gpushare.planner.arrivals import arrival_sequence  # noqa: E402
-from slurm_gpushare.planner.baselines import BestFit, RandomPolicy  # noqa: E402
-from slurm_gpushare.planner.engine import replay  # noqa: E402
-from slurm_gpushare.planner.fgd import FGD  # noqa: E402
-from slurm_gpushare.planner.gpustate import covering_profile, mig_kind  # noqa: E402
-from slurm_gpushare.planner.slurmmodel import SlurmPolicy, uniform_router, with_uniform_mps  # noqa: E402
-from slurm_gpushare.planner.trace import (  # noqa: E402
+from slurm_gpushare.sim.arrivals import arrival_sequence  # noqa: E402
+from slurm_gpushare.sim.paper.baselines import BestFit, RandomPolicy  # noqa: E402
+from slurm_gpushare.sim.engine import replay  # noqa: E402
+from slurm_gpushare.sim.paper.fgd import FGD  # noqa: E402
+from slurm_gpushare.sim.paper.gpustate import covering_profile, mig_kind  # noqa: E402
+from slurm_gpushare.sim.slurmmodel import SlurmPolicy, uniform_router, with_uniform_mps  # noqa: E402
+from slurm_gpushare.sim.trace import (  # noqa: E402
     TRACE_DIR,
     WORKLOADS,
     load_cluster,

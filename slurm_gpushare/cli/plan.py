@@ -85,7 +85,7 @@ def live_state(client, site: Site, now: float) -> tuple[dict[str, float], frozen
 def live_policy(policy_path: Path) -> tuple[Site, dict, Path]:
     """The policy the cluster runs: the live policy (``live.policy_file`` of --policy, default
     gpushare-live.yaml beside slurm.conf) when that file exists, else --policy itself; (site, document, path)."""
-    from ..planner.live import live_policy_path
+    from ..live.plan import live_policy_path
 
     admin = load_file(policy_path)
     path = Path(live_policy_path(admin))
@@ -98,7 +98,7 @@ def live_policy(policy_path: Path) -> tuple[Site, dict, Path]:
 def live_plan(ctx: click.Context, policy_path: Path):
     """Read Slurm through the client and plan: (site, document, policy path, snapshot, LivePlan). The report
     (`plan --live`) prints it; the apply side (--apply/--every) acts on it."""
-    from ..planner.live import plan_live, snapshot_from_client
+    from ..live.plan import plan_live, snapshot_from_client
     from .usage import get_client, get_now
 
     site, doc, path = live_policy(policy_path)

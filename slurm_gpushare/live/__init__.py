@@ -2,7 +2,7 @@
 
 One run: observe (Slurm's queue and nodes, the gpushare-relayout reservations,
 the shared state file) -> decide (``decide``, pure: what each change in
-flight does next, which proposals of ``planner.live.plan_live`` to start) ->
+flight does next, which proposals of ``live.plan.plan_live`` to start) ->
 execute (``apply``: reservations and the root relayout job through
 ``slurm.reservations``, the live policy and the rendered configuration
 written atomically under the state file's lock).

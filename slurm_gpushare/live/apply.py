@@ -3,7 +3,7 @@
 The admin's policy (``--policy``) stays the source; the live policy
 (``live.policy_file``, default ``<slurm_conf_dir>/gpushare-live.yaml``) is
 the admin's document with every layout the live planner changed applied on
-top (``planner.live.with_layout``, one node at a time, from the state
+top (``live.plan.with_layout``, one node at a time, from the state
 file's ``layouts``), so a change of the admin's file is carried into the
 next live policy written. The configuration (``render_all``) is rendered
 from the live policy into the slurm.conf directory in the same locked step,
@@ -35,8 +35,8 @@ class LiveApplyError(GpushareError):
 
 
 def live_policy_path(site) -> Path:
-    """The live policy's path (planner.live.live_policy_path) as a Path."""
-    from ..planner.live import live_policy_path as path_of
+    """The live policy's path (live.plan.live_policy_path) as a Path."""
+    from .plan import live_policy_path as path_of
 
     return Path(path_of(site))
 
@@ -67,13 +67,13 @@ class LiveApply:
     relayout_timeout: float = 600.0  # `gpushare node relayout --timeout` default: twice (jobs, registration)
     say: object = None  # a line printer for progress (the report collects the lines too)
     policy_file: Path | None = None  # override live.policy_file (tests)
-    planner: object = None  # what has plan_live, snapshot_from_client, with_layout (default: planner.live)
+    planner: object = None  # what has plan_live, snapshot_from_client, with_layout (default: live.plan)
 
     def __post_init__(self):
         from ..policy import load_file
 
         if self.planner is None:
-            from ..planner import live as planner
+            from . import plan as planner
 
             self.planner = planner
 
@@ -382,7 +382,7 @@ def gpu_jobs_by_node(snap) -> dict[str, tuple[int, ...]]:
 def live_policy_text(doc: dict, admin: Path, state: State) -> str:
     import yaml
 
-    from ..planner.live import mode_text
+    from .plan import mode_text
 
     changed = ", ".join(f"{n} GPU {g}: {'+'.join(l)}" for n, gl in sorted(state.layouts.items())
                         for g, l in sorted(gl.items())) or "none"

@@ -24,7 +24,7 @@ For each change in flight (``state.Change``, phase locking, waiting, submitting 
 - relayout, the job ended: ``Finish`` (COMPLETED 0:0: done; anything else:
   failed, the node left drained with a reason that names the job).
 
-Then each proposal of ``planner.live.plan_live`` on a node with nothing in
+Then each proposal of ``live.plan.plan_live`` on a node with nothing in
 flight: ``Take`` (create the lock; ``apply`` chains ``Relayout`` at once when
 the node has no GPU job). The planner's own limits (dwell, benefit,
 max_draining, max_wait, locked) have chosen the proposals already.
@@ -98,12 +98,12 @@ class Found:
 
 @dataclass(frozen=True)
 class Take:
-    proposal: object  # planner.live.Proposal
+    proposal: object  # live.plan.Proposal
 
 
 @dataclass(frozen=True)
 class SetWeight:
-    change: object  # planner.liveweights.WeightChange: scontrol update, no lock, no drain
+    change: object  # live.weights.WeightChange: scontrol update, no lock, no drain
 
 
 def decide(now: float, state: State, locks: frozenset[str], gpu_jobs: dict[str, tuple[int, ...]],

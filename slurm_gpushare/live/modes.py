@@ -1,6 +1,6 @@
 """The live planner's mode changes: which non-MIG GPU of a node should be exclusive, MPS or shared. Pure.
 
-``planner.live.plan_live`` calls ``best_mode_change`` for every node with
+``live.plan.plan_live`` calls ``best_mode_change`` for every node with
 GPUs not shared by MIG, beside its MIG layout choice, and proposes the
 better of the two for the node (one drain either way).
 
@@ -18,7 +18,7 @@ would start with it (``starts``: in priority order; a whole-GPU job takes
 GPUs of its type with no job on them, exclusive ones first; an MPS or shard
 job takes its units or shards on one GPU of that mode, the fullest that
 fits, as Slurm allocates a shared GRES from one GPU by default), less the
-recent jobs it would strand (``planner.live._History``, on the GRES kinds
+recent jobs it would strand (``live.plan._History``, on the GRES kinds
 ``capacity`` counts: whole GPUs kept exclusive, MPS units, shards). GPU by
 GPU in index order (greedy, as for MIG layouts), a GPU takes the mode that
 scores best with the modes chosen before it, if that starts more than keeping

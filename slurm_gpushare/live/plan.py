@@ -46,9 +46,10 @@ from ..hardware import GpuModel, check_layout
 from ..errors import PolicyError
 from ..policy import Site, build_site
 from ..policy.groups import parse_indexes
-from . import livemodes, liveweights
-from .livemodes import mode_text
-from .layouts import plain_profiles
+from . import modes as livemodes
+from . import weights as liveweights
+from .modes import mode_text
+from ..planner.layouts import plain_profiles
 
 # squeue reasons of a job that waits for nodes or GRES (not held, not a limit of its account or QOS)
 COUNTED_REASONS = ("Resources", "Priority", "ReqNodeNotAvail", "Nodes_required_for_job", "NodeDown")

@@ -43,9 +43,9 @@ import numpy as np
 
 from ..hardware import GpuModel, get_model
 from ..policy import Site, build_site
-from .layouts import covering, pack
-from .simcluster import Pod
-from .slurmmodel import consec_pick, natural_key
+from ..planner.layouts import covering, pack
+from ..sim.cluster import Pod
+from ..sim.slurmmodel import consec_pick, natural_key
 
 MODEL = "A100-SXM4-40GB"
 MAX_TIME = 86400  # s: the tier's max_time (1 day): trace runtimes are capped here
@@ -138,8 +138,8 @@ def node_layouts(site: Site) -> dict[str, list[tuple[str, ...]]]:
 
 
 def product_planner() -> tuple[Callable, Callable]:
-    """(plan_live, with_layout) of slurm_gpushare.planner.live."""
-    from . import live
+    """(plan_live, with_layout) of slurm_gpushare.live.plan."""
+    from . import plan as live
 
     return live.plan_live, live.with_layout
 
@@ -325,7 +325,7 @@ class LiveSim:
         doc = self.doc
         layouts = {gpu: tuple(layout) for gpu, layout in sorted(self.locked.pop(node).items())}
         if self._whole_node:
-            from .live import with_layouts
+            from .plan import with_layouts
 
             doc = with_layouts(doc, node, layouts)  # validated as one set, as the apply side writes it
         else:
@@ -341,7 +341,7 @@ class LiveSim:
 
     def snapshot(self):
         """The simulator's state as `snapshot_from_client` would read it from Slurm."""
-        from .live import NodeView, PendingJob, RunningJob, Snapshot
+        from .plan import NodeView, PendingJob, RunningJob, Snapshot
 
         pending = []
         for stype, q in self.queues.items():

@@ -56,10 +56,10 @@ class Change:
     ended_at: float | None = None
     result: str = ""  # how it ended, one line
     planner: str = ""  # host and pid of the run that started it
-    # every GPU the change relayouts in its one drain (planner.live Proposal.changes): (gpu, old, new); gpu,
+    # every GPU the change relayouts in its one drain (live.plan Proposal.changes): (gpu, old, new); gpu,
     # old_layout and new_layout are the first; empty in a record of one GPU (and in records written before)
     changes: tuple[tuple[int, tuple[str, ...], tuple[str, ...]], ...] = ()
-    # a change of GPU modes (planner.live Proposal.modes): (gpu, old mode text, new sharing entry); old_layout and
+    # a change of GPU modes (live.plan Proposal.modes): (gpu, old mode text, new sharing entry); old_layout and
     # new_layout then hold the first GPU's modes as text
     modes: tuple[tuple[int, str, dict], ...] = ()
     # the node's entries of State.layouts and State.modes before this change wrote its own (set with the phase
@@ -117,7 +117,7 @@ class State:
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> phase -> how many changes ended so
 
     def changes(self) -> dict[str, float]:
-        """node -> epoch of its last change or attempt (planner.live's Snapshot.changes)."""
+        """node -> epoch of its last change or attempt (live.plan's Snapshot.changes)."""
         return {n: c.changed_at for n, c in self.current.items()}
 
     def in_flight(self) -> dict[str, Change]:

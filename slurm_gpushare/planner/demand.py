@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 from ..errors import GpushareError
 from ..slurm.parsable import SlurmParseError, parse_tres
-from .simcluster import GPU_MILLI, Pod
-from .trace import TraceError, parse_pods
+from ..sim.cluster import GPU_MILLI, Pod
+from ..sim.trace import TraceError, parse_pods
 
 KINDS = ("cpu", "fraction", "whole", "multi")
 

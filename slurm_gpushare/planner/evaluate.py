@@ -16,11 +16,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..policy import build_site
-from .arrivals import arrival_sequence
+from ..sim.arrivals import arrival_sequence
 from .demand import Demand
 from .frompolicy import Router, sim_cluster
-from .simcluster import Pod
-from .slurmmodel import SlurmPolicy
+from ..sim.cluster import Pod
+from ..sim.slurmmodel import SlurmPolicy
 
 SEEDS = (7,)
 

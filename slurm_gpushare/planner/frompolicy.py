@@ -18,7 +18,7 @@ from ..policy import Site
 from ..submit import Tables, build_tables, decide, parse_field
 from ..submit.parse import Gres
 from .demand import cpus_of
-from .simcluster import GPU_MILLI, Pod, SimCluster, SimGpu, SimNode, SlurmRequest
+from ..sim.cluster import GPU_MILLI, Pod, SimCluster, SimGpu, SimNode, SlurmRequest
 
 # What the rendered slurm-gpushare.conf sets (templates/slurm-gpushare.conf.j2).
 SELECT_FLAGS = frozenset({"CR_Core_Memory"})

@@ -6,7 +6,7 @@ import functools
 from collections import Counter
 
 from ..hardware import GpuModel, check_layout
-from .simcluster import GPU_MILLI
+from ..sim.cluster import GPU_MILLI
 
 
 def plain_profiles(model: GpuModel):

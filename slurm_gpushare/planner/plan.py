@@ -51,7 +51,7 @@ from ..policy.billing import gpu_weight
 from .demand import Demand, format_demand, pack_estimate
 from .layouts import compact_types, pack, slices_needed
 from .report import stranded_lines, supply_lines
-from .simcluster import GPU_MILLI
+from ..sim.cluster import GPU_MILLI
 
 CPU_RICH = 2.0  # a node is CPU-rich when it has this many times the CPUs per GPU that GPU jobs ask for
 HEADROOM = 1.03  # pools are sized for the demand plus this much, for the spread of arrivals

@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from ..policy import Site
 from .demand import Demand, pack_estimate
 from .frompolicy import Router
-from .simcluster import GPU_MILLI, Pod
+from ..sim.cluster import GPU_MILLI, Pod
 
 
 def supply_lines(site: Site, title: str) -> list[str]:

@@ -28,7 +28,7 @@ from ..policy import Site, build_site
 from .demand import Demand, from_pods
 from .frompolicy import Router, sim_cluster
 from .plan import PlanResult, plan
-from .simcluster import Pod, SimCluster
+from ..sim.cluster import Pod, SimCluster
 
 MIG_MODEL = "A100-SXM4-40GB"
 

@@ -26,8 +26,8 @@ from dataclasses import replace
 from ..hardware import get_model
 from ..hardware.layout import place_layout
 from ..hardware.model import GpuModel
-from .gpustate import covering_profile, mig_profiles
-from .simcluster import GPU_MILLI, Pod, SimCluster, SimGpu, SlurmRequest
+from ..sim.paper.gpustate import covering_profile, mig_profiles
+from ..sim.cluster import GPU_MILLI, Pod, SimCluster, SimGpu, SlurmRequest
 
 A100 = "A100-SXM4-40GB"
 LS = "LS"

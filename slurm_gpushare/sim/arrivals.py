@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .simcluster import GPU_MILLI, Pod
+from .cluster import GPU_MILLI, Pod
 
 INFLATION = 1.3  # the paper's "tune" ratio: arrivals stop at 130 % of cluster GPU capacity
 

@@ -24,7 +24,7 @@ from typing import Protocol
 import numpy as np
 
 from .arrivals import Arrivals, percent_curve
-from .simcluster import Pod, SimCluster
+from .cluster import Pod, SimCluster
 
 PROBES = (100, 130)  # arrived percentages at which policies report their own figures (slice occupancy, ...)
 

@@ -53,7 +53,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..submit import constraint
-from .simcluster import GPU_MILLI, Pod, Router, SimCluster, SimGpu, SlurmRequest
+from .cluster import GPU_MILLI, Pod, Router, SimCluster, SimGpu, SlurmRequest
 
 LL_SHARED_GRES = "LL_SHARED_GRES"
 MULTIPLE_SHARING_GRES_PJ = "MULTIPLE_SHARING_GRES_PJ"

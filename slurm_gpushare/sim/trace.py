@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import GpushareError
-from .simcluster import GPU_MILLI, Pod, SimCluster, SimGpu, SimNode
+from .cluster import GPU_MILLI, Pod, SimCluster, SimGpu, SimNode
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")

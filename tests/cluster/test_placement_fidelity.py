@@ -29,9 +29,9 @@ import yaml
 from slurm_gpushare.planner.demand import from_pods
 from slurm_gpushare.planner.frompolicy import Router, sim_cluster, spec_models
 from slurm_gpushare.planner.plan import plan
-from slurm_gpushare.planner.simcluster import GPU_MILLI, Pod
-from slurm_gpushare.planner.slurmmodel import SlurmState
-from slurm_gpushare.planner.trace import TRACE_DIR, load_pods
+from slurm_gpushare.sim.cluster import GPU_MILLI, Pod
+from slurm_gpushare.sim.slurmmodel import SlurmState
+from slurm_gpushare.sim.trace import TRACE_DIR, load_pods
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.testcluster.cluster import TestCluster
 from tests.cluster.conftest import POLICY, own_cluster, wait_quiet

@@ -289,7 +289,7 @@ class Plan:
 
 
 class FakePlanner:
-    """planner.live's three functions: the proposals and running jobs a test sets; with_layout sets the layout of
+    """live.plan's three functions: the proposals and running jobs a test sets; with_layout sets the layout of
     the node's (one-node) group."""
 
     def __init__(self):
@@ -482,9 +482,9 @@ def test_a_refused_submission_puts_the_live_policy_back(world, tmp_path):
 
 
 def test_a_proposal_of_two_gpus_is_recorded_and_relaid_out_in_one_job(tmp_path):
-    """planner.live proposes every GPU of a node that should change (Proposal.changes): the state records them
+    """live.plan proposes every GPU of a node that should change (Proposal.changes): the state records them
     all, the live policy gets them all (with_layouts, one set) and one relayout job applies them."""
-    from slurm_gpushare.planner.live import with_layouts
+    from slurm_gpushare.live.plan import with_layouts
 
     raw = yaml.safe_load(admin_policy(tmp_path).read_text())
     raw["node_groups"][0].update(gpu={"model": "A100-SXM4-40GB", "count": 2},
@@ -571,7 +571,7 @@ def test_relayout_refuses_a_policy_the_node_hooks_do_not_follow(tmp_path):
     assert f"the node hooks follow {admin}, not --policy {other}" in res.output
 
 
-# ---- the real planner (planner/live.py) through the apply path ---------------------------------
+# ---- the real planner (live/plan.py) through the apply path ---------------------------------
 
 
 class FakeClient(CliClient):

@@ -1,12 +1,12 @@
 """The live planner's history: slurm/history.py (the sacct query and its parser), the client's recent_jobs, and
-how plan_live uses what a node ran lately (planner/live.py ``_History``): a change that would strand the recent
+how plan_live uses what a node ran lately (live/plan.py ``_History``): a change that would strand the recent
 mix is held, one that strands some of it is proposed with its net benefit."""
 
 from __future__ import annotations
 
 import pytest
 
-from slurm_gpushare.planner.live import RecentJob, plan_live, recent_from_records, snapshot_from_client
+from slurm_gpushare.live.plan import RecentJob, plan_live, recent_from_records, snapshot_from_client
 from slurm_gpushare.proc import Result
 from slurm_gpushare.slurm.cli_backend import CliClient
 from slurm_gpushare.slurm.history import FinishedJob, history_argv, parse_history

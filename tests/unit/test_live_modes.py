@@ -1,4 +1,4 @@
-"""The live planner's GPU mode changes (planner/livemodes.py, planner/live.py with_modes and plan_live), and a
+"""The live planner's GPU mode changes (live/modes.py, live/plan.py with_modes and plan_live), and a
 mode change carried out by the apply path (live/apply.py) with the real planner, on etc/small-lab.yaml's L40S
 nodes: lab-excl01 (2 exclusive L40S) and lab-shard01 (1 L40S in 4 shards)."""
 
@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from slurm_gpushare.errors import PolicyError
-from slurm_gpushare.planner import livemodes
-from slurm_gpushare.planner.live import (
+from slurm_gpushare.live import modes as livemodes
+from slurm_gpushare.live.plan import (
     NodeView,
     PendingJob,
     RecentJob,

@@ -1,4 +1,4 @@
-"""The live planner's node weights (planner/liveweights.py through plan_live), and the apply path's
+"""The live planner's node weights (live/weights.py through plan_live), and the apply path's
 `scontrol update nodename=<node> weight=<n>` (live/decide.py SetWeight, live/apply.py) on the stateful fake."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from slurm_gpushare.planner.live import NodeView, PendingJob, RunningJob, Snapshot, plan_live
+from slurm_gpushare.live.plan import NodeView, PendingJob, RunningJob, Snapshot, plan_live
 from slurm_gpushare.policy import build_site
 from slurm_gpushare.slurm import commands
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from slurm_gpushare.planner.arrivals import Arrivals
-from slurm_gpushare.planner.engine import replay
+from slurm_gpushare.sim.arrivals import Arrivals
+from slurm_gpushare.sim.engine import replay
 from slurm_gpushare.planner.frompolicy import Router, sim_cluster, spec_models
 from slurm_gpushare.planner.scenarios import uniform
-from slurm_gpushare.planner.simcluster import Pod, SimCluster, SimGpu, SimNode, SlurmRequest
-from slurm_gpushare.planner.slurmmodel import SlurmPolicy, SlurmState
+from slurm_gpushare.sim.cluster import Pod, SimCluster, SimGpu, SimNode, SlurmRequest
+from slurm_gpushare.sim.slurmmodel import SlurmPolicy, SlurmState
 from slurm_gpushare.policy import build_site
 
 

@@ -20,11 +20,11 @@ import yaml
 from click.testing import CliRunner
 
 from slurm_gpushare.cli import main
-from slurm_gpushare.planner.arrivals import arrival_sequence
+from slurm_gpushare.sim.arrivals import arrival_sequence
 from slurm_gpushare.planner.demand import Demand, RequestClass
 from slurm_gpushare.planner.evaluate import evaluator
 from slurm_gpushare.planner.plan import Knobs, plan
-from slurm_gpushare.planner.simcluster import Pod
+from slurm_gpushare.sim.cluster import Pod
 
 HANG_S = 60  # far above any case here (each takes well under a second); only a hang reaches it
 

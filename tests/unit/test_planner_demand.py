@@ -19,7 +19,7 @@ from slurm_gpushare.planner.demand import (
     pack_estimate,
     read_openb,
 )
-from slurm_gpushare.planner.trace import load_pods
+from slurm_gpushare.sim.trace import load_pods
 from slurm_gpushare.slurm.sacct import parse_parsable2
 
 CSV = """name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase

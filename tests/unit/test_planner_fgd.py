@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from slurm_gpushare.hardware import get_model
-from slurm_gpushare.planner.arrivals import Arrivals, arrival_sequence
-from slurm_gpushare.planner.baselines import BestFit, best_fit_score, pick_max
-from slurm_gpushare.planner.engine import replay
-from slurm_gpushare.planner.fgd import FGD, FragMeasure, TaskClass, fgd_score, typical_classes
-from slurm_gpushare.planner.gpustate import covering_profile, mig_kind, milli_kind
-from slurm_gpushare.planner.simcluster import Pod, SimCluster, SimGpu, SimNode
-from slurm_gpushare.planner.trace import TRACE_DIR, default_trace
+from slurm_gpushare.sim.arrivals import Arrivals, arrival_sequence
+from slurm_gpushare.sim.paper.baselines import BestFit, best_fit_score, pick_max
+from slurm_gpushare.sim.engine import replay
+from slurm_gpushare.sim.paper.fgd import FGD, FragMeasure, TaskClass, fgd_score, typical_classes
+from slurm_gpushare.sim.paper.gpustate import covering_profile, mig_kind, milli_kind
+from slurm_gpushare.sim.cluster import Pod, SimCluster, SimGpu, SimNode
+from slurm_gpushare.sim.trace import TRACE_DIR, default_trace
 from slurm_gpushare.planner.whatif import a100_cluster
 
 CLASSES = (TaskClass(4000, 500, 1, "", count=3), TaskClass(1000, 0, 0, "", count=1))
@@ -66,7 +66,7 @@ def test_fgd_places_a_share_where_it_fragments_least():
     On the fresh GPU a half would leave 500 no whole-GPU task can use (fragmentation
     up); on the half-used one it removes the 500 that was fragment (down).
     """
-    from slurm_gpushare.planner.simcluster import SimCluster, SimGpu, SimNode
+    from slurm_gpushare.sim.cluster import SimCluster, SimGpu, SimNode
 
     g = SimGpu(mode="exclusive", model="T4")
     cluster = SimCluster((SimNode("fresh", 8, 100, (g,)), SimNode("half", 8, 100, (g,))))

@@ -10,7 +10,7 @@ import pytest
 from slurm_gpushare.errors import PolicyError
 from slurm_gpushare.planner.frompolicy import Router, sim_cluster
 from slurm_gpushare.planner.scenarios import trace_policy
-from slurm_gpushare.planner.simcluster import Pod, SimCluster, SimGpu, SimNode, SlurmRequest
+from slurm_gpushare.sim.cluster import Pod, SimCluster, SimGpu, SimNode, SlurmRequest
 from slurm_gpushare.policy import build_site
 from slurm_gpushare.render import render_all
 from slurm_gpushare.submit import build_tables, decide

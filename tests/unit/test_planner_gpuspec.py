@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from slurm_gpushare.planner.arrivals import Arrivals
-from slurm_gpushare.planner.baselines import BestFit, PaperState, RandomPolicy, spec_allows
-from slurm_gpushare.planner.engine import replay
-from slurm_gpushare.planner.fgd import FGD, FragMeasure, TaskClass
-from slurm_gpushare.planner.gpustate import milli_kind
-from slurm_gpushare.planner.simcluster import Pod, SimCluster, SimGpu, SimNode
+from slurm_gpushare.sim.arrivals import Arrivals
+from slurm_gpushare.sim.paper.baselines import BestFit, PaperState, RandomPolicy, spec_allows
+from slurm_gpushare.sim.engine import replay
+from slurm_gpushare.sim.paper.fgd import FGD, FragMeasure, TaskClass
+from slurm_gpushare.sim.paper.gpustate import milli_kind
+from slurm_gpushare.sim.cluster import Pod, SimCluster, SimGpu, SimNode
 
 
 @pytest.mark.parametrize("spec, model, allowed", [

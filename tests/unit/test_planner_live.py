@@ -1,4 +1,4 @@
-"""The live planner (planner/live.py) on hand-built snapshots, with_layout on policy documents, the policy's
+"""The live planner (live/plan.py) on hand-built snapshots, with_layout on policy documents, the policy's
 live: section, and `gpushare plan --live` over a runner that answers squeue/scontrol --json as Slurm 24.11 does."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from slurm_gpushare.cli import main
 from slurm_gpushare.errors import PolicyError
 from slurm_gpushare.hardware import check_layout, get_model
-from slurm_gpushare.planner.live import (
+from slurm_gpushare.live.plan import (
     NodeView,
     PendingJob,
     RunningJob,

@@ -1,4 +1,4 @@
-"""The live-loop simulator (planner/livesim.py): departures, the live planner's relayouts, the static baseline,
+"""The live-loop simulator (live/sim.py): departures, the live planner's relayouts, the static baseline,
 min_dwell, and the trace arrivals. Small hand-built cases; the live runs use the product's plan_live."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import itertools
 
 import pytest
 
-from slurm_gpushare.planner import livesim
-from slurm_gpushare.planner.livesim import SimJob, simulate, site_doc
-from slurm_gpushare.planner.trace import parse_pod_times, parse_pods
+from slurm_gpushare.live import sim as livesim
+from slurm_gpushare.live.sim import SimJob, simulate, site_doc
+from slurm_gpushare.sim.trace import parse_pod_times, parse_pods
 
 ALL_1G = ("1g.5gb",) * 7
 LIVE = {"enabled": True, "min_pending": 300, "min_dwell": 3600, "min_benefit_jobs": 1, "max_draining": 1,
@@ -79,7 +79,7 @@ def test_one_relayout_changes_every_gpu_of_the_node_that_should_change():
 
 
 def test_every_change_of_a_proposal_goes_through_with_layout():
-    from slurm_gpushare.planner.live import with_layout
+    from slurm_gpushare.live.plan import with_layout
 
     class Plan:
         def __init__(self, proposals):

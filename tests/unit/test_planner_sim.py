@@ -8,11 +8,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from slurm_gpushare.planner.arrivals import Arrivals, arrival_sequence, percent_curve
-from slurm_gpushare.planner.baselines import BestFit
-from slurm_gpushare.planner.engine import replay
-from slurm_gpushare.planner.simcluster import Pod, SimCluster, SimGpu, SimNode, SlurmRequest
-from slurm_gpushare.planner.slurmmodel import (
+from slurm_gpushare.sim.arrivals import Arrivals, arrival_sequence, percent_curve
+from slurm_gpushare.sim.paper.baselines import BestFit
+from slurm_gpushare.sim.engine import replay
+from slurm_gpushare.sim.cluster import Pod, SimCluster, SimGpu, SimNode, SlurmRequest
+from slurm_gpushare.sim.slurmmodel import (
     LL_SHARED_GRES,
     MULTIPLE_SHARING_GRES_PJ,
     SlurmPolicy,
@@ -21,7 +21,7 @@ from slurm_gpushare.planner.slurmmodel import (
     occupied_slices,
     uniform_router,
 )
-from slurm_gpushare.planner.trace import TraceError, load_cluster, load_pods
+from slurm_gpushare.sim.trace import TraceError, load_cluster, load_pods
 
 
 def node(name, cpus=8, gpus=(), weight=1, memory=1000, partitions=()):

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from slurm_gpushare.planner.trace import (
+from slurm_gpushare.sim.trace import (
     TRACE_DIR,
     WORKLOADS,
     TraceError,

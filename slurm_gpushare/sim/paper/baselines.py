@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from .gpustate import GpuKind, milli_kind
-from .simcluster import GPU_MILLI, Pod, SimCluster
+from ..cluster import GPU_MILLI, Pod, SimCluster
 
 MAX_SPEC_CPU = 128000  # pkg/type/open-gpu-share/utils/const.go
 MAX_SPEC_GPU = 8000

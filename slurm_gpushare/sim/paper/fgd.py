@@ -38,7 +38,7 @@ import numpy as np
 
 from .baselines import PaperState, pick_max, spec_allows
 from .gpustate import GpuKind, milli_kind
-from .simcluster import Pod, SimCluster
+from ..cluster import Pod, SimCluster
 
 POPULARITY = 95  # percent of pods the target workload's classes must cover
 SCORE_MAX = 100

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..hardware import get_model
-from ..hardware.model import GpuModel, MigProfile
-from .simcluster import GPU_MILLI, Pod
+from ...hardware import get_model
+from ...hardware.model import GpuModel, MigProfile
+from ..cluster import GPU_MILLI, Pod
 
 
 @dataclass(frozen=True)
