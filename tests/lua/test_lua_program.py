@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import sys
+import zipfile
 
 import pytest
 
@@ -63,3 +65,13 @@ def test_luac_accepts_the_program_and_the_rendered_script(luac, tmp_path):
     rendered.write_text(render_body(site_of()), encoding="utf-8")
     for path in (PROGRAM, rendered):
         proc.run([shutil.which(luac), "-p", str(path)])
+
+
+def test_the_program_and_its_prelude_are_in_the_wheel(tmp_path):
+    """`gpushare render` from an installed wheel reads both: the program as package data, the prelude as a template."""
+    proc.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)], timeout=300)
+    (wheel,) = tmp_path.glob("*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        shipped = zf.read("slurm_gpushare/submit/job_submit.lua").decode("utf-8")
+        assert "slurm_gpushare/templates/job_submit.prelude.lua.j2" in zf.namelist()
+    assert shipped == program()
