@@ -3,9 +3,10 @@ check on (HealthCheckProgram = the installed gpushare-node-health console script
 
 slurmd runs the program at its start (before it registers) and every interval; the interval
 here is an hour so the scenarios below decide when it runs: directly, with docker exec on the
-node. That the cluster came up idle already says the start-up runs drained nothing. The last test runs on
-the shared cluster of etc/small-lab.yaml as bundled (the newcomer's: health every minute) and runs nothing
-by hand.
+node. That the cluster came up idle already says the start-up runs drained nothing. The last test runs
+nothing by hand: for it the interval is lowered to 10 s (``scontrol reconfigure``; the bundled policy's
+minute, shorter) and put back afterwards. The cluster runs AuthInfo=cred_expire=30 (tests/cluster/tuning.py),
+so a requeued job starts again 31 s after its requeue, not Slurm's default 121 s.
 
 Run: GPUSHARE_HEALTH_PROJECT=gpsh5health .venv/bin/python -m pytest -q -s tests/cluster/test_node_health.py
 """
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -22,8 +25,10 @@ import yaml
 
 from slurm_gpushare.node.health import PREFIX
 from slurm_gpushare.testcluster.cluster import TestCluster
-from tests.cluster.conftest import own_cluster
-from tests.cluster.test_node_runtime import NODES, hooks_policy
+from tests.cluster.conftest import own_cluster, wait_for
+from tests.cluster.test_node_runtime import NODES, hooks_policy, journals
+from tests.cluster.test_soak import kill_a_hook
+from tests.cluster.tuning import FAST_REQUEUE, tuned
 
 PROJECT = os.environ.get("GPUSHARE_HEALTH_PROJECT", "gpsh5health")
 PROGRAM = "/opt/gpushare/bin/gpushare-node-health"  # the wheel's console script in the image
@@ -40,8 +45,32 @@ def health_policy(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def health_cluster():
-    yield from own_cluster("health", PROJECT, lambda work: health_policy(work / "small-lab-health.yaml"),
-                           "GPUSHARE_HEALTH_KEEP")
+    write, files = tuned(lambda work: health_policy(work / "small-lab-health.yaml"), FAST_REQUEUE)
+    yield from own_cluster("health", PROJECT, write, "GPUSHARE_HEALTH_KEEP", conf_files=files)
+
+
+def set_interval(c: TestCluster, seconds: int) -> None:
+    """HealthCheckInterval in the cluster's live slurm.conf, read by `scontrol reconfigure` (24.11 restarts
+    slurmctld and the slurmds with it); returns once slurmctld answers with the new value."""
+    c.slurm(["sed", "-i", f"s/^HealthCheckInterval=.*/HealthCheckInterval={seconds}/", "/etc/slurm/slurm.conf"])
+    c.scontrol("reconfigure")
+
+    def applied() -> bool:
+        res = c.slurm(["scontrol", "show", "config"], check=False)
+        return res.returncode == 0 and re.search(rf"^HealthCheckInterval\s*= {seconds} sec$", res.stdout, re.M) is not None
+
+    wait_for(f"slurmctld back with HealthCheckInterval={seconds}", applied, 120)
+    c.wait_idle(timeout=120)
+
+
+@contextmanager
+def health_every(c: TestCluster, seconds: int):
+    """slurmd runs the health check every ``seconds`` inside the block; every hour again after it."""
+    set_interval(c, seconds)
+    try:
+        yield
+    finally:
+        set_interval(c, 3600)
 
 
 def health(c: TestCluster, node: str) -> tuple[int, str, float]:
@@ -112,39 +141,36 @@ def test_admin_drain_is_left_alone(health_cluster):
         c.scontrol("update", f"nodename={node}", "state=resume")
 
 
-# ---- the newcomer's cluster: etc/small-lab.yaml as bundled (the health check on, every minute) ----------
+# ---- slurmd's own health runs, nobody's hand ---------------------------------------------------------------
 
 
-def test_a_killed_prolog_is_healed_by_the_health_check_alone(cluster):
+def test_a_killed_prolog_is_healed_by_the_health_check_alone(health_cluster):
     """SIGKILL our prolog while it runs on lab-excl01: slurmctld drains the node ``Prolog error`` and requeues
-    the job. Nobody runs anything by hand: slurmd's own health runs (HealthCheckInterval=60 from the bundled
-    policy) clean up and resume the node, and the requeued job runs again and completes."""
-    import threading
-
-    from tests.cluster.test_node_runtime import journals
-    from tests.cluster.test_soak import kill_a_hook
-    from tests.cluster.conftest import wait_for
-
-    c, node = cluster, "lab-excl01"
-    conf = c.exec("slurmctld", ["scontrol", "show", "config"]).stdout
-    assert re.search(r"^HealthCheckProgram\s*= /usr/local/sbin/gpushare-node-health$", conf, re.MULTILINE), conf
-    assert "DRAIN" not in state(c, node)["state"]
-    killed = []
-    killer = threading.Thread(target=lambda: killed.append(kill_a_hook(c, node, "gpushare-prolog", 90)))
-    killer.start()
-    time.sleep(3)  # the probe is polling before the job is submitted
-    job = c.sbatch("true\n", user="carol", account="biology", gres="gpu:l40s:1", nodelist=node, output="/dev/null")
-    killer.join()
-    assert killed == [True], "no prolog ran on lab-excl01 within 90 s"
-    start = time.monotonic()
-    drained = wait_for(f"{node} drained after the killed prolog",
-                       lambda: drained_state(state(c, node)), 60)
-    assert drained["reason"] in ("Prolog error",) or drained["reason"].startswith("gpushare-prolog:"), drained
-    healed = wait_for(f"{node} resumed by slurmd's health runs", lambda: undrained_state(state(c, node)),
-                      200, every=2)
-    took = time.monotonic() - start
-    rec = c.wait(job, timeout=240)
-    assert rec["State"] == "COMPLETED", rec
-    wait_for(f"no journal on {node}", lambda: not journals(c, node), 90)
+    the job. Nobody runs anything by hand: slurmd's own health runs (every 10 s here) clean up and resume the
+    node, and the requeued job runs again and completes."""
+    c, node = health_cluster, "lab-excl01"
+    ready = "/tmp/gpushare-test-prolog-killer.ready"
+    with health_every(c, 10):
+        conf = c.exec("slurmctld", ["scontrol", "show", "config"]).stdout
+        assert re.search(rf"^HealthCheckProgram\s*= {re.escape(PROGRAM)}$", conf, re.MULTILINE), conf
+        assert "DRAIN" not in state(c, node)["state"]
+        c.exec(node, ["rm", "-f", ready])
+        killed = []
+        killer = threading.Thread(target=lambda: killed.append(kill_a_hook(c, node, "gpushare-prolog", 90, ready=ready)))
+        killer.start()
+        wait_for("the prolog killer to poll", lambda: c.exec(node, ["test", "-e", ready], check=False).returncode == 0,
+                 60, every=0.5)
+        job = c.sbatch("true\n", user="carol", account="biology", gres="gpu:l40s:1", nodelist=node, output="/dev/null")
+        killer.join()
+        assert killed == [True], "no prolog ran on lab-excl01 within 90 s"
+        start = time.monotonic()
+        drained = wait_for(f"{node} drained after the killed prolog", lambda: drained_state(state(c, node)), 60)
+        assert drained["reason"] in ("Prolog error",) or drained["reason"].startswith("gpushare-prolog:"), drained
+        healed = wait_for(f"{node} resumed by slurmd's health runs", lambda: undrained_state(state(c, node)),
+                          200, every=2)
+        took = time.monotonic() - start
+        rec = c.wait(job, timeout=240)
+        assert rec["State"] == "COMPLETED", rec
+        wait_for(f"no journal on {node}", lambda: not journals(c, node), 90)
     print(f"\nprolog of job {job} SIGKILLed on {node}: drained '{drained['reason']}', resumed by the health check "
           f"alone {took:.0f} s later ({healed['state']}); the requeued job {rec['State']}")

@@ -112,12 +112,13 @@ def queue(c: TestCluster) -> list[str]:
     return c.slurm(["squeue", "-h", "-o", "%i %j %T %r"], check=False).stdout.splitlines()
 
 
-def kill_a_hook(c: TestCluster, node: str, hook: str, seconds: float = 60) -> bool:
+def kill_a_hook(c: TestCluster, node: str, hook: str, seconds: float = 60, ready: str | None = None) -> bool:
     """SIGKILL the first ``hook`` (gpushare-prolog, gpushare-epilog) seen running on ``node`` (polled every
-    20 ms); True if one was killed."""
+    20 ms); True if one was killed. ``ready``: a file on the node made when the polling starts."""
     probe = (
         "import os, signal, sys, time\n"
-        f"end = time.time() + {seconds}\n"
+        + (f"open({ready!r}, 'w').close()\n" if ready else "")
+        + f"end = time.time() + {seconds}\n"
         "while time.time() < end:\n"
         "    for pid in filter(str.isdigit, os.listdir('/proc')):\n"
         "        try:\n"
