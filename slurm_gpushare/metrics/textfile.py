@@ -115,7 +115,7 @@ def jobs_of(journals) -> list[JobGpu]:
 def mig_matches(live_gpus, spec_gpus) -> dict[int, bool]:
     """Per MIG GPU of the policy that the hook observed: does the live layout match the policy's?
 
-    ``live_gpus``: ``node.live.LiveGpu``s; a GPU counts as observed when MIG is off
+    ``live_gpus``: ``node.observed.ObservedGpu``s; a GPU counts as observed when MIG is off
     (then it cannot match) or its MIG devices were read. The live profile is the
     name after ``MIG `` in NVML's device name (``NVIDIA A100-SXM4-40GB MIG 1g.5gb``),
     compared as a multiset with the spec's layout (catalogue names)."""

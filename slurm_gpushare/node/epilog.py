@@ -28,7 +28,7 @@ import time
 from ..errors import GpushareError
 from ..records import dataclass
 from .journal import Journal, JournalStore, MpsDaemon
-from .live import LiveState, NodeUnsafe, WriteJournal, observe_gpus
+from .observed import ObservedState, NodeUnsafe, WriteJournal, observe_gpus
 
 _JOB_CGROUP = re.compile(r"/job_([0-9]+)(/|$)")
 
@@ -65,7 +65,7 @@ class RemoveJournal:
         return f"remove journal of job {self.job_id}"
 
 
-def _leftovers(journal: Journal, live: LiveState, problems: list[str]) -> list[KillProcess]:
+def _leftovers(journal: Journal, live: ObservedState, problems: list[str]) -> list[KillProcess]:
     kills: list[KillProcess] = []
     for dev in journal.devices:
         gpu = live.gpus.get(dev.gpu_index)
@@ -88,7 +88,7 @@ def _leftovers(journal: Journal, live: LiveState, problems: list[str]) -> list[K
     return list(dict.fromkeys(kills))
 
 
-def plan_epilog(journal: Journal | None, live: LiveState) -> tuple[list, list[str]]:
+def plan_epilog(journal: Journal | None, live: ObservedState) -> tuple[list, list[str]]:
     """(actions, problems). ``problems`` are reported after the undo, which goes ahead."""
     if journal is None:
         return [], []
@@ -194,7 +194,7 @@ def process_jobs(pids, proc_root: str = "/proc") -> dict[int, int | None]:
     return found
 
 
-def observe_epilog(journal: Journal, backend, store: JournalStore, proc_root: str = "/proc") -> LiveState:
+def observe_epilog(journal: Journal, backend, store: JournalStore, proc_root: str = "/proc") -> ObservedState:
     gpus = observe_gpus(backend, sorted({d.gpu_index for d in journal.devices}))
     pids = {p.pid for g in gpus.values() for p in g.processes}
-    return LiveState(gpus, store.all(), frozenset(), process_jobs(sorted(pids), proc_root))
+    return ObservedState(gpus, store.all(), frozenset(), process_jobs(sorted(pids), proc_root))

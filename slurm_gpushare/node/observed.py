@@ -1,4 +1,4 @@
-"""What the node hooks share (prolog, epilog, reconcile): the live GPU state they observe,
+"""What the node hooks share (prolog, epilog, reconcile): the GPU state they observe,
 the journal write they plan, and the error that drains a node.
 
 Its own module so that no hook imports another hook's module for a type.
@@ -23,7 +23,7 @@ class NodeUnsafe(GpushareError):
 
 
 @dataclass(frozen=True)
-class LiveGpu:
+class ObservedGpu:
     index: int
     uuid: str
     minor: int
@@ -39,23 +39,23 @@ class LiveGpu:
 
 
 @dataclass(frozen=True)
-class LiveState:
-    gpus: dict[int, LiveGpu]
+class ObservedState:
+    gpus: dict[int, ObservedGpu]
     journals: dict[int, Journal] = field(default_factory=dict)
     mps_alive: frozenset[str] = frozenset()
     proc_jobs: dict[int, int | None] = field(default_factory=dict)  # pid -> job id, 0 no job, None not here
 
-    def by_minor(self, minor: int) -> LiveGpu | None:
+    def by_minor(self, minor: int) -> ObservedGpu | None:
         return next((g for g in self.gpus.values() if g.minor == minor), None)
 
 
-def observe_gpus(backend, indexes=None) -> dict[int, LiveGpu]:
+def observe_gpus(backend, indexes=None) -> dict[int, ObservedGpu]:
     """The GPUs (all, or ``indexes``) with MIG devices and processes, read once."""
     found = {}
     for index in [g.index for g in backend.gpus()] if indexes is None else indexes:
         info = backend.gpu(index)
         migs = tuple(backend.mig_devices(index)) if info.mig_current else ()
-        found[index] = LiveGpu(index, info.uuid, info.minor, info.memory_mib, info.mig_current, migs,
+        found[index] = ObservedGpu(index, info.uuid, info.minor, info.memory_mib, info.mig_current, migs,
                                tuple(backend.processes(index)))
     return found
 

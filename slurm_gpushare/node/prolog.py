@@ -44,7 +44,7 @@ from ..records import dataclass, replace
 from .gresindex import GresRecord
 from .jobenv import JobEnv
 from .journal import Device, Journal, JournalStore, MpsDaemon
-from .live import LiveGpu, LiveState, NodeUnsafe, WriteJournal, observe_gpus
+from .observed import ObservedGpu, ObservedState, NodeUnsafe, WriteJournal, observe_gpus
 from .mps import check_paths, daemon_key
 from .nodeconfig import NodeSpec
 
@@ -111,7 +111,7 @@ class StopMps:
 # ---- planning (pure) ----------------------------------------------------------------
 
 
-def _resolve(record: GresRecord, node: NodeLayout, live: LiveState, reasons: list[str]):
+def _resolve(record: GresRecord, node: NodeLayout, live: ObservedState, reasons: list[str]):
     """(GPU, MIG device or None) that a gres record's files name, or None with a reason."""
     gpu_minors = [int(m[1]) for m in map(_GPU_FILE.match, record.files) if m]
     caps = [int(m[1]) for m in map(_CAP_FILE.match, record.files) if m]
@@ -147,7 +147,7 @@ def _busy(what: str, procs, reasons: list[str]) -> None:
         reasons.append(f"{what} is busy before the job starts: processes {', '.join(str(p.pid) for p in procs)}")
 
 
-def _device(job: JobEnv, index: int, node: NodeLayout, live: LiveState, reasons: list[str]) -> Device | None:
+def _device(job: JobEnv, index: int, node: NodeLayout, live: ObservedState, reasons: list[str]) -> Device | None:
     if index >= len(node.records):
         reasons.append(f"GRES index {index}: gres.conf declares only {len(node.records)} gpu record(s) for {node.node}")
         return None
@@ -180,18 +180,18 @@ def _device(job: JobEnv, index: int, node: NodeLayout, live: LiveState, reasons:
     return Device(index, gpu.index, gpu.uuid, "exclusive" if mode == "exclusive" else f"{mode}-whole")
 
 
-def exclusive_process(live: LiveState, indexes) -> bool:
+def exclusive_process(live: ObservedState, indexes) -> bool:
     """Does any of these GPUs run in EXCLUSIVE_PROCESS (one MPS server at a time)?"""
     return any(live.gpus[i].compute_mode == "EXCLUSIVE_PROCESS" for i in indexes if i in live.gpus)
 
 
-def daemon_percentage(live: LiveState, indexes, percentage: int) -> int:
+def daemon_percentage(live: ObservedState, indexes, percentage: int) -> int:
     """The daemon's default thread percentage: the job's, or 100 where one daemon per GPU must serve all of the
     user's jobs (EXCLUSIVE_PROCESS); the job's own share is then its client-side limit."""
     return 100 if exclusive_process(live, indexes) else percentage
 
 
-def plan_compute_mode(job: JobEnv, key: str, indexes, node: NodeLayout, live: LiveState, reasons: list[str]) -> None:
+def plan_compute_mode(job: JobEnv, key: str, indexes, node: NodeLayout, live: ObservedState, reasons: list[str]) -> None:
     """Can the daemon ``key``'s server start on these GPUs? PROHIBITED: no server; EXCLUSIVE_PROCESS: not while
     another daemon (of a running job) holds the GPU. Unread modes (None) are not judged."""
     for i in indexes:
@@ -212,7 +212,7 @@ def plan_compute_mode(job: JobEnv, key: str, indexes, node: NodeLayout, live: Li
                                f"the partitions of {node.node}) or set the GPU to DEFAULT (nvidia-smi -i {i} -c DEFAULT)")
 
 
-def _mps_daemon(job: JobEnv, devices: list[Device], node: NodeLayout, live: LiveState, reasons) -> MpsDaemon | None:
+def _mps_daemon(job: JobEnv, devices: list[Device], node: NodeLayout, live: ObservedState, reasons) -> MpsDaemon | None:
     mps = [d for d in devices if d.mode == "mps"]
     if not mps:
         return None
@@ -245,7 +245,7 @@ def mps_env(daemon: MpsDaemon, percentage: int | None = None, gpu_memory_mib: tu
     }
 
 
-def plan_prolog(job: JobEnv, node: NodeLayout, live: LiveState) -> tuple[Journal, list]:
+def plan_prolog(job: JobEnv, node: NodeLayout, live: ObservedState) -> tuple[Journal, list]:
     """The journal this job gets and the actions that set it up; PrologRefused if unsafe."""
     reasons: list[str] = []
     if job.node != node.node:
@@ -318,7 +318,7 @@ def _rollback(started, journal, store: JournalStore, mps) -> None:
         store.remove(journal.job_id)
 
 
-def observe_prolog(job: JobEnv, node: NodeLayout, backend, store: JournalStore, mps) -> LiveState:
+def observe_prolog(job: JobEnv, node: NodeLayout, backend, store: JournalStore, mps) -> ObservedState:
     """Read only what this job's plan needs: its GPUs, the journals, the MPS daemons they name."""
     infos = backend.gpus()
     by_minor = {g.minor: g.index for g in infos}
@@ -328,16 +328,16 @@ def observe_prolog(job: JobEnv, node: NodeLayout, backend, store: JournalStore, 
     for i in mps_gpus:  # what lets a server start: only MPS prologs read it
         gpus[i] = replace(gpus[i], compute_mode=backend.compute_mode(i))
     for info in infos:  # the rest without MIG and processes: only minors and UUIDs are needed
-        gpus.setdefault(info.index, LiveGpu(info.index, info.uuid, info.minor, info.memory_mib, info.mig_current))
+        gpus.setdefault(info.index, ObservedGpu(info.index, info.uuid, info.minor, info.memory_mib, info.mig_current))
     journals = store.all()
     daemons = {j.mps.key: j.mps for j in journals.values() if j.mps}
     if job.mps_percentage is not None:
         key = daemon_key(tuple(sorted(mps_gpus)), job.uid,
-                         daemon_percentage(LiveState(gpus), mps_gpus, job.mps_percentage))
+                         daemon_percentage(ObservedState(gpus), mps_gpus, job.mps_percentage))
         daemons.setdefault(key, MpsDaemon(key, (), (), job.uid, job.gid, job.mps_percentage, (),
                                           f"{node.state_dir.rstrip('/')}/mps/{key}/pipe", ""))
     alive = frozenset(k for k, d in daemons.items() if mps.alive(d))
-    return LiveState(gpus, journals, alive)
+    return ObservedState(gpus, journals, alive)
 
 
 def load_layout(spec: NodeSpec, backend) -> NodeLayout:

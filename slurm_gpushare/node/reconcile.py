@@ -21,7 +21,7 @@ from pathlib import Path
 from ..errors import GpushareError
 from .epilog import plan_epilog, process_jobs
 from .journal import Journal, JournalStore, MpsDaemon
-from .live import LiveState, observe_gpus
+from .observed import ObservedState, observe_gpus
 
 _KEY = re.compile(r"^g[0-9]+(_[0-9]+)*-u[0-9]+-p[0-9]+$")
 
@@ -106,7 +106,7 @@ def mps_processes_under(state_dir: str, proc: str = "/proc") -> dict[int, str]:
             if Path(pipe).parent.parent == Path(root) and _KEY.match(Path(pipe).parent.name)}
 
 
-def plan_reconcile(journals: dict[int, Journal], running: set[int], live: LiveState, dirs: dict[str, str],
+def plan_reconcile(journals: dict[int, Journal], running: set[int], live: ObservedState, dirs: dict[str, str],
                    strays: list[Path], processes: dict[int, str] | None = None) -> ReconcilePlan:
     """Pure: journals vs running jobs, daemon directories and MPS processes (pid -> pipe dir,
     ``mps_processes_under``) vs journals."""
@@ -115,7 +115,7 @@ def plan_reconcile(journals: dict[int, Journal], running: set[int], live: LiveSt
     plan.kept = sorted(remaining)
     for job_id in sorted(set(journals) - running):
         # each orphan as if the journals of the jobs cleaned before it were gone
-        view = LiveState(live.gpus, {**remaining, job_id: journals[job_id]}, live.mps_alive, live.proc_jobs)
+        view = ObservedState(live.gpus, {**remaining, job_id: journals[job_id]}, live.mps_alive, live.proc_jobs)
         actions, problems = plan_epilog(journals[job_id], view)
         plan.orphans[job_id] = actions
         if problems:
@@ -174,9 +174,9 @@ def execute_reconcile(plan: ReconcilePlan, store: JournalStore, mps, killer, jou
 
 
 
-def observe_reconcile(journals: dict[int, Journal], backend, proc_root: str = "/proc") -> LiveState:
+def observe_reconcile(journals: dict[int, Journal], backend, proc_root: str = "/proc") -> ObservedState:
     """The GPUs the journals name, with processes and their jobs."""
     indexes = sorted({d.gpu_index for j in journals.values() for d in j.devices})
     gpus = observe_gpus(backend, indexes) if indexes else {}
     pids = sorted({p.pid for g in gpus.values() for p in g.processes})
-    return LiveState(gpus, journals, frozenset(), process_jobs(pids, proc_root))
+    return ObservedState(gpus, journals, frozenset(), process_jobs(pids, proc_root))

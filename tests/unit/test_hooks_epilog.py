@@ -13,7 +13,7 @@ from slurm_gpushare.hooks import prolog as prolog_hook
 from slurm_gpushare.node.epilog import EpilogRefused, KillProcess, QuitMps, RemoveJournal, plan_epilog, process_jobs
 from slurm_gpushare.node.journal import Device, Journal, JournalStore, MpsDaemon
 from slurm_gpushare.node.mps import MpsControl, _running
-from slurm_gpushare.node.live import LiveGpu, LiveState, WriteJournal
+from slurm_gpushare.node.observed import ObservedGpu, ObservedState, WriteJournal
 from slurm_gpushare.proc import Result
 from tests.unit.hooks_support import HookNode, no_scontrol
 
@@ -25,9 +25,9 @@ def journal(job_id=5, devices=(MIG_DEV,), mps=None) -> Journal:
     return Journal(job_id, 5, 5, "n1", "ready", tuple(devices), mps, {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
 
 
-def state(procs=(), owners=None, journals=None, mig=True) -> LiveState:
-    gpu = LiveGpu(0, "GPU-a", 0, 40960, mig, (), tuple(procs))
-    return LiveState({0: gpu}, journals or {}, frozenset(), owners or {})
+def state(procs=(), owners=None, journals=None, mig=True) -> ObservedState:
+    gpu = ObservedGpu(0, "GPU-a", 0, 40960, mig, (), tuple(procs))
+    return ObservedState({0: gpu}, journals or {}, frozenset(), owners or {})
 
 
 def kinds(actions):

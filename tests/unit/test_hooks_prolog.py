@@ -14,7 +14,7 @@ from slurm_gpushare.node.gresindex import GresRecord
 from slurm_gpushare.node.jobenv import JobEnv
 from slurm_gpushare.node.journal import Journal, JournalStore, MpsDaemon
 from slurm_gpushare.node.mps import MpsControl, MpsError
-from slurm_gpushare.node.live import LiveGpu, LiveState, WriteJournal
+from slurm_gpushare.node.observed import ObservedGpu, ObservedState, WriteJournal
 from slurm_gpushare.node.prolog import NodeLayout, PrologRefused, StartMps, StopMps, execute_prolog, plan_prolog
 from slurm_gpushare.proc import Result
 from tests.unit.hooks_support import HookNode, no_scontrol
@@ -41,12 +41,12 @@ def whole_node(mode: str, count: int = 1) -> NodeLayout:
     return NodeLayout("n1", {i: mode for i in range(count)}, tuple(records), {}, "/var/lib/gpushare", "/var/log/slurm")
 
 
-def live(*gpus: LiveGpu, journals=None, alive=()) -> LiveState:
-    return LiveState({g.index: g for g in gpus}, journals or {}, frozenset(alive))
+def live(*gpus: ObservedGpu, journals=None, alive=()) -> ObservedState:
+    return ObservedState({g.index: g for g in gpus}, journals or {}, frozenset(alive))
 
 
-MIG_GPU = LiveGpu(0, "GPU-a", 0, 40960, True, tuple(A100_MIG))
-A30 = LiveGpu(0, "GPU-m", 0, 24576, False)
+MIG_GPU = ObservedGpu(0, "GPU-a", 0, 40960, True, tuple(A100_MIG))
+A30 = ObservedGpu(0, "GPU-m", 0, 24576, False)
 
 
 def job(gpus=(), pct=None, job_id=5, uid=2001) -> JobEnv:
@@ -72,14 +72,14 @@ def test_mig_records_are_taken_in_slurm_order_not_minor_order():
 
 
 def test_busy_mig_instance_is_refused():
-    busy = LiveGpu(0, "GPU-a", 0, 40960, True, tuple(A100_MIG), (GpuProcess(4242, 10, 9, 0), GpuProcess(99, 1, 8, 0)))
+    busy = ObservedGpu(0, "GPU-a", 0, 40960, True, tuple(A100_MIG), (GpuProcess(4242, 10, 9, 0), GpuProcess(99, 1, 8, 0)))
     with pytest.raises(PrologRefused, match=r"job 5 on n1: MIG device MIG-0009 .* busy before the job starts: processes 4242$"):
         plan_prolog(job([2]), mig_node(), live(busy))
     plan_prolog(job([0]), mig_node(), live(busy))  # another instance's process is no concern of GI 7
 
 
 def test_missing_instance_is_layout_drift():
-    gone = LiveGpu(0, "GPU-a", 0, 40960, True, tuple(d for d in A100_MIG if d.gi_id != 9))
+    gone = ObservedGpu(0, "GPU-a", 0, 40960, True, tuple(d for d in A100_MIG if d.gi_id != 9))
     with pytest.raises(PrologRefused, match="GPU instance 9 compute instance 0, which does not exist: the MIG layout drifted"):
         plan_prolog(job([2]), mig_node(), live(gone))
 
@@ -107,7 +107,7 @@ def test_index_beyond_gres_conf_and_bad_files_are_refused():
 
 def test_every_reason_is_reported_at_once():
     with pytest.raises(PrologRefused) as info:
-        plan_prolog(JobEnv(5, 1, 1, "other", (9, 2)), mig_node(), live(LiveGpu(0, "GPU-a", 0, 1, True)))
+        plan_prolog(JobEnv(5, 1, 1, "other", (9, 2)), mig_node(), live(ObservedGpu(0, "GPU-a", 0, 1, True)))
     assert len(info.value.reasons) == 3 and "SLURMD_NODENAME is other" in str(info.value)
 
 
@@ -121,13 +121,13 @@ def test_exclusive_gpu_keeps_slurms_index():
 
 
 def test_busy_exclusive_gpu_is_refused():
-    busy = LiveGpu(0, "GPU-m", 0, 24576, False, (), (GpuProcess(77, 100, None, None),))
+    busy = ObservedGpu(0, "GPU-m", 0, 24576, False, (), (GpuProcess(77, 100, None, None),))
     with pytest.raises(PrologRefused, match=r"GPU 0 \(GPU-m\) is busy before the job starts: processes 77"):
         plan_prolog(job([0]), whole_node("exclusive"), live(busy))
 
 
 def test_shard_gpu_is_shared_so_processes_are_fine():
-    busy = LiveGpu(0, "GPU-m", 0, 24576, False, (), (GpuProcess(77, 100, None, None),))
+    busy = ObservedGpu(0, "GPU-m", 0, 24576, False, (), (GpuProcess(77, 100, None, None),))
     journal, _ = plan_prolog(job([0]), whole_node("shard"), live(busy))
     assert journal.devices[0].mode == "shard" and journal.devices[0].visible is None
 

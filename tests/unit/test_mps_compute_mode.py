@@ -17,7 +17,7 @@ from slurm_gpushare.gpu.fakenvml import FakeNvml
 from slurm_gpushare.hooks import prolog as prolog_hook
 from slurm_gpushare.node.health import check_compute_modes
 from slurm_gpushare.node.journal import JournalStore
-from slurm_gpushare.node.live import LiveGpu
+from slurm_gpushare.node.observed import ObservedGpu
 from slurm_gpushare.node.prolog import PrologRefused, StartMps, plan_prolog
 from slurm_gpushare.policy import build_site
 from slurm_gpushare.proc import run
@@ -232,11 +232,11 @@ def test_compute_mode_is_for_mps_and_takes_two_values(policy):
 # ---- prolog decisions (pure) --------------------------------------------------------------------
 
 
-A30_EP = LiveGpu(0, "GPU-m", 0, 24576, False, compute_mode="EXCLUSIVE_PROCESS")
+A30_EP = ObservedGpu(0, "GPU-m", 0, 24576, False, compute_mode="EXCLUSIVE_PROCESS")
 
 
 def test_default_mode_gives_each_user_and_percentage_a_daemon():
-    a30 = LiveGpu(0, "GPU-m", 0, 24576, False, compute_mode="DEFAULT")
+    a30 = ObservedGpu(0, "GPU-m", 0, 24576, False, compute_mode="DEFAULT")
     first = plan_prolog(job([0], 25, job_id=1), whole_node("mps"), live(a30))[0]
     other = plan_prolog(job([0], 50, job_id=2, uid=2002), whole_node("mps"), live(a30, journals={1: first},
                                                                                  alive={first.mps.key}))[0]
@@ -246,7 +246,7 @@ def test_default_mode_gives_each_user_and_percentage_a_daemon():
 def test_prohibited_gpu_refuses_naming_node_gpu_mode_and_fix():
     with pytest.raises(PrologRefused, match=r"GPU 0 \(GPU-m\) on n1: compute mode PROHIBITED lets no MPS server start; "
                                             r"set DEFAULT or EXCLUSIVE_PROCESS .*\(nvidia-smi -i 0 -c DEFAULT\)"):
-        plan_prolog(job([0], 25), whole_node("mps"), live(LiveGpu(0, "GPU-m", 0, 24576, False, compute_mode="PROHIBITED")))
+        plan_prolog(job([0], 25), whole_node("mps"), live(ObservedGpu(0, "GPU-m", 0, 24576, False, compute_mode="PROHIBITED")))
 
 
 def test_exclusive_process_one_daemon_per_user_at_100_with_client_limits():

@@ -27,7 +27,7 @@ from slurm_gpushare.hooks import prolog as prolog_hook
 from slurm_gpushare.gpu.backend import GpuProcess
 from slurm_gpushare.node.epilog import Killer, plan_epilog
 from slurm_gpushare.node.journal import Device, Journal, JournalStore
-from slurm_gpushare.node.live import LiveGpu, LiveState
+from slurm_gpushare.node.observed import ObservedGpu, ObservedState
 from slurm_gpushare.node.mps import MpsControl, answers
 from slurm_gpushare.proc import run
 from tests.unit.hooks_support import FAKE_MPS, FAKES, HookNode, no_scontrol, stop_daemons
@@ -221,9 +221,9 @@ def test_epilog_kills_a_leftover_only_while_its_pid_is_still_the_jobs_process():
     and its pid another process's. That one (not in the job's cgroup) must survive."""
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        gpu = LiveGpu(0, "GPU-x", 0, 24576, False, processes=(GpuProcess(other.pid, 10, None, None),))
+        gpu = ObservedGpu(0, "GPU-x", 0, 24576, False, processes=(GpuProcess(other.pid, 10, None, None),))
         journal = Journal(91, 5, 5, "n", "ready", (Device(0, 0, "GPU-x", "exclusive"),), None, {})
-        actions, problems = plan_epilog(journal, LiveState({0: gpu}, {91: journal}, frozenset(), {other.pid: 91}))
+        actions, problems = plan_epilog(journal, ObservedState({0: gpu}, {91: journal}, frozenset(), {other.pid: 91}))
         kill = [a for a in actions if type(a).__name__ == "KillProcess"]
         assert len(kill) == 1 and not problems
 

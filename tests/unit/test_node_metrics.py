@@ -19,7 +19,7 @@ from slurm_gpushare.hooks import epilog as epilog_hook
 from slurm_gpushare.hooks import prolog as prolog_hook
 from slurm_gpushare.metrics import dcgmjobs, textfile
 from slurm_gpushare.node.journal import JournalStore
-from slurm_gpushare.node.live import LiveGpu
+from slurm_gpushare.node.observed import ObservedGpu
 from slurm_gpushare.node.nodeconfig import GpuSpec
 from slurm_gpushare.policy import build_site
 from tests.unit.hooks_support import ROOT, HookNode, no_scontrol, stop_daemons
@@ -315,11 +315,11 @@ def test_failure_reasons_by_error_class():
 def test_mig_matches_compares_profile_multisets():
     spec = (GpuSpec(0, "mig", "A100-SXM4-40GB", 0, 0, ("3g.20gb", "1g.5gb")), GpuSpec(1, "exclusive", "A100", 0, 0))
     dev = lambda gi, p: MigDevice(f"MIG-{gi}", gi, 0, f"NVIDIA A100-SXM4-40GB MIG {p}", 1)
-    good = LiveGpu(0, "GPU-a", 0, 40960, True, (dev(1, "1g.5gb"), dev(2, "3g.20gb")))
-    drifted = LiveGpu(0, "GPU-a", 0, 40960, True, (dev(1, "1g.5gb"), dev(2, "1g.5gb")))
-    unseen = LiveGpu(0, "GPU-a", 0, 40960, True)
-    off = LiveGpu(0, "GPU-a", 0, 40960, False)
-    whole = LiveGpu(1, "GPU-b", 1, 40960, False)
+    good = ObservedGpu(0, "GPU-a", 0, 40960, True, (dev(1, "1g.5gb"), dev(2, "3g.20gb")))
+    drifted = ObservedGpu(0, "GPU-a", 0, 40960, True, (dev(1, "1g.5gb"), dev(2, "1g.5gb")))
+    unseen = ObservedGpu(0, "GPU-a", 0, 40960, True)
+    off = ObservedGpu(0, "GPU-a", 0, 40960, False)
+    whole = ObservedGpu(1, "GPU-b", 1, 40960, False)
     assert textfile.mig_matches([good, whole], spec) == {0: True}
     assert textfile.mig_matches([drifted], spec) == {0: False}
     assert textfile.mig_matches([unseen], spec) == {}
