@@ -25,15 +25,12 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from ..accounting.usage import GpuConverter
 from ..policy import Site
+from ..slurm import states
 from ..slurm.model import Job, Node
 from ..slurm.sacctmgr import AssocRow
 from ..slurm.sshare import ShareRow
 
 GPU_GRES = ("gpu", "shard", "mps")
-# Node states in which a node takes no new jobs: its free units are not "stranded", they are unavailable.
-UNAVAILABLE = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "FUTURE", "MAINTENANCE",
-                         "NOT_RESPONDING", "UNKNOWN"})
-DRAIN = frozenset({"DRAIN", "DRAINED", "DRAINING"})
 
 
 @dataclass
@@ -264,11 +261,12 @@ def state_text(node: Node) -> str:
 
 
 def is_drained(node: Node) -> bool:
-    return bool(DRAIN & set(node.state))
+    return states.drained(node.state)
 
 
 def available(node: Node) -> bool:
-    return not (UNAVAILABLE & set(node.state))
+    """False when the node takes no new jobs (``slurm.states``): its free units are not stranded but unavailable."""
+    return not states.unavailable(node.state)
 
 
 def node_state(nodes: Iterable[Node]) -> list[Family]:
