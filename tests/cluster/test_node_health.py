@@ -80,6 +80,41 @@ def health(c: TestCluster, node: str) -> tuple[int, str, float]:
     return res.returncode, res.stdout + res.stderr, time.monotonic() - start
 
 
+def slurmd_health_runs(c: TestCluster, node: str, count: int, timeout: float, program: str = "gpushare-node-health") -> int:
+    """Wait on ``node`` until ``count`` runs of the health ``program`` started by its slurmd (an ancestor is the
+    pid in /run/slurmd.pid, so runs by docker exec do not count) have started and ended; their number. The
+    node's processes are polled every 20 ms (a run takes a good part of a second)."""
+    probe = (
+        "import os, sys, time\n"
+        "slurmd = open('/run/slurmd.pid').read().strip()\n"
+        "def parent(pid):\n"
+        "    return open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1]\n"
+        "def by_slurmd(pid):\n"
+        "    for _ in range(8):\n"
+        "        pid = parent(pid)\n"
+        "        if pid == slurmd: return True\n"
+        "        if pid in ('0', '1'): return False\n"
+        "    return False\n"
+        "seen, ended = set(), set()\n"
+        f"end = time.time() + {timeout}\n"
+        f"while time.time() < end and len(ended) < {count}:\n"
+        "    live = set()\n"
+        "    for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "        try:\n"
+        "            cmd = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')\n"
+        f"            if any(part.endswith({program.encode()!r}) for part in cmd[:3]) and by_slurmd(pid):\n"
+        "                live.add(pid)\n"
+        "        except OSError:\n"
+        "            continue\n"
+        "    seen |= live\n"
+        "    ended |= seen - live\n"
+        "    time.sleep(0.02)\n"
+        "print(len(ended))\n"
+    )
+    res = c.exec(node, ["python3", "-c", probe], timeout=timeout + 30)
+    return int(res.stdout.split()[-1])
+
+
 def state(c: TestCluster, node: str) -> dict:
     return c.node_states()[node]
 

@@ -1,7 +1,7 @@
 """The health check heals only what our hooks broke (issue 21 part 4): another script's ``Prolog error`` and
 an admin's drain stay drained.
 
-Its own compose project: etc/small-lab.yaml (the health check on) whose Prolog is a site's own script,
+Its own compose project: etc/small-lab.yaml (the health check on, slurmd's runs every 10 s) whose Prolog is a site's own script,
 ``/usr/local/sbin/site-prolog``, that runs our prolog and then a site check of its own. The check fails
 while ``/etc/site-check-fails`` exists: slurmctld drains the node ``Prolog error`` (as SlurmUser), exactly as
 it does after our prolog fails. Ours finished (its journal was ``ready``) and it is not the only Prolog
@@ -17,20 +17,20 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.cluster.conftest import POLICY, own_cluster, wait_for
-from tests.cluster.test_node_health import drained_state
+from tests.cluster.test_node_health import drained_state, slurmd_health_runs
 from tests.cluster.test_node_runtime import HOOKS, hooks_policy, node_shell, submit
 
 PROJECT = os.environ.get("GPUSHARE_FOREIGN_DRAIN_PROJECT", "gpsh21foreign")
 NODE = "lab-shard01"
 SITE_PROLOG = "/usr/local/sbin/site-prolog"
 HEALTH = "/usr/local/sbin/gpushare-node-health"
+INTERVAL = 10  # slurmd's health runs, every INTERVAL s (the policy's least; bundled: a minute)
 SCRIPT = f"""#!/bin/sh
 # a site's Prolog: gpushare's, then the site's own check
 {HOOKS['prolog']} || exit $?
@@ -43,7 +43,8 @@ def site_policy(path: Path) -> Path:
     hooks_policy(path)
     raw = yaml.safe_load(path.read_text())
     raw["cluster"]["hooks"]["prolog"] = SITE_PROLOG
-    raw["cluster"]["health"] = yaml.safe_load(POLICY.read_text())["cluster"]["health"]  # as bundled: every minute
+    raw["cluster"]["health"] = yaml.safe_load(POLICY.read_text())["cluster"]["health"]  # as bundled, but for
+    raw["cluster"]["health"]["interval"] = INTERVAL  # the interval: slurmd's own runs are waited for below
     path.write_text("# small-lab.yaml with a site Prolog around gpushare's (tests/cluster/hostile/test_foreign_drain.py)\n"
                     + yaml.safe_dump(raw, sort_keys=False))
     return path
@@ -78,12 +79,13 @@ def test_another_scripts_prolog_error_and_an_admin_drain_are_left_drained(site_l
         assert s["reason"] == "Prolog error", s
         out = health(c)
         assert "not attributed to the gpushare prolog" in out and "resume" not in out, out
-        # slurmd's own runs (every 60 s) too: wait past two of them
-        time.sleep(130)
+        # slurmd's own runs too: two of them, seen start and end on the node
+        runs = slurmd_health_runs(c, NODE, 2, timeout=6 * INTERVAL)
+        assert runs >= 2, f"{runs} of slurmd's health runs on {NODE} in {6 * INTERVAL} s"
         s = state(c)
         assert "DRAIN" in s["state"] and s["reason"] == "Prolog error", s
         print(f"\n{NODE} drained 'Prolog error' by the site's own check; health: {out.strip().splitlines()[-1]}; "
-              f"after two of slurmd's health runs: {s['state']}")
+              f"after {runs} of slurmd's health runs: {s['state']}")
         # an admin's drain is left alone too, its reason kept
         c.scontrol("update", f"nodename={NODE}", "state=resume")
         node_shell(c, NODE, "rm -f /etc/site-check-fails")

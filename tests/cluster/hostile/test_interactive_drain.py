@@ -24,6 +24,7 @@ from tests.cluster.test_node_runtime import FAKE, node_shell
 NODE = "lab-excl01"
 USER, ACCOUNT = "carol", "biology"
 THRESHOLD = 5
+RUNS = 3
 
 
 def drained(c) -> bool:
@@ -44,7 +45,21 @@ def name_the_node_as_its_host(c) -> None:
     c.exec("slurmctld", ["bash", "-c", f"cp /etc/hosts /tmp/hosts.orig; {{ echo '{ip} {NODE}'; cat /tmp/hosts.orig; }} "
                          "> /etc/hosts"])
     assert c.exec("slurmctld", ["getent", "hosts", ip]).stdout.split()[1:2] == [NODE]
-    time.sleep(65)  # slurmctld caches the names of addresses for a minute (getnameinfo cache, Slurm 24.11)
+    # slurmctld caches the names of addresses for a minute (getnameinfo cache, Slurm 24.11): a name it cached
+    # before the change holds until then, one it had not looked up is the new one at once
+    wait_for(f"slurmctld to name {ip} {NODE}", lambda: submit_host(c) == NODE, 90, every=2)
+
+
+def submit_host(c) -> str:
+    """The host slurmctld names for a request from the node: a held batch job's AllocNode (the same lookup of the
+    peer's address as for salloc's request), the job cancelled at once."""
+    job = node_shell(c, NODE, f"su -s /bin/bash {USER} -c 'sbatch --parsable -H -A {ACCOUNT} -J name-probe "
+                              "-o /dev/null --wrap true'").stdout.strip().split(";")[0]
+    try:
+        host = c.job(int(job)).get("AllocNode:Sid", "").split(":")[0]
+    finally:
+        c.slurm(["scancel", job], check=False)
+    return host
 
 
 def test_an_salloc_job_from_the_node_held_past_the_threshold_never_drains_it(cluster):
@@ -55,15 +70,16 @@ def test_an_salloc_job_from_the_node_held_past_the_threshold_never_drains_it(clu
     node_shell(c, NODE, f"su -s /bin/bash {USER} -c 'setsid nohup salloc -Q -A {ACCOUNT} -w {NODE} "
                         "--gres=gpu:l40s:1 -J interactive-on-node sleep 240 </dev/null >/tmp/salloc.out 2>&1 &'")
     job = wait_for("the salloc job to run", lambda: salloc_job(c), 120)
+    running = time.monotonic()
     try:
         fields = c.slurm(["squeue", "-h", "-j", str(job), "--Format", "BatchHost:|,BatchFlag:"]).stdout.strip()
         assert fields == f"{NODE}|0", fields  # the premise: batch host = this node, no batch script
         health = ["gpushare", "node", "health", "--policy", "/etc/gpushare/policy.yaml", "--node", NODE,
                   "--fake-nvml", FAKE, "--lost-after", str(THRESHOLD)]
         outputs = []
-        started = time.monotonic()
-        while time.monotonic() - started < 3 * THRESHOLD + 20:  # several runs, each past the threshold
-            time.sleep(THRESHOLD + 1)
+        # the job has run since before `running`: past the threshold from THRESHOLD + 1 s after it
+        time.sleep(max(0.0, running + THRESHOLD + 1 - time.monotonic()))
+        for _ in range(RUNS):  # several runs, each past the threshold
             res = c.exec(NODE, health, check=False, timeout=120)
             outputs.append(res.stdout + res.stderr)
             assert res.returncode == 0, outputs[-1]

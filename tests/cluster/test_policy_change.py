@@ -1,6 +1,7 @@
 """A policy change re-rendered into the running cluster is picked up, and no node is left drained.
 
-Runs last (file name): it changes the live configuration, then restores it.
+On the shared cluster, in any order: the test puts the bundled policy back and waits until the cluster is as
+before (four shards registered, every node idle, none drained) whether it passed or failed.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def test_replicas_change_is_picked_up(cluster):
                 for _ in range(2)]
         assert all(cluster.wait(j)["State"] == "COMPLETED" for j in jobs)
     finally:
+        # the shared cluster as the other modules expect it, also after a failure above
         cluster.reconfigure(cluster.site)
-    _wait_shards(cluster, 4)
-    cluster.wait_idle(timeout=120)
+        _wait_shards(cluster, 4)
+        cluster.wait_idle(timeout=120)
