@@ -47,6 +47,7 @@ from hostlist import collect_hostlist, expand_hostlist as expand_nodes
 
 from ..errors import PolicyError
 from ..policy import Site, build_site
+from ..policy.groups import gpus_value
 from ..policy.billing import gpu_weight
 from .demand import Demand, format_demand, pack_estimate
 from .layouts import compact_types, pack, slices_needed
@@ -197,10 +198,6 @@ def _split_group(spec: dict, parts: list[tuple[str, list[str], list[dict]]]) -> 
     return out
 
 
-def _span(lo: int, hi: int):
-    return lo if hi - lo == 1 else f"{lo}-{hi - 1}"
-
-
 def _mig_sharing(layouts: list[tuple[str, ...]], gpus: int) -> list[dict]:
     """One node's sharing entries for its GPUs' layouts (runs of equal layouts merged)."""
     out, i = [], 0
@@ -208,7 +205,7 @@ def _mig_sharing(layouts: list[tuple[str, ...]], gpus: int) -> list[dict]:
         j = i
         while j < gpus and layouts[j] == layouts[i]:
             j += 1
-        out.append({"gpus": _span(i, j), "mode": "mig", "layout": list(layouts[i])})
+        out.append({"gpus": gpus_value(range(i, j)), "mode": "mig", "layout": list(layouts[i])})
         i = j
     return out
 
@@ -304,7 +301,7 @@ def _fmt(w: float) -> str:
 
 
 def _gpu_range(n: int):
-    return _span(0, n)
+    return gpus_value(range(0, n))
 
 
 def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, isolate: Sequence[str] = (),

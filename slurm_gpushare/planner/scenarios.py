@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..policy import Site, build_site
+from ..policy.groups import gpus_value
 from .demand import Demand, from_pods
 from .frompolicy import Router, sim_cluster
 from .plan import PlanResult, plan
@@ -120,7 +121,7 @@ def uniform_raw(cluster: SimCluster, scenario: str = "S1") -> dict:
         nodes = expand_hostlist(g["nodes"])
         half = (len(nodes) + 1) // 2
         m = {**g, "name": g["name"] + "-mig", "nodes": collect_hostlist(nodes[:half]),
-             "sharing": [{"gpus": _span(0, g["gpu"]["count"]), "mode": "mig", "layout": "all-balanced"}]}
+             "sharing": [{"gpus": gpus_value(range(0, g["gpu"]["count"])), "mode": "mig", "layout": "all-balanced"}]}
         groups.append(m)
         mig.append(m["name"])
         if nodes[half:]:
@@ -131,10 +132,6 @@ def uniform_raw(cluster: SimCluster, scenario: str = "S1") -> dict:
     match = {"gres": "mps", **({"qos": ["LS"]} if scenario == "S3" else {})}
     raw["submission"] = {"routes": [{"match": match, "tiers": ["mig", "gpu"], "round_to": "mig"}]}
     return raw
-
-
-def _span(lo: int, hi: int) -> str | int:
-    return lo if hi - lo == 1 else f"{lo}-{hi - 1}"
 
 
 def planned(cluster: SimCluster, pods: Sequence[Pod], scenario: str = "S1",

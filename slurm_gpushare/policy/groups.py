@@ -8,6 +8,7 @@ checked, so one run reports everything.
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
 import hostlist
 
@@ -158,6 +159,26 @@ def parse_indexes(value: str | int, count: int) -> list[int]:
             f"GPU index {out_of_range[0]} is out of range: this group has {count} GPU(s), indexes 0-{count - 1}"
         )
     return indexes
+
+
+def format_indexes(indexes: Iterable[int]) -> str:
+    """GPU indexes as ``parse_indexes`` reads them: sorted, consecutive runs joined ([0, 1, 2, 5] -> '0-2,5')."""
+    ordered = sorted(set(indexes))
+    if not ordered:
+        raise ValueError("no GPU indexes to write: a sharing entry names at least one GPU")
+    runs: list[str] = []
+    start = ordered[0]
+    for a, b in zip(ordered, [*ordered[1:], None]):
+        if b != a + 1:
+            runs.append(f"{start}-{a}" if a != start else f"{a}")
+            start = b
+    return ",".join(runs)
+
+
+def gpus_value(indexes: Iterable[int]) -> int | str:
+    """A sharing entry's ``gpus:`` as a policy file writes it: one GPU as a number (3), more as text ("0-2,5")."""
+    text = format_indexes(indexes)
+    return int(text) if text.isdigit() else text
 
 
 def _resolve_sharing(sharing: Sharing, path, count, model: GpuModel, slots, problems) -> None:

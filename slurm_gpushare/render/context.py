@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..policy import Group, Site, TierView
+from ..policy.groups import format_indexes
 
 
 
@@ -160,12 +161,8 @@ def describe(group: Group) -> str:
             runs[-1][1].append(slot.index)
         else:
             runs.append((what, [slot.index]))
-    parts = [f"{_span(ix)} {what}" for what, ix in runs]
+    parts = [f"{format_indexes(ix)} {what}" for what, ix in runs]
     return f"{len(group.gpus)} x {group.model.name} ({'; '.join(parts)})"
-
-
-def _span(indexes: list[int]) -> str:
-    return str(indexes[0]) if len(indexes) == 1 else f"{indexes[0]}-{indexes[-1]}"
 
 
 def _slot_text(slot) -> str:

@@ -6,6 +6,7 @@ import pytest
 
 from slurm_gpushare.errors import PolicyError
 from slurm_gpushare.policy import build_site, load_bytes
+from slurm_gpushare.policy.groups import format_indexes, gpus_value, parse_indexes
 
 
 def problems(raw, **kw) -> list[str]:
@@ -179,6 +180,31 @@ def test_gpu_index_out_of_range(policy, gpus):
 def test_gpu_index_malformed(policy, gpus):
     policy["node_groups"][0]["sharing"][0]["gpus"] = gpus
     one(policy, "node_groups[0].sharing[0].gpus", "")
+
+
+@pytest.mark.parametrize("indexes, text", [
+    ([0], "0"), ([3], "3"), ([0, 1], "0-1"), ([0, 1, 2, 3], "0-3"), ([4, 5], "4-5"), ([0, 2], "0,2"),
+    ([0, 1, 2, 5], "0-2,5"), ([1, 3, 4, 5, 7], "1,3-5,7"), ([5, 0, 1], "0-1,5"), ([2, 2, 3], "2-3"),
+])
+def test_format_indexes_is_the_inverse_of_parse_indexes(indexes, text):
+    assert format_indexes(indexes) == text
+    assert parse_indexes(text, 8) == sorted(set(indexes))
+    assert format_indexes(parse_indexes(text, 8)) == text
+
+
+def test_every_index_set_of_a_small_group_round_trips():
+    from itertools import combinations
+
+    for n in range(1, 7):
+        for chosen in combinations(range(6), n):
+            assert parse_indexes(format_indexes(chosen), 6) == list(chosen)
+
+
+def test_gpus_value_writes_one_gpu_as_a_number():
+    assert gpus_value([3]) == 3 and gpus_value(range(0, 1)) == 0
+    assert gpus_value(range(0, 4)) == "0-3" and gpus_value([0, 2]) == "0,2"
+    with pytest.raises(ValueError, match="at least one GPU"):
+        format_indexes([])
 
 
 def test_gpu_covered_twice(policy):
