@@ -35,8 +35,8 @@ GRES inside the node:
 Node features (--constraint): a node is a candidate only when its features
 satisfy the job's constraint (src/slurmctld/node_scheduler.c filters the
 nodes by the job's feature list before node choice); the constraint is read
-as job_submit reads it (submit/constraint.py: '|' any of the names, '&' all
-of them; an expression mixing both is not modelled and refused here).
+as Slurm and job_submit read it (slurm/constraint.py: '|' any of the names, '&'
+all of them; an expression mixing both is not modelled and refused here).
 
 Several partitions: tried by PriorityTier, highest first (equal tiers in the order the request lists them), the first
 that can start the job wins. What the model leaves out is listed in the
@@ -52,7 +52,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..submit import constraint
+from ..slurm.constraint import parse as parse_constraint
 from .cluster import GPU_MILLI, Pod, Router, SimCluster, SimGpu, SlurmRequest
 
 LL_SHARED_GRES = "LL_SHARED_GRES"
@@ -164,8 +164,8 @@ class SlurmState:
     def _feature_mask(self, text: str) -> np.ndarray:
         mask = self._feature_masks.get(text)
         if mask is None:
-            con = constraint.read(text)
-            if con is None or not con.op:
+            con = parse_constraint(text)
+            if not con.op:
                 raise ValueError(f"constraint {text!r} is not modelled: names joined by '|' or by '&' only")
             mask = self._feature_masks[text] = np.array([con.allows(f) for f in self.features], dtype=bool)
         return mask

@@ -1,60 +1,22 @@
 """A job's ``--constraint`` (job_submit's ``features``) as far as the submission rules read it. Pure.
 
-Every node carries its GPU model's feature (the model's Slurm type, e.g.
-``a30``) beside the policy's own features (``policy.Group.features``), so a
-job that may run on any of several GPU models asks ``--constraint=a30|l40s``:
-Slurm (24.11 src/slurmctld/job_scheduler.c ``_feature_string2list``) reads
-feature names joined by ``&`` (and) and ``|`` (or), grouped by ``( )`` and
-``[ ]``, a name optionally followed by ``*count``; it refuses a name no node
-has (``_valid_feature_list``) and compares names case-sensitively.
-
-What the rules take from it, here and in job_submit.lua alike:
-
-- the names (the text split at ``& | ( ) [ ]``, a ``*count`` dropped; empty
-  pieces skipped, Slurm refuses those itself);
-- which node groups it allows: with only ``|`` (or a single name) a group
-  having any of the names, with only ``&`` a group having all of them. An
-  expression mixing ``&`` and ``|`` is not read: every group is allowed and
-  Slurm alone applies it. Brackets and counts ask how several nodes match
-  each other; one node of an allowed group still has one of the names, so
-  they do not change which groups are allowed.
-
-A text longer than ``MAX_LEN`` is not read either (the rules stay bounded).
+The expression's syntax and what it allows are Slurm's (``slurm/constraint.py``:
+names joined by '|' or by '&'; an expression mixing both is not read, every
+node group is allowed and Slurm alone applies it). The submission rules add
+one bound: a text longer than ``MAX_LEN`` is not read either (the rules stay
+bounded), as in job_submit.lua.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
+from ..slurm.constraint import Constraint, parse
 from .tables import MAX_LEN
 
-_SPLIT = re.compile(r"[&|()\[\]]")
-_COUNT = re.compile(r"\*[0-9]*\Z")
-
-
-@dataclass(frozen=True)
-class Constraint:
-    """The names of a constraint and how they combine: '|' (any, also for one name), '&' (all), '' (not read)."""
-
-    text: str
-    names: tuple[str, ...]
-    op: str
-
-    def allows(self, features) -> bool:
-        """Whether a node with these features can satisfy the constraint (always, when it is not read)."""
-        if self.op == "|":
-            return any(n in features for n in self.names)
-        if self.op == "&":
-            return all(n in features for n in self.names)
-        return True
+__all__ = ["Constraint", "read"]
 
 
 def read(text: str | None) -> Constraint | None:
     """The constraint of a job, None when it has none (absent or empty) or it is too long to read."""
     if not isinstance(text, str) or text == "" or len(text.encode("utf-8")) > MAX_LEN:
         return None
-    names = tuple(dict.fromkeys(n for piece in _SPLIT.split(text) if (n := _COUNT.sub("", piece))))
-    ands, ors = "&" in text, "|" in text
-    op = "" if ands and ors else "&" if ands else "|"
-    return Constraint(text, names, op)
+    return parse(text)
