@@ -23,10 +23,11 @@ without that column (``access`` None) plans no QOS access.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from ..policy import Site
 from ..policy.billing import fmt
+from ..slurm.interface import SlurmClient
 from ..slurm.sacctmgr import ACCESS_FORMAT, SACCTMGR, AssocRow, QosRow, access_argv, parse_access  # noqa: F401
 
 MANAGED_TRES = ("gres/gpu", "gres/mps", "gres/shard")
@@ -52,7 +53,7 @@ class Current:
         return cls(accounts, users, {q.name: q for q in qos}, access)
 
 
-def read_current(client, cluster: str) -> Current:
+def read_current(client: SlurmClient | Callable[..., object], cluster: str) -> Current:
     """The current state from slurmdbd, QOS access included, through the Slurm client (``slurm.client``;
     a bare Runner is wrapped in the CLI client)."""
     from ..slurm.client import as_client

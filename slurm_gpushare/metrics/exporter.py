@@ -32,6 +32,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from ..policy import Site
 from ..proc import CommandError, Result
+from ..slurm.interface import SlurmClient
 from . import collect
 from .defaults import DEFAULT_LISTEN, DEFAULT_PORT, DEFAULT_TIMEOUT
 from .webconfig import BasicAuth, RateLimit, TlsConfig, WebConfig, peer_allowed
@@ -43,7 +44,7 @@ log = logging.getLogger("gpushare.exporter")
 class SlurmCollector:
     """Collector over a Slurm client (``slurm.client.make_client``) and the loaded site policy."""
 
-    def __init__(self, client, site: Site, *, clock: Callable[[], float] = time.time,
+    def __init__(self, client: SlurmClient, site: Site, *, clock: Callable[[], float] = time.time,
                  timer: Callable[[], float] = time.perf_counter):
         self.client, self.site, self.clock, self.timer = client, site, clock, timer
         self.metrics = collect.SiteMetrics(site)

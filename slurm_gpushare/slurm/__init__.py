@@ -16,7 +16,7 @@ _NAMES = {
     "FileSource": "sacct", "JobRecord": "sacct", "JobSource": "sacct", "PyslurmSource": "sacct",
     "SacctSource": "sacct", "parse_json": "sacct", "parse_parsable2": "sacct", "ShareRow": "sshare",
     "CliClient": "client", "make_client": "client", "Job": "model", "Node": "model", "Partition": "model",
-    "GresUse": "model",
+    "GresUse": "model", "SlurmClient": "interface",
 }
 
 __all__ = sorted(_NAMES)

@@ -31,6 +31,7 @@ from typing import Iterator, Sequence
 from ..proc import Runner, run
 from . import commands
 from .cli_backend import CliClient, SlurmClientError, as_client  # noqa: F401  (the interface's names)
+from .interface import SlurmClient
 from .model import gres_from_tres
 
 BACKENDS = ("cli", "pyslurm", "auto")
@@ -39,7 +40,7 @@ BACKEND_ENV = "GPUSHARE_SLURM_BACKEND"
 
 # ---- the normalised view (`gpushare slurm dump`) ---------------------------------------------------
 
-def dump(client, *, cluster: str | None = None, usage_window: tuple[float, float] | None = None,
+def dump(client: SlurmClient, *, cluster: str | None = None, usage_window: tuple[float, float] | None = None,
          parts: Sequence[str] = ("jobs", "nodes", "partitions", "associations", "usage")) -> dict:
     """The client's view as plain JSON-able data, sorted, so two backends can be compared with ==.
     ``job-summaries`` (not in the default parts): the jobs as pollers read them (``job_summaries``)."""
@@ -68,7 +69,7 @@ def dump(client, *, cluster: str | None = None, usage_window: tuple[float, float
 
 # ---- choosing a backend -----------------------------------------------------------------------
 
-def make_client(backend: str | None = None, runner: Runner = run, environ=None):
+def make_client(backend: str | None = None, runner: Runner = run, environ=None) -> SlurmClient:
     """The client for ``backend`` ('cli', 'pyslurm', 'auto'; None: $GPUSHARE_SLURM_BACKEND, else 'cli')."""
     environ = os.environ if environ is None else environ
     choice = (backend or environ.get(BACKEND_ENV) or "cli").lower()
