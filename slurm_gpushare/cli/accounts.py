@@ -13,7 +13,7 @@ from ..accounting.tenants import Current, plan, unmanaged
 from ..errors import GpushareError
 from ..policy import load_file
 from ..slurm import sacctmgr
-from .usage import get_runner
+from .common import get_runner
 
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 _POLICY = click.argument("policy", type=_FILE)

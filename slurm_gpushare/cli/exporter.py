@@ -13,7 +13,7 @@ from ..policy import load_file
 from ..metrics.defaults import DEFAULT_INTERVAL, DEFAULT_LISTEN, DEFAULT_TIMEOUT
 from ..slurm.cli_backend import SlurmClientError
 from ..slurm.client import make_client
-from .usage import SLURM_BACKEND, _obj, get_runner
+from .common import SLURM_BACKEND, context_obj, get_runner
 
 _POLICY = click.Path(exists=True, dir_okay=False, path_type=Path)
 
@@ -84,7 +84,7 @@ def exporter(ctx, policy, listen, listen_old, web_config, read_interval, slurm_t
         raise click.BadParameter(str(exc), param_hint=option) from None
     web = webconfig.load(web_config) if web_config else None
     site = load_file(policy)
-    obj = _obj(ctx)
+    obj = context_obj(ctx)
     timeouts = CommandTimeouts(get_runner(ctx), slurm_timeout)
     client = make_client(ctx.meta.get("gpushare.slurm_backend"), timeouts)
     collector = SlurmCollector(client, site, clock=obj.get("clock", time.time))

@@ -22,7 +22,7 @@ def apply_live(ctx: click.Context, policy_path: Path, every: float | None, as_js
     from ..errors import GpushareError
     from ..live.apply import LiveApply
     from ..slurm.reservations import Reservations
-    from .usage import get_client, get_now, get_runner
+    from .common import get_client, get_now, get_runner
 
     runner = get_runner(ctx)
     kw = {"node_config": node_config} if node_config else {}

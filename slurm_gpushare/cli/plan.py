@@ -13,7 +13,7 @@ from ..errors import GpushareError
 from ..planner.demand import Demand, DemandError, Units, format_demand, from_job_records, from_openb, from_squeue_json
 from ..policy import Site, load_file
 from ..policy.load import parse_yaml
-from .usage import SLURM_BACKEND
+from .common import SLURM_BACKEND
 
 FORMS = "openb:FILE.csv, sacct:FILE (recorded sacct --json or --parsable2), squeue:FILE (squeue --json), sacct:live"
 
@@ -54,7 +54,7 @@ def read_demand(source: str, site: Site, ctx: click.Context | None = None, days:
 
 def _sacct_live(ctx, site: Site, days: float) -> Demand:
     from ..slurm.sacct import SacctSource
-    from .usage import get_now, get_runner
+    from .common import get_now, get_runner
 
     until = get_now(ctx)
     records = SacctSource(get_runner(ctx)).records(until - days * 86400, until)
@@ -99,7 +99,7 @@ def live_plan(ctx: click.Context, policy_path: Path):
     """Read Slurm through the client and plan: (site, document, policy path, snapshot, LivePlan). The report
     (`plan --live`) prints it; the apply side (--apply/--every) acts on it."""
     from ..live.plan import plan_live, snapshot_from_client
-    from .usage import get_client, get_now
+    from .common import get_client, get_now
 
     site, doc, path = live_policy(policy_path)
     client, now = get_client(ctx), get_now(ctx)

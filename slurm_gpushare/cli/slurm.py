@@ -6,7 +6,7 @@ import json
 
 import click
 
-from .usage import SLURM_BACKEND, get_client, get_now, parse_when
+from .common import SLURM_BACKEND, get_client, get_now, parse_when
 
 PARTS = ("jobs", "nodes", "partitions", "associations", "usage")
 CHOICES = PARTS + ("job-summaries",)  # only when asked: the jobs as the exporter reads them (no device indexes)

@@ -8,14 +8,12 @@ same report runs offline. Thin: parse options, call accounting, print.
 from __future__ import annotations
 
 import re
-import time
-from datetime import datetime, timezone, tzinfo
+from datetime import datetime
 from pathlib import Path
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
 
-from .. import examples, proc
+from .. import examples
 from ..accounting import fairtree, report
 from ..accounting.timeline import BucketError, Timeline, parse_bucket
 from ..accounting.usage import aggregate
@@ -24,73 +22,9 @@ from ..policy import Site, load_file
 from ..slurm import sshare
 from ..slurm.parsable import SlurmParseError, parse_duration
 from ..slurm.sacct import FileSource
+from .common import SLURM_BACKEND, get_client, get_now, parse_when, zone
 
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
-
-
-def _obj(ctx: click.Context) -> dict:
-    obj = ctx.find_root().obj
-    return obj if isinstance(obj, dict) else {}
-
-
-def get_runner(ctx: click.Context) -> proc.Runner:
-    """The subprocess runner: the real one unless the caller (a test) put another in ctx.obj."""
-    return _obj(ctx).get("runner", proc.run)
-
-
-def _remember_backend(ctx: click.Context, _param, value):
-    if value is not None:
-        ctx.meta["gpushare.slurm_backend"] = value
-    return value
-
-
-SLURM_BACKEND = click.option(
-    "--slurm-backend", type=click.Choice(["cli", "pyslurm", "auto"]), expose_value=False, callback=_remember_backend,
-    help="How to read Slurm: cli (its commands, the default), pyslurm (libslurm; must match this Slurm), "
-         "auto (pyslurm when it imports here). Default: $GPUSHARE_SLURM_BACKEND, else cli.")
-
-
-def get_client(ctx: click.Context):
-    """The Slurm client of --slurm-backend (or $GPUSHARE_SLURM_BACKEND), over the runner."""
-    from ..slurm.client import make_client
-
-    return make_client(ctx.meta.get("gpushare.slurm_backend"), get_runner(ctx))
-
-
-def get_now(ctx: click.Context) -> float:
-    return _obj(ctx).get("clock", time.time)()
-
-
-def zone(name: str | None) -> tzinfo | None:
-    """--tz: the zone naive times are in (recorded files, --since/--until); None is this host's."""
-    if name is None:
-        return None
-    if name.upper() in ("UTC", "Z"):
-        return timezone.utc
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise GpushareError(f"--tz {name!r} is not a time zone; use e.g. UTC or Europe/Berlin") from None
-
-
-_AGO = re.compile(r"^(\d+(?:\.\d+)?)([dhm])$")
-
-
-def parse_when(text: str, now: float, tz: tzinfo | None = None) -> float:
-    """``now``, ``7d`` / ``12h`` / ``30m`` before now, or an ISO date or time (naive: in ``tz``)."""
-    text = text.strip()
-    if text == "now":
-        return now
-    m = _AGO.match(text)
-    if m:
-        return now - float(m[1]) * {"d": 86400, "h": 3600, "m": 60}[m[2]]
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise GpushareError(f"{text!r} is not a time: use now, 7d, 12h, 30m, 2025-03-01 or 2025-03-01T08:00") from None
-    if when.tzinfo is None and tz is not None:
-        when = when.replace(tzinfo=tz)
-    return when.timestamp()
 
 
 def _window(ctx, since: str, until: str, tz) -> tuple[float, float]:
