@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import stat  # loaded by os already: free
 from contextlib import contextmanager
-from pathlib import Path
+
+if False:  # typing only: pathlib costs a hook ~17 M instructions (it imports re, urllib.parse, fnmatch)
+    from pathlib import Path
 
 
 def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
@@ -18,8 +20,9 @@ def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
     The mode is set on the open descriptor (``fchmod``), not by name: a name swapped for a link between the
     write and the chmod would lend the mode to the link's target. Before the rename the name must still be
     the file written (same device and inode, not a link), else nothing is renamed and OSError says why."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = os.fspath(path)
+    parent = os.path.dirname(path) or "."
+    os.makedirs(parent, exist_ok=True)
     fd, tmp = _create_temp(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -32,7 +35,7 @@ def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
     except BaseException:
         _remove_temp(tmp)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    dir_fd = os.open(parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
@@ -80,12 +83,13 @@ def _kind(mode: int) -> str:
     return "a symbolic link" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode) else "another file"
 
 
-def _create_temp(path: Path) -> tuple[int, str]:
+def _create_temp(path: str) -> tuple[int, str]:
     """A new file next to ``path``, as tempfile.mkstemp makes it (O_EXCL, O_NOFOLLOW, mode 0600, a random
     name), without importing tempfile: the node hooks write journals on every job."""
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     for _ in range(100):
-        tmp = os.path.join(path.parent, f".{path.name}.{os.urandom(6).hex()}")
+        parent, name = os.path.split(path)
+        tmp = os.path.join(parent or ".", f".{name}.{os.urandom(6).hex()}")
         try:
             return os.open(tmp, flags, 0o600), tmp
         except FileExistsError:
@@ -98,7 +102,8 @@ def flocked(lock_file: Path):
     """Hold an exclusive flock on ``lock_file`` (created 0600, its directory too) for the ``with`` block."""
     import fcntl
 
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    lock_file = os.fspath(lock_file)
+    os.makedirs(os.path.dirname(lock_file) or ".", exist_ok=True)
     fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

@@ -15,7 +15,7 @@ caller-allocated arrays; MIG devices by index up to the max count.
 from __future__ import annotations
 
 import ctypes
-from pathlib import Path
+import os
 
 from ..errors import GpushareError
 from ..records import dataclass
@@ -23,6 +23,7 @@ from .migminors import MIG_MINORS
 
 TYPE_CHECKING = False  # typing costs every node hook a few ms at start-up: for type checkers only
 if TYPE_CHECKING:
+    from pathlib import Path  # not at run time: pathlib costs every node hook ~17 M instructions
     from typing import Self
 
 # NVML_ERROR_* codes the backend reacts to or names (values: NVML-H / pynvml).
@@ -152,9 +153,9 @@ class NvmlBackend:
     (the fake keeps its own next to its state file).
     """
 
-    def __init__(self, nvml, mig_minors_path: Path = MIG_MINORS):
+    def __init__(self, nvml, mig_minors_path: str | Path = MIG_MINORS):
         self._nvml = nvml
-        self.mig_minors_path = Path(mig_minors_path)
+        self.mig_minors_path = mig_minors_path
         self._handles: dict[int, object] = {}
         self._uuids: dict[int, str] = {}
         self._open = False
@@ -458,9 +459,9 @@ def open_backend(fake_state: str | Path | None) -> NvmlBackend:
     from .fakenvml import FakeNvml
 
     fake = FakeNvml(fake_state)
-    if not fake.state_path.is_file():
-        raise GpuError("open fake NVML", detail=f"state file {fake.state_path} does not exist; create it with `gpushare node fake-nvml init`")
-    return NvmlBackend(fake, mig_minors_path=fake.mig_minors_path).init()
+    if not os.path.isfile(fake.state_file):
+        raise GpuError("open fake NVML", detail=f"state file {fake.state_file} does not exist; create it with `gpushare node fake-nvml init`")
+    return NvmlBackend(fake, mig_minors_path=fake.mig_minors_file).init()
 
 
 def _import_pynvml():

@@ -31,7 +31,6 @@ import json
 import os
 import sys
 from contextlib import contextmanager
-from pathlib import Path
 
 from ..atomic import atomic_write
 from ..errors import GpushareError
@@ -41,6 +40,7 @@ from .migminors import mig_minors_text
 
 TYPE_CHECKING = False  # typing costs every node hook a few ms at start-up: for type checkers only
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import ClassVar
 
 # ---- constants: names and values as in pynvml (NVML-H) ----------------------
@@ -487,8 +487,9 @@ class FakeNvml:
 
     def __init__(self, state_path: str | os.PathLike, euid: int | None = None):
         """``euid``: the effective uid root-only calls are judged by (default: this process's, read per call)."""
-        self.state_path = Path(state_path)
-        self._lock_path = self.state_path.with_name(self.state_path.name + ".lock")
+        self.state_file = os.fspath(state_path)  # str, and pathlib imported only when asked: the hooks open a fake
+        self.mig_minors_file = self.state_file + ".mig-minors"  # on every job, and pathlib costs them ~17 M instructions
+        self._lock_path = self.state_file + ".lock"
         self._inits = 0
         self._euid = euid
 
@@ -498,9 +499,17 @@ class FakeNvml:
         raise NotImplementedError(f"fake NVML does not implement {name}")
 
     @property
+    def state_path(self) -> Path:
+        from pathlib import Path
+
+        return Path(self.state_file)
+
+    @property
     def mig_minors_path(self) -> Path:
         """Where this fake's /proc/driver/nvidia-caps/mig-minors lives (next to the state)."""
-        return self.state_path.with_name(self.state_path.name + ".mig-minors")
+        from pathlib import Path
+
+        return Path(self.mig_minors_file)
 
     # ---- builder and helpers -------------------------------------------------
 
@@ -539,7 +548,7 @@ class FakeNvml:
                 gpu["processes"] = [p for p in gpu["processes"] if p["pid"] != pid]
                 found = found or len(gpu["processes"]) != before
             if not found:
-                raise FakeNvmlError(f"fake NVML {self.state_path}: no process {pid} on any GPU")
+                raise FakeNvmlError(f"fake NVML {self.state_file}: no process {pid} on any GPU")
 
     def set_mig_mode(self, index: int, current: bool, pending: bool | None = None) -> None:
         """What an admin's `nvidia-smi -mig` would leave behind (the suite never does this)."""
@@ -576,23 +585,24 @@ class FakeNvml:
             state = {} if fresh else self._load()
             yield state
             if write:
-                _write_json(self.state_path, state)
+                _write_json(self.state_file, state)
 
     def _open_lock(self, write: bool):
         """Readers open the lock read-only, so an unprivileged process (a task
         prolog) can share a root-written state; flock does not need write access."""
-        if write or not self._lock_path.exists():
+        if write or not os.path.exists(self._lock_path):
             fd = os.open(self._lock_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             return os.fdopen(fd, "a", encoding="utf-8")
         return open(self._lock_path, encoding="utf-8")
 
     def _load(self) -> dict:
         try:
-            state = json.loads(self.state_path.read_text(encoding="utf-8"))
+            with open(self.state_file, encoding="utf-8") as fh:
+                state = json.loads(fh.read())
         except FileNotFoundError:
-            raise FakeNvmlError(f"fake NVML state {self.state_path} does not exist; create it with `gpushare node fake-nvml init`") from None
+            raise FakeNvmlError(f"fake NVML state {self.state_file} does not exist; create it with `gpushare node fake-nvml init`") from None
         if state.get("format") != STATE_FORMAT:
-            raise FakeNvmlError(f"{self.state_path} is not a fake NVML state ({STATE_FORMAT})")
+            raise FakeNvmlError(f"{self.state_file} is not a fake NVML state ({STATE_FORMAT})")
         return state
 
     @contextmanager
@@ -652,7 +662,7 @@ class FakeNvml:
         return self.nvmlInitWithFlags(0)
 
     def nvmlInitWithFlags(self, flags):
-        if not self.state_path.exists():
+        if not os.path.exists(self.state_file):
             _fail(NVML_ERROR_DRIVER_NOT_LOADED)
         self._inits += 1
 
@@ -1169,6 +1179,8 @@ def _limits_struct(limits, cls):
 
 def _cgroup_path(state: dict, name) -> str:
     """nameSpace: the full path of a cgroup directory under the cgroup v2 mount; anything else INVALID_ARGUMENT."""
+    from pathlib import Path
+
     root = Path(state.get("cgroup_root", DEFAULT_CGROUP_ROOT))
     path = Path(name) if isinstance(name, str) and name else None
     if path is None or not path.is_absolute() or ".." in path.parts or root not in (path, *path.parents):
