@@ -5,7 +5,7 @@
     python bench/placement.py --planner-only 3 [--scenarios S1,S2,S3]   # the planner's own time and memory
 
 --workload runs the scenarios on one pod list of the paper's published family
-(default, cpu050 ... multigpu50; planner/trace.py WORKLOADS) or on any openb
+(default, cpu050 ... multigpu50; sim/trace.py WORKLOADS) or on any openb
 pod list file (.csv or .csv.gz); published figures are shown when the paper
 published some for it. --family runs S1 on every workload of the family (or
 those --workloads names) and prints, per workload, the published FGD and
@@ -31,9 +31,8 @@ Scenarios (issue 13): S1 the trace as it is, fractional requests as mps
 units of 100; S2 every GPU an A100-SXM4-40GB, fractional requests rounded up
 to a MIG profile, static layouts; S3 the same A100s, LS fractional requests
 on MIG slices and the rest on MPS. The planner's own policies ("Slurm +
-planner") come from ``slurm_gpushare.planner.scenarios`` (``uniform`` and
-``planned``) when that module exists; without it those rows say so, and
-S2/S3 run the plain stand-in layouts of planner/whatif.py instead. S2 adds
+planner") come from bench/scenarios.py (``uniform`` and ``planned``); S2/S3
+also run the plain stand-in layouts of sim/paper/whatif.py. S2 adds
 the planner held to compact slice types and to the uniform policy's slice
 types, and FGD with MIG rules on each planned policy's own rounded requests
 (the MIG profile every pod's request is rounded to), unless those are the
@@ -59,7 +58,6 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
-import importlib
 import json
 import resource
 import statistics
@@ -70,10 +68,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from slurm_gpushare.planner import whatif  # noqa: E402
+from bench import scenarios  # noqa: E402
 from slurm_gpushare.sim.arrivals import arrival_sequence  # noqa: E402
-from slurm_gpushare.sim.paper.baselines import BestFit, RandomPolicy  # noqa: E402
 from slurm_gpushare.sim.engine import replay  # noqa: E402
+from slurm_gpushare.sim.paper import whatif  # noqa: E402
+from slurm_gpushare.sim.paper.baselines import BestFit, RandomPolicy  # noqa: E402
 from slurm_gpushare.sim.paper.fgd import FGD  # noqa: E402
 from slurm_gpushare.sim.paper.gpustate import covering_profile, mig_kind  # noqa: E402
 from slurm_gpushare.sim.slurmmodel import SlurmPolicy, uniform_router, with_uniform_mps  # noqa: E402
@@ -106,60 +105,44 @@ def seeds_of(text: str) -> list[int]:
     return out
 
 
-def planned(scenario: str, cluster, pods) -> tuple[list, str]:
-    """Slurm under the product's own policies for a scenario (uniform and planned), or none and why.
+def planned(scenario: str, cluster, pods) -> list:
+    """Slurm under the product's own policies for a scenario (uniform and planned).
 
-    ``slurm_gpushare.planner.scenarios`` (the planner's module) builds, for the
-    trace cluster, ``uniform(cluster, scenario)`` and ``planned(cluster, pods,
-    scenario)``: each a (SimCluster as rendered, Router through the submission
-    decision, Site). A failure is reported on its row, not raised.
+    bench/scenarios.py builds, for the trace cluster, ``uniform(cluster, scenario)`` and ``planned(cluster, pods,
+    scenario)``: each a (SimCluster as rendered, SubmitRouter through the submission decision, Site).
     """
-    try:
-        module = importlib.import_module("slurm_gpushare.planner.scenarios")
-    except Exception as err:  # the planner's module may be absent or mid-edit
-        return [], f"slurm_gpushare/planner/scenarios.py not importable ({type(err).__name__}: {err})"
-    out, notes = [], []
     builders = [
-        ("Slurm uniform policy (product)", getattr(module, "uniform", None), (cluster, scenario)),
-        ("Slurm + planner", getattr(module, "planned", None), (cluster, pods, scenario)),
+        ("Slurm uniform policy (product)", scenarios.uniform, (cluster, scenario)),
+        ("Slurm + planner", scenarios.planned, (cluster, pods, scenario)),
     ]
-    if scenario == "S2" and hasattr(module, "uniform_mig_types"):
+    if scenario == "S2":
         # the planner held to compact slice types (one per compute size, the least memory), and to the uniform
         # policy's slice types (its requests are then rounded as the uniform policy's are)
-        builders.append((PLANNER_COMPACT_TYPES, getattr(module, "planned", None),
-                         (cluster, pods, scenario, "auto", ("compact",))))
-        types = module.uniform_mig_types(cluster, scenario)
-        builders.append((PLANNER_UNIFORM_TYPES, getattr(module, "planned", None),
-                         (cluster, pods, scenario, "auto", types)))
+        builders.append((PLANNER_COMPACT_TYPES, scenarios.planned, (cluster, pods, scenario, "auto", ("compact",))))
+        types = scenarios.uniform_mig_types(cluster, scenario)
+        builders.append((PLANNER_UNIFORM_TYPES, scenarios.planned, (cluster, pods, scenario, "auto", types)))
+    out = []
     for label, fn, call in builders:
-        if fn is None:
-            notes.append(f"{label}: scenarios.py has no such builder")
-            continue
-        try:
-            began = time.perf_counter()
-            sim, router, _site = fn(*call)
-            print(f"  {label}: policy built in {time.perf_counter() - began:.1f} s", flush=True)
-        except Exception as err:
-            notes.append(f"{label}: {type(err).__name__}: {err}")
-            continue
+        began = time.perf_counter()
+        sim, router, _site = fn(*call)
+        print(f"  {label}: policy built in {time.perf_counter() - began:.1f} s", flush=True)
         shares = whatif.mig_shares()
         out.append(SlurmPolicy(label, router, lambda c, sim=sim: sim, whatif.mig_slices(), mig_shares=shares))
-    return out, "; ".join(notes)
+    return out
 
 
 def planner_figures(scenario: str, cluster, pods, repeats: int = 1) -> dict:
     """The planner alone on the trace cluster, as `gpushare plan` runs it (candidates scored): wall and CPU
     seconds of each of ``repeats`` runs, and the peak traced memory of one more (tracemalloc slows numpy)."""
-    module = importlib.import_module("slurm_gpushare.planner.scenarios")
     wall, cpu = [], []
     for _ in range(repeats):
         w0, c0 = time.perf_counter(), time.process_time()
-        module.plan_for(cluster, pods, scenario, "auto")
+        scenarios.plan_for(cluster, pods, scenario, "auto")
         wall.append(time.perf_counter() - w0)
         cpu.append(time.process_time() - c0)
     tracemalloc.start()
     tracemalloc.reset_peak()
-    module.plan_for(cluster, pods, scenario, "auto")
+    scenarios.plan_for(cluster, pods, scenario, "auto")
     peak = tracemalloc.get_traced_memory()[1] / 2**20
     tracemalloc.stop()
     print(f"  planner on {len(cluster.nodes)} nodes ({scenario}): wall {', '.join(f'{w:.1f}' for w in wall)} s, "
@@ -167,9 +150,9 @@ def planner_figures(scenario: str, cluster, pods, repeats: int = 1) -> dict:
     return {"wall_s": wall, "cpu_s": cpu, "peak_mib": peak}
 
 
-def policies(scenario: str, cluster, pods) -> tuple[list, object, str]:
-    """(policies, the cluster they start from, a note on missing planner rows)."""
-    extra, why = planned(scenario, cluster, pods)
+def policies(scenario: str, cluster, pods) -> tuple[list, object]:
+    """(policies, the cluster they start from)."""
+    extra = planned(scenario, cluster, pods)
     if scenario == "S1":
         base = [
             SlurmPolicy("Slurm uniform (mps:N of 100)", uniform_router, with_uniform_mps),
@@ -177,7 +160,7 @@ def policies(scenario: str, cluster, pods) -> tuple[list, object, str]:
             BestFit(),
             RandomPolicy(),
         ]
-        return base + extra, cluster, why
+        return base + extra, cluster
     a100 = whatif.a100_cluster(cluster)
     slices = whatif.mig_slices()
     if scenario == "S2":
@@ -187,15 +170,13 @@ def policies(scenario: str, cluster, pods) -> tuple[list, object, str]:
                         mig_shares=whatif.mig_shares()),
             _named(FGD(kind=mig_kind()), "FGD, MIG rules, covering rounding"),
         ]
-        product_router = _product_router(cluster, "S2")
-        if product_router is not None:  # FGD on exactly the requests the product's submission makes
-            kind = mig_kind(profile_of=whatif.profile_from_router(product_router))
-            base.append(_named(FGD(kind=kind), "FGD, MIG rules, product rounding"))
+        product_router = scenarios.uniform(cluster, "S2")[1]
+        # FGD on exactly the requests the product's submission makes
+        kind = mig_kind(profile_of=whatif.profile_from_router(product_router))
+        base.append(_named(FGD(kind=kind), "FGD, MIG rules, product rounding"))
         # and on exactly the requests each planned policy's submission makes (its own slice types), unless they are
         # the product rounding's already (checked pod by pod)
-        ran = {"covering rounding": _profiles(None, pods)}
-        if product_router is not None:
-            ran["product rounding"] = _profiles(product_router, pods)
+        ran = {"covering rounding": _profiles(None, pods), "product rounding": _profiles(product_router, pods)}
         for p in extra:
             if p.name.startswith("Slurm + planner"):
                 label = "FGD, MIG rules, planner rounding" + p.name[len("Slurm + planner"):]
@@ -205,20 +186,13 @@ def policies(scenario: str, cluster, pods) -> tuple[list, object, str]:
                     continue
                 kind = mig_kind(profile_of=whatif.profile_from_router(p.router))
                 base.append(_named(FGD(kind=kind), label))
-        return base + extra, a100, why
+        return base + extra, a100
     if scenario == "S3":
         stand_in = whatif.split_by_qos(cluster, pods)
         base = [SlurmPolicy("Slurm MIG(LS)+MPS split (stand-in)", whatif.qos_router(), lambda c: stand_in, slices,
                            mig_shares=whatif.mig_shares())]
-        return base + extra, a100, why
+        return base + extra, a100
     raise SystemExit(f"unknown scenario {scenario!r}; accepted: S1, S2, S3")
-
-
-def _product_router(cluster, scenario):
-    try:
-        return importlib.import_module("slurm_gpushare.planner.scenarios").uniform(cluster, scenario)[1]
-    except Exception:  # reported on the planner's rows already
-        return None
 
 
 def _profiles(router, pods) -> list[str]:
@@ -246,12 +220,8 @@ def peak_memory(policy, cluster, pods, arrivals) -> float:
 
 
 def run(scenario: str, seeds: list[int], cluster, pods, pub) -> dict:
-    try:
-        planner = planner_figures(scenario, cluster, pods)
-    except Exception as err:  # the planner's module may be absent or mid-edit: reported, not raised
-        planner = {"error": f"{type(err).__name__}: {err}"}
-        print(f"  planner not timed: {planner['error']}")
-    pols, start_cluster, why = policies(scenario, cluster, pods)
+    planner = planner_figures(scenario, cluster, pods)
+    pols, start_cluster = policies(scenario, cluster, pods)
     rows: dict[str, dict] = {p.name: {"per_seed": {}, "seconds": [], "probes": {}} for p in pols}
     first = arrival_sequence(pods, cluster.gpu_count, seeds[0])
     for p in pols:
@@ -266,8 +236,8 @@ def run(scenario: str, seeds: list[int], cluster, pods, pub) -> dict:
             row["probes"][seed] = r.probes
         print(f"  seed {seed}: " + ", ".join(f"{p.name} {rows[p.name]['per_seed'][seed][0]:.2f}" for p in pols),
               flush=True)
-    report(scenario, seeds, rows, pub, why)
-    return {"scenario": scenario, "rows": rows, "planner_missing": why, "planner": planner}
+    report(scenario, seeds, rows, pub)
+    return {"scenario": scenario, "rows": rows, "planner": planner}
 
 
 def mean(values):
@@ -289,7 +259,7 @@ def refused_line(probes: list[dict]) -> str:
     return f"refused at submission {total:.0f}/seed: " + ", ".join(f"{c} {n:.0f}" for c, n in codes)
 
 
-def report(scenario: str, seeds: list[int], rows: dict, pub, why: str) -> None:
+def report(scenario: str, seeds: list[int], rows: dict, pub) -> None:
     print(f"\n{scenario}: mean allocation ratio (%) over seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), 100 % / 130 % arrived")
     for name, row in rows.items():
         a100 = mean([v[0] for v in row["per_seed"].values()])
@@ -317,8 +287,6 @@ def report(scenario: str, seeds: list[int], rows: dict, pub, why: str) -> None:
         refused = refused_line([row["probes"][s][130] for s in seeds])
         if refused:
             print(f"  {'':40s} {refused}")
-    if why:
-        print(f"  not run: {why}")
     if scenario == "S1" and not all((v, s) in pub for v in PUBLISHED.values() for s in seeds):
         print("  published: none for this pod list and these seeds (the paper published seeds 42-51 of its 17 "
               "workloads)")
@@ -343,12 +311,11 @@ FAMILY_COLUMNS = ("FGD", "BestFit", "uniform", "planner")
 def family_policies(cluster, pods) -> tuple[list, dict]:
     """FGD, BestFit, Slurm under the product's uniform policy and Slurm + planner for one pod list, and the
     planner's own figures (seconds, whether it kept the policy as given, its scores)."""
-    module = importlib.import_module("slurm_gpushare.planner.scenarios")
-    uniform_sim, uniform_router_, _site = module.uniform(cluster, "S1")
+    uniform_sim, uniform_router_, _site = scenarios.uniform(cluster, "S1")
     began = time.perf_counter()
-    result = module.plan_for(cluster, pods, "S1", "auto")
+    result = scenarios.plan_for(cluster, pods, "S1", "auto")
     seconds = time.perf_counter() - began
-    planned_sim, planned_router, _site = module.built(result.policy, cluster, "planned-S1")
+    planned_sim, planned_router, _site = scenarios.built(result.policy, cluster, "planned-S1")
     # as planned() builds the product's rows for the scenario table
     pols = [FGD(), BestFit(),
             SlurmPolicy("uniform", uniform_router_, lambda c: uniform_sim, whatif.mig_slices(),

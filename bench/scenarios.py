@@ -14,7 +14,7 @@ For a trace cluster (``trace.load_cluster``) and its pods:
   slices; best-effort ones share GPUs through MPS. The planner chooses how
   many GPUs run each mode and which layouts.
 
-Each builder returns ``(SimCluster, Router, Site)``: the cluster as the
+Each builder returns ``(SimCluster, SubmitRouter, Site)``: the cluster as the
 rendered slurm.conf/gres.conf declare it, the router that sends every pod
 through the product's submission decision, and the validated site (its
 policy is what ``gpushare render`` would be given).
@@ -24,12 +24,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ..policy import Site, build_site
-from ..policy.groups import gpus_value
-from .demand import Demand, from_pods
-from .frompolicy import Router, sim_cluster
-from .plan import PlanResult, plan
-from ..sim.cluster import Pod, SimCluster
+from hostlist import collect_hostlist, expand_hostlist
+
+from slurm_gpushare.planner.demand import Demand, from_pods
+from slurm_gpushare.planner.evaluate import evaluator
+from slurm_gpushare.planner.frompolicy import SubmitRouter, sim_cluster
+from slurm_gpushare.planner.plan import PlanResult, plan
+from slurm_gpushare.policy import Site, build_site
+from slurm_gpushare.policy.groups import gpus_value
+from slurm_gpushare.sim.cluster import Pod, SimCluster
 
 MIG_MODEL = "A100-SXM4-40GB"
 
@@ -60,8 +63,6 @@ def trace_policy(cluster: SimCluster, *, model: str | None = None, mode: str = "
     ``model`` replaces every GPU's model (S2/S3's A100 what-if). ``mode``
     'mps' gives each GPU ``units`` MPS units; 'exclusive' shares nothing.
     """
-    from hostlist import collect_hostlist
-
     groups = []
     used_models: set[str] = set()
     for (gpu_model, gpus, cpus, mem), names in node_kinds(cluster, model):
@@ -89,12 +90,12 @@ def cpu_milli_of(cluster: SimCluster) -> dict[str, int]:
     return {n.name: n.cpu_milli for n in cluster.nodes if n.cpu_milli}
 
 
-def built(raw: dict, cluster: SimCluster, source: str) -> tuple[SimCluster, Router, Site]:
+def built(raw: dict, cluster: SimCluster, source: str) -> tuple[SimCluster, SubmitRouter, Site]:
     site = build_site(raw, source)
-    return sim_cluster(site, cpu_milli_of(cluster)), Router(site), site
+    return sim_cluster(site, cpu_milli_of(cluster)), SubmitRouter(site), site
 
 
-def uniform(cluster: SimCluster, scenario: str = "S1") -> tuple[SimCluster, Router, Site]:
+def uniform(cluster: SimCluster, scenario: str = "S1") -> tuple[SimCluster, SubmitRouter, Site]:
     """The admin's uniform guess for the scenario (``uniform_raw``), as the simulator sees it."""
     return built(uniform_raw(cluster, scenario), cluster, f"uniform-{scenario}")
 
@@ -113,8 +114,6 @@ def uniform_raw(cluster: SimCluster, scenario: str = "S1") -> dict:
         return trace_policy(cluster)
     if scenario not in ("S2", "S3"):
         raise ValueError(f"unknown scenario {scenario!r}; accepted: S1, S2, S3")
-    from hostlist import collect_hostlist, expand_hostlist
-
     raw = trace_policy(cluster, model=MIG_MODEL, mode="exclusive" if scenario == "S2" else "mps")
     groups, mig, whole = [], [], []
     for g in raw["node_groups"]:
@@ -136,7 +135,7 @@ def uniform_raw(cluster: SimCluster, scenario: str = "S1") -> dict:
 
 def planned(cluster: SimCluster, pods: Sequence[Pod], scenario: str = "S1",
             evaluate: Callable[[dict], float] | None | str = "auto",
-            mig_types: Sequence[str] = ()) -> tuple[SimCluster, Router, Site]:
+            mig_types: Sequence[str] = ()) -> tuple[SimCluster, SubmitRouter, Site]:
     """The planner's policy for the scenario, from the demand of ``pods``, as `gpushare plan` makes it.
 
     ``evaluate`` 'auto': score the candidates as the CLI does (the Slurm model on
@@ -157,8 +156,6 @@ def plan_for(cluster: SimCluster, pods: Sequence[Pod], scenario: str = "S1",
              evaluate: Callable[[dict], float] | None | str = None, mig_types: Sequence[str] = ()) -> PlanResult:
     demand: Demand = from_pods(pods, "trace")
     if evaluate == "auto":
-        from .evaluate import evaluator
-
         evaluate = evaluator(demand)
     base = uniform_raw(cluster, "S1") if scenario == "S1" else trace_policy(cluster, model=MIG_MODEL, mode="exclusive")
     isolate = ("LS",) if scenario == "S3" else ()

@@ -18,7 +18,7 @@ import numpy as np
 from ..policy import build_site
 from ..sim.arrivals import arrival_sequence
 from .demand import Demand
-from .frompolicy import Router, sim_cluster
+from .frompolicy import SubmitRouter, sim_cluster
 from ..sim.cluster import Pod
 from ..sim.slurmmodel import SlurmPolicy
 
@@ -38,7 +38,7 @@ def packing_score(raw: dict, pods: Sequence[Pod], seeds: Sequence[int] = SEEDS, 
     """Mean placed GPU share (%) at ``percent`` arrived, over ``seeds``, for the policy mapping ``raw``."""
     site = build_site(raw, "candidate")
     cluster = sim_cluster(site)
-    router = Router(site)
+    router = SubmitRouter(site)
     pods = tuple(pods)
     demand = np.array([p.gpu_demand_milli for p in pods], dtype=np.int64)
     out = []

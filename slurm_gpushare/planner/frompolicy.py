@@ -1,8 +1,8 @@
 """A validated site as the simulator sees it, and pods routed through the real submission decision. Pure.
 
 ``sim_cluster`` gives the nodes in slurm.conf order with the Weight,
-partitions and GRES that ``gpushare render`` writes for them. ``Router``
-turns a trace pod into what a user would submit (``--gres=mps:47``,
+partitions and GRES that ``gpushare render`` writes for them. ``SubmitRouter``
+(a ``sim.cluster.Router``) turns a trace pod into what a user would submit (``--gres=mps:47``,
 ``--gres=gpu:2``, CPUs, memory, QoS) and lets ``submit.decide`` (the code
 job_submit.lua is generated beside) accept, route, round or reject it, so a
 simulated Slurm places exactly what the product would let through.
@@ -63,7 +63,7 @@ def spec_models(spec: str) -> list[str]:
 
 
 @dataclass
-class Router:
+class SubmitRouter:
     """Pod -> SlurmRequest through ``submit.decide``; None when the product refuses the job.
 
     ``refused`` counts refused jobs by violation code (a job with two

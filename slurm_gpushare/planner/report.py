@@ -17,7 +17,7 @@ from collections import Counter, defaultdict
 
 from ..policy import Site
 from .demand import Demand, pack_estimate
-from .frompolicy import Router
+from .frompolicy import SubmitRouter
 from ..sim.cluster import GPU_MILLI, Pod
 
 
@@ -36,7 +36,7 @@ def supply_lines(site: Site, title: str) -> list[str]:
 def routed_demand(demand: Demand, site: Site) -> dict[str, dict]:
     """Per first tier of its route: jobs, GPUs asked, CPUs asked, refused jobs (tier '(refused)', with ``why``:
     jobs per violation code)."""
-    router = Router(site)
+    router = SubmitRouter(site)
     out: dict[str, dict] = defaultdict(lambda: {"jobs": 0, "gpus": 0.0, "cpus": 0, "frac": 0})
     for cls, n in demand.counts.items():
         pod = Pod("class", cls.cpus * 1000, cls.memory_mib, cls.num_gpu, cls.gpu_milli, cls.qos, cls.gpu_spec)

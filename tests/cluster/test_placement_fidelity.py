@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from slurm_gpushare.planner.demand import from_pods
-from slurm_gpushare.planner.frompolicy import Router, sim_cluster, spec_models
+from slurm_gpushare.planner.frompolicy import SubmitRouter, sim_cluster, spec_models
 from slurm_gpushare.planner.plan import plan
 from slurm_gpushare.sim.cluster import GPU_MILLI, Pod
 from slurm_gpushare.sim.slurmmodel import SlurmState
@@ -80,7 +80,7 @@ def trace_sample(count: int = 28, seed: int = 13) -> list[Pod]:
 
 def simulated(site, pods: list[Pod]) -> list[tuple | None]:
     """(node, GRES name, indexes) per pod as the Slurm model places them; None where not placed."""
-    cluster, router = sim_cluster(site), Router(site)
+    cluster, router = sim_cluster(site), SubmitRouter(site)
     state = SlurmState(cluster)
     out = []
     for pod in pods:
@@ -243,7 +243,7 @@ def test_jobs_for_several_gpu_models_land_only_on_those_models(cluster):
         f"the sample exercised too little: {len(placed)} GPU jobs placed, {len(several)} with several models, "
         f"{len(shares)} shares, models {models}")
     # refusals are the product's own, at submission: a share whose models offer no MPS (CONSTRAINT mps)
-    router = Router(site)
+    router = SubmitRouter(site)
     refused = [p for p, r in zip(pods, real) if r is None and router(p) is None]
     assert all(router.refusal(p)[0].startswith("CONSTRAINT") for p in refused), [router.refusal(p) for p in refused]
 

@@ -9,8 +9,8 @@ import pytest
 
 from slurm_gpushare.sim.arrivals import Arrivals
 from slurm_gpushare.sim.engine import replay
-from slurm_gpushare.planner.frompolicy import Router, sim_cluster, spec_models
-from slurm_gpushare.planner.scenarios import uniform
+from slurm_gpushare.planner.frompolicy import SubmitRouter, sim_cluster, spec_models
+from bench.scenarios import uniform
 from slurm_gpushare.sim.cluster import Pod, SimCluster, SimGpu, SimNode, SlurmRequest
 from slurm_gpushare.sim.slurmmodel import SlurmPolicy, SlurmState
 from slurm_gpushare.policy import build_site
@@ -77,7 +77,7 @@ def test_a_constraint_the_model_cannot_read_is_refused_loudly():
 
 
 def uniform_raw_for_test() -> dict:
-    from slurm_gpushare.planner.scenarios import uniform_raw
+    from bench.scenarios import uniform_raw
 
     return uniform_raw(trace_cluster(), "S1")
 
@@ -103,7 +103,7 @@ def test_the_mig_type_spec_of_the_fidelity_sample_stays_a_typed_gres():
                          "memory_mb": 16000, "sharing": [{"gpus": 0, "mode": "mig", "layout": "all-1g.5gb"}]}],
         "tiers": [{"name": "t", "node_groups": ["mig"], "default": True}],
     }
-    router = Router(build_site(raw, "t"))
+    router = SubmitRouter(build_site(raw, "t"))
     req = router(pod("a100_40g_1g.5gb", gpus=2))
     assert (req.gres, req.gres_type, req.count, req.constraint) == ("gpu", "a100_40g_1g.5gb", 2, "")
 

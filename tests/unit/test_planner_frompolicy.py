@@ -8,8 +8,8 @@ import copy
 import pytest
 
 from slurm_gpushare.errors import PolicyError
-from slurm_gpushare.planner.frompolicy import Router, sim_cluster
-from slurm_gpushare.planner.scenarios import trace_policy
+from slurm_gpushare.planner.frompolicy import SubmitRouter, sim_cluster
+from bench.scenarios import trace_policy
 from slurm_gpushare.sim.cluster import Pod, SimCluster, SimGpu, SimNode, SlurmRequest
 from slurm_gpushare.policy import build_site
 from slurm_gpushare.render import render_all
@@ -68,7 +68,7 @@ def test_mig_gpus_list_their_instance_types_in_gres_order():
 
 
 def test_router_goes_through_the_submission_decision():
-    r = Router(build_site(two_pools(), "t"))
+    r = SubmitRouter(build_site(two_pools(), "t"))
     # a share: --gres=mps:47, routed by GRES to the only tier with MPS
     assert r(pod(470)) == SlurmRequest(("shared",), 4, 1024, "mps", "", 47)
     # whole GPUs: the default tier, and the one type it serves is set (set_gpu_type)
@@ -82,7 +82,7 @@ def test_router_goes_through_the_submission_decision():
 def test_router_refuses_what_the_product_refuses():
     raw = two_pools()
     raw["node_groups"][1].pop("sharing")
-    r = Router(build_site(raw, "t"))
+    r = SubmitRouter(build_site(raw, "t"))
     assert r(pod(470)) is None
     assert r.refused["UNKNOWN_TYPE mps"] == 1
     assert r.refused["total"] == 1
@@ -95,7 +95,7 @@ def test_router_refuses_what_the_product_refuses():
 )
 def test_mps_shares_round_up_to_the_smallest_covering_slice(milli, gtype):
     # balanced layout: 3g.20gb (50 %), 2g.10gb (28 %), 1g.5gb (14 %); 810 needs a whole GPU
-    r = Router(build_site(mig_pools(), "t"))
+    r = SubmitRouter(build_site(mig_pools(), "t"))
     req = r(pod(milli))
     assert (req.gres, req.gres_type, req.count) == ("gpu", gtype, 1)
     assert req.partitions == ("slices", "whole")

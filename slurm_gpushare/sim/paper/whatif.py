@@ -5,9 +5,9 @@ node, same CPUs and memory) and round a fractional request up to the smallest
 MIG profile that covers it (``gpustate.covering_profile``: the profile's share
 of the GPU, the larger of its compute and memory slice shares).
 
-The static layouts and the mode split are the planner's to choose. Until its
-``scenarios.py`` supplies them, this module gives plain stand-ins, named as
-such wherever they are reported:
+The static layouts and the mode split are the planner's to choose (the
+bench's ``scenarios.py``); beside them, this module gives plain stand-ins,
+named as such wherever they are reported:
 - ``proportional_layouts``: as many 7g.40gb GPUs as whole-GPU demand needs,
   packed node by node from the first node, and the other GPUs filled with the
   fractional profiles in proportion to their demand (first fit, largest first,
@@ -23,11 +23,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 
-from ..hardware import get_model
-from ..hardware.layout import place_layout
-from ..hardware.model import GpuModel
-from ..sim.paper.gpustate import covering_profile, mig_profiles
-from ..sim.cluster import GPU_MILLI, Pod, SimCluster, SimGpu, SlurmRequest
+from ...hardware import get_model
+from ...hardware.layout import place_layout
+from ...hardware.model import GpuModel
+from ..cluster import GPU_MILLI, Pod, SimCluster, SimGpu, SlurmRequest
+from .gpustate import covering_profile, mig_profiles
 
 A100 = "A100-SXM4-40GB"
 LS = "LS"
