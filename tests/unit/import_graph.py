@@ -108,3 +108,51 @@ def cycles() -> list[list[str]]:
         if v not in index:
             visit(v)
     return out
+
+
+# ARCHITECTURE.md's dependency direction, top to bottom: a module may import its own layer's packages and the
+# layers below, never one above. Each entry is a package or top-level module of slurm_gpushare ("" is the package's
+# own __init__). sim.paper (the paper's baselines, the MIG what-if stand-ins) sits with sim but no product module
+# imports it: it is for bench/ and tests only, and is left out of the wheel.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("cli", "hooks"),
+    ("render", "submit", "node", "accounting", "planner", "live", "metrics", "testcluster", "outfiles", "examples",
+     "systemd"),
+    ("sim",),
+    ("policy", "hardware", "gpu", "slurm", "slurmversion"),
+    ("proc", "atomic", "errors", "records", ""),
+)
+HARNESS = f"{PACKAGE}.sim.paper"
+
+
+def unit_of(module: str) -> str:
+    """The LAYERS entry a module belongs to: its package or top-level module under slurm_gpushare ('' for it)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def layer_of(module: str) -> int | None:
+    """The index in LAYERS of a module of ours (0 the top), None when its package is in no layer."""
+    unit = unit_of(module)
+    return next((i for i, layer in enumerate(LAYERS) if unit in layer), None)
+
+
+def unplaced() -> list[str]:
+    """Packages and top-level modules of slurm_gpushare that no layer names."""
+    return sorted({unit_of(m) for m in modules()} - {u for layer in LAYERS for u in layer})
+
+
+def upward_imports() -> list[str]:
+    """'a imports b' for every import of a module in a higher layer than the importer's."""
+    found = []
+    for module, targets in graph().items():
+        for target in targets:
+            if target.startswith(PACKAGE) and (layer_of(target) or 0) < (layer_of(module) or 0):
+                found.append(f"{module} imports {target}")
+    return sorted(found)
+
+
+def harness_importers() -> list[str]:
+    """'a imports b' for every product module (outside sim.paper) that imports sim.paper."""
+    inside = lambda m: m == HARNESS or m.startswith(HARNESS + ".")  # noqa: E731
+    return sorted(f"{m} imports {t}" for m, ts in graph().items() if not inside(m) for t in ts if inside(t))

@@ -34,6 +34,32 @@ def test_no_import_cycles():
     assert ig.cycles() == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in ig.cycles())
 
 
+def test_every_package_has_a_layer():
+    assert ig.unplaced() == [], "add these to import_graph.LAYERS (ARCHITECTURE.md's dependency direction)"
+    assert all(ig.layer_of(m) is not None for m in ig.modules())
+
+
+def test_nothing_imports_upward():
+    """cli, hooks -> (render, submit, node, accounting, planner, live, metrics, testcluster) -> sim -> (policy,
+    hardware, gpu, slurm) -> (proc, atomic, errors): e.g. sim/ never imports submit/ or planner/."""
+    assert ig.upward_imports() == []
+
+
+def test_the_layer_rule_sees_an_upward_import():
+    assert ig.layer_of("slurm_gpushare.sim.slurmmodel") > ig.layer_of("slurm_gpushare.planner.plan")
+    assert ig.layer_of("slurm_gpushare.sim.slurmmodel") > ig.layer_of("slurm_gpushare.live.plan")
+    assert ig.layer_of("slurm_gpushare.sim.slurmmodel") < ig.layer_of("slurm_gpushare.slurm.constraint")
+    assert ig.layer_of("slurm_gpushare.cli.plan") < ig.layer_of("slurm_gpushare.planner.plan")
+    assert ig.layer_of("slurm_gpushare") == len(ig.LAYERS) - 1
+
+
+def test_no_product_module_imports_the_papers_harness():
+    """sim/paper/ (FGD, BestFit, Random, their GPU state, the MIG what-if stand-ins) is for bench/ and tests only:
+    it is left out of the wheel, so a product module importing it would fail where the package is installed."""
+    assert any(m.startswith(ig.HARNESS + ".") for m in ig.modules())
+    assert ig.harness_importers() == []
+
+
 @pytest.mark.parametrize("package", NODE_SIDE)
 def test_node_side_never_imports_the_renderer(package):
     found = []
