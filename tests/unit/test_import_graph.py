@@ -83,3 +83,12 @@ def test_the_known_exceptions_are_still_needed():
     for module in STILL_RUNS_COMMANDS:
         if module in ig.graph():
             assert ig.graph()[module] & set(RUNS_COMMANDS), f"{module} no longer runs commands: drop it from STILL_RUNS_COMMANDS"
+
+
+def test_the_wheel_leaves_the_harness_out():
+    """pyproject.toml excludes sim/paper from the wheel (a wheel built from it has sim/ without paper/)."""
+    import tomllib
+
+    config = tomllib.loads((ig.SOURCE.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    wheel = config["tool"]["hatch"]["build"]["targets"]["wheel"]
+    assert wheel["exclude"] == [ig.HARNESS.replace(".", "/")]
