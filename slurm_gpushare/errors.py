@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .records import dataclass
+from .records import record
 
 
 class GpushareError(Exception):
@@ -19,7 +19,7 @@ class GpushareError(Exception):
         return msg
 
 
-@dataclass(frozen=True, order=True)
+@record(order=True)
 class Problem:
     """One validation finding: where in the policy, and what is wrong / what is allowed."""
 

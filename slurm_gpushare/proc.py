@@ -26,7 +26,7 @@ import sys
 import time
 
 from .errors import GpushareError
-from .records import dataclass
+from .records import record
 
 TYPE_CHECKING = False  # typing costs the node hooks a few ms at start-up: for type checkers only (Runner is a
 #                        Protocol to them, a plain class at run time)
@@ -39,7 +39,7 @@ else:
 _CHUNK = 65536
 
 
-@dataclass(frozen=True)
+@record
 class Result:
     argv: tuple[str, ...]
     returncode: int

@@ -18,7 +18,7 @@ import ctypes
 import os
 
 from ..errors import GpushareError
-from ..records import dataclass
+from ..records import record
 from .migminors import MIG_MINORS
 
 TYPE_CHECKING = False  # typing costs every node hook a few ms at start-up: for type checkers only
@@ -67,7 +67,7 @@ def _describe(code: int) -> str:
     return f"{text}: {_HINTS[code]}" if code in _HINTS else text
 
 
-@dataclass(frozen=True)
+@record
 class GpuInfo:
     """One GPU as NVML reports it. ``mig_current``/``mig_pending`` are None when the GPU has no MIG."""
 
@@ -81,7 +81,7 @@ class GpuInfo:
     mig_pending: bool | None
 
 
-@dataclass(frozen=True)
+@record
 class GiProfile:
     """A GPU-instance profile as this GPU offers it: ``constant`` is NVML_GPU_INSTANCE_PROFILE_*,
     ``id`` what instance creation takes (they differ: 7g is constant 4, id 0)."""
@@ -94,7 +94,7 @@ class GiProfile:
     name: str
 
 
-@dataclass(frozen=True)
+@record
 class Placement:
     """Memory-slice start and size of a GPU instance."""
 
@@ -102,7 +102,7 @@ class Placement:
     size: int
 
 
-@dataclass(frozen=True)
+@record
 class GpuInstance:
     id: int
     profile_id: int
@@ -111,7 +111,7 @@ class GpuInstance:
     profile_constant: int  # the NVML_GPU_INSTANCE_PROFILE_* it was listed under
 
 
-@dataclass(frozen=True)
+@record
 class ComputeInstance:
     id: int
     profile_id: int
@@ -120,7 +120,7 @@ class ComputeInstance:
     profile_constant: int  # the NVML_COMPUTE_INSTANCE_PROFILE_* it was listed under
 
 
-@dataclass(frozen=True)
+@record
 class MigDevice:
     uuid: str
     gi_id: int
@@ -129,7 +129,7 @@ class MigDevice:
     memory_mib: int
 
 
-@dataclass(frozen=True)
+@record
 class GpuProcess:
     """A compute process; ``gi_id``/``ci_id`` say which MIG device it runs on (None outside MIG)."""
 

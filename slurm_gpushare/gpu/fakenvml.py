@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from ..atomic import atomic_write
 from ..errors import GpushareError
 from ..hardware import CatalogueError, GpuModel, MigProfile, get_model
-from ..records import dataclass
+from ..records import record
 from .migminors import mig_minors_text
 
 TYPE_CHECKING = False  # typing costs every node hook a few ms at start-up: for type checkers only
@@ -304,7 +304,7 @@ class nvmlFriendlyObject:
         return str(self.__dict__)
 
 
-@dataclass(frozen=True)
+@record
 class _GpuInstanceInfo:
     """nvmlGpuInstanceInfo_t's attributes (device, id, profileId, placement)."""
 
@@ -314,7 +314,7 @@ class _GpuInstanceInfo:
     placement: c_nvmlGpuInstancePlacement_t
 
 
-@dataclass(frozen=True)
+@record
 class _ComputeInstanceInfo:
     """nvmlComputeInstanceInfo_t's attributes."""
 
@@ -328,19 +328,19 @@ class _ComputeInstanceInfo:
 # ---- handles: what the fake hands out; ``serial`` makes stale handles fail ----
 
 
-@dataclass(frozen=True)
+@record
 class _Device:
     index: int
 
 
-@dataclass(frozen=True)
+@record
 class _Gi:
     index: int
     gi: int
     serial: int
 
 
-@dataclass(frozen=True)
+@record
 class _Ci:
     index: int
     gi: int
@@ -348,7 +348,7 @@ class _Ci:
     serial: int
 
 
-@dataclass(frozen=True)
+@record
 class _Mig:
     index: int
     gi: int

@@ -39,11 +39,11 @@ tables; the per-GPU tables give only what differs between GPUs.
 
 from __future__ import annotations
 
-from ..records import dataclass
+from ..records import record
 from .model import GpuModel, MigProfile
 
 
-@dataclass(frozen=True)
+@record
 class _Shape:
     """What a profile type is on every GPU of one geometry."""
 
@@ -55,7 +55,7 @@ class _Shape:
     placements: tuple[int, ...]
 
 
-@dataclass(frozen=True)
+@record
 class _Row:
     """What one GPU's `-lgip` says about one profile type."""
 

@@ -8,7 +8,7 @@ fails at import instead of producing a layout the driver would refuse.
 
 from __future__ import annotations
 
-from ..records import dataclass, field
+from ..records import field, record
 
 # NVML_GPU_INSTANCE_PROFILE_* / NVML_COMPUTE_INSTANCE_PROFILE_* values for the
 # plain 1-, 2- and 3-slice profiles (NVML-H / PYNVML, reference sections 1.1, 2).
@@ -33,7 +33,7 @@ def known(kind: str, names: object) -> str:
     return f"known {kind}: {listed}" if listed else f"known {kind}: (none)"
 
 
-@dataclass(frozen=True)
+@record
 class MigProfile:
     """One MIG GPU-instance profile as `nvidia-smi mig -lgip` / NVML report it.
 
@@ -82,7 +82,7 @@ class MigProfile:
         )
 
 
-@dataclass(frozen=True)
+@record
 class GpuModel:
     """A GPU model: identity (NVML names, PCI IDs), size, Slurm type and MIG profiles.
 

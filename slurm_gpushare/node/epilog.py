@@ -26,7 +26,7 @@ import re
 import time
 
 from ..errors import GpushareError
-from ..records import dataclass
+from ..records import record
 from .journal import Journal, JournalStore, MpsDaemon
 from .observed import ObservedState, NodeUnsafe, WriteJournal, observe_gpus
 
@@ -37,7 +37,7 @@ class EpilogRefused(NodeUnsafe):
     """The node is not safe after the job; names each device and process."""
 
 
-@dataclass(frozen=True)
+@record
 class KillProcess:
     pid: int
     gpu_index: int
@@ -49,7 +49,7 @@ class KillProcess:
         return f"kill leftover process {self.pid} on {self.where}"
 
 
-@dataclass(frozen=True)
+@record
 class QuitMps:
     daemon: MpsDaemon
 
@@ -57,7 +57,7 @@ class QuitMps:
         return f"stop MPS daemon {self.daemon.key} (last job using it)"
 
 
-@dataclass(frozen=True)
+@record
 class RemoveJournal:
     job_id: int
 

@@ -30,14 +30,14 @@ import re
 from pathlib import Path
 
 from ..errors import GpushareError
-from ..records import dataclass
+from ..records import record
 
 
 class GresConfReadError(GpushareError):
     exit_code = 1
 
 
-@dataclass(frozen=True)
+@record
 class GresRecord:
     """One gpu GRES as Slurm numbers it: its index and device files."""
 

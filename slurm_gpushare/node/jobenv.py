@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 
 from ..errors import GpushareError
-from ..records import dataclass
+from ..records import record
 
 _ID = re.compile(r"^[1-9][0-9]{0,9}$")
 _UINT = re.compile(r"^(0|[1-9][0-9]{0,9})$")
@@ -33,7 +33,7 @@ class HookInputError(GpushareError):
     exit_code = 1
 
 
-@dataclass(frozen=True)
+@record
 class JobEnv:
     job_id: int
     uid: int

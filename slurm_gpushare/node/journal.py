@@ -48,7 +48,7 @@ from pathlib import Path
 
 from ..atomic import atomic_write
 from ..errors import GpushareError
-from ..records import dataclass, field
+from ..records import field, record
 from .paths import JOURNAL_FORMAT, TASK_FORMAT, journal_dir
 
 STATES = ("preparing", "ready", "ending")
@@ -67,7 +67,7 @@ class JournalError(GpushareError):
     exit_code = 1
 
 
-@dataclass(frozen=True)
+@record
 class Device:
     """One GRES the job holds on this node, as Slurm numbered it and as NVML knows it.
 
@@ -84,7 +84,7 @@ class Device:
     visible: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class MpsDaemon:
     """One MPS control daemon: for one GPU set, one user, one thread percentage.
 
@@ -102,7 +102,7 @@ class MpsDaemon:
     log_dir: str
 
 
-@dataclass(frozen=True)
+@record
 class Journal:
     job_id: int
     uid: int
@@ -167,7 +167,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-@dataclass(frozen=True)
+@record
 class SetAside:
     """A journal file that could not be read, and where it lies now.
 

@@ -24,14 +24,14 @@ from __future__ import annotations
 import os
 
 from ..atomic import entry_problem
-from ..records import dataclass
+from ..records import record
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 CGROUP_OWNER = 0  # slurmstepd (root) makes the job's cgroup; a test tree belongs to whoever runs the tests
 JOB_CGROUP = "system.slice/slurmstepd.scope/job_{job_id}"  # Slurm cgroup/v2 (cgroup_v2.shtml)
 
 
-@dataclass(frozen=True)
+@record
 class SetMemoryLimit:
     gpu_index: int
     cgroup: str

@@ -45,7 +45,7 @@ import stat
 from pathlib import Path
 
 from ..errors import GpushareError
-from ..records import dataclass, fields
+from ..records import fields, record
 from . import paths
 
 # CPython's own SHA-256 (_sha2 from 3.12, _sha256 in 3.11), the digest hashlib gives: hashlib loads OpenSSL
@@ -131,7 +131,7 @@ def _check_owner(path: Path) -> None:
 # ---- this node's view of the policy -------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class GpuSpec:
     """One GPU of the node as the policy shares it."""
 
@@ -144,7 +144,7 @@ class GpuSpec:
     compute_mode: str = ""  # mps: the policy's compute_mode (default, exclusive_process)
 
 
-@dataclass(frozen=True)
+@record
 class NodeSpec:
     """What the root hooks need of the policy for one node; cached as JSON (``to_json``/``from_json``)."""
 

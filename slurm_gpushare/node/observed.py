@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..errors import GpushareError
 from ..gpu.backend import GpuProcess, MigDevice
-from ..records import dataclass, field
+from ..records import field, record
 from .journal import Journal
 
 
@@ -22,7 +22,7 @@ class NodeUnsafe(GpushareError):
         super().__init__(f"job {job_id} on {node}: " + "; ".join(reasons))
 
 
-@dataclass(frozen=True)
+@record
 class ObservedGpu:
     index: int
     uuid: str
@@ -38,7 +38,7 @@ class ObservedGpu:
         return f"GPU {self.index} ({self.uuid})"
 
 
-@dataclass(frozen=True)
+@record
 class ObservedState:
     gpus: dict[int, ObservedGpu]
     journals: dict[int, Journal] = field(default_factory=dict)
@@ -60,7 +60,7 @@ def observe_gpus(backend, indexes=None) -> dict[int, ObservedGpu]:
     return found
 
 
-@dataclass(frozen=True)
+@record
 class WriteJournal:
     journal: Journal
 

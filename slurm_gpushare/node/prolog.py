@@ -40,7 +40,7 @@ import re
 from pathlib import Path
 
 from ..errors import GpushareError
-from ..records import dataclass, replace
+from ..records import record, replace
 from .gresindex import GresRecord
 from .jobenv import JobEnv
 from .journal import Device, Journal, JournalStore, MpsDaemon
@@ -59,7 +59,7 @@ class PrologRefused(NodeUnsafe):
 # ---- inputs ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class NodeLayout:
     """What the node is meant to be: the policy's GPU modes (node spec), Slurm's gpu
     records (gres.conf order), the mig-minors table reversed (minor -> key)."""
@@ -92,7 +92,7 @@ def gpus_of_records(records, indexes, minors_by_gpu: dict[int, int]) -> list[int
 # ---- actions -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class StartMps:
     daemon: MpsDaemon
 
@@ -100,7 +100,7 @@ class StartMps:
         return f"start MPS daemon {self.daemon.key} (pipe {self.daemon.pipe_dir})"
 
 
-@dataclass(frozen=True)
+@record
 class StopMps:
     daemon: MpsDaemon
 

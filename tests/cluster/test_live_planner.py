@@ -104,6 +104,16 @@ def submit(c, gres: str, seconds: int, user: str = "carol", account: str = "biol
                     gres=f"gpu:{gres}:1", time=limit)
 
 
+def held_until(go: str) -> str:
+    """A job script that runs until the test makes the file ``go`` (in /shared), then ends: the test, not a
+    sleep, decides when the job ends (its time limit ends it if the test never does)."""
+    return f"while [ ! -e {go} ]; do sleep 0.2; done\necho done\n"
+
+
+def release(c, go: str) -> None:
+    c.exec("slurmctld", ["touch", go])
+
+
 def state(c) -> dict:
     out = c.exec("slurmctld", ["bash", "-c", f"cat {STATE} 2>/dev/null || true"]).stdout
     return json.loads(out) if out.strip() else {}
@@ -155,7 +165,11 @@ def test_pending_3g_jobs_get_lab_mig01_relaid_out_when_its_1g_job_ends(live_clus
     t0 = time.monotonic()
     c.exec(NODE, ["python3", "-c", MAKE_CAPS])
     c.scontrol("update", f"nodename={SPARE}", "state=drain", "reason=test: out for repair")
-    running = submit(c, T1G, 90, limit=3)  # outlives the setup below on a loaded machine (40 s did not once)
+    go = "/shared/live-go-1g"
+    c.exec("slurmctld", ["rm", "-f", go])
+    # runs until the lock is seen below (a fixed 90 s outlived the setup on a loaded machine; 40 s did not once)
+    running = c.sbatch(held_until(go), user="carol", account="biology", output="/shared/live-%j.out",
+                       gres=f"gpu:{T1G}:1", time=3)
     wait_for(f"job {running} running", lambda: c.job(running).get("JobState") == "RUNNING", timeout=90)
     pending = [submit(c, T3G, 5, user=u, account=a)
                for u, a in (("carol", "biology"), ("dave", "biology-imaging"), ("alice", "physics"))]
@@ -175,6 +189,7 @@ def test_pending_3g_jobs_get_lab_mig01_relaid_out_when_its_1g_job_ends(live_clus
     # a third would-be holder: Slurm 24.11 refuses the same name ("Duplicate reservation name"), read as LockHeld
     with pytest.raises(LockHeld):
         Reservations(c.slurm_runner()).create_lock(NODE, 60)
+    release(c, go)  # the 1g job ends: the lock's holder relays the node out
     wait_for("the relayout to be done", lambda: phase(c) in ("done", "failed", "gave_up", "lost"), timeout=300, every=2)
     record = state(c)["current"][NODE]
     print("change record:", json.dumps(record, indent=1))
@@ -234,7 +249,10 @@ def test_pending_shard_jobs_turn_an_idle_exclusive_gpu_into_shards(live_cluster)
     excl, shard = "lab-excl01", "lab-shard01"
     users = (("carol", "biology"), ("alice", "physics"), ("dave", "biology-imaging"), ("bob", "physics"))
     # one shard each (the policy's submission rules refuse shard:2: two shards are no more of the GPU than one)
-    running = [c.sbatch("sleep 45\necho done\n", user=u, account=a, output="/shared/live-%j.out", gres="shard:1",
+    go = "/shared/live-go-shard"
+    c.exec("slurmctld", ["rm", "-f", go])
+    # they hold lab-shard01 until the mode change is done (released below)
+    running = [c.sbatch(held_until(go), user=u, account=a, output="/shared/live-%j.out", gres="shard:1",
                         time=2, nodelist=shard) for u, a in users]
     wait_for("the shard jobs to run", lambda: all(c.job(j).get("JobState") == "RUNNING" for j in running), timeout=90)
     pending = [c.sbatch("sleep 5\necho done\n", user=u, account=a, output="/shared/live-%j.out", gres="shard:1",
@@ -263,6 +281,10 @@ def test_pending_shard_jobs_turn_an_idle_exclusive_gpu_into_shards(live_cluster)
     after = node(c, excl)
     print(f"{excl} after: {after}")
     assert "shard" in after["gres"] and not after["flags"] & {"DRAIN", "INVAL", "DOWN"}, after
+    # lab-shard01 is freed once every pending job has started (on lab-excl01's new shards)
+    wait_for("the pending shard jobs to start", lambda: all(c.job(j).get("JobState") != "PENDING" for j in pending),
+             timeout=120)
+    release(c, go)
     for j in pending + running:
         r = c.wait(j, timeout=180)
         assert (r["State"], r["ExitCode"]) == ("COMPLETED", "0:0"), r
@@ -284,8 +306,10 @@ def test_a_blocked_two_gpu_job_raises_the_weight_of_the_node_it_needs(live_clust
     c = live_cluster
     excl = "lab-excl01"
     assert weight(c, excl) == 1
-    small = c.sbatch("sleep 30\necho done\n", user="carol", account="biology", output="/shared/live-%j.out",
-                     gres="gpu:l40s:1", time=1, nodelist=excl)
+    go = "/shared/live-go-small"
+    c.exec("slurmctld", ["rm", "-f", go])
+    small = c.sbatch(held_until(go), user="carol", account="biology", output="/shared/live-%j.out",
+                     gres="gpu:l40s:1", time=1, nodelist=excl)  # holds one GPU until released below
     wait_for(f"job {small} running", lambda: c.job(small).get("JobState") == "RUNNING", timeout=90)
     large = c.sbatch("sleep 3\necho done\n", user="alice", account="physics", output="/shared/live-%j.out",
                      gres="gpu:l40s:2", time=1)
@@ -297,6 +321,7 @@ def test_a_blocked_two_gpu_job_raises_the_weight_of_the_node_it_needs(live_clust
     assert f"{excl}: weight 1 -> 2: job {large} has waited" in out, out
     assert weight(c, excl) == 2 and state(c)["weights"] == {excl: 2}
     assert not locks(c) and "DRAIN" not in node(c, excl)["flags"]  # no lock, no drain
+    release(c, go)
     for j in (small, large):
         r = c.wait(j, timeout=180)
         assert (r["State"], r["ExitCode"]) == ("COMPLETED", "0:0"), r
