@@ -1,22 +1,22 @@
-"""Frozen record classes for the node hooks' path: ``@dataclass(frozen=True)`` without its start-up cost.
+"""Frozen record classes for the node hooks' path: what ``@dataclass(frozen=True)`` gives, without its start-up cost.
 
 The node hooks start a fresh interpreter on every job (bench/node_hooks.py),
-and the modules they load define about thirty frozen dataclasses. Importing
-``dataclasses`` (which pulls in inspect, ast, dis, tokenize) and creating
-those classes (each compiles half a dozen generated methods with ``exec``)
-cost a hook about as much as the interpreter's own start. This decorator
-gives the same classes, written the same way, from plain closures: no
-imports, no code generation.
+and the modules they load define about thirty frozen record classes.
+Importing ``dataclasses`` (which pulls in inspect, ast, dis, tokenize) and
+creating those classes (each compiles half a dozen generated methods with
+``exec``) cost a hook about as much as the interpreter's own start. ``@record``
+gives the same classes from plain closures: no imports, no code generation.
 
-What it supports is what those modules use, with dataclasses' semantics:
-``frozen=True`` (required), ``order=True``; fields in annotation order,
-inherited fields first; defaults and ``field(default=..., default_factory=...,
-init=, repr=, compare=, hash=)``; ``__post_init__``; ``__match_args__``;
+``@record`` and ``@record(order=True)`` follow dataclasses' semantics for
+what those modules use: always frozen; fields in annotation order, inherited
+fields first; defaults and ``field(default=..., default_factory=..., init=,
+repr=, compare=, hash=)``; ``__post_init__``; ``__match_args__``;
 ``__eq__``/``__hash__``/ordering over the compared fields, only between
 instances of the same class; ``repr`` as dataclasses writes it; assignment
 raises ``FrozenInstanceError`` (an AttributeError). ``replace`` and
-``fields`` stand in for the ``dataclasses`` functions. Classes made here are
-not dataclasses: ``dataclasses.asdict``/``replace`` do not accept them.
+``fields`` are this module's own. A record is not a dataclass:
+``dataclasses.asdict``, ``replace`` and ``fields`` refuse it (TypeError);
+use this module's ``replace`` and ``fields``.
 """
 
 _MISSING = object()
@@ -63,10 +63,8 @@ def replace(record, /, **changes):
     return type(record)(**changes)
 
 
-def dataclass(cls=None, /, *, frozen: bool = False, order: bool = False):
-    """``@dataclass(frozen=True[, order=True])``, see the module docstring."""
-    if not frozen:
-        raise TypeError("slurm_gpushare.records makes frozen classes only: use @dataclass(frozen=True)")
+def record(cls=None, /, *, order: bool = False):
+    """``@record`` or ``@record(order=True)``: a frozen record class, see the module docstring."""
 
     def wrap(klass):
         return _make(klass, order)
@@ -90,27 +88,46 @@ def _own_fields(cls) -> list[Field]:
 
 
 def _make(cls, order: bool):
+    all_fields = _collect_fields(cls)
+    init = tuple(f for f in all_fields if f.init)
+    _check_default_order(init)
+    methods = _methods(cls.__qualname__, all_fields, init, getattr(cls, "__post_init__", None))
+    if order:
+        methods.update(_ordering(tuple(f.name for f in all_fields if f.compare)))
+    _install(cls, methods)
+    cls.__match_args__ = tuple(f.name for f in init)
+    cls.__record_fields__ = all_fields
+    return cls
+
+
+def _collect_fields(cls) -> tuple[Field, ...]:
+    """Inherited fields first (a redefined one keeps its place), then the class's own, in annotation order."""
     by_name: dict[str, Field] = {}
     for base in reversed(cls.__mro__[1:]):
         for f in getattr(base, "__record_fields__", ()):
             by_name[f.name] = f
     for f in _own_fields(cls):
         by_name[f.name] = f
-    all_fields = tuple(by_name.values())
-    init = tuple(f for f in all_fields if f.init)
+    return tuple(by_name.values())
+
+
+def _has_default(f: Field) -> bool:
+    return f.default is not _MISSING or f.default_factory is not _MISSING
+
+
+def _check_default_order(init: tuple[Field, ...]) -> None:
     seen_default = False
     for f in init:
-        if f.default is not _MISSING or f.default_factory is not _MISSING:
+        if _has_default(f):
             seen_default = True
         elif seen_default:
             raise TypeError(f"non-default argument {f.name!r} follows default argument")
+
+
+def _initializer(qualname: str, all_fields: tuple[Field, ...], init: tuple[Field, ...], post_init):
+    by_name = {f.name: f for f in all_fields}
     names = tuple(f.name for f in init)
-    later = tuple(f for f in all_fields if not f.init and (f.default is not _MISSING or f.default_factory is not _MISSING))
-    compared = tuple(f.name for f in all_fields if f.compare)
-    hashed = tuple(f.name for f in all_fields if (f.compare if f.hash is None else f.hash))
-    shown = tuple(f.name for f in all_fields if f.repr)
-    post_init = getattr(cls, "__post_init__", None)
-    qualname = cls.__qualname__
+    later = tuple(f for f in all_fields if not f.init and _has_default(f))
 
     def __init__(self, *args, **kwargs):
         if len(args) > len(names):
@@ -136,14 +153,21 @@ def _make(cls, order: bool):
         if post_init is not None:
             post_init(self)
 
+    return __init__
+
+
+def _methods(qualname: str, all_fields: tuple[Field, ...], init: tuple[Field, ...], post_init) -> dict:
+    compared = tuple(f.name for f in all_fields if f.compare)
+    hashed = tuple(f.name for f in all_fields if (f.compare if f.hash is None else f.hash))
+    shown = tuple(f.name for f in all_fields if f.repr)
+
     def __repr__(self):
         return f"{type(self).__qualname__}({', '.join(f'{n}={getattr(self, n)!r}' for n in shown)})"
 
-    def key(self):
-        return tuple(getattr(self, n) for n in compared)
-
     def __eq__(self, other):
-        return key(self) == key(other) if other.__class__ is self.__class__ else NotImplemented
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return tuple(getattr(self, n) for n in compared) == tuple(getattr(other, n) for n in compared)
 
     def __hash__(self):
         return hash(tuple(getattr(self, n) for n in hashed))
@@ -154,16 +178,27 @@ def _make(cls, order: bool):
     def __delattr__(self, name):
         raise FrozenInstanceError(f"cannot delete field {name!r}")
 
-    methods = {"__init__": __init__, "__repr__": __repr__, "__eq__": __eq__, "__hash__": __hash__,
-               "__setattr__": __setattr__, "__delattr__": __delattr__}
-    if order:
-        def compare(op):
-            def method(self, other):
-                return op(key(self), key(other)) if other.__class__ is self.__class__ else NotImplemented
-            return method
+    return {"__init__": _initializer(qualname, all_fields, init, post_init), "__repr__": __repr__, "__eq__": __eq__,
+            "__hash__": __hash__, "__setattr__": __setattr__, "__delattr__": __delattr__}
 
-        methods.update(__lt__=compare(tuple.__lt__), __le__=compare(tuple.__le__), __gt__=compare(tuple.__gt__),
-                       __ge__=compare(tuple.__ge__))
+
+def _ordering(compared: tuple[str, ...]) -> dict:
+    """``order=True``: <, <=, >, >= over the compared fields, only between instances of the same class."""
+
+    def key(self):
+        return tuple(getattr(self, n) for n in compared)
+
+    def compare(op):
+        def method(self, other):
+            return op(key(self), key(other)) if other.__class__ is self.__class__ else NotImplemented
+        return method
+
+    return {"__lt__": compare(tuple.__lt__), "__le__": compare(tuple.__le__), "__gt__": compare(tuple.__gt__),
+            "__ge__": compare(tuple.__ge__)}
+
+
+def _install(cls, methods: dict) -> None:
+    qualname = cls.__qualname__
     for name, method in methods.items():
         if name in cls.__dict__ and name != "__hash__":  # Python sets __hash__ = None in a class that defines __eq__
             if name == "__repr__":
@@ -171,6 +206,3 @@ def _make(cls, order: bool):
             raise TypeError(f"{qualname} defines {name}: not supported by slurm_gpushare.records")
         method.__qualname__ = f"{qualname}.{name}"
         setattr(cls, name, method)
-    cls.__match_args__ = names
-    cls.__record_fields__ = all_fields
-    return cls
