@@ -104,10 +104,10 @@ def submit(c, gres: str, seconds: int, user: str = "carol", account: str = "biol
                     gres=f"gpu:{gres}:1", time=limit)
 
 
-def held_until(go: str) -> str:
+def held_until(go: str, most: int) -> str:
     """A job script that runs until the test makes the file ``go`` (in /shared), then ends: the test, not a
-    sleep, decides when the job ends (its time limit ends it if the test never does)."""
-    return f"while [ ! -e {go} ]; do sleep 0.2; done\necho done\n"
+    sleep, decides when the job ends (after ``most`` seconds it ends anyway, inside its time limit)."""
+    return f"end=$((SECONDS + {most}))\nwhile [ ! -e {go} ] && [ $SECONDS -lt $end ]; do sleep 0.2; done\necho done\n"
 
 
 def release(c, go: str) -> None:
@@ -168,7 +168,7 @@ def test_pending_3g_jobs_get_lab_mig01_relaid_out_when_its_1g_job_ends(live_clus
     go = "/shared/live-go-1g"
     c.exec("slurmctld", ["rm", "-f", go])
     # runs until the lock is seen below (a fixed 90 s outlived the setup on a loaded machine; 40 s did not once)
-    running = c.sbatch(held_until(go), user="carol", account="biology", output="/shared/live-%j.out",
+    running = c.sbatch(held_until(go, 170), user="carol", account="biology", output="/shared/live-%j.out",
                        gres=f"gpu:{T1G}:1", time=3)
     wait_for(f"job {running} running", lambda: c.job(running).get("JobState") == "RUNNING", timeout=90)
     pending = [submit(c, T3G, 5, user=u, account=a)
@@ -252,7 +252,7 @@ def test_pending_shard_jobs_turn_an_idle_exclusive_gpu_into_shards(live_cluster)
     go = "/shared/live-go-shard"
     c.exec("slurmctld", ["rm", "-f", go])
     # they hold lab-shard01 until the mode change is done (released below)
-    running = [c.sbatch(held_until(go), user=u, account=a, output="/shared/live-%j.out", gres="shard:1",
+    running = [c.sbatch(held_until(go, 110), user=u, account=a, output="/shared/live-%j.out", gres="shard:1",
                         time=2, nodelist=shard) for u, a in users]
     wait_for("the shard jobs to run", lambda: all(c.job(j).get("JobState") == "RUNNING" for j in running), timeout=90)
     pending = [c.sbatch("sleep 5\necho done\n", user=u, account=a, output="/shared/live-%j.out", gres="shard:1",
@@ -308,7 +308,7 @@ def test_a_blocked_two_gpu_job_raises_the_weight_of_the_node_it_needs(live_clust
     assert weight(c, excl) == 1
     go = "/shared/live-go-small"
     c.exec("slurmctld", ["rm", "-f", go])
-    small = c.sbatch(held_until(go), user="carol", account="biology", output="/shared/live-%j.out",
+    small = c.sbatch(held_until(go, 55), user="carol", account="biology", output="/shared/live-%j.out",
                      gres="gpu:l40s:1", time=1, nodelist=excl)  # holds one GPU until released below
     wait_for(f"job {small} running", lambda: c.job(small).get("JobState") == "RUNNING", timeout=90)
     large = c.sbatch("sleep 3\necho done\n", user="alice", account="physics", output="/shared/live-%j.out",
