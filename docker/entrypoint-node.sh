@@ -24,6 +24,20 @@ for _ in $(seq 1 120); do [[ -s /etc/slurm/slurm.conf ]] && break; sleep 0.5; do
 [[ -s /etc/slurm/slurm.conf ]] || { say "no /etc/slurm/slurm.conf"; exit 1; }
 "$LIB/entrypoint.sh" dirs
 
+# GPUSHARE_CGROUP_PARENT (testcluster/compose.py, cgroup v1 hosts): /sys/fs/cgroup/<hierarchy> here is the
+# project's own cgroup of the host, made empty by docker at the first mount. Its cpuset gets this node's CPUs
+# and memory nodes (a child cpuset without them takes no task), and what an earlier container of this node
+# left below it goes (rmdir: only empty cgroups, deepest first), so job ids that start again at 1 meet none.
+if [[ -n ${GPUSHARE_CGROUP_PARENT:-} ]]; then
+  cs=/sys/fs/cgroup/cpuset
+  [[ -n $(cat "$cs/cpuset.cpus") ]] || awk '/^Cpus_allowed_list:/ {print $2}' /proc/self/status >"$cs/cpuset.cpus"
+  [[ -n $(cat "$cs/cpuset.mems") ]] || awk '/^Mems_allowed_list:/ {print $2}' /proc/self/status >"$cs/cpuset.mems"
+  for d in /sys/fs/cgroup/*/"slurm_$NODE"; do
+    [[ -d $d ]] && { find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true; }
+  done
+  say "cgroups under the host's $GPUSHARE_CGROUP_PARENT (cpuset $(cat "$cs/cpuset.cpus") mems $(cat "$cs/cpuset.mems"))"
+fi
+
 if [[ ${GPUSHARE_NODE_SETUP:-1} == 1 ]]; then
   "$LIB/node-setup.sh" || { say "node setup failed"; exit 1; }
 fi

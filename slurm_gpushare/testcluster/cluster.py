@@ -9,6 +9,7 @@ host needs nothing but docker, and every Slurm command line is built in
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shlex
 import time
@@ -23,7 +24,8 @@ from ..render import render_all
 from ..slurm import commands
 from ..slurm.client import CliClient
 from ..slurm.parsable import parse_scontrol_oneliners  # noqa: F401  (tests import it from here)
-from .compose import EXPORTER_PORT, EXPORTER_TLS_DIR, PROMETHEUS_PORT, nodes, nodes_compose, prometheus_config
+from .compose import (CGROUP_V1_CONTROLLERS, EXPORTER_PORT, EXPORTER_TLS_DIR, PROMETHEUS_PORT, nodes, nodes_compose,
+                      project_cgroup, prometheus_config)
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER_DIR = REPO / "docker"
@@ -34,24 +36,33 @@ class ClusterError(GpushareError):
 
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+# Serialises docker/bootstrap.sh across processes: it rewrites docker/.build (the wheel) and retags the
+# images, and two test runs side by side (CI runs the Slurm 26.05 subset beside the 24.11 tier) build at once.
+BUILD_LOCK = Path("/tmp/gpushare-image-build.lock")
+_BUILT: set[tuple[str, str, bool]] = set()
 
 
-def remove_node_cgroups(node_names, root: Path = CGROUP_ROOT) -> list[Path]:
-    """Remove the cgroup v1 directories slurmd left on the host for ``node_names``; return those left.
+def cgroup_v1_host(root: Path = CGROUP_ROOT) -> bool:
+    """Whether the host mounts cgroup v1 hierarchies (one directory per controller Slurm uses) at ``root``."""
+    return all((root / c).is_dir() for c in CGROUP_V1_CONTROLLERS)
 
-    The containers share the host's cgroup v1 hierarchies, and slurmd's task/cgroup
-    plugin makes ``<controller>/slurm_<node>/uid_<uid>/job_<id>/...`` there. They
-    outlive the containers, and a later cluster with the same node names whose job
-    ids meet them cannot set their cpuset ("batch job complete failure" drains).
-    Only empty directories go (``rmdir``, deepest first); one still in use by a
-    running process stays and is returned, never forced.
+
+def remove_cgroup_trees(tops, root: Path = CGROUP_ROOT) -> list[Path]:
+    """Remove the cgroup v1 directories ``<controller>/<top>`` (and below) for each of ``tops``; return those left.
+
+    The containers make their cgroups in the host's cgroup v1 hierarchies: slurmd's task/cgroup plugin
+    makes ``slurm_<node>/uid_<uid>/job_<id>/...`` under the project's cgroup (``compose.project_cgroup``),
+    or under the root when the nodes mount the whole hierarchy. They outlive the containers, and a later
+    cluster of the same project whose job ids meet them cannot set their cpuset ("batch job complete
+    failure" drains). Only empty directories go (``rmdir``, deepest first); one still in use by a running
+    process stays and is returned, never forced.
     """
     left: list[Path] = []
     if not root.is_dir():
         return left
     for controller in sorted(root.iterdir()):
-        for node in node_names:
-            top = controller / f"slurm_{node}"
+        for name in tops:
+            top = controller / name
             if not top.is_dir() or top.is_symlink():
                 continue
             dirs = [Path(d) for d, _, _ in os.walk(top)]
@@ -114,7 +125,18 @@ class TestCluster:
             prom = self.workdir / "prometheus.yml"
             atomic_write(prom, prometheus_config(site, site.cluster.controller, exporter_tls=bool(self.exporter_tls)))
         tls = str(self.exporter_tls) if self.exporter_tls else None
-        atomic_write(self.workdir / "nodes.yml", nodes_compose(site, str(prom) if prom else None, tls))
+        atomic_write(self.workdir / "nodes.yml", nodes_compose(site, str(prom) if prom else None, tls, self.cgroup_parent))
+
+    @property
+    def cgroup_parent(self) -> str | None:
+        """The host cgroup the nodes' cgroups go under (cgroup v1 hosts), so that clusters side by side,
+        with the same node names, never share one; None: the nodes mount the whole hierarchy."""
+        return project_cgroup(self.project) if self.site.cluster.cgroups and cgroup_v1_host() else None
+
+    def cgroup_tops(self) -> list[str]:
+        """What ``remove_cgroup_trees`` removes for this project."""
+        parent = self.cgroup_parent
+        return [parent] if parent else [f"slurm_{n}" for n in self.nodes()]
 
     @property
     def env(self) -> dict[str, str]:
@@ -138,9 +160,18 @@ class TestCluster:
 
     # ---- lifecycle ---------------------------------------------------
     def build(self, timeout: float = 1800) -> None:
-        """Build the images (idempotent; installs the working tree's wheel, or with ``plain`` none)."""
+        """Build the images (idempotent; installs the working tree's wheel, or with ``plain`` none).
+
+        Once per process for each checkout, suite and kind (the working tree does not change under a
+        test run), and one build at a time on the machine (BUILD_LOCK)."""
+        key = (str(self.docker_dir), self.suite, self.plain)
+        if key in _BUILT:
+            return
         argv = ["bash", str(self.docker_dir / "bootstrap.sh")] + (["--no-wheel"] if self.plain else [])
-        self.runner(argv, timeout=timeout, env=self.env)
+        with open(BUILD_LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self.runner(argv, timeout=timeout, env=self.env)
+        _BUILT.add(key)
 
     def up(self, timeout: float = 300) -> None:
         self.write_config()
@@ -148,7 +179,7 @@ class TestCluster:
 
     def down(self) -> None:
         self.compose("down", "-v", "--remove-orphans", "-t", "5", timeout=180)
-        remove_node_cgroups(self.nodes())
+        remove_cgroup_trees(self.cgroup_tops())
 
     def nodes(self) -> list[str]:
         return nodes(self.site)

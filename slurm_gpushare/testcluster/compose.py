@@ -31,9 +31,28 @@ PROMETHEUS_TLS_DIR = "/etc/prometheus/gpushare"
 EXPORTER_TLS_DIR = "/etc/gpushare/exporter"
 EXPORTER_USER = "prometheus"
 _HEALTH = node_health_shell('"$$(hostname -s)"')
+# The cgroup v1 hierarchies Slurm's cgroup/v1 plugin uses (cgroup_v1.c g_cg_name); slurmd makes
+# ``<hierarchy>/slurm_<NodeName>/uid_<U>/job_<J>`` in each, named after the node only.
+CGROUP_V1_CONTROLLERS = ("cpuset", "memory", "devices", "freezer", "cpuacct")
+CGROUP_PARENT_ENV = "GPUSHARE_CGROUP_PARENT"
 
 
-def node_service(node: str, cgroups: bool) -> dict:
+def project_cgroup(project: str) -> str:
+    """The host cgroup (in every v1 hierarchy) under which one compose project's nodes make theirs."""
+    return f"gpushare-{project}"
+
+
+def cgroup_volumes(parent: str | None) -> list[str]:
+    """The node's cgroup mounts: with ``parent`` (a cgroup v1 host) that cgroup of each hierarchy Slurm uses,
+    mounted where the hierarchy's root is expected, so two projects with the same node names never share a
+    job's cgroup (docker makes the directory, a cgroup, at the first mount; docker/entrypoint-node.sh gives
+    its cpuset the node's CPUs and memory nodes); without, the host's whole /sys/fs/cgroup (cgroup v2)."""
+    if parent is None:
+        return ["/sys/fs/cgroup:/sys/fs/cgroup:rw"]
+    return [f"/sys/fs/cgroup/{c}/{parent}:/sys/fs/cgroup/{c}:rw" for c in CGROUP_V1_CONTROLLERS]
+
+
+def node_service(node: str, cgroups: bool, cgroup_parent: str | None = None) -> dict:
     service = {
         "image": IMAGE,
         "init": True,
@@ -61,7 +80,9 @@ def node_service(node: str, cgroups: bool) -> dict:
         # slurmd builds cgroups (read-write hierarchy), writes devices.allow
         # (CAP_SYS_ADMIN) and sets affinity (CAP_SYS_NICE); no --privileged.
         service["cap_add"] = ["SYS_ADMIN", "SYS_NICE"]
-        service["volumes"].append("/sys/fs/cgroup:/sys/fs/cgroup:rw")
+        service["volumes"] += cgroup_volumes(cgroup_parent)
+        if cgroup_parent is not None:
+            service["environment"][CGROUP_PARENT_ENV] = cgroup_parent
     return service
 
 
@@ -117,7 +138,8 @@ def prometheus_service(config_path: str, tls_dir: str | None = None) -> dict:
     return service
 
 
-def nodes_compose(site: Site, prometheus_config_path: str | None = None, exporter_tls_dir: str | None = None) -> str:
+def nodes_compose(site: Site, prometheus_config_path: str | None = None, exporter_tls_dir: str | None = None,
+                  cgroup_parent: str | None = None) -> str:
     """The second compose file: node services, and slurmctld waiting for all of them.
 
     slurmctld resolves every NodeName once at start (blocking for minutes on
@@ -125,10 +147,11 @@ def nodes_compose(site: Site, prometheus_config_path: str | None = None, exporte
     With ``prometheus_config_path`` (a host path of ``prometheus_config``'s
     output) a ``prometheus`` service is added; with ``exporter_tls_dir`` (a
     host directory with ``prometheus/`` and ``exporter/``) each side mounts
-    its part of the exporter's TLS files.
+    its part of the exporter's TLS files. With ``cgroup_parent`` the nodes' cgroups live under that
+    cgroup of the host's v1 hierarchies (``cgroup_volumes``).
     """
     names = nodes(site)
-    services = {n: node_service(n, site.cluster.cgroups) for n in names}
+    services = {n: node_service(n, site.cluster.cgroups, cgroup_parent) for n in names}
     services["slurmctld"] = {"depends_on": {n: {"condition": "service_started"} for n in names}}
     if prometheus_config_path:
         services["prometheus"] = prometheus_service(prometheus_config_path, exporter_tls_dir)

@@ -22,11 +22,14 @@ from pathlib import Path
 import pytest
 
 from slurm_gpushare.proc import CommandError, run
-from slurm_gpushare.testcluster.cluster import TestCluster
+from slurm_gpushare.testcluster.cluster import TestCluster, remove_cgroup_trees
 from tests.conftest import ROOT
 
 POLICY = ROOT / "etc" / "small-lab.yaml"
 PROJECT = os.environ.get("GPUSHARE_TEST_PROJECT", "gpusharetest")
+# Appended to the compose project of every module's own cluster (own_cluster): two test runs side by side
+# (.ci/run runs the Slurm 26.05 subset beside the 24.11 tier) then never share a project.
+PROJECT_SUFFIX = os.environ.get("GPUSHARE_PROJECT_SUFFIX", "")
 MIG_INCLUDE = "/etc/slurm/gres.d/gpushare-mig.conf"
 
 
@@ -48,18 +51,23 @@ def _docker_problem() -> str | None:
 
 
 @pytest.fixture(scope="session")
-def cluster_handle(tmp_path_factory) -> TestCluster:
+def cluster_handle():
+    """The session cluster's handle; its files are not under pytest's basetemp (see own_cluster). Torn down
+    after pytest-docker's `down` (it is set up before docker_services): the project's cgroups go too."""
     problem = _docker_problem()
     if problem:
         message = f"cluster tier: {problem}"
         if os.environ.get("GPUSHARE_REQUIRE_CLUSTER") == "1":
             pytest.fail(message + " (GPUSHARE_REQUIRE_CLUSTER=1)", pytrace=False)
         pytest.skip(message)
-    handle = TestCluster(POLICY, project=PROJECT, workdir=tmp_path_factory.mktemp("cluster"))
+    work = Path(tempfile.mkdtemp(prefix=f"gpushare-{PROJECT}-"))
+    handle = TestCluster(POLICY, project=PROJECT, workdir=work)
     handle.build()
     handle.write_config()
     os.environ.update({k: handle.env[k] for k in ("GPUSHARE_CONF_DIR", "GPUSHARE_POLICY_FILE", "SLURM_SUITE")})
-    return handle
+    yield handle
+    remove_cgroup_trees(handle.cgroup_tops())
+    shutil.rmtree(work, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -121,7 +129,8 @@ def own_cluster(name: str, project: str, write_policy, keep_env: str | None = No
     a stale one of the same name is cleared, it is brought up, waited idle and given the accounts;
     it is always taken down afterwards (unless ``keep_env`` names a variable set to 1, for debugging).
     ``accounts=False``: no `gpushare accounts apply` (a cluster whose image lacks the package, ``plain=True``).
-    ``options`` go to TestCluster (``plain``, ``conf_files``, ``prometheus``, ...).
+    ``options`` go to TestCluster (``plain``, ``conf_files``, ``prometheus``, ...). The project name gets
+    GPUSHARE_PROJECT_SUFFIX appended.
     Not under pytest's basetemp: concurrent pytest runs rotate those away while the cluster uses them.
     Without docker it skips, or fails under GPUSHARE_REQUIRE_CLUSTER=1. A generator: use it as the body
     of a module fixture (``yield from own_cluster(...)``).
@@ -132,7 +141,7 @@ def own_cluster(name: str, project: str, write_policy, keep_env: str | None = No
             pytest.fail(f"cluster tier: {problem} (GPUSHARE_REQUIRE_CLUSTER=1)", pytrace=False)
         pytest.skip(f"cluster tier: {problem}")
     work = Path(tempfile.mkdtemp(prefix=f"gpushare-{name}-"))
-    cluster = TestCluster(write_policy(work), project=project, workdir=work, **options)
+    cluster = TestCluster(write_policy(work), project=project + PROJECT_SUFFIX, workdir=work, **options)
     try:
         cluster.build()
         cluster.write_config()

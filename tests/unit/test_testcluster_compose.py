@@ -10,7 +10,7 @@ import yaml
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.proc import Result
 from slurm_gpushare.testcluster.cluster import ClusterError, TestCluster
-from slurm_gpushare.testcluster.compose import (EXPORTER_PORT, NODE_EXPORTER_PORT, PROMETHEUS_IMAGE, nodes,
+from slurm_gpushare.testcluster.compose import (CGROUP_V1_CONTROLLERS, EXPORTER_PORT, NODE_EXPORTER_PORT, PROMETHEUS_IMAGE, nodes,
                                                 nodes_compose, prometheus_config)
 from tests.conftest import ROOT
 
@@ -84,20 +84,75 @@ def test_promql_errors_name_the_query_and_prometheus_message():
         c.promql("up")
 
 
-def test_down_removes_the_clusters_node_cgroups_and_leaves_other_nodes_and_busy_dirs(tmp_path):
-    from slurm_gpushare.testcluster.cluster import remove_node_cgroups
+def test_down_removes_the_clusters_cgroup_trees_and_leaves_other_trees_and_busy_dirs(tmp_path):
+    from slurm_gpushare.testcluster.cluster import remove_cgroup_trees
 
     for ctl in ("cpuset", "memory"):
-        (tmp_path / ctl / "slurm_lab-mps01" / "uid_2003" / "job_211" / "step_batch").mkdir(parents=True)
-        (tmp_path / ctl / "slurm_other-node" / "uid_1" / "job_1").mkdir(parents=True)
-    busy = tmp_path / "memory" / "slurm_lab-mps01" / "uid_2003" / "job_211" / "step_batch"
+        (tmp_path / ctl / "gpushare-a" / "slurm_lab-mps01" / "uid_2003" / "job_211" / "step_batch").mkdir(parents=True)
+        (tmp_path / ctl / "gpushare-b" / "slurm_lab-mps01" / "uid_1" / "job_1").mkdir(parents=True)
+    busy = tmp_path / "memory" / "gpushare-a" / "slurm_lab-mps01" / "uid_2003" / "job_211" / "step_batch"
     (busy / "tasks").write_text("123\n")  # a file keeps rmdir from removing it, as a live task does
-    left = remove_node_cgroups(["lab-mps01", "lab-mig01"], root=tmp_path)
-    assert not (tmp_path / "cpuset" / "slurm_lab-mps01").exists()
+    left = remove_cgroup_trees(["gpushare-a"], root=tmp_path)
+    assert not (tmp_path / "cpuset" / "gpushare-a").exists()
     assert busy.is_dir() and busy in left
-    assert (tmp_path / "memory" / "slurm_lab-mps01").is_dir()  # its parents stay with it
-    assert (tmp_path / "cpuset" / "slurm_other-node" / "uid_1" / "job_1").is_dir()
-    assert remove_node_cgroups(["lab-x"], root=tmp_path / "absent") == []
+    assert (tmp_path / "memory" / "gpushare-a").is_dir()  # its parents stay with it
+    assert (tmp_path / "cpuset" / "gpushare-b" / "slurm_lab-mps01" / "uid_1" / "job_1").is_dir()  # another project's
+    assert remove_cgroup_trees(["gpushare-x"], root=tmp_path / "absent") == []
+
+
+def _v1_root(tmp_path) -> Path:
+    for ctl in CGROUP_V1_CONTROLLERS:
+        (tmp_path / "cgroup" / ctl).mkdir(parents=True)
+    return tmp_path / "cgroup"
+
+
+def test_on_a_cgroup_v1_host_each_project_mounts_its_own_cgroup_of_every_hierarchy_slurm_uses(tmp_path, monkeypatch):
+    import slurm_gpushare.testcluster.cluster as tc
+
+    monkeypatch.setattr(tc, "CGROUP_ROOT", _v1_root(tmp_path))
+    monkeypatch.setattr(tc.cgroup_v1_host, "__defaults__", (tc.CGROUP_ROOT,))
+    mounts = {}
+    for project in ("one", "two"):
+        c = TestCluster(ROOT / "etc" / "small-lab.yaml", project=project, workdir=tmp_path / "w")
+        c.write_config()
+        services = yaml.safe_load((c.workdir / "nodes.yml").read_text())["services"]
+        node = services["lab-mps01"]
+        assert "/sys/fs/cgroup:/sys/fs/cgroup:rw" not in node["volumes"]
+        mounts[project] = {v for v in node["volumes"] if v.startswith("/sys/fs/cgroup/")}
+        assert mounts[project] == {f"/sys/fs/cgroup/{ctl}/gpushare-{project}:/sys/fs/cgroup/{ctl}:rw"
+                                   for ctl in CGROUP_V1_CONTROLLERS}
+        assert node["environment"]["GPUSHARE_CGROUP_PARENT"] == f"gpushare-{project}"
+        assert c.cgroup_tops() == [f"gpushare-{project}"]
+    assert not {m.split(":")[0] for m in mounts["one"]} & {m.split(":")[0] for m in mounts["two"]}
+
+
+def test_without_cgroup_v1_hierarchies_the_nodes_mount_the_whole_cgroup_tree(tmp_path, monkeypatch):
+    import slurm_gpushare.testcluster.cluster as tc
+
+    monkeypatch.setattr(tc.cgroup_v1_host, "__defaults__", (tmp_path / "v2-only",))
+    c = TestCluster(ROOT / "etc" / "small-lab.yaml", project="one", workdir=tmp_path / "w")
+    c.write_config()
+    node = yaml.safe_load((c.workdir / "nodes.yml").read_text())["services"]["lab-mps01"]
+    assert "/sys/fs/cgroup:/sys/fs/cgroup:rw" in node["volumes"] and "GPUSHARE_CGROUP_PARENT" not in node["environment"]
+    assert c.cgroup_tops() == [f"slurm_{n}" for n in c.nodes()]
+
+
+def test_images_are_built_once_per_process_for_each_suite_and_kind(tmp_path):
+    seen: list = []
+
+    def runner(argv, **_kw):
+        seen.append(list(argv))
+        return Result(tuple(argv), 0, "", "")
+
+    def build(**kw):
+        TestCluster(ROOT / "etc" / "small-lab.yaml", project="unit", workdir=tmp_path, runner=runner,
+                    docker_dir=tmp_path / "docker", **kw).build()
+
+    build(suite="trixie")
+    build(suite="trixie")
+    build(suite="sid")
+    build(suite="trixie", plain=True)
+    assert [a[-1] for a in seen] == [f"{tmp_path}/docker/bootstrap.sh"] * 2 + ["--no-wheel"]  # trixie, sid, plain
 
 
 def test_exporter_tls_scrapes_over_https_with_a_client_certificate_and_basic_auth():
