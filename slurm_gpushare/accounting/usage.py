@@ -34,7 +34,7 @@ NO_GPU = "(none)"
 
 
 @dataclass(frozen=True)
-class JobGpu:
+class AllocationGpus:
     """What one allocation holds at any moment: GPU-equivalents in all and by kind, and billing units."""
 
     gpus: float
@@ -44,7 +44,7 @@ class JobGpu:
 
 
 class GpuConverter:
-    """AllocTRES of a job in a partition -> JobGpu, with the policy's unit fractions."""
+    """AllocTRES of a job in a partition -> AllocationGpus, with the policy's unit fractions."""
 
     def __init__(self, site: Site, cache_size: int = 1 << 16):
         self._tiers = {t.name: tier_fractions(t.groups) for t in site.tiers}
@@ -52,10 +52,10 @@ class GpuConverter:
         for fractions in self._tiers.values():
             for k, v in fractions.items():
                 self._anywhere.setdefault(k, v)
-        self._cache: dict[tuple[str, str], JobGpu] = {}
+        self._cache: dict[tuple[str, str], AllocationGpus] = {}
         self._cache_size = cache_size
 
-    def convert(self, partition: str, alloc_tres: str) -> JobGpu:
+    def convert(self, partition: str, alloc_tres: str) -> AllocationGpus:
         key = (partition, alloc_tres)
         hit = self._cache.get(key)
         if hit is None:
@@ -67,7 +67,7 @@ class GpuConverter:
     def fractions(self, partition: str) -> Mapping[str, float]:
         return self._tiers.get(partition, self._anywhere)
 
-    def convert_tres(self, partition: str, tres: Mapping[str, float]) -> JobGpu:
+    def convert_tres(self, partition: str, tres: Mapping[str, float]) -> AllocationGpus:
         fr = self.fractions(partition)
         kinds: Counter[str] = Counter()
         unknown: list[str] = []
@@ -93,7 +93,7 @@ class GpuConverter:
                 else:
                     kinds[shared] += count * f
         gpus = sum(kinds.values())
-        return JobGpu(gpus, tuple(sorted(kinds.items())), float(tres.get("billing", 0)), tuple(unknown))
+        return AllocationGpus(gpus, tuple(sorted(kinds.items())), float(tres.get("billing", 0)), tuple(unknown))
 
     @staticmethod
     def _untyped(fr: Mapping[str, float]) -> tuple[str, float]:
@@ -251,7 +251,7 @@ class UsageAggregator:
         w = _decayed(a, b, self.until, self._k, self.calc_period) if self._k else b - a
         return w * self.qos_factors.get(qos, 1.0) if self.qos_factors else w
 
-    def _by_kind(self, job: JobGpu, seconds: float, weight: float, a: float, b: float) -> None:
+    def _by_kind(self, job: AllocationGpus, seconds: float, weight: float, a: float, b: float) -> None:
         """Each kind a job used gets its part; billing is shared in proportion to GPU-equivalents."""
         kinds = job.kinds or ((NO_GPU, 0.0),)
         for kind, gpus in kinds:

@@ -229,7 +229,7 @@ def _reconcile_metrics(seen: dict, error, reason: str | None, duration: float, d
         from ..node.mps import running_daemons
 
         store = JournalStore(state_dir)
-        snapshot = textfile.Snapshot(journals_present=len(store.job_ids()), mps_daemons_running=running_daemons(state_dir),
+        snapshot = textfile.NodeObservation(journals_present=len(store.job_ids()), mps_daemons_running=running_daemons(state_dir),
                                      mig=seen.get("mig", {}), replace_mig="mig" in seen)
         try:
             snapshot.jobs = textfile.jobs_of(store.all().values())

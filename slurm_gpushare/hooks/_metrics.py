@@ -43,7 +43,7 @@ def _textfile(hook: str, seen: dict, error, duration: float, spec, dcgm_errors: 
     from ..node.mps import running_daemons
 
     store = JournalStore(spec.state_dir)
-    snapshot = textfile.Snapshot(journals_present=len(store.job_ids()), mps_daemons_running=running_daemons(spec.state_dir))
+    snapshot = textfile.NodeObservation(journals_present=len(store.job_ids()), mps_daemons_running=running_daemons(spec.state_dir))
     try:
         snapshot.jobs = textfile.jobs_of(store.all().values())
     except JournalError:

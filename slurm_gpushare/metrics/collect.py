@@ -48,7 +48,7 @@ class Family:
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class SlurmRead:
     """One scrape's read of Slurm; None where that part could not be read."""
 
     jobs: Sequence[Job] | None
@@ -115,7 +115,7 @@ def split(key: str) -> tuple[str, str]:
 
 # ---- the families ---------------------------------------------------------------------------------
 
-def families(sm: SiteMetrics, snap: Snapshot) -> list[Family]:
+def families(sm: SiteMetrics, snap: SlurmRead) -> list[Family]:
     """Every family the snapshot's parts allow, in a stable order."""
     out: list[Family] = []
     if snap.jobs is not None:

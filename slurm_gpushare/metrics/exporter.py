@@ -57,7 +57,7 @@ class SlurmCollector:
         """Nothing up front: registering must not read Slurm (the families are only known after a read)."""
         return []
 
-    def read(self) -> tuple[collect.Snapshot, dict[str, bool]]:
+    def read(self) -> tuple[collect.SlurmRead, dict[str, bool]]:
         """One read of each part; a failed part is None in the snapshot and False in the second value."""
         readers = {
             # the summaries where the backend has them (CLI: squeue --Format, 30 times faster than --json for
@@ -79,7 +79,7 @@ class SlurmCollector:
                 self.errors[part] += 1
                 got[part], ok[part] = None, False
             self.last_read[part] = self.timer() - start
-        snap = collect.Snapshot(jobs=got["jobs"], nodes=got["nodes"], shares=got["sshare"],
+        snap = collect.SlurmRead(jobs=got["jobs"], nodes=got["nodes"], shares=got["sshare"],
                                 associations=got["associations"], now=self.clock())
         return snap, ok
 

@@ -84,7 +84,7 @@ def failure_reason(exc: BaseException) -> str:
 
 
 @dataclass(frozen=True)
-class JobGpu:
+class JobDevice:
     """One device a running job holds: ``mig_uuid``/``gi``/``ci`` None for whole, shard and MPS GPUs."""
 
     job_id: int
@@ -96,19 +96,19 @@ class JobGpu:
 
 
 @dataclass
-class Snapshot:
+class NodeObservation:
     """What one run observed; None (or absent GPUs in ``mig``) keeps the last known value."""
 
     journals_present: int | None = None
     mps_daemons_running: int | None = None
     mig: dict[int, bool] = field(default_factory=dict)  # GPU index -> layout matches the policy
-    jobs: list[JobGpu] | None = None  # every device of every job with a journal, when read
+    jobs: list[JobDevice] | None = None  # every device of every job with a journal, when read
     replace_mig: bool = False  # ``mig`` is the whole node's answer (reconcile): forget other GPUs
 
 
-def jobs_of(journals) -> list[JobGpu]:
+def jobs_of(journals) -> list[JobDevice]:
     """The job-to-device rows of journals (``node.journal.Journal``-like: job_id, devices)."""
-    return [JobGpu(j.job_id, d.gpu_index, d.gpu_uuid, d.mig_uuid, d.gi, d.ci)
+    return [JobDevice(j.job_id, d.gpu_index, d.gpu_uuid, d.mig_uuid, d.gi, d.ci)
             for j in journals for d in j.devices]
 
 
@@ -152,7 +152,7 @@ def read_state(path: Path) -> dict:
 
 
 def update(state: dict, hook: str, result: str, reason: str | None, duration: float, now: float,
-           snapshot: Snapshot, dcgm_errors: int = 0) -> dict:
+           snapshot: NodeObservation, dcgm_errors: int = 0) -> dict:
     """Pure: the state after one run of ``hook``."""
     if hook not in HOOKS or result not in RESULTS or (reason is not None and reason not in REASONS):
         raise ValueError(f"hook {hook!r} result {result!r} reason {reason!r}: expected hook in {HOOKS}, "
@@ -168,7 +168,7 @@ def update(state: dict, hook: str, result: str, reason: str | None, duration: fl
     return observed(new, snapshot, dcgm_errors)
 
 
-def observed(new: dict, snapshot: Snapshot, dcgm_errors: int = 0) -> dict:
+def observed(new: dict, snapshot: NodeObservation, dcgm_errors: int = 0) -> dict:
     """The state ``new`` with what a run observed, changed in place and returned; no run counted."""
     if snapshot.journals_present is not None:
         new["journals"] = snapshot.journals_present
@@ -243,15 +243,15 @@ def _locked(state_dir: Path):
 
 
 def record(state_dir, textfile_dir, hook: str, result: str, reason: str | None, duration: float,
-           snapshot: Snapshot | None = None, dcgm_errors: int = 0, now: float | None = None) -> Path | None:
+           snapshot: NodeObservation | None = None, dcgm_errors: int = 0, now: float | None = None) -> Path | None:
     """Count one run and rewrite ``<textfile_dir>/gpushare.prom``; returns its path (None when off).
 
     Read-modify-write under the flock, so concurrent hooks never lose an increment."""
     return _rewrite(state_dir, textfile_dir, lambda state: update(
-        state, hook, result, reason, duration, time.time() if now is None else now, snapshot or Snapshot(), dcgm_errors))
+        state, hook, result, reason, duration, time.time() if now is None else now, snapshot or NodeObservation(), dcgm_errors))
 
 
-def refresh(state_dir, textfile_dir, snapshot: Snapshot) -> Path | None:
+def refresh(state_dir, textfile_dir, snapshot: NodeObservation) -> Path | None:
     """Rewrite ``<textfile_dir>/gpushare.prom`` with what a run that is no hook's saw (the health check: the
     jobs and journals left after its repairs), counting no run; returns its path (None when off)."""
     return _rewrite(state_dir, textfile_dir, lambda state: observed(state, snapshot))

@@ -307,7 +307,7 @@ def repair_metrics(findings: Findings, metrics, state_dir: str, store, running: 
             findings.notes.append(f"dcgm job mapping {metrics.dcgm_job_mapping_dir} not repaired: "
                                   f"{type(exc).__name__}: {exc}")
     if metrics.textfile_dir is not None:
-        snapshot = textfile.Snapshot(journals_present=len(left), mps_daemons_running=running_daemons(state_dir),
+        snapshot = textfile.NodeObservation(journals_present=len(left), mps_daemons_running=running_daemons(state_dir),
                                      jobs=textfile.jobs_of(left.values()))
         try:
             textfile.refresh(state_dir, metrics.textfile_dir, snapshot)

@@ -33,7 +33,7 @@ def controller_metrics() -> set[str]:
     from tests.conftest import ROOT
 
     sm = collect.SiteMetrics(load_file(ROOT / "etc" / "small-lab.yaml"))
-    snap = collect.Snapshot(jobs=[], nodes=[], shares=[], associations=[], now=0.0)
+    snap = collect.SlurmRead(jobs=[], nodes=[], shares=[], associations=[], now=0.0)
     return {f.name + ("_total" if f.type == "counter" else "") for f in collect.families(sm, snap)}
 
 

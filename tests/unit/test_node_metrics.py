@@ -272,8 +272,8 @@ def test_concurrent_increments_are_not_lost(tmp_path):
 
 
 def test_textfile_parses_with_every_family_typed(tmp_path):
-    snap = textfile.Snapshot(journals_present=2, mps_daemons_running=1, mig={0: True, 1: False},
-                             jobs=[textfile.JobGpu(5, 0, 'GPU-"x"\\y', "MIG-1", 3, 0), textfile.JobGpu(6, 1, "GPU-b")])
+    snap = textfile.NodeObservation(journals_present=2, mps_daemons_running=1, mig={0: True, 1: False},
+                             jobs=[textfile.JobDevice(5, 0, 'GPU-"x"\\y', "MIG-1", 3, 0), textfile.JobDevice(6, 1, "GPU-b")])
     path = textfile.record(tmp_path, tmp_path / "prom", "reconcile", "ok", None, 1.5, snap)
     families = {f.name: f.type for f in prometheus_parser.text_string_to_metric_families(path.read_text())}
     assert families == {
@@ -291,9 +291,9 @@ def test_textfile_parses_with_every_family_typed(tmp_path):
 
 def test_update_refuses_unbounded_labels():
     with pytest.raises(ValueError, match="reason 'disk full at /x'"):
-        textfile.update(textfile.empty_state(), "prolog", "failed", "disk full at /x", 0.1, 0.0, textfile.Snapshot())
+        textfile.update(textfile.empty_state(), "prolog", "failed", "disk full at /x", 0.1, 0.0, textfile.NodeObservation())
     with pytest.raises(ValueError, match="hook 'taskprolog'"):
-        textfile.update(textfile.empty_state(), "taskprolog", "ok", None, 0.1, 0.0, textfile.Snapshot())
+        textfile.update(textfile.empty_state(), "taskprolog", "ok", None, 0.1, 0.0, textfile.NodeObservation())
 
 
 def test_failure_reasons_by_error_class():
