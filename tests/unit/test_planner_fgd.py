@@ -137,6 +137,7 @@ def trace():
 # paper's sequence; FGD's ten seeds land within 0.3 points of the published
 # per-seed figure for 8 of 10 (43: 0.30, 46: 0.31 off; README has all ten). These
 # are three of the eight.
+@pytest.mark.repro
 @pytest.mark.parametrize("seed", [42, 44, 45])
 def test_fgd_reproduces_published_figure(trace, seed):
     cluster, pods = trace
@@ -144,12 +145,14 @@ def test_fgd_reproduces_published_figure(trace, seed):
     assert abs(result.at(100) - published("06-FGD")[seed]) <= 0.3
 
 
+@pytest.mark.repro
 def test_bestfit_reproduces_published_figure(trace):
     cluster, pods = trace
     result = replay(BestFit(), cluster, pods, arrival_sequence(pods, cluster.gpu_count, 42))
     assert abs(result.at(100) - published("05-BestFit")[42]) <= 0.3
 
 
+@pytest.mark.repro
 def test_published_copy_is_the_default_workload():
     rows = list(csv.DictReader(open(Path(TRACE_DIR) / "fgd_expected_default.csv", newline="")))
     assert {r["workload"] for r in rows} == {"openb_pod_list_default"}

@@ -19,6 +19,8 @@ from slurm_gpushare.sim.trace import (
     workload_path,
 )
 
+pytestmark = pytest.mark.repro
+
 
 def published_rows() -> list[dict[str, str]]:
     with gzip.open(TRACE_DIR / "analysis_allo_discrete.csv.gz", "rt", newline="") as f:
