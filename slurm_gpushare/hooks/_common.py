@@ -113,4 +113,4 @@ def run(argv, **kwargs):
 
 def mps_command(config) -> dict:
     """MpsControl's ``command`` when the node config names the control binary."""
-    return {} if config.mps_control is None else {"command": (str(config.mps_control),)}
+    return {} if config.mps_control_str is None else {"command": (config.mps_control_str,)}

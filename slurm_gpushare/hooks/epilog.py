@@ -36,7 +36,7 @@ def _undo(journal, store, config, runner, mps, kill, seen) -> None:
     from ._common import mps_command, run
 
     mps = mps or MpsControl(runner or run, **mps_command(config))
-    with open_backend(config.fake_nvml) as backend:
+    with open_backend(config.fake_nvml_str) as backend:
         seen["live"] = live = observe_epilog(journal, backend, store)
         actions, problems = plan_epilog(journal, live)
         execute_epilog(journal, actions, problems, store, mps, Killer(backend, kill=kill))

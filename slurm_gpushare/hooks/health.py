@@ -35,7 +35,7 @@ def health(environ, runner=None, mps=None, kill=None, is_device=None, out=print)
         env["SLURM_CONF"] = slurm_conf(environ)
     client = CliClient(runner or run, timeout=15, env=env)
     mps = mps or MpsControl(runner or run, **mps_command(config))
-    with open_backend(config.fake_nvml) as backend:
+    with open_backend(config.fake_nvml_str) as backend:
         report = run_health(node, spec.state_dir, Path(spec.slurm_conf_dir) / "gres.conf", slots_from_spec(spec), client,
                             backend, mps, Killer(backend, kill=kill), is_device or device_ok,
                             metrics=spec)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -22,8 +23,8 @@ def prolog(environ, runner=None, mps=None, seen: dict | None = None) -> None:
     job = job_from_env(environ)
     store, mps = JournalStore(spec.state_dir), mps or MpsControl(runner or run, **mps_command(config))
     # an MPS job (or a rerun whose journal may name a daemon) decides and acts on daemons under the MPS lock
-    uses_mps = job.mps_percentage is not None or store.path(job.job_id).exists()
-    with open_backend(config.fake_nvml) as backend, store.locked(), mps_lock(spec.state_dir, uses_mps):
+    uses_mps = job.mps_percentage is not None or os.path.exists(store.file(job.job_id))
+    with open_backend(config.fake_nvml_str) as backend, store.locked(), mps_lock(spec.state_dir, uses_mps):
         node = load_layout(spec, backend)
         seen["live"] = live = observe_prolog(job, node, backend, store, mps)
         journal, actions = plan_prolog(job, node, live)

@@ -26,11 +26,12 @@ order, say which GPU or MIG instance the job holds.
 
 from __future__ import annotations
 
+import os
 import re
-from pathlib import Path
 
 from ..errors import GpushareError
 from ..records import record
+from .paths import plain
 
 
 class GresConfReadError(GpushareError):
@@ -80,9 +81,10 @@ def expand(expr: str) -> list[str]:
     return out
 
 
-def _logical_lines(path: Path):
+def _logical_lines(path: str):
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
     except OSError as exc:
         raise GresConfReadError(f"cannot read {path}: {exc.strerror}") from None
     buf, start = "", 0
@@ -96,22 +98,23 @@ def _logical_lines(path: Path):
             yield first, line
 
 
-def gpu_records(gres_conf: Path, node: str) -> list[GresRecord]:
+def gpu_records(gres_conf: str | os.PathLike, node: str) -> list[GresRecord]:
     """This node's gpu records in Slurm's index order (module docstring)."""
     records: list[GresRecord] = []
-    _walk(Path(gres_conf), node, records, set())
+    _walk(plain(gres_conf), node, records, set())
     return records
 
 
-def _walk(path: Path, node: str, records: list[GresRecord], seen: set[Path]) -> None:
+def _walk(path: str, node: str, records: list[GresRecord], seen: set[str]) -> None:
     if path in seen:
         raise GresConfReadError(f"{path} is Included twice")
     seen.add(path)
     for number, line in _logical_lines(path):
         words = line.split()
         if words[0].lower() == "include":
-            target = Path(" ".join(words[1:]))
-            _walk(target if target.is_absolute() else path.parent / target, node, records, seen)
+            target = " ".join(words[1:])
+            _walk(plain(target if target.startswith("/") else os.path.join(os.path.dirname(path), target)), node,
+                  records, seen)
             continue
         keys = {}
         for word in words:

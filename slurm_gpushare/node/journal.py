@@ -44,12 +44,15 @@ import stat
 import sys
 import time
 from contextlib import contextmanager
-from pathlib import Path
 
 from ..atomic import atomic_write
 from ..errors import GpushareError
 from ..records import field, record
-from .paths import JOURNAL_FORMAT, TASK_FORMAT, journal_dir
+from .paths import JOURNAL_FORMAT, TASK_FORMAT, journal_dir, plain
+
+TYPE_CHECKING = False  # pathlib and typing cost every node hook milliseconds at start-up: for type checkers only
+if TYPE_CHECKING:
+    from pathlib import Path
 
 STATES = ("preparing", "ready", "ending")
 # every journal format this version reads: the one it writes and those of earlier versions (same fields, or
@@ -144,7 +147,7 @@ class Journal:
 # ---- files -----------------------------------------------------------------------
 
 
-def write_json(path: Path, data: dict, mode: int = JOURNAL_MODE) -> None:
+def write_json(path: str | os.PathLike, data: dict, mode: int = JOURNAL_MODE) -> None:
     """Atomically (readers see the old file or the new one), sorted keys."""
     atomic_write(path, json.dumps(data, indent=1, sort_keys=True), mode)
 
@@ -159,7 +162,7 @@ def task_text(journal: Journal) -> str:
     return "".join(" ".join(row) + "\n" for row in [(TASK_FORMAT, str(journal.job_id)), *rows])
 
 
-def _fsync_dir(path: Path) -> None:
+def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -195,11 +198,23 @@ class JournalStore:
     ``quarantined``: the journals this store set aside (or, without the lock, skipped) since it was made, in
     order; ``set_aside()``: every ``.bad-`` file in the directory, from this run or earlier ones."""
 
-    def __init__(self, state_dir: str | Path, report=None):
-        self.dir = Path(journal_dir(str(state_dir)))
+    def __init__(self, state_dir: str | os.PathLike, report=None):
+        self.dirname = plain(journal_dir(os.fspath(state_dir)))  # str paths inside: pathlib costs every hook ~17 M instructions
         self.quarantined: list[SetAside] = []
         self._report = report or _stderr
         self._held = 0
+
+    def file(self, job_id: int) -> str:
+        return os.path.join(self.dirname, f"{job_id}.json")
+
+    def task_file(self, job_id: int) -> str:
+        return os.path.join(self.dirname, f"{job_id}.task")
+
+    @property
+    def dir(self) -> Path:
+        from pathlib import Path
+
+        return Path(self.dirname)
 
     def path(self, job_id: int) -> Path:
         return self.dir / f"{job_id}.json"
@@ -210,15 +225,15 @@ class JournalStore:
     def write(self, journal: Journal) -> None:
         self._ensure_dir()
         if journal.state != "ready":
-            self.task_path(journal.job_id).unlink(missing_ok=True)
-        write_json(self.path(journal.job_id), journal.to_json())
+            _unlink(self.task_file(journal.job_id))
+        write_json(self.file(journal.job_id), journal.to_json())
         if journal.state == "ready":
-            atomic_write(self.task_path(journal.job_id), task_text(journal), TASK_MODE)
+            atomic_write(self.task_file(journal.job_id), task_text(journal), TASK_MODE)
 
     def read(self, job_id: int) -> Journal | None:
         """The job's journal, None without one. An unreadable one is set aside (under the lock) and raises
         JournalError naming the file: it is the job this caller acts for, and what it holds is unknown."""
-        path = self.path(job_id)
+        path = self.file(job_id)
         try:
             return _parse(job_id, path)
         except FileNotFoundError:
@@ -228,12 +243,12 @@ class JournalStore:
             raise JournalError(f"{aside}; what the job holds on the GPUs is unknown") from None
 
     def remove(self, job_id: int) -> bool:
-        self.task_path(job_id).unlink(missing_ok=True)
+        _unlink(self.task_file(job_id))
         try:
-            self.path(job_id).unlink()
+            os.unlink(self.file(job_id))
         except FileNotFoundError:
             return False
-        _fsync_dir(self.dir)
+        _fsync_dir(self.dirname)
         return True
 
     def job_ids(self) -> list[int]:
@@ -245,7 +260,7 @@ class JournalStore:
         one bad file must not stop every hook on the node (see ``doubts``)."""
         found = {}
         for job_id in self.job_ids():
-            path = self.path(job_id)
+            path = self.file(job_id)
             try:
                 found[job_id] = _parse(job_id, path)
             except FileNotFoundError:
@@ -256,8 +271,8 @@ class JournalStore:
 
     def set_aside(self) -> list[SetAside]:
         """Every journal set aside in this directory, by this run or an earlier one, oldest name first."""
-        by_name = {Path(q.path).name: q for q in self.quarantined if q.moved}
-        return [by_name.get(n) or SetAside(int(m[1]), str(self.dir / n))
+        by_name = {os.path.basename(q.path): q for q in self.quarantined if q.moved}
+        return [by_name.get(n) or SetAside(int(m[1]), os.path.join(self.dirname, n))
                 for n in sorted(self._names()) if (m := _ASIDE.match(n))]
 
     def doubts(self, running) -> list[SetAside]:
@@ -281,7 +296,7 @@ class JournalStore:
     def locked(self):
         """Serialise the hooks of concurrent jobs (and reconcile) on this node."""
         self._ensure_dir()
-        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = os.open(os.path.join(self.dirname, ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._held += 1
@@ -296,26 +311,26 @@ class JournalStore:
 
     def _names(self) -> list[str]:
         try:
-            return os.listdir(self.dir)
+            return os.listdir(self.dirname)
         except FileNotFoundError:
             return []
 
     def _ensure_dir(self) -> None:
         """The journal directory (and a missing state dir) made root's, 0711, through a descriptor of the
         directory itself: a link in its place is refused, never followed."""
-        for d in (self.dir.parent, self.dir):
+        for d in (os.path.dirname(self.dirname), self.dirname):
             try:
                 os.mkdir(d, DIR_MODE)
             except FileExistsError:
                 pass
-        fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(self.dirname, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             if stat.S_IMODE(os.fstat(fd).st_mode) != DIR_MODE:
                 os.fchmod(fd, DIR_MODE)
         finally:
             os.close(fd)
 
-    def _set_aside(self, job_id: int, path: Path, reason: str) -> SetAside:
+    def _set_aside(self, job_id: int, path: str, reason: str) -> SetAside:
         """Rename a bad journal aside (only under the journal lock: a reader without it could rename a good
         journal that replaced the bad one meanwhile); report it either way."""
         aside = SetAside(job_id, str(path), reason, moved=False)
@@ -323,7 +338,7 @@ class JournalStore:
             target = self._aside_name(path)
             try:
                 os.rename(path, target)  # renames a link itself, never what it points to
-                _fsync_dir(self.dir)
+                _fsync_dir(self.dirname)
                 aside = SetAside(job_id, str(target), reason)
             except FileNotFoundError:
                 pass  # gone since it was read (not a journal any more)
@@ -333,13 +348,13 @@ class JournalStore:
         self._report(f"gpushare journal: {aside}")
         return aside
 
-    def _aside_name(self, path: Path) -> Path:
+    def _aside_name(self, path: str) -> str:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        target = path.with_name(f"{path.name}.bad-{stamp}")
+        target = f"{path}.bad-{stamp}"
         n = 0
         while os.path.lexists(target):
             n += 1
-            target = path.with_name(f"{path.name}.bad-{stamp}.{n}")
+            target = f"{path}.bad-{stamp}.{n}"
         return target
 
 
@@ -347,11 +362,18 @@ class _Bad(Exception):
     """Why a journal file cannot be read (the text goes into the report)."""
 
 
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr)
 
 
-def _parse(job_id: int, path: Path) -> Journal:
+def _parse(job_id: int, path: str) -> Journal:
     """The journal at ``path``; FileNotFoundError without one, _Bad naming what is wrong."""
     data = _load(path)
     try:
@@ -363,7 +385,7 @@ def _parse(job_id: int, path: Path) -> Journal:
     return journal
 
 
-def _load(path: Path):
+def _load(path: str):
     """The JSON in a regular file at ``path``, opened without following a link or blocking on a FIFO."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)

@@ -42,7 +42,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-from pathlib import Path
 
 from ..errors import GpushareError
 from ..records import fields, record
@@ -58,8 +57,12 @@ except ImportError:
     except ImportError:
         from hashlib import sha256 as _sha256
 
-NODE_CONFIG = Path(paths.NODE_CONFIG)
-DEFAULT_POLICY = Path(paths.DEFAULT_POLICY)
+TYPE_CHECKING = False  # pathlib costs every node hook ~17 M instructions (it imports re, urllib.parse, fnmatch)
+if TYPE_CHECKING:
+    from pathlib import Path
+
+NODE_CONFIG = paths.NODE_CONFIG
+DEFAULT_POLICY = paths.DEFAULT_POLICY
 CONFIG_ENV = paths.CONFIG_ENV
 SPEC_FORMAT = "gpushare-node-spec/2"  # 2: GPUs carry compute_mode
 
@@ -70,24 +73,51 @@ class NodeConfigError(GpushareError):
     exit_code = 1
 
 
+class _AsPath:
+    """A path attribute kept as a str (``<name>_str``, what the hooks use) and read as a ``pathlib.Path`` (or
+    None): pathlib is imported only by the callers that read it so, not by every hook."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.key = name + "_str"
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        value = obj.__dict__[self.key]
+        if value is None:
+            return None
+        from pathlib import Path
+
+        return Path(value)
+
+
 class NodeConfig:
     """The parsed node config file (see the module docstring)."""
 
-    def __init__(self, path: Path, policy: Path = DEFAULT_POLICY, fake_nvml: Path | None = None,
-                 spec_cache: Path | None = None, mps_control: Path | None = None, state_dir: Path | None = None,
-                 live_policy: Path | None = None):
-        self.path = Path(path)
-        self.live_policy = None if live_policy is None else Path(live_policy)
-        self.admin_policy = Path(policy)
-        self.state_dir = None if state_dir is None else Path(state_dir)
-        self.mps_control = None if mps_control is None else Path(mps_control)
+    path, admin_policy, live_policy, policy = _AsPath(), _AsPath(), _AsPath(), _AsPath()
+    state_dir, mps_control, fake_nvml, spec_cache = _AsPath(), _AsPath(), _AsPath(), _AsPath()
+
+    def __init__(self, path: str | Path, policy: str | Path = DEFAULT_POLICY, fake_nvml: str | Path | None = None,
+                 spec_cache: str | Path | None = None, mps_control: str | Path | None = None,
+                 state_dir: str | Path | None = None, live_policy: str | Path | None = None):
+        self.path_str = _norm(path)
+        self.live_policy_str = _norm(live_policy)
+        self.admin_policy_str = _norm(policy)
+        self.state_dir_str = _norm(state_dir)
+        self.mps_control_str = _norm(mps_control)
         # the policy the hooks follow: the live planner's while its file exists (checked at each read)
-        self.policy = self.live_policy if self.live_policy is not None and self.live_policy.is_file() else Path(policy)
-        self.fake_nvml = None if fake_nvml is None else Path(fake_nvml)
-        self.spec_cache = Path(spec_cache) if spec_cache else self.path.with_name(paths.SPEC_CACHE_NAME)
+        live = self.live_policy_str
+        self.policy_str = live if live is not None and os.path.isfile(live) else self.admin_policy_str
+        self.fake_nvml_str = _norm(fake_nvml)
+        self.spec_cache_str = _norm(spec_cache) if spec_cache else os.path.join(os.path.dirname(self.path_str),
+                                                                                paths.SPEC_CACHE_NAME)
 
 
-def config_path(environ: dict | None = None) -> Path:
+def _norm(path) -> str | None:
+    return None if path is None else paths.plain(path)
+
+
+def config_path(environ: dict | None = None) -> str:
     """The fixed path, or GPUSHARE_NODE_CONFIG when it names a file only root can change.
 
     The override exists for benchmarks and tests; a root hook never reads a
@@ -98,14 +128,16 @@ def config_path(environ: dict | None = None) -> Path:
         return NODE_CONFIG
     if not paths._absolute(value):
         raise NodeConfigError(f"{CONFIG_ENV}={value!r} is not an absolute path")
-    return Path(value)
+    return value
 
 
-def read_config(path: Path, root_hook: bool = True) -> NodeConfig:
+def read_config(path: str | Path, root_hook: bool = True) -> NodeConfig:
     """Parse ``path``; a missing file gives the defaults. Strict: unknown keys and
     relative paths are errors naming the line and what is accepted."""
+    path = _norm(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
     except FileNotFoundError:
         return NodeConfig(path)
     except OSError as exc:
@@ -115,15 +147,15 @@ def read_config(path: Path, root_hook: bool = True) -> NodeConfig:
     return NodeConfig(path, **parse_config(text, str(path)))
 
 
-def parse_config(text: str, source: str) -> dict[str, Path]:
+def parse_config(text: str, source: str) -> dict[str, str]:
     try:
-        return {k: Path(v) for k, v in paths.parse_flat(text, source).items()}
+        return dict(paths.parse_flat(text, source))
     except ValueError as exc:
         raise NodeConfigError(str(exc)) from None
 
 
-def _check_owner(path: Path) -> None:
-    info = path.stat()
+def _check_owner(path: str) -> None:
+    info = os.stat(path)
     if info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise NodeConfigError(f"node config {path} must be owned by uid {os.geteuid()} and writable by no one else")
 
@@ -176,32 +208,33 @@ class NodeSpec:
             return None
         return cls(**{**data, "gpus": gpus})
 
-    def matches(self, policy: Path, digest: str, node: str) -> bool:
+    def matches(self, policy: str, digest: str, node: str) -> bool:
         return (self.policy, self.policy_sha256, self.node) == (str(policy), digest, node)
 
 
-def file_sha256(path: Path) -> str:
+def file_sha256(path: str | Path) -> str:
     try:
-        return _sha256(path.read_bytes()).hexdigest()
+        with open(path, "rb") as fh:
+            return _sha256(fh.read()).hexdigest()
     except OSError as exc:
         raise NodeConfigError(f"cannot read policy {path}: {exc.strerror}") from None
 
 
 def node_spec(config: NodeConfig, node: str) -> NodeSpec:
     """This node's spec: from the cache when it matches the policy file, else rebuilt."""
-    digest = file_sha256(config.policy)
-    spec = _read_cache(config.spec_cache)
-    if spec is None or not spec.matches(config.policy, digest, node):
-        spec = build_spec(config.policy, node, digest)
-        _write_cache(config.spec_cache, spec)
-    if config.state_dir is not None and str(config.state_dir) != spec.state_dir:
-        raise NodeConfigError(f"{config.path}: state_dir {config.state_dir} differs from the policy's "
-                              f"cluster.paths.state_dir {spec.state_dir} ({config.policy}); the task prolog would "
+    digest = file_sha256(config.policy_str)
+    spec = _read_cache(config.spec_cache_str)
+    if spec is None or not spec.matches(config.policy_str, digest, node):
+        spec = build_spec(config.policy_str, node, digest)
+        _write_cache(config.spec_cache_str, spec)
+    if config.state_dir_str is not None and config.state_dir_str != spec.state_dir:
+        raise NodeConfigError(f"{config.path_str}: state_dir {config.state_dir_str} differs from the policy's "
+                              f"cluster.paths.state_dir {spec.state_dir} ({config.policy_str}); the task prolog would "
                               "look for journals in the wrong place")
     return spec
 
 
-def build_spec(policy: Path, node: str, digest: str) -> NodeSpec:
+def build_spec(policy: str | Path, node: str, digest: str) -> NodeSpec:
     """Load the policy (slow path) and keep what the hooks need for ``node``."""
     from ..policy import load_file
 
@@ -219,15 +252,16 @@ def build_spec(policy: Path, node: str, digest: str) -> NodeSpec:
                     textfile_dir=metrics.textfile_dir, dcgm_job_mapping_dir=metrics.dcgm_job_mapping_dir)
 
 
-def _read_cache(path: Path) -> NodeSpec | None:
+def _read_cache(path: str) -> NodeSpec | None:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        with open(path, encoding="utf-8") as fh:
+            data = json.loads(fh.read())
     except (OSError, ValueError):
         return None
     return NodeSpec.from_json(data)
 
 
-def _write_cache(path: Path, spec: NodeSpec) -> None:
+def _write_cache(path: str, spec: NodeSpec) -> None:
     from .journal import write_json
 
     write_json(path, spec.to_json(), mode=0o644)

@@ -48,6 +48,15 @@ def _absolute(value: str) -> bool:
     return value.startswith("/") and set(value) <= allowed and "/../" not in value + "/"
 
 
+def plain(path) -> str:
+    """``path`` (str or os.PathLike) as ``str(pathlib.Path(path))`` spells it: no empty or "." parts, no
+    trailing slash. The hooks keep paths as str: pathlib costs each of them ~17 M instructions at start-up."""
+    path = path.__fspath__() if hasattr(path, "__fspath__") else path
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    lead = "//" if path.startswith("//") and not path.startswith("///") else "/" if path.startswith("/") else ""
+    return lead + "/".join(parts) or "."
+
+
 def journal_dir(state_dir: str) -> str:
     return state_dir.rstrip("/") + "/jobs"
 

@@ -36,8 +36,8 @@ answers is reused, the journal rewritten with the same content.
 
 from __future__ import annotations
 
+import os
 import re
-from pathlib import Path
 
 from ..errors import GpushareError
 from ..records import record, replace
@@ -345,7 +345,7 @@ def load_layout(spec: NodeSpec, backend) -> NodeLayout:
     from ..gpu.migminors import read_mig_minors
     from .gresindex import gpu_records
 
-    records = gpu_records(Path(spec.slurm_conf_dir) / "gres.conf", spec.node)
+    records = gpu_records(os.path.join(spec.slurm_conf_dir, "gres.conf"), spec.node)
     needs_minors = any(len(r.files) > 1 for r in records)
     caps = frozenset(int(m[1]) for r in records for m in map(_CAP_FILE.match, r.files) if m)
     minors = read_mig_minors(backend.mig_minors_path, only=caps) if needs_minors else {}  # the table checked whole

@@ -103,7 +103,7 @@ def test_expand():
 
 
 def test_config_is_strict():
-    assert parse_config("# c\npolicy: /p.yaml\nfake_nvml: '/f.json'\n", "n") == {"policy": Path("/p.yaml"), "fake_nvml": Path("/f.json")}
+    assert parse_config("# c\npolicy: /p.yaml\nfake_nvml: '/f.json'\n", "n") == {"policy": "/p.yaml", "fake_nvml": "/f.json"}
     for text, message in [("polcy: /p\n", "KEY one of policy, fake_nvml, spec_cache"), ("policy: p.yaml\n", "not an absolute path"),
                           ("policy: /a\npolicy: /b\n", "given twice"), ("policy: /a/../etc/shadow\n", "not an absolute path")]:
         with pytest.raises(NodeConfigError, match=message):
