@@ -304,115 +304,171 @@ def _gpu_range(n: int):
     return gpus_value(range(0, n))
 
 
+@dataclass(frozen=True)
+class _Inputs:
+    """What every stage of one candidate reads: the site, its groups, the demand and how it splits, the knobs."""
+
+    site: Site
+    groups: list[GroupInfo]
+    demand: Demand
+    knobs: Knobs
+    isolate: Sequence[str]
+    mig_all: bool
+    mig_frac: dict[int, int]  # {share: jobs} that get MIG slices
+    mps_frac: dict[int, int]  # {share: jobs} that share GPUs through MPS
+    units: int  # mps units per GPU
+    scale: float  # site GPUs / demand GPUs
+
+
+@dataclass
+class _Pools:
+    """Whole nodes taken per group ({group index: nodes}) by each pool, and the CPU-rich and CPU-poor groups."""
+
+    mig_nodes: dict[int, int] = field(default_factory=dict)
+    layouts_by_gpu: list[tuple[str, ...]] = field(default_factory=list)
+    frac_nodes: dict[int, int] = field(default_factory=dict)
+    rich: set[int] = field(default_factory=set)
+    heavy: int = 0  # single-GPU jobs asking more CPUs than this go to the CPU-rich pool
+    lean: set[int] = field(default_factory=set)
+    light: int = 0  # single-GPU jobs asking at most this many CPUs start in the CPU-poor pool
+
+
 def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, isolate: Sequence[str] = (),
                     mig_all: bool = False) -> tuple[dict, list[str]]:
-    """One candidate policy and the report lines that explain it."""
+    """One candidate policy and the report lines that explain it.
+
+    Stages, each adding its report lines in turn: the MIG pool, the MPS pool, the CPU-rich and CPU-poor pools
+    (which groups go where), the node groups split by pool, the order CPU-only jobs take the pools, and the
+    routes (with tiers split by mps billing weight and submission aliases remapped).
+    """
     groups = supply(site)
-    specs = {g["name"]: g for g in base["node_groups"]}
     mig_frac, mps_frac = _split(demand, isolate, mig_all)
-    units = _units(mps_frac)
+    c = _Inputs(site, groups, demand, knobs, isolate, mig_all, mig_frac, mps_frac, _units(mps_frac),
+                _scale(demand, groups))
     why: list[str] = []
-    scale = _scale(demand, groups)
-
-    # MIG slices for the isolated (or all) fractional demand
-    mig_nodes: dict[int, int] = {}
-    layouts_by_gpu: list[tuple[str, ...]] = []
-    whole_from_mig = 0
-    mig_groups = [g for g in groups if g.mig]
-    if mig_frac and mig_groups:
-        # layouts are packed from one model's profiles: the MIG-capable model with the most GPUs (first listed
-        # among equals) holds the pool; another model's GPUs could not take those layouts (an A30 has no 3g.20gb)
-        per_model = Counter()
-        for g in mig_groups:
-            per_model[g.model] += g.gpus * len(g.nodes)
-        top = max(per_model.values())
-        chosen = next(g.model for g in mig_groups if per_model[g.model] == top)
-        if len(per_model) > 1:
-            why.append(f"MIG pool on {chosen} only (the MIG-capable model with the most GPUs; slices are one "
-                       f"model's profiles): not on {', '.join(m for m in per_model if m != chosen)}")
-        mig_groups = [g for g in mig_groups if g.model == chosen]
-        model = site.groups[mig_groups[0].index].model
-        # isolated classes get a slice even when only the whole-GPU one covers them; with every share on MIG
-        # (mig_all) such a share takes a whole GPU from the whole-GPU pool, where whole-GPU jobs can use it too
-        allowed = knobs.mig_types or (compact_types(model) if knobs.mig_compact else ())
-        need, whole_from_mig = slices_needed(model, scaled_counts(mig_frac, scale * HEADROOM * knobs.mig_factor),
-                                             whole_slice=not mig_all, allowed=allowed)
-        layouts_by_gpu = pack(model, need, allowed, knobs.mig_fill or knobs.mig_compact)
-        # slices strand when their node runs out of CPUs first: CPU-rich nodes first
-        cpu_need = sum(cls.cpus * n for cls, n in demand.counts.items()
-                       if cls.kind == "fraction" and cls.gpu_milli in mig_frac) * scale / max(1, len(layouts_by_gpu))
-        order = sorted(mig_groups, key=lambda g: (g.cpus_per_gpu < MIG_CPUS * cpu_need, -g.gpus, -g.cpus_per_gpu, g.index))
-        _take_nodes(mig_nodes, groups, order, len(layouts_by_gpu))
-        if allowed:
-            why.append(f"MIG slice types offered: {', '.join(allowed)} (and the whole GPU's)"
-                       + (" (one per compute size, the least memory: a memory-heavy slice strands compute slices)"
-                          if not knobs.mig_types else ""))
-        why.append(
-            f"MIG: {sum(need.values())} slices ({', '.join(f'{n} x {p}' for p, n in sorted(need.items()))}) for "
-            f"{sum(mig_frac.values())} fractional jobs ({', '.join(sorted({q for q in isolate}) or ['all'])}), packed into "
-            f"{len(layouts_by_gpu)} GPUs" + (f"; {whole_from_mig} larger shares take whole GPUs" if whole_from_mig else "")
-        )
-
-    # MPS pool for the shared fractional demand
-    frac_nodes: dict[int, int] = {}
-    frac_gpus = 0
+    pools = _Pools()
+    if mig_frac and any(g.mig for g in groups):
+        pools.mig_nodes, pools.layouts_by_gpu = _mig_pool(c, why)
     if mps_frac:
-        est = pack_estimate(scaled_counts(mps_frac, scale))
-        want = math.ceil(est * knobs.frac_factor * HEADROOM)
-        # many GPUs per node (shares pack inside a node); enough CPUs per GPU; then the tightest ('fit') or the
-        # most CPUs per GPU ('cpus')
-        sign = -1 if knobs.frac_nodes == "cpus" else 1
-        order = sorted((g for g in groups), key=lambda g: (-g.gpus, -(g.cpus_per_gpu >= demand.cpus_per_gpu()),
-                                                           sign * g.cpus_per_gpu, g.index))
-        poor = cpu_rich(groups, demand, mig_nodes)
-        rich_first = [g for g in order if g.index not in poor]
-        leftover = {g.index: len(g.nodes) - mig_nodes.get(g.index, 0) for g in groups}
-        frac_gpus = _take_nodes(frac_nodes, groups, [g for g in rich_first if leftover[g.index] > 0], want) if want else 0
-        frac_nodes = {i: min(n, leftover[i]) for i, n in frac_nodes.items()}
-        share = sum(m * n for m, n in mps_frac.items()) / GPU_MILLI
-        why.append(
-            f"MPS ({units} units per GPU): {sum(mps_frac.values())} fractional jobs asking {share:.1f} GPUs pack into "
-            f"about {est} GPUs (first fit, arrival order); pool 'frac' gets {frac_gpus} GPUs"
-        )
-
-    # CPU-rich pool
-    rich = cpu_rich(groups, demand, mig_nodes)
-    heavy = knobs.heavy_cpus if knobs.heavy_cpus is not None else heavy_threshold(demand, groups, rich)
-    if rich:
-        why.append(
-            f"CPU-rich nodes ({', '.join(g.name for g in groups if g.index in rich)}: >= {CPU_RICH:g} x the "
-            f"{demand.cpus_per_gpu():.1f} CPUs per GPU that GPU jobs ask): pool 'cpu' takes CPU-only jobs and "
-            f"single-GPU jobs asking more than {heavy} CPUs"
-        )
-
-    lean, light = lean_groups(groups, demand, rich, mig_nodes, frac_nodes) if knobs.lean else (set(), 0)
-    if lean:
-        why.append(
-            f"CPU-poor nodes ({', '.join(g.name for g in groups if g.index in lean)}: fewer than the "
-            f"{demand.cpus_per_gpu():.1f} CPUs per GPU that GPU jobs ask): pool 'lean' takes single-GPU jobs asking "
-            f"at most {light} CPUs first, other GPU jobs only when their own pools are full"
-        )
-
+        pools.frac_nodes = _mps_pool(c, pools.mig_nodes, why)
+    _cpu_pools(c, pools, why)
     b = _Builder(base, groups)
-    any_mps = bool(mps_frac)
-    layout_iter = iter(layouts_by_gpu)
-    for g in groups:
+    _add_groups(b, c, pools, {g["name"]: g for g in base["node_groups"]})
+    cpu_order = _cpu_job_order(b, c, pools, why)
+    routes = _routes(b.members, pools.heavy, isolate, mig_all, knobs.overflow, cpu_order, pools.light,
+                     knobs.frac_heavy)
+    default = next((t for t in ("gpu", "frac", "cpu") if t in b.members), next(iter(b.members)))
+    why += b.split_by_mps_weight(site.policy.billing)
+    raw = b.policy(routes, default)
+    why += fix_aliases(raw, site)
+    return raw, why
+
+
+def _mig_model(c: _Inputs, why: list[str]) -> list[GroupInfo]:
+    """The MIG-capable groups of the one model that holds the MIG pool.
+
+    Layouts are packed from one model's profiles: the MIG-capable model with the most GPUs (first listed among
+    equals) holds the pool; another model's GPUs could not take those layouts (an A30 has no 3g.20gb).
+    """
+    mig_groups = [g for g in c.groups if g.mig]
+    per_model = Counter()
+    for g in mig_groups:
+        per_model[g.model] += g.gpus * len(g.nodes)
+    top = max(per_model.values())
+    chosen = next(g.model for g in mig_groups if per_model[g.model] == top)
+    if len(per_model) > 1:
+        why.append(f"MIG pool on {chosen} only (the MIG-capable model with the most GPUs; slices are one "
+                   f"model's profiles): not on {', '.join(m for m in per_model if m != chosen)}")
+    return [g for g in mig_groups if g.model == chosen]
+
+
+def _mig_pool(c: _Inputs, why: list[str]) -> tuple[dict[int, int], list[tuple[str, ...]]]:
+    """MIG slices for the isolated (or all) fractional demand: (nodes taken per group, each GPU's layout)."""
+    mig_groups = _mig_model(c, why)
+    model = c.site.groups[mig_groups[0].index].model
+    knobs, mig_frac = c.knobs, c.mig_frac
+    # isolated classes get a slice even when only the whole-GPU one covers them; with every share on MIG
+    # (mig_all) such a share takes a whole GPU from the whole-GPU pool, where whole-GPU jobs can use it too
+    allowed = knobs.mig_types or (compact_types(model) if knobs.mig_compact else ())
+    need, whole_from_mig = slices_needed(model, scaled_counts(mig_frac, c.scale * HEADROOM * knobs.mig_factor),
+                                         whole_slice=not c.mig_all, allowed=allowed)
+    layouts_by_gpu = pack(model, need, allowed, knobs.mig_fill or knobs.mig_compact)
+    # slices strand when their node runs out of CPUs first: CPU-rich nodes first
+    cpu_need = sum(cls.cpus * n for cls, n in c.demand.counts.items()
+                   if cls.kind == "fraction" and cls.gpu_milli in mig_frac) * c.scale / max(1, len(layouts_by_gpu))
+    order = sorted(mig_groups, key=lambda g: (g.cpus_per_gpu < MIG_CPUS * cpu_need, -g.gpus, -g.cpus_per_gpu, g.index))
+    mig_nodes: dict[int, int] = {}
+    _take_nodes(mig_nodes, c.groups, order, len(layouts_by_gpu))
+    if allowed:
+        why.append(f"MIG slice types offered: {', '.join(allowed)} (and the whole GPU's)"
+                   + (" (one per compute size, the least memory: a memory-heavy slice strands compute slices)"
+                      if not knobs.mig_types else ""))
+    why.append(
+        f"MIG: {sum(need.values())} slices ({', '.join(f'{n} x {p}' for p, n in sorted(need.items()))}) for "
+        f"{sum(mig_frac.values())} fractional jobs ({', '.join(sorted({q for q in c.isolate}) or ['all'])}), packed "
+        f"into {len(layouts_by_gpu)} GPUs" + (f"; {whole_from_mig} larger shares take whole GPUs" if whole_from_mig else "")
+    )
+    return mig_nodes, layouts_by_gpu
+
+
+def _mps_pool(c: _Inputs, mig_nodes: dict[int, int], why: list[str]) -> dict[int, int]:
+    """The MPS pool for the shared fractional demand: nodes taken per group, outside the MIG pool's."""
+    groups, demand = c.groups, c.demand
+    est = pack_estimate(scaled_counts(c.mps_frac, c.scale))
+    want = math.ceil(est * c.knobs.frac_factor * HEADROOM)
+    # many GPUs per node (shares pack inside a node); enough CPUs per GPU; then the tightest ('fit') or the
+    # most CPUs per GPU ('cpus')
+    sign = -1 if c.knobs.frac_nodes == "cpus" else 1
+    order = sorted((g for g in groups), key=lambda g: (-g.gpus, -(g.cpus_per_gpu >= demand.cpus_per_gpu()),
+                                                       sign * g.cpus_per_gpu, g.index))
+    poor = cpu_rich(groups, demand, mig_nodes)
+    rich_first = [g for g in order if g.index not in poor]
+    leftover = {g.index: len(g.nodes) - mig_nodes.get(g.index, 0) for g in groups}
+    frac_nodes: dict[int, int] = {}
+    frac_gpus = _take_nodes(frac_nodes, groups, [g for g in rich_first if leftover[g.index] > 0], want) if want else 0
+    frac_nodes = {i: min(n, leftover[i]) for i, n in frac_nodes.items()}
+    share = sum(m * n for m, n in c.mps_frac.items()) / GPU_MILLI
+    why.append(
+        f"MPS ({c.units} units per GPU): {sum(c.mps_frac.values())} fractional jobs asking {share:.1f} GPUs pack into "
+        f"about {est} GPUs (first fit, arrival order); pool 'frac' gets {frac_gpus} GPUs"
+    )
+    return frac_nodes
+
+
+def _cpu_pools(c: _Inputs, pools: _Pools, why: list[str]) -> None:
+    """The CPU-rich groups (pool 'cpu') and the CPU-poor ones (pool 'lean'), with their CPU bounds."""
+    groups, demand, knobs = c.groups, c.demand, c.knobs
+    pools.rich = cpu_rich(groups, demand, pools.mig_nodes)
+    pools.heavy = knobs.heavy_cpus if knobs.heavy_cpus is not None else heavy_threshold(demand, groups, pools.rich)
+    if pools.rich:
+        why.append(
+            f"CPU-rich nodes ({', '.join(g.name for g in groups if g.index in pools.rich)}: >= {CPU_RICH:g} x the "
+            f"{demand.cpus_per_gpu():.1f} CPUs per GPU that GPU jobs ask): pool 'cpu' takes CPU-only jobs and "
+            f"single-GPU jobs asking more than {pools.heavy} CPUs"
+        )
+    if knobs.lean:
+        pools.lean, pools.light = lean_groups(groups, demand, pools.rich, pools.mig_nodes, pools.frac_nodes)
+    if pools.lean:
+        why.append(
+            f"CPU-poor nodes ({', '.join(g.name for g in groups if g.index in pools.lean)}: fewer than the "
+            f"{demand.cpus_per_gpu():.1f} CPUs per GPU that GPU jobs ask): pool 'lean' takes single-GPU jobs asking "
+            f"at most {pools.light} CPUs first, other GPU jobs only when their own pools are full"
+        )
+
+
+def _add_groups(b: _Builder, c: _Inputs, pools: _Pools, specs: dict[str, dict]) -> None:
+    """Each group's nodes in slurm.conf order: its MIG-pool nodes (split by layout), MPS-pool nodes, the rest."""
+    layout_iter = iter(pools.layouts_by_gpu)
+    for g in c.groups:
         spec = specs[g.name]
         names = list(g.nodes)
-        n_mig, n_frac = mig_nodes.get(g.index, 0), frac_nodes.get(g.index, 0)
+        n_mig, n_frac = pools.mig_nodes.get(g.index, 0), pools.frac_nodes.get(g.index, 0)
         mig_part, frac_part, rest = names[:n_mig], names[n_mig:n_mig + n_frac], names[n_mig + n_frac:]
         if mig_part:
-            # nodes of one group share one sharing list: split by node when layouts differ
-            by_layout: dict[tuple, list[str]] = {}
-            for node in mig_part:
-                lay = tuple(next(layout_iter, _whole(site, g)) for _ in range(g.gpus))
-                by_layout.setdefault(lay, []).append(node)
-            for k, (lay, nodes) in enumerate(by_layout.items()):
-                for part in _split_group(spec, [(f"mig{k}", nodes, _mig_sharing(list(lay), g.gpus))]):
-                    b.add(part, "mig", 10, len(nodes), g.model)
-        mode = _mode(units, g.gpus) if any_mps else [{"gpus": _gpu_range(g.gpus), "mode": "exclusive"}]
-        tier = "cpu" if g.index in rich else "lean" if g.index in lean else "gpu"
-        if knobs.frac_weights == "node" and frac_part:
+            _add_mig_part(b, c.site, g, spec, mig_part, layout_iter)
+        mode = _mode(c.units, g.gpus) if c.mps_frac else [{"gpus": _gpu_range(g.gpus), "mode": "exclusive"}]
+        tier = "cpu" if g.index in pools.rich else "lean" if g.index in pools.lean else "gpu"
+        if c.knobs.frac_weights == "node" and frac_part:
             # one weight per node: Slurm then fills the pool node by node (first fit), not best fit on idle CPUs
             for k, node in enumerate(frac_part):
                 for part in _split_group(spec, [(f"frac{k}", [node], mode)]):
@@ -421,15 +477,32 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
             for part in _split_group(spec, [("frac", frac_part, mode)]):
                 b.add(part, "frac", 20, len(frac_part), g.model)
         for part in _split_group(spec, [("", rest, mode)]):
-            b.add(part, tier, _weight(g, knobs.weights), len(rest), g.model)
+            b.add(part, tier, _weight(g, c.knobs.weights), len(rest), g.model)
+
+
+def _add_mig_part(b: _Builder, site: Site, g: GroupInfo, spec: dict, mig_part: list[str], layout_iter) -> None:
+    """A group's MIG-pool nodes: nodes of one group share one sharing list, so they are split by node when
+    layouts differ (a GPU the packed layouts did not fill gets the whole-GPU slice)."""
+    by_layout: dict[tuple, list[str]] = {}
+    for node in mig_part:
+        lay = tuple(next(layout_iter, _whole(site, g)) for _ in range(g.gpus))
+        by_layout.setdefault(lay, []).append(node)
+    for k, (lay, nodes) in enumerate(by_layout.items()):
+        for part in _split_group(spec, [(f"mig{k}", nodes, _mig_sharing(list(lay), g.gpus))]):
+            b.add(part, "mig", 10, len(nodes), g.model)
+
+
+def _cpu_job_order(b: _Builder, c: _Inputs, pools: _Pools, why: list[str]) -> list[str]:
+    """The pools CPU-only jobs start in, in order (the CPUs the GPU jobs leave them), and the CPU-heavy shares'."""
+    demand, knobs, lean = c.demand, c.knobs, pools.lean
     how = knobs.cpu_jobs
     if how == "auto":
         # with a MIG pool (on CPU-rich nodes), CPU-only jobs that take a MIG node's CPUs strand its free slices: the
         # CPU-rich pool goes first when it can hold a third of their CPUs, else the pools by CPUs left
-        left = dict(_spare_cpus(b.cpus, demand, scale, mig_frac, heavy, bool(rich), "spare", b.gpus))
-        need = demand.cpus_by_kind()["cpu"] * scale
+        left = dict(_spare_cpus(b.cpus, demand, c.scale, c.mig_frac, pools.heavy, bool(pools.rich), "spare", b.gpus))
+        need = demand.cpus_by_kind()["cpu"] * c.scale
         how = "rich" if "mig" not in b.members else "first" if 3 * left.get("cpu", 0) >= need else "spare"
-    spare = _spare_cpus(b.cpus, demand, scale, mig_frac, heavy, bool(rich), how, b.gpus)
+    spare = _spare_cpus(b.cpus, demand, c.scale, c.mig_frac, pools.heavy, bool(pools.rich), how, b.gpus)
     spare = [x for x in spare if x[0] != "lean"]
     if spare:
         why.append("CPU-only jobs go to these pools in this order (the CPUs their GPU jobs leave): "
@@ -443,12 +516,7 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
     if knobs.frac_heavy is not None and "cpu" in b.members and "frac" in b.members:
         why.append(f"fractional jobs asking more than {knobs.frac_heavy} CPUs start in pool 'cpu' (its spare CPUs), "
                    f"so the shares of the other nodes keep CPUs to run on")
-    routes = _routes(b.members, heavy, isolate, mig_all, knobs.overflow, cpu_order, light, knobs.frac_heavy)
-    default = next((t for t in ("gpu", "frac", "cpu") if t in b.members), next(iter(b.members)))
-    why += b.split_by_mps_weight(site.policy.billing)
-    raw = b.policy(routes, default)
-    why += fix_aliases(raw, site)
-    return raw, why
+    return cpu_order
 
 
 def scaled_counts(counts: dict[int, int], factor: float) -> dict[int, int]:
