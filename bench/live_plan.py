@@ -17,7 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from slurm_gpushare.live.plan import NodeView, PendingJob, RecentJob, RunningJob, Snapshot, plan_live  # noqa: E402
+from slurm_gpushare.live.view import ClusterView, NodeView, PendingJob, RecentJob, RunningJob  # noqa: E402
+from slurm_gpushare.live.plan import plan_live  # noqa: E402
 from slurm_gpushare.policy import build_site  # noqa: E402
 
 T1, T3 = "gpu:a100_40g_1g.5gb", "gpu:a100_40g_3g.20gb"
@@ -50,8 +51,8 @@ def main() -> None:
     pending += tuple(PendingJob(1_000_000 + i, T1, 1, 1500.0, 1, "Priority", "batch") for i in range(20))
     history = tuple(RecentJob(str(2_000_000 + i), names[i % a.nodes], {T1: 1}, NOW - 7200, NOW - 3600)
                     for i in range(a.history))
-    snap = Snapshot(NOW, pending, running, nodes, {}, frozenset(), history)
-    plan_live(site, Snapshot(NOW, (), (), {}, {}, frozenset()))  # warm: nothing to plan
+    snap = ClusterView(NOW, pending, running, nodes, {}, frozenset(), history)
+    plan_live(site, ClusterView(NOW, (), (), {}, {}, frozenset()))  # warm: nothing to plan
     best = float("inf")
     for _ in range(a.repeat):
         t = time.perf_counter()

@@ -12,6 +12,7 @@ from ..atomic import atomic_write
 from ..errors import GpushareError
 from ..planner.demand import Demand, DemandError, Units, format_demand, from_job_records, from_openb, from_squeue_json
 from ..policy import Site, load_file
+from ..policy.billing import unit_fractions
 from ..policy.load import parse_yaml
 from .common import SLURM_BACKEND
 
@@ -19,15 +20,19 @@ FORMS = "openb:FILE.csv, sacct:FILE (recorded sacct --json or --parsable2), sque
 
 
 def units_of(site: Site) -> Units:
-    """How this site's GRES counts read as GPU shares (for sacct/squeue demand)."""
-    mps = max((s.units for g in site.groups for s in g.gpus if s.mode == "mps"), default=100)
-    shard = max((s.replicas for g in site.groups for s in g.gpus if s.mode == "shard"), default=1)
-    mig = {}
-    for g in site.groups:
-        for s in g.slots("mig"):
-            for p in s.layout:
-                mig[s.model.mig_slurm_type(p)] = round(1000 * s.model.profile(p).fraction(s.model))
-    return Units(mps=mps, shard=shard, type_milli=mig)
+    """How this site's GRES counts read as GPU shares (for sacct/squeue demand), from ``billing.unit_fractions``:
+    MPS units and shard replicas per GPU (the largest the site uses), each MIG type's share of its GPU."""
+    mps, shard, mig = [], [], {}
+    for group in site.groups:
+        whole = {f"gpu:{s.slurm_type}" for s in group.gpus if s.mode != "mig"}
+        for kind, fraction in unit_fractions(group):
+            if kind == "mps":
+                mps.append(round(1 / fraction))
+            elif kind == "shard":
+                shard.append(round(1 / fraction))
+            elif kind not in whole:
+                mig[kind.split(":", 1)[1]] = round(1000 * fraction)
+    return Units(mps=max(mps, default=100), shard=max(shard, default=1), type_milli=mig)
 
 
 def read_demand(source: str, site: Site, ctx: click.Context | None = None, days: float = 30.0) -> Demand:
@@ -70,86 +75,26 @@ def policy_diff(before: dict, after: dict, name: str) -> str:
     return "".join(difflib.unified_diff(a, b, f"{name} (as read)", f"{name} (planned)"))
 
 
-def live_state(client, site: Site, now: float) -> tuple[dict[str, float], frozenset[str]]:
-    """Each node's last relayout (or attempt) time and the nodes under relayout (gpushare-relayout-<node>
-    reservations), as the apply side records them: ``slurm_gpushare.cli.live.read_state(client, site, now)``
-    when that module has it; otherwise none known (plan_live still sees nodes drained 'gpushare relayout...')."""
-    try:
-        from . import live as apply_side
-    except ImportError:
-        return {}, frozenset()
-    read = getattr(apply_side, "read_state", None)
-    return read(client, site, now) if read else ({}, frozenset())
+class PlanCommand(click.Command):
+    """`gpushare plan`; `plan --live [--json] [--apply [--every S]]`, kept for one release, runs `gpushare live
+    report` or `gpushare live apply` with the other arguments, after a one-line deprecation note on stderr."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        if "--live" not in args:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        from .live import live
+
+        sub = "apply" if "--apply" in args else "report"
+        click.echo(f"gpushare plan --live is deprecated and goes in the next release: use gpushare live {sub}",
+                   err=True)
+        rest = [a for a in args if a not in ("--live", "--apply")]
+        return live.make_context("live", [sub, *rest], parent=parent, **extra)
 
 
-def live_policy(policy_path: Path) -> tuple[Site, dict, Path]:
-    """The policy the cluster runs: the live policy (``live.policy_file`` of --policy, default
-    gpushare-live.yaml beside slurm.conf) when that file exists, else --policy itself; (site, document, path)."""
-    from ..live.plan import live_policy_path
-
-    admin = load_file(policy_path)
-    path = Path(live_policy_path(admin))
-    if not path.is_file():
-        path = policy_path
-    site = admin if path == policy_path else load_file(path)
-    return site, parse_yaml(path.read_text(encoding="utf-8"), path.name), path
-
-
-def live_plan(ctx: click.Context, policy_path: Path):
-    """Read Slurm through the client and plan: (site, document, policy path, snapshot, LivePlan). The report
-    (`plan --live`) prints it; the apply side (--apply/--every) acts on it."""
-    from ..live.plan import plan_live, snapshot_from_client
-    from .common import get_client, get_now
-
-    site, doc, path = live_policy(policy_path)
-    client, now = get_client(ctx), get_now(ctx)
-    changes, locked = live_state(client, site, now)
-    snap = snapshot_from_client(client, site, now, changes, locked)
-    from . import live as apply_side
-
-    steered = apply_side.read_steered(site)
-    if steered:  # the weights --apply set: the report says when they go back to the policy's
-        from dataclasses import replace
-
-        snap = replace(snap, steered=steered)
-    return site, doc, path, snap, plan_live(site, snap, doc)
-
-
-def live_report(ctx: click.Context, policy_path: Path, as_json: bool) -> None:
-    import json
-
-    site, _doc, path, snap, result = live_plan(ctx, policy_path)
-    if as_json:
-        click.echo(json.dumps({"policy": str(path), "now": snap.now, "enabled": site.policy.live.enabled,
-                               **result.to_dict()}, indent=1))
-        return
-    live = site.policy.live
-    click.echo(f"policy: {path}" + ("" if path == policy_path else " (the live policy)")
-               + ("" if live.enabled else "; live.enabled is false: report only, --apply would refuse"))
-    click.echo(f"limits: min_pending {live.min_pending} s, min_dwell {live.min_dwell} s, min_benefit_jobs "
-               f"{live.min_benefit_jobs}, max_draining {live.max_draining} per tier, max_wait {live.max_wait} s, "
-               f"change_cost {live.change_cost} s")
-    click.echo(f"history: {len({r.job_id for r in snap.history})} GPU job(s) ended in the last "
-               f"{live.history_window} s (live.history_window); modes: "
-               f"{'planned' if live.modes else 'not planned (live.modes false)'}; weights: "
-               f"{'planned' if live.weights else 'not planned (live.weights false)'}")
-    click.echo("\n".join(result.report()))
-
-
-@click.command("plan")
+@click.command("plan", cls=PlanCommand)
 @click.option("--policy", "policy_path", required=True, type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="The site policy whose hardware (node groups, GPU models) is planned for.")
-@click.option("--demand", "source", metavar="SOURCE", help=f"Where the workload comes from: {FORMS}.")
-@click.option("--live", is_flag=True,
-              help="Plan on the live cluster instead: read the pending queue, running jobs, nodes and recent "
-                   "history (sacct) through the Slurm client and report which GPUs should change MIG layout or "
-                   "sharing mode, or node weights, now (see below). Changes nothing without --apply.")
-@click.option("--json", "as_json", is_flag=True, help="With --live: print the plan as JSON.")
-@click.option("--apply", "apply_", is_flag=True, help="With --live: carry the proposals out (needs live.enabled; "
-              "README, 'Carrying a proposal out'): lock the node with a Slurm reservation, relayout it (MIG "
-              "layout or GPU modes) by a root job once its GPU jobs end; a node weight by scontrol update.")
-@click.option("--every", type=click.FloatRange(1), default=None, metavar="SECONDS",
-              help="With --live --apply: run again every SECONDS until SIGTERM (a service); default: once (cron).")
+@click.option("--demand", "source", metavar="SOURCE", required=True, help=f"Where the workload comes from: {FORMS}.")
 @SLURM_BACKEND
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the planned policy here (YAML).")
 @click.option("--isolate-qos", multiple=True, metavar="QOS",
@@ -159,8 +104,8 @@ def live_report(ctx: click.Context, policy_path: Path, as_json: bool) -> None:
               help="Score a few candidate pool sizes with the Slurm placement model on sampled arrivals, keep the best.")
 @click.option("--days", default=30.0, show_default=True, help="With sacct:live: how many days of history to read.")
 @click.pass_context
-def plan(ctx, policy_path: Path, source: str | None, live: bool, as_json: bool, apply_: bool, every: float | None,
-         out: Path | None, isolate_qos, mig_fractions: bool, evaluate: bool, days: float) -> None:
+def plan(ctx, policy_path: Path, source: str, out: Path | None, isolate_qos, mig_fractions: bool, evaluate: bool,
+         days: float) -> None:
     """Choose each GPU's sharing mode, node weights and class routing from the workload.
 
     Reads the demand (request classes: GPUs, per-GPU share, CPUs, memory,
@@ -176,44 +121,9 @@ def plan(ctx, policy_path: Path, source: str | None, live: bool, as_json: bool, 
     squeue:FILE (a recorded `squeue --json`: the pending jobs), or sacct:live
     (the last --days of this cluster's history).
 
-    --live (instead of --demand): plan on the cluster as it is now. Reads
-    the pending jobs (typed GRES, reason, age, priority), the running GPU
-    jobs with their end times (time limits), the nodes and the jobs that
-    ended within live.history_window (sacct) through the Slurm client, with
-    the policy the cluster runs (the live policy file when it exists, else
-    --policy). Prints the demand per GPU type, one line per proposed change
-    of a node: a MIG relayout, or a change of GPU modes (exclusive, mps,
-    shard, with the settings the site uses on that GPU model; live.modes)
-    (who waits, which GPU changes to what, how many jobs it lets start, and
-    its cost: the node's GPU jobs that must finish first, since Slurm
-    requeues every job holding GRES on a node whose GRES change, plus
-    live.change_cost of drain and re-registration) and the changes held
-    back with why: the policy's live: limits (min_dwell, min_benefit_jobs,
-    max_draining, max_wait), or the recent history (the jobs of a type a
-    change takes away, at their recent rate over min_dwell, count against
-    it). With live.weights, it also proposes node weights that keep small
-    jobs off the node a blocked multi-GPU job needs (scontrol update, no
-    drain). Changes nothing.
+    For the cluster as it is now (the queue, and changes of layouts, modes
+    and weights for it), see `gpushare live`.
     """
-    if live:
-        if source or out or isolate_qos or mig_fractions:
-            raise click.UsageError("--live plans on the cluster's queue: it takes no --demand, --out, "
-                                   "--isolate-qos or --mig-fractions")
-        if apply_ or every is not None:
-            from .live import apply_live
-
-            if not apply_:
-                raise click.UsageError("--every goes with --live --apply")
-            apply_live(ctx, policy_path, every, as_json)
-            return
-        live_report(ctx, policy_path, as_json)
-        return
-    if apply_ or every is not None:
-        raise click.UsageError("--apply and --every go with --live")
-    if source is None:
-        raise click.UsageError("give --demand SOURCE (a workload to plan for) or --live (the cluster now)")
-    if as_json:
-        raise click.UsageError("--json goes with --live")
     from ..planner.evaluate import evaluator
     from ..planner.plan import plan as make_plan
 

@@ -1,11 +1,20 @@
-"""The live planner's apply path: `gpushare plan --live --apply` (one run, for cron) and `--every` (a loop).
+"""The live planner: `gpushare live report` (what should change for the queue now) and `gpushare live apply`
+(carry it out: one run, for cron, or `--every S`, a service).
 
-One run: observe (Slurm's queue and nodes, the gpushare-relayout reservations,
-the shared state file) -> decide (``decide``, pure: what each change in
-flight does next, which proposals of ``live.plan.plan_live`` to start) ->
-execute (``apply``: reservations and the root relayout job through
-``slurm.reservations``, the live policy and the rendered configuration
-written atomically under the state file's lock).
+The rooms: ``view`` (what the planner sees: ``ClusterView``), ``observe``
+(one look at the cluster, shared by the report and apply), ``plan``
+(``plan_live``, pure) with ``catalogue``, ``choose``, ``modes``,
+``weights``, ``recent`` and ``report`` (the result and its text);
+``change`` (the one type of a change of a node); ``state`` (the shared state
+file), ``steps`` (pure: what each change in flight does next) and ``apply``
+(the side effects); ``sim`` (the live loop in a simulator, for bench/).
+
+One run of apply: observe (Slurm's queue and nodes, the gpushare-relayout
+reservations, the shared state file) -> decide (``steps.next_steps``, pure:
+what each change in flight does next, which proposals of
+``plan.plan_live`` to start) -> execute (``apply``: reservations and the
+root relayout job through ``slurm.reservations``, the live policy and the
+rendered configuration written atomically under the state file's lock).
 
 A change of one node goes through these phases, each in the run that sees
 its condition, so a change started by one planner host may be finished by

@@ -1,9 +1,10 @@
-"""One run of the live planner with --apply: observe, decide (``decide``), execute. Side effects live here.
+"""One run of the live planner's apply side: observe (``observe``), decide (``steps``), execute. Side effects
+live here.
 
 The admin's policy (``--policy``) stays the source; the live policy
 (``live.policy_file``, default ``<slurm_conf_dir>/gpushare-live.yaml``) is
 the admin's document with every layout the live planner changed applied on
-top (``live.plan.with_layout``, one node at a time, from the state
+top (``policy.document.with_layouts`` / ``with_modes``, one node at a time, from the state
 file's ``layouts``), so a change of the admin's file is carried into the
 next live policy written. The configuration (``render_all``) is rendered
 from the live policy into the slurm.conf directory in the same locked step,
@@ -17,12 +18,20 @@ import socket
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable, Protocol
 
 from ..atomic import atomic_write
 from ..errors import GpushareError
-from ..slurm.reservations import lock_name
-from . import decide as d
-from .state import Change, State, StateFile
+from ..policy import document
+from ..slurm.interface import SlurmClient
+from ..slurm.reservations import ReservationError, Reservations, lock_name
+from . import steps as s
+from .observe import ReadView, observe, policy_file_of, state_path
+from .plan import plan_live
+from .report import LivePlan, Proposal
+from .state import Record, State, StateFile
+from .view import ClusterView, view_from_client
+from .weights import WeightChange
 
 DEFAULT_NODE_CONFIG = "/etc/gpushare/node.yaml"
 GPU_NAMES = ("gpu", "mps", "shard")
@@ -34,21 +43,40 @@ class LiveApplyError(GpushareError):
     exit_code = 1
 
 
-def live_policy_path(site) -> Path:
-    """The live policy's path (live.plan.live_policy_path) as a Path."""
-    from .plan import live_policy_path as path_of
+class Planner(Protocol):
+    """What the apply side asks of the planner: read the cluster, plan, edit the policy document. ``PRODUCT`` is
+    the product's own; a test passes a fake."""
 
-    return Path(path_of(site))
+    read_view: ReadView
+
+    def plan(self, site, view: ClusterView, doc: dict) -> LivePlan: ...
+
+    def with_layouts(self, doc: dict, node: str, layouts: dict[int, tuple[str, ...]]) -> dict: ...
+
+    def with_modes(self, doc: dict, node: str, modes: dict[int, dict]) -> dict: ...
 
 
-def state_path(policy_file: Path) -> Path:
-    return policy_file.with_name(policy_file.stem + "-state.json")
+@dataclass(frozen=True)
+class ProductPlanner:
+    read_view: ReadView = view_from_client
+
+    def plan(self, site, view: ClusterView, doc: dict) -> LivePlan:
+        return plan_live(site, view, doc)
+
+    def with_layouts(self, doc: dict, node: str, layouts: dict[int, tuple[str, ...]]) -> dict:
+        return document.with_layouts(doc, node, layouts)
+
+    def with_modes(self, doc: dict, node: str, modes: dict[int, dict]) -> dict:
+        return document.with_modes(doc, node, modes)
+
+
+PRODUCT = ProductPlanner()
 
 
 @dataclass
 class RunReport:
     lines: list[str] = field(default_factory=list)
-    plan: object = None  # the LivePlan of this run
+    plan: LivePlan | None = None  # the plan of this run
     actions: list = field(default_factory=list)
 
     def say(self, line: str) -> None:
@@ -57,34 +85,29 @@ class RunReport:
 
 @dataclass
 class LiveApply:
-    """The apply path for one admin policy. ``client``: the Slurm client; ``reservations``: slurm.reservations."""
+    """The apply path for one admin policy."""
 
     admin_policy: Path
-    client: object
-    reservations: object
-    clock: object = time.time
+    client: SlurmClient
+    reservations: Reservations
+    clock: Callable[[], float] = time.time
     node_config: str = DEFAULT_NODE_CONFIG
     relayout_timeout: float = 600.0  # `gpushare node relayout --timeout` default: twice (jobs, registration)
-    say: object = None  # a line printer for progress (the report collects the lines too)
+    say: Callable[[str], None] | None = None  # a line printer for progress (the report collects the lines too)
     policy_file: Path | None = None  # override live.policy_file (tests)
-    planner: object = None  # what has plan_live, snapshot_from_client, with_layout (default: live.plan)
+    planner: Planner = PRODUCT
 
     def __post_init__(self):
         from ..policy import load_file
-
-        if self.planner is None:
-            from . import plan as planner
-
-            self.planner = planner
 
         self.admin_policy = Path(self.admin_policy)
         self.admin = load_file(self.admin_policy)
         live = self.admin.policy.live
         if not live.enabled:
             raise LiveApplyError(f"{self.admin_policy}: live.enabled is false: set `live: {{enabled: true}}` to let "
-                                 "`gpushare plan --live --apply` change layouts")
+                                 "`gpushare live apply` change layouts")
         self.live = live
-        self.policy_file = Path(self.policy_file) if self.policy_file else live_policy_path(self.admin)
+        self.policy_file = Path(self.policy_file) if self.policy_file else policy_file_of(self.admin)
         self.store = StateFile(state_path(self.policy_file))
         self.conf_dir = Path(self.admin.cluster.paths.slurm_conf_dir)
         self.host = f"{socket.gethostname()}:{os.getpid()}"
@@ -94,35 +117,20 @@ class LiveApply:
         """The relayout job's time limit: its two waits and the reconfigure."""
         return 2 * self.relayout_timeout + 120
 
-    # ---- observe --------------------------------------------------------------------------------
-    def current_site(self):
-        """The policy the cluster runs now, and its document: the live policy when it exists, else the admin's."""
-        from ..policy import load_file
-        from ..policy.load import parse_yaml
-
-        path = self.policy_file if self.policy_file.is_file() else self.admin_policy
-        site = load_file(path) if path == self.policy_file else self.admin
-        return site, parse_yaml(path.read_text(encoding="utf-8"), path.name)
-
     def run_once(self) -> RunReport:
-        plan_live, snapshot_from_client = self.planner.plan_live, self.planner.snapshot_from_client
         report = RunReport()
         now = self.clock()
-        site, doc = self.current_site()
-        state = self.store.read()
-        locks = frozenset(r.node for r in self.reservations.locks())
-        locks -= self._release_orphans(locks - set(state.in_flight()), report)
-        snap = snapshot_from_client(self.client, site, now, state.changes(), locks)
-        if state.weights:  # the nodes whose weight this planner set: it puts the policy's back when done
-            snap = replace(snap, steered=dict(state.weights))
-        plan = plan_live(site, snap, doc)
-        report.plan = plan
-        gpu_jobs = gpu_jobs_by_node(snap)
+        seen = observe(self.client, self.reservations, self.admin, self.admin_policy, self.store, now,
+                       policy_file=self.policy_file, release=lambda nodes: self._release_orphans(nodes, report),
+                       read_view=self.planner.read_view)
+        state, view = seen.state, seen.view
+        plan = report.plan = self.planner.plan(seen.site, view, seen.doc)
+        gpu_jobs = gpu_jobs_by_node(view)
         job_ends = {c.job: self.reservations.job_end(c.job) for c in state.in_flight().values() if c.job is not None}
         found = {n: self._relayout_jobs(c, state) for n, c in state.in_flight().items() if c.phase == "submitting"}
-        nodes = {n: (tuple(v.state), v.reason) for n, v in snap.nodes.items()}
-        actions = d.decide(now, state, locks, gpu_jobs, job_ends, nodes, plan.proposals, self.live.max_wait,
-                           self.relayout_limit, getattr(plan, "weights", ()), found)
+        nodes = {n: (tuple(v.state), v.reason) for n, v in view.nodes.items()}
+        actions = s.next_steps(now, state, seen.locks, gpu_jobs, job_ends, nodes, plan.proposals,
+                               self.live.max_wait, self.relayout_limit, plan.weights, found)
         report.actions = actions
         for action in actions:
             self._execute(action, gpu_jobs, report)
@@ -150,7 +158,7 @@ class LiveApply:
                 self._say(report, f"{node}: deleted lock {lock_name(node)}: no change in flight owns it")
         return frozenset(gone)
 
-    def _relayout_jobs(self, change: Change, state: State) -> tuple[int, ...]:
+    def _relayout_jobs(self, change: Record, state: State) -> tuple[int, ...]:
         """The root jobs named for the change's node submitted since it began, less the node's earlier changes'."""
         known = {c.job for c in state.history if c.node == change.node and c.job is not None}
         jobs = self.reservations.relayout_jobs(change.node, change.locked_at - CLOCK_SKEW)
@@ -163,38 +171,36 @@ class LiveApply:
             self.say(line)
 
     def _execute(self, action, gpu_jobs, report: RunReport) -> None:
-        if isinstance(action, d.Wait):
+        if isinstance(action, s.Wait):
             self._say(report, f"{action.node}: {action.why}")
-        elif isinstance(action, d.Lost):
+        elif isinstance(action, s.Lost):
             self._end(action.node, "lost", action.why, report, delete=False)
-        elif isinstance(action, d.GiveUp):
+        elif isinstance(action, s.GiveUp):
             self._end(action.node, "gave_up", action.why, report, delete=True)
-        elif isinstance(action, d.Relayout):
+        elif isinstance(action, s.StartRelayout):
             self._relayout(action.node, report)
-        elif isinstance(action, d.Drop):
+        elif isinstance(action, s.Drop):
             self._drop(action.node, action.why, report)
-        elif isinstance(action, d.Found):
+        elif isinstance(action, s.Found):
             self._found(action.node, action.job, report)
-        elif isinstance(action, d.Finish):
+        elif isinstance(action, s.Finish):
             if action.drain:
                 self.client.drain(action.node, action.drain[:200])
             self._end(action.node, "done" if action.ok else "failed", action.result, report, delete=True)
-        elif isinstance(action, d.SetWeight):
+        elif isinstance(action, s.SetWeight):
             self._weight(action.change, report)
-        elif isinstance(action, d.Adopt):
+        elif isinstance(action, s.Adopt):
             if self._adopt(action.node, action.why, report) and not gpu_jobs.get(action.node):
                 self._relayout(action.node, report)
-        elif isinstance(action, d.Take):
+        elif isinstance(action, s.Take):
             if self._take(action.proposal, report) and not gpu_jobs.get(action.proposal.node):
                 self._relayout(action.proposal.node, report)
-        else:  # pragma: no cover - decide returns only the above
+        else:  # pragma: no cover - next_steps returns only the above
             raise LiveApplyError(f"unknown action {action!r}")
 
-    def _take(self, p, report: RunReport) -> bool:
+    def _take(self, p: Proposal, report: RunReport) -> bool:
         """Record the intent (locking), lock the node, record the change as waiting, all under the state file's
         lock; False when the node's record is newer than this run's view or the lock is held."""
-        from ..slurm.reservations import ReservationError
-
         duration = self.live.max_wait + self.relayout_limit + SLACK
         now = self.clock()
         with self.store.locked():
@@ -205,10 +211,7 @@ class LiveApply:
                 self._say(report, f"{p.node}: not changed: another planner recorded a change at "
                                   f"{last.changed_at:.0f} ({last.phase}) after this run looked")
                 return False
-            intent = Change(node=p.node, gpu=p.gpu, old_layout=tuple(p.old_layout), new_layout=tuple(p.new_layout),
-                            phase="locking", locked_at=now, line=p.line, planner=self.host,
-                            changes=tuple(getattr(p, "changes", ()) or ()),  # every GPU of the proposal
-                            modes=tuple(getattr(p, "modes", ()) or ()))  # or every GPU of a change of modes
+            intent = Record(p.change, phase="locking", locked_at=now, line=p.line, planner=self.host)
             state.put(intent)
             self.store.write(state)
             try:
@@ -220,7 +223,8 @@ class LiveApply:
                 return False
             state.put(replace(intent, phase="waiting"))
             self.store.write(state)
-        self._say(report, f"{p.node}: locked ({'+'.join(p.old_layout)} -> {'+'.join(p.new_layout)}): {p.line}")
+        old, new = p.change.first()
+        self._say(report, f"{p.node}: locked ({old} -> {new}): {p.line}")
         return True
 
     def _adopt(self, node: str, why: str, report: RunReport) -> bool:
@@ -258,7 +262,7 @@ class LiveApply:
         self._say(report, f"{node}: relayout job {job} found by its name {lock_name(node)}: submitted by a run "
                           f"that stopped before recording it ({change.planner})")
 
-    def _record_job(self, state: State, change: Change, job: int) -> None:
+    def _record_job(self, state: State, change: Record, job: int) -> None:
         state.put(replace(change, phase="relayout", job=job, submitted_at=self.clock()))
         self.store.write(state)
 
@@ -297,7 +301,7 @@ class LiveApply:
             node, str(self.policy_file), log=self._log(node), time_limit_s=self.relayout_limit,
             partition=self._partition(node), node_config=self.node_config)
 
-    def _not_started(self, state: State, change: Change, exc: Exception, report: RunReport) -> None:
+    def _not_started(self, state: State, change: Record, exc: Exception, report: RunReport) -> None:
         """Nothing ran on the node: delete the lock (first: a job in it keeps it, and the record, for the next
         run), put the live policy and the configuration back, end the attempt."""
         node = change.node
@@ -308,7 +312,7 @@ class LiveApply:
         self.store.write(state)
         self._say(report, f"{node}: relayout not started, live policy put back: {exc}")
 
-    def _weight(self, w, report: RunReport) -> None:
+    def _weight(self, w: WeightChange, report: RunReport) -> None:
         """``scontrol update nodename=<node> weight=<n>`` through the client; recorded so the policy's comes back
         when no job needs it (a weight back to the policy's is forgotten)."""
         self.client.set_weight(w.node, w.new)
@@ -347,15 +351,10 @@ class LiveApply:
         from ..render import render_all
 
         doc = parse_yaml(self.admin_policy.read_text(encoding="utf-8"), self.admin_policy.name)
-        with_layouts = getattr(self.planner, "with_layouts", None)  # a node's GPUs validated as one set
         for node, per_gpu in sorted(state.modes.items()):  # GPU modes first: MIG GPUs are never among them
             doc = self.planner.with_modes(doc, node, {gpu: dict(entry) for gpu, entry in sorted(per_gpu.items())})
-        for node, per_gpu in sorted(state.layouts.items()):
-            if with_layouts is not None:
-                doc = with_layouts(doc, node, {gpu: tuple(layout) for gpu, layout in sorted(per_gpu.items())})
-                continue
-            for gpu, layout in sorted(per_gpu.items()):
-                doc = self.planner.with_layout(doc, node, gpu, tuple(layout))
+        for node, per_gpu in sorted(state.layouts.items()):  # a node's GPUs validated as one set
+            doc = self.planner.with_layouts(doc, node, {gpu: tuple(layout) for gpu, layout in sorted(per_gpu.items())})
         atomic_write(self.policy_file, live_policy_text(doc, self.admin_policy, state))
         write_all(render_all(load_file(self.policy_file)), self.conf_dir)
 
@@ -370,10 +369,10 @@ class LiveApply:
         return None
 
 
-def gpu_jobs_by_node(snap) -> dict[str, tuple[int, ...]]:
-    """node -> ids of the running jobs holding a GPU, MPS or shard GRES there (Snapshot.running)."""
+def gpu_jobs_by_node(view: ClusterView) -> dict[str, tuple[int, ...]]:
+    """node -> ids of the running jobs holding a GPU, MPS or shard GRES there (ClusterView.running)."""
     out: dict[str, list[int]] = {}
-    for job in snap.running:
+    for job in view.running:
         if any(k.split(":", 1)[0] in GPU_NAMES and v for k, v in job.gres.items()):
             out.setdefault(job.node, []).append(job.job_id)
     return {n: tuple(sorted(j)) for n, j in out.items()}
@@ -382,14 +381,12 @@ def gpu_jobs_by_node(snap) -> dict[str, tuple[int, ...]]:
 def live_policy_text(doc: dict, admin: Path, state: State) -> str:
     import yaml
 
-    from .plan import mode_text
-
     changed = ", ".join(f"{n} GPU {g}: {'+'.join(l)}" for n, gl in sorted(state.layouts.items())
                         for g, l in sorted(gl.items())) or "none"
-    head = (f"# Written by `gpushare plan --live --apply` from {admin}: do not edit (edit {admin.name}; the next\n"
+    head = (f"# Written by `gpushare live apply` from {admin}: do not edit (edit {admin.name}; the next\n"
             f"# change is written from it). Layouts changed by the live planner: {changed}\n")
     if state.modes:
-        modes = ", ".join(f"{n} GPU {g}: {mode_text(e)}" for n, ge in sorted(state.modes.items())
+        modes = ", ".join(f"{n} GPU {g}: {document.mode_text(e)}" for n, ge in sorted(state.modes.items())
                           for g, e in sorted(ge.items()))
         head += f"# GPU modes changed by the live planner: {modes}\n"
     return head + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=120)

@@ -1,6 +1,6 @@
 """The live planner's mode changes: which non-MIG GPU of a node should be exclusive, MPS or shared. Pure.
 
-``live.plan.plan_live`` calls ``best_mode_change`` for every node with
+``live.plan.plan_live`` calls ``best_mode_change`` (through ``live.choose``) for every node with
 GPUs not shared by MIG, beside its MIG layout choice, and proposes the
 better of the two for the node (one drain either way).
 
@@ -18,7 +18,7 @@ would start with it (``starts``: in priority order; a whole-GPU job takes
 GPUs of its type with no job on them, exclusive ones first; an MPS or shard
 job takes its units or shards on one GPU of that mode, the fullest that
 fits, as Slurm allocates a shared GRES from one GPU by default), less the
-recent jobs it would strand (``live.plan._History``, on the GRES kinds
+recent jobs it would strand (``live.recent.RecentMix``, on the GRES kinds
 ``capacity`` counts: whole GPUs kept exclusive, MPS units, shards). GPU by
 GPU in index order (greedy, as for MIG layouts), a GPU takes the mode that
 scores best with the modes chosen before it, if that starts more than keeping
@@ -31,20 +31,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from .change import ModeStep
+
 SHARED = ("mps", "shard")
-
-
-def mode_text(entry: dict) -> str:
-    """A sharing entry in a report: 'exclusive', 'mps (100 units)', 'shard (4 replicas)'."""
-    mode = str(entry.get("mode", "exclusive")).lower()
-    if mode == "mps":
-        return f"mps ({entry.get('units')} units)"
-    if mode == "shard":
-        return f"shard ({entry.get('replicas')} replicas)"
-    if mode == "mig":
-        layout = entry.get("layout")
-        return f"mig ({'+'.join(layout) if isinstance(layout, list) else layout})"
-    return mode
 
 
 def entry_of(slot) -> dict:
@@ -144,8 +133,8 @@ def best_mode_change(site, name: str, jobs, accept, history, kind, make_best):
     """The node's new GPU modes that start the most of ``jobs`` (net of the stranded recent mix), or None.
 
     ``accept(changed entries)``: whether the policy takes the node's GPUs so (``with_modes`` validates);
-    ``history``: the node's ``_History`` over ``capacity`` (or None); ``kind``: a job's GRES key as a kind;
-    ``make_best(changes, gained, dropped, benefit, wait, caps, stranded, text, modes)``: the planner's ``_Best``.
+    ``history``: the node's ``RecentMix`` over ``capacity`` (or None); ``kind``: a job's GRES key as a kind;
+    ``make_best(gained, dropped, benefit, wait, caps, stranded, text, steps)``: the planner's ``Best``.
     As for MIG layouts: when no set is worth it with the history, the set chosen without it comes back with its
     stranded jobs subtracted from its benefit, so that the planner holds it and says why."""
     group = site.group_for_node(name)
@@ -199,7 +188,7 @@ def _choose(group, slots, opts, current, types, jobs, kind, accept, history) -> 
 
 
 def _best(chosen, current, types, jobs, kind, history, make_best, force: bool):
-    """The planner's ``_Best`` for the node's new entries (None when it starts no more jobs, net, unless
+    """The planner's ``Best`` for the node's new entries (None when it starts no more jobs, net, unless
     ``force``: the set chosen without the history, kept to be held with it)."""
     changed = {g: e for g, e in chosen.items() if e != current[g]}
     before = {j.job_id for j in starts(current, types, jobs, kind)}
@@ -213,7 +202,6 @@ def _best(chosen, current, types, jobs, kind, history, make_best, force: bool):
     if benefit <= 0 and not force or not gained:
         return None
     text = history.text(caps) if stranded else ""
-    modes = tuple((g, mode_text(current[g]), changed[g]) for g in sorted(changed))
-    changes = tuple((g, (mode_text(current[g]),), (mode_text(changed[g]),)) for g in sorted(changed))
+    steps = tuple(ModeStep(g, dict(current[g]), dict(changed[g])) for g in sorted(changed))
     wait = sum(j.age_s for j in gained) - sum(j.age_s for j in dropped)
-    return make_best(changes, gained, dropped, benefit, wait, caps, stranded, text, modes)
+    return make_best(gained, dropped, benefit, wait, caps, stranded, text, steps)

@@ -3,7 +3,7 @@
 Data in (a policy document, jobs; ``trace_pool`` takes pods and times the caller read with ``trace``),
 figures out. Every node is an A100-SXM4-40GB MIG node of one policy document; the site, the live limits (the policy's ``live:``
 section) and the layouts come from that document, and every change goes through the product's
-``live.with_layouts`` and ``policy.build_site``, so the planner that decides is the product's own.
+``policy.document.with_layouts`` and ``policy.build_site``, so the planner that decides is the product's own.
 
 What the simulated Slurm does (``LiveSim``):
 
@@ -16,13 +16,13 @@ What the simulated Slurm does (``LiveSim``):
   among equals, nodes in natural name order); inside the node the lowest-indexed free instance of the type
   in gres.conf order (GPU 0 first, each GPU's instances in layout order);
 - a job ends at start + duration, and its time limit is its duration (squeue's EndTime is exact);
-- the live loop (``live=True``) every ``interval`` seconds: build a ``Snapshot`` (pending jobs that have
+- the live loop (``live=True``) every ``interval`` seconds: build a ``ClusterView`` (pending jobs that have
   waited, running jobs with their end times, nodes with their configured GRES, the time of each node's last
   change, the locked nodes) and call the decision (``plan_live`` unless a test passes another); each
   proposal on a node that is not locked locks it (the gpushare-relayout-<node> reservation: no new job
   starts there); at the first loop run at which a locked node has no GPU job left (the same run when it has
   none already) its relayout starts, the node is drained for ``live.change_cost`` seconds, then gets every
-  GPU layout of the proposal (``Proposal.changes``: all the node's GPUs that change, in the one drain;
+  GPU layout of the proposal (``Proposal.change``: all the node's GPUs that change, in the one drain;
   ``with_layouts``), its change time is recorded and the lock is released;
 - the static run never changes a layout.
 
@@ -43,9 +43,12 @@ import numpy as np
 
 from ..hardware import GpuModel, get_model
 from ..policy import Site, build_site
+from ..policy.document import with_layouts
 from ..planner.layouts import covering, pack
 from ..sim.cluster import Pod
 from ..sim.slurmmodel import consec_pick, natural_key
+from .plan import plan_live
+from .view import ClusterView, NodeView, PendingJob, RunningJob
 
 MODEL = "A100-SXM4-40GB"
 MAX_TIME = 86400  # s: the tier's max_time (1 day): trace runtimes are capped here
@@ -134,16 +137,6 @@ def node_layouts(site: Site) -> dict[str, list[tuple[str, ...]]]:
     return out
 
 
-# ---- the live planner, by default the product's -------------------------------------------------------------
-
-
-def product_planner() -> tuple[Callable, Callable]:
-    """(plan_live, with_layout) of slurm_gpushare.live.plan."""
-    from . import plan as live
-
-    return live.plan_live, live.with_layout
-
-
 # ---- the simulator ---------------------------------------------------------------------------------------------
 
 _ARRIVE, _END, _TICK, _DONE = 1, 0, 3, 2  # at one time: departures, arrivals, relayouts done, then the loop
@@ -153,7 +146,7 @@ class LiveSim:
     """One run: ``doc`` the starting policy (with its ``live:`` limits), ``jobs`` the arrivals."""
 
     def __init__(self, doc: dict, jobs: Sequence[SimJob], *, horizon: float, live: bool, interval: float = 300.0,
-                 decide: Callable | None = None, with_layout: Callable | None = None, name: str = ""):
+                 decide: Callable = plan_live, with_layouts: Callable = with_layouts, name: str = ""):
         self.doc = doc
         self.site = build_site(doc, "livesim")
         self.model: GpuModel = get_model(MODEL)
@@ -162,11 +155,7 @@ class LiveSim:
         self.live = live
         self.interval = float(interval)
         self.name = name or ("live" if live else "static")
-        self._whole_node = with_layout is None  # the product's with_layouts: the node's new layouts at once
-        if live and (decide is None or with_layout is None):
-            p, w = product_planner()
-            decide, with_layout = decide or p, with_layout or w
-        self.decide, self.with_layout = decide, with_layout
+        self.decide, self.with_layouts = decide, with_layouts  # the product's planner unless a test passes another
         lim = self.site.policy.live
         self.change_cost = float(lim.change_cost)
         self.names = sorted(node_layouts(self.site), key=natural_key)
@@ -304,14 +293,13 @@ class LiveSim:
             if n not in self.draining and not self._busy(n):
                 self._begin_relayout(n)
         self.plan_calls += 1
-        plan = self.decide(self.site, self.snapshot())
+        plan = self.decide(self.site, self.view())
         for p in plan.proposals:
             if p.node in self.locked and p.node not in self._fresh:
                 continue  # held by an earlier lock: that change is carried out first
             self._fresh.add(p.node)
             lock = self.locked.setdefault(p.node, {})
-            for gpu, _old, layout in getattr(p, "changes", ()) or ((p.gpu, (), p.new_layout),):
-                lock[int(gpu)] = tuple(layout)  # every GPU of the proposal, in the one drain
+            lock.update(p.change.new_layouts)  # every GPU of the proposal, in the one drain
         for n in sorted(self._fresh, key=natural_key):
             if not self._busy(n):
                 self._begin_relayout(n)
@@ -324,13 +312,7 @@ class LiveSim:
     def _relayout_done(self, node: str) -> None:
         doc = self.doc
         layouts = {gpu: tuple(layout) for gpu, layout in sorted(self.locked.pop(node).items())}
-        if self._whole_node:
-            from .plan import with_layouts
-
-            doc = with_layouts(doc, node, layouts)  # validated as one set, as the apply side writes it
-        else:
-            for gpu, layout in layouts.items():
-                doc = self.with_layout(doc, node, gpu, layout)
+        doc = self.with_layouts(doc, node, layouts)  # validated as one set, as the apply side writes it
         self.change_log += [(self.now, node, gpu, layout) for gpu, layout in layouts.items()]
         self.doc = doc
         self.site = build_site(doc, "livesim")
@@ -339,10 +321,8 @@ class LiveSim:
         self.changed[node] = self.now
         self.relayouts += 1
 
-    def snapshot(self):
-        """The simulator's state as `snapshot_from_client` would read it from Slurm."""
-        from .plan import NodeView, PendingJob, RunningJob, Snapshot
-
+    def view(self) -> ClusterView:
+        """The simulator's state as ``view.view_from_client`` would read it from Slurm."""
         pending = []
         for stype, q in self.queues.items():
             for pos, jid in enumerate(q):
@@ -367,7 +347,7 @@ class LiveSim:
                 state.append("MAINTENANCE")
                 state.append("RESERVED")
             nodes[n] = NodeView(name=n, state=tuple(state), reason=reason, gres=self.configured(n))
-        return Snapshot(now=self.now, pending=tuple(pending), running=tuple(sorted(running, key=lambda r: r.job_id)),
+        return ClusterView(now=self.now, pending=tuple(pending), running=tuple(sorted(running, key=lambda r: r.job_id)),
                         nodes=nodes, changes=dict(self.changed), locked=frozenset(self.locked))
 
     # -- figures ----------------------------------------------------------------------------------------------
@@ -394,8 +374,8 @@ class LiveSim:
 
 
 def simulate(doc: dict, jobs: Sequence[SimJob], *, horizon: float, live: bool, interval: float = 300.0,
-             decide: Callable | None = None, with_layout: Callable | None = None, name: str = "") -> SimResult:
-    sim = LiveSim(doc, jobs, horizon=horizon, live=live, interval=interval, decide=decide, with_layout=with_layout,
+             decide: Callable = plan_live, with_layouts: Callable = with_layouts, name: str = "") -> SimResult:
+    sim = LiveSim(doc, jobs, horizon=horizon, live=live, interval=interval, decide=decide, with_layouts=with_layouts,
                   name=name)
     return sim.run()
 

@@ -26,14 +26,19 @@ from pathlib import Path
 
 from ..atomic import atomic_write
 from ..errors import GpushareError
+from .change import Change, LayoutStep, ModeStep, entry_of_text
 
-FORMAT = "gpushare-live-state/1"
+FORMAT = "gpushare-live-state/2"
+FORMAT_1 = "gpushare-live-state/1"  # read, never written: a record's change as first-GPU fields (``_change_v1``)
 # locking: the intent to take the node's lock, written before the reservation is created; submitting: the live
-# policy's new layout recorded (with the node's entries before it, ``Change.prior``), written before the live
+# policy's new layout recorded (with the node's entries before it, ``Record.prior``), written before the live
 # policy, the rendered configuration and the relayout job. A run that finds either finishes or undoes the step.
 IN_FLIGHT = ("locking", "waiting", "submitting", "relayout")
 ENDED = ("done", "failed", "gave_up", "lost")
 HISTORY = 200  # ended changes kept (newest last)
+_RECORD = {"phase", "locked_at", "line", "job", "submitted_at", "ended_at", "result", "planner", "prior"}
+_KEYS = {FORMAT: _RECORD | {"node", "layouts", "modes"},
+         FORMAT_1: _RECORD | {"node", "gpu", "old_layout", "new_layout", "changes", "modes"}}
 
 
 class StateError(GpushareError):
@@ -41,13 +46,10 @@ class StateError(GpushareError):
 
 
 @dataclass(frozen=True)
-class Change:
-    """One change (or attempt) of one node's layout."""
+class Record:
+    """One change (or attempt) of one node, as the apply side carries it out."""
 
-    node: str
-    gpu: int
-    old_layout: tuple[str, ...]
-    new_layout: tuple[str, ...]
+    change: Change
     phase: str  # locking, waiting, submitting, relayout, done, failed, gave_up, lost
     locked_at: float  # the lock (reservation) was taken
     line: str = ""  # the proposal's report line
@@ -56,27 +58,13 @@ class Change:
     ended_at: float | None = None
     result: str = ""  # how it ended, one line
     planner: str = ""  # host and pid of the run that started it
-    # every GPU the change relayouts in its one drain (live.plan Proposal.changes): (gpu, old, new); gpu,
-    # old_layout and new_layout are the first; empty in a record of one GPU (and in records written before)
-    changes: tuple[tuple[int, tuple[str, ...], tuple[str, ...]], ...] = ()
-    # a change of GPU modes (live.plan Proposal.modes): (gpu, old mode text, new sharing entry); old_layout and
-    # new_layout then hold the first GPU's modes as text
-    modes: tuple[tuple[int, str, dict], ...] = ()
     # the node's entries of State.layouts and State.modes before this change wrote its own (set with the phase
     # submitting): what the live policy is put back to when the change is lost, given up or not started
     prior: dict | None = None
 
     @property
-    def layouts(self) -> dict[int, tuple[str, ...]]:
-        """gpu -> new layout of every GPU the change relayouts ({} for a change of modes)."""
-        if self.modes:
-            return {}
-        return {g: tuple(new) for g, _old, new in self.changes} or {self.gpu: tuple(self.new_layout)}
-
-    @property
-    def sharing(self) -> dict[int, dict]:
-        """gpu -> new sharing entry of every GPU a change of modes changes."""
-        return {g: dict(new) for g, _old, new in self.modes}
+    def node(self) -> str:
+        return self.change.node
 
     @property
     def in_flight(self) -> bool:
@@ -88,39 +76,56 @@ class Change:
         return self.ended_at if self.ended_at is not None else self.locked_at
 
     def to_json(self) -> dict:
-        return {**asdict(self), "old_layout": list(self.old_layout), "new_layout": list(self.new_layout),
-                "changes": [[g, list(old), list(new)] for g, old, new in self.changes],
-                "modes": [[g, old, dict(new)] for g, old, new in self.modes]}
+        return {**self.change.to_json(), "phase": self.phase, "locked_at": self.locked_at, "line": self.line,
+                "job": self.job, "submitted_at": self.submitted_at, "ended_at": self.ended_at, "result": self.result,
+                "planner": self.planner, "prior": self.prior}
 
     @classmethod
-    def from_json(cls, data: dict) -> Change:
+    def from_json(cls, data: dict, version: str = FORMAT) -> Record:
         if not isinstance(data, dict) or not isinstance(data.get("prior"), (dict, type(None))):
-            raise StateError(f"live state: a change record is not one of {FORMAT}: prior is not a mapping: {data!r}")
+            raise StateError(f"live state: a change record is not one of {version}: prior is not a mapping: {data!r}")
+        unknown = sorted(set(data) - _KEYS[version])
+        if unknown:
+            raise StateError(f"live state: a change record is not one of {version}: unknown keys {unknown}: {data!r}")
         try:
-            changes = tuple((int(g), tuple(old), tuple(new)) for g, old, new in data.get("changes") or ())
-            modes = tuple((int(g), str(old), dict(new)) for g, old, new in data.get("modes") or ())
-            return cls(**{**data, "old_layout": tuple(data["old_layout"]), "new_layout": tuple(data["new_layout"]),
-                          "changes": changes, "modes": modes})
+            change = _change_v1(data) if version == FORMAT_1 else Change.from_json(data)
+            job, submitted, ended = (data.get(k) for k in ("job", "submitted_at", "ended_at"))
+            return cls(change, str(data["phase"]), float(data["locked_at"]), str(data.get("line", "")),
+                       None if job is None else int(job), None if submitted is None else float(submitted),
+                       None if ended is None else float(ended), str(data.get("result", "")),
+                       str(data.get("planner", "")), data.get("prior"))
         except (TypeError, KeyError, ValueError, AttributeError) as exc:
-            raise StateError(f"live state: a change record is not one of {FORMAT}: {exc}: {data!r}") from None
+            raise StateError(f"live state: a change record is not one of {version}: {exc}: {data!r}") from None
+
+
+def _change_v1(data: dict) -> Change:
+    """A record of format 1: ``changes`` ([gpu, old, new] of every GPU; empty in a record of one GPU, whose
+    ``gpu``, ``old_layout`` and ``new_layout`` say it) or ``modes`` ([gpu, old mode as text, new entry])."""
+    node = str(data["node"])
+    if data.get("modes"):
+        return Change(node, modes=tuple(ModeStep(int(g), entry_of_text(str(old)), dict(new))
+                                        for g, old, new in data["modes"]))
+    steps = data.get("changes") or [(data["gpu"], data["old_layout"], data["new_layout"])]
+    return Change(node, layouts=tuple(LayoutStep(int(g), tuple(map(str, old)), tuple(map(str, new)))
+                                      for g, old, new in steps))
 
 
 @dataclass
 class State:
     """Current change per node, the layouts the live policy carries, the ended changes (bounded)."""
 
-    current: dict[str, Change] = field(default_factory=dict)
+    current: dict[str, Record] = field(default_factory=dict)
     layouts: dict[str, dict[int, tuple[str, ...]]] = field(default_factory=dict)  # node -> gpu -> layout
     modes: dict[str, dict[int, dict]] = field(default_factory=dict)  # node -> gpu -> sharing entry (non-MIG GPUs)
     weights: dict[str, int] = field(default_factory=dict)  # node -> the weight the live planner set (scontrol)
-    history: list[Change] = field(default_factory=list)
+    history: list[Record] = field(default_factory=list)
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> phase -> how many changes ended so
 
     def changes(self) -> dict[str, float]:
-        """node -> epoch of its last change or attempt (live.plan's Snapshot.changes)."""
+        """node -> epoch of its last change or attempt (live.view.ClusterView.changes)."""
         return {n: c.changed_at for n, c in self.current.items()}
 
-    def in_flight(self) -> dict[str, Change]:
+    def in_flight(self) -> dict[str, Record]:
         return {n: c for n, c in self.current.items() if c.in_flight}
 
     def take_back(self, node: str) -> None:
@@ -132,23 +137,23 @@ class State:
             self.current[node] = last  # as it was: not put(), which would count it again
 
     def node_entries(self, node: str) -> dict:
-        """The node's entries of ``layouts`` and ``modes`` as JSON (``Change.prior``)."""
+        """The node's entries of ``layouts`` and ``modes`` as JSON (``Record.prior``)."""
         return {"layouts": {str(g): list(l) for g, l in sorted(self.layouts.get(node, {}).items())},
                 "modes": {str(g): dict(e) for g, e in sorted(self.modes.get(node, {}).items())}}
 
-    def apply(self, change: Change) -> Change:
-        """Record the change's layouts (or modes) for the live policy; the change with ``prior`` and phase
-        submitting. Once: a change that has ``prior`` already is returned as it is."""
-        if change.prior is not None:
-            return change
-        prior = self.node_entries(change.node)
-        if change.modes:  # all the GPUs of the change, one drain
-            self.modes.setdefault(change.node, {}).update(change.sharing)
+    def apply(self, record: Record) -> Record:
+        """Record the change's layouts (or modes) for the live policy; the record with ``prior`` and phase
+        submitting. Once: a record that has ``prior`` already is returned as it is."""
+        if record.prior is not None:
+            return record
+        prior = self.node_entries(record.node)
+        if record.change.modes:  # all the GPUs of the change, one drain
+            self.modes.setdefault(record.node, {}).update(record.change.new_modes)
         else:
-            self.layouts.setdefault(change.node, {}).update(change.layouts)
-        return replace(change, phase="submitting", prior=prior)
+            self.layouts.setdefault(record.node, {}).update(record.change.new_layouts)
+        return replace(record, phase="submitting", prior=prior)
 
-    def restore(self, change: Change) -> None:
+    def restore(self, change: Record) -> None:
         """Put the node's entries back as they were before ``change`` applied its own (nothing when it did not)."""
         if change.prior is None:
             return
@@ -161,7 +166,7 @@ class State:
             else:
                 table.pop(node, None)
 
-    def put(self, change: Change) -> None:
+    def put(self, change: Record) -> None:
         before = self.current.get(change.node)
         self.current[change.node] = change
         if change.phase in ENDED and (before is None or before.phase not in ENDED):
@@ -178,8 +183,8 @@ class State:
 
     @classmethod
     def from_json(cls, doc, source: str = "live state") -> State:
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            raise StateError(f"{source}: not a {FORMAT} file (format {doc.get('format') if isinstance(doc, dict) else '?'!r}); "
+        if not isinstance(doc, dict) or doc.get("format") not in (FORMAT, FORMAT_1):
+            raise StateError(f"{source}: not a {FORMAT} (or {FORMAT_1}) file (format {doc.get('format') if isinstance(doc, dict) else '?'!r}); "
                              "move it away to start afresh")
         try:
             layouts = {n: {int(g): tuple(l) for g, l in gl.items()} for n, gl in (doc.get("layouts") or {}).items()}
@@ -187,9 +192,10 @@ class State:
             weights = {str(n): int(w) for n, w in (doc.get("weights") or {}).items()}
         except (AttributeError, ValueError, TypeError) as exc:
             raise StateError(f"{source}: layouts, modes or weights: {exc}") from None
-        return cls(current={n: Change.from_json(c) for n, c in (doc.get("current") or {}).items()}, layouts=layouts,
-                   modes=modes, weights=weights,
-                   history=[Change.from_json(c) for c in doc.get("history") or []],
+        version = doc["format"]
+        return cls(current={n: Record.from_json(c, version) for n, c in (doc.get("current") or {}).items()},
+                   layouts=layouts, modes=modes, weights=weights,
+                   history=[Record.from_json(c, version) for c in doc.get("history") or []],
                    counts={n: dict(v) for n, v in (doc.get("counts") or {}).items()})
 
 
@@ -228,4 +234,4 @@ class StateFile:
             os.close(fd)  # closing drops the lock
 
 
-__all__ = ["Change", "State", "StateError", "StateFile", "replace"]
+__all__ = ["Record", "State", "StateError", "StateFile"]

@@ -1,6 +1,6 @@
-"""What one run of the live planner does next (pure: data in, actions out; ``apply`` carries them out).
+"""What one run of the live planner does next: its steps (pure: data in, steps out; ``apply`` carries them out).
 
-For each change in flight (``state.Change``, phase locking, waiting, submitting or relayout):
+For each change in flight (``state.Record``, phase locking, waiting, submitting or relayout):
 
 - locking (a run recorded the intent to lock the node, then stopped): its
   lock there: ``Adopt`` (the lock is the change's: recorded waiting, and on
@@ -11,13 +11,13 @@ For each change in flight (``state.Change``, phase locking, waiting, submitting 
   attempt: the dwell holds);
 - waiting, GPU jobs still on the node: ``Wait``, or ``GiveUp`` once the lock
   is older than ``live.max_wait`` (the lock is deleted, the attempt kept);
-- waiting, no GPU job left on the node: ``Relayout`` (write the live policy,
+- waiting, no GPU job left on the node: ``StartRelayout`` (write the live policy,
   render, submit the root job);
 - submitting (a run recorded the new layout, then stopped somewhere among
   the live policy, the configuration, the lock's extension and ``sbatch``):
   a root job named for the node submitted since the change began: ``Found``
   (recorded as the change's relayout job; never a second one); none, the lock
-  there: ``Relayout`` (the same steps again: each is idempotent, and the job
+  there: ``StartRelayout`` (the same steps again: each is idempotent, and the job
   is looked for once more under the state file's lock); none and no lock:
   ``Lost`` (the live policy is put back);
 - relayout, the job still pending or running: ``Wait``;
@@ -25,7 +25,7 @@ For each change in flight (``state.Change``, phase locking, waiting, submitting 
   failed, the node left drained with a reason that names the job).
 
 Then each proposal of ``live.plan.plan_live`` on a node with nothing in
-flight: ``Take`` (create the lock; ``apply`` chains ``Relayout`` at once when
+flight: ``Take`` (create the lock; ``apply`` chains ``StartRelayout`` at once when
 the node has no GPU job). The planner's own limits (dwell, benefit,
 max_draining, max_wait, locked) have chosen the proposals already.
 """
@@ -34,11 +34,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .state import Change, State
+from ..slurm.reservations import JobEnd
+from .report import Proposal
+from .state import Record, State
+from .view import RELAYOUT_REASON
+from .weights import WeightChange
 
 # A relayout job that sacct still does not know this long after its submission is taken as failed.
 NO_RECORD_GRACE = 600.0
-RELAYOUT_REASON = "gpushare relayout"
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,9 @@ class GiveUp:
 
 
 @dataclass(frozen=True)
-class Relayout:
+class StartRelayout:
+    """Write the live policy, render, submit the root relayout job (``node relayout`` does the node's part)."""
+
     node: str
 
 
@@ -98,16 +103,16 @@ class Found:
 
 @dataclass(frozen=True)
 class Take:
-    proposal: object  # live.plan.Proposal
+    proposal: Proposal
 
 
 @dataclass(frozen=True)
 class SetWeight:
-    change: object  # live.weights.WeightChange: scontrol update, no lock, no drain
+    change: WeightChange  # scontrol update, no lock, no drain
 
 
-def decide(now: float, state: State, locks: frozenset[str], gpu_jobs: dict[str, tuple[int, ...]],
-           job_ends: dict[int, object], node_states: dict[str, tuple[tuple[str, ...], str]], proposals,
+def next_steps(now: float, state: State, locks: frozenset[str], gpu_jobs: dict[str, tuple[int, ...]],
+           job_ends: dict[int, JobEnd | None], node_states: dict[str, tuple[tuple[str, ...], str]], proposals,
            max_wait: float, relayout_limit: float, weights=(), found=None) -> list:
     """The actions of this run, changes in flight first (in node order), then the proposals to start, then the
     weight changes (``weights``: the plan's; a node under a change of its own keeps its weight).
@@ -117,13 +122,13 @@ def decide(now: float, state: State, locks: frozenset[str], gpu_jobs: dict[str, 
     jobs found by name for a change recorded as submitting."""
     actions: list = []
     found = found or {}
-    for node, change in sorted(state.in_flight().items()):
-        if change.phase == "locking":
-            actions.append(_locking(change, node in locks))
-        elif change.phase == "submitting":
-            actions.append(_submitting(change, node in locks, found.get(node, ())))
+    for node, record in sorted(state.in_flight().items()):
+        if record.phase == "locking":
+            actions.append(_locking(record, node in locks))
+        elif record.phase == "submitting":
+            actions.append(_submitting(record, node in locks, found.get(node, ())))
         else:
-            actions.append(_next(now, change, node in locks, gpu_jobs.get(node, ()), job_ends.get(change.job),
+            actions.append(_next(now, record, node in locks, gpu_jobs.get(node, ()), job_ends.get(record.job),
                                  node_states.get(node, ((), "")), max_wait, relayout_limit))
     busy = set(state.in_flight())
     for p in proposals:
@@ -134,47 +139,47 @@ def decide(now: float, state: State, locks: frozenset[str], gpu_jobs: dict[str, 
     return actions
 
 
-def _locking(change: Change, locked: bool):
+def _locking(record: Record, locked: bool):
     if locked:
-        return Adopt(change.node, f"its lock was made by a run that stopped before recording it ({change.planner})")
-    return Drop(change.node, f"the run that meant to lock it ({change.planner}) stopped before its reservation was made")
+        return Adopt(record.node, f"its lock was made by a run that stopped before recording it ({record.planner})")
+    return Drop(record.node, f"the run that meant to lock it ({record.planner}) stopped before its reservation was made")
 
 
-def _submitting(change: Change, locked: bool, jobs):
+def _submitting(record: Record, locked: bool, jobs):
     if jobs:
-        return Found(change.node, min(jobs))
+        return Found(record.node, min(jobs))
     if not locked:
-        return Lost(change.node, f"its lock disappeared before the relayout job of the run that stopped "
-                                 f"({change.planner}) was submitted")
-    return Relayout(change.node)
+        return Lost(record.node, f"its lock disappeared before the relayout job of the run that stopped "
+                                 f"({record.planner}) was submitted")
+    return StartRelayout(record.node)
 
 
-def _next(now, change: Change, locked: bool, jobs, end, node_state, max_wait, relayout_limit):
-    node = change.node
-    if change.phase == "waiting":
+def _next(now, record: Record, locked: bool, jobs, end, node_state, max_wait, relayout_limit):
+    node = record.node
+    if record.phase == "waiting":
         if not locked:
             return Lost(node, f"its lock disappeared before the relayout started (expired or deleted by hand)")
         if jobs:
-            waited = now - change.locked_at
+            waited = now - record.locked_at
             ids = ", ".join(map(str, jobs))
             if waited > max_wait:
                 return GiveUp(node, f"GPU jobs {ids} still run {waited:.0f} s after the lock (live.max_wait "
                                     f"{max_wait:g} s)")
             return Wait(node, f"waiting for GPU jobs {ids} to end ({waited:.0f} of {max_wait:g} s)")
-        return Relayout(node)
+        return StartRelayout(node)
     # relayout: the root job decides
     if end is None:
-        if change.submitted_at is not None and now - change.submitted_at > relayout_limit + NO_RECORD_GRACE:
-            return Finish(node, False, f"relayout job {change.job}: no accounting record "
-                                       f"{now - change.submitted_at:.0f} s after its submission",
-                          _drain(node_state, f"job {change.job} has no accounting record"))
-        return Wait(node, f"relayout job {change.job} not in accounting yet")
+        if record.submitted_at is not None and now - record.submitted_at > relayout_limit + NO_RECORD_GRACE:
+            return Finish(node, False, f"relayout job {record.job}: no accounting record "
+                                       f"{now - record.submitted_at:.0f} s after its submission",
+                          _drain(node_state, f"job {record.job} has no accounting record"))
+        return Wait(node, f"relayout job {record.job} not in accounting yet")
     if not end.ended:
-        return Wait(node, f"relayout job {change.job} is {end.state}")
+        return Wait(node, f"relayout job {record.job} is {end.state}")
     if end.ok:
-        return Finish(node, True, f"relayout job {change.job} COMPLETED: {'+'.join(change.new_layout)}")
-    result = f"relayout job {change.job} ended {end.state} exit {end.exit_code}"
-    return Finish(node, False, result, _drain(node_state, f"job {change.job} ended {end.state} exit {end.exit_code}"))
+        return Finish(node, True, f"relayout job {record.job} COMPLETED: {record.change.first()[1]}")
+    result = f"relayout job {record.job} ended {end.state} exit {end.exit_code}"
+    return Finish(node, False, result, _drain(node_state, f"job {record.job} ended {end.state} exit {end.exit_code}"))
 
 
 def _drain(node_state, why: str) -> str | None:

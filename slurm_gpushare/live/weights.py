@@ -16,7 +16,7 @@ limits) is *kept* for it: its weight is raised above every other node that
 serves the same small jobs, so Slurm places new small jobs there first. A
 kept node whose weight is already above theirs needs nothing. Nothing is
 proposed when no other node could take the small jobs. When no large job is
-blocked any more, a node the live planner steered (``Snapshot.steered``,
+blocked any more, a node the live planner steered (``ClusterView.steered``,
 from the apply side's state file) whose Slurm weight is still the one it set
 gets the policy's back; one whose weight someone else changed since (an
 admin, a reconfigure) is left as it is.
@@ -26,6 +26,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+
+from .text import mins
+from .view import ready_in
 
 DEFAULT_WEIGHT = 1  # slurm.conf(5): a node without Weight= has weight 1
 
@@ -57,12 +60,12 @@ def whole_types(site, node: str) -> dict[str, int]:
     return out
 
 
-def plan_weights(site, snap, blocked, serves, startable, running_on, kind) -> list[WeightChange]:
+def plan_weights(site, view, blocked, serves, startable, running_on, kind) -> list[WeightChange]:
     """The weight changes of this run. ``blocked``: the counted pending jobs no idle capacity fits now (priority
     order); ``serves(node, job)``; ``startable``: nodes that start jobs; ``running_on``: node -> RunningJob;
     ``kind``: a GRES key as the planner counts it ('shard:l40s' -> 'shard')."""
-    nodes = sorted(n for n in startable if n in snap.nodes)
-    weight = {n: snap.nodes[n].weight if snap.nodes[n].weight is not None else policy_weight(site, n) for n in nodes}
+    nodes = sorted(n for n in startable if n in view.nodes)
+    weight = {n: view.nodes[n].weight if view.nodes[n].weight is not None else policy_weight(site, n) for n in nodes}
     large = [j for j in blocked if kind(j.gres).startswith("gpu:") and j.count >= 2]
     kept: dict[str, list] = {}
     for job in large:
@@ -70,7 +73,7 @@ def plan_weights(site, snap, blocked, serves, startable, running_on, kind) -> li
                and n not in kept]
         if not fit:
             continue
-        node = min(fit, key=lambda n: (_ready(snap.now, running_on.get(n, ())), n))
+        node = min(fit, key=lambda n: (ready_in(view.now, running_on.get(n, ())), n))
         kept[node] = [job]
     out = []
     for node, jobs in sorted(kept.items()):
@@ -83,10 +86,10 @@ def plan_weights(site, snap, blocked, serves, startable, running_on, kind) -> li
             continue
         new = min(above, 65533)
         small = sorted({r.job_id for r in running_on.get(node, ())})
-        busy = f"its GPU jobs {_ids(small)} end in {_mins_up(_ready(snap.now, running_on.get(node, ())))}" \
+        busy = f"its GPU jobs {_ids(small)} end in {_mins_up(ready_in(view.now, running_on.get(node, ())))}" \
             if small else "it has no GPU job now"
         job = jobs[0]
-        line = (f"job {job.job_id} has waited {_mins(job.age_s)} for {job.count} x {t.split(':', 1)[1]} on one node; "
+        line = (f"job {job.job_id} has waited {mins(job.age_s)} for {job.count} x {t.split(':', 1)[1]} on one node; "
                 f"{node} can hold it ({busy}): weight {weight[node]} -> {new}, above {', '.join(others)} "
                 f"({', '.join(str(weight[n]) for n in others)}), so new small {t.split(':', 1)[1]} jobs go there "
                 "first; cost: none (scontrol update, no drain; slurm.conf's weight comes back at the next "
@@ -94,8 +97,8 @@ def plan_weights(site, snap, blocked, serves, startable, running_on, kind) -> li
         out.append(WeightChange(node, weight[node], new, line, tuple(j.job_id for j in jobs)))
     if large:
         return out
-    for node, set_to in sorted(snap.steered.items()):  # nothing large waits: the policy's weight back
-        view = snap.nodes.get(node)
+    for node, set_to in sorted(view.steered.items()):  # nothing large waits: the policy's weight back
+        view = view.nodes.get(node)
         try:
             want = policy_weight(site, node)
         except KeyError:  # no longer in the policy
@@ -106,19 +109,9 @@ def plan_weights(site, snap, blocked, serves, startable, running_on, kind) -> li
     return out
 
 
-def _ready(now: float, running) -> float:
-    if any(r.end_time is None for r in running):
-        return math.inf
-    return max([0.0] + [r.end_time - now for r in running])
-
-
 def _ids(ids) -> str:
     ids = list(ids)
     return ",".join(map(str, ids[:7])) + (f" and {len(ids) - 7} more" if len(ids) > 7 else "")
-
-
-def _mins(seconds: float) -> str:
-    return f"{int(seconds // 60)} min"
 
 
 def _mins_up(seconds: float) -> str:

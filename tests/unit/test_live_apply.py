@@ -1,4 +1,4 @@
-"""The live planner's apply path: Slurm operations (slurm/reservations.py), the pure next step (live/decide.py),
+"""The live planner's apply path: Slurm operations (slurm/reservations.py), the pure next step (live/steps.py),
 the shared state file (live/state.py) and one run end to end against a stateful fake of Slurm (live/apply.py)."""
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurm_gpushare.live import decide as d
+from slurm_gpushare.live import steps as d
 from slurm_gpushare.live.apply import LiveApply, LiveApplyError, gpu_jobs_by_node
-from slurm_gpushare.live.state import Change, State, StateError, StateFile
+from slurm_gpushare.live.change import Change, LayoutStep, ModeStep
+from slurm_gpushare.live.report import Proposal
+from slurm_gpushare.live.state import Record, State, StateError, StateFile
 from slurm_gpushare.slurm.cli_backend import CliClient
 from slurm_gpushare.slurm.reservations import (JobEnd, LockHeld, ReservationError, Reservations, lock_name,
                                                relayout_script)
@@ -111,18 +113,19 @@ def test_job_end_reads_sacct_in_epoch_seconds():
     assert res.job_end(job) is None
 
 
-# ---- live/decide.py ---------------------------------------------------------------------------
+# ---- live/steps.py ----------------------------------------------------------------------------
 
 
-def change(phase="waiting", **kw) -> Change:
-    base = dict(node=NODE, gpu=0, old_layout=ALL_1G, new_layout=THREE_G, phase=phase, locked_at=1000.0)
-    return Change(**{**base, **kw})
+def change(phase="waiting", node=NODE, steps=((0, ALL_1G, THREE_G),), modes=(), **kw) -> Record:
+    what = Change(node, modes=tuple(ModeStep(*m) for m in modes)) if modes else \
+        Change(node, tuple(LayoutStep(*step) for step in steps))
+    return Record(what, phase=phase, **{"locked_at": 1000.0, **kw})
 
 
 def one(state_change, now=1100.0, locks=frozenset({NODE}), jobs=None, ends=None, nodes=None, max_wait=600.0):
     state = State()
     state.put(state_change)
-    return d.decide(now, state, locks, jobs or {}, ends or {}, nodes or {}, (), max_wait, 1320.0)[0]
+    return d.next_steps(now, state, locks, jobs or {}, ends or {}, nodes or {}, (), max_wait, 1320.0)[0]
 
 
 def test_waiting_change_waits_for_gpu_jobs_then_gives_up_after_max_wait():
@@ -132,7 +135,7 @@ def test_waiting_change_waits_for_gpu_jobs_then_gives_up_after_max_wait():
 
 
 def test_waiting_change_without_gpu_jobs_starts_the_relayout():
-    assert one(change(), jobs={"lab-other": (3,)}) == d.Relayout(NODE)
+    assert one(change(), jobs={"lab-other": (3,)}) == d.StartRelayout(NODE)
 
 
 def test_waiting_change_whose_lock_vanished_is_lost():
@@ -158,42 +161,37 @@ def test_relayout_change_follows_its_job():
 def test_a_change_left_by_a_run_that_stopped_is_taken_on_or_back():
     state = State()
     state.put(change("locking"))
-    assert isinstance(d.decide(1100.0, state, frozenset({NODE}), {}, {}, {}, (), 600, 1320)[0], d.Adopt)
-    assert isinstance(d.decide(1100.0, state, frozenset(), {}, {}, {}, (), 600, 1320)[0], d.Drop)
+    assert isinstance(d.next_steps(1100.0, state, frozenset({NODE}), {}, {}, {}, (), 600, 1320)[0], d.Adopt)
+    assert isinstance(d.next_steps(1100.0, state, frozenset(), {}, {}, {}, (), 600, 1320)[0], d.Drop)
     state.put(change("submitting", prior={"layouts": {}, "modes": {}}))
-    assert d.decide(1100.0, state, frozenset({NODE}), {}, {}, {}, (), 600, 1320, found={NODE: (9, 7)}) == \
+    assert d.next_steps(1100.0, state, frozenset({NODE}), {}, {}, {}, (), 600, 1320, found={NODE: (9, 7)}) == \
         [d.Found(NODE, 7)]
-    assert d.decide(1100.0, state, frozenset({NODE}), {}, {}, {}, (), 600, 1320, found={NODE: ()}) == [d.Relayout(NODE)]
-    assert isinstance(d.decide(1100.0, state, frozenset(), {}, {}, {}, (), 600, 1320)[0], d.Lost)
+    assert d.next_steps(1100.0, state, frozenset({NODE}), {}, {}, {}, (), 600, 1320, found={NODE: ()}) == [d.StartRelayout(NODE)]
+    assert isinstance(d.next_steps(1100.0, state, frozenset(), {}, {}, {}, (), 600, 1320)[0], d.Lost)
 
 
 def test_restore_puts_back_the_nodes_entries_as_they_were():
     state = State(layouts={NODE: {1: ALL_1G}, "lab-mig02": {0: THREE_G}})
-    c = state.apply(change(changes=((0, ALL_1G, THREE_G),)))
+    c = state.apply(change(steps=((0, ALL_1G, THREE_G),)))
     assert c.phase == "submitting" and c.prior == {"layouts": {"1": list(ALL_1G)}, "modes": {}}
     assert state.layouts[NODE] == {0: THREE_G, 1: ALL_1G} and state.apply(c) is c  # once
     state.restore(c)
     assert state.layouts == {NODE: {1: ALL_1G}, "lab-mig02": {0: THREE_G}}
     fresh = State()
-    fresh.restore(fresh.apply(change(modes=((0, "exclusive", {"mode": "shard", "replicas": 4}),))))
+    fresh.restore(fresh.apply(change(modes=((0, {"mode": "exclusive"}, {"mode": "shard", "replicas": 4}),))))
     assert fresh.modes == {} and fresh.layouts == {}
 
 
-@dataclass(frozen=True)
-class P:
-    node: str
-    gpu: int = 0
-    old_layout: tuple = ALL_1G
-    new_layout: tuple = THREE_G
-    line: str = "3 jobs wait for a100_40g_3g.20gb"
-    changes: tuple = ()
+def P(node: str, steps=((0, ALL_1G, THREE_G),), line="3 jobs wait for a100_40g_3g.20gb") -> Proposal:
+    """A proposal as live.plan makes one: the change, what it starts (not read by the apply side), its line."""
+    return Proposal(Change(node, tuple(LayoutStep(*step) for step in steps)), {}, (), 0.0, 0.0, 1.0, line)
 
 
 def test_proposals_on_nodes_in_flight_are_not_taken_twice():
     state = State()
     state.put(change(node="lab-mig02"))
-    acts = d.decide(1100.0, state, frozenset({"lab-mig02"}), {}, {}, {}, (P("lab-mig02"), P(NODE), P(NODE)), 600, 1320)
-    assert acts == [d.Relayout("lab-mig02"), d.Take(P(NODE))]
+    acts = d.next_steps(1100.0, state, frozenset({"lab-mig02"}), {}, {}, {}, (P("lab-mig02"), P(NODE), P(NODE)), 600, 1320)
+    assert acts == [d.StartRelayout("lab-mig02"), d.Take(P(NODE))]
 
 
 # ---- live/state.py ----------------------------------------------------------------------------
@@ -219,7 +217,7 @@ def test_state_round_trips_and_counts_each_ended_change_once(tmp_path):
 def test_a_state_file_of_another_format_is_refused(tmp_path):
     path = tmp_path / "s.json"
     path.write_text(json.dumps({"format": "other/9"}))
-    with pytest.raises(StateError, match="not a gpushare-live-state/1 file"):
+    with pytest.raises(StateError, match="not a gpushare-live-state/2 .or gpushare-live-state/1. file"):
         StateFile(path).read()
 
 
@@ -286,10 +284,17 @@ class Plan:
     proposals: tuple
     held: tuple = ()
     demand: tuple = ()
+    weights: tuple = ()
+
+    def report(self) -> list[str]:
+        return [p.line for p in self.proposals]
+
+    def to_dict(self) -> dict:
+        return {"proposals": [p.node for p in self.proposals]}
 
 
 class FakePlanner:
-    """live.plan's three functions: the proposals and running jobs a test sets; with_layout sets the layout of
+    """The apply side's Planner: the proposals and running jobs a test sets; with_layouts sets the layouts of
     the node's (one-node) group."""
 
     def __init__(self):
@@ -298,20 +303,24 @@ class FakePlanner:
         self.nodes = {NODE: View(NODE)}
         self.seen: list[Snap] = []
 
-    def snapshot_from_client(self, client, site, now, changes, locked):
+    def read_view(self, client, site, now, changes, locked):
         snap = Snap(now, self.running, dict(self.nodes), dict(changes), frozenset(locked))
         self.seen.append(snap)
         return snap
 
-    def plan_live(self, site, snap, doc=None):
+    def plan(self, site, snap, doc):
         return Plan(tuple(p for p in self.proposals if p.node not in snap.locked))
 
     @staticmethod
-    def with_layout(doc, node, gpu, layout):
+    def with_layouts(doc, node, layouts):
         doc = copy.deepcopy(doc)
         group = next(g for g in doc["node_groups"] if g["nodes"] == node)
-        group["sharing"] = [{"gpus": gpu, "mode": "mig", "layout": list(layout)}]
+        group["sharing"] = [{"gpus": gpu, "mode": "mig", "layout": list(layout)} for gpu, layout in layouts.items()]
         return doc
+
+    @staticmethod
+    def with_modes(doc, node, modes):
+        raise AssertionError(f"no test of the fake planner changes modes ({node}: {modes})")
 
 
 def admin_policy(tmp_path: Path, enabled: bool = True) -> Path:
@@ -461,7 +470,7 @@ def test_a_change_recorded_by_another_planner_after_the_snapshot_releases_the_ne
         state = live.store.read()
         state.put(change("done", locked_at=ctld.now - 100, ended_at=ctld.now - 10))
         live.store.write(state)
-    planner.plan_live = lambda site, snap, doc=None: Plan((P(NODE),))  # the other planner's change, unseen by the planner
+    planner.plan = lambda site, snap, doc: Plan((P(NODE),))  # the other planner's change, unseen by the planner
     report = live.run_once()
     assert any("another planner recorded a change" in line for line in report.lines)
     assert not ctld.reservations and not ctld.jobs
@@ -482,9 +491,9 @@ def test_a_refused_submission_puts_the_live_policy_back(world, tmp_path):
 
 
 def test_a_proposal_of_two_gpus_is_recorded_and_relaid_out_in_one_job(tmp_path):
-    """live.plan proposes every GPU of a node that should change (Proposal.changes): the state records them
+    """live.plan proposes every GPU of a node that should change (one Change): the state records them
     all, the live policy gets them all (with_layouts, one set) and one relayout job applies them."""
-    from slurm_gpushare.live.plan import with_layouts
+    from slurm_gpushare.policy.document import with_layouts
 
     raw = yaml.safe_load(admin_policy(tmp_path).read_text())
     raw["node_groups"][0].update(gpu={"model": "A100-SXM4-40GB", "count": 2},
@@ -493,15 +502,15 @@ def test_a_proposal_of_two_gpus_is_recorded_and_relaid_out_in_one_job(tmp_path):
     policy.write_text(yaml.safe_dump(raw, sort_keys=False))
     ctld = FakeCtld()
     planner = FakePlanner()
-    planner.with_layouts = with_layouts
+    planner.with_layouts = with_layouts  # the product's: the node's group split out, validated
     seven = ("7g.40gb",)
-    planner.proposals = (P(NODE, changes=((0, ALL_1G, THREE_G), (1, ALL_1G, seven))),)
+    planner.proposals = (P(NODE, ((0, ALL_1G, THREE_G), (1, ALL_1G, seven))),)
     live = LiveApply(policy, CliClient(ctld), Reservations(ctld), clock=Clock(ctld), planner=planner)
     live.run_once()
     assert len(ctld.jobs) == 1  # one relayout job for both GPUs
     state = live.store.read()
-    assert state.current[NODE].changes == ((0, ALL_1G, THREE_G), (1, ALL_1G, seven))
-    assert state.current[NODE].layouts == {0: THREE_G, 1: seven} and state.layouts == {NODE: {0: THREE_G, 1: seven}}
+    assert state.current[NODE].change.layouts == ((0, ALL_1G, THREE_G), (1, ALL_1G, seven))
+    assert state.current[NODE].change.new_layouts == {0: THREE_G, 1: seven} and state.layouts == {NODE: {0: THREE_G, 1: seven}}
     written = yaml.safe_load(live.policy_file.read_text())
     assert [(e["gpus"], tuple(e["layout"])) for e in written["node_groups"][0]["sharing"]] == [(0, THREE_G),
                                                                                                (1, seven)]
@@ -509,16 +518,45 @@ def test_a_proposal_of_two_gpus_is_recorded_and_relaid_out_in_one_job(tmp_path):
     assert "7g.40gb:1" in node_line.splitlines()[0] and "3g.20gb:1" in node_line.splitlines()[0]
 
 
-def test_a_change_record_of_one_gpu_reads_as_before(tmp_path):
+V1_RECORD = {"node": NODE, "gpu": 0, "old_layout": list(ALL_1G), "new_layout": list(THREE_G), "phase": "done",
+             "locked_at": 1000.0, "line": "3 jobs wait", "job": 5, "submitted_at": 1010.0, "ended_at": 1500.0,
+             "result": "relayout job 5 COMPLETED", "planner": "h:1", "prior": {"layouts": {}, "modes": {}}}
+
+
+def test_a_state_file_of_format_1_reads_as_the_same_records(tmp_path):
+    """Format 1 kept a change as first-GPU fields (gpu, old_layout, new_layout), ``changes`` (every GPU, or none
+    for one GPU) and ``modes`` with the old mode as text; it is read into the same records, and written as 2."""
+    two = {**V1_RECORD, "node": "lab-mig02", "changes": [[0, list(ALL_1G), list(THREE_G)], [1, list(ALL_1G), ["7g.40gb"]]]}
+    modes = {**V1_RECORD, "node": "lab-excl01", "gpu": 1, "old_layout": ["exclusive"], "new_layout": ["mps (100 units)"],
+             "changes": [[1, ["exclusive"], ["mps (100 units)"]]], "modes": [[1, "exclusive", {"mode": "mps", "units": 100}]],
+             "phase": "waiting", "job": None, "submitted_at": None, "ended_at": None, "result": "", "prior": None}
+    doc = {"format": "gpushare-live-state/1", "current": {NODE: V1_RECORD, "lab-mig02": two, "lab-excl01": modes},
+           "layouts": {NODE: {"0": list(THREE_G)}}, "modes": {}, "weights": {"lab-mig02": 3},
+           "history": [V1_RECORD], "counts": {NODE: {"done": 1}}}
     store = StateFile(tmp_path / "s.json")
-    state = State()
-    state.put(change())
+    store.path.write_text(json.dumps(doc))
+    state = store.read()
+    assert state.current[NODE] == change("done", line="3 jobs wait", job=5, submitted_at=1010.0, ended_at=1500.0,
+                                         result="relayout job 5 COMPLETED", planner="h:1",
+                                         prior={"layouts": {}, "modes": {}})
+    assert state.current["lab-mig02"].change.new_layouts == {0: THREE_G, 1: ("7g.40gb",)}
+    excl = state.current["lab-excl01"]
+    assert excl.change.modes == ((1, {"mode": "exclusive"}, {"mode": "mps", "units": 100}),) and excl.in_flight
+    assert excl.change.text() == "GPU 1 exclusive -> mps (100 units)"
+    assert state.history == [state.current[NODE]] and state.weights == {"lab-mig02": 3}
     store.write(state)
-    data = json.loads(store.path.read_text())
-    del data["current"][NODE]["changes"]  # a record written before Change.changes
-    store.path.write_text(json.dumps(data))
-    again = store.read().current[NODE]
-    assert again.changes == () and again.layouts == {0: THREE_G}
+    assert json.loads(store.path.read_text())["format"] == "gpushare-live-state/2" and store.read() == state
+
+
+def test_a_format_1_record_with_a_field_of_another_format_is_refused(tmp_path):
+    store = StateFile(tmp_path / "s.json")
+    store.path.write_text(json.dumps({"format": "gpushare-live-state/1", "current": {NODE: {**V1_RECORD, "x": 1}}}))
+    with pytest.raises(StateError, match=r"unknown keys \['x'\]"):
+        store.read()
+    store.path.write_text(json.dumps({"format": "gpushare-live-state/1",
+                                      "current": {NODE: {**V1_RECORD, "modes": [[0, "mps (lots)", {"mode": "mps"}]]}}}))
+    with pytest.raises(StateError, match="is not a GPU mode as the live planner writes one"):
+        store.read()
 
 
 def test_apply_needs_live_enabled(tmp_path):
@@ -620,7 +658,7 @@ def test_the_real_planner_proposes_and_the_apply_path_locks_relays_out_and_rende
     live = LiveApply(policy, FakeClient(ctld, jobs, nodes), Reservations(ctld), clock=Clock(ctld))
     first = live.run_once()
     assert [p.node for p in first.plan.proposals] == [NODE], first.plan.report()
-    new = first.plan.proposals[0].new_layout
+    (new,) = first.plan.proposals[0].change.new_layouts.values()
     assert "3g.20gb" in new and lock_name(NODE) in ctld.reservations and not ctld.jobs
     jobs[0] = job(1, "COMPLETED", "gpu:a100_40g_1g.5gb")  # the 1g job ended
     live.client._jobs = jobs[1:]
@@ -636,12 +674,12 @@ def test_the_real_planner_proposes_and_the_apply_path_locks_relays_out_and_rende
 
 def test_a_layout_the_policy_refuses_ends_the_attempt_and_releases_the_lock(world):
     live, ctld, planner = world
-    planner.proposals = (P(NODE, new_layout=("7g.40gb", "1g.5gb")),)
+    planner.proposals = (P(NODE, ((0, ALL_1G, ("7g.40gb", "1g.5gb")),)),)
 
-    def refuse(doc, node, gpu, layout):
-        raise ValueError(f"GPU {gpu} of node {node}: {'+'.join(layout)} does not fit")
+    def refuse(doc, node, layouts):
+        raise ValueError(f"node {node}: {layouts} does not fit")
 
-    planner.with_layout = refuse
+    planner.with_layouts = refuse
     report = live.run_once()
     assert live.store.read().current[NODE].phase == "failed"
     assert not ctld.reservations and not ctld.jobs
@@ -649,15 +687,16 @@ def test_a_layout_the_policy_refuses_ends_the_attempt_and_releases_the_lock(worl
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--apply", "--demand", "openb:x.csv"], "--apply and --every go with --live"),
-    (["--live", "--every", "5"], "--every goes with --live --apply"),
-    (["--live", "--apply"], "live.enabled is false"),
+    (["plan", "--apply", "--demand", "openb:x.csv"], "No such option '--apply'"),  # the static plan: its own only
+    (["live", "report", "--every", "5"], "No such option '--every'"),
+    (["live", "apply"], "live.enabled is false"),
+    (["plan", "--live", "--apply"], "live.enabled is false"),  # the alias of `live apply`, for one release
 ])
-def test_plan_apply_options_are_checked(tmp_path, args, message):
+def test_live_apply_options_are_checked(tmp_path, args, message):
     from click.testing import CliRunner
 
     from slurm_gpushare.cli import main
 
     policy = admin_policy(tmp_path, enabled=False)
-    res = CliRunner().invoke(main, ["plan", "--policy", str(policy), *args], obj={"runner": FakeCtld()})
+    res = CliRunner().invoke(main, [*args, "--policy", str(policy)], obj={"runner": FakeCtld()})
     assert res.exit_code != 0 and message in res.output, res.output

@@ -72,7 +72,7 @@ class CrashingSlurm:
 class OneChange(FakePlanner):
     """Proposes lab-mig01's change until a change of it is recorded (the real planner's min_dwell then holds it)."""
 
-    def plan_live(self, site, snap, doc=None):
+    def plan(self, site, snap, doc):
         return Plan(tuple(p for p in self.proposals if p.node not in snap.locked and p.node not in snap.changes))
 
 
@@ -224,10 +224,10 @@ def test_the_job_of_the_nodes_last_change_is_not_taken_for_this_ones(crashing):
     ctld.finish(earlier)
     res.delete_lock(NODE)
     state = State()
-    state.put(change("done", old_layout=THREE_G, new_layout=ALL_1G, job=earlier, locked_at=ctld.now - 9000,
+    state.put(change("done", steps=((0, THREE_G, ALL_1G),), job=earlier, locked_at=ctld.now - 9000,
                      ended_at=ctld.now - 7200))
     StateFile(applier().store.path).write(state)
-    planner.plan_live = lambda site, snap, doc=None: Plan(tuple(planner.proposals) if snap.changes[NODE] <
+    planner.plan = lambda site, snap, doc: Plan(tuple(planner.proposals) if snap.changes[NODE] <
                                                           ctld.now - 3600 else ())
     crasher.at = "state:submitting"
     with pytest.raises(Crash):

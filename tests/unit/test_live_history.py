@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_gpushare.live.plan import RecentJob, plan_live, recent_from_records, snapshot_from_client
+from slurm_gpushare.live.view import RecentJob, recent_from_records, view_from_client
+from slurm_gpushare.live.plan import plan_live
 from slurm_gpushare.proc import Result
 from slurm_gpushare.slurm.cli_backend import CliClient
 from slurm_gpushare.slurm.history import FinishedJob, history_argv, parse_history
@@ -82,12 +83,12 @@ def test_snapshot_reads_the_policys_window_through_the_client():
     runner = cluster()
     runner.history = [f"7|COMPLETED|{NOW - 3000:.0f}|{NOW - 2000:.0f}|m01|gres/gpu:a100_40g_1g.5gb=1,gres/gpu=1"]
     s = one_node(history_window=7200)
-    snapshot = snapshot_from_client(CliClient(runner), s, NOW)
+    snapshot = view_from_client(CliClient(runner), s, NOW)
     assert snapshot.history == (RecentJob("7", "m01", {T1: 1}, NOW - 3000, NOW - 2000),)
     (sacct,) = [c for c in runner.calls if c[0] == "sacct"]
     assert sacct == tuple(history_argv(NOW - 7200, NOW))
     runner = cluster()
-    assert snapshot_from_client(CliClient(runner), one_node(history_window=0), NOW).history == ()
+    assert view_from_client(CliClient(runner), one_node(history_window=0), NOW).history == ()
     assert not [c for c in runner.calls if c[0] == "sacct"]  # window 0: no history read
 
 
@@ -110,14 +111,14 @@ def test_a_change_that_would_strand_the_recent_mix_is_held():
     plan = plan_live(one_node(), with_history(ran(40)))
     assert plan.proposals == ()
     (h,) = plan.held
-    assert (h.node, h.new_layout) == ("m01", ("3g.20gb", "3g.20gb"))
+    assert (h.node, h.change.new_layouts) == ("m01", {0: ("3g.20gb", "3g.20gb")})
     assert h.why.startswith("the last 6 h ran 40 jobs of a100_40g_1g.5gb (6.7 expected within min_dwell 60 min; "
                             "the change keeps 0 of 7): it would strand 6.7 of them against the 2 pending job(s)")
     assert "net -4.7; min_benefit_jobs is 1" in h.why
 
 
 def test_without_the_history_the_same_queue_relayouts():
-    assert plan_live(one_node(), with_history(())).proposals[0].new_layout == ("3g.20gb", "3g.20gb")
+    assert plan_live(one_node(), with_history(())).proposals[0].change.new_layouts == {0: ("3g.20gb", "3g.20gb")}
     # a window of 0 reads nothing, a min_dwell of 0 holds nothing: the history has no weight either way
     assert plan_live(one_node(history_window=0), with_history(ran(40))).proposals
     assert plan_live(one_node(min_dwell=0), with_history(ran(40))).proposals
@@ -134,7 +135,7 @@ def test_some_recent_demand_is_subtracted_from_the_benefit_and_said():
     # 6 1g jobs in 6 h: 1.0 expected within the dwell; 3g+3g strands all of it (benefit 2 - 1 = 1), a layout that
     # keeps 4 1g.5gb starts 1 3g and strands 3/7: 0.57: 3g+3g is still the better one
     (p,) = plan_live(one_node(), with_history(ran(6))).proposals
-    assert p.new_layout == ("3g.20gb", "3g.20gb") and p.benefit == pytest.approx(1.0)
+    assert p.change.new_layouts == {0: ("3g.20gb", "3g.20gb")} and p.benefit == pytest.approx(1.0)
     assert p.line.endswith("; history: the last 6 h ran 6 jobs of a100_40g_1g.5gb (1.0 expected within min_dwell "
                            "60 min; the change keeps 0 of 7): 1.0 stranded, net benefit 1.0")
     # a larger min_benefit_jobs holds it, and says the history is why
@@ -147,7 +148,8 @@ def test_history_picks_a_layout_that_keeps_some_of_the_recent_type():
     # with 3g.20gb and four 1g.5gb starts the 3g job and strands 2.0 * 3/7 = 0.86 (net 0.14): the better one, held
     # by min_benefit_jobs 1 with the history as its reason
     (h,) = plan_live(one_node(), with_history(ran(12), pend=pending(1), running=())).held
-    assert "3g.20gb" in h.new_layout and h.new_layout.count("1g.5gb") == 4
+    (new,) = h.change.new_layouts.values()
+    assert "3g.20gb" in new and new.count("1g.5gb") == 4
     assert "the change keeps 4 of 7): it would strand 0.9 of them against the 1 pending job(s) it lets start " \
            "(net 0.1; min_benefit_jobs is 1)" in h.why
 

@@ -13,16 +13,9 @@ import yaml
 
 from slurm_gpushare.errors import PolicyError
 from slurm_gpushare.live import modes as livemodes
-from slurm_gpushare.live.plan import (
-    NodeView,
-    PendingJob,
-    RecentJob,
-    RunningJob,
-    Snapshot,
-    mode_text,
-    plan_live,
-    with_modes,
-)
+from slurm_gpushare.live.view import ClusterView, NodeView, PendingJob, RecentJob, RunningJob
+from slurm_gpushare.policy.document import mode_text, with_modes
+from slurm_gpushare.live.plan import plan_live
 from slurm_gpushare.policy import build_site
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +51,7 @@ FULL_SHARD = tuple(RunningJob(10 + i, SHARD, {"shard:l40s": 2}, NOW + 300) for i
 
 
 def snap(pending, running=FULL_SHARD, history=(), **kw):
-    return Snapshot(NOW, tuple(pending), tuple(running), nodes(**kw), {}, frozenset(), tuple(history))
+    return ClusterView(NOW, tuple(pending), tuple(running), nodes(**kw), {}, frozenset(), tuple(history))
 
 
 # ---- what a GPU may become -------------------------------------------------------------------------
@@ -93,12 +86,11 @@ def test_starts_on_an_empty_node():
 def test_pending_shard_jobs_turn_idle_exclusive_gpus_into_shards():
     plan = plan_live(lab(), snap(shard_jobs(4)))
     (p,) = plan.proposals
-    assert p.node == EXCL and p.layouts == {}
-    assert p.sharing == {0: {"mode": "shard", "replicas": 4}, 1: {"mode": "shard", "replicas": 4}}
-    assert p.modes == ((0, "exclusive", {"mode": "shard", "replicas": 4}),
-                       (1, "exclusive", {"mode": "shard", "replicas": 4}))
-    assert (p.old_layout, p.new_layout, p.benefit, p.must_finish) == (("exclusive",), ("shard (4 replicas)",), 4,
-                                                                       ())
+    assert p.node == EXCL and p.change.layouts == ()
+    assert p.change.new_modes == {0: {"mode": "shard", "replicas": 4}, 1: {"mode": "shard", "replicas": 4}}
+    assert p.change.modes == ((0, {"mode": "exclusive"}, {"mode": "shard", "replicas": 4}),
+                              (1, {"mode": "exclusive"}, {"mode": "shard", "replicas": 4}))
+    assert (p.change.first(), p.benefit, p.must_finish) == (("exclusive", "shard (4 replicas)"), 4, ())
     assert p.line == ("4 jobs have waited 25 min for shard; lab-excl01 has 0 GPU jobs running: mode change GPU 0 "
                       "exclusive -> shard (4 replicas), GPU 1 exclusive -> shard (4 replicas) lets 4 start; cost: no "
                       "GPU job on the node + 2 min drain and re-registration")
@@ -108,7 +100,7 @@ def test_pending_shard_jobs_turn_idle_exclusive_gpus_into_shards():
 
 def test_two_shard_jobs_need_one_gpu_only():
     (p,) = plan_live(lab(), snap(shard_jobs(2))).proposals
-    assert p.sharing == {0: {"mode": "shard", "replicas": 4}} and p.benefit == 2
+    assert p.change.new_modes == {0: {"mode": "shard", "replicas": 4}} and p.benefit == 2
 
 
 def test_shard_jobs_that_fit_idle_shards_now_are_left_to_slurm():
@@ -141,11 +133,11 @@ def test_the_recent_whole_gpu_mix_keeps_a_gpu_exclusive():
     plan = plan_live(lab(), snap(shard_jobs(4), history=ran))
     assert plan.proposals == ()
     (h,) = plan.held
-    assert h.node == EXCL and h.modes and "the last 6 h ran 24 jobs of l40s (4.0 expected within min_dwell 60 min" \
+    assert h.node == EXCL and h.change.modes and "the last 6 h ran 24 jobs of l40s (4.0 expected within min_dwell 60 min" \
         in h.why
     # 12 of them (2 expected): one GPU strands 1, both 2: both to shards start 4, net 2 (better than one, net 1)
     (p,) = plan_live(lab(), snap(shard_jobs(4), history=ran[:12])).proposals
-    assert len(p.modes) == 2 and p.benefit == pytest.approx(2.0)
+    assert len(p.change.modes) == 2 and p.benefit == pytest.approx(2.0)
     assert "; history: the last 6 h ran 12 jobs of l40s (2.0 expected" in p.line
 
 
@@ -165,10 +157,10 @@ def test_never_mps_and_shard_on_one_node():
     plan = plan_live(s, snap(shard_jobs(2) + mps, running=FULL_SHARD + full_mps, **extra))
     (p,) = plan.proposals
     assert p.node == EXCL
-    modes = {e["mode"] for e in p.sharing.values()}
-    assert not {"mps", "shard"} <= modes, p.sharing  # the higher-priority mps jobs win the node
+    modes = {e["mode"] for e in p.change.new_modes.values()}
+    assert not {"mps", "shard"} <= modes, p.change  # the higher-priority mps jobs win the node
     assert modes == {"mps"}
-    with_modes(d, EXCL, p.sharing)  # the policy accepts what was proposed
+    with_modes(d, EXCL, p.change.new_modes)  # the policy accepts what was proposed
     with pytest.raises(PolicyError) as err:
         with_modes(d, EXCL, {0: {"mode": "mps", "units": 100}, 1: {"mode": "shard", "replicas": 4}})
     assert "mps and shard on the same node are not supported by Slurm" in str(err.value.problems)
@@ -246,10 +238,10 @@ def test_a_mode_change_is_locked_written_rendered_and_relaid_out(tmp_path):
     live = LiveApply(policy, FakeClient(ctld, jobs, slurm_nodes), Reservations(ctld), clock=Clock(ctld))
     first = live.run_once()
     (p,) = first.plan.proposals
-    assert p.node == EXCL and p.sharing == {0: {"mode": "shard", "replicas": 4}}, first.plan.report()
+    assert p.node == EXCL and p.change.new_modes == {0: {"mode": "shard", "replicas": 4}}, first.plan.report()
     assert lock_name(EXCL) in ctld.reservations and not ctld.jobs  # job 1 still runs: locked, waiting
     record = live.store.read().current[EXCL]
-    assert record.phase == "waiting" and record.modes == p.modes and record.layouts == {}
+    assert record.phase == "waiting" and record.change == p.change
 
     live.client._jobs = jobs[1:]  # job 1 ended
     ctld.now += 120

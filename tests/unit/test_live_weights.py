@@ -8,7 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from slurm_gpushare.live.plan import NodeView, PendingJob, RunningJob, Snapshot, plan_live
+from slurm_gpushare.live.view import ClusterView, NodeView, PendingJob, RunningJob
+from slurm_gpushare.live.plan import plan_live
 from slurm_gpushare.policy import build_site
 from slurm_gpushare.slurm import commands
 
@@ -45,7 +46,7 @@ def view(name, weight=1, state=("MIXED",)):
 
 def snap(pending, running=SMALL, weights=(1, 1), steered=None):
     nodes = {f"e0{i + 1}": view(f"e0{i + 1}", w) for i, w in enumerate(weights)}
-    return Snapshot(NOW, tuple(pending), tuple(running), nodes, {}, frozenset(), (), dict(steered or {}))
+    return ClusterView(NOW, tuple(pending), tuple(running), nodes, {}, frozenset(), (), dict(steered or {}))
 
 
 def test_a_blocked_two_gpu_job_keeps_the_node_that_frees_first():
@@ -63,14 +64,14 @@ def test_a_blocked_two_gpu_job_keeps_the_node_that_frees_first():
 
 def test_one_node_per_blocked_large_job():
     running = SMALL + (RunningJob(3, "e03", {L40S: 1}, NOW + 50),)
-    (a, b) = plan_live(site("e[01-03]"), Snapshot(NOW, big(2), running, {
+    (a, b) = plan_live(site("e[01-03]"), ClusterView(NOW, big(2), running, {
         "e01": view("e01"), "e02": view("e02"), "e03": view("e03")})).weights
     # e03 frees first (50 s), then e01 (100 s): one kept for each blocked job; e02 takes the small jobs
     assert [(x.node, x.new) for x in (a, b)] == [("e01", 2), ("e03", 2)]
 
 
 def test_nothing_to_steer():
-    assert plan_live(site("e01"), Snapshot(NOW, big(), SMALL[:1], {"e01": view("e01")})).weights == ()  # no other
+    assert plan_live(site("e01"), ClusterView(NOW, big(), SMALL[:1], {"e01": view("e01")})).weights == ()  # no other
     assert plan_live(site(), snap(big(count=1))).weights == ()  # a 1-GPU job is small: not kept for
     assert plan_live(site(), snap(big(), weights=(5, 1))).weights == ()  # e01 is above e02 already
     assert plan_live(site(weights=False), snap(big())).weights == ()

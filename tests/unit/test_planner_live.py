@@ -1,5 +1,5 @@
 """The live planner (live/plan.py) on hand-built snapshots, with_layout on policy documents, the policy's
-live: section, and `gpushare plan --live` over a runner that answers squeue/scontrol --json as Slurm 24.11 does."""
+live: section, and `gpushare live report` over a runner that answers squeue/scontrol --json as Slurm 24.11 does."""
 
 from __future__ import annotations
 
@@ -13,18 +13,11 @@ from click.testing import CliRunner
 from slurm_gpushare.cli import main
 from slurm_gpushare.errors import PolicyError
 from slurm_gpushare.hardware import check_layout, get_model
-from slurm_gpushare.live.plan import (
-    NodeView,
-    PendingJob,
-    RunningJob,
-    Snapshot,
-    candidate_layouts,
-    live_policy_path,
-    plan_live,
-    snapshot_from_client,
-    with_layout,
-    with_layouts,
-)
+from slurm_gpushare.live.view import (ClusterView, NodeView, PendingJob, RunningJob, live_policy_path,
+                                      view_from_client)
+from slurm_gpushare.policy.document import with_layout, with_layouts
+from slurm_gpushare.live.catalogue import candidate_layouts
+from slurm_gpushare.live.plan import plan_live
 from slurm_gpushare.policy import build_site
 from slurm_gpushare.proc import Result
 from slurm_gpushare.render.files import render_all
@@ -79,7 +72,7 @@ def node(name="m01", gres=None, state=("MIXED",), reason=""):
 
 def snap(pend, running=(), nodes=None, changes=None, locked=frozenset(), now=NOW):
     nodes = nodes or {"m01": node()}
-    return Snapshot(now, tuple(pend), tuple(running), nodes, dict(changes or {}), frozenset(locked))
+    return ClusterView(now, tuple(pend), tuple(running), nodes, dict(changes or {}), frozenset(locked))
 
 
 RUNNING_1G = (RunningJob(12, "m01", {T1: 1}, NOW + 200), RunningJob(13, "m01", {T1: 1}, NOW + 230))
@@ -91,8 +84,7 @@ def test_3g_jobs_pending_on_a_7x1g_node_relayout_once_its_1g_jobs_end():
     plan = plan_live(one_node(), snap(pending(9), RUNNING_1G))
     assert plan.held == ()
     (p,) = plan.proposals
-    assert (p.node, p.gpu, p.old_layout) == ("m01", 0, ("1g.5gb",) * 7)
-    assert p.new_layout == ("3g.20gb", "3g.20gb")  # the catalogue's only layout with two 3g.20gb
+    assert p.change.layouts == ((0, ("1g.5gb",) * 7, ("3g.20gb", "3g.20gb")),) and p.node == "m01"  # the catalogue's only layout with two 3g.20gb
     assert p.starts == {"a100_40g_3g.20gb": 2} and p.benefit == 2
     assert p.must_finish == (12, 13) and p.ready_in_s == 230 and p.cost_s == 230 + 120
     assert p.line == ("9 jobs have waited 25 min for a100_40g_3g.20gb; m01 GPU 0 has 5 of 7 1g.5gb slices idle: "
@@ -153,7 +145,7 @@ def test_priority_order_decides_which_jobs_a_layout_serves():
     (p,) = plan_live(one_node(), snap(jobs, busy)).proposals
     # 3g.20gb+3g.20gb starts 2 and drops the 1g job, 3g+4x1g starts 1 and keeps it: 1 either way, and the same
     # wait; the smaller change wins
-    assert p.benefit == 1 and p.new_layout == ("3g.20gb",) + ("1g.5gb",) * 4
+    assert p.benefit == 1 and p.change.new_layouts == {0: ("3g.20gb",) + ("1g.5gb",) * 4}
     assert p.starts == {"a100_40g_3g.20gb": 1}
 
 
@@ -161,7 +153,7 @@ def test_min_benefit_holds_a_small_change():
     plan = plan_live(one_node(min_benefit_jobs=3), snap(pending(9), RUNNING_1G))
     assert plan.proposals == ()
     (h,) = plan.held
-    assert (h.node, h.gpu, h.new_layout) == ("m01", 0, ("3g.20gb", "3g.20gb"))
+    assert (h.node, h.change.new_layouts) == ("m01", {0: ("3g.20gb", "3g.20gb")})
     assert "lets 2 more pending job(s) start; min_benefit_jobs is 3" in h.why
 
 
@@ -187,8 +179,9 @@ def test_demand_alternating_faster_than_the_dwell_changes_a_node_once():
                                  changes=changes, now=now))
         held[now - NOW] = list(plan.held)
         for p in plan.proposals:
-            made.append((now, p.new_layout))
-            live_doc = with_layout(live_doc, p.node, p.gpu, p.new_layout)
+            (layout,) = p.change.new_layouts.values()
+            made.append((now, layout))
+            live_doc = with_layouts(live_doc, p.node, p.change.new_layouts)
             changes[p.node] = now
     # at 0 s to 3g; the 1g demand of 600, 1800 and 3000 s is held (dwell), the 3g demand between finds 3g;
     # at 4200 s (the first 1g demand after min_dwell) back to 1g; the 3g demand after it is held again
@@ -247,7 +240,7 @@ def test_one_proposal_per_node_even_with_two_mig_gpus():
     # counted again for m02
     assert [p.benefit for p in plan.proposals] == [4, 4]
     plan = plan_live(site(max_draining=5), snap(pending(6), nodes=nodes))
-    assert [(p.node, p.benefit, [g for g, *_ in p.changes]) for p in plan.proposals] == [("m01", 4, [0, 1]),
+    assert [(p.node, p.benefit, list(p.change.gpus)) for p in plan.proposals] == [("m01", 4, [0, 1]),
                                                                                           ("m02", 2, [0])]
 
 
@@ -266,16 +259,15 @@ def test_both_gpus_of_a_node_change_in_one_proposal():
     plan = plan_live(s, snap(pending(9), RUNNING_1G, nodes=nodes), d)
     (p,) = plan.proposals
     three = ("3g.20gb", "3g.20gb")
-    assert p.changes == ((0, ("1g.5gb",) * 7, three), (1, ("1g.5gb",) * 7, three))
-    assert (p.gpu, p.old_layout, p.new_layout) == (0, ("1g.5gb",) * 7, three)  # the first change, as before
-    assert p.layouts == {0: three, 1: three}
+    assert p.change.layouts == ((0, ("1g.5gb",) * 7, three), (1, ("1g.5gb",) * 7, three))
+    assert p.change.new_layouts == {0: three, 1: three} and p.change.modes == ()
     assert p.benefit == 4 and p.starts == {"a100_40g_3g.20gb": 4}
     assert p.must_finish == (12, 13) and p.cost_s == 230 + 120  # one drain for both
     assert p.line == ("9 jobs have waited 25 min for a100_40g_3g.20gb; m01 GPUs 0-1 have 12 of 14 1g.5gb slices "
                       "idle: relayout GPUs 0-1 to 3g.20gb+3g.20gb lets 4 start; cost: jobs 12,13 must finish (the "
                       "last ends in 4 min) + 2 min drain and re-registration")
     # the policy the apply side writes: both GPUs, one node, valid
-    live = with_layouts(d, "m01", p.layouts)
+    live = with_layouts(d, "m01", p.change.new_layouts)
     assert build_site(live, "t").group_for_node("m01").gres[("gpu", "a100_40g_3g.20gb")] == 4
     assert live == with_layout(with_layout(d, "m01", 0, three), "m01", 1, three)
 
@@ -285,8 +277,7 @@ def test_a_gpu_whose_layout_is_already_best_is_kept():
     d, s, nodes = two_gpu_node([three, ("1g.5gb",) * 7])
     busy = (RunningJob(12, "m01", {T3: 1}, NOW + 200), RunningJob(13, "m01", {T3: 1}, NOW + 200))
     (p,) = plan_live(s, snap(pending(4), busy, nodes=nodes), d).proposals
-    assert p.changes == ((1, ("1g.5gb",) * 7, three),) and p.benefit == 2
-    assert (p.gpu, p.new_layout) == (1, three)
+    assert p.change.layouts == ((1, ("1g.5gb",) * 7, three),) and p.benefit == 2
     assert "m01 GPU 1 has 7 idle 1g.5gb slices: relayout to 3g.20gb+3g.20gb lets 2 start" in p.line
     # different needs per GPU: one 3g.20gb and 1g.5gb jobs blocked -> GPU 0 keeps 3g+3g (one 3g is busy, the other
     # serves the 3g job), GPU 1 keeps 7 x 1g: nothing to change
@@ -303,7 +294,7 @@ def test_mixed_demand_gets_a_different_layout_per_gpu():
     # GPU 0: 3g+3g starts 2 3g jobs and GPU 1's 7 1g instances the 3 1g jobs (5 > 3 kept); GPU 1 then: 3g+4x1g
     # starts the third 3g job and keeps room for the 3 1g jobs (6 > 5)
     mixed = ("3g.20gb",) + ("1g.5gb",) * 4
-    assert p.changes == ((0, ("1g.5gb",) * 7, ("3g.20gb", "3g.20gb")), (1, ("1g.5gb",) * 7, mixed))
+    assert p.change.layouts == ((0, ("1g.5gb",) * 7, ("3g.20gb", "3g.20gb")), (1, ("1g.5gb",) * 7, mixed))
     assert p.benefit == 3 and p.starts == {"a100_40g_3g.20gb": 3}
     assert ("relayout GPU 0 to 3g.20gb+3g.20gb and GPU 1 to 3g.20gb+1g.5gb+1g.5gb+1g.5gb+1g.5gb lets 3 start"
             in p.line)
@@ -318,11 +309,11 @@ def test_a_refused_set_of_layouts_keeps_what_the_policy_needs():
     s = build_site(d, "t")
     plan = plan_live(s, snap(pending(9), nodes=nodes), d)
     (p,) = plan.proposals
-    news = [new for _g, _old, new in p.changes]
-    assert p.changes[0][2] == ("3g.20gb", "3g.20gb")  # GPU 0 still takes 3g+3g: GPU 1 keeps 1g.5gb
+    news = [step.new for step in p.change.layouts]
+    assert p.change.layouts[0].new == ("3g.20gb", "3g.20gb")  # GPU 0 still takes 3g+3g: GPU 1 keeps 1g.5gb
     assert any("1g.5gb" in new for new in news) and p.benefit == 3
     (h,) = plan.held  # the set the policy refuses (both GPUs 3g+3g) and why
-    assert h.changes and len(h.changes) == 2 and "would let 4 pending job(s) start" in h.why
+    assert len(h.change.layouts) == 2 and "would let 4 pending job(s) start" in h.why
     assert "held: m01 GPUs 0-1 to 3g.20gb+3g.20gb: " in h.line and "submission.aliases.small" in h.why
 
 
@@ -333,9 +324,10 @@ def test_a_layout_the_policy_refuses_is_not_proposed():
     d["submission"] = {"aliases": {"small": T1}}  # the site names 1g.5gb: it must stay somewhere
     plan = plan_live(build_site(d, "t"), snap(pending(9)))
     (p,) = plan.proposals
-    assert "1g.5gb" in p.new_layout and p.new_layout.count("3g.20gb") == 1
+    (new,) = p.change.new_layouts.values()
+    assert "1g.5gb" in new and new.count("3g.20gb") == 1
     (h,) = plan.held  # the better layout, and why the policy refuses it
-    assert h.new_layout == ("3g.20gb", "3g.20gb") and "would let 2 pending job(s) start" in h.why
+    assert tuple(h.change.new_layouts.values()) == (("3g.20gb", "3g.20gb"),) and "would let 2 pending job(s) start" in h.why
     assert "submission.aliases.small" in h.why
 
 
@@ -476,7 +468,7 @@ def cluster(reservations=()):
 
 def test_snapshot_from_the_client():
     s = one_node()
-    snapshot = snapshot_from_client(CliClient(cluster()), s, NOW, {"m01": NOW - 10}, {"m02"})
+    snapshot = view_from_client(CliClient(cluster()), s, NOW, {"m01": NOW - 10}, {"m02"})
     assert snapshot.running == RUNNING_1G
     assert snapshot.pending[0] == PendingJob(100, T3, 1, 1500.0, 10, "Resources", "batch")
     assert snapshot.nodes["m01"] == NodeView("m01", ("MIXED",), "", {T1: 7}, 0)  # no weight in the fake's JSON
@@ -497,7 +489,7 @@ def test_plan_live_cli_prints_demand_proposals_and_held(tmp_path):
                                sharing=[{"gpus": 0, "mode": "mig", "layout": "all-1g.5gb"}])
     policy = write_policy(tmp_path, d)
     runner = cluster()
-    res = CliRunner().invoke(main, ["plan", "--live", "--policy", str(policy), "--slurm-backend", "cli"],
+    res = CliRunner().invoke(main, ["live", "report", "--policy", str(policy), "--slurm-backend", "cli"],
                              obj={"runner": runner, "clock": lambda: NOW})
     assert res.exit_code == 0, res.output
     out = res.output
@@ -511,7 +503,7 @@ def test_plan_live_cli_prints_demand_proposals_and_held(tmp_path):
         tuple(commands.SQUEUE_JSON), tuple(commands.NODES_JSON), tuple(commands.RESERVATIONS_JSON)}  # reads only
     assert [c[:2] for c in runner.calls if c[0] == "sacct"] == [("sacct", "-a")]  # the history, once
 
-    res = CliRunner().invoke(main, ["plan", "--live", "--json", "--policy", str(policy)],
+    res = CliRunner().invoke(main, ["live", "report", "--json", "--policy", str(policy)],
                              obj={"runner": cluster(), "clock": lambda: NOW})
     assert res.exit_code == 0, res.output
     got = json.loads(res.output)
@@ -527,7 +519,7 @@ def test_plan_live_cli_plans_on_the_live_policy_when_it_exists(tmp_path):
     policy = write_policy(tmp_path, d)
     live = with_layout(yaml.safe_load(policy.read_text()), "m01", 0, ("3g.20gb", "3g.20gb"))
     (tmp_path / "gpushare-live.yaml").write_text(yaml.safe_dump(live, sort_keys=False))
-    res = CliRunner().invoke(main, ["plan", "--live", "--policy", str(policy)],
+    res = CliRunner().invoke(main, ["live", "--policy", str(policy)],
                              obj={"runner": cluster(), "clock": lambda: NOW})
     assert res.exit_code == 0, res.output
     assert "(the live policy)" in res.output
@@ -536,9 +528,9 @@ def test_plan_live_cli_plans_on_the_live_policy_when_it_exists(tmp_path):
 
 
 @pytest.mark.parametrize("args, says", [
-    ([], "give --demand SOURCE"),
-    (["--live", "--demand", "openb:x.csv"], "--live plans on the cluster's queue"),
-    (["--json", "--demand", "openb:x.csv"], "--json goes with --live"),
+    ([], "Missing option '--demand'"),
+    (["--live", "--demand", "openb:x.csv"], "No such option '--demand'"),  # the alias runs `live report`
+    (["--json", "--demand", "openb:x.csv"], "No such option '--json'"),
 ])
 def test_plan_options_that_do_not_go_together(tmp_path, args, says):
     policy = write_policy(tmp_path, doc())
@@ -555,7 +547,31 @@ def test_plan_live_cli_sees_a_relayout_lock(tmp_path):
     policy = write_policy(tmp_path, d)
     lock = {"name": "gpushare-relayout-m01", "node_list": "m01", "flags": ["MAINT", "IGNORE_JOBS"],
             "start_time": _t(int(NOW - 60)), "end_time": _t(int(NOW + 4200)), "users": "root"}
-    res = CliRunner().invoke(main, ["plan", "--live", "--policy", str(policy)],
+    res = CliRunner().invoke(main, ["live", "--policy", str(policy)],
                              obj={"runner": cluster([lock]), "clock": lambda: NOW})
     assert res.exit_code == 0, res.output
     assert "proposals:\n  none\n" in res.output and "held: m01: under relayout" in res.output
+
+
+def test_plan_live_is_live_report_with_a_deprecation_note_on_stderr(tmp_path):
+    d = doc()
+    d["node_groups"][0].update(nodes="m01", gpu={"model": "A100-SXM4-40GB", "count": 1},
+                               sharing=[{"gpus": 0, "mode": "mig", "layout": "all-1g.5gb"}])
+    policy = write_policy(tmp_path, d)
+    outputs = []
+    for args in (["plan", "--live"], ["live", "report"], ["live"]):
+        for extra in ([], ["--json"]):
+            res = CliRunner().invoke(main, [*args, *extra, "--policy", str(policy)],
+                                     obj={"runner": cluster(), "clock": lambda: NOW})
+            assert res.exit_code == 0, res.output
+            outputs.append((res.stdout, res.stderr))
+    (alias, alias_json), reports = outputs[:2], outputs[2:]
+    assert alias[1] == alias_json[1] == "gpushare plan --live is deprecated and goes in the next release: use " \
+                                         "gpushare live report\n"
+    assert [out for out, _err in reports] == [alias[0], alias_json[0]] * 2 and all(not e for _o, e in reports)
+    assert "proposals:\n  9 jobs have waited 25 min" in alias[0] and json.loads(alias_json[0])["proposals"]
+
+
+def test_live_without_a_command_needs_a_policy():
+    res = CliRunner().invoke(main, ["live"])
+    assert res.exit_code == 2 and "give --policy FILE (the report), or a command: report, apply" in res.output

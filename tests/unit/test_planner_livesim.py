@@ -78,27 +78,27 @@ def test_one_relayout_changes_every_gpu_of_the_node_that_should_change():
     assert [r.waits[j] for j in range(2, 6)] == [1320] * 4
 
 
-def test_every_change_of_a_proposal_goes_through_with_layout():
-    from slurm_gpushare.live.plan import with_layout
+def test_every_change_of_a_proposal_goes_through_with_layouts_in_one_set():
+    from slurm_gpushare.live.change import Change, LayoutStep
+    from slurm_gpushare.live.report import Proposal
+    from slurm_gpushare.policy.document import with_layouts
 
     class Plan:
         def __init__(self, proposals):
             self.proposals = proposals
 
-    class Prop:  # two GPUs of sim01 in one proposal
-        node, gpu, old_layout, new_layout = "sim01", 0, ALL_1G, ("7g.40gb",)
-        changes = ((0, ALL_1G, ("7g.40gb",)), (1, ALL_1G, ("3g.20gb", "3g.20gb")))
-
+    two = Change("sim01", (LayoutStep(0, ALL_1G, ("7g.40gb",)), LayoutStep(1, ALL_1G, ("3g.20gb", "3g.20gb"))))
+    prop = Proposal(two, {}, (), 0.0, 0.0, 2.0, "two GPUs of sim01 in one proposal")
     calls = []
 
-    def record(doc, node, gpu, layout):
-        calls.append((node, gpu, layout))
-        return with_layout(doc, node, gpu, layout)
+    def record(doc, node, layouts):
+        calls.append((node, layouts))
+        return with_layouts(doc, node, layouts)
 
     doc = site_doc(1, [ALL_1G, ALL_1G], cpus=64, memory_mb=100_000, live=LIVE)
     r = simulate(doc, [], horizon=1000, live=True, interval=300,
-                 decide=lambda site, snap: Plan((Prop(),) if snap.now == 300 else ()), with_layout=record)
-    assert calls == [("sim01", 0, ("7g.40gb",)), ("sim01", 1, ("3g.20gb", "3g.20gb"))]
+                 decide=lambda site, view: Plan((prop,) if view.now == 300 else ()), with_layouts=record)
+    assert calls == [("sim01", {0: ("7g.40gb",), 1: ("3g.20gb", "3g.20gb")})]
     assert (r.relayouts, r.gpu_changes) == (1, 2)
 
 
@@ -139,7 +139,7 @@ def test_a_decision_that_proposes_nothing_changes_nothing():
         proposals = ()
 
     r = simulate(one_gpu(ALL_1G), shifted(), horizon=5000, live=True, decide=lambda site, snap: Nothing(),
-                 with_layout=lambda *a: pytest.fail("with_layout called without a proposal"))
+                 with_layouts=lambda *a: pytest.fail("with_layouts called without a proposal"))
     assert r.relayouts == 0 and r.plan_calls == 16  # a run every 300 s before 5000
 
 

@@ -1,0 +1,144 @@
+"""Editing the policy document: a node's GPUs get new MIG layouts or sharing modes, in a node group of its own.
+
+The live planner's changes are written so (``live.apply`` writes the live
+policy from the admin's document with every change of its state file applied
+by these functions, one node at a time). Each edit validates the whole
+document (``build_site``) before it is returned, so a change the policy
+refuses (an alias or tier type the site names dropped, MPS and shards on one
+node) is never written.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+
+from hostlist import collect_hostlist, expand_hostlist
+
+from .groups import gpus_value, parse_indexes
+from .load import build_site
+
+_GROUP_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def mode_text(entry: dict) -> str:
+    """A sharing entry in a report: 'exclusive', 'mps (100 units)', 'shard (4 replicas)'."""
+    mode = str(entry.get("mode", "exclusive")).lower()
+    if mode == "mps":
+        return f"mps ({entry.get('units')} units)"
+    if mode == "shard":
+        return f"shard ({entry.get('replicas')} replicas)"
+    if mode == "mig":
+        layout = entry.get("layout")
+        return f"mig ({'+'.join(layout) if isinstance(layout, list) else layout})"
+    return mode
+
+
+def with_layout(site_doc: dict, node: str, gpu: int, layout: tuple[str, ...]) -> dict:
+    """``with_layouts`` for one GPU."""
+    return with_layouts(site_doc, node, {gpu: layout})
+
+
+def with_layouts(site_doc: dict, node: str, layouts: dict[int, tuple[str, ...]]) -> dict:
+    """The policy document with ``node`` split out of its node group into a group of its own ("<group>-<node>",
+    added to every tier that had the group) whose GPUs get the MIG layouts ``layouts`` (gpu -> layout); every other
+    GPU and node unchanged. A node alone in its group keeps the group. The whole set is validated (``build_site``)
+    before the document is returned: PolicyError (a type an alias names dropped, say); ValueError for a node or
+    GPU the policy has not, or a GPU not shared by MIG."""
+    if not layouts:
+        raise ValueError(f"node {node}: no GPU layout given (a mapping gpu -> MIG layout)")
+
+    def check(gpu: int, entry: dict | None, group: dict) -> None:
+        if entry is None:
+            raise ValueError(f"GPU {gpu} of node {node} has no MIG sharing entry in node group {group['name']} "
+                             "(an exclusive GPU): the live planner changes MIG layouts only")
+        if str(entry.get("mode", "")).lower() != "mig":
+            raise ValueError(f"GPU {gpu} of node {node} is shared by mode {entry.get('mode')} in node group "
+                             f"{group['name']}, not mig: the live planner changes MIG layouts only")
+
+    entries = {g: {"mode": "mig", "layout": list(layout)} for g, layout in layouts.items()}
+    what = ", ".join(f"GPU {g} as {'+'.join(layouts[g])}" for g in sorted(layouts))
+    return _with_entries(site_doc, node, entries, check, what)
+
+
+def with_modes(site_doc: dict, node: str, modes: dict[int, dict]) -> dict:
+    """``with_layouts`` for sharing modes: the node's GPUs ``modes`` (gpu -> a sharing entry without ``gpus``:
+    ``{"mode": "mps", "units": 100}``, ``{"mode": "shard", "replicas": 4}``, ``{"mode": "exclusive"}``) get
+    those modes, in a group of the node's own, validated as a whole (``build_site``: mps and shard on one node,
+    say, is refused with PolicyError). ValueError for a GPU shared by MIG or to be made MIG: gpushare never
+    changes a GPU's MIG mode (that needs a GPU reset)."""
+    if not modes:
+        raise ValueError(f"node {node}: no GPU mode given (a mapping gpu -> sharing entry)")
+    for gpu, entry in modes.items():
+        mode = str(entry.get("mode", "")).lower()
+        if mode not in ("exclusive", "mps", "shard"):
+            raise ValueError(f"GPU {gpu} of node {node}: mode {entry.get('mode')!r}: the live planner sets "
+                             "exclusive, mps or shard (MIG mode is never changed: it needs a GPU reset)")
+
+    def check(gpu: int, entry: dict | None, group: dict) -> None:
+        if entry is not None and str(entry.get("mode", "")).lower() == "mig":
+            raise ValueError(f"GPU {gpu} of node {node} is shared by MIG in node group {group['name']}: the live "
+                             "planner never changes a GPU's MIG mode (it needs a GPU reset)")
+
+    what = ", ".join(f"GPU {g} {mode_text(modes[g])}" for g in sorted(modes))
+    return _with_entries(site_doc, node, {g: dict(e) for g, e in modes.items()}, check, what)
+
+
+def _with_entries(site_doc: dict, node: str, entries: dict[int, dict], check, what: str) -> dict:
+    """The document with the node in a group of its own whose GPUs ``entries`` get these sharing entries;
+    ``check(gpu, its present entry or None, group)`` raises ValueError for a GPU that may not change so."""
+    doc = copy.deepcopy(site_doc)
+    groups = doc.get("node_groups") or []
+    for i, group in enumerate(groups):
+        nodes = expand_hostlist(str(group.get("nodes", "")))
+        if node in nodes:
+            break
+    else:
+        raise ValueError(f"node {node!r} is in no node group of the policy; groups: "
+                         f"{', '.join(str(g.get('name')) for g in groups)}")
+    count = int(group["gpu"]["count"])
+    for gpu in sorted(entries):
+        if not 0 <= gpu < count:
+            raise ValueError(f"GPU {gpu} of node {node}: node group {group['name']} has {count} GPU(s), "
+                             f"0-{count - 1}")
+    sharing, found = [], set()
+    for entry in group.get("sharing") or []:
+        indexes = parse_indexes(entry["gpus"], count)
+        mine = [x for x in indexes if x in entries]
+        if not mine:
+            sharing.append(entry)
+            continue
+        check(mine[0], entry, group)
+        rest = [x for x in indexes if x not in entries]
+        if rest:
+            sharing.append({**entry, "gpus": gpus_value(rest)})
+        found.update(mine)
+    for gpu in sorted(set(entries) - found):
+        check(gpu, None, group)
+    sharing += [{"gpus": gpu, **entries[gpu]} for gpu in sorted(entries)]
+    sharing.sort(key=lambda e: parse_indexes(e["gpus"], count)[0])
+    if len(nodes) == 1:
+        group["sharing"] = sharing
+    else:
+        taken = {str(g.get("name")) for g in groups}
+        name = _group_name(f"{group['name']}-{node}", taken)
+        groups.insert(i + 1, {**copy.deepcopy(group), "name": name, "nodes": node, "sharing": sharing})
+        group["nodes"] = collect_hostlist([n for n in nodes if n != node])
+        for tier in doc.get("tiers") or []:
+            names = tier.get("node_groups") or []
+            if group["name"] in names:
+                names.insert(names.index(group["name"]) + 1, name)
+    build_site(doc, f"live policy ({node} {what})")
+    return doc
+
+
+def _group_name(wanted: str, taken: set[str]) -> str:
+    base = _GROUP_NAME.sub("-", wanted)
+    if not base[:1].isalpha():
+        base = "g" + base
+    base = base[:63]
+    name, n = base, 2
+    while name in taken:
+        suffix = f"-{n}"
+        name, n = base[:63 - len(suffix)] + suffix, n + 1
+    return name
