@@ -74,7 +74,8 @@ def test_killed_after_submitting_the_relayout_job_the_next_run_finishes_the_chan
     c.scontrol("update", f"nodename={SPARE}", "state=drain", "reason=test: out for repair")
     pending = [submit(c, T3G, 5, user=u, account=a) for u, a in (("carol", "biology"), ("alice", "physics"))]
     wait_for("the 3g jobs to pend", lambda: all(c.job(j).get("JobState") == "PENDING" for j in pending), timeout=60)
-    time.sleep(3)  # a scheduling pass gives them their reason
+    wait_for("a scheduling pass to give them their reason", lambda: all(
+        c.job(j).get("Reason") not in (None, "None") for j in pending), timeout=60, every=0.5)
 
     start_applier(c)
     mark = wait_for("the relayout job's submission", lambda: sh(c, f"cat {SUBMITTED} 2>/dev/null || true").split(),
