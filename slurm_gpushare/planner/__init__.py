@@ -1,1 +1,2 @@
-"""Placement by workload: demand model, planner, Slurm placement simulator, the paper's baselines. Pure."""
+"""The static planner: demand model, candidate policies (layouts, modes, weights, routes), their packing score on
+the Slurm placement model (sim/), the plan report. Pure."""

@@ -1,1 +1,4 @@
-"""slurm_gpushare.sim.paper."""
+"""The FGD paper's harness: FGD, BestFit, Random, their GPU state, the MIG what-if stand-ins. Pure.
+
+Used by bench/ and the tests only (no product module imports it: tests/unit/test_import_graph.py); left out of
+the wheel (pyproject.toml)."""
