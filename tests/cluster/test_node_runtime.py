@@ -161,8 +161,19 @@ echo "PIPE_MODE=$(stat -c %a "$CUDA_MPS_PIPE_DIRECTORY")"
 echo "SERVERS=$(echo get_server_list | nvidia-cuda-mps-control | tr '\\n' ' ')"
 echo "DAEMONS=$(pgrep -c -f '[n]vidia-cuda-mps-control -d')"
 [ -r "$CUDA_MPS_LOG_DIRECTORY/control.log" ] && echo LOG_READABLE=1 || echo LOG_READABLE=0
-sleep ${HOLD:-0}
-"""
+""" + "HOLD=${HOLD:-0}\n" + "\n".join([
+    "if [ -n \"${GO:-}\" ]; then",  # held until the test makes the file $GO (HOLD s at most)
+    "  end=$((SECONDS + HOLD)); while [ ! -e \"$GO\" ] && [ $SECONDS -lt $end ]; do sleep 0.2; done",
+    "else sleep $HOLD; fi", ""])
+
+
+def held(go: str, most: int = 120) -> str:
+    """A job script that runs until the test makes the file ``go`` (in /shared), ``most`` seconds at most."""
+    return f"end=$((SECONDS + {most}))\nwhile [ ! -e {go} ] && [ $SECONDS -lt $end ]; do sleep 0.2; done\n"
+
+
+def release(c: TestCluster, go: str) -> None:
+    c.exec("slurmctld", ["touch", go])
 
 
 def test_mps_job_sees_pipe_dir_percentage_and_memory_limit(hooks_cluster):
@@ -188,12 +199,15 @@ def test_mps_job_sees_pipe_dir_percentage_and_memory_limit(hooks_cluster):
 
 def test_mps_daemon_lives_until_the_last_job_on_the_gpu_ends(hooks_cluster):
     c = hooks_cluster
+    go = "/shared/hooks-go-long"
+    c.exec("slurmctld", ["rm", "-f", go])
     short = submit(c, "HOLD=2\n" + MPS_SCRIPT, gres="mps:25")
-    long = submit(c, "HOLD=30\n" + MPS_SCRIPT, gres="mps:25")
+    long = submit(c, f"HOLD=120 GO={go}\n" + MPS_SCRIPT, gres="mps:25")  # runs until released below
     finished(c, short)
     assert running(c, long), c.job(long)
     wait_for("the short job's journal to go", lambda: len(journals(c, "lab-mps01")) == 1, 60)
     assert len(mps_daemons(c)) == 1, "the daemon stopped while a job still used it"
+    release(c, go)
     _rec, out = finished(c, long)
     assert env_of(out)["DAEMONS"] == "1"  # both jobs shared one daemon
     wait_clean(c, "lab-mps01")
@@ -204,13 +218,16 @@ def test_killed_mps_daemon_is_replaced_by_the_next_job_without_a_drain(hooks_clu
     """The MPS control daemon dies (SIGKILL, as the OOM killer does) while its job runs. The next job of the same
     user and share starts a fresh daemon (no drain, no hold), both jobs end, and nothing is left."""
     c = hooks_cluster
-    first = submit(c, "sleep 25\n", gres="mps:25")
+    go = "/shared/hooks-go-first"
+    c.exec("slurmctld", ["rm", "-f", go])
+    first = submit(c, held(go), gres="mps:25")  # runs until released below
     wait_for("the first MPS job to run", lambda: running(c, first), 120)
     wait_for("its daemon", lambda: len(mps_daemons(c)) == 1, 30)
     node_shell(c, "lab-mps01", "pkill -9 -f '[n]vidia-cuda-mps-control -d'")
     wait_for("the daemon to be gone", lambda: mps_daemons(c) == [], 10)
     second_rec, out = finished(c, submit(c, "HOLD=2\n" + MPS_SCRIPT, gres="mps:25"))
     assert env_of(out)["DAEMONS"] == "1", out  # a fresh daemon served it
+    release(c, go)
     finished(c, first)
     wait_clean(c, "lab-mps01")
     assert mps_daemons(c) == []
