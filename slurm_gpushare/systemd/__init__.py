@@ -3,7 +3,7 @@
 - ``gpushare-exporter.service``: ``gpushare exporter`` (Prometheus metrics of the cluster's GPU sharing),
   as the system user ``gpushare`` (docs/admins/exporter.md: a user that may run squeue, scontrol, sshare and
   sacctmgr).
-- ``gpushare-live.service``: the live planner's loop, ``gpushare plan --live --apply --every 60``, as root
+- ``gpushare-live.service``: the live planner's loop, ``gpushare live apply --every 60``, as root
   (it creates reservations, drains nodes and writes the slurm.conf directory; docs/admins/live-loop.md).
 
 Both run ``/usr/local/bin/gpushare`` on ``/etc/gpushare/policy.yaml``; a site with other paths copies a unit

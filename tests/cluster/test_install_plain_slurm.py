@@ -379,7 +379,7 @@ def test_the_live_planner_unit_runs_and_stops_between_runs(installed):
     finally:
         out = stop_unit(c, "gpushare-live.service", log)
     assert "apply: nothing to do" in out and "this run failed" not in out, out
-    assert out.rstrip().endswith("gpushare plan --live --apply: stopped"), out
+    assert out.rstrip().endswith("gpushare live apply: stopped"), out
 
 
 # ---- rolling back (last: it takes the product out) --------------------------------------------------
