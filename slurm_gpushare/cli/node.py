@@ -343,7 +343,7 @@ def install(policy_path: str, root: str, fake_state: str | None, mps_control: st
     metrics dirs, root-owned with fixed modes. A second run changes nothing.
     Files it did not write are refused (exit 1) unless --force."""
     from ..node import install as inst
-    from ..live.plan import live_policy_path
+    from ..live.view import live_policy_path
     from ..policy import load_file
 
     site = load_file(policy_path)
