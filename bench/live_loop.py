@@ -16,7 +16,7 @@ profile's known runtimes).
 Both runs start from the static planner's layout for phase A (livesim.static_layouts: layouts.pack of
 phase A's running instances by Little's law, every node alike). "static" never changes it; "live" runs the
 product's planner (live/plan.py plan_live, the policy's live: limits given here) every ``--interval`` s and
-carries its proposals out as the --apply path does (lock, wait for the node's GPU jobs, change_cost of drain,
+carries its proposals out as `gpushare live apply` does (lock, wait for the node's GPU jobs, change_cost of drain,
 every GPU of the proposal in that one drain: with_layouts). Each ``--variant`` adds a live run whose limits differ from the others' by the keys given. Figures per seed and their mean: pending time (mean, p95; a job still pending at the end counts
 until the end), GPU allocation (occupied MIG compute slices / 7 x GPUs, time-averaged over the run), jobs
 finished, jobs not started, relayouts (node changes) and GPU layout changes; the ratio live / static; wall time

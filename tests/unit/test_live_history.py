@@ -1,5 +1,5 @@
 """The live planner's history: slurm/history.py (the sacct query and its parser), the client's recent_jobs, and
-how plan_live uses what a node ran lately (live/plan.py ``_History``): a change that would strand the recent
+how plan_live uses what a node ran lately (live/recent.py ``RecentMix``): a change that would strand the recent
 mix is held, one that strands some of it is proposed with its net benefit."""
 
 from __future__ import annotations

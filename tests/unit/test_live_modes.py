@@ -1,4 +1,4 @@
-"""The live planner's GPU mode changes (live/modes.py, live/plan.py with_modes and plan_live), and a
+"""The live planner's GPU mode changes (live/modes.py, policy/document.py with_modes, live/plan.py plan_live), and a
 mode change carried out by the apply path (live/apply.py) with the real planner, on etc/small-lab.yaml's L40S
 nodes: lab-excl01 (2 exclusive L40S) and lab-shard01 (1 L40S in 4 shards)."""
 

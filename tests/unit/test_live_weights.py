@@ -1,5 +1,5 @@
 """The live planner's node weights (live/weights.py through plan_live), and the apply path's
-`scontrol update nodename=<node> weight=<n>` (live/decide.py SetWeight, live/apply.py) on the stateful fake."""
+`scontrol update nodename=<node> weight=<n>` (live/steps.py SetWeight, live/apply.py) on the stateful fake."""
 
 from __future__ import annotations
 

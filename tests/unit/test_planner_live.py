@@ -1,4 +1,4 @@
-"""The live planner (live/plan.py) on hand-built snapshots, with_layout on policy documents, the policy's
+"""The live planner (live/plan.py) on hand-built cluster views, with_layout(s) on policy documents, the policy's
 live: section, and `gpushare live report` over a runner that answers squeue/scontrol --json as Slurm 24.11 does."""
 
 from __future__ import annotations
