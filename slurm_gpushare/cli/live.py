@@ -112,14 +112,18 @@ multi-GPU job needs (scontrol update, no drain). Changes nothing.
 """
 
 
-@click.group("live", invoke_without_command=True, help=REPORT_HELP.replace(
-    "\n\nReads", "\n\nWithout a command: `live report`. Reads", 1))
+@click.group("live", invoke_without_command=True)
 @click.option("--policy", "policy_path", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="With no command: the report for this policy (as `live report --policy`).")
-@JSON
+@click.option("--json", "as_json", is_flag=True, help="With no command: the report as JSON.")
 @SLURM_BACKEND
 @click.pass_context
 def live(ctx: click.Context, policy_path: Path | None, as_json: bool) -> None:
+    """The live planner on the cluster now: which GPUs should change MIG layout or sharing mode, or which node
+    weights, for the jobs pending now (`report`, the default), and carrying that out (`apply`).
+
+    Docs: docs/admins/live-planner.md, live-apply.md, live-loop.md.
+    """
     if ctx.invoked_subcommand is not None:
         return
     if policy_path is None:

@@ -25,7 +25,7 @@ from ..errors import GpushareError
 from ..policy import document
 from ..slurm.interface import SlurmClient
 from ..slurm.reservations import ReservationError, Reservations, lock_name
-from . import steps as s
+from . import steps
 from .observe import ReadView, observe, policy_file_of, state_path
 from .plan import plan_live
 from .report import LivePlan, Proposal
@@ -129,7 +129,7 @@ class LiveApply:
         job_ends = {c.job: self.reservations.job_end(c.job) for c in state.in_flight().values() if c.job is not None}
         found = {n: self._relayout_jobs(c, state) for n, c in state.in_flight().items() if c.phase == "submitting"}
         nodes = {n: (tuple(v.state), v.reason) for n, v in view.nodes.items()}
-        actions = s.next_steps(now, state, seen.locks, gpu_jobs, job_ends, nodes, plan.proposals,
+        actions = steps.next_steps(now, state, seen.locks, gpu_jobs, job_ends, nodes, plan.proposals,
                                self.live.max_wait, self.relayout_limit, plan.weights, found)
         report.actions = actions
         for action in actions:
@@ -171,28 +171,28 @@ class LiveApply:
             self.say(line)
 
     def _execute(self, action, gpu_jobs, report: RunReport) -> None:
-        if isinstance(action, s.Wait):
+        if isinstance(action, steps.Wait):
             self._say(report, f"{action.node}: {action.why}")
-        elif isinstance(action, s.Lost):
+        elif isinstance(action, steps.Lost):
             self._end(action.node, "lost", action.why, report, delete=False)
-        elif isinstance(action, s.GiveUp):
+        elif isinstance(action, steps.GiveUp):
             self._end(action.node, "gave_up", action.why, report, delete=True)
-        elif isinstance(action, s.StartRelayout):
+        elif isinstance(action, steps.StartRelayout):
             self._relayout(action.node, report)
-        elif isinstance(action, s.Drop):
+        elif isinstance(action, steps.Drop):
             self._drop(action.node, action.why, report)
-        elif isinstance(action, s.Found):
+        elif isinstance(action, steps.Found):
             self._found(action.node, action.job, report)
-        elif isinstance(action, s.Finish):
+        elif isinstance(action, steps.Finish):
             if action.drain:
                 self.client.drain(action.node, action.drain[:200])
             self._end(action.node, "done" if action.ok else "failed", action.result, report, delete=True)
-        elif isinstance(action, s.SetWeight):
+        elif isinstance(action, steps.SetWeight):
             self._weight(action.change, report)
-        elif isinstance(action, s.Adopt):
+        elif isinstance(action, steps.Adopt):
             if self._adopt(action.node, action.why, report) and not gpu_jobs.get(action.node):
                 self._relayout(action.node, report)
-        elif isinstance(action, s.Take):
+        elif isinstance(action, steps.Take):
             if self._take(action.proposal, report) and not gpu_jobs.get(action.proposal.node):
                 self._relayout(action.proposal.node, report)
         else:  # pragma: no cover - next_steps returns only the above
@@ -206,7 +206,7 @@ class LiveApply:
         with self.store.locked():
             state = self.store.read()
             last = state.current.get(p.node)
-            # another planner changed the node after this run's snapshot: its record is newer than our view allows
+            # another planner changed the node after this run looked: its record is newer than our view allows
             if last is not None and (last.in_flight or now - last.changed_at < self.live.min_dwell):
                 self._say(report, f"{p.node}: not changed: another planner recorded a change at "
                                   f"{last.changed_at:.0f} ({last.phase}) after this run looked")

@@ -158,7 +158,7 @@ def _next(now, record: Record, locked: bool, jobs, end, node_state, max_wait, re
     node = record.node
     if record.phase == "waiting":
         if not locked:
-            return Lost(node, f"its lock disappeared before the relayout started (expired or deleted by hand)")
+            return Lost(node, "its lock disappeared before the relayout started (expired or deleted by hand)")
         if jobs:
             waited = now - record.locked_at
             ids = ", ".join(map(str, jobs))

@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..policy import Site
+from ..slurm.interface import SlurmClient
 from ..slurm.states import drained, unavailable
 
 # squeue reasons of a job that waits for nodes or GRES (not held, not a limit of its account or QOS)
@@ -77,7 +78,7 @@ class ClusterView:
     steered: dict[str, int] = field(default_factory=dict)  # node -> the weight the live planner set (state file)
 
 
-def view_from_client(client, site: Site, now: float, changes: dict[str, float] | None = None,
+def view_from_client(client: SlurmClient, site: Site, now: float, changes: dict[str, float] | None = None,
                      locked=frozenset()) -> ClusterView:
     """The queue, running GPU jobs and nodes as the Slurm client (slurm/) reads them (``jobs()``, ``nodes()``)."""
     pending, running = [], []
