@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from slurm_gpushare.cli import main
 from slurm_gpushare.policy import load_file
+from tests.conftest import ROOT
 from tests.unit.slurm_fakes import FakeJob, FakeSlurm
 
 POLICY = {
@@ -108,3 +109,19 @@ def test_plan_from_live_sacct_through_the_runner(tmp_path):
     assert "demand: 2 jobs from sacct:live, last 1 days" in res.output
     assert "fractional shares (milli: jobs): 470: 1" in res.output
     assert fake.calls and fake.calls[0][0] == "sacct"
+
+
+def test_units_of_reads_the_sites_gres_as_billing_does():
+    """units_of (sacct/squeue demand) from policy.billing.unit_fractions: MPS units and shards per GPU, each MIG
+    type's milli of its GPU; whole-GPU types are not listed."""
+    from slurm_gpushare.cli.plan import units_of
+    from slurm_gpushare.planner.demand import Units
+
+    etc = ROOT / "etc"
+    assert units_of(load_file(etc / "small-lab.yaml")) == Units(mps=100, shard=4,
+                                                                type_milli={"a100_40g_1g.5gb": 143})
+    assert units_of(load_file(etc / "mixed-production.yaml")) == Units(mps=100, shard=4,
+                                                                       type_milli={"h100_3g.40gb": 500})
+    assert units_of(load_file(etc / "planned-lab.yaml")) == Units(
+        mps=100, shard=1, type_milli={"a100_40g_3g.20gb": 500, "a100_40g_1g.10gb": 250})
+    assert units_of(load_file(etc / "mps-inference.yaml")) == Units(mps=100, shard=1, type_milli={})
