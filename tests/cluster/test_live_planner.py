@@ -277,7 +277,7 @@ def test_pending_shard_jobs_turn_an_idle_exclusive_gpu_into_shards(live_cluster)
     print(f"relayout job log:\n{log.stdout}{log.stderr}")
     print(f"{excl}: {node(c, excl)}")
     assert record["phase"] == "done", record
-    assert record["modes"] == [[0, "exclusive", {"mode": "shard", "replicas": 4}]], record
+    assert record["modes"] == [[0, {"mode": "exclusive"}, {"mode": "shard", "replicas": 4}]], record
     after = node(c, excl)
     print(f"{excl} after: {after}")
     assert "shard" in after["gres"] and not after["flags"] & {"DRAIN", "INVAL", "DOWN"}, after
