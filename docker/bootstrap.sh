@@ -193,9 +193,10 @@ step_wheel() {  # docker/.build/wheel/: the project's wheel; docker/.build/deps/
   if [[ -n $ca ]]; then cmp -s "$ca" "$BUILD/deps/pip-ca.pem" || cp "$ca" "$BUILD/deps/pip-ca.pem"; fi
 }
 
-build_image() {  # tag dockerfile build-args...
-  local tag=$1 file=$2; shift 2
-  DOCKER_BUILDKIT=0 docker build --force-rm --network host "$@" -t "$tag" -f "$HERE/$file" "$HERE"
+build_image() {  # tag dockerfile build-args... (CPU_SHARES: the build containers' CPU weight, default 1024)
+  local tag=$1 file=$2 line; shift 2
+  DOCKER_BUILDKIT=0 docker build --force-rm --network host --cpu-shares "${CPU_SHARES:-1024}" "$@" \
+    -t "$tag" -f "$HERE/$file" "$HERE" | while IFS= read -r line; do printf '%(%T)T %s\n' -1 "$line"; done
 }
 
 # ---- pyslurm ---------------------------------------------------------------
@@ -225,7 +226,7 @@ step_pyslurm() {  # archive dir: the wheel into dir (once: a second caller waits
   exec 8>"$dir.lock"
   flock 8
   [[ $(pyslurm_state "$dir") == missing ]] || return 0
-  build_image "gpushare-pyslurm-build:$SUITE" Dockerfile.pyslurm --build-arg SUITE="$SUITE"
+  CPU_SHARES=${PYSLURM_CPU_SHARES:-1024} build_image "gpushare-pyslurm-build:$SUITE" Dockerfile.pyslurm --build-arg SUITE="$SUITE"
   rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
   docker run --rm --network none --cpu-shares "${PYSLURM_CPU_SHARES:-1024}" \
     -v "$archive:/src/$(basename "$archive"):ro" -v "$dir.tmp:/out" \
@@ -268,7 +269,7 @@ pyslurm_background() {  # archive dir: detached: build the wheel, then rebuild t
 # ---- the step graph ----------------------------------------------------------
 declare -A DEPS=() CMDS=() STATE=() PIDS=() BASE_STEP=()
 declare -a STEPS=()
-add_step() {  # name "deps" command...
+add_step() {  # name "deps" [VAR=value...] command...
   local name=$1 deps=$2; shift 2
   STEPS+=("$name"); DEPS[$name]=$deps; CMDS[$name]=$(printf '%q ' "$@"); STATE[$name]=pending
 }
@@ -344,9 +345,10 @@ plan() {  # the graph for this run
   local args=(--build-arg SUITE="$SUITE" --build-arg GPUSHARE_WHEEL=required)
   ((WHEEL)) || args=(--build-arg SUITE="$SUITE" --build-arg GPUSHARE_WHEEL=none)
   add_step "image:$SLURM_TAG" "$bs $wheel_dep $py_dep" step_slurm_image "${args[@]}"
-  add_step "image:gpushare-mariadb:$DB_SUITE" "$bdb" \
+  # the Slurm image is the longest: the others build beside it at a lower CPU weight
+  add_step "image:gpushare-mariadb:$DB_SUITE" "$bdb" CPU_SHARES=512 \
     build_image "gpushare-mariadb:$DB_SUITE" Dockerfile.mariadb --build-arg SUITE="$DB_SUITE"
-  add_step "image:gpushare-prometheus:$PROM_SUITE" "$bp" \
+  add_step "image:gpushare-prometheus:$PROM_SUITE" "$bp" CPU_SHARES=256 \
     build_image "gpushare-prometheus:$PROM_SUITE" Dockerfile.prometheus --build-arg SUITE="$PROM_SUITE"
 }
 
