@@ -700,3 +700,16 @@ def test_live_apply_options_are_checked(tmp_path, args, message):
     policy = admin_policy(tmp_path, enabled=False)
     res = CliRunner().invoke(main, [*args, "--policy", str(policy)], obj={"runner": FakeCtld()})
     assert res.exit_code != 0 and message in res.output, res.output
+
+
+def test_a_change_is_layouts_or_modes_and_round_trips():
+    with pytest.raises(ValueError, match="MIG layouts or sharing modes"):
+        Change(NODE)
+    with pytest.raises(ValueError, match="MIG layouts or sharing modes"):
+        Change(NODE, (LayoutStep(0, ALL_1G, THREE_G),), (ModeStep(1, {"mode": "exclusive"}, {"mode": "mps"}),))
+    three = Change(NODE, (LayoutStep(0, ALL_1G, THREE_G), LayoutStep(1, ALL_1G, THREE_G), LayoutStep(3, ALL_1G, ALL_1G)))
+    assert three.text() == f"GPUs 0-1 to {'+'.join(THREE_G)} and GPU 3 to {'+'.join(ALL_1G)}"
+    assert Change.from_json(json.loads(json.dumps(three.to_json()))) == three
+    mps = Change(NODE, modes=(ModeStep(1, {"mode": "exclusive"}, {"mode": "mps", "units": 100}),))
+    assert Change.from_json(json.loads(json.dumps(mps.to_json()))) == mps
+    assert (mps.first(), mps.gpus, mps.new_layouts) == (("exclusive", "mps (100 units)"), (1,), {})
