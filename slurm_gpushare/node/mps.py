@@ -420,7 +420,7 @@ def kill_leftovers(pipe_dir: str, wait: float = 2.0) -> list[int]:
 
 def kill_scanned(scan, wait: float = 2.0) -> list[int]:
     """SIGKILL the pids ``scan()`` names, scan again (up to three times), wait until they are gone."""
-    import signal
+    import _signal as signal  # the C module: signal's Python layer builds its enums (~3 M instructions)
 
     pids: list[int] = []
     deadline = time.monotonic() + wait
@@ -504,6 +504,32 @@ def _remove(path: str) -> None:
         return
     except OSError:
         pass
+    if _empty_flat(path):
+        return
     import shutil  # here: only a tree pays for shutil (+7 M instructions), whose removal goes by descriptor
 
     shutil.rmtree(path)
+
+
+def _empty_flat(path: str) -> bool:
+    """Remove a directory that holds no directory (what a daemon leaves: files, sockets, links), by a descriptor
+    of the directory opened without following a link, each entry unlinked by name under it (a link is removed,
+    never followed). False, nothing removed, when it holds a directory: then shutil.rmtree does it all."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        with os.scandir(fd) as listing:
+            entries = list(listing)
+        if any(entry.is_dir(follow_symlinks=False) for entry in entries):
+            return False
+        for entry in entries:
+            try:
+                os.unlink(entry.name, dir_fd=fd)
+            except FileNotFoundError:
+                pass
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(path)
+    except OSError:  # written to meanwhile, or no longer the directory listed: rmtree decides
+        return False
+    return True

@@ -325,3 +325,34 @@ def test_pipe_dir_removal_empty_tree_link_and_file(tmp_path):
     plain.write_text("x")
     _remove(plain)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["target"] and (target / "keep").exists()
+
+
+def test_a_pipe_dir_holding_no_directory_is_emptied_by_descriptor_without_shutil(tmp_path, monkeypatch):
+    """node.mps._remove: what a daemon leaves in its pipe dir (files, a socket, links) is unlinked by name under a
+    descriptor of the dir, without shutil (its import costs the epilog ~7 M instructions); a link's target is
+    left alone. A dir holding a directory still goes to shutil.rmtree."""
+    import shutil
+    import socket
+
+    from slurm_gpushare.node.mps import _remove
+
+    calls = []
+    real_rmtree = shutil.rmtree
+    monkeypatch.setattr(shutil, "rmtree", lambda path, *a, **k: (calls.append(str(path)), real_rmtree(path, *a, **k)))
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "keep").write_text("x")
+    pipe = tmp_path / "pipe"
+    pipe.mkdir()
+    (pipe / ".fake-state.json").write_text("{}")
+    (pipe / "to-dir").symlink_to(target)
+    (pipe / "to-file").symlink_to(target / "keep")
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(pipe / "control"))
+    _remove(str(pipe))
+    assert not pipe.exists() and calls == [] and (target / "keep").read_text() == "x"
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "f").write_text("x")
+    _remove(str(tree))
+    assert not tree.exists() and calls == [str(tree)]
