@@ -104,6 +104,7 @@ timing_table() {
       "${T_NOTE[$name]}" >&2
   done
   printf '  %-34s %7s %7s %7s\n' total 0.0 "$(elapsed "$t0" "$(now)")" "$(elapsed "$t0" "$(now)")" >&2
+  printf '  %s; load average %s\n' "$PYSLURM_NOTE" "$(cut -d' ' -f1-3 /proc/loadavg)" >&2
 }
 
 # ---- host: apt, dockerd ----------------------------------------------------
@@ -359,25 +360,31 @@ step_slurm_image() {  # build-args...
 }
 
 # ---- main ------------------------------------------------------------------
-mkdir -p "$BUILD"
-if ((${#WHEEL_ONLY[@]})); then  # pyslurm_background's first half
-  step_pyslurm "${WHEEL_ONLY[@]}"
-  exit 0
-fi
-if ((INSTALL)); then
-  mark_start "apt: docker.io docker-compose mmdebstrap"; install_tools; mark_end "apt: docker.io docker-compose mmdebstrap"
-  mark_start dockerd; start_dockerd; mark_end dockerd
-fi
-docker info >/dev/null 2>&1 || die "docker daemon not reachable (run with --install to start one)"
-command -v docker-compose >/dev/null || log "warning: docker-compose not installed (run with --install)"
+# One function, called on the last line: bash has read the whole file before it runs, so an edit
+# of this file while a run (the detached pyslurm job's, say) is under way does not change that run.
+main() {
+  mkdir -p "$BUILD"
+  if ((${#WHEEL_ONLY[@]})); then  # pyslurm_background's first half
+    step_pyslurm "${WHEEL_ONLY[@]}"
+    exit 0
+  fi
+  if ((INSTALL)); then
+    mark_start "apt: docker.io docker-compose mmdebstrap"; install_tools; mark_end "apt: docker.io docker-compose mmdebstrap"
+    mark_start dockerd; start_dockerd; mark_end dockerd
+  fi
+  docker info >/dev/null 2>&1 || die "docker daemon not reachable (run with --install to start one)"
+  command -v docker-compose >/dev/null || log "warning: docker-compose not installed (run with --install)"
 
-# the image without the package has a tag of its own: never the one the other clusters run
-SLURM_TAG="gpushare-slurm:$SUITE"
-((WHEEL)) || SLURM_TAG="gpushare-slurm:$SUITE-plain"
-plan
-log "$PYSLURM_NOTE"
-FAILED=0
-run_graph
-timing_table
-((FAILED == 0)) || die "a step failed (above)"
-log "done: $SLURM_TAG gpushare-mariadb:$DB_SUITE gpushare-prometheus:$PROM_SUITE"
+  # the image without the package has a tag of its own: never the one the other clusters run
+  SLURM_TAG="gpushare-slurm:$SUITE"
+  ((WHEEL)) || SLURM_TAG="gpushare-slurm:$SUITE-plain"
+  plan
+  log "$PYSLURM_NOTE"
+  FAILED=0
+  run_graph
+  timing_table
+  ((FAILED == 0)) || die "a step failed (above)"
+  log "done: $SLURM_TAG gpushare-mariadb:$DB_SUITE gpushare-prometheus:$PROM_SUITE"
+}
+
+main "$@"; exit $?
