@@ -331,6 +331,8 @@ plan() {  # the graph for this run
   if ((WHEEL)); then add_step wheel "" step_wheel; wheel_dep=wheel; fi
   archive=$(pyslurm_archive)
   PYSLURM_NOTE="no pyslurm archive (../shared/vendor/ or \$PYSLURM_ARCHIVE)"
+  ((WHEEL)) || PYSLURM_NOTE="--no-wheel: no pyslurm"
+  [[ $PYSLURM != skip ]] || PYSLURM_NOTE="GPUSHARE_PYSLURM=skip: no pyslurm"
   STAGE_DIR=""
   if ((WHEEL)) && [[ -n $archive && $PYSLURM != skip ]]; then
     dir=$(pyslurm_cache_dir "$archive"); state=$(pyslurm_state "$dir")
