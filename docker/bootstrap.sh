@@ -176,12 +176,24 @@ pip_ca() {  # the CA bundle the host's pip trusts (a TLS-intercepting proxy's CA
   return 0
 }
 
-step_wheel() {  # docker/.build/wheel/: the project's wheel; docker/.build/deps/: its dependencies
+wheel_sources_sum() {  # a checksum of what goes into the wheel (pyproject.toml's [tool.hatch.build.targets.wheel])
+  (cd "$REPO" && find pyproject.toml README.md slurm_gpushare templates etc -type f \
+     ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 2>/dev/null | sort -z | xargs -0 sha256sum | sha256sum)
+}
+
+step_wheel() {  # docker/.build/wheel/: the project's wheel (built when its sources changed); docker/.build/deps/: its dependencies
   [[ -f $REPO/pyproject.toml ]] || die "no $REPO/pyproject.toml: cannot build the slurm-gpushare wheel (use --no-wheel)"
-  rm -rf "$BUILD/wheel.new"
-  python3 -m pip wheel -q --no-deps -w "$BUILD/wheel.new" "$REPO"
-  ls "$BUILD"/wheel.new/*.whl >/dev/null || die "pip wheel produced no wheel"
-  rm -rf "$BUILD/wheel" && mv "$BUILD/wheel.new" "$BUILD/wheel"
+  local sum
+  sum=$(wheel_sources_sum)
+  if [[ $sum == "$(cat "$BUILD/wheel.sum" 2>/dev/null)" ]] && ls "$BUILD"/wheel/*.whl >/dev/null 2>&1; then
+    echo "wheel: sources unchanged since $(ls "$BUILD"/wheel/*.whl)"
+  else
+    rm -rf "$BUILD/wheel.new" "$BUILD/wheel.sum"
+    python3 -m pip wheel -q --no-deps -w "$BUILD/wheel.new" "$REPO"
+    ls "$BUILD"/wheel.new/*.whl >/dev/null || die "pip wheel produced no wheel"
+    rm -rf "$BUILD/wheel" && mv "$BUILD/wheel.new" "$BUILD/wheel"
+    echo "$sum" >"$BUILD/wheel.sum"
+  fi
   mkdir -p "$BUILD/deps"
   # written only when it differs: an unchanged file keeps the image's dependency layer cached
   python3 -c 'import sys, tomllib; print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' \
