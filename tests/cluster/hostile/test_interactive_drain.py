@@ -46,7 +46,10 @@ def name_the_node_as_its_host(c) -> None:
                          "> /etc/hosts"])
     assert c.exec("slurmctld", ["getent", "hosts", ip]).stdout.split()[1:2] == [NODE]
     # slurmctld caches the names of addresses for a minute (getnameinfo cache, Slurm 24.11): a name it cached
-    # before the change holds until then, one it had not looked up is the new one at once
+    # before the change holds until then. A restarted slurmctld has none (24.11's reconfigure re-executes it).
+    if submit_host(c) != NODE:
+        c.scontrol("reconfigure")
+        wait_for("slurmctld to answer again", lambda: "is UP" in c.slurm(["scontrol", "ping"], check=False).stdout, 120)
     wait_for(f"slurmctld to name {ip} {NODE}", lambda: submit_host(c) == NODE, 90, every=2)
 
 
@@ -54,7 +57,9 @@ def submit_host(c) -> str:
     """The host slurmctld names for a request from the node: a held batch job's AllocNode (the same lookup of the
     peer's address as for salloc's request), the job cancelled at once."""
     job = node_shell(c, NODE, f"su -s /bin/bash {USER} -c 'sbatch --parsable -H -A {ACCOUNT} -J name-probe "
-                              "-o /dev/null --wrap true'").stdout.strip().split(";")[0]
+                              "-o /dev/null --wrap true'", check=False).stdout.strip().split(";")[0]
+    if not job.isdigit():
+        return ""  # slurmctld not answering yet
     try:
         host = c.job(int(job)).get("AllocNode:Sid", "").split(":")[0]
     finally:
