@@ -69,6 +69,7 @@ def test_an_mps_job_three_client_starts_the_daemon_awaited_and_nvml_calls(clocke
     assert (prolog["mps_n"], epilog["mps_n"]) == ("2", "1")  # -d, then the job's settings and start_server; quit
     assert (prolog["wait_n"], epilog["wait_n"]) == ("0", "1")  # the epilog waits for the daemon to exit
     assert int(prolog["nvml_n"]) > 0 and int(epilog["nvml_n"]) > 0
+    assert (prolog["import_n"], epilog["import_n"]) == ("1", "1")  # the fake NVML module's import, a double too
     assert prolog["other"] == epilog["other"] == "-"  # no command other than the fake client
 
 
@@ -78,8 +79,8 @@ def test_other_modes_only_nvml_calls(clocked, tmp_path, name, gpus):
     env = node.env(1, gpus=gpus)
     for which in ("prolog", "epilog"):
         seen = hook(node, which, env, tmp_path / "clock")
-        assert (seen["mps_n"], seen["wait_n"], seen["other"]) == ("0", "0", "-")
-        assert int(seen["nvml_n"]) > 0
+        assert (seen["mps_n"], seen["wait_n"], seen["other"], seen["import_n"]) == ("0", "0", "-", "1")
+        assert int(seen["nvml_n"]) > 0 and float(seen["import_ms"]) > 0
     assert node.journals() == []
 
 
