@@ -267,16 +267,19 @@ stage_pyslurm() {  # docker/.build/pyslurm/: the cached wheel and the Slurm vers
 
 pyslurm_background() {  # archive dir: detached: build the wheel, then rebuild the images with it
   local archive=$1 dir=$2 logf="$BUILD/pyslurm-background.log" args=()
-  mkdir -p "$(dirname "$dir")"
   ((REBUILD_BASE)) && args+=(--rebuild-base)
+  mkdir -p "$(dirname "$dir")"
+  if ! flock -n "$dir.bg" true; then
+    log "pyslurm wheel: a background job is already building it (log $logf)"
+    return 0
+  fi
   log "pyslurm wheel not cached: building it in the background (log $logf); the Slurm image gets it when done"
-  # lowest CPU share: the images the cluster needs now come first
-  setsid -f env PYSLURM_CPU_SHARES=2 GPUSHARE_PYSLURM=wait SLURM_SUITE="$SUITE" \
-    flock "$dir.bg" bash -c '
-      set -e
-      bash "$1" --pyslurm-wheel-only "$2" "$3"
-      flock "$4" bash "$1" "${@:5}"' _ "$HERE/bootstrap.sh" "$archive" "$dir" "$IMAGE_LOCK" "${args[@]}" \
-    >>"$logf" 2>&1 </dev/null
+  # Detached, with no file descriptor but 0-2 (a caller's `flock LOCK bootstrap.sh` would hand it the image
+  # build lock, which it would then hold while it waits), and the lowest CPU share: the images come first.
+  setsid -f env PYSLURM_CPU_SHARES=2 GPUSHARE_PYSLURM=wait SLURM_SUITE="$SUITE" bash -c '
+      for fd in $(ls /proc/$$/fd); do ((fd > 2)) && eval "exec $fd>&-"; done
+      exec flock "$3.bg" bash -c "bash \"\$1\" --pyslurm-wheel-only \"\$2\" \"\$3\" && flock \"\$4\" bash \"\$1\" \"\${@:5}\"" _ "$@"
+    ' _ "$HERE/bootstrap.sh" "$archive" "$dir" "$IMAGE_LOCK" "${args[@]}" >>"$logf" 2>&1 </dev/null
 }
 
 # ---- the step graph ----------------------------------------------------------
