@@ -239,6 +239,16 @@ step_pyslurm() {  # archive dir: the wheel into dir (once: a second caller waits
   exec 8>"$dir.lock"
   flock 8
   [[ $(pyslurm_state "$dir") == missing ]] || return 0
+  # the suite's Slurm X.Y from its base and the mirror, before the builder is built (sid: 26.05, no pyslurm)
+  local want have
+  want=$(basename "$archive" | sed -E 's/^pyslurm-([0-9]+\.[0-9]+).*/\1/')
+  have=$(docker run --rm --network host "debian:$SUITE-slim" bash -c \
+    'apt-get update -qq >/dev/null && apt-cache show --no-all-versions libslurm-dev | sed -n "s/^Version: //p"' | cut -d. -f1,2)
+  if [[ -n $have && $have != "$want" ]]; then
+    echo "pyslurm: $(basename "$archive") is for Slurm $want, $SUITE has Slurm $have: no pyslurm"
+    touch "$dir/NONE"
+    return 0
+  fi
   CPU_SHARES=${PYSLURM_CPU_SHARES:-1024} build_image "gpushare-pyslurm-build:$SUITE" Dockerfile.pyslurm --build-arg SUITE="$SUITE"
   rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
   docker run --rm --network none --cpu-shares "${PYSLURM_CPU_SHARES:-1024}" \
