@@ -237,7 +237,11 @@ step_pyslurm() {  # archive dir: the wheel into dir (once: a second caller waits
   local archive=$1 dir=$2 rc=0
   mkdir -p "$dir"
   exec 8>"$dir.lock"
-  flock 8
+  if ! flock -n 8; then
+    # a background build at the lowest CPU weight is under way, and this run waits for it: its full weight now
+    docker ps -q --filter label=gpushare-pyslurm-build | xargs -r docker update --cpu-shares 1024 >/dev/null || true
+    flock 8
+  fi
   [[ $(pyslurm_state "$dir") == missing ]] || return 0
   # the suite's Slurm X.Y from its base and the mirror, before the builder is built (sid: 26.05, no pyslurm)
   local want have
@@ -251,7 +255,7 @@ step_pyslurm() {  # archive dir: the wheel into dir (once: a second caller waits
   fi
   CPU_SHARES=${PYSLURM_CPU_SHARES:-1024} build_image "gpushare-pyslurm-build:$SUITE" Dockerfile.pyslurm --build-arg SUITE="$SUITE"
   rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
-  docker run --rm --network none --cpu-shares "${PYSLURM_CPU_SHARES:-1024}" \
+  docker run --rm --network none --cpu-shares "${PYSLURM_CPU_SHARES:-1024}" --label gpushare-pyslurm-build \
     -v "$archive:/src/$(basename "$archive"):ro" -v "$dir.tmp:/out" \
     "gpushare-pyslurm-build:$SUITE" "/src/$(basename "$archive")" /out || rc=$?
   if ((rc == 3)); then touch "$dir/NONE"; rm -rf "$dir.tmp"; return 0; fi
