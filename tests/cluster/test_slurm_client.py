@@ -7,20 +7,18 @@ sleep, and held pending ones), and compares the two documents. pyslurm is built 
 only (there is no pyslurm for 26.05): on sid the pyslurm half skips with that reason and the CLI half
 still checks the view against what was submitted.
 
-GPUSHARE_RECORD_SLURM=<dir>: also write the raw --json outputs to <dir>/recorded-<version>/ (the unit
-tests' recordings, tests/data/slurm/recorded-*/ were made so).
+The unit tests' recordings of this moment (tests/data/slurm/recorded-*/ squeue/scontrol --json) are written by
+tools/record_slurm_outputs.py, not by a test.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
-from pathlib import Path
+from contextlib import contextmanager
 
 import pytest
 
-from slurm_gpushare.slurm import commands
 from tests.cluster.conftest import unrecorded_ends, wait_for, wait_quiet
 
 RUNNING = {  # what: (sbatch options, the GRES the job's node must show it holding)
@@ -31,7 +29,7 @@ RUNNING = {  # what: (sbatch options, the GRES the job's node must show it holdi
 }
 
 
-def _dump(c, backend: str, since: int) -> dict:
+def client_dump(c, backend: str, since: int) -> dict:
     iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(since))  # the containers run in UTC
     out = c.slurm(["gpushare", "slurm", "dump", "--slurm-backend", backend, "--since", iso], timeout=120).stdout
     doc = json.loads(out)
@@ -44,10 +42,11 @@ def _has_pyslurm(c) -> str | None:
     return res.stdout.strip() if res.returncode == 0 else None
 
 
-@pytest.fixture(scope="module")
-def frozen(cluster):
+@contextmanager
+def frozen_moment(cluster):
     """Running GPU jobs of every kind and held pending ones, on a cluster quiet before; taken away afterwards,
-    and the cluster quiet again (no node left COMPLETING for the next module)."""
+    and the cluster quiet again (no node left COMPLETING for the next module). Yields (since, jobs, held).
+    tools/record_slurm_outputs.py records Slurm's raw outputs at this same moment."""
     wait_quiet(cluster)
     since = int(cluster.slurm(["date", "+%s"]).stdout) - 60
     # a finished two-task array first: its last task keeps the array's job id, and sacct names it ARRAY_TASK;
@@ -75,9 +74,15 @@ def frozen(cluster):
         wait_quiet(cluster)
 
 
+@pytest.fixture(scope="module")
+def frozen(cluster):
+    with frozen_moment(cluster) as moment:
+        yield moment
+
+
 def test_cli_view_matches_what_was_submitted(cluster, frozen):
     since, jobs, held = frozen
-    doc = _dump(cluster, "cli", since)
+    doc = client_dump(cluster, "cli", since)
     by_id = {j["job_id"]: j for j in doc["jobs"]}
     for what, (opts, key) in RUNNING.items():
         job = by_id[jobs[what]]
@@ -105,8 +110,8 @@ def test_both_backends_read_the_same(cluster, frozen):
     version = _has_pyslurm(cluster)
     if version is None:
         pytest.skip(f"no pyslurm in the {cluster.suite} image (built for Slurm 24.11 only: none exists for 26.05)")
-    cli = _dump(cluster, "cli", since)
-    py = _dump(cluster, "pyslurm", since)
+    cli = client_dump(cluster, "cli", since)
+    py = client_dump(cluster, "pyslurm", since)
     # pyslurm 24.11 does not unpack a job's resource layout (Job.get_resource_layout_per_node() is {} and
     # the deprecated API's cpus_allocated 0 on 24.11.5): a job's per-node GRES and GPU indexes are the CLI
     # backend's alone. Where pyslurm gives them, they must be the CLI's.
@@ -163,17 +168,3 @@ def test_fairshare_through_pyslurm(cluster, frozen):
           "--policy", "/etc/gpushare/policy.yaml"]
     out = cluster.slurm([*fs, "--slurm-backend", "pyslurm"], timeout=120)
     assert json.loads(out.stdout)
-
-
-def test_record_outputs(cluster, frozen):
-    """With GPUSHARE_RECORD_SLURM set: the raw outputs the parser unit tests replay."""
-    target = os.environ.get("GPUSHARE_RECORD_SLURM")
-    if not target:
-        pytest.skip("GPUSHARE_RECORD_SLURM not set")
-    version = cluster.slurm(list(commands.VERSION)).stdout.split()[-1]
-    out = Path(target) / f"recorded-{version}"
-    out.mkdir(parents=True, exist_ok=True)
-    for name, argv in (("squeue.json", commands.SQUEUE_JSON), ("scontrol-show-node.json", commands.NODES_JSON),
-                       ("scontrol-show-partition.json", commands.PARTITIONS_JSON)):
-        (out / name).write_text(cluster.slurm(list(argv)).stdout)
-    (out / "client-dump.json").write_text(json.dumps(_dump(cluster, "cli", frozen[0]), indent=1, sort_keys=True))
