@@ -24,7 +24,7 @@ MEANINGS = {
     "Policy.tiers": "partitions (and QOS of the same name) over node groups",
     "Policy.submission": "what job_submit.lua and `gpushare check` accept, change and route",
     "Policy.billing": "billing weights, from which every GRES's weight is derived",
-    "Policy.live": "the live planner's limits (`gpushare plan --live`)",
+    "Policy.live": "the live planner's limits (`gpushare live`)",
     "Cluster.name": "Slurm ClusterName (lower case)",
     "Cluster.slurm_version": 'the Slurm release, quoted: "24.11" or "24.11.5"; 23.11 and newer '
     "(tested: 24.11, 26.05). `render --slurm-version` overrides it",

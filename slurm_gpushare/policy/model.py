@@ -294,7 +294,7 @@ class Billing(Strict):
 
 
 class Live(Strict):
-    """The live planner (`gpushare plan --live`): which MIG layouts and GPU modes follow the pending queue, and
+    """The live planner (`gpushare live`): which MIG layouts and GPU modes follow the pending queue, and
     the limits that keep it from thrashing. Times are seconds. A node under relayout holds a gpushare-relayout-<node>
     reservation or is drained with a reason starting "gpushare relayout"."""
 
