@@ -8,7 +8,7 @@ when slurmctld loads the script, never per job), and the messages and codes of
 ``submit/tables.py`` as Lua functions of their values, so the program holds
 the rules' logic and no text. tests/cases/submit.yaml runs through both
 twins and requires the same decision, codes, messages and rewrites;
-tests/unit/test_submit_messages.py requires that each message is used on
+tests/unit/submit/test_messages.py requires that each message is used on
 both sides.
 """
 

@@ -1,7 +1,7 @@
 """Argument lists of every Slurm command the product runs, in one place (no imports: the hooks use it).
 
 Nothing outside ``slurm_gpushare/slurm/`` writes a Slurm command name as
-an argv head; tests/unit/test_slurm_client.py checks that over the source tree.
+an argv head; tests/unit/slurm/test_client.py checks that over the source tree.
 """
 
 from __future__ import annotations

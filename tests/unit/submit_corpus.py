@@ -1,7 +1,7 @@
 """tests/cases/submit.yaml: loading its cases, and checking one decision against a case's ``expect``.
 
 Shared by every executor of the corpus: the Python decision
-(tests/unit/test_submit_corpus.py), the generated job_submit.lua
+(tests/unit/submit/test_corpus.py), the generated job_submit.lua
 (tests/lua/test_lua_corpus.py) and real sbatch (tests/cluster/test_submission.py).
 """
 

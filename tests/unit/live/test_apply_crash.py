@@ -5,7 +5,7 @@ relayout job for the node, and the live policy says what the state file says.
 A step is a side effect: a write of the state file, of the live policy, of the rendered configuration, or a Slurm
 command that changes something. ``Crash`` (a BaseException: no ``except`` of the apply path takes it) is raised
 right after the step named by the test took effect, which is what a process killed there leaves behind. The
-fakes are the same as tests/unit/test_live_apply.py's: the stateful fake Slurm (tests/unit/live_fakes.py) and a
+fakes are the same as tests/unit/live/test_apply.py's: the stateful fake Slurm (tests/unit/live_fakes.py) and a
 planner that proposes one change.
 """
 
@@ -18,7 +18,7 @@ from slurm_gpushare.live.apply import LiveApply
 from slurm_gpushare.slurm.cli_backend import CliClient
 from slurm_gpushare.slurm.reservations import Reservations, lock_name
 from tests.unit.live_fakes import FakeCtld
-from tests.unit.test_live_apply import ALL_1G, NODE, THREE_G, Clock, FakePlanner, P, Plan, admin_policy
+from tests.unit.live.test_apply import ALL_1G, NODE, THREE_G, Clock, FakePlanner, P, Plan, admin_policy
 
 # Every step of one change of a node with no GPU job, in order: the first run takes the node and submits the
 # relayout job; the run after the job has ended records it done. test_the_steps_are_these checks the list.
@@ -215,7 +215,7 @@ def test_the_job_of_the_nodes_last_change_is_not_taken_for_this_ones(crashing):
     """An earlier change's relayout job has the same name (and, on a skewed clock, may seem submitted after this
     change began): the job ids the state file has recorded are never taken for a new change's."""
     from slurm_gpushare.live.state import State, StateFile
-    from tests.unit.test_live_apply import change
+    from tests.unit.live.test_apply import change
 
     applier, ctld, planner, crasher = crashing
     res = Reservations(ctld)

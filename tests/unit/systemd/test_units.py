@@ -19,6 +19,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -105,12 +106,16 @@ def test_each_unit_runs_a_command_the_cli_has():
     for name, text in shipped().items():
         (argv,) = exec_starts(text)
         assert argv[0] == "/usr/local/bin/gpushare", (name, argv)
-        words = [w for w in argv[1:] if not w.startswith("-")][:2]
         options = [w.split("=", 1)[0] for w in argv[1:] if w.startswith("--")]
-        helped = runner.invoke(main, [*words[:1], *(words[1:2] if words[0] == "node" else []), "--help"])
-        assert helped.exit_code == 0, (name, helped.output)
+        command, path = main, []  # the leaf command the unit runs: gpushare exporter, gpushare live apply, ...
+        for word in argv[1:]:
+            if not isinstance(command, click.Group) or word not in command.commands:
+                break
+            command, path = command.commands[word], [*path, word]
+        helped = runner.invoke(main, [*path, "--help"])
+        assert helped.exit_code == 0 and path, (name, helped.output)
         for option in options:
-            assert option in helped.output, f"{name}: {option} is not an option of `gpushare {words[0]}`"
+            assert option in helped.output, f"{name}: {option} is not an option of `gpushare {' '.join(path)}`"
         assert "--policy" in options and "/etc/gpushare/policy.yaml" in argv, (name, argv)
 
 

@@ -227,7 +227,7 @@ def test_isolation_needs_mig_capable_gpus():
 
 # ---- the example policies: whatever the planner writes validates and renders ----
 
-ETC = Path(__file__).resolve().parents[2] / "etc"
+ETC = Path(__file__).resolve().parents[3] / "etc"
 MIXED_DEMANDS = {
     # shares of every size, whole GPUs, pairs, CPU-only jobs
     "mixed": demand((1, 150, 1, 6), (1, 470, 2, 5), (1, 810, 1, 4), (1, 1000, 2, 8), (2, 1000, 4, 2), (0, 0, 4, 4)),

@@ -12,7 +12,7 @@ from slurm_gpushare.proc import Result
 from slurm_gpushare.slurm.cli_backend import CliClient
 from slurm_gpushare.slurm.history import FinishedJob, history_argv, parse_history
 from slurm_gpushare.slurm.parsable import SlurmParseError
-from tests.unit.test_planner_live import NOW, RUNNING_1G, T1, T3, cluster, one_node, pending, snap
+from tests.unit.live.test_plan import NOW, RUNNING_1G, T1, T3, cluster, one_node, pending, snap
 
 HOUR = 3600.0
 

@@ -15,7 +15,7 @@ from slurm_gpushare.slurm.cli_backend import CliClient, SlurmClientError, job_fr
 from slurm_gpushare.slurm.model import GresUse, expand_indexes, node_state, parse_gres_config, parse_gres_detail
 from slurm_gpushare.slurm.pyslurm_backend import assoc_from_pyslurm, job_from_pyslurm, node_from_pyslurm
 
-PACKAGE = Path(__file__).resolve().parents[2] / "slurm_gpushare"
+PACKAGE = Path(__file__).resolve().parents[3] / "slurm_gpushare"
 SLURM_COMMANDS = {"scontrol", "squeue", "sinfo", "sacct", "sacctmgr", "sshare", "sbatch", "srun", "scancel",
                   "sprio", "sdiag"}
 

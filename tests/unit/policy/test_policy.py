@@ -363,7 +363,7 @@ def _sched_site(scheduler):
 
     import yaml as _yaml
 
-    raw = _yaml.safe_load((Path(__file__).resolve().parents[2] / "etc" / "small-lab.yaml").read_text())
+    raw = _yaml.safe_load((Path(__file__).resolve().parents[3] / "etc" / "small-lab.yaml").read_text())
     raw["cluster"]["scheduler"] = scheduler
     return load_bytes(_yaml.safe_dump(raw).encode(), "t.yaml")
 

@@ -32,7 +32,7 @@ from slurm_gpushare.policy import load_file
 from slurm_gpushare.proc import CommandError
 from slurm_gpushare.slurm.cli_backend import CliClient
 from tests import tlsfiles
-from tests.unit.test_metrics_exporter import NOW, REC24, Recorded
+from tests.unit.metrics.test_exporter import NOW, REC24, Recorded
 
 PASSWORD = "s3cret-scrape"
 HASH = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()  # cost 4: fast tests, same code path

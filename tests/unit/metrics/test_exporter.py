@@ -27,7 +27,7 @@ from slurm_gpushare.slurm.cli_backend import CliClient
 from slurm_gpushare.slurm.model import GresUse, Job, Node
 from tests.unit.slurm_fakes import FakeSlurm, squeue_summaries
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
+DATA = Path(__file__).resolve().parents[2] / "data" / "slurm"
 REC24 = DATA / "recorded-24.11.5"
 RECORDINGS = sorted(p.parent for p in DATA.glob("recorded-*/squeue.json"))
 NOW = 1796290000.0

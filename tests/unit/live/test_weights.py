@@ -101,7 +101,7 @@ def test_apply_sets_the_weight_through_the_client_and_puts_it_back(tmp_path: Pat
     from slurm_gpushare.slurm.model import GresUse, Job, Node
     from slurm_gpushare.slurm.reservations import Reservations
     from tests.unit.live_fakes import FakeCtld
-    from tests.unit.test_live_apply import Clock, FakeClient
+    from tests.unit.live.test_apply import Clock, FakeClient
 
     d = copy.deepcopy(DOC)
     d["cluster"]["paths"] = {"slurm_conf_dir": str(tmp_path / "etc-slurm")}

@@ -18,7 +18,7 @@ from slurm_gpushare.policy.document import mode_text, with_modes
 from slurm_gpushare.live.plan import plan_live
 from slurm_gpushare.policy import build_site
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NOW = 1_800_000_000.0
 EXCL, SHARD = "lab-excl01", "lab-shard01"
 
@@ -212,7 +212,7 @@ def test_a_mode_change_is_locked_written_rendered_and_relaid_out(tmp_path):
     from slurm_gpushare.slurm.model import GresUse, Job, Node
     from slurm_gpushare.slurm.reservations import Reservations, lock_name
     from tests.unit.live_fakes import FakeCtld
-    from tests.unit.test_live_apply import Clock, FakeClient
+    from tests.unit.live.test_apply import Clock, FakeClient
 
     raw = lab_doc(min_pending=0, max_wait=600)
     raw["cluster"]["paths"] = {"slurm_conf_dir": str(tmp_path / "etc-slurm")}

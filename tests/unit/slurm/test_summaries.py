@@ -16,7 +16,7 @@ from slurm_gpushare.slurm.cli_backend import CliClient, SlurmClientError, job_fr
 from slurm_gpushare.slurm.model import GresUse
 from tests.unit.slurm_fakes import squeue_summaries
 
-REC = Path(__file__).resolve().parents[1] / "data" / "slurm" / "recorded-24.11.5" / "summaries"
+REC = Path(__file__).resolve().parents[2] / "data" / "slurm" / "recorded-24.11.5" / "summaries"
 
 
 def without_indexes(job):

@@ -22,7 +22,7 @@ from slurm_gpushare.policy import load_file
 from slurm_gpushare.slurm.sacct import JobRecord
 from tests.conftest import ROOT
 from tests.unit.slurm_fakes import DATA
-from tests.unit.test_acct_cli import LAB, run
+from tests.unit.accounting.test_cli import LAB, run
 
 pytest.importorskip("matplotlib", reason="the plot extra (matplotlib) is in the test extra")
 
