@@ -110,7 +110,7 @@ def _json(value) -> str:
     """``json.dumps(value)`` for the state file's values (dicts with string keys, strings, ints, finite floats),
     written here so that the daemon does without ``json`` (see ``_daemon_modules``); anything else is refused.
     Strings as json escapes them by default (ensure_ascii): outside space..~ as \\uXXXX, surrogate pairs above
-    U+FFFF. tests/unit/test_hooks_fakes.py holds it to json.dumps."""
+    U+FFFF. tests/unit/hooks/test_fakes.py holds it to json.dumps."""
     if isinstance(value, dict) and all(type(k) is str for k in value):
         return "{" + ", ".join(f"{_json(k)}: {_json(v)}" for k, v in value.items()) + "}"
     if isinstance(value, str):

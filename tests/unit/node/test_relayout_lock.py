@@ -10,7 +10,7 @@ import os
 import pytest
 
 from slurm_gpushare.node.relayout import RelayoutError, parse_node_gres
-from tests.unit.test_hooks_repair import Clock, FakeSlurm, mig_node, relayout, relayout_policy  # noqa: F401
+from tests.unit.hooks.test_repair import Clock, FakeSlurm, mig_node, relayout, relayout_policy  # noqa: F401
 
 
 def _hold(path, started, release):

@@ -202,7 +202,7 @@ def test_health_check_removes_mapping_entries_of_jobs_that_ended_unseen(tmp_path
     (reconcile, or a requeue that ran elsewhere) and the mapping still named the job after the queue drained.
     The health check rewrites the mapping as reconcile does, every run, and the textfile's job rows."""
     from slurm_gpushare.hooks import health as health_hook
-    from tests.unit.test_hooks_repair import FakeSlurm
+    from tests.unit.hooks.test_repair import FakeSlurm
 
     node = metered(tmp_path, "lab-excl01")
     assert run_prolog(node, 11, "1") == 0 and run_prolog(node, 12, "0") == 0
@@ -223,7 +223,7 @@ def test_health_check_removes_mapping_entries_of_jobs_that_ended_unseen(tmp_path
 
 def test_health_check_with_an_unusable_mapping_dir_notes_it_and_does_not_drain(tmp_path):
     from slurm_gpushare.hooks import health as health_hook
-    from tests.unit.test_hooks_repair import FakeSlurm
+    from tests.unit.hooks.test_repair import FakeSlurm
 
     node = metered(tmp_path, "lab-excl01", mapping_dir="dcgm")
     node.dcgm.write_text("a file where the directory should be\n")  # root writes anywhere: a file stops it

@@ -24,7 +24,7 @@ from slurm_gpushare.proc import run
 from slurm_gpushare.render import render_all
 from tests.conftest import minimal_policy
 from tests.unit.hooks_support import FAKE_MPS, FAKES, no_scontrol
-from tests.unit.test_hooks_prolog import job, live, whole_node
+from tests.unit.hooks.test_prolog import job, live, whole_node
 from tests.unit.policy.test_policy import one, problems
 
 # ---- fake NVML and backend ---------------------------------------------------------------

@@ -15,7 +15,7 @@ from slurm_gpushare.node.mig import apply_actions, observe, plan_mig
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.render.files import slurm_conf
 from tests.conftest import ROOT
-from tests.unit.test_node_mig import a100_slots, make_layout, slots_for
+from tests.unit.node.test_mig import a100_slots, make_layout, slots_for
 
 LINE = re.compile(r"^NodeName=(\S+) Name=gpu Type=(\S+) MultipleFiles=(\S+)$")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from slurm_gpushare.node.relayout import parse_node_gres
 from slurm_gpushare.proc import CommandError, Result
-from tests.unit.test_hooks_repair import Clock, FakeSlurm, mig_node, relayout, relayout_policy  # noqa: F401
+from tests.unit.hooks.test_repair import Clock, FakeSlurm, mig_node, relayout, relayout_policy  # noqa: F401
 
 
 class DropsDrain(FakeSlurm):

@@ -25,7 +25,7 @@ from slurm_gpushare.policy import load_file
 from slurm_gpushare.policy.model import Health
 from slurm_gpushare.render import render_all
 from tests.unit.hooks_support import ROOT, HookNode, no_scontrol
-from tests.unit.test_hooks_repair import FakeSlurm
+from tests.unit.hooks.test_repair import FakeSlurm
 
 # ---- the decision (pure) -------------------------------------------------------------------
 
@@ -97,7 +97,7 @@ def test_render_health_lines_only_when_on(tmp_path):
 @pytest.mark.parametrize("example", ["small-lab", "mixed-production", "mps-inference"])
 def test_bundled_policies_with_node_hooks_turn_the_health_check_on(example):
     """A newcomer's cluster heals a killed hook of ours without an admin: the examples with node hooks render
-    HealthCheckProgram, at the path `gpushare node install` writes it (tests/unit/test_node_install.py)."""
+    HealthCheckProgram, at the path `gpushare node install` writes it (tests/unit/node/test_install.py)."""
     site = load_file(ROOT / "etc" / f"{example}.yaml")
     assert site.cluster.hooks.prolog and site.cluster.health.program == "/usr/local/sbin/gpushare-node-health"
     conf = render_all(site)["slurm-gpushare.conf"]
