@@ -5,11 +5,11 @@ metrics, multi-slice MIG jobs allowed, and the product's SchedulerParameters; Au
 requeued job may start again 31 s after its requeue instead of Slurm's default 121 s: tests/cluster/tuning.py). Kinds: whole GPU,
 shard, MIG x1 and x2, MPS 25 and 50 (two users, so two tenants' daemons share the MPS GPU),
 CPU only, failing, cancelled (pending and running) and scavenger jobs preempted by the rest.
-Faults, one after another while the queue drains: an MPS control daemon SIGKILLed, slurmd
-SIGKILLed on a node (docker starts the node again, as systemd would), a prolog SIGKILLed while it
-runs (slurmctld drains the node "Prolog error" and requeues the job), an epilog SIGKILLed while it
-runs (slurmctld drains the node "Epilog error"; the job's MPS daemon and journal are left for the
-health check), and slurmctld SIGKILLed with jobs still queued (docker starts it again, as
+Faults, one after another while the queue drains: an MPS control daemon SIGKILLed, an epilog
+SIGKILLed while it runs (slurmctld drains the node "Epilog error"; the job's MPS daemon and journal
+are left for the health check), slurmd SIGKILLed on a node (docker starts the node again, as systemd
+would), a prolog SIGKILLed while it runs (slurmctld drains the node "Prolog error" and requeues the
+job), and slurmctld SIGKILLed with jobs still queued (docker starts it again, as
 slurmctld.service's Restart=on-failure would).
 
 Nothing is done by hand afterwards: every job must end in the state its kind ends in (requeued
@@ -42,6 +42,7 @@ HEALTH = "/opt/gpushare/bin/gpushare-node-health"  # the wheel's console script 
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 DCGM_DIR = "/var/lib/dcgm-exporter/job-mapping"
 USERS = (("carol", "biology"), ("dave", "biology-imaging"))
+MPS, MIG = ("mps25", "mps50"), ("mig1", "mig2")  # the kinds the faults on lab-mps01 and lab-mig01 need
 
 # name -> (sbatch options, script, final state). Job i of the plain ones is of kind PLAIN[i % len(PLAIN)].
 PLAIN = {
@@ -112,6 +113,18 @@ def queue(c: TestCluster) -> list[str]:
     return c.slurm(["squeue", "-h", "-o", "%i %j %T %r"], check=False).stdout.splitlines()
 
 
+def left(c: TestCluster, *kinds: str) -> int:
+    """Jobs of these kinds still queued (pending, running or completing)."""
+    names = {f"soak-{k}" for k in kinds}
+    return sum(1 for line in queue(c) if len(line.split()) > 1 and line.split()[1] in names)
+
+
+def due(c: TestCluster, share: float, total: int, kinds: tuple[str, ...], keep: int) -> bool:
+    """A fault's moment: ``share`` of the jobs ended, or only ``keep`` jobs left of the ``kinds`` it needs (a
+    node that drains its jobs faster than the rest would otherwise have none left to fault)."""
+    return ended(c) >= share * total or left(c, *kinds) <= keep
+
+
 def kill_a_hook(c: TestCluster, node: str, hook: str, seconds: float = 60, ready: str | None = None) -> bool:
     """SIGKILL the first ``hook`` (gpushare-prolog, gpushare-epilog) seen running on ``node`` (polled every
     20 ms); True if one was killed. ``ready``: a file on the node made when the polling starts."""
@@ -163,23 +176,24 @@ def test_soak_with_faults_heals_without_a_hand(soak_cluster):
         c.slurm(["scancel", "-n", name])
     faults = []
     # 1. an MPS control daemon dies (SIGKILL) while MPS jobs run
-    wait_for("15 % of the jobs to end", lambda: ended(c) >= 0.15 * total, 900, every=3)
+    wait_for("15 % of the jobs to end (or 20 MPS jobs left)", lambda: due(c, 0.15, total, MPS, 20), 900, every=3)
     wait_for("an MPS daemon", lambda: mps_daemons(c), 300, every=0.5)
     node_shell(c, "lab-mps01", "pkill -9 -f '[n]vidia-cuda-mps-control -d'", check=False)
     faults.append(f"MPS daemon killed at {time.monotonic() - start:.0f} s")
-    # 2. slurmd dies on a node (SIGKILL); docker starts the node again (restart: on-failure)
-    wait_for("30 % of the jobs to end", lambda: ended(c) >= 0.30 * total, 900, every=3)
-    kill_slurmd(c, "lab-excl01")
-    faults.append(f"slurmd killed on lab-excl01 at {time.monotonic() - start:.0f} s")
-    # 3. a prolog dies (SIGKILL) while it runs: slurmctld drains the node "Prolog error" and requeues the job
-    wait_for("45 % of the jobs to end", lambda: ended(c) >= 0.45 * total, 900, every=3)
-    assert kill_a_hook(c, "lab-mig01", "gpushare-prolog"), "no prolog ran on lab-mig01 within 60 s"
-    faults.append(f"a prolog killed on lab-mig01 at {time.monotonic() - start:.0f} s")
-    # 4. an epilog dies (SIGKILL) while it runs: slurmctld drains the node "Epilog error"; what the epilog
-    # left (the job's journal, its MPS daemon) is the health check's to clean, and the drain its to resume
-    wait_for("52 % of the jobs to end", lambda: ended(c) >= 0.52 * total, 900, every=3)
+    # 2. an epilog dies (SIGKILL) while it runs: slurmctld drains the node "Epilog error"; what the epilog
+    # left (the job's journal, its MPS daemon) is the health check's to clean, and the drain its to resume.
+    # Early: the MPS node's jobs drain fastest (a run at 120 jobs had none left at 52 %)
+    wait_for("25 % of the jobs to end (or 12 MPS jobs left)", lambda: due(c, 0.25, total, MPS, 12), 900, every=3)
     assert kill_a_hook(c, "lab-mps01", "gpushare-epilog"), "no epilog ran on lab-mps01 within 60 s"
     faults.append(f"an epilog killed on lab-mps01 at {time.monotonic() - start:.0f} s")
+    # 3. slurmd dies on a node (SIGKILL); docker starts the node again (restart: on-failure)
+    wait_for("35 % of the jobs to end", lambda: ended(c) >= 0.35 * total, 900, every=3)
+    kill_slurmd(c, "lab-excl01")
+    faults.append(f"slurmd killed on lab-excl01 at {time.monotonic() - start:.0f} s")
+    # 4. a prolog dies (SIGKILL) while it runs: slurmctld drains the node "Prolog error" and requeues the job
+    wait_for("45 % of the jobs to end (or 12 MIG jobs left)", lambda: due(c, 0.45, total, MIG, 12), 900, every=3)
+    assert kill_a_hook(c, "lab-mig01", "gpushare-prolog"), "no prolog ran on lab-mig01 within 60 s"
+    faults.append(f"a prolog killed on lab-mig01 at {time.monotonic() - start:.0f} s")
     # 5. slurmctld dies (SIGKILL) with jobs still queued
     wait_for("60 % of the jobs to end", lambda: ended(c) >= 0.60 * total, 900, every=3)
     pending = len(queue(c))
