@@ -211,6 +211,9 @@ def test_soak_with_faults_heals_without_a_hand(soak_cluster):
         print_stuck_nodes(c)
         raise
 
+    # slurmdbd stores a job's end after slurmctld sends it (later for a job that ended about slurmctld's kill):
+    # a run at 120 jobs read one requeued scavenger job PENDING in sacct with the queue empty
+    wait_for("slurmdbd to record every soak job's end", lambda: ended(c) >= total, 180, every=3)
     out = c.slurm(["sacct", "-X", "-n", "-P", "-S", "now-1days", "-E", "now+1days", "-o", "JobID,JobName,State,Restarts"]).stdout
     finals: dict[str, dict[str, int]] = {}
     requeued, preempted = 0, 0
