@@ -91,15 +91,27 @@ def submit_all(c: TestCluster) -> dict[str, int]:
         counts[kind] = counts.get(kind, 0) + 1
         lines[user].append(f"sbatch -Q --account={user[1]} -o /dev/null -J soak-{kind} {options} --wrap '{script}'")
 
+    def send() -> None:
+        for (user, _account), script in lines.items():
+            if script:
+                c.exec("slurmctld", ["bash", "-c", "set -e\n" + "\n".join(script)], user=user, timeout=900)
+            script.clear()
+
     for kind, (options, script, _state, count) in EXTRA.items():
         for _ in range(count):
             add(kind, options, script)
+    send()
+    # the scavenger jobs hold the MIG slices before the rest arrive, so the batch MIG jobs preempt them (a fast
+    # submission once gave the slices to the batch jobs first: nothing preempted)
+    slices = sum(1 for _ in c.site.group("lab-mig").gpus[0].mig_types()) or 1
+    wait_for("the scavenger jobs to hold the MIG slices", lambda: sum(
+        1 for line in queue(c) if "soak-scavenger" in line and "RUNNING" in line) >= min(slices, EXTRA["scavenger"][3]),
+        300, every=1)
     kinds = list(PLAIN.items())
     for i in range(JOBS):
         kind, (options, script, _state) = kinds[i % len(kinds)]
         add(kind, options, script)
-    for (user, _account), script in lines.items():
-        c.exec("slurmctld", ["bash", "-c", "set -e\n" + "\n".join(script)], user=user, timeout=900)
+    send()
     return counts
 
 
@@ -194,7 +206,10 @@ def test_soak_with_faults_heals_without_a_hand(soak_cluster):
     wait_for("45 % of the jobs to end (or 12 MIG jobs left)", lambda: due(c, 0.45, total, MIG, 12), 900, every=3)
     assert kill_a_hook(c, "lab-mig01", "gpushare-prolog"), "no prolog ran on lab-mig01 within 60 s"
     faults.append(f"a prolog killed on lab-mig01 at {time.monotonic() - start:.0f} s")
-    # 5. slurmctld dies (SIGKILL) with jobs still queued
+    # 5. slurmctld dies (SIGKILL) with jobs still queued, once the killed prolog's drain is over (a kill 4 s after
+    # the prolog's lost the requeued job's record in slurmdbd: sacct read it PENDING for good)
+    wait_for("lab-mig01 resumed by the health check", lambda: not any(
+        f.startswith("DRAIN") for f in c.node_states()["lab-mig01"]["flags"]), 300, every=2)
     wait_for("60 % of the jobs to end", lambda: ended(c) >= 0.60 * total, 900, every=3)
     pending = len(queue(c))
     kill_slurmctld(c)
