@@ -134,6 +134,18 @@ def locks(c) -> list[str]:
     return [r["name"] for r in doc.get("reservations", []) if r["name"].startswith("gpushare-relayout-")]
 
 
+def diagnose(c, name: str = NODE) -> str:
+    """What a failed wait on the relayout job needs to be read: the jobs Slurm has on the node and named for the
+    lock, the relayout jobs' logs, the node's journals and its record."""
+    script = (f"squeue -a -w {name} -o '%A %T %u %b %R'; squeue -a --name={LOCK} -o '%A %T %R %S'; "
+              f"scontrol show reservation {LOCK}; "
+              f"for f in /var/log/slurm/{LOCK}-*.log; do echo \"== $f\"; tail -n 30 \"$f\"; done; "
+              "ls -l /var/lib/gpushare/jobs /run/gpushare 2>&1 | head -40")
+    here = c.exec(name, ["bash", "-c", script], check=False)
+    ctld = c.slurm(["bash", "-c", f"squeue -a -o '%A %T %u %b %N %R'; sinfo -N -o '%N %T %E'"], check=False)
+    return f"---- {name} ----\n{here.stdout}{here.stderr}---- slurmctld ----\n{ctld.stdout}{ctld.stderr}"
+
+
 def once(c) -> str:
     res = c.slurm(PLAN + ["--apply"], timeout=120, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -345,10 +357,15 @@ def test_a_failed_relayout_leaves_the_node_drained_and_is_not_retried(live_clust
     jobs = [submit(c, wanted, 3, user=u, account=a, limit=1) for u, a in (("carol", "biology"), ("alice", "physics"))]
     time.sleep(2)
     print(once(c))
-    wait_for("the relayout job to end", lambda: len(relayout_jobs(c)) == 2 and relayout_jobs(c)[-1]["End"] != "Unknown",
-             timeout=240, every=2)
-    out = once(c)
-    print(out)
+
+    def ended() -> bool:  # a planner run records the relayout job's end (from squeue, or sacct once it has gone)
+        print(once(c))
+        return phase(c) in ("done", "failed", "gave_up", "lost")
+
+    try:
+        wait_for("a planner run to record the relayout job's end", ended, timeout=240, every=3)
+    finally:
+        print(diagnose(c))
     record = state(c)["current"][NODE]
     print("change record:", json.dumps(record, indent=1))
     assert record["phase"] == "failed", record
@@ -359,6 +376,7 @@ def test_a_failed_relayout_leaves_the_node_drained_and_is_not_retried(live_clust
     assert not locks(c)
     for _ in range(2):
         print(once(c))
+    wait_for("slurmdbd to have both relayout jobs", lambda: len(relayout_jobs(c)) == 2, timeout=60)
     assert len(relayout_jobs(c)) == 2 and not locks(c)  # not tried again
     assert state(c)["counts"][NODE] == {"done": 1, "failed": 1}
     for j in jobs:
