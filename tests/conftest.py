@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,24 @@ import pytest
 pytest.register_assert_rewrite("tests.unit.submit_corpus", "tests.unit.hooks_support", "tests.unit.slurm_fakes")
 
 ROOT = Path(__file__).resolve().parents[1]
+_OWN_BASETEMP = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """A short base for tmp_path, one per run: the MPS tests put unix sockets under tmp_path, and a socket path
+    has at most 107 characters (pytest's own base, with pytest-xdist's popen-gwN under it, went past that). Two
+    runs side by side (CI's Slurm 26.05 subset) each get their own; a passing run's is removed at its end."""
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        config.option.basetemp = tempfile.mkdtemp(prefix="gpt-")
+        config.stash[_OWN_BASETEMP] = config.option.basetemp
+
+
+def pytest_sessionfinish(session, exitstatus):
+    own = session.config.stash.get(_OWN_BASETEMP, None)
+    if own and exitstatus == 0:
+        shutil.rmtree(own, ignore_errors=True)
+
 
 
 def minimal_policy() -> dict:

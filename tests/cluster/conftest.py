@@ -26,7 +26,9 @@ from slurm_gpushare.testcluster.cluster import TestCluster, remove_cgroup_trees
 from tests.conftest import ROOT
 
 POLICY = ROOT / "etc" / "small-lab.yaml"
-PROJECT = os.environ.get("GPUSHARE_TEST_PROJECT", "gpusharetest")
+# Under pytest-xdist the session cluster is per worker: its project ends in -gw0, -gw1, ...
+PROJECT = os.environ.get("GPUSHARE_TEST_PROJECT", "gpusharetest") + (
+    f"-{os.environ['PYTEST_XDIST_WORKER']}" if os.environ.get("PYTEST_XDIST_WORKER") else "")
 # Appended to the compose project of every module's own cluster (own_cluster): two test runs side by side
 # (.ci/run runs the Slurm 26.05 subset beside the 24.11 tier) then never share a project.
 PROJECT_SUFFIX = os.environ.get("GPUSHARE_PROJECT_SUFFIX", "")
@@ -34,17 +36,34 @@ MIG_INCLUDE = "/etc/slurm/gres.d/gpushare-mig.conf"
 
 
 def pytest_collection_modifyitems(items):
-    """Mark the cluster tier and run it last, in its own order: the session cluster then comes up after the
-    other tiers and is not left idle on the machine's CPUs while they run (and a run beside this one, CI's
-    Slurm 26.05 subset, shares the CPUs with them rather than with this tier's timed waits)."""
+    """Mark the cluster tier and run it after the other tiers: the session cluster then comes up after them
+    and is not left idle on the machine's CPUs while they run (and a run beside this one, CI's Slurm 26.05
+    subset, shares the CPUs with them rather than with this tier's timed waits).
+
+    Under pytest-xdist (``--dist loadfile``: a module's tests on one worker, so a module's own cluster is
+    brought up once) the cluster modules go longest first (``LONGEST``), so that neither worker is left
+    with a long one at the end; each worker that runs a test of the session cluster brings up its own
+    (its project ends in the worker's name, see PROJECT)."""
     cluster = []
     for item in items:
         if "tests/cluster/" in str(item.fspath):
             item.add_marker(pytest.mark.cluster)
             cluster.append(item)
-    if cluster:
-        chosen = set(map(id, cluster))
-        items[:] = [i for i in items if id(i) not in chosen] + cluster
+    if not cluster:
+        return
+    chosen = set(map(id, cluster))
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker's collection: the scheduler keeps its order
+        rank = {name: n for n, name in enumerate(LONGEST)}
+        cluster.sort(key=lambda i: rank.get(Path(str(i.fspath)).name, len(rank)))  # stable within a module
+    items[:] = [i for i in items if id(i) not in chosen] + cluster
+
+
+# Cluster modules, longest first (their durations in CI): the order xdist hands them out in.
+LONGEST = ("test_soak.py", "test_node_runtime.py", "test_metrics.py", "test_placement_fidelity.py",
+           "test_accounting.py", "test_live_planner.py", "test_install_plain_slurm.py", "test_node_health.py",
+           "test_mig_growth.py", "test_live_apply_crash.py", "test_mps_multiprocess.py", "test_small_lab.py",
+           "test_foreign_drain.py", "test_interactive_drain.py", "test_mps_control_link.py", "test_bad_journal.py",
+           "test_submission.py", "test_slurm_client.py", "test_mps_tenants.py")
 
 
 def _docker_problem() -> str | None:
