@@ -1,4 +1,4 @@
-"""The live apply path killed mid-change on real Slurm (24.11): `kill -9` of `gpushare plan --live --apply` right
+"""The live apply path killed mid-change on real Slurm (24.11): `kill -9` of `gpushare live apply` right
 after its relayout job was submitted, before it recorded the job; the next run finds the job by its name and
 finishes the change: one relayout job, the node relaid out and back in service, no lock left.
 
@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from tests.cluster.conftest import own_cluster, wait_for
-from tests.cluster.test_live_planner import (LIVE, LOCK, NODE, PLAN, SPARE, T3G, live_policy, locks, node, once,
+from tests.cluster.test_live_planner import (APPLY, LIVE, LOCK, NODE, SPARE, T3G, live_policy, locks, node, once,
                                              phase, relayout_jobs, state, submit)
 from tests.cluster.test_node_runtime import MAKE_CAPS
 
@@ -59,7 +59,7 @@ def start_applier(c) -> None:
     c.exec("slurmctld", ["bash", "-c", f"cat >{SHIM_DIR}/sbatch && chmod 755 {SHIM_DIR}/sbatch"],
            input=SHIM.format(real=real, mark=SUBMITTED))
     c.compose("exec", "-d", "-T", "slurmctld", "bash", "-c",
-              f"echo $$ >{APPLIER_PID}; PATH={SHIM_DIR}:$PATH exec {' '.join(PLAN)} --apply >{APPLIER_LOG} 2>&1",
+              f"echo $$ >{APPLIER_PID}; PATH={SHIM_DIR}:$PATH exec {' '.join(APPLY)} >{APPLIER_LOG} 2>&1",
               timeout=60)
 
 

@@ -1,4 +1,4 @@
-"""The live planner on real Slurm (24.11): `gpushare plan --live --apply` changes a MIG layout for the queue.
+"""The live planner on real Slurm (24.11): `gpushare live apply` changes a MIG layout for the queue.
 
 Own compose project (GPUSHARE_LIVE_PROJECT, default "live") on the MIG part
 of etc/small-lab.yaml with two A100 nodes: lab-mig01 laid out all-1g.5gb,
@@ -55,7 +55,8 @@ FAKE = "/var/lib/gpushare/fake-nvml.json"
 T1G, T3G = "a100_40g_1g.5gb", "a100_40g_3g.20gb"
 STATE = "/etc/slurm/gpushare-live-state.json"
 LIVE = "/etc/slurm/gpushare-live.yaml"
-PLAN = ["gpushare", "plan", "--live", "--policy", "/etc/gpushare/policy.yaml"]
+PLAN = ["gpushare", "live", "report", "--policy", "/etc/gpushare/policy.yaml"]
+APPLY = ["gpushare", "live", "apply", "--policy", "/etc/gpushare/policy.yaml"]
 LOCK = f"gpushare-relayout-{NODE}"
 MIN_DWELL = 1800
 
@@ -147,14 +148,14 @@ def diagnose(c, name: str = NODE) -> str:
 
 
 def once(c) -> str:
-    res = c.slurm(PLAN + ["--apply"], timeout=120, check=False)
+    res = c.slurm(APPLY, timeout=120, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
     return res.stdout
 
 
 def start_loop(c, tag: str) -> None:
     c.compose("exec", "-d", "-T", "slurmctld", "bash", "-c",
-              f"echo $$ >/run/gpushare-live-{tag}.pid; exec {' '.join(PLAN)} --apply --every 3 "
+              f"echo $$ >/run/gpushare-live-{tag}.pid; exec {' '.join(APPLY)} --every 3 "
               f">>/var/log/gpushare-live-{tag}.log 2>&1", timeout=60)
 
 
@@ -190,7 +191,7 @@ def test_pending_3g_jobs_get_lab_mig01_relaid_out_when_its_1g_job_ends(live_clus
     reasons = {j: c.job(j).get("Reason") for j in pending}
     print("3g jobs pending:", reasons)
     report = c.slurm(PLAN).stdout
-    print("gpushare plan --live:\n" + report)
+    print("gpushare live report:\n" + report)
     assert LOCK not in locks(c)
 
     # two planners at once, each its own process
@@ -273,7 +274,7 @@ def test_pending_shard_jobs_turn_an_idle_exclusive_gpu_into_shards(live_cluster)
     time.sleep(3)
     print("shard jobs pending:", {j: c.job(j).get("Reason") for j in pending})
     report = c.slurm(PLAN).stdout
-    print("gpushare plan --live:\n" + report)
+    print("gpushare live report:\n" + report)
     assert f"{excl} has 0 GPU jobs running: mode change GPU 0 exclusive -> shard (4 replicas)" in report, report
     out = once(c)  # no GPU job on lab-excl01: locked and the relayout job submitted in this one run
     print(out)
