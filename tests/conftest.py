@@ -32,7 +32,6 @@ def pytest_sessionfinish(session, exitstatus):
         shutil.rmtree(own, ignore_errors=True)
 
 
-
 def minimal_policy() -> dict:
     """The smallest valid policy; tests copy it and break one thing."""
     return {

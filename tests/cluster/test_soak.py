@@ -172,8 +172,8 @@ def kill_slurmctld(c: TestCluster) -> None:
     wait_for("slurmctld to answer again", lambda: "is UP" in c.slurm(["scontrol", "ping"], check=False).stdout, 180, every=2)
 
 
-def resume_duplicate_jobid(c: TestCluster, resumed: list[str]) -> bool:
-    """Resume a node Slurm drained "Duplicate jobid" (recorded in ``resumed``); always False.
+def resume_duplicate_jobid(c: TestCluster, resumed: list[str]) -> None:
+    """Resume a node Slurm drained "Duplicate jobid" (recorded in ``resumed``).
 
     Seen on 24.11 (docs/reference/slurm-behaviour.md): slurmctld SIGKILLed within a second of allocating jobs
     recovers them as pending from its saved state, allocates them again under the same ids, and drains the
@@ -183,7 +183,6 @@ def resume_duplicate_jobid(c: TestCluster, resumed: list[str]) -> bool:
         if any(f.startswith("DRAIN") for f in s["flags"]) and (s.get("reason") or "").startswith("Duplicate jobid"):
             c.scontrol("update", f"nodename={name}", "state=resume")
             resumed.append(name)
-    return False
 
 
 def print_stuck_nodes(c) -> None:
@@ -237,8 +236,12 @@ def test_soak_with_faults_heals_without_a_hand(soak_cluster):
     faults.append(f"slurmctld killed at {time.monotonic() - start:.0f} s with {pending} jobs queued")
 
     resumed: list[str] = []
-    wait_for("the queue to drain", lambda: resume_duplicate_jobid(c, resumed) or not any(
-        "soak-" in line for line in queue(c)), max(600, 2 * total), every=5)
+
+    def queue_drained() -> bool:
+        resume_duplicate_jobid(c, resumed)
+        return not any("soak-" in line for line in queue(c))
+
+    wait_for("the queue to drain", queue_drained, max(600, 2 * total), every=5)
     drained = time.monotonic()
     if resumed:
         faults.append(f"Slurm drained {', '.join(resumed)} 'Duplicate jobid' after its restart (it allocated again "
