@@ -1,7 +1,7 @@
 """The GPU-trace placement benchmark: Slurm's placement against FGD, BestFit and Random on the paper's arrivals.
 
     python bench/placement.py [--seeds 42-51] [--scenarios S1,S2,S3] [--workload NAME|FILE] [--json out.json]
-    python bench/placement.py --family [--seeds 42-51] [--workloads a,b] # S1 on the paper's 17 workloads
+    python bench/placement.py --family [--seeds 42-51] [--workloads a,b] [--jobs 2]  # S1 on the paper's 17 workloads
     python bench/placement.py --planner-only 3 [--scenarios S1,S2,S3]   # the planner's own time and memory
 
 --workload runs the scenarios on one pod list of the paper's published family
@@ -13,7 +13,9 @@ BestFit means, the harness's FGD and BestFit, Slurm under the product's
 uniform policy and Slurm + planner, their differences, and the per-seed
 spread (min..max over seeds of harness FGD minus published FGD, and of Slurm +
 planner minus the uniform policy; seeds where the planner is below the
-uniform policy or below published BestFit).
+uniform policy or below published BestFit). ``--jobs N`` runs N workloads at
+once, each in its own process (rows are printed in the order given; a row's
+wall seconds are its own process's, beside the others).
 
 For each seed every policy of a scenario replays the same arrivals (the
 paper's rules: seeded shuffle, resampling to 130 %, each pod tried once, no
@@ -327,7 +329,7 @@ def family_policies(cluster, pods) -> tuple[list, dict]:
     return pols, info
 
 
-def family_one(workload: str, seeds: list[int], cluster) -> dict:
+def family_one(workload: str, seeds: list[int], cluster, echo: bool = True) -> dict:
     """One workload of the family: every FAMILY_COLUMNS policy on every seed, at 100 % arrived."""
     began = time.perf_counter()
     pods = load_pods(workload_path(workload))
@@ -346,10 +348,15 @@ def family_one(workload: str, seeds: list[int], cluster) -> dict:
            "refused": {k: v for k, v in refused.items() if v},
            "published": {k: {s: pub[(v, s)][0] for s in seeds if (v, s) in pub} for k, v in PUBLISHED.items()},
            "wall_s": time.perf_counter() - began}
-    print(family_line(out), flush=True)
-    for name, text in out["refused"].items():
-        print(f"  {name}: {text}", flush=True)
+    if echo:
+        _echo(out)
     return out
+
+
+def _echo(row: dict) -> None:
+    print(family_line(row), flush=True)
+    for name, text in row["refused"].items():
+        print(f"  {name}: {text}", flush=True)
 
 
 def _spread(values: list[float]) -> str:
@@ -378,7 +385,31 @@ FAMILY_HEADER = (
     "FGD-pub/seed  plan-unif/seed <u <BF | kept  plan_s wall_s")
 
 
-def family(seeds: list[int], workloads: list[str], cluster, out_json: str | None) -> None:
+def _family_worker(args: tuple[str, list[int]]) -> dict:
+    workload, seeds = args
+    return family_one(workload, seeds, _WORKER_CLUSTER, echo=False)
+
+
+_WORKER_CLUSTER = None  # the trace cluster, set in the parent before the worker processes fork
+
+
+def family_rows(seeds: list[int], workloads: list[str], cluster, jobs: int) -> list[dict]:
+    """family_one for each workload, ``jobs`` at a time (forked processes); rows in ``workloads`` order."""
+    if jobs <= 1 or len(workloads) <= 1:
+        return [family_one(w, seeds, cluster) for w in workloads]
+    import multiprocessing
+
+    global _WORKER_CLUSTER
+    _WORKER_CLUSTER = cluster
+    rows = []
+    with multiprocessing.get_context("fork").Pool(min(jobs, len(workloads))) as pool:
+        for r in pool.imap(_family_worker, [(w, seeds) for w in workloads]):
+            _echo(r)
+            rows.append(r)
+    return rows
+
+
+def family(seeds: list[int], workloads: list[str], cluster, out_json: str | None, jobs: int = 1) -> None:
     print(f"S1 on the paper's workload family: mean allocation ratio (%) at 100 % arrived over seeds {seeds}")
     print("columns: published FGD, BestFit; harness FGD, BestFit (and minus published); Slurm under the product's "
           "uniform policy, Slurm + planner (minus published FGD, minus uniform); per seed min..max of harness FGD "
@@ -387,7 +418,7 @@ def family(seeds: list[int], workloads: list[str], cluster, out_json: str | None
           "seconds, the workload's wall seconds", flush=True)
     print(FAMILY_HEADER, flush=True)
     began = time.perf_counter()
-    rows = [family_one(w, seeds, cluster) for w in workloads]
+    rows = family_rows(seeds, workloads, cluster, jobs)
     print(f"\n{FAMILY_HEADER}")
     for r in rows:
         print(family_line(r))
@@ -413,12 +444,14 @@ def main() -> None:
                     help=f"the pod list: one of {', '.join(WORKLOADS)}, or an openb pod list file (default: default)")
     ap.add_argument("--family", action="store_true", help="S1 on every workload of the family (see above)")
     ap.add_argument("--workloads", help="with --family: only these workloads, comma-separated")
+    ap.add_argument("--jobs", type=int, default=1, metavar="N",
+                    help="with --family: run N workloads at once, each in its own process (default 1)")
     args = ap.parse_args()
     seeds = seeds_of(args.seeds)
     cluster = load_cluster(TRACE_DIR / "openb_node_list_gpu_node.csv")
     if args.family:
         names = [w.strip() for w in args.workloads.split(",")] if args.workloads else list(WORKLOADS)
-        family(seeds, names, cluster, args.json)
+        family(seeds, names, cluster, args.json, args.jobs)
         return
     path = workload_path(args.workload)
     pods = load_pods(path)

@@ -429,3 +429,17 @@ def test_cpu_only_jobs_held_to_the_cpu_rich_pool_say_so():
     routes = [(r["match"], r["tiers"]) for r in held.policy["submission"]["routes"]]
     assert ({"gres": "none"}, ["cpu"]) in routes and ({"gres": "mps", "min_cpus": 3}, ["cpu", "frac"]) in routes
     assert "CPU-only jobs start only in pool(s) cpu: when those are full they wait" in "\n".join(held.report)
+
+
+def test_first_fit_candidates_give_each_mps_node_its_own_weight_in_order():
+    """The FIRST_FIT candidates are scored by default; under them Slurm fills the MPS pool node by node (each
+    node a lower weight than the next), not by fewest idle CPUs among equal weights."""
+    from slurm_gpushare.planner.plan import FIRST_FIT
+
+    assert set(FIRST_FIT) <= set(default_candidates()) and set(FIRST_FIT) <= set(default_candidates(isolating=True))
+    result = plan(cluster(("big", "b[1-4]", "L40S", 2, 32)), demand((1, 600, 1, 6), (1, 400, 1, 6)),
+                  candidates=[Knobs(frac_weights="node")])
+    frac = [g for g in result.policy["node_groups"] if "frac" in g["name"]]
+    assert [g["nodes"] for g in frac] == ["b1", "b2", "b3", "b4"]
+    weights = [g["weight"] for g in frac]
+    assert weights == sorted(set(weights))
