@@ -62,6 +62,12 @@ class RequestClass:
     def gpu_demand_milli(self) -> int:
         return self.num_gpu * self.gpu_milli
 
+    def held_to(self, models: set[str]) -> bool:
+        """Whether ``gpu_spec`` names GPU models and only models among ``models`` (lower-case names, as node
+        features; an empty spec allows any model)."""
+        allowed = {t.lower() for t in self.gpu_spec.split("|") if t}
+        return bool(allowed) and allowed <= models
+
 
 @dataclass(frozen=True)
 class Demand:
@@ -91,6 +97,16 @@ class Demand:
         for cls, n in self.counts.items():
             out[cls.kind] += n * cls.cpus
         return out
+
+    def held_demand(self, models: set[str]) -> tuple[float, int]:
+        """(GPUs, CPUs) asked by the GPU jobs whose ``gpu_spec`` allows only models among ``models`` (lower-case
+        names, as node features): the demand that no other GPU can take."""
+        gpus, cpus = 0.0, 0
+        for cls, n in self.counts.items():
+            if cls.num_gpu and cls.held_to(models):
+                gpus += n * cls.gpu_demand_milli / GPU_MILLI
+                cpus += n * cls.cpus
+        return gpus, cpus
 
     def memory_by_kind(self) -> dict[str, int]:
         out = dict.fromkeys(KINDS, 0)

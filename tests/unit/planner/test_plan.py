@@ -443,3 +443,30 @@ def test_first_fit_candidates_give_each_mps_node_its_own_weight_in_order():
     assert [g["nodes"] for g in frac] == ["b1", "b2", "b3", "b4"]
     weights = [g["weight"] for g in frac]
     assert weights == sorted(set(weights))
+
+
+def test_jobs_held_to_the_cpu_rich_model_keep_its_gpus_from_cpu_heavy_jobs():
+    """GPUs that only some jobs may use (their gpu_spec names that model alone) are not spare room for the CPU-heavy
+    single-GPU jobs: without the held jobs every 16-CPU job fits the CPU-rich pool, with them none is sent there."""
+    from slurm_gpushare.planner.plan import heavy_threshold, supply
+
+    site = build_site(cluster(("big", "b[1-4]", "A100-SXM4-40GB", 8, 96), ("rich", "r[1-4]", "L40S", 2, 104)), "t")
+    groups = supply(site)
+    rich = {g.index for g in groups if g.name == "rich"}
+    free = Demand("t", {RequestClass(1, 1000, 16, 4096): 6, RequestClass(1, 1000, 4, 4096): 20})
+    held = Demand("t", {**free.counts, RequestClass(1, 1000, 4, 4096, "", "L40S"): 8})
+    assert heavy_threshold(free, groups, rich) == 15  # the six 16-CPU jobs fit the 8 L40S GPUs
+    assert held.held_demand({"l40s"}) == (8.0, 32)
+    assert heavy_threshold(held, groups, rich) == 16  # the 8 held jobs take every L40S GPU: nobody is sent there
+    assert RequestClass(1, 1000, 4, 4096, "", "L40S|A100").held_to({"l40s"}) is False
+    assert RequestClass(1, 1000, 4, 4096).held_to({"l40s"}) is False  # no spec: any model
+
+
+def test_heavy_bound_by_the_bulk_node_shape():
+    """``heavy_per_gpu``: jobs asking more than that many times the CPUs per GPU of the shape holding most GPUs
+    (here 8 GPUs, 96 CPUs: 12 per GPU) start in the CPU-rich pool."""
+    base = cluster(("big", "b[1-4]", "L40S", 8, 96), ("rich", "r[1-4]", "L40S", 2, 104))
+    d = demand((1, 1000, 16, 6), (1, 1000, 4, 20), (0, 0, 8, 4))
+    for per_gpu, bound in ((1.0, 12), (1.5, 18)):
+        routes = plan(base, d, candidates=[Knobs(heavy_per_gpu=per_gpu)]).policy["submission"]["routes"]
+        assert {"gres": "gpu", "max_gpus": 1, "min_cpus": bound + 1} in [r["match"] for r in routes]
