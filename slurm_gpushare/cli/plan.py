@@ -103,9 +103,12 @@ class PlanCommand(click.Command):
 @click.option("--evaluate/--no-evaluate", default=True, show_default=True,
               help="Score a few candidate pool sizes with the Slurm placement model on sampled arrivals, keep the best.")
 @click.option("--days", default=30.0, show_default=True, help="With sacct:live: how many days of history to read.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Processes that score the candidates side by side (default: the CPUs this process may use, at "
+                   "most 4). The plan is the same for any N.")
 @click.pass_context
 def plan(ctx, policy_path: Path, source: str, out: Path | None, isolate_qos, mig_fractions: bool, evaluate: bool,
-         days: float) -> None:
+         days: float, jobs: int | None) -> None:
     """Choose each GPU's sharing mode, node weights and class routing from the workload.
 
     Reads the demand (request classes: GPUs, per-GPU share, CPUs, memory,
@@ -134,7 +137,7 @@ def plan(ctx, policy_path: Path, source: str, out: Path | None, isolate_qos, mig
         raise DemandError(f"--demand {source}: no jobs found; nothing to plan for")
     try:
         result = make_plan(raw, demand, isolate_qos=isolate_qos, mig_fractions=mig_fractions,
-                           evaluate=evaluator(demand) if evaluate else None)
+                           evaluate=evaluator(demand, workers=jobs or _cpus(4)) if evaluate else None)
     except ValueError as exc:
         raise GpushareError(f"cannot plan: {exc}") from None
     click.echo("\n".join(result.report))
@@ -144,6 +147,16 @@ def plan(ctx, policy_path: Path, source: str, out: Path | None, isolate_qos, mig
     if out:
         atomic_write(out, "# Planned by `gpushare plan` from " + source + "\n" + policy_yaml(result.policy))
         click.echo(f"wrote {out}")
+
+
+def _cpus(most: int) -> int:
+    """The CPUs this process may run on (its affinity mask), at most ``most``."""
+    import os
+
+    try:
+        return max(1, min(most, len(os.sched_getaffinity(0))))
+    except AttributeError:  # no sched_getaffinity on this platform
+        return max(1, min(most, os.cpu_count() or 1))
 
 
 COMMANDS = (plan,)

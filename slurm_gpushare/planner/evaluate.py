@@ -58,7 +58,37 @@ def packing_score(raw: dict, pods: Sequence[Pod], seeds: Sequence[int] = SEEDS, 
     return float(np.mean(out))
 
 
-def evaluator(demand: Demand, seeds: Sequence[int] = SEEDS):
-    """``plan(evaluate=...)`` for this demand."""
-    pods = demand_pods(demand)
-    return lambda raw: packing_score(raw, pods, seeds)
+class Evaluator:
+    """``plan(evaluate=...)`` for one demand: ``evaluator(raw)`` scores one policy mapping; ``many`` scores several,
+    in ``workers`` forked processes at once when there are several (each score is the same as one by one)."""
+
+    def __init__(self, demand: Demand, seeds: Sequence[int] = SEEDS, workers: int = 1):
+        self.pods, self.seeds, self.workers = demand_pods(demand), tuple(seeds), max(1, workers)
+
+    def __call__(self, raw: dict) -> float:
+        return packing_score(raw, self.pods, self.seeds)
+
+    def many(self, raws: Sequence[dict]) -> list[float]:
+        import multiprocessing
+
+        if self.workers == 1 or len(raws) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+            return [self(raw) for raw in raws]
+        global _FORKED
+        _FORKED = self  # the workers inherit it: the pods are not pickled for each policy
+        try:
+            with multiprocessing.get_context("fork").Pool(min(self.workers, len(raws))) as pool:
+                return pool.map(_score_forked, raws, chunksize=1)
+        finally:
+            _FORKED = None
+
+
+_FORKED: Evaluator | None = None
+
+
+def _score_forked(raw: dict) -> float:
+    return _FORKED(raw)
+
+
+def evaluator(demand: Demand, seeds: Sequence[int] = SEEDS, workers: int = 1) -> Evaluator:
+    """``plan(evaluate=...)`` for this demand; ``workers``: processes that score candidates side by side."""
+    return Evaluator(demand, seeds, workers)

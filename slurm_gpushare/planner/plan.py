@@ -50,6 +50,7 @@ from ..policy import Site, build_site
 from ..policy.groups import gpus_value
 from ..policy.billing import gpu_weight
 from .demand import Demand, format_demand, pack_estimate
+from .evaluate import Evaluator
 from .layouts import compact_types, pack, slices_needed
 from .report import stranded_lines, supply_lines
 from ..sim.cluster import GPU_MILLI
@@ -801,9 +802,8 @@ def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fra
             raise ValueError(f"MIG slice type(s) {', '.join(unknown)} not offered by any MIG-capable GPU of the "
                              f"policy; accepted: {', '.join(known)}")
         tries = [replace(k, mig_types=tuple(mig_types), mig_fill=True) for k in tries]
-    given = evaluate(base) if evaluate else None
-    score, knobs, raw, why, tried = _best_candidate(base, site, demand, tries, evaluate, budget_s, began,
-                                                    isolate_qos, mig_fractions)
+    given, score, knobs, raw, why, tried = _best_candidate(base, site, demand, tries, evaluate, budget_s, began,
+                                                           isolate_qos, mig_fractions)
     keep_given = given is not None and not (isolate_qos or mig_fractions) and score <= given
     verdict = _verdict(given, score, keep_given, bool(isolate_qos or mig_fractions)) if evaluate else []
     if keep_given:
@@ -815,22 +815,27 @@ def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fra
 
 
 def _best_candidate(base, site, demand, tries, evaluate, budget_s, began, isolate_qos, mig_fractions):
-    """(score, knobs, policy, report lines, every (knobs, score) tried) of the best-scoring candidate."""
-    best: tuple[float, Knobs, dict, list[str]] | None = None
-    tried: list[tuple[Knobs, float]] = []
-    built: list[dict] = []
+    """(the policy as given's score, then of the best-scoring candidate: score, knobs, policy, report lines, and
+    every (knobs, score) scored). Candidates that give a policy already built are dropped; the rest are scored
+    after the policy as given, in order, until ``budget_s`` has gone (the first always), through
+    ``Evaluator.many`` when ``evaluate`` is one (its worker processes score them side by side)."""
+    built: list[tuple[dict, Knobs, list[str]]] = []
     for knobs in tries:
-        if best is not None and budget_s is not None and time.perf_counter() - began > budget_s:
-            break
         raw, why = build_candidate(base, site, demand, knobs, isolate=isolate_qos, mig_all=mig_fractions)
-        if best is not None and any(raw == seen for seen in built):
-            continue  # another candidate already gave this policy
-        built.append(raw)
-        score = evaluate(raw) if evaluate else 0.0
-        tried.append((knobs, score))
-        if best is None or score > best[0]:
-            best = (score, knobs, raw, why)
-    return (*best, tried)
+        if not any(raw == seen for seen, _k, _w in built):
+            built.append((raw, knobs, why))
+    if evaluate is None:
+        raw, knobs, why = built[0]
+        return None, 0.0, knobs, raw, why, [(knobs, 0.0)]
+    many = evaluate.many if isinstance(evaluate, Evaluator) else (lambda raws: [evaluate(r) for r in raws])
+    first = len(built) if budget_s is None else 1  # under a budget: one at a time after the first, the clock read
+    given, *scores = many([base, *(b[0] for b in built[:first])])
+    while len(scores) < len(built) and time.perf_counter() - began <= budget_s:
+        scores += many([built[len(scores)][0]])
+    tried = [(knobs, score) for (_raw, knobs, _why), score in zip(built, scores)]
+    best = max(range(len(scores)), key=lambda i: (scores[i], -i))  # the first of the best
+    raw, knobs, why = built[best]
+    return given, scores[best], knobs, raw, why, tried
 
 
 def _verdict(given: float, best: float, keep_given: bool, constrained: bool) -> list[str]:

@@ -125,3 +125,20 @@ def test_units_of_reads_the_sites_gres_as_billing_does():
     assert units_of(load_file(etc / "planned-lab.yaml")) == Units(
         mps=100, shard=1, type_milli={"a100_40g_3g.20gb": 500, "a100_40g_1g.10gb": 250})
     assert units_of(load_file(etc / "mps-inference.yaml")) == Units(mps=100, shard=1, type_milli={})
+
+
+def test_plan_is_the_same_with_candidates_scored_side_by_side(tmp_path):
+    """--jobs 1 scores the candidates one by one in this process, --jobs 3 in forked workers: same report, same
+    policy; --jobs 0 is refused by name."""
+    policy, trace = files(tmp_path)
+    outs = []
+    for jobs in ("1", "3"):
+        out = tmp_path / f"planned-{jobs}.yaml"
+        res = CliRunner().invoke(main, ["plan", "--policy", str(policy), "--demand", f"openb:{trace}", "--jobs", jobs,
+                                        "--out", str(out)])
+        assert res.exit_code == 0, res.output
+        outs.append((res.output.replace(out.name, "OUT"), out.read_text()))
+    assert outs[0] == outs[1]
+    assert "candidates (packing score on sampled arrivals)" in outs[0][0]
+    res = CliRunner().invoke(main, ["plan", "--policy", str(policy), "--demand", f"openb:{trace}", "--jobs", "0"])
+    assert res.exit_code == 2 and "--jobs" in res.output

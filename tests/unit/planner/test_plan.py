@@ -470,3 +470,12 @@ def test_heavy_bound_by_the_bulk_node_shape():
     for per_gpu, bound in ((1.0, 12), (1.5, 18)):
         routes = plan(base, d, candidates=[Knobs(heavy_per_gpu=per_gpu)]).policy["submission"]["routes"]
         assert {"gres": "gpu", "max_gpus": 1, "min_cpus": bound + 1} in [r["match"] for r in routes]
+
+
+def test_evaluator_scores_many_side_by_side_as_one_by_one():
+    from slurm_gpushare.planner.evaluate import evaluator
+
+    d = s1_demand()
+    raws = [s1_base(), *(plan(s1_base(), d, candidates=[k]).policy for k in (Knobs(), Knobs(frac_factor=2.0)))]
+    alone, side_by_side = evaluator(d), evaluator(d, workers=3)
+    assert side_by_side.many(raws) == [alone(raw) for raw in raws] == alone.many(raws)
