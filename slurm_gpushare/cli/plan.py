@@ -16,7 +16,7 @@ from ..policy.billing import unit_fractions
 from ..policy.load import parse_yaml
 from .common import SLURM_BACKEND
 
-FORMS = "openb:FILE.csv, sacct:FILE (recorded sacct --json or --parsable2), squeue:FILE (squeue --json), sacct:live"
+FORMS = "openb:FILE.csv[.gz], sacct:FILE (recorded sacct --json or --parsable2), squeue:FILE (squeue --json), sacct:live"
 
 
 def units_of(site: Site) -> Units:
@@ -42,10 +42,7 @@ def read_demand(source: str, site: Site, ctx: click.Context | None = None, days:
     if kind == "sacct" and where == "live":
         return _sacct_live(ctx, site, days)
     path = Path(where)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise DemandError(f"--demand {source}: cannot read {path}: {exc.strerror}") from None
+    text = _read_text(path, source)
     if kind == "openb":
         return from_openb(text, path.name)
     if kind == "squeue":
@@ -55,6 +52,25 @@ def read_demand(source: str, site: Site, ctx: click.Context | None = None, days:
 
         return from_job_records(open_records(path), units_of(site), path.name)
     raise GpushareError(f"--demand {source!r}: unknown kind {kind!r}; accepted: {FORMS}")
+
+
+def _read_text(path: Path, source: str) -> str:
+    """The file's UTF-8 text; a gzip-compressed file (the paper's pod lists ship so) is read through gzip."""
+    import gzip
+    import zlib
+
+    try:
+        data = path.read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        return data.decode("utf-8")
+    except OSError as exc:
+        raise DemandError(f"--demand {source}: cannot read {path}: {exc.strerror or exc}") from None
+    except (EOFError, zlib.error) as exc:
+        raise DemandError(f"--demand {source}: {path} is not a whole gzip file ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise DemandError(f"--demand {source}: {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); "
+                          f"accepted: a CSV or JSON file, plain or gzip-compressed") from None
 
 
 def _sacct_live(ctx, site: Site, days: float) -> Demand:

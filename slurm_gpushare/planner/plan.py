@@ -860,7 +860,8 @@ def default_candidates(isolating: bool = False) -> list[Knobs]:
     """The demand model's sizes first, then a smaller MPS pool, each way of placing CPU-only jobs, 5 % fewer MIG
     slices, CPU-heavy shares in the CPU-rich pool (over 4 CPUs; over 2 CPUs with CPU-only jobs held to that pool),
     the MPS pool filled first fit (``FIRST_FIT``), CPU-heavy jobs bounded by the bulk node shape (``HEAVY_BY_SHAPE``),
-    and 10 % fewer MIG slices unless a QoS class is isolated on MIG.
+    other MPS pool sizes and nodes (``POOL_SIZES``), and 10 % fewer MIG slices unless a QoS class is isolated on
+    MIG.
 
     The CPU-heavy variants: on the paper's gpushare100 (every GPU job a share) Slurm under the uniform policy ends
     with 879 G2 GPUs' worth of mps room and 1,091 idle CPUs on those 549 nodes (seed 42), while the 387 CPU-rich T4
@@ -872,7 +873,7 @@ def default_candidates(isolating: bool = False) -> list[Knobs]:
     +0.1 point of placed GPU; with 5 % fewer, 2.4 % against 6.0 %.
     """
     out = [Knobs(), Knobs(frac_factor=0.95), Knobs(cpu_jobs="rich"), Knobs(cpu_jobs="spare"), Knobs(mig_factor=0.95),
-           Knobs(frac_heavy=4), Knobs(frac_heavy=2, cpu_order=("cpu",)), *FIRST_FIT, *HEAVY_BY_SHAPE]
+           Knobs(frac_heavy=4), Knobs(frac_heavy=2, cpu_order=("cpu",)), *FIRST_FIT, *HEAVY_BY_SHAPE, *POOL_SIZES]
     return out if isolating else [*out, Knobs(mig_factor=0.9)]
 
 
@@ -885,6 +886,10 @@ def default_candidates(isolating: bool = False) -> list[Knobs]:
 # bulk node's CPUs start there (the paper's cpu250, seed 42: 92.66 -> 94.00); and more than 1.5 times that share,
 # which leaves more of the CPU-rich GPUs to jobs held to their model (gpuspec25, seed 42: 92.97 -> 93.25).
 HEAVY_BY_SHAPE = (Knobs(heavy_per_gpu=1.0, frac_heavy=2, cpu_order=("cpu",)), Knobs(heavy_per_gpu=1.5))
+# The MPS pool on the nodes with the fewest CPUs per GPU that suffice (more CPU-rich GPUs left to whole-GPU and
+# multi-GPU jobs), 10 % larger, and 20 % smaller with CPU-heavy shares routed. On the paper's family (seeds 42-43,
+# bench/placement.py --family) gpushare60 -0.71 -> -0.50 and multigpu40 -0.53 -> -0.28 below published FGD.
+POOL_SIZES = (Knobs(frac_nodes="fit"), Knobs(frac_factor=1.1), Knobs(frac_factor=0.8, frac_heavy=4))
 FIRST_FIT = (Knobs(frac_weights="node"), Knobs(frac_weights="node", frac_heavy=4),
              Knobs(frac_weights="node", frac_factor=0.9, frac_heavy=4), Knobs(frac_factor=0.9, frac_heavy=4))
 

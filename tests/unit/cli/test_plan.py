@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import yaml
@@ -89,6 +90,25 @@ def test_plan_source_errors(tmp_path):
     bad.write_text("name,cpu_milli\n")
     res = runner.invoke(main, ["plan", "--policy", str(policy), "--demand", f"openb:{bad}"])
     assert res.exit_code == 1 and "bad.csv: line 1: missing column(s) memory_mib, num_gpu, gpu_milli" in res.output
+    binary = tmp_path / "pods.bin"
+    binary.write_bytes(b"name\xff,cpu_milli\n")
+    res = runner.invoke(main, ["plan", "--policy", str(policy), "--demand", f"openb:{binary}"])
+    assert res.exit_code == 1 and "pods.bin is not UTF-8 text (byte 4" in res.output and "Traceback" not in res.output
+    cut = tmp_path / "cut.csv.gz"
+    cut.write_bytes(gzip.compress(CSV.encode())[:20])
+    res = runner.invoke(main, ["plan", "--policy", str(policy), "--demand", f"openb:{cut}"])
+    assert res.exit_code == 1 and "cut.csv.gz is not a whole gzip file" in res.output
+
+
+def test_plan_reads_a_gzip_compressed_pod_list(tmp_path):
+    """The paper's pod lists ship gzip-compressed (tests/data/gpu-trace): the same demand as the plain file."""
+    policy, trace = files(tmp_path)
+    packed = tmp_path / "pods.csv.gz"
+    packed.write_bytes(gzip.compress(trace.read_bytes()))
+    plain, gz = (CliRunner().invoke(main, ["plan", "--policy", str(policy), "--demand", f"openb:{p}", "--no-evaluate"])
+                 for p in (trace, packed))
+    assert gz.exit_code == 0, gz.output
+    assert gz.output.replace("pods.csv.gz", "pods.csv") == plain.output
 
 
 def test_plan_help_explains_sources():
