@@ -66,6 +66,7 @@ import statistics
 import sys
 import time
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -385,27 +386,39 @@ FAMILY_HEADER = (
     "FGD-pub/seed  plan-unif/seed <u <BF | kept  plan_s wall_s")
 
 
-def _family_worker(args: tuple[str, list[int]]) -> dict:
-    workload, seeds = args
-    return family_one(workload, seeds, _WORKER_CLUSTER, echo=False)
+def forked_map(fn, items: list, jobs: int) -> Iterator:
+    """``fn`` over ``items``, ``jobs`` at a time in forked processes (in this process when jobs <= 1); results in
+    ``items`` order, each as soon as it and those before it are done. ``fn`` and what it reads are inherited by
+    the fork, not pickled; only the items and results are."""
+    if jobs <= 1 or len(items) <= 1:
+        yield from map(fn, items)
+        return
+    import multiprocessing
+
+    global _FORKED_FN
+    _FORKED_FN = fn
+    try:
+        with multiprocessing.get_context("fork").Pool(min(jobs, len(items))) as pool:
+            yield from pool.imap(_call_forked, items)
+    finally:
+        _FORKED_FN = None
 
 
-_WORKER_CLUSTER = None  # the trace cluster, set in the parent before the worker processes fork
+_FORKED_FN = None
+
+
+def _call_forked(item):
+    return _FORKED_FN(item)
 
 
 def family_rows(seeds: list[int], workloads: list[str], cluster, jobs: int) -> list[dict]:
     """family_one for each workload, ``jobs`` at a time (forked processes); rows in ``workloads`` order."""
-    if jobs <= 1 or len(workloads) <= 1:
+    if jobs <= 1:
         return [family_one(w, seeds, cluster) for w in workloads]
-    import multiprocessing
-
-    global _WORKER_CLUSTER
-    _WORKER_CLUSTER = cluster
     rows = []
-    with multiprocessing.get_context("fork").Pool(min(jobs, len(workloads))) as pool:
-        for r in pool.imap(_family_worker, [(w, seeds) for w in workloads]):
-            _echo(r)
-            rows.append(r)
+    for r in forked_map(lambda w: family_one(w, seeds, cluster, echo=False), workloads, jobs):
+        _echo(r)
+        rows.append(r)
     return rows
 
 

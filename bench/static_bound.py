@@ -1,6 +1,6 @@
 """How far a static Slurm configuration gets on the paper's workloads: an oracle search beside the planner and FGD.
 
-    python bench/static_bound.py [--workloads gpushare80,multigpu50] [--seeds 42,43] [--rounds 2] [--json out.json]
+    python bench/static_bound.py [--workloads gpushare80,multigpu50] [--seeds 42,43] [--rounds 2] [--jobs 2] [--json out.json]
 
 The planner chooses one static configuration (node groups split into pools,
 node weights, routes) from the demand and scores its candidates on arrivals
@@ -25,6 +25,8 @@ best is a measured ceiling of that search space under Slurm's placement, not
 a proof over every static configuration (another split or route could score
 higher); where it stays below published FGD, the planner's gap on that
 workload is not a matter of choosing better among these configurations.
+``--losses`` prints, per seed, the request classes whose unplaced pods cost
+the most GPU under the best configuration, beside FGD's on the same arrivals.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import argparse
 import json
 import sys
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,12 +45,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import scenarios  # noqa: E402
-from bench.placement import published, seeds_of  # noqa: E402
+from bench.placement import forked_map, published, seeds_of  # noqa: E402
 from slurm_gpushare.planner.demand import from_pods  # noqa: E402
 from slurm_gpushare.planner.plan import Knobs, build_candidate  # noqa: E402
 from slurm_gpushare.policy import build_site  # noqa: E402
 from slurm_gpushare.sim.arrivals import arrival_sequence  # noqa: E402
 from slurm_gpushare.sim.paper import whatif  # noqa: E402
+from slurm_gpushare.sim.paper.fgd import FGD  # noqa: E402
 from slurm_gpushare.sim.slurmmodel import SlurmPolicy  # noqa: E402
 from slurm_gpushare.sim.trace import TRACE_DIR, WORKLOADS, load_cluster, load_pods, workload_path  # noqa: E402
 
@@ -64,6 +68,34 @@ SPACE: dict[str, tuple] = {
     "lean": (True, False),
     "overflow": (True, False),
 }
+
+
+def lost_by_class(policy, cluster, pods, arrivals, seed: int) -> Counter:
+    """{(GPUs, milli-GPU each, CPUs): GPU milli of the pods ``policy`` could not place} up to 100 % arrived."""
+    policy.start(cluster, pods, np.random.default_rng([seed, 1]))
+    lost: Counter = Counter()
+    arrived = 0
+    for pod in arrivals.order.tolist():
+        p = pods[pod]
+        arrived += p.gpu_demand_milli
+        if not policy.place(pod) and p.num_gpu:
+            lost[(p.num_gpu, p.gpu_milli, -(-p.cpu_milli // 1000))] += p.gpu_demand_milli
+        if arrived >= arrivals.capacity_milli:
+            break
+    return lost
+
+
+def loss_lines(score: "Scorer", raw: dict, top: int = 6) -> list[str]:
+    """The request classes that lose the most, the best static configuration against FGD, in points of the
+    cluster's GPU."""
+    sim, router, _site = scenarios.built(raw, score.cluster, "bound")
+    slurm = SlurmPolicy("bound", router, lambda c: sim, whatif.mig_slices(), mig_shares=whatif.mig_shares())
+    ours = lost_by_class(slurm, score.cluster, score.pods, score.arrivals, score.seed)
+    fgd = lost_by_class(FGD(), score.cluster, score.pods, score.arrivals, score.seed)
+    cap = score.arrivals.capacity_milli / 100
+    ranked = sorted(set(ours) | set(fgd), key=lambda k: -max(ours[k], fgd[k]))[:top]
+    return [f"      {n} GPU x {m / 1000:.2f}, {c} CPUs: lost {ours[k] / cap:5.2f} (best static) against "
+            f"{fgd[k] / cap:5.2f} (FGD)" for k in ranked for n, m, c in [k]]
 
 
 class Scorer:
@@ -99,8 +131,7 @@ class Scorer:
 def search(score: Scorer, base: dict, site, demand, start: Knobs, rounds: int) -> tuple[float, Knobs]:
     """Coordinate search over SPACE from ``start``: (best score, its knobs)."""
     def of(knobs: Knobs) -> float:
-        raw, _why = build_candidate(base, site, demand, knobs)
-        return score(raw)
+        return score(build_candidate(base, site, demand, knobs)[0])
 
     best_knobs, best = start, of(start)
     for _ in range(rounds):
@@ -118,7 +149,7 @@ def search(score: Scorer, base: dict, site, demand, start: Knobs, rounds: int) -
     return best, best_knobs
 
 
-def bound_one(workload: str, seeds: list[int], cluster, rounds: int) -> dict:
+def bound_one(workload: str, seeds: list[int], cluster, rounds: int, losses: bool = False) -> dict:
     began = time.perf_counter()
     pods = load_pods(workload_path(workload))
     plan = scenarios.plan_for(cluster, pods, "S1", "auto")
@@ -131,15 +162,21 @@ def bound_one(workload: str, seeds: list[int], cluster, rounds: int) -> dict:
         uniform, planned = score(base), score(plan.policy)
         best, knobs = search(score, base, site, demand, start, rounds)
         rows.append({"seed": seed, "uniform": uniform, "planner": planned, "oracle": max(best, uniform, planned),
-                     "knobs": _changed(knobs), "scored": score.scored})
+                     "knobs": _changed(knobs), "scored": score.scored,
+                     "losses": loss_lines(score, build_candidate(base, site, demand, knobs)[0]) if losses else []})
     pub = published(workload)
     fgd = [pub[("06-FGD", s)][0] for s in seeds if ("06-FGD", s) in pub]
     out = {"workload": workload, "seeds": seeds, "rows": rows, "published_fgd": fgd,
            "planner_kept": "given" if plan.kept_given else _changed(plan.knobs), "wall_s": time.perf_counter() - began}
-    print(line(out), flush=True)
-    for r in rows:
-        print(f"    seed {r['seed']}: oracle {r['oracle']:.2f} with {r['knobs'] or 'the planner defaults'}", flush=True)
     return out
+
+
+def echo(out: dict) -> None:
+    print(line(out), flush=True)
+    for r in out["rows"]:
+        print(f"    seed {r['seed']}: oracle {r['oracle']:.2f} with {r['knobs'] or 'the planner defaults'}", flush=True)
+        for text in r["losses"]:
+            print(text, flush=True)
 
 
 def _changed(knobs: Knobs) -> str:
@@ -169,6 +206,10 @@ def main(argv=None) -> None:
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated (default: all 17)")
     ap.add_argument("--seeds", default="42,43", help="e.g. 42-51 or 42,43 (default 42,43)")
     ap.add_argument("--rounds", type=int, default=2, help="coordinate-search passes at most (default 2)")
+    ap.add_argument("--jobs", type=int, default=1, metavar="N", help="workloads searched at once, each in its own "
+                    "process (default 1)")
+    ap.add_argument("--losses", action="store_true", help="per seed, the request classes that lose the most GPU "
+                    "under the best static configuration, beside FGD's losses on the same arrivals")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args(argv)
     names = [w.strip() for w in args.workloads.split(",") if w.strip()]
@@ -182,7 +223,10 @@ def main(argv=None) -> None:
           f"configuration (coordinate search over the planner's knobs, scored on each seed's own arrivals)")
     print(HEADER, flush=True)
     began = time.perf_counter()
-    rows = [bound_one(w, seeds, cluster, args.rounds) for w in names]
+    rows = []
+    for out in forked_map(lambda w: bound_one(w, seeds, cluster, args.rounds, args.losses), names, args.jobs):
+        echo(out)
+        rows.append(out)
     print(f"\n{HEADER}")
     for r in rows:
         print(line(r))
