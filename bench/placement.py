@@ -66,12 +66,12 @@ import statistics
 import sys
 import time
 import tracemalloc
-from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import scenarios  # noqa: E402
+from slurm_gpushare.planner.evaluate import forked_map  # noqa: E402
 from slurm_gpushare.sim.arrivals import arrival_sequence  # noqa: E402
 from slurm_gpushare.sim.engine import replay  # noqa: E402
 from slurm_gpushare.sim.paper import whatif  # noqa: E402
@@ -330,7 +330,7 @@ def family_policies(cluster, pods) -> tuple[list, dict]:
     return pols, info
 
 
-def family_one(workload: str, seeds: list[int], cluster, echo: bool = True) -> dict:
+def family_one(workload: str, seeds: list[int], cluster) -> dict:
     """One workload of the family: every FAMILY_COLUMNS policy on every seed, at 100 % arrived."""
     began = time.perf_counter()
     pods = load_pods(workload_path(workload))
@@ -349,8 +349,6 @@ def family_one(workload: str, seeds: list[int], cluster, echo: bool = True) -> d
            "refused": {k: v for k, v in refused.items() if v},
            "published": {k: {s: pub[(v, s)][0] for s in seeds if (v, s) in pub} for k, v in PUBLISHED.items()},
            "wall_s": time.perf_counter() - began}
-    if echo:
-        _echo(out)
     return out
 
 
@@ -386,37 +384,11 @@ FAMILY_HEADER = (
     "FGD-pub/seed  plan-unif/seed <u <BF | kept  plan_s wall_s")
 
 
-def forked_map(fn, items: list, jobs: int) -> Iterator:
-    """``fn`` over ``items``, ``jobs`` at a time in forked processes (in this process when jobs <= 1); results in
-    ``items`` order, each as soon as it and those before it are done. ``fn`` and what it reads are inherited by
-    the fork, not pickled; only the items and results are."""
-    if jobs <= 1 or len(items) <= 1:
-        yield from map(fn, items)
-        return
-    import multiprocessing
-
-    global _FORKED_FN
-    _FORKED_FN = fn
-    try:
-        with multiprocessing.get_context("fork").Pool(min(jobs, len(items))) as pool:
-            yield from pool.imap(_call_forked, items)
-    finally:
-        _FORKED_FN = None
-
-
-_FORKED_FN = None
-
-
-def _call_forked(item):
-    return _FORKED_FN(item)
-
-
 def family_rows(seeds: list[int], workloads: list[str], cluster, jobs: int) -> list[dict]:
-    """family_one for each workload, ``jobs`` at a time (forked processes); rows in ``workloads`` order."""
-    if jobs <= 1:
-        return [family_one(w, seeds, cluster) for w in workloads]
+    """family_one for each workload, ``jobs`` at a time (forked processes); rows in ``workloads`` order, each
+    printed when it and those before it are done."""
     rows = []
-    for r in forked_map(lambda w: family_one(w, seeds, cluster, echo=False), workloads, jobs):
+    for r in forked_map(lambda w: family_one(w, seeds, cluster), workloads, jobs):
         _echo(r)
         rows.append(r)
     return rows

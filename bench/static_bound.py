@@ -45,8 +45,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import scenarios  # noqa: E402
-from bench.placement import forked_map, published, seeds_of  # noqa: E402
+from bench.placement import published, seeds_of  # noqa: E402
 from slurm_gpushare.planner.demand import from_pods  # noqa: E402
+from slurm_gpushare.planner.evaluate import forked_map  # noqa: E402
 from slurm_gpushare.planner.plan import Knobs, build_candidate  # noqa: E402
 from slurm_gpushare.policy import build_site  # noqa: E402
 from slurm_gpushare.sim.arrivals import arrival_sequence  # noqa: E402

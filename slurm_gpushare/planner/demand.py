@@ -38,6 +38,12 @@ class DemandError(GpushareError):
     exit_code = 1
 
 
+def spec_models(spec: str) -> list[str]:
+    """The GPU models a trace pod's ``gpu_spec`` allows ('V100M16|V100M32'), as node feature names (lower case),
+    each once; [] for none (an empty spec, or separators only: any model, as the paper's simulator reads it)."""
+    return list(dict.fromkeys(t.lower() for t in spec.split("|") if t))
+
+
 @dataclass(frozen=True, order=True)
 class RequestClass:
     """One shape of request. ``gpu_milli`` is per GPU (0 without GPUs); ``cpus`` are whole CPUs as Slurm counts them."""
@@ -65,8 +71,8 @@ class RequestClass:
     def held_to(self, models: set[str]) -> bool:
         """Whether ``gpu_spec`` names GPU models and only models among ``models`` (lower-case names, as node
         features; an empty spec allows any model)."""
-        allowed = {t.lower() for t in self.gpu_spec.split("|") if t}
-        return bool(allowed) and allowed <= models
+        allowed = spec_models(self.gpu_spec)
+        return bool(allowed) and set(allowed) <= models
 
 
 @dataclass(frozen=True)

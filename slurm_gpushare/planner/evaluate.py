@@ -7,11 +7,15 @@ cluster; the score is the paper's metric (placed GPU demand over the cluster's
 GPUs, %) when the arrived demand reaches 100 % of the cluster. The seeds are
 not the benchmark's (42-51), so a plan is not tuned to the arrivals it is
 measured on.
+
+The scores are pure; ``Evaluator.many`` (``forked_map``) may compute them in
+forked worker processes, when the entry point asks for more than one worker
+(``gpushare plan --jobs``): nothing else here has a side effect.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -69,24 +73,34 @@ class Evaluator:
         return packing_score(raw, self.pods, self.seeds)
 
     def many(self, raws: Sequence[dict]) -> list[float]:
-        import multiprocessing
-
-        if self.workers == 1 or len(raws) < 2 or "fork" not in multiprocessing.get_all_start_methods():
-            return [self(raw) for raw in raws]
-        global _FORKED
-        _FORKED = self  # the workers inherit it: the pods are not pickled for each policy
-        try:
-            with multiprocessing.get_context("fork").Pool(min(self.workers, len(raws))) as pool:
-                return pool.map(_score_forked, raws, chunksize=1)
-        finally:
-            _FORKED = None
+        return list(forked_map(self, list(raws), self.workers))
 
 
-_FORKED: Evaluator | None = None
+def forked_map(fn: Callable, items: list, workers: int) -> Iterator:
+    """``fn`` over ``items``, ``workers`` at a time in forked processes (in this process when there is one worker
+    or item, or no fork on this platform); results in ``items`` order, each as soon as it and those before it are
+    done. ``fn`` and what it reads are inherited by the fork, not pickled; only the items and results are. Called
+    from a forked worker itself it runs in that process (a pool's workers may not fork again)."""
+    import multiprocessing
+
+    if (workers <= 1 or len(items) <= 1 or "fork" not in multiprocessing.get_all_start_methods()
+            or multiprocessing.current_process().daemon):
+        yield from map(fn, items)
+        return
+    global _FORKED
+    _FORKED = fn
+    try:
+        with multiprocessing.get_context("fork").Pool(min(workers, len(items))) as pool:
+            yield from pool.imap(_call_forked, items)
+    finally:
+        _FORKED = None
 
 
-def _score_forked(raw: dict) -> float:
-    return _FORKED(raw)
+_FORKED: Callable | None = None
+
+
+def _call_forked(item):
+    return _FORKED(item)
 
 
 def evaluator(demand: Demand, seeds: Sequence[int] = SEEDS, workers: int = 1) -> Evaluator:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from ..policy import Site
 from ..submit import Tables, build_tables, decide, parse_field
 from ..submit.parse import Gres
-from .demand import cpus_of
+from .demand import cpus_of, spec_models
 from ..sim.cluster import GPU_MILLI, Pod, SimCluster, SimGpu, SimNode, SlurmRequest
 
 # What the rendered slurm-gpushare.conf sets (templates/slurm-gpushare.conf.j2).
@@ -54,12 +54,6 @@ def sim_cluster(site: Site, cpu_milli: Mapping[str, int] | None = None) -> SimCl
 def mps_percent_units(tables: Tables) -> int:
     """The MPS count that means one whole GPU to a user of this site (the largest mps Count; 100 without MPS)."""
     return tables.shared.get("mps", {}).get("", 0) or 100
-
-
-def spec_models(spec: str) -> list[str]:
-    """The GPU models a trace pod's ``gpu_spec`` allows ('V100M16|V100M32'), as node feature names (lower case),
-    each once; [] for none (an empty spec, or separators only: any model, as the paper's simulator reads it)."""
-    return list(dict.fromkeys(t.lower() for t in spec.split("|") if t))
 
 
 @dataclass

@@ -165,7 +165,7 @@ def heavy_threshold(demand: Demand, groups: list[GroupInfo], rich: set[int]) -> 
     rich_cpus = sum(g.cpus * len(g.nodes) for g in groups if g.index in rich)
     cpu_jobs = demand.cpus_by_kind()["cpu"]
     models = {g.model.lower() for g in groups if g.index in rich}
-    held_gpus, held_cpus = demand.held_demand(models) if models else (0.0, 0)
+    held_gpus, held_cpus = demand.held_demand(models)
     spare_gpus = rich_gpus - held_gpus
     spare_cpus = rich_cpus - cpu_jobs - held_cpus
     ones = sorted(((c.cpus, n) for c, n in demand.counts.items() if c.kind == "whole" and not c.held_to(models)),
@@ -826,7 +826,7 @@ def _best_candidate(base, site, demand, tries, evaluate, budget_s, began, isolat
             built.append((raw, knobs, why))
     if evaluate is None:
         raw, knobs, why = built[0]
-        return None, 0.0, knobs, raw, why, [(knobs, 0.0)]
+        return None, 0.0, knobs, raw, why, [(k, 0.0) for _r, k, _w in built]
     many = evaluate.many if isinstance(evaluate, Evaluator) else (lambda raws: [evaluate(r) for r in raws])
     first = len(built) if budget_s is None else 1  # under a budget: one at a time after the first, the clock read
     given, *scores = many([base, *(b[0] for b in built[:first])])

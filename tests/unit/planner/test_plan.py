@@ -479,3 +479,14 @@ def test_evaluator_scores_many_side_by_side_as_one_by_one():
     raws = [s1_base(), *(plan(s1_base(), d, candidates=[k]).policy for k in (Knobs(), Knobs(frac_factor=2.0)))]
     alone, side_by_side = evaluator(d), evaluator(d, workers=3)
     assert side_by_side.many(raws) == [alone(raw) for raw in raws] == alone.many(raws)
+
+
+def test_forked_map_keeps_order_and_runs_in_process_inside_a_worker():
+    """Results come back in the items' order; a pool worker (daemonic, may not fork) maps in its own process."""
+    from slurm_gpushare.planner.evaluate import forked_map
+
+    def inner(n):
+        return list(forked_map(lambda k: k * n, [1, 2, 3], 2))
+
+    assert list(forked_map(inner, [1, 10], 2)) == [[1, 2, 3], [10, 20, 30]]
+    assert list(forked_map(lambda k: -k, [3, 1, 2], 1)) == [-3, -1, -2]
