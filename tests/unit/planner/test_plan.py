@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -490,3 +491,68 @@ def test_forked_map_keeps_order_and_runs_in_process_inside_a_worker():
 
     assert list(forked_map(inner, [1, 10], 2)) == [[1, 2, 3], [10, 20, 30]]
     assert list(forked_map(lambda k: -k, [3, 1, 2], 1)) == [-3, -1, -2]
+
+
+
+def _key(raw: dict) -> str:
+    return json.dumps(raw, sort_keys=True)
+
+
+class _Scripted:
+    """An Evaluator whose scores are a script: per policy (its JSON), the score on the first sample and on the
+    check seeds; every ``many`` call is recorded with the names of the policies scored."""
+
+    def __init__(self, names: dict, first: dict, again: dict, check_seeds=(8, 9)):
+        from slurm_gpushare.planner.evaluate import Evaluator
+
+        class Scripted(Evaluator):
+            def __init__(inner):
+                inner.seeds, inner.check_seeds, inner.workers, inner.calls = (7,), tuple(check_seeds), 1, []
+
+            def many(inner, raws, seeds=None):
+                table = first if seeds is None else again
+                inner.calls.append((seeds, [names[_key(r)] for r in raws]))
+                return [table[names[_key(r)]] for r in raws]
+
+        self.evaluator = Scripted()
+
+
+def _named(base: dict, d: Demand, knobs: list[Knobs]) -> dict:
+    """{policy JSON: name}: 'given' for ``base``, k0, k1, ... for the candidates built from ``knobs``."""
+    names = {_key(base): "given"}
+    for n, k in enumerate(knobs):
+        names.setdefault(_key(plan(base, d, candidates=[k]).policy), f"k{n}")
+    return names
+
+
+def test_near_ties_are_scored_again_on_more_seeds_and_decide_by_their_mean():
+    """Candidates within NEAR_TIE of the best on the first sample are scored on the check seeds too; the best
+    mean over all seeds wins among them; the others are not scored again; the report says so."""
+    from slurm_gpushare.planner.plan import NEAR_TIE
+
+    d, base = s1_demand(), s1_base()
+    knobs = [Knobs(), Knobs(frac_factor=0.5), Knobs(frac_factor=2.0)]
+    names = _named(base, d, knobs)
+    assert sorted(names.values()) == ["given", "k0", "k1", "k2"]  # three distinct candidates
+    first = {"given": 50.0, "k0": 90.0, "k1": 90.0 - NEAR_TIE / 2, "k2": 90.0 - 2 * NEAR_TIE}
+    again = {"given": 0.0, "k0": 89.0, "k1": 90.0, "k2": 99.0}
+    script = _Scripted(names, first, again)
+    result = plan(base, d, evaluate=script.evaluator, candidates=knobs)
+    assert result.knobs == Knobs(frac_factor=0.5)  # (90 - NEAR_TIE / 2 + 2 * 90) / 3 beats (90 + 2 * 89) / 3
+    assert script.evaluator.calls[-1] == ((8, 9), ["k0", "k1"])  # k2 and the policy as given: not close
+    assert dict(result.tried)[Knobs(frac_factor=2.0)] == first["k2"]
+    assert result.score == pytest.approx((first["k1"] + 2 * 90.0) / 3)
+    assert any("the 2 scores within" in line and "seeds 7, 8, 9" in line for line in result.report)
+    # no check seeds: the first sample decides
+    alone = _Scripted(names, first, again, check_seeds=())
+    assert plan(base, d, evaluate=alone.evaluator, candidates=knobs).knobs == Knobs()
+    assert len(alone.evaluator.calls) == 1
+
+
+def test_a_near_tie_with_the_policy_as_given_is_checked_too_and_may_keep_it():
+    d, base = s1_demand(), s1_base()
+    names = _named(base, d, [Knobs()])
+    script = _Scripted(names, {"given": 90.0, "k0": 90.05}, {"given": 91.0, "k0": 89.0})
+    result = plan(base, d, evaluate=script.evaluator, candidates=[Knobs()])
+    assert result.kept_given and script.evaluator.calls[-1] == ((8, 9), ["k0", "given"])
+    assert result.given_score == pytest.approx((90.0 + 2 * 91.0) / 3)
