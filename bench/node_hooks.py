@@ -4,19 +4,23 @@ apart from the test doubles'.
     python bench/node_hooks.py [--runs 30] [--modes exclusive,shard,mig,mps] [--metrics] [--against TREE]
 
 The prolog, task prolog and epilog are on every job's start and end. Each is
-started as Slurm starts it (the installed console script, a fresh process,
-the environment slurmd gives it) on a test node built in a temporary
-directory: the small-lab policy, a fake NVML with the node's layout, the
-rendered gres.conf and MIG include, a node config naming them, and for MPS
-the test-only nvidia-cuda-mps-control (docker/fakes; a real daemon process).
-One run per job: prolog, task prolog (twice: the pip console script, and the
-lean script the test image installs, which skips the wrapper's ``import re``),
-epilog. The baseline, measured in the same run the same way, is a bare
-``python -c pass`` of the same interpreter, measured once per job beside that
-job's hooks (on a shared machine the load changes within a run). The first
-prolog (which builds the node spec cache from the policy) is reported
-separately as the cold start. Shard jobs are given SLURM_JOB_GPUS as
-exclusive ones are (the index of the shard's GPU).
+started as Slurm starts it (the script ``gpushare node install`` writes, a
+fresh process, the environment slurmd gives it) on a test node built in a
+temporary directory: the small-lab policy, a fake NVML with the node's layout,
+the rendered gres.conf and MIG include, a node config naming them, the three
+hook scripts as ``slurm_gpushare.node.install.hook_script`` writes them for
+this interpreter (``#!python -IS``, the import directories ``site`` would add,
+the entry point), and for MPS the test-only nvidia-cuda-mps-control
+(docker/fakes; a real daemon process). One run per job: prolog, task prolog,
+epilog. Plain jobs (below) also run pip's console scripts of the three hooks,
+on a job of their own after those, for comparison (``python`` with ``site``
+and the wrapper's ``import re``): the "(console script)" rows. The baseline,
+measured in the same run the same way, is a bare ``python -c pass`` of the
+same interpreter, measured once per job beside that job's hooks (on a shared
+machine the load changes within a run). The first prolog (which builds the
+node spec cache from the policy) is reported separately as the cold start.
+Shard jobs are given SLURM_JOB_GPUS as exclusive ones are (the index of the
+shard's GPU).
 
 Product and test doubles. On the test node part of a hook's wall time is
 spent in test doubles that a real node replaces: the fake MPS control client
@@ -25,8 +29,9 @@ settings and ``start_server``, ``quit``; NVIDIA's is a C binary), the epilog's
 wait for the fake daemon to exit, and the fake NVML (each call reads its JSON
 state under a lock, where pynvml calls the driver). Jobs alternate between
 two runs of the same hooks: "plain" (exactly as Slurm would start them) and
-"timed", where the hook process also imports bench/doubles_clock/sitecustomize.py
-(PYTHONPATH and GPUSHARE_BENCH_DOUBLES, set only here), which times those
+"timed", where the hook process (``python -IS -c`` with a line that imports
+bench/doubles_clock/sitecustomize.py, then runs the hook's script; the file it
+writes to named by GPUSHARE_BENCH_DOUBLES, set only here) times those
 seams from inside the hook (``proc.run`` of the fake client from spawn to
 reap, ``ProcessHandle.wait`` on the daemon, every ``FakeNvml.nvml*`` call,
 and the import of the fake NVML module, where a real node imports pynvml)
@@ -59,8 +64,8 @@ the load average is printed at the start and end of the run.
 and dcgm-exporter job mapping in the temporary directory), to see what writing
 them adds. ``--against TREE`` compares with another checkout (e.g. ``git
 archive COMMIT | tar -x -C TREE``): per mode, a test node for each tree, job by
-job in turn (the order alternating), TREE's package on PYTHONPATH (the lean
-task prolog, run with -I, is this tree's) and its fake control client; prints
+job in turn (the order alternating), the hook scripts written for each tree
+(TREE first among the import directories) and its fake control client; prints
 both trees' prolog+epilog wall p50 (doubles included), so that a before/after
 shares the machine's load. Figures only, no assertions.
 """
@@ -84,6 +89,7 @@ import yaml  # noqa: E402
 
 from slurm_gpushare.gpu import open_backend, read_mig_minors  # noqa: E402
 from slurm_gpushare.gpu.fakenvml import FakeNvml  # noqa: E402
+from slurm_gpushare.node import install  # noqa: E402
 from slurm_gpushare.node.gresconf import node_gres_conf  # noqa: E402
 from slurm_gpushare.node.mig import apply_actions, observe, plan_mig  # noqa: E402
 from slurm_gpushare.policy import load_file  # noqa: E402
@@ -91,13 +97,13 @@ from slurm_gpushare.render.files import gres_conf  # noqa: E402
 from slurm_gpushare.render.header import COMMENT, with_header  # noqa: E402
 
 BIN = Path(sys.executable).parent
-LEAN_TASK = "from slurm_gpushare.node.taskprolog import main; raise SystemExit(main())"
-HOOKS = {  # name -> argv; "lean" is the script docker/Dockerfile installs as TaskProlog (no pip wrapper)
-    "prolog": [str(BIN / "gpushare-prolog")],
-    "task prolog (console script)": [str(BIN / "gpushare-task-prolog")],
-    "task prolog (lean script)": [sys.executable, "-I", "-c", LEAN_TASK],
-    "epilog": [str(BIN / "gpushare-epilog")],
-}
+SCRIPTS = {"prolog": install.PROLOG, "task prolog": install.TASK_PROLOG, "epilog": install.EPILOG}
+CONSOLE = {f"{name} (console script)": [str(BIN / f"gpushare-{name.replace(' ', '-')}")] for name in SCRIPTS}
+CONSOLE_JOB = 100000  # the console scripts run job + CONSOLE_JOB
+HOOKS = (*SCRIPTS, *CONSOLE)
+# a timed hook: its script run by an interpreter started as its #! line says, after the clock's import
+CLOCKED = ("import sys; sys.path.insert(0, sys.argv[1]); import sitecustomize; del sys.path[0]; "
+           "sys.argv[:] = sys.argv[2:]; exec(compile(open(sys.argv[0]).read(), sys.argv[0], 'exec'))")
 BASELINE = "baseline: python -c pass"
 TARGET_MS, LOADED_TARGET_MS = 100.0, 150.0  # issue 25: the product's own prolog+epilog p50 per mode, quiet / loaded
 MODES = {"exclusive": ("lab-excl01", "1", None), "shard": ("lab-shard01", "0", None), "mig": ("lab-mig01", "0", None),
@@ -131,6 +137,24 @@ def build_node(tmp: Path, node: str, metrics: bool = False) -> Path:
     return config
 
 
+def write_scripts(where: Path, import_dirs: list[str]) -> dict[str, list[str]]:
+    """The hook scripts as ``gpushare node install`` writes them (this interpreter), in ``where``: name -> argv."""
+    where.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name, module in SCRIPTS.items():
+        script = where / f"gpushare-{name.replace(' ', '-')}"
+        script.write_text(install.hook_script(sys.executable, import_dirs, module))
+        script.chmod(0o755)
+        out[name] = [str(script)]
+    return out
+
+
+def clocked(argv: list[str]) -> list[str]:
+    """``argv`` (a hook script) run with the doubles' clock imported first: ``site``, which would import it,
+    is off (-S), and -I ignores PYTHONPATH."""
+    return [sys.executable, "-IS", "-c", CLOCKED, str(CLOCK), *argv]
+
+
 def against_node(tmp: Path, node: str, tree: Path) -> Path:
     """A test node whose node config names ``tree``'s fake control client."""
     config = build_node(tmp, node)
@@ -142,18 +166,18 @@ def compare(mode: str, runs: int, tree: Path) -> tuple[list[float], list[float]]
     """prolog+epilog per job on this tree and on ``tree`` (interleaved job by job)."""
     node, gpus, mps_pct = MODES[mode]
     sums: dict[str, list[float]] = {"this": [], "other": []}
+    dirs = install.probe_import_dirs(sys.executable)
     with tempfile.TemporaryDirectory(prefix=f"gpushare-bench-{mode}-") as tmp:
         (Path(tmp) / "this").mkdir()
         (Path(tmp) / "other").mkdir()
         configs = {"this": build_node(Path(tmp) / "this", node), "other": against_node(Path(tmp) / "other", node, tree)}
+        hooks = {"this": write_scripts(Path(tmp) / "this" / "bin", dirs),
+                 "other": write_scripts(Path(tmp) / "other" / "bin", [str(tree), *dirs])}
         for job in range(1, runs + 2):
             for which in ("this", "other") if job % 2 else ("other", "this"):
                 took = {}
-                for name, argv in HOOKS.items():
-                    env = hook_env(configs[which], node, job, gpus, mps_pct, name.startswith("task prolog"))
-                    if which == "other":
-                        env["PYTHONPATH"] = str(tree)
-                    took[name] = timed(argv, env)
+                for name, argv in hooks[which].items():
+                    took[name] = timed(argv, hook_env(configs[which], node, job, gpus, mps_pct, name == "task prolog"))
                 if job > 1:
                     sums[which].append(took["prolog"] + took["epilog"])
     return sums["this"], sums["other"]
@@ -162,7 +186,7 @@ def compare(mode: str, runs: int, tree: Path) -> tuple[list[float], list[float]]
 def hook_env(config: Path, node: str, job: int, gpus: str, pct: int | None, task: bool,
              clock: Path | None = None) -> dict[str, str]:
     """What slurmd gives the hook (no PATH for root hooks), plus the config override; with ``clock`` (a file),
-    the doubles' timing (bench/doubles_clock) on, its sums appended to that file."""
+    the file the doubles' timing (bench/doubles_clock, see ``clocked``) appends its sums to."""
     env = {"SLURM_JOB_ID": str(job), "SLURM_JOB_UID": str(os.getuid()), "SLURM_JOB_GID": str(os.getgid()),
            "SLURMD_NODENAME": node, "GPUSHARE_NODE_CONFIG": str(config)}
     if pct is not None:
@@ -171,7 +195,6 @@ def hook_env(config: Path, node: str, job: int, gpus: str, pct: int | None, task
         env["SLURM_JOB_GPUS"] = gpus
         env["CUDA_VISIBLE_DEVICES"] = "0" if task else gpus
     if clock is not None:
-        env["PYTHONPATH"] = str(CLOCK)
         env["GPUSHARE_BENCH_DOUBLES"] = str(clock)
     return env
 
@@ -254,11 +277,13 @@ class Measured:
 
 
 def bench_mode(mode: str, runs: int, metrics: bool = False) -> Measured:
-    """Job 1 is the cold start; then ``runs`` plain and ``runs`` timed jobs, alternating."""
+    """Job 1 is the cold start; then ``runs`` plain and ``runs`` timed jobs, alternating. A plain job also runs
+    the console scripts, on job ``job + CONSOLE_JOB``."""
     node, gpus, mps_pct = MODES[mode]
     got = Measured()
     with tempfile.TemporaryDirectory(prefix=f"gpushare-bench-{mode}-") as tmp:
         config = build_node(Path(tmp), node, metrics)
+        scripts = write_scripts(Path(tmp) / "bin", install.probe_import_dirs(sys.executable))
         clock = Path(tmp) / "doubles.txt"
         for job in range(1, 2 * runs + 2):
             timing = job > 1 and job % 2 == 1
@@ -267,20 +292,23 @@ def bench_mode(mode: str, runs: int, metrics: bool = False) -> Measured:
                 got.plain[BASELINE].append(wall)
                 got.plain_cpu[BASELINE].append(cpu)
             took, cpus, seen = {}, {}, []
-            for name, argv in HOOKS.items():
-                task = name.startswith("task prolog")
+            for name, argv in scripts.items():
+                task = name == "task prolog"  # never timed
                 env = hook_env(config, node, job, gpus, mps_pct, task, None if task or not timing else clock)
-                took[name], cpus[name] = timed_cpu(argv, env)
+                took[name], cpus[name] = timed_cpu(clocked(argv) if timing and not task else argv, env)
                 if timing and not task:
                     seen.append(read_doubles(clock, name))
             if job == 1:
                 got.cold = took["prolog"]
             elif timing:
                 got.add_timed(took["prolog"] + took["epilog"], cpus["prolog"] + cpus["epilog"], seen)
+                got.plain["task prolog"].append(took["task prolog"])
             else:
                 got.plain_cpu["prolog+epilog"].append(cpus["prolog"] + cpus["epilog"])
-            for name in HOOKS if job > 1 else ():
-                if not timing or name.startswith("task prolog"):  # the task prologs are never timed
+                for name, argv in CONSOLE.items():
+                    took[name] = timed(argv, hook_env(config, node, job + CONSOLE_JOB, gpus, mps_pct,
+                                                      name.startswith("task prolog")))
+                for name in HOOKS:
                     got.plain[name].append(took[name])
     return got
 
@@ -323,6 +351,7 @@ def report_mode(mode: str, got: Measured) -> tuple[float, ...]:
     """Print one mode's table; return (baseline, plain wall, doubles, product) prolog+epilog p50s."""
     m50 = statistics.median(got.plain[BASELINE])
     plain_pe = [a + b for a, b in zip(got.plain["prolog"], got.plain["epilog"])]
+    console_pe = [a + b for a, b in zip(got.plain["prolog (console script)"], got.plain["epilog (console script)"])]
     print(f"  {mode}: first prolog (builds the spec cache from the policy) {got.cold:.0f} ms; "
           f"{len(plain_pe)} plain jobs, {len(got.timed_wall)} timed")
     for name, values in got.plain.items():
@@ -330,6 +359,8 @@ def report_mode(mode: str, got: Measured) -> tuple[float, ...]:
         print(f"    {name:34s} {p(values)}{ratio}")
     wall, plain = statistics.median(got.timed_wall), statistics.median(plain_pe)
     print(f"    {'prolog+epilog, plain wall':34s} {p(plain_pe)}")
+    saved = statistics.median(console_pe) - statistics.median(plain_pe)
+    print(f"    {'  the same, console scripts':34s} {p(console_pe)}  (the scripts save {saved:.1f} ms)")
     print(f"    {'prolog+epilog, timed wall':34s} {p(got.timed_wall)}  (timing wrappers {wall - plain:+.1f} ms)")
     kinds = ", ".join(f"{k} {statistics.median(got.doubles[k]):.1f}" for k in DOUBLES)
     counts = f"{statistics.median(got.doubles['n_mps']):g} client starts, {statistics.median(got.doubles['n_nvml']):g} NVML calls"
@@ -366,7 +397,7 @@ def main(argv=None) -> None:
     ap.add_argument("--against", type=Path, default=None, metavar="TREE",
                     help="another checkout: its prolog+epilog beside this tree's, job by job")
     args = ap.parse_args(argv)
-    missing = [argv[0] for argv in HOOKS.values() if not Path(argv[0]).exists()]
+    missing = [argv[0] for argv in CONSOLE.values() if not Path(argv[0]).exists()]
     if missing:
         raise SystemExit(f"console scripts missing: {', '.join(missing)} (pip install -e .)")
     unknown = [m for m in args.modes.split(",") if m not in MODES]

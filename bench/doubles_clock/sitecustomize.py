@@ -1,9 +1,11 @@
 """Benchmark only: how long a node hook process waits on the test doubles (bench/node_hooks.py).
 
-bench/node_hooks.py puts this directory on PYTHONPATH, and names a file in
-GPUSHARE_BENCH_DOUBLES, for the hook processes it starts; nothing else does
-(without the variable this module does nothing). The interpreter's ``site``
-imports it before the hook's own code. It wraps, when (and only if) the hook
+bench/node_hooks.py names a file in GPUSHARE_BENCH_DOUBLES for the timed hook
+processes it starts, and has them import this module before the hook's own
+code (``clocked``: the hook scripts run with -IS, so neither PYTHONPATH nor
+``site``, which would import a sitecustomize, is read there); nothing else
+does (without the variable this module does nothing; on PYTHONPATH, ``site``
+imports it as any sitecustomize). It wraps, when (and only if) the hook
 imports them, three seams of the product, timing each call with
 ``time.perf_counter`` from the hook's side:
 

@@ -338,10 +338,13 @@ def _follows(config_file: Path, policy: Path, fake_state: str | None) -> str | N
 @click.option("--dry-run", is_flag=True, help="Print what would be done; change nothing.")
 def install(policy_path: str, root: str, fake_state: str | None, mps_control: str | None, force: bool,
             dry_run: bool) -> None:
-    """Install what the node hooks need: the lean task prolog script (for this
-    interpreter), /etc/gpushare/node.yaml, the state dir and the policy's
-    metrics dirs, root-owned with fixed modes. A second run changes nothing.
-    Files it did not write are refused (exit 1) unless --force."""
+    """Install what the node hooks need: the hook scripts (prolog, epilog, task
+    prolog, health check, at the policy's paths: python -IS, for this
+    interpreter and its import directories), /etc/gpushare/node.yaml, the state
+    dir and the policy's metrics dirs, root-owned with fixed modes. A second run
+    changes nothing. Files it did not write are refused (exit 1) unless --force;
+    pip's console script of the same hook at a hook's path is kept, a link to
+    it replaced by the script."""
     from ..node import install as inst
     from ..live.view import live_policy_path
     from ..policy import load_file
@@ -353,8 +356,9 @@ def install(policy_path: str, root: str, fake_state: str | None, mps_control: st
         policy = policy[len(top):]  # as the node will see it
     c = site.cluster
     try:
-        wants = inst.plan_install(python=sys.executable, policy=policy, state_dir=c.paths.state_dir,
-                                  task_prolog=c.hooks.task_prolog, textfile_dir=c.metrics.textfile_dir,
+        wants = inst.plan_install(python=sys.executable, import_dirs=inst.probe_import_dirs(sys.executable),
+                                  policy=policy, state_dir=c.paths.state_dir, task_prolog=c.hooks.task_prolog,
+                                  prolog=c.hooks.prolog, epilog=c.hooks.epilog, textfile_dir=c.metrics.textfile_dir,
                                   dcgm_job_mapping_dir=c.metrics.dcgm_job_mapping_dir, fake_nvml=fake_state,
                                   mps_control=mps_control, health_program=c.health.program,
                                   live_policy=live_policy_path(site) if site.policy.live.enabled else None)

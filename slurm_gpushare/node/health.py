@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import GpushareError
+from .paths import SCRIPT_MODULES
 
 PREFIX = "gpushare-health:"
 # slurmctld's own drains after a hook or launch failure (node_mgr.c validate_node_specs, proc_req.c
@@ -56,7 +57,7 @@ SLURM_HOOK_DRAINS = frozenset({"Prolog error", "Epilog error", "Job env setup er
 SCRIPT_DRAINS = {"Prolog error": "prolog", "Epilog error": "epilog"}
 SLURM_USER = "slurm"  # SlurmUser of the rendered slurm.conf
 HOOK_PREFIXES = ("gpushare-prolog:", "gpushare-epilog:")  # the reasons the root hooks set when they fail
-HOOK_MODULES = {"prolog": "slurm_gpushare.hooks.prolog", "epilog": "slurm_gpushare.hooks.epilog"}
+HOOK_MODULES = {hook: SCRIPT_MODULES[hook] for hook in ("prolog", "epilog")}  # the root hooks Slurm runs per job
 UNFINISHED = "health-unfinished-hooks"  # <state_dir>/...: "<epoch s> <prolog|epilog> <job id>" per line
 HEAL_LIMIT = 3  # resumes of such drains per node per hour
 HEAL_WINDOW_S = 3600
@@ -427,8 +428,9 @@ def write_unfinished(path: Path, entries) -> None:
 
 def sole_hook(programs: list[str], hook: str, read=None) -> bool:
     """Slurm's ``Prolog`` / ``Epilog`` programs (``scontrol show config``: one ``Prolog[N]`` line each) are one
-    program, and it is ours: a script that runs ``slurm_gpushare.hooks.<hook>`` (pip's console script, or a
-    link to it). Several programs, a glob or any other program are not."""
+    program, and it is ours: a script that runs ``slurm_gpushare.hooks.<hook>`` (the one ``gpushare node
+    install`` writes, pip's console script, or a link to either). Several programs, a glob or any other program
+    are not."""
     if len(programs) != 1 or not re.fullmatch(r"/[A-Za-z0-9_./+-]+", programs[0]):
         return False
     try:

@@ -9,17 +9,22 @@ builds, tests); the node config still names paths as the node sees them.
 
 What is installed:
 
-- the lean task prolog (README "Node runtime"): ``#!<python> -I`` and two
-  lines, at the policy's ``cluster.hooks.task_prolog`` (default
-  /usr/local/bin/gpushare-task-prolog), root 0755;
+- the hook scripts, each ``#!<python> -IS`` and four lines (README "Node
+  runtime"): the prolog and epilog at the policy's ``cluster.hooks.prolog`` /
+  ``cluster.hooks.epilog`` (when set), the task prolog at
+  ``cluster.hooks.task_prolog`` (default /usr/local/bin/gpushare-task-prolog),
+  the health check at ``cluster.health.program`` (when the policy turns it
+  on; the path the rendered ``HealthCheckProgram`` names), root 0755. ``-I``
+  ignores the environment, ``-S`` skips ``site`` (its .pth files: setuptools'
+  distutils hack, editable finders), so the script puts back the import
+  directories ``site`` gives the installing interpreter (``probe_import_dirs``,
+  at install time) with one ``sys.path.extend`` line. A file already at a
+  hook's path that runs the same entry point (pip's console script, when the
+  policy names it) is kept; a symbolic link to such a script is replaced by the
+  lean script (the script it points to stays);
 - ``/etc/gpushare/node.yaml`` (``nodeconfig``): ``policy``, ``state_dir``
   (and ``fake_nvml``, ``mps_control`` when given), root 0644 (the hooks refuse
   a config another user could write);
-- the health check (``cluster.health.program``, when the policy turns it on):
-  ``#!<python> -I`` and two lines running ``gpushare-node-health``, root 0755,
-  at the path the rendered ``HealthCheckProgram`` names; a file already there
-  that runs the same entry point (pip's ``gpushare-node-health`` console
-  script, when the policy names it) is kept;
 - the state dir (``cluster.paths.state_dir``), root 0711: a job's user
   reaches its MPS pipe directory and task file by name, but lists nothing;
   the textfile collector and dcgm job mapping dirs when ``cluster.metrics``
@@ -35,13 +40,15 @@ and changes nothing.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import atomic_write
-from .paths import NODE_CONFIG, _absolute
+from .paths import NODE_CONFIG, SCRIPT_MODULES, _absolute
 
 MARK = "# written by gpushare node install"
 _HASH = "# content-sha256: "
@@ -58,7 +65,7 @@ class Want:
     text: str | None = None
     uid: int = ROOT_UID
     gid: int = ROOT_GID
-    accepts: str | None = None  # a line whose presence makes another file at the path as good (a console script)
+    accepts: str | None = None  # a line whose presence makes another script at the path (or a link to one) as good
 
 
 @dataclass(frozen=True)
@@ -67,7 +74,7 @@ class Found:
     mode: int = 0
     uid: int = -1
     gid: int = -1
-    text: str | None = None
+    text: str | None = None  # a file's text; a link's: that of the regular file it leads to
 
 
 @dataclass(frozen=True)
@@ -103,15 +110,52 @@ def ours(text: str) -> bool:
 # ---- planning (pure) ------------------------------------------------------------------
 
 
-def task_prolog_text(python: str) -> str:
-    return marked("from slurm_gpushare.node.taskprolog import main\nraise SystemExit(main())\n", f"#!{python} -I")
+PROLOG, EPILOG, TASK_PROLOG, HEALTH = (SCRIPT_MODULES[k] for k in ("prolog", "epilog", "task_prolog", "health"))
+# pip's console scripts import the same modules, but for the task prolog's, which goes through slurm_gpushare.hooks
+TASK_PROLOG_CONSOLE = "slurm_gpushare.hooks.taskprolog"
 
 
-HEALTH_ENTRY = "from slurm_gpushare.hooks.health import main"
+def entry(module: str) -> str:
+    """The line that imports a hook's ``main``: pip's console script for it has the same line."""
+    return f"from {module} import main"
 
 
-def health_program_text(python: str) -> str:
-    return marked(f"{HEALTH_ENTRY}\nraise SystemExit(main())\n", f"#!{python} -I")
+def hook_script(python: str, import_dirs: Sequence[str], module: str) -> str:
+    """A hook as a lean script. ``-IS`` is one word: the kernel passes whatever follows the interpreter on the
+    ``#!`` line as a single argument, and Python reads ``-I -S`` there as an unknown option."""
+    path = f"import sys\nsys.path.extend({list(import_dirs)!r})\n" if import_dirs else ""
+    return marked(f"{path}{entry(module)}\nraise SystemExit(main())\n", f"#!{python} -IS")
+
+
+def import_dirs(bare: Sequence[str], with_site: Sequence[str], package: str) -> list[str]:
+    """What ``site`` adds to an interpreter's import path (``with_site`` beyond ``bare``, in order, once each):
+    what a ``-S`` script must add itself. ``package``: the directory slurm_gpushare was imported from; ValueError
+    when neither list leads to it (an import hook that a .pth file installs, e.g. an editable install's finder,
+    which ``-S`` skips)."""
+    added = list(dict.fromkeys(d for d in with_site if d and d not in bare))
+    if os.path.dirname(package.rstrip("/")) not in (*bare, *added):
+        raise ValueError(f"slurm_gpushare is imported from {package} through an import hook (a .pth file), which the "
+                         "hook scripts (python -S) skip: install the package so that its parent directory is on the "
+                         "import path (pip install without -e, or an editable install in compat mode)")
+    return added
+
+
+_PROBE = ("import json, sys; bare = list(sys.path); import site; site.main(); import slurm_gpushare; "
+          "print(json.dumps([bare, sys.path, slurm_gpushare.__path__[0]]))")
+
+
+def probe_import_dirs(python: str, runner=None) -> list[str]:
+    """``import_dirs`` of ``python`` as the hook scripts start it (``-I -S``, then ``site.main()``: what ``-S``
+    skipped), measured in a fresh process: the caller's own path (its script's directory, PYTHONPATH, what it
+    inserted) stays out. ValueError when the interpreter cannot import the package."""
+    from ..proc import run
+
+    done = (runner or run)([python, "-I", "-S", "-c", _PROBE], env={}, timeout=60, check=False)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()
+        raise ValueError(f"{python} -I cannot import slurm_gpushare ({tail[-1] if tail else f'exit {done.returncode}'})")
+    bare, with_site, package = json.loads(done.stdout)
+    return import_dirs(bare, with_site, package)
 
 
 def node_config_text(values: dict[str, str]) -> str:
@@ -120,21 +164,45 @@ def node_config_text(values: dict[str, str]) -> str:
     return marked(body)
 
 
-def plan_install(*, python: str, policy: str, state_dir: str, task_prolog: str | None = None,
+def script_wants(*, python: str, import_dirs: Sequence[str], task_prolog: str | None = None,
+                 prolog: str | None = None, epilog: str | None = None, health_program: str | None = None) -> list[Want]:
+    """The hook scripts at the given paths (None: not installed; the task prolog has a default)."""
+    _check_paths(python=python, prolog=prolog, epilog=epilog, task_prolog=task_prolog, health_program=health_program)
+    for where in import_dirs:
+        if not _absolute(where):
+            raise ValueError(f"{python}'s import path has {where!r}, not an absolute path of letters, digits and "
+                             "_./+- (the hook scripts carry it in their source as it is): install the package under "
+                             "a path that needs no quoting")
+    scripts = [(prolog, "prolog (cluster.hooks.prolog)", PROLOG, PROLOG),
+               (epilog, "epilog (cluster.hooks.epilog)", EPILOG, EPILOG),
+               (task_prolog or DEFAULT_TASK_PROLOG, "task prolog (cluster.hooks.task_prolog)", TASK_PROLOG,
+                TASK_PROLOG_CONSOLE),
+               (health_program, "health check (cluster.health.program, HealthCheckProgram)", HEALTH, HEALTH)]
+    return [Want(path, "file", 0o755, what, hook_script(python, import_dirs, module), accepts=entry(console))
+            for path, what, module, console in scripts if path]
+
+
+def _check_paths(**values: str | None) -> None:
+    for name, value in values.items():
+        if value is not None and not _absolute(value):
+            raise ValueError(f"{name}: {value!r} is not an absolute path of letters, digits and _./+- (what "
+                             "node.yaml accepts)")
+
+
+def plan_install(*, python: str, import_dirs: Sequence[str], policy: str, state_dir: str,
+                 task_prolog: str | None = None, prolog: str | None = None, epilog: str | None = None,
                  textfile_dir: str | None = None, dcgm_job_mapping_dir: str | None = None,
                  fake_nvml: str | None = None, mps_control: str | None = None,
                  node_config: str = NODE_CONFIG, health_program: str | None = None,
                  live_policy: str | None = None) -> list[Want]:
-    """What a node needs, in order (directories before what may lie in them). ``health_program``: the policy's
+    """What a node needs, in order (directories before what may lie in them). ``import_dirs``: what ``site``
+    gives ``python`` (``probe_import_dirs``), written into the hook scripts. ``prolog``, ``epilog``: the
+    policy's ``cluster.hooks`` (None: not installed). ``health_program``: the policy's
     ``cluster.health.program`` (None: the health check is off, nothing installed for it). ``live_policy``: the
     file the live planner writes when the policy turns it on (node.yaml names it, so the hooks follow the
     live layout while it exists; None: the live planner is off)."""
-    for name, value in (("python", python), ("policy", policy), ("state_dir", state_dir),
-                        ("fake_nvml", fake_nvml), ("mps_control", mps_control), ("health_program", health_program),
-                        ("live_policy", live_policy)):
-        if value is not None and not _absolute(value):
-            raise ValueError(f"{name}: {value!r} is not an absolute path of letters, digits and _./+- (what "
-                             "node.yaml accepts)")
+    _check_paths(policy=policy, state_dir=state_dir, fake_nvml=fake_nvml, mps_control=mps_control,
+                 live_policy=live_policy)
     values = {"policy": policy, "state_dir": state_dir.rstrip("/") or "/"}
     if fake_nvml:
         values["fake_nvml"] = fake_nvml
@@ -149,12 +217,8 @@ def plan_install(*, python: str, policy: str, state_dir: str, task_prolog: str |
         wants.append(Want(dcgm_job_mapping_dir.rstrip("/"), "dir", 0o755,
                           "dcgm job mapping dir (cluster.metrics.dcgm_job_mapping_dir)"))
     wants.append(Want(node_config, "file", 0o644, "node config", node_config_text(values)))
-    wants.append(Want(task_prolog or DEFAULT_TASK_PROLOG, "file", 0o755, "task prolog (lean script)",
-                      task_prolog_text(python)))
-    if health_program:
-        wants.append(Want(health_program, "file", 0o755, "health check (cluster.health.program, HealthCheckProgram)",
-                          health_program_text(python), accepts=HEALTH_ENTRY))
-    return wants
+    return wants + script_wants(python=python, import_dirs=import_dirs, task_prolog=task_prolog, prolog=prolog,
+                                epilog=epilog, health_program=health_program)
 
 
 def decide(want: Want, found: Found, force: bool = False, owners: bool = True) -> Step:
@@ -170,11 +234,14 @@ def decide(want: Want, found: Found, force: bool = False, owners: bool = True) -
         return Step(want, "unchanged") if attrs_ok else Step(want, "fix", attrs)
     if found.kind == "missing":
         return Step(want, "create")
+    if found.kind == "link" and _runs_entry(want, found):
+        return Step(want, "update", "a link to a script that runs the same entry point (the package's console "
+                                    "script); replaced by the lean script, the script it leads to stays")
     if found.kind != "file":
         return Step(want, "refuse", f"is a {found.kind}, not a regular file: remove it, then run again")
     if found.text == want.text:
         return Step(want, "unchanged") if attrs_ok else Step(want, "fix", attrs)
-    if want.accepts and found.text is not None and not ours(found.text) and _runs(found.text, want.accepts):
+    if _runs_entry(want, found) and not ours(found.text):
         detail = "another script that runs the same entry point (the package's console script), kept"
         return Step(want, "unchanged", detail) if attrs_ok else Step(want, "fix", f"{attrs}; {detail}")
     if found.text is not None and ours(found.text):
@@ -186,10 +253,10 @@ def decide(want: Want, found: Found, force: bool = False, owners: bool = True) -
     return Step(want, "refuse", f"{why}: move it away or merge it by hand, or run again with --force to replace it")
 
 
-def _runs(text: str, line: str) -> bool:
-    """``text`` is a script (``#!``) with ``line`` as one of its lines."""
-    lines = text.splitlines()
-    return bool(lines) and lines[0].startswith("#!") and line in (x.strip() for x in lines)
+def _runs_entry(want: Want, found: Found) -> bool:
+    """What was found is a script (``#!``) with the line ``want`` accepts as one of its lines."""
+    lines = (found.text or "").splitlines()
+    return bool(want.accepts and lines and lines[0].startswith("#!") and want.accepts in (x.strip() for x in lines))
 
 
 def _attrs(want: Want, found: Found, owners: bool) -> str:
@@ -216,16 +283,19 @@ def observe(target: Path) -> Found:
         return Found("missing")
     mode, uid, gid = stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid
     if stat.S_ISLNK(info.st_mode):
-        return Found("link", mode, uid, gid)
+        return Found("link", mode, uid, gid, _text(target) if target.is_file() else None)
     if stat.S_ISDIR(info.st_mode):
         return Found("dir", mode, uid, gid)
     if not stat.S_ISREG(info.st_mode):
         return Found("other", mode, uid, gid)
+    return Found("file", mode, uid, gid, _text(target))
+
+
+def _text(target: Path) -> str | None:
     try:
-        text = target.read_text(encoding="utf-8")
+        return target.read_text(encoding="utf-8")
     except (UnicodeDecodeError, OSError):
-        text = None
-    return Found("file", mode, uid, gid, text)
+        return None
 
 
 def can_set_owners() -> bool:

@@ -21,6 +21,10 @@ SPEC_CACHE_NAME = "node-spec.json"
 JOURNAL_FORMAT = "gpushare-journal/1"
 TASK_FORMAT = "gpushare-task/1"
 CONFIG_KEYS = ("policy", "fake_nvml", "spec_cache", "mps_control", "state_dir", "live_policy")
+# The module whose ``main`` each hook script runs (``gpushare node install`` writes the scripts; the health
+# check knows Slurm's Prolog / Epilog as ours by the line that imports it).
+SCRIPT_MODULES = {"prolog": "slurm_gpushare.hooks.prolog", "epilog": "slurm_gpushare.hooks.epilog",
+                  "task_prolog": "slurm_gpushare.node.taskprolog", "health": "slurm_gpushare.hooks.health"}
 
 
 def parse_flat(text: str, source: str) -> dict[str, str]:

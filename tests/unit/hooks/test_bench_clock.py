@@ -3,8 +3,9 @@
 bench/node_hooks.py subtracts what this clock records from a hook's wall time to get the product's own time;
 if a seam it wraps moved (the fake control client no longer run through ``proc.run``, the fake NVML's calls
 renamed, the daemon's exit no longer awaited by ``ProcessHandle.wait``) the doubles would silently count as
-the product's. These tests run real hook processes with the clock on and check that every seam is seen, the
-right number of times, and that the hooks do the same work as without it."""
+the product's. These tests run real hook processes with the clock on, started as the bench starts them (the
+hook scripts ``gpushare node install`` writes, through ``clocked``), and check that every seam is seen, the right
+number of times, and that the hooks do the same work as without it."""
 
 from __future__ import annotations
 
@@ -16,19 +17,24 @@ from pathlib import Path
 
 import pytest
 
+from bench.node_hooks import clocked as with_clock
+from bench.node_hooks import write_scripts
+from slurm_gpushare.node.install import probe_import_dirs
 from slurm_gpushare.node.mps import answers
 from slurm_gpushare.proc import run
 from tests.unit.hooks_support import FAKES, ROOT, HookNode, stop_daemons
 
 CLOCK = ROOT / "bench" / "doubles_clock"
+DIRS = probe_import_dirs(sys.executable)
 
 
 def hook(node: HookNode, name: str, env: dict, clock: Path | None) -> dict | None:
-    """Run hook ``name`` as a fresh interpreter (as slurmd would, without the pip wrapper); the clock's line."""
+    """Run hook ``name``'s script as bench/node_hooks.py does (as slurmd would; with ``clock``, through the
+    bench's ``clocked``); the clock's line."""
+    argv = write_scripts(node.tmp / "bin", DIRS)[name]
     if clock is not None:
-        env = {**env, "PYTHONPATH": str(CLOCK), "GPUSHARE_BENCH_DOUBLES": str(clock)}
-    code = f"from slurm_gpushare.hooks.{name} import main; raise SystemExit(main())"
-    res = run([sys.executable, "-c", code], env=env, check=False, timeout=60)
+        env, argv = {**env, "GPUSHARE_BENCH_DOUBLES": str(clock)}, with_clock(argv)
+    res = run(argv, env=env, check=False, timeout=60)
     assert res.returncode == 0, res.stderr
     if clock is None:
         return None

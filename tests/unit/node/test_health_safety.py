@@ -142,9 +142,19 @@ def test_a_site_prolog_that_is_not_ours_is_not_attributed(excl_node, tmp_path):
     assert updates(slurm) == [] and "DRAIN" in slurm.flags
 
 
-def test_a_prolog_error_is_healed_when_ours_is_the_only_prolog(excl_node, tmp_path):
+def lean_prolog(tmp_path) -> str:
+    """The prolog script as gpushare node install writes it."""
+    from slurm_gpushare.node.install import PROLOG, hook_script
+
+    path = tmp_path / "gpushare-prolog"
+    path.write_text(hook_script("/opt/gpushare/bin/python3", ["/opt/gpushare/lib/python3.13/site-packages"], PROLOG))
+    return str(path)
+
+
+@pytest.mark.parametrize("write", [our_prolog, lean_prolog], ids=["console script", "node install's script"])
+def test_a_prolog_error_is_healed_when_ours_is_the_only_prolog(excl_node, tmp_path, write):
     slurm = SiteSlurm("lab-excl01", "gpu:l40s:2")
-    slurm.config["Prolog"] = our_prolog(tmp_path)
+    slurm.config["Prolog"] = write(tmp_path)
     slurm.drained_by_slurm("Prolog error")
     report, _ = run(excl_node, slurm)
     assert report.decision == Resume("Prolog error", by="Slurm after a hook failure, cleaned up since")
