@@ -13,8 +13,9 @@ this interpreter (``#!python -IS``, the import directories ``site`` would add,
 the entry point), and for MPS the test-only nvidia-cuda-mps-control
 (docker/fakes; a real daemon process). One run per job: prolog, task prolog,
 epilog. Plain jobs (below) also run pip's console scripts of the three hooks,
-on a job of their own after those, for comparison (``python`` with ``site``
-and the wrapper's ``import re``): the "(console script)" rows. The baseline,
+on a job of their own, after those or (every other plain job) before them,
+for comparison (``python`` with ``site`` and the wrapper's ``import re``): the
+"(console script)" rows. The baseline,
 measured in the same run the same way, is a bare ``python -c pass`` of the
 same interpreter, measured once per job beside that job's hooks (on a shared
 machine the load changes within a run). The first prolog (which builds the
@@ -278,7 +279,7 @@ class Measured:
 
 def bench_mode(mode: str, runs: int, metrics: bool = False) -> Measured:
     """Job 1 is the cold start; then ``runs`` plain and ``runs`` timed jobs, alternating. A plain job also runs
-    the console scripts, on job ``job + CONSOLE_JOB``."""
+    the console scripts (``console_job``), every other one before the scripts, else after them."""
     node, gpus, mps_pct = MODES[mode]
     got = Measured()
     with tempfile.TemporaryDirectory(prefix=f"gpushare-bench-{mode}-") as tmp:
@@ -291,7 +292,8 @@ def bench_mode(mode: str, runs: int, metrics: bool = False) -> Measured:
                 wall, cpu = timed_cpu([sys.executable, "-c", "pass"], {})
                 got.plain[BASELINE].append(wall)
                 got.plain_cpu[BASELINE].append(cpu)
-            took, cpus, seen = {}, {}, []
+            console_first = not timing and job % 4 == 0
+            took, cpus, seen = console_job(config, node, job, gpus, mps_pct) if console_first else {}, {}, []
             for name, argv in scripts.items():
                 task = name == "task prolog"  # never timed
                 env = hook_env(config, node, job, gpus, mps_pct, task, None if task or not timing else clock)
@@ -305,12 +307,17 @@ def bench_mode(mode: str, runs: int, metrics: bool = False) -> Measured:
                 got.plain["task prolog"].append(took["task prolog"])
             else:
                 got.plain_cpu["prolog+epilog"].append(cpus["prolog"] + cpus["epilog"])
-                for name, argv in CONSOLE.items():
-                    took[name] = timed(argv, hook_env(config, node, job + CONSOLE_JOB, gpus, mps_pct,
-                                                      name.startswith("task prolog")))
+                if not console_first:
+                    took.update(console_job(config, node, job, gpus, mps_pct))
                 for name in HOOKS:
                     got.plain[name].append(took[name])
     return got
+
+
+def console_job(config: Path, node: str, job: int, gpus: str, pct: int | None) -> dict[str, float]:
+    """pip's console scripts of the three hooks on job ``job + CONSOLE_JOB``: wall ms per hook."""
+    return {name: timed(argv, hook_env(config, node, job + CONSOLE_JOB, gpus, pct, name.startswith("task prolog")))
+            for name, argv in CONSOLE.items()}
 
 
 def native_floor(runs: int) -> list[float]:
