@@ -6,7 +6,7 @@ code (``clocked``: the hook scripts run with -IS, so neither PYTHONPATH nor
 ``site``, which would import a sitecustomize, is read there); nothing else
 does (without the variable this module does nothing; on PYTHONPATH, ``site``
 imports it as any sitecustomize). It wraps, when (and only if) the hook
-imports them, three seams of the product, timing each call with
+imports them, four seams of the product, timing each call with
 ``time.perf_counter`` from the hook's side:
 
 - ``slurm_gpushare.proc.run`` when ``argv[0]`` is the fake
