@@ -157,12 +157,12 @@ def bound_one(workload: str, seeds: list[int], cluster, rounds: int, losses: boo
         uniform, planned = score(base), score(plan.policy)
         best, knobs = search(score, base, site, demand, start, rounds)
         rows.append({"seed": seed, "uniform": uniform, "planner": planned, "oracle": max(best, uniform, planned),
-                     "knobs": _changed(knobs), "scored": score.scored,
+                     "knobs": knobs.changed(), "scored": score.scored,
                      "losses": loss_lines(score, build_candidate(base, site, demand, knobs)[0]) if losses else []})
     pub = published(workload)
     fgd = [pub[("06-FGD", s)][0] for s in seeds if ("06-FGD", s) in pub]
     out = {"workload": workload, "seeds": seeds, "rows": rows, "published_fgd": fgd,
-           "planner_kept": "given" if plan.kept_given else _changed(plan.knobs), "wall_s": time.perf_counter() - began}
+           "planner_kept": "given" if plan.kept_given else plan.knobs.changed(), "wall_s": time.perf_counter() - began}
     return out
 
 
@@ -172,12 +172,6 @@ def echo(out: dict) -> None:
         print(f"    seed {r['seed']}: oracle {r['oracle']:.2f} with {r['knobs'] or 'the planner defaults'}", flush=True)
         for text in r["losses"]:
             print(text, flush=True)
-
-
-def _changed(knobs: Knobs) -> str:
-    """The knobs that differ from the defaults, as text."""
-    default = Knobs()
-    return ", ".join(f"{k}={getattr(knobs, k)!r}" for k in SPACE if getattr(knobs, k) != getattr(default, k))
 
 
 def _mean(values) -> float:

@@ -41,7 +41,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from hostlist import collect_hostlist, expand_hostlist as expand_nodes
 
@@ -90,6 +90,12 @@ class Knobs:
     # fractional jobs asking more CPUs than this start in the CPU-rich pool 'cpu' first (None: never), so the
     # shares of CPU-poor nodes keep their CPUs
     frac_heavy: int | None = None
+
+    def changed(self) -> str:
+        """The knobs set away from their defaults, as ``name=value`` text ('defaults' when none is)."""
+        default = Knobs()
+        return ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
+                         if getattr(self, f.name) != getattr(default, f.name)) or "defaults"
 
 
 @dataclass(frozen=True)
@@ -835,7 +841,8 @@ def _best_candidate(base, site, demand, tries, evaluate, budget_s, began, isolat
         scores += many([built[len(scores)][0]])
     among, note = range(len(scores)), []
     if isinstance(evaluate, Evaluator) and (budget_s is None or time.perf_counter() - began <= budget_s):
-        given, scores, among, note = _near_ties(evaluate, base, given, [b[0] for b in built[:len(scores)]], scores)
+        given, scores, among, note = _near_ties(evaluate, base, given, [b[0] for b in built[:len(scores)]], scores,
+                                                [b[1].changed() for b in built])
     tried = [(knobs, score) for (_raw, knobs, _why), score in zip(built, scores)]
     best = max(among, key=lambda i: (scores[i], -i))  # the first of the best
     raw, knobs, why = built[best]
@@ -849,9 +856,11 @@ def _best_candidate(base, site, demand, tries, evaluate, budget_s, began, isolat
 NEAR_TIE, NEAR_TIES = 0.15, 3
 
 
-def _near_ties(evaluate: Evaluator, base: dict, given: float, raws: list[dict], scores: list[float]):
+def _near_ties(evaluate: Evaluator, base: dict, given: float, raws: list[dict], scores: list[float],
+               names: list[str]):
     """(the policy as given's score, the candidates' scores, the indexes the best is chosen among, the report's
-    line on it): the near-ties' scores become their mean over the first sample and the check seeds."""
+    line on it, naming them by ``names``): the near-ties' scores become their mean over the first sample and the
+    check seeds."""
     top = max(scores)
     close = sorted((i for i in range(-1, len(scores)) if (given if i < 0 else scores[i]) >= top - NEAR_TIE),
                    key=lambda i: -(given if i < 0 else scores[i]))[:NEAR_TIES]
@@ -867,8 +876,9 @@ def _near_ties(evaluate: Evaluator, base: dict, given: float, raws: list[dict], 
         else:
             scores[i] = mean
     seeds = ", ".join(str(x) for x in (*evaluate.seeds, *evaluate.check_seeds))
-    note = [f"the {len(close)} scores within {NEAR_TIE} of the best on the first sample are means over seeds "
-            f"{seeds}; the best is chosen among them"]
+    which = "; ".join("the policy as given" if i < 0 else names[i] for i in close)
+    note = [f"the {len(close)} scores within {NEAR_TIE} of the best on the first sample ({which}) are means over "
+            f"seeds {seeds}; the best is chosen among them"]
     return given, scores, [i for i in close if i >= 0], note
 
 
@@ -945,7 +955,7 @@ def plan_report(demand: Demand, before: Site, after: Site, why: list[str], tried
         lines.append("candidates (packing score on sampled arrivals):")
         if given is not None:
             lines.append(f"  the policy as given: {given:.2f}")
-        lines += [f"  {k}: {s:.2f}" for k, s in tried]
+        lines += [f"  {k.changed()}: {s:.2f}" for k, s in tried]
     lines += verdict
     return lines
 

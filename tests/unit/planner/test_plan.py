@@ -542,7 +542,11 @@ def test_near_ties_are_scored_again_on_more_seeds_and_decide_by_their_mean():
     assert script.evaluator.calls[-1] == ((8, 9), ["k0", "k1"])  # k2 and the policy as given: not close
     assert dict(result.tried)[Knobs(frac_factor=2.0)] == first["k2"]
     assert result.score == pytest.approx((first["k1"] + 2 * 90.0) / 3)
-    assert any("the 2 scores within" in line and "seeds 7, 8, 9" in line for line in result.report)
+    assert any("the 2 scores within" in line and "(defaults; frac_factor=0.5) are means over seeds 7, 8, 9" in line
+               for line in result.report)
+    # each candidate by the knobs it sets away from the defaults
+    assert {"  defaults: 89.33", "  frac_factor=2.0: 89.70"} <= set(result.report)
+    assert any(line.startswith("  frac_factor=0.5: 89.9") for line in result.report)
     # no check seeds: the first sample decides
     alone = _Scripted(names, first, again, check_seeds=())
     assert plan(base, d, evaluate=alone.evaluator, candidates=knobs).knobs == Knobs()
