@@ -135,6 +135,7 @@ class SlurmState:
             self.usable_by_type[code] = (usable & (self.rec_type == code)).sum(axis=1)
         self.rec_whole = ~self.rec_mig & (self.rec_type >= 0)  # a real gpu record of a whole (non-MIG) GPU
         self.shared_gpu = self.sh_cap > 0  # a GPU with mps/shard count
+        self.any_mig = bool(self.rec_mig.any())  # without MIG records a gpu job's records are all whole GPUs
         self._part_masks: dict[tuple[str, ...], list[np.ndarray]] = {}  # a job's partitions, in the order tried
         self.features = tuple(frozenset(x.features) for x in nodes)
         self._feature_masks: dict[str, np.ndarray] = {}  # a constraint -> the nodes whose features satisfy it
@@ -214,11 +215,11 @@ class SlurmState:
             recs = match.nonzero()[0][: req.count]
             self.rec_free[node, recs] = False
             self._unusable(node, recs)
-            whole = recs[~self.rec_mig[node, recs]]
+            whole = recs[~self.rec_mig[node, recs]] if self.any_mig else recs
             if len(whole):
                 gpus = self.rec_gpu[node, whole]
                 self.gpu_taken[node, gpus] = True
-                if self.shared_gpu[node, gpus].any():  # a whole job on a GPU that had mps/shard count
+                if _ANY(self.shared_gpu[node, gpus]):  # a whole job on a GPU that had mps/shard count
                     for kind, room in self.room.items():
                         if room[node, gpus].any():
                             room[node, gpus] = 0
@@ -289,7 +290,7 @@ def natural_key(name: str) -> tuple:
 
 
 # the ufuncs' reductions called directly (ndarray.max and friends go through a Python wrapper each call)
-_MIN, _MAX, _SUM = np.minimum.reduce, np.maximum.reduce, np.add.reduce
+_MIN, _MAX, _SUM, _ANY = np.minimum.reduce, np.maximum.reduce, np.add.reduce, np.logical_or.reduce
 
 
 def consec_pick(ok: np.ndarray, weight: np.ndarray, cpus: np.ndarray) -> int:
@@ -359,6 +360,7 @@ class SlurmPolicy:
         shares = {code: self.mig_shares.get(t, GPU_MILLI) for t, code in self.state.types.items()}
         self.rec_share = np.vectorize(lambda c: shares.get(c, GPU_MILLI), otypes=[np.int64])(self.state.rec_type)
         self.pod_milli = [p.gpu_milli for p in pods]
+        self.may_undersize = bool((self.rec_share < GPU_MILLI).any())  # only MIG slices stand for less than a GPU
         self.pod_ls_share = [p.qos == "LS" and p.num_gpu == 1 and p.gpu_milli < GPU_MILLI for p in pods]
         self.undersized = 0
         self.ls_not_mig = 0
@@ -374,7 +376,8 @@ class SlurmPolicy:
         if node < 0:
             return False
         got = self.state.allocate(req, node)
-        if req.gres == "gpu" and got and int(self.rec_share[node, list(got)].min()) < self.pod_milli[pod]:
+        if (self.may_undersize and req.gres == "gpu" and got
+                and int(self.rec_share[node, list(got)].min()) < self.pod_milli[pod]):
             self.undersized += 1
         if self.pod_ls_share[pod] and not (req.gres == "gpu" and got and self.state.rec_mig[node, list(got)].all()):
             self.ls_not_mig += 1
