@@ -43,8 +43,10 @@ def demand_pods(demand: Demand) -> tuple[Pod, ...]:
     return tuple(pods)
 
 
-def packing_score(raw: dict, pods: Sequence[Pod], seeds: Sequence[int] = SEEDS, percent: int = 100) -> float:
-    """Mean placed GPU share (%) at ``percent`` arrived, over ``seeds``, for the policy mapping ``raw``."""
+def packing_score(raw: dict, pods: Sequence[Pod], seeds: Sequence[int] = SEEDS, percent: int = 100,
+                  memo: dict | None = None) -> float:
+    """Mean placed GPU share (%) at ``percent`` arrived, over ``seeds``, for the policy mapping ``raw``. ``memo``:
+    where the arrival orders of these pods are kept between calls (by the cluster's GPU count and the seed)."""
     site = build_site(raw, "candidate")
     cluster = sim_cluster(site)
     router = SubmitRouter(site)
@@ -52,7 +54,12 @@ def packing_score(raw: dict, pods: Sequence[Pod], seeds: Sequence[int] = SEEDS, 
     demand = np.array([p.gpu_demand_milli for p in pods], dtype=np.int64)
     out = []
     for seed in seeds:
-        arrivals = arrival_sequence(pods, cluster.gpu_count, seed)
+        key = (cluster.gpu_count, seed)
+        arrivals = memo.get(key) if memo is not None else None
+        if arrivals is None:
+            arrivals = arrival_sequence(pods, cluster.gpu_count, seed)
+            if memo is not None:
+                memo[key] = arrivals
         policy = SlurmPolicy("candidate", router)
         policy.start(cluster, pods, np.random.default_rng([seed, 1]))
         limit = percent * arrivals.capacity_milli / 100
@@ -76,14 +83,16 @@ class Evaluator:
                  check_seeds: Sequence[int] = CHECK_SEEDS):
         self.pods, self.seeds, self.workers = demand_pods(demand), tuple(seeds), max(1, workers)
         self.check_seeds = tuple(check_seeds)
+        self._arrivals: dict = {}  # every candidate is scored on the same arrival orders: drawn once per process
 
     def __call__(self, raw: dict) -> float:
-        return packing_score(raw, self.pods, self.seeds)
+        return packing_score(raw, self.pods, self.seeds, memo=self._arrivals)
 
     def many(self, raws: Sequence[dict], seeds: Sequence[int] | None = None) -> list[float]:
         """The scores of ``raws`` on ``seeds`` (default: the evaluator's own)."""
         seeds = self.seeds if seeds is None else tuple(seeds)
-        return list(forked_map(lambda raw: packing_score(raw, self.pods, seeds), list(raws), self.workers))
+        return list(forked_map(lambda raw: packing_score(raw, self.pods, seeds, memo=self._arrivals), list(raws),
+                               self.workers))
 
 
 def forked_map(fn: Callable, items: list, workers: int) -> Iterator:
