@@ -86,7 +86,7 @@ class Evaluator:
         self._arrivals: dict = {}  # every candidate is scored on the same arrival orders: drawn once per process
 
     def __call__(self, raw: dict) -> float:
-        return packing_score(raw, self.pods, self.seeds, memo=self._arrivals)
+        return self.many([raw])[0]
 
     def many(self, raws: Sequence[dict], seeds: Sequence[int] | None = None) -> list[float]:
         """The scores of ``raws`` on ``seeds`` (default: the evaluator's own)."""

@@ -841,8 +841,7 @@ def _best_candidate(base, site, demand, tries, evaluate, budget_s, began, isolat
         scores += many([built[len(scores)][0]])
     among, note = range(len(scores)), []
     if isinstance(evaluate, Evaluator) and (budget_s is None or time.perf_counter() - began <= budget_s):
-        given, scores, among, note = _near_ties(evaluate, base, given, [b[0] for b in built[:len(scores)]], scores,
-                                                [b[1].changed() for b in built])
+        given, scores, among, note = _near_ties(evaluate, base, given, built, scores)
     tried = [(knobs, score) for (_raw, knobs, _why), score in zip(built, scores)]
     best = max(among, key=lambda i: (scores[i], -i))  # the first of the best
     raw, knobs, why = built[best]
@@ -856,30 +855,27 @@ def _best_candidate(base, site, demand, tries, evaluate, budget_s, began, isolat
 NEAR_TIE, NEAR_TIES = 0.15, 3
 
 
-def _near_ties(evaluate: Evaluator, base: dict, given: float, raws: list[dict], scores: list[float],
-               names: list[str]):
+def _near_ties(evaluate: Evaluator, base: dict, given: float, built: list[tuple[dict, Knobs, list[str]]],
+               scores: list[float]):
     """(the policy as given's score, the candidates' scores, the indexes the best is chosen among, the report's
-    line on it, naming them by ``names``): the near-ties' scores become their mean over the first sample and the
-    check seeds."""
+    line on it): the near-ties' scores become their mean over the first sample and the check seeds. ``built``:
+    the candidates (policy, knobs, report lines) whose first ``len(scores)`` were scored; index -1 below is the
+    policy as given."""
+    first = [*scores, given]  # first[-1]: the policy as given
     top = max(scores)
-    close = sorted((i for i in range(-1, len(scores)) if (given if i < 0 else scores[i]) >= top - NEAR_TIE),
-                   key=lambda i: -(given if i < 0 else scores[i]))[:NEAR_TIES]
+    close = sorted((i for i in range(-1, len(scores)) if first[i] >= top - NEAR_TIE), key=lambda i: -first[i])
+    close = close[:NEAR_TIES]
     if len(close) < 2 or not evaluate.check_seeds:
         return given, scores, range(len(scores)), []
     n, m = len(evaluate.seeds), len(evaluate.check_seeds)
-    again = evaluate.many([base if i < 0 else raws[i] for i in close], evaluate.check_seeds)
-    scores = list(scores)
+    again = evaluate.many([base if i < 0 else built[i][0] for i in close], evaluate.check_seeds)
     for i, extra in zip(close, again):
-        mean = ((given if i < 0 else scores[i]) * n + extra * m) / (n + m)
-        if i < 0:
-            given = mean
-        else:
-            scores[i] = mean
+        first[i] = (first[i] * n + extra * m) / (n + m)
     seeds = ", ".join(str(x) for x in (*evaluate.seeds, *evaluate.check_seeds))
-    which = "; ".join("the policy as given" if i < 0 else names[i] for i in close)
+    which = "; ".join("the policy as given" if i < 0 else built[i][1].changed() for i in close)
     note = [f"the {len(close)} scores within {NEAR_TIE} of the best on the first sample ({which}) are means over "
             f"seeds {seeds}; the best is chosen among them"]
-    return given, scores, [i for i in close if i >= 0], note
+    return first[-1], first[:-1], [i for i in close if i >= 0], note
 
 
 def _verdict(given: float, best: float, keep_given: bool, constrained: bool) -> list[str]:
