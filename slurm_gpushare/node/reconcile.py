@@ -99,7 +99,7 @@ def daemon_dirs(state_dir: str) -> dict[str, str]:
 
 def mps_processes_under(state_dir: str, proc: str = "/proc") -> dict[int, str]:
     """pid -> pipe dir of the MPS processes (mps.mps_processes) whose pipe dir is one of this state dir's keys."""
-    from .mps import mps_processes
+    from .procscan import mps_processes
 
     root = str(Path(state_dir) / "mps")
     return {pid: pipe for pid, pipe in mps_processes(proc).items()
@@ -162,7 +162,7 @@ def execute_reconcile(plan: ReconcilePlan, store: JournalStore, mps, killer, jou
         except GpushareError as exc:
             failed.append(str(exc))
     if plan.processes:
-        from .mps import _running, kill_scanned, mps_processes
+        from .procscan import kill_scanned, mps_processes, running as _running
 
         wanted = {(a.pid, a.pipe_dir) for a in plan.processes}
         # scanned again at the kill: only a pid that is still that MPS process (no reused pid is killed)

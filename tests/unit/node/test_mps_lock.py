@@ -241,7 +241,7 @@ def _comm(pid: int) -> str:
 def test_what_a_killed_daemon_left_is_killed_before_a_fresh_start(node):
     """The fake's servers, like real ones, can outlive a SIGKILLed control daemon: the next prolog of its key
     kills them (found by name and by the pipe dir in their environment) before starting a fresh daemon."""
-    from slurm_gpushare.node.mps import leftover_processes
+    from slurm_gpushare.node.procscan import leftover_processes
 
     daemon = start_serve_and_kill_job_1(node)
     orphans = list(node.orphans)
@@ -264,10 +264,12 @@ def test_kill_leftovers_scans_again_for_a_server_forked_before_its_daemon_died(m
     finds nothing new, and kills what the second scan found."""
     scans = iter([[101], [101, 102], [101, 102]])
     killed = []
-    monkeypatch.setattr(mps_module, "leftover_processes", lambda pipe_dir: next(scans))
-    monkeypatch.setattr(mps_module, "_running", lambda pid: False)
-    monkeypatch.setattr(mps_module.os, "kill", lambda pid, sig: killed.append((pid, sig)))
-    assert mps_module.kill_leftovers("/s/mps/g0-u5-p25/pipe") == [101, 102]
+    from slurm_gpushare.node import procscan
+
+    monkeypatch.setattr(procscan, "leftover_processes", lambda pipe_dir: next(scans))
+    monkeypatch.setattr(procscan, "running", lambda pid: False)
+    monkeypatch.setattr(procscan.os, "kill", lambda pid, sig: killed.append((pid, sig)))
+    assert procscan.kill_leftovers("/s/mps/g0-u5-p25/pipe") == [101, 102]
     assert killed == [(101, signal.SIGKILL), (102, signal.SIGKILL)]
 
 
