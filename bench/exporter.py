@@ -83,10 +83,8 @@ def fake_runner(squeue: str, scontrol: str):
     slurm = FakeSlurm(cluster="lab")
     slurm.assocs = [ln.split("|") for ln in (rec / "sacctmgr-assoc-policy.parsable2").read_text().splitlines()]
     slurm.sshare_text = (rec / "sshare.parsable2").read_text()
-    from tests.unit.slurm_fakes import squeue_summaries
-
-    answers = {tuple(commands.SQUEUE_JSON): squeue, tuple(commands.NODES_JSON): scontrol,
-               tuple(commands.JOB_SUMMARIES): squeue_summaries(squeue)}  # what the exporter reads (--Format)
+    answers = {tuple(commands.SQUEUE_JSON): squeue, tuple(commands.NODES_JSON): scontrol}
+    slurm.squeue_json = squeue  # FakeSlurm prints the summaries the exporter reads (--Format) from it
 
     def run(argv, **kw):
         argv = tuple(argv)

@@ -14,7 +14,7 @@ looked up on the PATH of ``env`` when it has no slash, descriptors other
 than 0-2 not inherited (``close_fds``), SIGPIPE and SIGXFSZ back to their
 defaults (``restore_signals``), a new session, stdin from /dev/null without
 ``input``, output decoded as subprocess decodes it (UTF-8 mode, else the
-locale's encoding; universal newlines).
+locale's encoding; universal newlines), but an undecodable byte read as U+FFFD.
 """
 
 from __future__ import annotations
@@ -107,8 +107,10 @@ def _text_encoding() -> str:
 
 
 def _text(data: bytes, encoding: str) -> str:
-    """As subprocess decodes text output: strict, universal newlines."""
-    return data.decode(encoding).replace("\r\n", "\n").replace("\r", "\n")
+    """As subprocess decodes text output (universal newlines), but a byte that does not decode reads as U+FFFD:
+    commands print text that users chose (a job's name may be any bytes), and one such byte must not make the
+    whole output unreadable."""
+    return data.decode(encoding, errors="replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 class _Child:

@@ -8,11 +8,13 @@ from __future__ import annotations
 import io
 import json
 import re
-from typing import Sequence
+from collections import Counter
+from typing import Callable, Sequence
 
 from ..errors import GpushareError
 from ..proc import Runner, run
 from . import commands
+from .parsable import delimited, delimiter, skip
 from .model import GresUse, Job, Node, Partition, gres_from_tres, node_state, parse_gres_config, parse_gres_detail, parse_tres_counts
 
 class SlurmClientError(GpushareError):
@@ -20,12 +22,19 @@ class SlurmClientError(GpushareError):
 
 
 class CliClient:
-    """Slurm through its commands, ``--json`` where it prints it."""
+    """Slurm through its commands, ``--json`` where it prints it.
+
+    A job's name, comment, extra, work directory (and, without enforced associations, its account and QOS)
+    are text its user chose: every read here is ``--json``, or a command whose text fields are followed by a
+    delimiter no user can know (``parsable.delimiter``), or one whose fields hold no user's text. A record
+    that does not parse is skipped, logged and counted in ``skipped`` (by command), never fatal to the rest.
+    """
 
     backend = "cli"
 
     def __init__(self, runner: Runner = run, *, timeout: float = 120.0, env: dict | None = None):
         self.runner, self.timeout, self.env = runner, timeout, env
+        self.skipped: Counter[str] = Counter()
 
     def _run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None):
         kwargs = {"env": self.env} if self.env is not None else {}
@@ -40,48 +49,66 @@ class CliClient:
             doc = json.loads(text)
         except ValueError as exc:
             raise SlurmClientError(f"`{' '.join(argv)}` did not print JSON: {exc}") from None
-        items = doc.get(key)
+        items = doc.get(key) if isinstance(doc, dict) else None
         if not isinstance(items, list):
             raise SlurmClientError(f"`{' '.join(argv)}`: no {key!r} list in its JSON")
         return items
 
+    def _each(self, convert: Callable, items: list, source: str) -> list:
+        """``convert`` of every item; one that does not convert is skipped and counted in ``skipped[source]``."""
+        out = []
+        for item in items:
+            try:
+                out.append(convert(item))
+            except (KeyError, TypeError, ValueError, AttributeError, GpushareError) as exc:
+                skip(self.skipped, source, f"{type(exc).__name__}: {exc}"[:200])
+        return out
+
     # ---- reads -------------------------------------------------------------------------------
     def jobs(self) -> list[Job]:
         """Every job slurmctld holds (pending, running, completing), all partitions."""
-        return [job_from_json(j) for j in self._json(commands.SQUEUE_JSON, "jobs")]
+        return self._each(job_from_json, self._json(commands.SQUEUE_JSON, "jobs"), "squeue --json")
 
     def job_summaries(self) -> list[Job]:
-        """Every job as ``jobs()`` reads it, but from ``squeue --Format`` (commands.JOB_SUMMARIES): a running
-        job's GRES per node are counts without device indexes (``GresUse.indexes`` None). Jobs on several nodes
-        are read again with ``--json`` (squeue prints only their total). For pollers: 30 times faster."""
-        text = self.runner(list(commands.JOB_SUMMARIES), timeout=self.timeout, check=True, env=self._epoch_env()).stdout
+        """Every job as ``jobs()`` reads it, but from ``squeue --Format`` (commands.job_summaries): a running
+        job's GRES per node are counts without device indexes (``GresUse.indexes`` None), and no name (``""``).
+        Jobs on several nodes are read again with ``--json`` (squeue prints only their total). For pollers: 30
+        times faster."""
+        delim = delimiter()
+        text = self.runner(commands.job_summaries(delim), timeout=self.timeout, check=True,
+                           env=self._epoch_env()).stdout
+        source = "squeue --Format"
         jobs, multi = [], []
-        for line in text.splitlines():
-            if not line.strip():
+        for fields in delimited(text, delim, len(commands.JOB_SUMMARY_FIELDS), source, self.skipped):
+            try:
+                job, nodes = job_from_summary(fields)
+            except SlurmClientError as exc:
+                skip(self.skipped, source, str(exc))
                 continue
-            job, nodes = job_from_summary(line)
             (multi if nodes > 1 else jobs).append(job)
         if multi:
             ids = [j.job_id for j in multi]
-            again = {j.job_id: j for j in (job_from_json(d) for d in self._json(commands.jobs_json(ids), "jobs"))}
+            again = {j.job_id: j for j in self._each(job_from_json, self._json(commands.jobs_json(ids), "jobs"),
+                                                     "squeue --json")}
             jobs += [again.get(j.job_id, j) for j in multi]  # one that ended meanwhile keeps its summary
         return jobs
 
     def jobs_on_node(self, node: str) -> list[Job]:
-        return [job_from_json(j) for j in self._json(commands.jobs_on_node_json(node), "jobs")]
+        return self._each(job_from_json, self._json(commands.jobs_on_node_json(node), "jobs"), "squeue --json")
 
     def nodes(self) -> list[Node]:
-        return [node_from_json(n) for n in self._json(commands.NODES_JSON, "nodes")]
+        return self._each(node_from_json, self._json(commands.NODES_JSON, "nodes"), "scontrol show node --json")
 
     def node(self, name: str) -> Node:
-        found = [node_from_json(n) for n in self._json(commands.node_json(name), "nodes")]
+        found = self._each(node_from_json, self._json(commands.node_json(name), "nodes"), "scontrol show node --json")
         match = [n for n in found if n.name == name]
         if not match:
             raise SlurmClientError(f"scontrol show node {name}: no such node")
         return match[0]
 
     def partitions(self) -> list[Partition]:
-        return [partition_from_json(p) for p in self._json(commands.PARTITIONS_JSON, "partitions")]
+        return self._each(partition_from_json, self._json(commands.PARTITIONS_JSON, "partitions"),
+                          "scontrol show partition --json")
 
     def job_ids_on_node(self, node: str) -> set[int]:
         """Job ids Slurm has on the node, in any state that holds it (``squeue -w NODE -h -o %A``)."""
@@ -93,12 +120,12 @@ class CliClient:
         return jobs
 
     def gpu_job_lines(self, node: str) -> list[tuple[str, str]]:
-        """(job id, TRES per node) of the jobs on the node (``squeue -w NODE -h -o '%A %b'``)."""
-        out = []
-        for line in self._run(commands.gpu_jobs_on_node(node)).stdout.splitlines():
-            job, _, tres = line.strip().partition(" ")
-            out.append((job, tres.strip()))
-        return out
+        """(job id, TRES per node) of the jobs on the node (``squeue -w NODE -h --Format JobID,tres-per-node``,
+        a delimiter no job knows after each field)."""
+        delim = delimiter()
+        text = self._run(commands.gpu_jobs_on_node(node, delim)).stdout
+        return [(job.strip(), tres.strip())
+                for job, tres in delimited(text, delim, len(commands.GPU_JOB_FIELDS), f"squeue -w {node}", self.skipped)]
 
     def associations(self, cluster: str | None = None):
         from . import sacctmgr
@@ -132,7 +159,7 @@ class CliClient:
         """The sacct job records (``JobSource``) of this backend."""
         from .sacct import SacctSource
 
-        return SacctSource(self.runner)
+        return SacctSource(self.runner, skipped=self.skipped)
 
     # ---- changes -----------------------------------------------------------------------------
     def drain(self, node: str, reason: str, *, check: bool = True) -> None:
@@ -243,19 +270,22 @@ def _time(value) -> int | None:
     return int(number) if number else None
 
 
-def job_from_summary(line: str) -> tuple[Job, int]:
-    """One line of commands.JOB_SUMMARIES as a Job, and the number of nodes its allocation spans."""
+def job_from_summary(f: Sequence[str]) -> tuple[Job, int]:
+    """The fields of one record of commands.job_summaries as a Job (no name), and the number of nodes its
+    allocation spans."""
     n = len(commands.JOB_SUMMARY_FIELDS)
-    f = line.split("|", n - 1)
     if len(f) != n or not f[0].isdigit():
-        raise SlurmClientError(f"squeue --Format: unexpected line {line!r} (want {n} fields: "
-                               f"{', '.join(commands.JOB_SUMMARY_FIELDS)})")
-    job_id, array_job, task, state, reason, user, account, partition, qos, per_node, submit, nodes, alloc, name = f
+        raise SlurmClientError(f"squeue --Format: unexpected record {list(f)!r:.200} (want {n} fields: "
+                               f"{', '.join(commands.JOB_SUMMARY_FIELDS)}; a job id first)")
+    job_id, array_job, task, state, reason, user, account, partition, qos, per_node, submit, nodes, alloc = f
     # squeue prints some reasons with a description ('ReqNodeNotAvail, UnavailableNodes:lab-excl01'); --json
     # has the reason alone, and a label must stay bounded
     reason = reason.split(",", 1)[0]
     tres = parse_tres_counts(alloc)
-    n_nodes = int(dict(item.partition("=")[::2] for item in alloc.split(",") if "=" in item).get("node", "1") or 1)
+    count = dict(item.partition("=")[::2] for item in alloc.split(",") if "=" in item).get("node", "1") or "1"
+    if not count.isdigit():
+        raise SlurmClientError(f"squeue --Format: job {job_id}: node count {count!r} in tres-alloc is not a number")
+    n_nodes = int(count)
     use = {}
     if state != "PENDING" and nodes and n_nodes == 1:
         # typed entries where Slurm gives them ('gres/gpu:l40s=1' beside 'gres/gpu=1'), the bare name otherwise
@@ -267,7 +297,7 @@ def job_from_summary(line: str) -> tuple[Job, int]:
     is_array = task not in ("N/A", "")
     return Job(
         job_id=int(job_id), array_job_id=int(array_job) if is_array and array_job.isdigit() else None,
-        array_task_id=int(task) if is_array and task.isdigit() else None, name=name, user=user, account=account,
+        array_task_id=int(task) if is_array and task.isdigit() else None, name="", user=user, account=account,
         partition=partition, qos=qos, state=state, reason=reason, nodes=nodes,
         gres_request=parse_gres_config(None if per_node in ("N/A", "") else per_node),
         gres_alloc={nodes: use} if use else {}, submit_time=int(submit) if submit.isdigit() else None,

@@ -8,12 +8,17 @@ empty field, an unknown time as ``Unknown`` (or ``None``), a TRES list as
 
 from __future__ import annotations
 
+import logging
 import math
 import re
+import secrets
+from collections import Counter
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Iterable, Iterator
 
 from ..errors import GpushareError
+
+log = logging.getLogger("gpushare.slurm")
 
 
 class SlurmParseError(GpushareError):
@@ -39,6 +44,47 @@ def rows(lines: Iterable[str], ncols: int, source: str = "output") -> Iterator[l
         if len(fields) != ncols:
             raise SlurmParseError(f"{source} line {number}: {len(fields)} fields, expected {ncols}: {line[:120]!r}")
         yield fields
+
+
+def delimiter() -> str:
+    """A field delimiter no job can put in its own text: ``|``, 16 random hex digits, ``|``; new for every command.
+
+    Job names, comments, work directories, and (where AccountingStorageEnforce
+    lacks ``associations``) accounts and QOS are text a user chooses, and may
+    hold ``|`` and newlines. A reader that splits Slurm's text on those can be
+    handed forged records. With a delimiter the user cannot know when the job
+    was named (``squeue --Format 'F:<d>,...'``, ``sacct -p --delimiter=<d>``:
+    the delimiter after every field, the last one included), a record ends
+    only at ``<d>`` and a newline, and a field's own newlines stay inside it
+    (``delimited``).
+    """
+    return f"|{secrets.token_hex(8)}|"
+
+
+def delimited(text: str, delim: str, ncols: int, source: str, skipped: Counter | None = None) -> Iterator[list[str]]:
+    """The records of ``text`` printed with ``delim`` after every field, each ended by ``delim`` and a newline.
+
+    A record without exactly ``ncols`` fields (a command printed something
+    else, or a record was cut) is skipped, logged and counted in
+    ``skipped[source]``; the others are read. Lazily, one record at a time.
+    """
+    end, pos, size = delim + "\n", 0, len(text)
+    while pos < size:
+        cut = text.find(end, pos)
+        record = text[pos:] if cut < 0 else text[pos:cut]
+        pos = size if cut < 0 else cut + len(end)
+        fields = record.split(delim)
+        if len(fields) == ncols and cut >= 0:
+            yield fields
+        elif record.strip():
+            skip(skipped, source, f"{len(fields)} fields, expected {ncols}: {record[:120]!r}")
+
+
+def skip(skipped: Counter | None, source: str, why: str) -> None:
+    """Count (in ``skipped[source]``) and log one record of ``source`` that was not read."""
+    if skipped is not None:
+        skipped[source] += 1
+    log.warning("%s: skipped a record that does not parse (%s)", source, why)
 
 
 _UNITS = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3}

@@ -45,6 +45,7 @@ class FakeSlurm:
     jobs: list[FakeJob] = field(default_factory=list)
     sshare_text: str = ""
     sshare_json: str = ""
+    squeue_json: str = ""  # the jobs of squeue --json, printed by the job summaries (squeue --Format) too
     calls: list[tuple[str, ...]] = field(default_factory=list)
     envs: list[dict | None] = field(default_factory=list)
     cluster: str = "lab"
@@ -66,7 +67,8 @@ class FakeSlurm:
         argv = tuple(argv)
         self.calls.append(argv)
         self.envs.append(env)
-        tool = {"sacct": self._sacct, "sshare": self._sshare, "sacctmgr": self._sacctmgr}.get(argv[0])
+        tool = {"sacct": self._sacct, "sshare": self._sshare, "sacctmgr": self._sacctmgr,
+                "squeue": self._squeue}.get(argv[0])
         if tool is None:
             raise UnknownCommand(f"not a Slurm command the accounting code may run: {argv!r}")
         code, out, err = tool(list(argv[1:]))
@@ -78,13 +80,22 @@ class FakeSlurm:
     # ---- sacct -----------------------------------------------------------------------------
 
     def _sacct(self, args):
-        expect = ["-a", "-X", "-P", "--noheader", "-S", None, "-E", None, "-o", None]
-        if len(args) != len(expect) or any(e is not None and a != e for a, e in zip(args, expect)):
+        # -P: '|' between fields; -p: after each, --delimiter=D instead of '|' (sacct ignores it without -p/-P)
+        delim = args.pop(4)[len("--delimiter="):] if len(args) > 4 and args[4].startswith("--delimiter=") else "|"
+        expect = ["-a", "-X", None, "--noheader", "-S", None, "-E", None, "-o", None]
+        if (len(args) != len(expect) or args[2] not in ("-P", "-p")
+                or any(e is not None and a != e for a, e in zip(args, expect))):
             raise UnknownCommand(f"sacct {args!r}")
         lo, hi = (datetime.fromisoformat(args[5]).timestamp(), datetime.fromisoformat(args[7]).timestamp())
         fields = args[9].split(",")
-        out = [self._job_line(j, fields) for j in self.jobs if self._overlaps(j, lo, hi)]
+        out = [self._job_line(j, fields, delim, args[2] == "-p") for j in self.jobs if self._overlaps(j, lo, hi)]
         return 0, "".join(out), ""
+
+    def _squeue(self, args):
+        delim = summaries_delimiter(["squeue", *args])
+        if delim is None or not self.squeue_json:
+            raise UnknownCommand(f"squeue {args!r}")
+        return 0, squeue_summaries(self.squeue_json, delim), ""
 
     @staticmethod
     def _overlaps(job: FakeJob, lo: float, hi: float) -> bool:
@@ -93,7 +104,7 @@ class FakeSlurm:
         return job.start < hi and (job.end is None or job.end >= lo)
 
     @staticmethod
-    def _job_line(job: FakeJob, fields) -> str:
+    def _job_line(job: FakeJob, fields, delim: str = "|", ending: bool = False) -> str:
         # SLURM_TIME_FORMAT=%s: epoch seconds; unknown times print "Unknown"
         def t(v):
             return "Unknown" if v is None else str(v)
@@ -105,7 +116,7 @@ class FakeSlurm:
         unknown = [f for f in fields if f not in values]
         if unknown:
             raise UnknownCommand(f"sacct field(s) {unknown}")
-        return "|".join(values[f] for f in fields) + "\n"
+        return delim.join(values[f] for f in fields) + (delim if ending else "") + "\n"
 
     # ---- sshare ----------------------------------------------------------------------------
 
@@ -275,10 +286,27 @@ def _merge_tres(current: str, change: str) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(tres.items()))
 
 
-def squeue_summaries(squeue_json: str) -> str:
-    """What ``squeue --Format`` (commands.JOB_SUMMARIES, SLURM_TIME_FORMAT=%s) prints for the jobs of a
+def summaries_delimiter(argv) -> str | None:
+    """The delimiter of a job summaries command (commands.job_summaries), None for any other argv."""
+    from slurm_gpushare.slurm import commands
+
+    argv = list(argv)
+    head = commands.job_summaries("")[:4]
+    if argv[:4] != head or len(argv) != 5:
+        return None
+    specs = argv[4].split(",")
+    names = tuple(spec.split(":", 1)[0] for spec in specs)
+    delims = {spec.split(":", 1)[1] for spec in specs if ":" in spec}
+    if names != commands.JOB_SUMMARY_FIELDS or len(delims) != 1:
+        raise UnknownCommand(f"squeue --Format {argv[4]!r}")
+    return delims.pop()
+
+
+def squeue_summaries(squeue_json: str, delim: str = "|") -> str:
+    """What ``squeue --Format`` (commands.job_summaries(delim), SLURM_TIME_FORMAT=%s) prints for the jobs of a
     ``squeue --json`` document of the same moment, as real 24.11.5 printed it (checked against a recording
-    of both at one moment: tests/data/slurm/recorded-24.11.5/summaries/, test_slurm_summaries.py)."""
+    of both at one moment: tests/data/slurm/recorded-24.11.5/summaries/, test_summaries.py): ``delim`` after
+    every field."""
     import json
 
     def num(v):
@@ -292,7 +320,6 @@ def squeue_summaries(squeue_json: str) -> str:
         alloc = j.get("tres_req_str") if state == "PENDING" else j.get("tres_alloc_str")
         fields = [j["job_id"], array_job or j["job_id"], task_text, state, j.get("state_reason") or "None",
                   j.get("user_name", ""), j.get("account", ""), j.get("partition", ""), j.get("qos", ""),
-                  j.get("tres_per_node") or "N/A", num(j.get("submit_time")), j.get("nodes") or "", alloc or "",
-                  j.get("name", "")]
-        lines.append("|".join(str(f) for f in fields))
+                  j.get("tres_per_node") or "N/A", num(j.get("submit_time")), j.get("nodes") or "", alloc or ""]
+        lines.append("".join(f"{f}{delim}" for f in fields))
     return "".join(line + "\n" for line in lines)

@@ -61,7 +61,8 @@ class FakeSlurm:
         if argv == ["scontrol", "reconfigure"]:
             self.gres = self._registered()
             return self._ok("")
-        if argv[:4] == ["squeue", "-w", n, "-h"] and argv[4:] in (["-o", "%A %b"], ["-o", "%A"]):
+        gpu_jobs = argv[4:5] == ["--Format"] and argv[:4] == ["squeue", "-w", n, "-h"]
+        if gpu_jobs or (argv[:4] == ["squeue", "-w", n, "-h"] and argv[4:] == ["-o", "%A"]):
             for job in list(self.finish_after):
                 self.finish_after[job] -= 1
                 if self.finish_after[job] < 0:
@@ -69,7 +70,9 @@ class FakeSlurm:
                     del self.finish_after[job]
             if argv[-1] == "%A":
                 return self._ok("".join(f"{j}\n" for j in self.jobs))
-            return self._ok("".join(f"{j} {t}\n" for j, t in self.jobs.items()))
+            delim = argv[5].split(",")[0][len("JobID:"):]  # commands.gpu_jobs_on_node: the delimiter after each field
+            assert argv[5] == f"JobID:{delim},tres-per-node:{delim}" and len(delim) > 8
+            return self._ok("".join(f"{j}{delim}{t}{delim}\n" for j, t in self.jobs.items()))
         if argv == ["squeue", "-w", n, "-h", "-t", "RUNNING", "--Format", "JobID:|,StartTime:|,BatchHost:|,BatchFlag:"]:
             assert env and env.get("SLURM_TIME_FORMAT") == "%s", "start times are read as epoch seconds"
             return self._ok("".join(f"{j}|{self.started.get(j, int(time.time()))}|{n}|{int(j not in self.interactive)}\n"

@@ -25,7 +25,7 @@ from slurm_gpushare.proc import CommandError, Result
 from slurm_gpushare.slurm import commands
 from slurm_gpushare.slurm.cli_backend import CliClient
 from slurm_gpushare.slurm.model import GresUse, Job, Node
-from tests.unit.slurm_fakes import FakeSlurm, squeue_summaries
+from tests.unit.slurm_fakes import FakeSlurm
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "slurm"
 REC24 = DATA / "recorded-24.11.5"
@@ -38,12 +38,11 @@ class Recorded:
     (loaded with the 24.11.5 recordings); a part listed in ``fail`` exits 1 as Slurm does when it cannot answer."""
 
     def __init__(self, where: Path, fail: tuple[str, ...] = ()):
-        # the exporter reads squeue --Format (commands.JOB_SUMMARIES); the recordings have squeue --json of
-        # the moment, which slurm_fakes.squeue_summaries prints as real squeue does (test_slurm_summaries.py)
-        self.answers = {tuple(commands.JOB_SUMMARIES): squeue_summaries((where / "squeue.json").read_text()),
-                        tuple(commands.SQUEUE_JSON): (where / "squeue.json").read_text(),
+        # the exporter reads squeue --Format (commands.job_summaries); the recordings have squeue --json of
+        # the moment, which FakeSlurm prints as real squeue does (slurm_fakes.squeue_summaries, test_summaries.py)
+        self.answers = {tuple(commands.SQUEUE_JSON): (where / "squeue.json").read_text(),
                         tuple(commands.NODES_JSON): (where / "scontrol-show-node.json").read_text()}
-        self.slurm = FakeSlurm(cluster="lab")
+        self.slurm = FakeSlurm(cluster="lab", squeue_json=(where / "squeue.json").read_text())
         self.slurm.assocs = [ln.split("|") for ln in (REC24 / "sacctmgr-assoc-policy.parsable2").read_text().splitlines()]
         self.slurm.sshare_text = (REC24 / "sshare.parsable2").read_text()
         self.fail = set(fail)

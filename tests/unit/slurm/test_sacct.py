@@ -129,8 +129,8 @@ def test_trailing_delimiter_of_parsable_is_accepted_and_wrong_counts_are_not():
 
 
 def test_argv_is_all_users_allocations_in_the_window():
-    argv = sacct_argv(T0, T0 + 86400)
-    assert argv[:5] == ["sacct", "-a", "-X", "-P", "--noheader"]
+    argv = sacct_argv(T0, T0 + 86400, delim="|x|")
+    assert argv[:6] == ["sacct", "-a", "-X", "-p", "--noheader", "--delimiter=|x|"]
     assert argv[-2:] == ["-o", ",".join(FIELDS)]
 
 
