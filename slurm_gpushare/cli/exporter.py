@@ -22,27 +22,33 @@ _POLICY = click.Path(exists=True, dir_okay=False, path_type=Path)
 @click.option("--policy", required=True, type=_POLICY,
               help="Site policy (e.g. /etc/gpushare/policy.yaml): GPU-equivalent fractions, MIG types, tiers, cluster name.")
 @click.option("--web.listen-address", "listen", default=DEFAULT_LISTEN, show_default=True, metavar="ADDR:PORT",
-              help="Where to serve /metrics. The default is every IPv4 interface on port 9877 "
-                   "(127.0.0.1:9877: this host only; [::]:9877: IPv6).")
+              help="Where to serve /metrics. The default is this host only, on port 9877 (:9877: every IPv4 "
+                   "interface; [::]:9877: IPv6). Beyond loopback it needs a --web.config.file with TLS, or "
+                   "--web.insecure-plain-http.")
 @click.option("--listen", "listen_old", metavar="ADDR:PORT", hidden=True,
               help="Former name of --web.listen-address.")
 @click.option("--web.config.file", "web_config", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="TLS, client certificates and basic auth, in Prometheus' exporter-toolkit web configuration "
                    "format (as node_exporter's --web.config.file). Default: plain HTTP, no authentication.")
+@click.option("--web.insecure-plain-http", "insecure", is_flag=True,
+              help="Serve plain HTTP on a --web.listen-address beyond loopback (without TLS every client on the "
+                   "network can read the metrics, and a basic-auth password goes in the clear). Without it such "
+                   "an address is refused unless the web config has tls_server_config.")
 @click.option("--slurm.read-interval", "read_interval", type=click.FloatRange(min=0), default=DEFAULT_INTERVAL,
               show_default=True, metavar="SECONDS",
               help="Read Slurm at most once per this many seconds: every scrape in between, however many, gets "
                    "the same snapshot; scrapes that come during a read wait for it.")
 @click.option("--slurm.timeout", "slurm_timeout", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT,
               show_default=True, metavar="SECONDS",
-              help="The most one Slurm command may run (it is killed then). Lowered further to fit the scrape "
-                   "timeout Prometheus sends (X-Prometheus-Scrape-Timeout-Seconds).")
+              help="The most one Slurm command may run (it is killed then); a whole read of Slurm at most 4 "
+                   "times this. A scrape waits for a read at most the scrape timeout Prometheus sends "
+                   "(X-Prometheus-Scrape-Timeout-Seconds), which bounds that scrape only, never the read.")
 @click.option("--once", is_flag=True,
               help="Scrape once, print the exposition text to stdout and exit (cron, debugging, tests); "
                    "exit status 1 if a part could not be read.")
 @SLURM_BACKEND
 @click.pass_context
-def exporter(ctx, policy, listen, listen_old, web_config, read_interval, slurm_timeout, once) -> None:
+def exporter(ctx, policy, listen, listen_old, web_config, insecure, read_interval, slurm_timeout, once) -> None:
     """Serve Slurm's GPU sharing state as Prometheus metrics.
 
     Run it on the controller or a login node, as a user that may run
@@ -51,8 +57,10 @@ def exporter(ctx, policy, listen, listen_old, web_config, read_interval, slurm_t
     sshare and associations; it happens at most once per
     --slurm.read-interval, whatever the number of scrapers. A part that
     fails is counted in gpushare_exporter_scrape_errors_total{part} and the
-    rest is still served. On a shared network give it a --web.config.file
-    (TLS and basic auth; docs/admins/exporter.md).
+    rest is still served, each failed part from its last good read with
+    its age (gpushare_exporter_part_age_seconds{part}). It listens on
+    127.0.0.1 unless told otherwise; on a network give it a
+    --web.config.file with TLS and basic auth (docs/admins/exporter.md).
 
     \b
     Metrics (all gauges but the counters; docs/admins/exporter.md has the list):
@@ -66,16 +74,17 @@ def exporter(ctx, policy, listen, listen_old, web_config, read_interval, slurm_t
       gpushare_quota_used / gpushare_quota_limit{account,tres}
       gpushare_exporter_scrape_duration_seconds, gpushare_exporter_last_scrape_success,
       gpushare_exporter_snapshot_timestamp_seconds, gpushare_exporter_slurm_reads_total,
-      gpushare_exporter_scrape_errors_total{part}
+      gpushare_exporter_scrape_errors_total{part}, gpushare_exporter_part_age_seconds{part}
 
     \b
     Examples:
-      gpushare exporter --policy /etc/gpushare/policy.yaml --web.config.file /etc/gpushare/web-config.yml
-      gpushare exporter --policy etc/small-lab.yaml --web.listen-address 127.0.0.1:9877 --slurm-backend pyslurm
+      gpushare exporter --policy /etc/gpushare/policy.yaml --web.listen-address :9877 --web.config.file /etc/gpushare/web.yml
+      gpushare exporter --policy etc/small-lab.yaml --slurm-backend pyslurm
       gpushare exporter --policy etc/small-lab.yaml --once
     """
     from ..metrics import webconfig
-    from ..metrics.exporter import CommandTimeouts, SlurmCollector, exposition, parse_listen, registry_for
+    from ..metrics.exporter import (CommandTimeouts, SlurmCollector, exposition, parse_listen, plain_http_problem,
+                                    registry_for)
 
     option = "--listen" if listen_old else "--web.listen-address"
     try:
@@ -83,6 +92,9 @@ def exporter(ctx, policy, listen, listen_old, web_config, read_interval, slurm_t
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=option) from None
     web = webconfig.load(web_config) if web_config else None
+    refusal = None if once else plain_http_problem(addr, port, web, insecure)
+    if refusal:
+        raise click.UsageError(refusal)
     site = load_file(policy)
     obj = context_obj(ctx)
     timeouts = CommandTimeouts(get_runner(ctx), slurm_timeout)
@@ -111,7 +123,7 @@ def _serve(collector, timeouts, web, addr: str, port: int, interval: float, opti
     from ..metrics.exporter import Exporter, ExporterServer, SharedSnapshot
     from ..metrics.webconfig import ssl_context
 
-    snapshot = SharedSnapshot(collector, interval, timeouts=timeouts)
+    snapshot = SharedSnapshot(collector, interval, timeouts=timeouts, read_budget=4 * timeouts.limit)
     exporter = Exporter(snapshot, web, wait=4 * timeouts.limit)
     tls = web.tls if web else None
     try:

@@ -2,24 +2,30 @@
 
 A read has four parts, read through the Slurm client (jobs, nodes, sshare,
 associations); a part whose read fails is logged, counted in
-``gpushare_exporter_scrape_errors_total{part}`` and left out, and the
-families of the other parts are still exported.
+``gpushare_exporter_scrape_errors_total{part}`` and served from its last good
+read, with its age in ``gpushare_exporter_part_age_seconds{part}`` (left out
+only while it was never read): a failed or partial read never replaces a good
+one.
 
 The server (``ExporterServer``) never reads Slurm on a scrape's thread: one
 ``SharedSnapshot`` serves every scrape, with at most one read of Slurm begun
 per ``interval`` seconds however many scrapes arrive; scrapes that come while
 a read is in progress wait for that read. A scraper that gives up or
 disconnects therefore leaves nothing behind, and ``CommandTimeouts`` bounds
-each Slurm command by ``--slurm.timeout`` and by the time Prometheus gives
-the scrape (``X-Prometheus-Scrape-Timeout-Seconds``). TLS, client
-certificates and basic auth come from the web configuration file
-(``webconfig``), in Prometheus' exporter-toolkit format.
+each Slurm command by ``--slurm.timeout`` and the whole read by the server's
+own budget. What one request sends bounds only that request: the time
+Prometheus gives the scrape (``X-Prometheus-Scrape-Timeout-Seconds``) is how
+long it waits for the read, never how long the shared read may take. TLS,
+client certificates and basic auth come from the web configuration file
+(``webconfig``), in Prometheus' exporter-toolkit format; authentication comes
+before the rate limit, so clients without a login cannot use it up.
 """
 
 from __future__ import annotations
 
 import gzip
 import logging
+import math
 import socket
 import ssl
 import threading
@@ -35,7 +41,7 @@ from ..proc import CommandError, Result
 from ..slurm.interface import SlurmClient
 from . import collect
 from .defaults import DEFAULT_LISTEN, DEFAULT_PORT, DEFAULT_TIMEOUT
-from .webconfig import BasicAuth, RateLimit, TlsConfig, WebConfig, peer_allowed
+from .webconfig import AuthVerdict, BasicAuth, RateLimit, TlsConfig, WebConfig, peer_allowed
 
 PARTS = ("jobs", "nodes", "sshare", "associations")
 log = logging.getLogger("gpushare.exporter")
@@ -51,6 +57,7 @@ class SlurmCollector:
         self.errors = {part: 0 for part in PARTS}
         self.reads = 0
         self.last_read: dict[str, float] = {}
+        self.good: dict[str, tuple[object, float]] = {}  # part -> (its last good read, clock() when it ended)
         self._lock = threading.Lock()
 
     def describe(self) -> list[Metric]:
@@ -58,7 +65,8 @@ class SlurmCollector:
         return []
 
     def read(self) -> tuple[collect.SlurmRead, dict[str, bool]]:
-        """One read of each part; a failed part is None in the snapshot and False in the second value."""
+        """One read of each part; the second value says which parts were read now. A part whose read fails
+        is its last good value (``good``), None when it was never read."""
         readers = {
             # the summaries where the backend has them (CLI: squeue --Format, 30 times faster than --json for
             # 10,000 jobs); the exporter needs no device indexes
@@ -72,12 +80,15 @@ class SlurmCollector:
         for part in PARTS:
             start = self.timer()
             try:
-                got[part] = readers[part]()
+                value = readers[part]()
+                self.good[part] = (value, self.clock())
                 ok[part] = True
-            except Exception as exc:  # noqa: BLE001 - any failure of one part: count it, export the others
-                log.warning("gpushare exporter: reading %s from Slurm failed: %s", part, exc)
+            except Exception as exc:  # noqa: BLE001 - any failure of one part: count it, serve its last good value
+                log.warning("gpushare exporter: reading %s from Slurm failed (%s); serving its last good read",
+                            part, exc)
                 self.errors[part] += 1
-                got[part], ok[part] = None, False
+                ok[part] = False
+            got[part] = self.good.get(part, (None, 0.0))[0]
             self.last_read[part] = self.timer() - start
         snap = collect.SlurmRead(jobs=got["jobs"], nodes=got["nodes"], shares=got["sshare"],
                                 associations=got["associations"], now=self.clock())
@@ -93,7 +104,17 @@ class SlurmCollector:
             snap, ok = self.read()
             self.reads += 1
             out = [to_prometheus(f) for f in collect.families(self.metrics, snap)]
-            return out + self._own(ok, self.timer() - start, began)
+            return out + self._own(ok, self.timer() - start, began) + [self._ages(snap.now)]
+
+    def _ages(self, now: float) -> Metric:
+        ages = GaugeMetricFamily("gpushare_exporter_part_age_seconds",
+                                 "Seconds since the served value of each part was read from Slurm (0 when this "
+                                 "read got it; a part whose read failed serves its last good value); no sample "
+                                 "for a part never read", labels=["part"])
+        for part in PARTS:
+            if part in self.good:
+                ages.add_metric([part], max(0.0, now - self.good[part][1]))
+        return ages
 
     def _own(self, ok: dict[str, bool], seconds: float, began: float) -> list[Metric]:
         duration = GaugeMetricFamily("gpushare_exporter_scrape_duration_seconds",
@@ -146,15 +167,43 @@ def exposition(registry: CollectorRegistry) -> str:
 def parse_listen(text: str) -> tuple[str, int]:
     """'ADDR:PORT', ':PORT', 'PORT' or '[v6]:PORT' -> (addr, port); ValueError names what is accepted.
 
-    An empty address is every interface (IPv4), as node_exporter's ':9100' is."""
+    An empty address is every interface (IPv4), as node_exporter's ':9100' is (``plain_http_problem`` says
+    whether it may be served)."""
     addr, sep, port = text.rpartition(":")
     if not sep:
         addr, port = "", text
     addr = addr.strip("[]") or "0.0.0.0"
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"--web.listen-address {text!r}: expected ADDR:PORT with a port 1-65535 (e.g. "
-                         f"{DEFAULT_LISTEN} for every interface, 127.0.0.1:{DEFAULT_PORT}, [::]:{DEFAULT_PORT})")
+                         f"{DEFAULT_LISTEN}: this host only, :{DEFAULT_PORT}: every interface, [::]:{DEFAULT_PORT})")
     return addr, int(port)
+
+
+INSECURE_FLAG = "--web.insecure-plain-http"
+
+
+def is_loopback(addr: str) -> bool:
+    """Whether ``addr`` (an IP address or 'localhost') is this host only."""
+    import ipaddress
+
+    if addr.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def plain_http_problem(addr: str, port: int, web: WebConfig | None, insecure: bool) -> str | None:
+    """Why the exporter must not serve ``addr:port`` (None: it may). Beyond loopback it serves only with TLS
+    (the web config's tls_server_config), unless ``insecure`` (--web.insecure-plain-http) says plain HTTP
+    is wanted there: basic auth over plain HTTP sends the password in the clear."""
+    if insecure or is_loopback(addr) or (web is not None and web.tls is not None):
+        return None
+    what = "a web config without tls_server_config" if web is not None else "no --web.config.file"
+    return (f"--web.listen-address {addr}:{port} is not a loopback address and {what} makes it plain HTTP: "
+            f"give a --web.config.file with tls_server_config (and basic_auth_users), listen on 127.0.0.1, or "
+            f"pass {INSECURE_FLAG} to serve plain HTTP there")
 
 
 # ---- one read of Slurm for every scrape -------------------------------------------------------------
@@ -185,11 +234,14 @@ class SharedSnapshot:
     ``get`` returns the last snapshot while its read began less than ``interval`` seconds ago; otherwise
     it starts a read on a thread of its own (unless one is in progress) and waits for it up to the
     scrape's budget. Scrapes never read Slurm themselves: any number of them, and any that disconnect,
-    cost one read."""
+    cost one read. The read's own limit is ``read_budget`` seconds (None: only each command's), the same
+    whichever scrape began it: a scrape's budget bounds how long that scrape waits, never what the others
+    are served."""
 
     def __init__(self, collector: SlurmCollector, interval: float, *, timeouts: CommandTimeouts | None = None,
-                 monotonic: Callable[[], float] = time.monotonic):
+                 read_budget: float | None = None, monotonic: Callable[[], float] = time.monotonic):
         self.collector, self.interval, self.timeouts, self.monotonic = collector, interval, timeouts, monotonic
+        self.read_budget = read_budget
         self.reads = 0       # reads begun
         self.waiting = 0     # scrapes waiting for the read in progress (tests and the benchmark watch it)
         self._cond = threading.Condition()
@@ -201,11 +253,11 @@ class SharedSnapshot:
         self._render_lock = threading.Lock()
 
     def get(self, budget: float | None) -> tuple[list[Metric] | None, int]:
-        """(metrics, generation) of the snapshot to serve; metrics None when no read has finished in time."""
-        deadline = None if budget is None else self.monotonic() + budget
+        """(metrics, generation) of the snapshot to serve, waiting at most ``budget`` seconds (None: until the
+        read in progress ends) for a read; metrics None when no read has finished in time."""
         with self._cond:
             if not self._reading and not self._fresh():
-                self._start(deadline)
+                self._start(None if self.read_budget is None else self.monotonic() + self.read_budget)
             if self._reading:
                 generation = self._generation
                 self.waiting += 1
@@ -275,33 +327,45 @@ LANDING = (b"<html><head><title>gpushare exporter</title></head><body><h1>gpusha
 
 
 class Exporter:
-    """What a request gets: rate limit, basic auth, then /metrics from the shared snapshot."""
+    """What a request gets: basic auth, then the rate limit, then /metrics from the shared snapshot.
 
-    def __init__(self, snapshot: SharedSnapshot, web: WebConfig | None = None, *, wait: float = 4 * DEFAULT_TIMEOUT):
+    Authentication comes first, so the rate limit (the web config's ``rate_limit``) counts only requests
+    that passed it: clients without a login cannot use it up. Their own bounds are ``BasicAuth``'s (429 for
+    a client address that keeps failing, 503 at once while every password check is in use)."""
+
+    def __init__(self, snapshot: SharedSnapshot, web: WebConfig | None = None, *, wait: float = 4 * DEFAULT_TIMEOUT,
+                 auth: BasicAuth | None = None):
         self.snapshot, self.wait = snapshot, wait
         self.web = web
-        self.auth = BasicAuth(web.users) if web and web.users else None
+        self.auth = auth or (BasicAuth(web.users) if web and web.users else None)
         self.limit = RateLimit(web.rate_interval, web.rate_burst) if web and web.rate_interval else None
         self.headers = dict(web.headers) if web else {}
 
     def budget(self, header: str | None) -> float:
-        """Seconds a scrape may wait for Slurm: Prometheus' scrape timeout less a margin to answer in, else
-        ``wait``."""
+        """Seconds this scrape may wait for the shared read: Prometheus' scrape timeout less a margin to answer
+        in, else ``wait`` (also for a value that is no finite positive number)."""
         try:
             timeout = float(header) if header else 0.0
         except ValueError:
             timeout = 0.0
-        if timeout <= 0:
+        if not math.isfinite(timeout) or timeout <= 0:
             return self.wait
         return min(self.wait, max(timeout - min(0.5, timeout / 4), timeout / 2))
 
-    def respond(self, path: str, headers) -> tuple[int, dict[str, str], bytes]:
-        """(status, headers, body) for a GET of ``path`` with the request's ``headers``."""
+    def respond(self, path: str, headers, client: str = "") -> tuple[int, dict[str, str], bytes]:
+        """(status, headers, body) for a GET of ``path`` with the request's ``headers`` from address ``client``."""
         extra = dict(self.headers)
+        if self.auth:
+            verdict = self.auth.verdict(headers.get("Authorization"), client)
+            if verdict == AuthVerdict.LIMITED:
+                wait = max(1, math.ceil(self.auth.failures.interval))
+                return 429, {**extra, "Retry-After": str(wait)}, b"Too Many Failed Logins\n"
+            if verdict == AuthVerdict.BUSY:
+                return 503, {**extra, "Retry-After": "1"}, b"Busy Checking Passwords\n"
+            if verdict != AuthVerdict.OK:
+                return 401, {**extra, "WWW-Authenticate": 'Basic realm="gpushare exporter"'}, b"Unauthorized\n"
         if self.limit and not self.limit.allow():
             return 429, extra, b"Too Many Requests\n"
-        if self.auth and not self.auth.check(headers.get("Authorization")):
-            return 401, {**extra, "WWW-Authenticate": 'Basic realm="gpushare exporter"'}, b"Unauthorized\n"
         route = path.split("?", 1)[0]
         if route == "/":
             return 200, {**extra, "Content-Type": "text/html; charset=utf-8"}, LANDING
@@ -330,7 +394,7 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "gpushare-exporter"
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        status, headers, body = self.server.exporter.respond(self.path, self.headers)
+        status, headers, body = self.server.exporter.respond(self.path, self.headers, self.client_address[0])
         try:
             self.send_response(status)
             for name, value in headers.items():

@@ -24,6 +24,10 @@ reported at once, each with its key and what is accepted (``WebConfigError``).
 runs once per (user, hash, password) and the answer is cached, so a scrape
 every few seconds does not cost ~70 ms of CPU each time; an unknown user is
 checked against a dummy hash so the answer takes as long as for a known one.
+Against clients that guess it is bounded: good logins are cached apart from
+failed ones (guesses never evict them), bcrypt runs in a fixed number of
+slots and never under a lock (a check that finds none free answers at once),
+and a client address that keeps failing is answered 429 for a while.
 """
 
 from __future__ import annotations
@@ -308,46 +312,91 @@ def peer_allowed(tls: TlsConfig, peer: dict | None) -> bool:
     return bool(sans & set(tls.allowed_sans))
 
 
+class AuthVerdict:
+    """What ``BasicAuth.verdict`` answers: OK (let it through), DENIED (401), LIMITED (429: this client failed
+    too often lately), BUSY (503: every password check is in use; answered at once, never queued)."""
+
+    OK, DENIED, LIMITED, BUSY = "ok", "denied", "limited", "busy"
+
+
 class BasicAuth:
-    """Checks ``Authorization: Basic`` against bcrypt hashes, caching each (user, hash, password)'s answer.
+    """Checks ``Authorization: Basic`` against bcrypt hashes, bounded against clients that guess.
 
-    The cache key is an HMAC under a key made at start, so no password is kept in memory in the clear;
-    bcrypt runs one at a time (CPU-bound) and at most ``size`` answers are kept."""
+    - A login bcrypt accepted is cached (the key is an HMAC under a key made at start, so no password is kept
+      in the clear) among at most ``size`` good logins: a scraper pays bcrypt once, and a cached login is let
+      through without a password check, whatever else is going on.
+    - A refused (user, password) is cached apart, among at most ``failed_size``: failed attempts, however
+      many, never evict a good login.
+    - At most ``workers`` bcrypt checks run at once, and none under a lock: a check that finds every slot in
+      use answers BUSY at once (503) rather than queueing behind them.
+    - A client address that failed ``ClientFailures.burst`` times lately is answered LIMITED (429) without a
+      check, until its bucket refills; its cached good logins still pass.
 
-    def __init__(self, users: dict[str, str], *, size: int = 128):
+    ``checkpw(password, hashed)`` is bcrypt's (tests pass a fake one)."""
+
+    def __init__(self, users: dict[str, str], *, size: int = 128, failed_size: int = 1024, workers: int = 2,
+                 failures: ClientFailures | None = None, checkpw=None):
         import bcrypt
 
         self._bcrypt = bcrypt
+        self._checkpw = checkpw or bcrypt.checkpw
         self.users = dict(users)
-        self.size = size
+        self.size, self.failed_size = size, failed_size
+        self.failures = failures or ClientFailures()
         self.bcrypt_runs = 0
         self._secret = os.urandom(32)
-        self._cache: OrderedDict[bytes, bool] = OrderedDict()
-        self._lock = threading.Lock()
+        self._good: OrderedDict[bytes, None] = OrderedDict()
+        self._bad: OrderedDict[bytes, None] = OrderedDict()
+        self._lock = threading.Lock()  # the caches and counters only; never held during a password check
+        self._slots = threading.BoundedSemaphore(workers)
         self._dummy: bytes | None = None
 
     @property
     def enabled(self) -> bool:
         return bool(self.users)
 
-    def check(self, header: str | None) -> bool:
+    def check(self, header: str | None, client: str = "") -> bool:
         """True when no users are configured or the header names a user with the right password."""
+        return self.verdict(header, client) == AuthVerdict.OK
+
+    def verdict(self, header: str | None, client: str = "") -> str:
+        """An ``AuthVerdict`` for one request's ``Authorization`` header from ``client`` (its address)."""
         if not self.users:
-            return True
+            return AuthVerdict.OK
         creds = _credentials(header)
         if creds is None:
-            return False
+            return AuthVerdict.DENIED
         user, password = creds
         hashed, known = self._hash_of(user)
         key = hmac.new(self._secret, b"\0".join((user.encode(), hashed, password)), hashlib.sha256).digest()
         with self._lock:
-            cached = self._cache.get(key)
-            if cached is None:
-                cached = self._verify(password, hashed) and known
-                self._cache[key] = cached
-                while len(self._cache) > self.size:
-                    self._cache.popitem(last=False)
-            return cached
+            if key in self._good:
+                self._good.move_to_end(key)
+                return AuthVerdict.OK
+            refused = key in self._bad
+        if self.failures.limited(client):
+            return AuthVerdict.LIMITED
+        if refused:
+            self.failures.failed(client)
+            return AuthVerdict.DENIED
+        return self._check(key, password, hashed, known, client)
+
+    def _check(self, key: bytes, password: bytes, hashed: bytes, known: bool, client: str) -> str:
+        """One bcrypt check in a free slot (BUSY when none), its answer cached in the good or the bad cache."""
+        if not self._slots.acquire(blocking=False):
+            return AuthVerdict.BUSY
+        try:
+            good = self._verify(password, hashed) and known
+        finally:
+            self._slots.release()
+        with self._lock:
+            cache, bound = (self._good, self.size) if good else (self._bad, self.failed_size)
+            cache[key] = None
+            while len(cache) > bound:
+                cache.popitem(last=False)
+        if not good:
+            self.failures.failed(client)
+        return AuthVerdict.OK if good else AuthVerdict.DENIED
 
     def _hash_of(self, user: str) -> tuple[bytes, bool]:
         """The user's hash, else a dummy one of the same cost; every name compared in constant time."""
@@ -357,17 +406,48 @@ class BasicAuth:
                 found = hashed
         if found is not None:
             return found.encode(), True
-        if self._dummy is None:
+        if self._dummy is None:  # made once; two threads making it at once both get a usable one
             cost = int(next(iter(self.users.values()))[4:6])
             self._dummy = self._bcrypt.hashpw(os.urandom(16).hex().encode(), self._bcrypt.gensalt(cost))
         return self._dummy, False
 
     def _verify(self, password: bytes, hashed: bytes) -> bool:
-        self.bcrypt_runs += 1
+        with self._lock:
+            self.bcrypt_runs += 1
         try:
-            return self._bcrypt.checkpw(password, hashed)
+            return self._checkpw(password, hashed)
         except ValueError:  # bcrypt takes at most 72 bytes of password: a longer one never matches
             return False
+
+
+class ClientFailures:
+    """Failed logins per client address: a token bucket of ``burst`` failures, one more every ``interval``
+    seconds. At most ``size`` clients are tracked (the least recently failed forgotten first)."""
+
+    def __init__(self, burst: int = 10, interval: float = 6.0, size: int = 4096, clock=None):
+        import time
+
+        self.burst, self.interval, self.size = burst, interval, size
+        self.clock = clock or time.monotonic
+        self._table: OrderedDict[str, tuple[float, float]] = OrderedDict()  # client -> (tokens, at)
+        self._lock = threading.Lock()
+
+    def _tokens(self, client: str, now: float) -> float:
+        tokens, at = self._table.get(client, (float(self.burst), now))
+        return min(float(self.burst), tokens + (now - at) / self.interval)
+
+    def limited(self, client: str) -> bool:
+        """True while ``client`` has no failure left to spend."""
+        with self._lock:
+            return self._tokens(client, self.clock()) < 1
+
+    def failed(self, client: str) -> None:
+        with self._lock:
+            now = self.clock()
+            self._table[client] = (max(0.0, self._tokens(client, now) - 1), now)
+            self._table.move_to_end(client)
+            while len(self._table) > self.size:
+                self._table.popitem(last=False)
 
 
 def _credentials(header: str | None) -> tuple[str, bytes] | None:

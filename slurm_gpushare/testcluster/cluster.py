@@ -282,6 +282,8 @@ class TestCluster:
         args = [f"--web.listen-address=:{EXPORTER_PORT}", *extra]
         if self.exporter_tls:
             args.append(f"--web.config.file={EXPORTER_TLS_DIR}/web-config.yml")
+        else:  # Prometheus scrapes it from its own container over the cluster network
+            args.append("--web.insecure-plain-http")
         self.compose("exec", "-d", "-T", "slurmctld", "bash", "-c",
                      f"exec gpushare exporter --policy {shlex.quote(policy)} {' '.join(map(shlex.quote, args))} "
                      f">>{self.EXPORTER_LOG} 2>&1", timeout=60)

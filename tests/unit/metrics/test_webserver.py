@@ -71,13 +71,15 @@ class Gate:
 class Stack:
     """A served exporter: the gate, the shared snapshot, the server; ``get`` makes one request."""
 
-    def __init__(self, web=None, *, interval=15.0, held=False, limit=10.0, clock=None, context=None):
+    def __init__(self, web=None, *, interval=15.0, held=False, limit=10.0, clock=None, context=None, auth=None,
+                 read_budget=None):
         self.gate = Gate(held)
         monotonic = {"monotonic": clock} if clock else {}  # one clock for the snapshot and the commands' deadline
         self.timeouts = CommandTimeouts(self.gate, limit, **monotonic)
         collector = SlurmCollector(CliClient(self.timeouts), load_file(examples.example()), clock=lambda: NOW)
-        self.snapshot = SharedSnapshot(collector, interval, timeouts=self.timeouts, **monotonic)
-        self.exporter = Exporter(self.snapshot, web)
+        budget = {"read_budget": read_budget} if read_budget is not None else {}
+        self.snapshot = SharedSnapshot(collector, interval, timeouts=self.timeouts, **budget, **monotonic)
+        self.exporter = Exporter(self.snapshot, web, **({"auth": auth} if auth is not None else {}))
         tls = web.tls if web else None
         self.server = ExporterServer("127.0.0.1", 0, self.exporter, webconfig.ssl_context(tls) if tls else None, tls)
         self.port = self.server.server_address[1]
@@ -217,7 +219,8 @@ def test_help_names_the_flags_and_the_default_port():
     out = " ".join(res.output.split())
     for flag in ("--web.listen-address", "--web.config.file", "--slurm.read-interval", "--slurm.timeout"):
         assert flag in out
-    assert "default: :9877" in out and "every IPv4 interface on port 9877" in out
+    assert "default: 127.0.0.1:9877" in out and "this host only, on port 9877" in out
+    assert "--web.insecure-plain-http" in out
 
 
 # ---- TLS ---------------------------------------------------------------------------------------------
@@ -398,10 +401,18 @@ def test_each_command_gets_the_smaller_of_its_limit_and_the_time_left():
     assert seen == [10.0, 3.0]
 
 
-def test_commands_are_bounded_by_the_scrape_timeout_prometheus_sends(stacks):
+def test_the_scrape_timeout_prometheus_sends_does_not_bound_the_shared_read(stacks):
+    """The header bounds how long that scrape waits; the commands of the read it began keep their own limit."""
     s = stacks(limit=10.0)
     assert s.get(headers={"X-Prometheus-Scrape-Timeout-Seconds": "4"})[0] == 200
-    assert len(s.gate.timeouts) == 4 and all(0 < t <= 3.5 for t in s.gate.timeouts), s.gate.timeouts
+    assert s.gate.timeouts == [10.0] * 4
+
+
+def test_the_read_has_a_budget_of_its_own(stacks):
+    clock = [100.0]
+    s = stacks(limit=10.0, read_budget=6.0, clock=lambda: clock[0])
+    assert s.get(headers={"X-Prometheus-Scrape-Timeout-Seconds": "30"})[0] == 200
+    assert s.gate.timeouts == [6.0] * 4  # the read's 6 s (the clock stands still), whatever the header says
 
 
 def test_without_the_header_the_command_limit_applies(stacks):
@@ -419,9 +430,10 @@ def test_a_scrape_that_runs_out_of_time_gets_503_and_starts_no_second_read(stack
     _wait_until("the read finished", lambda: not s.snapshot._reading)
     status, _h, body = s.get()
     assert status == 200 and s.gate.reads() == 1  # the read begun for the first scrape serves this one
-    # its commands after the first were never started: the scrape's time was used up (parts counted failed)
-    assert len(s.gate.commands) == 1
-    assert 'gpushare_exporter_part_up{part="nodes"} 0.0' in body
+    # and it read every part: the first scrape's short timeout bounded that scrape's wait, not the read
+    assert len(s.gate.commands) == 4
+    for part in ("jobs", "nodes", "sshare", "associations"):
+        assert f'gpushare_exporter_part_up{{part="{part}"}} 1.0' in body
 
 
 def test_budget_leaves_a_margin_to_answer_in():
