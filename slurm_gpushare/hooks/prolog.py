@@ -28,14 +28,31 @@ def prolog(environ, runner=None, mps=None, seen: dict | None = None) -> None:
         node = load_layout(spec, backend)
         seen["live"] = live = observe_prolog(job, node, backend, store, mps)
         journal, actions = plan_prolog(job, node, live)
-        if job.mps_percentage is not None:  # the share on the job's cgroup, where the driver offers it (node.mpsmem)
-            from ..node.mpsmem import apply_memory_limits
+        limits = None
+        if job.mps_percentage is not None:  # the share on the job's cgroup, where the node offers it (node.mpsmem)
+            from ..node.mpsmem import apply_memory_limits, refusal_env
+            from ..node.prolog import with_env
 
-            note = apply_memory_limits(job, journal, live, backend)
-            if note:
-                print(f"gpushare-prolog: {note}", file=sys.stderr)
-        execute_prolog(actions, store, mps)
+            limits = apply_memory_limits(job, journal, live, backend)
+            for line in (limits.note, limits.refusal):
+                if line:
+                    print(f"gpushare-prolog: {line}", file=sys.stderr)
+            journal, actions = with_env(journal, actions, refusal_env(limits))  # a refused job: its tasks fail
+        try:
+            execute_prolog(actions, store, mps)
+        except BaseException:
+            _remove_made(limits)
+            raise
         seen["journal"] = journal
+
+
+def _remove_made(limits) -> None:
+    if limits is not None and limits.made is not None:
+        from ..node.mpsmem import remove_made
+
+        note = remove_made(limits)
+        if note:
+            print(f"gpushare-prolog: {note}", file=sys.stderr)
 
 
 def main(environ=None, runner=None, mps=None) -> int:

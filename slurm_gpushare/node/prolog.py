@@ -274,6 +274,16 @@ def plan_prolog(job: JobEnv, node: NodeLayout, live: ObservedState) -> tuple[Jou
     return journal, actions
 
 
+def with_env(journal: Journal, actions: list, extra: dict[str, str]) -> tuple[Journal, list]:
+    """The plan with ``extra`` added to the journal's task environment (a job the memory limit refused:
+    ``mpsmem.refusal_env``), in the journal and in every journal the actions write."""
+    if not extra:
+        return journal, actions
+    env = {**journal.env, **extra}
+    out = [WriteJournal(replace(a.journal, env=env)) if isinstance(a, WriteJournal) else a for a in actions]
+    return replace(journal, env=env), out
+
+
 # ---- execution -------------------------------------------------------------------------
 
 

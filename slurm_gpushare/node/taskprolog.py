@@ -16,6 +16,14 @@ Exclusive and shard jobs keep Slurm's value and get only CUDA_DEVICE_ORDER.
 A GPU task without a task file means the prolog did not run for it, or has
 not finished: the task prolog fails rather than leave the task with an
 index CUDA would misread.
+
+A task file with an ``env GPUSHARE_REFUSE <reason>`` line is a job the prolog
+refused without draining the node (``mpsmem``: the node sets an MPS job's
+share of GPU memory on its cgroup and could not): every task of it fails,
+nothing is exported, and the reason reaches the job's output through a
+``print`` line (Slurm writes what follows ``print`` to the task's stdout;
+the task prolog's stderr goes nowhere the user sees). Slurm cancels a task
+whose task prolog fails (Prolog and Epilog Guide, "Failure Handling").
 """
 
 from __future__ import annotations
@@ -27,10 +35,15 @@ from .paths import CONFIG_ENV, DEFAULT_STATE_DIR, NODE_CONFIG, TASK_FORMAT, pars
 
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_=,./:-")
 _GPU_VARS = ("CUDA_VISIBLE_DEVICES", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS")
+REFUSE_ENV = "GPUSHARE_REFUSE"  # a task file 'env' line that refuses the job instead of being exported
 
 
 class TaskPrologError(Exception):
     pass
+
+
+class JobRefused(TaskPrologError):
+    """The prolog refused the job (the task file says why): its tasks fail with a line in the job's output."""
 
 
 def state_dir(environ) -> str:
@@ -109,6 +122,11 @@ def run(environ, out) -> None:
     except OSError as exc:
         raise TaskPrologError(f"cannot read {path}: {exc.strerror}") from None
     env, devices = parse_task(text, int(job), path)
+    refused = [value for name, value in env if name == REFUSE_ENV]
+    if refused:
+        raise JobRefused(f"job {job} is not run on this node: it holds an MPS share, this node sets that share of GPU "
+                         f"memory as a limit on the job's cgroup, and the prolog could not ({refused[0][:200]}); "
+                         "an MPS job is not run with per-process limits only. Tell the cluster's admins.")
     out.write("".join(f"export {name}={value}\n" for name, value in exports(env, devices, environ, int(job))))
 
 
@@ -116,6 +134,8 @@ def main(environ=None, out=None, err=None) -> int:
     try:
         run(os.environ if environ is None else environ, out or sys.stdout)
     except TaskPrologError as exc:
+        if isinstance(exc, JobRefused):
+            (out or sys.stdout).write(f"print gpushare-task-prolog: {exc}\n")
         (err or sys.stderr).write(f"gpushare-task-prolog: {exc}\n")
         return 1
     return 0

@@ -1,5 +1,6 @@
 """node.mpsmem: an MPS job's memory share set on its cgroup where the driver offers per-cgroup limits (r615+),
-nothing attempted where it does not; the prolog hook on a test node, both ways."""
+nothing attempted where it does not; the prolog hook on a test node, both ways. Against Slurm's order of events
+(the job's cgroup made after the prolog): test_mpsmem_order.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from slurm_gpushare.gpu.fakenvml import FakeNvml
 from slurm_gpushare.hooks import prolog as prolog_hook
 from slurm_gpushare.node import mpsmem
 from slurm_gpushare.node.journal import JournalStore
-from slurm_gpushare.node.mpsmem import SetMemoryLimit, cgroup_problem, job_cgroup, plan_memory_limits
+from slurm_gpushare.node.mpsmem import (NOTHING, MemoryLimits, SetMemoryLimit, cgroup_problem, job_cgroup,
+                                        make_job_cgroup, offered, plan_memory_limits, refusal_value)
 from tests.unit.hooks_support import HookNode, stop_daemons
 
 A30_MIB = 24576
@@ -26,23 +28,36 @@ def no_scontrol(argv, **kw):
 
 
 def test_the_share_of_each_mps_gpu_on_the_job_cgroup():
-    actions, note = plan_memory_limits(7, (0, 2), 25, {0: 24576, 2: 81920}, True, "/cg/job_7", None)
-    assert actions == [SetMemoryLimit(0, "/cg/job_7", 6144), SetMemoryLimit(2, "/cg/job_7", 20480)] and note is None
+    plan = plan_memory_limits(7, (0, 2), 25, {0: 24576, 2: 81920}, True, "/cg/job_7", None)
+    assert plan == MemoryLimits(actions=(SetMemoryLimit(0, "/cg/job_7", 6144), SetMemoryLimit(2, "/cg/job_7", 20480)))
+    assert plan_memory_limits(7, (0,), 25, {0: 24576}, True, "/cg/job_7", None, made=True).made == "/cg/job_7"
 
 
 def test_nothing_where_the_driver_has_no_cgroup_limits():
-    assert plan_memory_limits(7, (0,), 25, {0: 24576}, False, "/cg/job_7", None) == ([], None)
-    assert plan_memory_limits(7, (0,), 25, {0: 24576}, False, "/cg/job_7", "anything") == ([], None)
+    assert plan_memory_limits(7, (0,), 25, {0: 24576}, False, "/cg/job_7", None) == NOTHING
+    assert plan_memory_limits(7, (0,), 25, {0: 24576}, False, "/cg/job_7", "anything", "absent") == NOTHING
 
 
 def test_nothing_for_a_job_without_mps():
-    assert plan_memory_limits(7, (), None, {}, True, "/cg/job_7", None) == ([], None)
+    assert plan_memory_limits(7, (), None, {}, True, "/cg/job_7", None) == NOTHING
 
 
-def test_an_unusable_cgroup_is_a_note_not_a_limit():
-    actions, note = plan_memory_limits(7, (0,), 25, {0: 24576}, True, "/cg/job_7", "the job's cgroup /cg/job_7 does not exist")
-    assert actions == [] and note.startswith("job 7: GPU memory limit not set: the job's cgroup /cg/job_7 does not exist")
-    assert note.endswith("held only by MPS's per-process limits")
+def test_a_node_that_puts_no_job_in_a_cgroup_v2_is_a_note():
+    plan = plan_memory_limits(7, (0,), 25, {0: 24576}, True, "/cg/job_7", None, "no cgroup v2 mounted at /cg")
+    assert plan.actions == () and plan.refusal is None and plan.code is None
+    assert plan.note == ("job 7: GPU memory limit not set: no cgroup v2 mounted at /cg; the job's processes are held "
+                         "only by MPS's per-process limits")
+
+
+def test_an_unusable_cgroup_refuses_the_job():
+    plan = plan_memory_limits(7, (0,), 25, {0: 24576}, True, "/cg/job_7", "the job's cgroup /cg/job_7 is a symbolic link")
+    assert plan.actions == () and plan.note is None and plan.code == "cgroup-unusable:/cg/job_7"
+    assert plan.refusal.startswith("job 7: GPU memory limit not set: the job's cgroup /cg/job_7 is a symbolic link")
+    assert plan.refusal.endswith("rather than run with MPS's per-process limits only")
+
+
+def test_the_refusal_is_one_task_file_field():
+    assert refusal_value("nvml-refused", "/sys/fs/cgroup/a b\n/job_7") == "nvml-refused:/sys/fs/cgroup/a_b_/job_7"
 
 
 def test_job_cgroup_is_slurms_cgroup_v2_layout():
@@ -77,6 +92,38 @@ def test_cgroup_checks(tree, tmp_path):
     assert "no cgroup v2 mounted" in cgroup_problem(str(job), str(tmp_path), owner=me)
 
 
+def test_offered_needs_cgroup_v2_and_slurms_scope(tree, tmp_path):
+    root, _job = tree
+    assert offered(str(root)) is None
+    assert offered(str(tmp_path)).startswith(f"no cgroup v2 mounted at {tmp_path}")
+    (root / "system.slice" / "slurmstepd.scope" / "job_42").rmdir()
+    (root / "system.slice" / "slurmstepd.scope").rmdir()
+    assert offered(str(root)) == (f"no Slurm cgroup/v2 scope {root}/system.slice/slurmstepd.scope (Slurm puts no job "
+                                  "in a cgroup v2 here)")
+
+
+def test_make_job_cgroup_makes_it_as_slurm_does_or_takes_it(tree):
+    root, job = tree
+    me = os.getuid()
+    assert make_job_cgroup(42, str(root), owner=me) == (str(job), False, None)
+    path, made, problem = make_job_cgroup(43, str(root), owner=me)
+    assert (made, problem) == (True, None) and os.stat(path).st_mode & 0o777 == 0o755 & ~_umask()
+    os.rmdir(path)
+    os.symlink(str(job), path)
+    assert make_job_cgroup(43, str(root), owner=me)[1:] == (False, f"the job's cgroup {path} is a symbolic link")
+    scope = root / "system.slice" / "slurmstepd.scope"
+    os.rename(scope, root / "system.slice" / "real")
+    scope.symlink_to(root / "system.slice" / "real")
+    assert make_job_cgroup(44, str(root), owner=me)[1:] == (False, f"Slurm's cgroup scope {scope} is a symbolic link")
+    assert not (root / "system.slice" / "real" / "job_44").exists()
+
+
+def _umask() -> int:
+    old = os.umask(0)
+    os.umask(old)
+    return old
+
+
 # ---- the prolog hook on a test node ---------------------------------------------------------
 
 
@@ -109,28 +156,37 @@ def test_prolog_attempts_nothing_where_the_driver_has_no_cgroup_limits(mps_node,
     assert "memory limit" not in capsys.readouterr().err
 
 
-def test_prolog_without_the_job_cgroup_runs_the_job_and_says_why(mps_node, capsys):
+def test_prolog_on_a_node_without_slurms_cgroup_scope_runs_the_job_and_says_why(mps_node, capsys):
+    """Slurm puts no job in a cgroup v2 here (no cgroup/v2 plugin): nothing to set, nothing made, the job runs."""
     FakeNvml(mps_node.state).set_driver("615.20.01")
+    scope = os.path.dirname(mps_node.cgroup)
     os.rmdir(mps_node.cgroup)
+    os.rmdir(scope)
     assert prolog_hook.main(mps_node.env(11, "0", 25), runner=no_scontrol, mps=mps_node.mps) == 0
     err = capsys.readouterr().err
-    assert "gpushare-prolog: job 11: GPU memory limit not set: the job's cgroup" in err and "does not exist" in err
-    assert all("memory_limits" not in g for g in json.loads(mps_node.state.read_text())["gpus"])
+    assert f"gpushare-prolog: job 11: GPU memory limit not set: no Slurm cgroup/v2 scope {scope}" in err
+    assert not os.path.exists(scope) and all("memory_limits" not in g for g in json.loads(mps_node.state.read_text())["gpus"])
+    assert "GPUSHARE_REFUSE" not in JournalStore(mps_node.state_dir).task_path(11).read_text()
 
 
-def test_a_failed_limit_fails_the_prolog_before_any_daemon_starts(mps_node, monkeypatch, capsys):
-    """r615 but NVML refuses (here: not root): the node cannot give the job the limit it offers; nothing started."""
+def test_prolog_with_an_old_driver_makes_no_cgroup(mps_node):
+    os.rmdir(mps_node.cgroup)
+    assert prolog_hook.main(mps_node.env(11, "0", 25), runner=no_scontrol, mps=mps_node.mps) == 0
+    assert not os.path.exists(mps_node.cgroup)
+
+
+def test_a_failed_prolog_removes_the_job_cgroup_it_made(mps_node, monkeypatch, capsys):
+    from slurm_gpushare.errors import GpushareError
+    from slurm_gpushare.node import prolog as node_prolog
+
+    def broken(actions, store, mps):
+        raise GpushareError("journal directory full")
+
     FakeNvml(mps_node.state).set_driver("615.20.01")
-    monkeypatch.setattr(FakeNvml, "__init__", _as_user(FakeNvml.__init__))
+    os.rmdir(mps_node.cgroup)
+    monkeypatch.setattr(node_prolog, "execute_prolog", broken)
     assert prolog_hook.main(mps_node.env(11, "0", 25), runner=_drain_ok, mps=mps_node.mps) == 1
-    assert "NVML_ERROR_NO_PERMISSION" in capsys.readouterr().err
-    assert mps_node.journals() == [] and not list(mps_node.state_dir.glob("mps/*/pipe/control"))
-
-
-def _as_user(init):
-    def wrapped(self, state_path, euid=None):
-        init(self, state_path, euid=1000)
-    return wrapped
+    assert "journal directory full" in capsys.readouterr().err and not os.path.exists(mps_node.cgroup)
 
 
 def _drain_ok(argv, **kw):
