@@ -138,7 +138,12 @@ class SlurmCollector:
         success = GaugeMetricFamily("gpushare_exporter_last_scrape_success",
                                     "1 if the last scrape read every part from Slurm, else 0",
                                     value=1.0 if all(ok.values()) else 0.0)
-        return [duration, taken, reads, read, errors, up, success]
+        skipped = CounterMetricFamily("gpushare_exporter_skipped_records",
+                                      "Records in Slurm's output that did not parse and were left out (the rest of "
+                                      "the read was used), by command, since the exporter started", labels=["command"])
+        for command, count in sorted(getattr(self.client, "skipped", {}).items()):
+            skipped.add_metric([command], count)
+        return [duration, taken, reads, read, errors, up, success, skipped]
 
 
 def to_prometheus(fam: collect.Family) -> Metric:
