@@ -68,6 +68,7 @@ import sys
 PIPE = os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps"
 LOG = os.environ.get("CUDA_MPS_LOG_DIRECTORY") or "/var/log/nvidia-mps"
 CONTROL = os.path.join(PIPE, "control")
+PID_FILE = os.path.join(PIPE, "nvidia-cuda-mps-control.pid")
 COMMANDS = ("get_server_list", "start_server", "set_default_active_thread_percentage",
             "get_default_active_thread_percentage", "set_default_device_pinned_mem_limit",
             "get_default_device_pinned_mem_limit", "quit")
@@ -407,6 +408,7 @@ def serve(listener: _socket.socket) -> None:
     log("Control", f"Starting control daemon using socket {CONTROL}")
     log("Control", f"To connect CUDA applications to this daemon, set env CUDA_MPS_PIPE_DIRECTORY={PIPE}")
     daemon.save()
+    _write_pid_file()  # last of what the daemon makes at start: the hooks hand the pipe dir over once it is there
     listener.settimeout(0.5)
     while daemon.running:
         daemon.reap()
@@ -423,11 +425,25 @@ def serve(listener: _socket.socket) -> None:
             conn.close()
     daemon.stop_servers()
     log("Control", "Exit")
-    for path in (CONTROL, os.path.join(PIPE, ".fake-state.json")):
+    for path in (CONTROL, os.path.join(PIPE, ".fake-state.json"), PID_FILE):
         try:
             os.unlink(path)
         except OSError:
             pass
+
+
+def _write_pid_file() -> None:
+    """``nvidia-cuda-mps-control.pid`` in the pipe dir, as NVIDIA's daemon writes it (root's, its pid; gone when it
+    stops), created afresh with O_EXCL | O_NOFOLLOW."""
+    try:
+        os.unlink(PID_FILE)
+    except FileNotFoundError:
+        pass
+    fd = os.open(PID_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, f"{os.getpid()}\n".encode())
+    finally:
+        os.close(fd)
 
 
 def _session(daemon: Daemon, conn: _socket.socket) -> None:

@@ -26,7 +26,20 @@ def epilog(environ, runner=None, mps=None, kill=None, seen: dict | None = None) 
         from ..node.mps import mps_lock
 
         with mps_lock(spec.state_dir, journal.mps is not None):  # the refcount (journals) and the quit, together
-            _undo(journal, store, config, runner, mps, kill, seen)
+            mps = _undo(journal, store, config, runner, mps, kill, seen)
+    if journal.mps is not None:
+        _sweep(spec.state_dir, mps)  # no lock held: what the job left in its pipe dir is no other hook's wait
+
+
+def _sweep(state_dir: str, mps) -> None:
+    """Remove the key dirs set aside under ``<state_dir>/mps`` (node.aside), within the epilog's budget; what is
+    left, or cannot be removed, is a note on stderr (the health check goes on with it): never a failure."""
+    import sys
+
+    from ..node.aside import EPILOG_BUDGET, Budget, sweep
+
+    for note in [*getattr(mps, "notes", []), *sweep(state_dir.rstrip("/") + "/mps", Budget(*EPILOG_BUDGET))]:
+        print(f"gpushare-epilog: note: {note}", file=sys.stderr)
 
 
 def _undo(journal, store, config, runner, mps, kill, seen) -> None:
@@ -40,6 +53,7 @@ def _undo(journal, store, config, runner, mps, kill, seen) -> None:
         seen["live"] = live = observe_epilog(journal, backend, store)
         actions, problems = plan_epilog(journal, live)
         execute_epilog(journal, actions, problems, store, mps, Killer(backend, kill=kill))
+    return mps
 
 
 def main(environ=None, runner=None, mps=None, kill=None) -> int:

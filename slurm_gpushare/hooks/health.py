@@ -50,7 +50,7 @@ def main(environ=None, runner=None, mps=None, kill=None, is_device=None) -> int:
     environ = dict(os.environ if environ is None else environ)
     try:
         health(environ, runner, mps, kill, is_device)
-    except GpushareError as exc:
+    except (GpushareError, OSError) as exc:  # an OSError names its path; the next run tries again
         print(f"gpushare-node-health: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -258,7 +258,36 @@ def observe_and_repair(node: str, state_dir: str, client, backend, mps, killer, 
         stepds = stepd_jobs()
     if started is not None:
         requeue_lost_jobs(findings, node, client, started, stepds, dry_run, after=lost_after)  # Slurm, no lock held
+    findings.notes += getattr(mps, "notes", [])
+    if not dry_run:
+        findings.notes += sweep_set_aside(state_dir)  # no lock held: what jobs left in their pipe dirs waits on nothing
     return findings
+
+def sweep_set_aside(state_dir: str) -> list[str]:
+    """Remove the MPS key dirs the hooks set aside (``node/aside.py``), within the health check's budget; what
+    is left, or cannot be removed, is a note with its path (never a drain: it is what a job left in its own
+    directories, out of every hook's way)."""
+    from .aside import HEALTH_BUDGET, Budget, sweep
+
+    return sweep(f"{state_dir.rstrip('/')}/mps", Budget(*HEALTH_BUDGET))
+
+
+def check_user_dirs(state_dir: str, slots) -> list[str]:
+    """A note when this node has MPS GPUs and ``<state_dir>/mps`` (where the jobs' pipe dirs are, which their users
+    can fill) is on the filesystem of the journals: a job could then fill it and fail every later hook on the node."""
+    if not any(slot.mode == "mps" for slot in slots):
+        return []
+    mps_dir = f"{state_dir.rstrip('/')}/mps"
+    try:
+        shared = os.stat(mps_dir).st_dev == os.stat(state_dir).st_dev
+    except FileNotFoundError:
+        shared = True  # not mounted yet: the first MPS prolog makes it on the state dir's filesystem
+    except OSError as exc:
+        return [f"{mps_dir}: cannot check its filesystem: {exc.strerror}"]
+    if not shared:
+        return []
+    return [f"{mps_dir} (the MPS pipe directories jobs write) is on the filesystem of {state_dir}: a job can fill "
+            "it; mount a size-capped tmpfs there (docs: Files on a node)"]
 
 
 def journal_marks(store) -> dict[int, tuple[int, int]]:
@@ -283,11 +312,15 @@ def repair_locked(findings: Findings, node: str, state_dir: str, store, before, 
     marks = journal_marks(store)
     fresh = {j for j in journals if j not in running and marks.get(j) != before.get(j)}
     held = running | fresh
-    plan = plan_for_node(journals, held, backend, state_dir, store)
-    findings.repaired = [line.split(": ", 1)[1] for line in plan.lines(node) if not line.endswith("journal kept")]
-    if not dry_run:
-        findings.unrepaired = execute_reconcile(plan, store, mps, killer, journals)
-        note_unfinished(Path(state_dir) / UNFINISHED, [journals[j] for j in plan.orphans])
+    try:
+        plan = plan_for_node(journals, held, backend, state_dir, store)
+        findings.repaired = [line.split(": ", 1)[1] for line in plan.lines(node) if not line.endswith("journal kept")]
+        if not dry_run:
+            findings.unrepaired = execute_reconcile(plan, store, mps, killer, journals)
+            note_unfinished(Path(state_dir) / UNFINISHED, [journals[j] for j in plan.orphans])
+    except (OSError, GpushareError) as exc:  # reported with its path; the next run tries again, never a crash
+        findings.unrepaired.append(f"reconcile: {exc}")
+        return
     kept = {j: journals[j] for j in plan.kept}
     findings.notes = check_mps(kept, answers)
     if metrics is not None and not dry_run:
@@ -510,6 +543,7 @@ def run_health(node: str, state_dir: str, gres_conf: Path, slots, client, backen
 
     findings = observe_and_repair(node, state_dir, client, backend, mps, killer, dry_run, metrics, lost_after)
     check_node(findings, node, gres_conf, slots, backend, is_device)
+    findings.notes += check_user_dirs(state_dir, slots)
     try:
         current = client.node(node)
     except SlurmClientError as exc:

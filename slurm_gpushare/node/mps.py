@@ -24,7 +24,17 @@ no user can list the keys)::
                       root could write there; root's own client sessions
                       (configure, start_server, quit) connect through these
     <key>/daemon.json root 0600: the daemon's pid, start time and executable,
-                      taken from the control socket's peer credentials
+                      taken from the control socket's peer credentials, the
+                      pid file it writes there and the program root started
+    .aside/           root 0700: key dirs taken out of the way in one rename
+                      (``node/aside.py``), removed after the locks are released
+
+``<state_dir>/mps`` holds everything a job's user can write (its pipe dir):
+a size-capped tmpfs mounted there keeps a job from filling the filesystem of
+the journals (docs/reference/node-files.md); the health check notes a node
+without one. Nothing the user wrote is walked under the locks: a key dir is
+renamed into ``.aside`` in one step and removed, within a budget, by the
+epilog after its locks or by the health check.
 
 A daemon is stopped by that pid (a pidfd, after checking the start time and
 executable), never through ``pipe/control``; a probe connects only to a
@@ -42,6 +52,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import stat
 import time
 from contextlib import contextmanager
@@ -56,6 +67,7 @@ CONTROL = ("nvidia-cuda-mps-control",)
 _SOCKET_MAX = 100  # sun_path is 108 bytes; leave room
 CONNECT_TIMEOUT = 0.25  # a probe's connect: a daemon that answers does so within ms
 RECORD, ALIAS = "daemon.json", "root"
+KEY = re.compile(r"^g[0-9]+(_[0-9]+)*-u[0-9]+-p[0-9]+$")  # daemon_key's names (not .aside)
 
 
 class MpsError(GpushareError):
@@ -102,10 +114,11 @@ class MpsControl:
     arguments (tests run the docker/fakes script with the interpreter)."""
 
     def __init__(self, runner, command: tuple[str, ...] = CONTROL, timeout: float = 15.0, quit_wait: float = 10.0,
-                 sleep=time.sleep, clock=time.monotonic, quit_timeout: float = 5.0):
+                 sleep=time.sleep, clock=time.monotonic, quit_timeout: float = 5.0, start_wait: float = 10.0):
         self.runner, self.command, self.timeout, self.quit_wait = runner, tuple(command), timeout, quit_wait
-        self.quit_timeout = quit_timeout
+        self.quit_timeout, self.start_wait = quit_timeout, start_wait
         self._sleep, self._clock = sleep, clock
+        self.notes: list[str] = []  # what a quit could not clean up (never a failure): the caller reports them
 
     def env(self, daemon: MpsDaemon, pipe: str | None = None) -> dict[str, str]:
         return {"PATH": SAFE_PATH, "CUDA_VISIBLE_DEVICES": ",".join(daemon.gpu_uuids),
@@ -127,6 +140,7 @@ class MpsControl:
         root-only state and log dirs, so the root daemon never writes through a link a user planted."""
         key = os.path.dirname(daemon.pipe_dir)
         _own_dir(os.path.dirname(key), 0o711)  # <state_dir>/mps: traversable, not listable
+        _own_aside(os.path.dirname(key))  # made before any job of the key can fill the filesystem
         _own_dir(key, 0o711)
         if daemon.log_dir:
             _own_dir(os.path.dirname(daemon.log_dir), 0o700)
@@ -134,7 +148,9 @@ class MpsControl:
         if any(os.path.lexists(p) for p in (daemon.pipe_dir, alias_dir(daemon.pipe_dir), record_path(daemon.pipe_dir))):
             stop_recorded(daemon.pipe_dir)  # a dead or hung daemon of this key ...
             kill_leftovers(daemon.pipe_dir)  # ... and the servers it left
-            remove_pipe_dir(daemon, keep_key=True)
+            for note in remove_pipe_dir(daemon):
+                raise MpsError(f"MPS daemon {daemon.key}: the previous daemon's directories are in the way: {note}")
+            _own_dir(key, 0o711)
         os.mkdir(daemon.pipe_dir, 0o700)
         _set_owner(daemon.pipe_dir, os.geteuid(), os.getegid())
 
@@ -143,7 +159,7 @@ class MpsControl:
         its defaults to the job's limits and start the user's server."""
         try:
             self.runner([*self.command, "-d"], env=self.env(daemon), timeout=self.timeout)
-            adopt(daemon.pipe_dir)
+            adopt(daemon.pipe_dir, command_executables(self.command), self.start_wait, self._sleep, self._clock)
             _set_owner(daemon.pipe_dir, daemon.uid, daemon.gid)
             # one client session (commands on stdin, one per line, run in order): the defaults bind the next
             # server only, so they come before start_server; one client start fewer per new daemon. A non-zero
@@ -165,7 +181,7 @@ class MpsControl:
             self._quit_unrecorded(daemon)
         else:
             self._quit_recorded(daemon, record)
-        remove_pipe_dir(daemon)
+        self.notes += remove_pipe_dir(daemon)
 
     def _quit_recorded(self, daemon: MpsDaemon, record: dict) -> None:
         handle = ProcessHandle.open(record)
@@ -261,16 +277,42 @@ def peer(path: str) -> tuple[int, int] | None:
     return int.from_bytes(creds[0:4], "little", signed=True), int.from_bytes(creds[4:8], "little")
 
 
-def adopt(pipe_dir: str) -> dict:
-    """Right after ``-d``, while the pipe dir is root's: find the daemon from its control socket's peer, link
-    what it created into the root-only alias dir and write its record. MpsError if no root daemon listens."""
-    found = peer(f"{pipe_dir}/control")
-    if found is None or found[1] != os.geteuid():
-        raise MpsError(f"MPS daemon (pipe {pipe_dir}): no root daemon listens on {pipe_dir}/control after start "
-                       f"({socket_problem(f'{pipe_dir}/control') or 'connect failed'})")
+PID_FILE = "nvidia-cuda-mps-control.pid"  # what the daemon writes in its pipe dir at start (docs/admins/mps-security.md)
+
+
+def adopt(pipe_dir: str, executables: frozenset[str] = frozenset(), wait: float = 10.0, sleep=time.sleep,
+          clock=time.monotonic) -> dict:
+    """After ``-d``, while the pipe dir is root's: wait (at most ``wait`` s) until the daemon's start-up is done:
+    a root process listens on ``control`` and its pid file names that process; check it runs one of
+    ``executables`` (``command_executables``: the program root started; empty: any); link what root created in
+    the pipe dir into the root-only alias dir and write its record. MpsError naming what is missing."""
+    deadline, pause = clock() + wait, 0.001
+    while True:
+        found, named = peer(f"{pipe_dir}/control"), read_pid_file(pipe_dir)
+        if found is not None and found[1] == os.geteuid() and named == found[0]:
+            break
+        if clock() > deadline:
+            why = socket_problem(f"{pipe_dir}/control") or ("connect failed" if found is None else
+                  f"its peer is pid {found[0]} (uid {found[1]}), its pid file {pipe_dir}/{PID_FILE} names {named}")
+            raise MpsError(f"MPS daemon (pipe {pipe_dir}): not up {wait:g} s after start: no root daemon listening on "
+                           f"{pipe_dir}/control that its pid file names ({why})")
+        sleep(pause)
+        pause = min(pause * 2, 0.05)
     record = process_record(found[0])
     if record is None:
         raise MpsError(f"MPS daemon (pipe {pipe_dir}): its process {found[0]} is gone")
+    if executables and record["exe"] not in executables:
+        raise MpsError(f"MPS daemon (pipe {pipe_dir}): process {found[0]} runs {record['exe']}, not the control "
+                       f"program started ({', '.join(sorted(executables))})")
+    _link_alias(pipe_dir)
+    from ..atomic import atomic_write
+    import json
+
+    atomic_write(record_path(pipe_dir), json.dumps(record, sort_keys=True), 0o600)
+    return record
+
+
+def _link_alias(pipe_dir: str) -> None:
     alias = alias_dir(pipe_dir)
     os.mkdir(alias, 0o700)
     for entry in os.scandir(pipe_dir):
@@ -280,11 +322,57 @@ def adopt(pipe_dir: str) -> dict:
                 os.link(entry.path, os.path.join(alias, entry.name), follow_symlinks=False)
         except FileNotFoundError:
             continue  # gone between the listing and the link (a temporary the daemon renamed): nothing to keep
-    from ..atomic import atomic_write
-    import json
 
-    atomic_write(record_path(pipe_dir), json.dumps(record, sort_keys=True), 0o600)
-    return record
+
+def read_pid_file(pipe_dir: str) -> int | None:
+    """The pid in the daemon's pid file: a regular file owned by root, no link followed; None otherwise."""
+    try:
+        fd = os.open(f"{pipe_dir}/{PID_FILE}", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            return None
+        text = os.read(fd, 32)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return int(text) if text.strip().isdigit() else None
+
+
+def command_executables(command: tuple[str, ...], path: str = SAFE_PATH) -> frozenset[str]:
+    """What the kernel runs for ``command``: its first word found in ``path`` (as the runner finds it), links
+    resolved; for a script, its interpreter too (``#!/usr/bin/env [-S] NAME`` found in ``path``). Empty when the
+    program cannot be found (then the daemon's executable is not checked; its start fails anyway)."""
+    program = _which(command[0], path)
+    if program is None:
+        return frozenset()
+    found = {os.path.realpath(program)}
+    try:
+        with open(program, "rb") as fh:
+            head = fh.read(256)
+    except OSError:
+        return frozenset(found)
+    if head.startswith(b"#!"):
+        words = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").split()
+        if words and os.path.basename(words[0]) == "env":
+            words = [w for w in words[1:] if not w.startswith("-")]
+        interpreter = _which(words[0], path) if words else None
+        if interpreter is not None:
+            found.add(os.path.realpath(interpreter))
+    return frozenset(found)
+
+
+def _which(name: str, path: str) -> str | None:
+    if "/" in name:
+        return name if os.path.isfile(name) else None
+    for folder in path.split(":"):
+        candidate = f"{folder}/{name}"
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
 
 
 def read_record(pipe_dir: str) -> dict | None:
@@ -386,62 +474,34 @@ def running_daemons(state_dir: str) -> int:
 
     root = Path(state_dir) / "mps"
     try:
-        keys = sorted(p for p in root.iterdir() if p.is_dir())
-    except FileNotFoundError:
+        keys = sorted(p for p in root.iterdir() if KEY.match(p.name))
+    except OSError:  # none yet, or unreadable: no daemon of ours to count
         return 0
     return sum(answers(str(key / "pipe")) for key in keys)
 
 
-def remove_pipe_dir(daemon: MpsDaemon, keep_key: bool = False) -> None:
-    """The pipe dir, the root-only alias and the record, and the key dir unless ``keep_key`` (the log dir
-    stays: logs are not state)."""
-    for path in (daemon.pipe_dir, alias_dir(daemon.pipe_dir), record_path(daemon.pipe_dir)):
-        if os.path.lexists(path):
-            _remove(path)
-    if not keep_key:
-        try:
-            os.rmdir(os.path.dirname(daemon.pipe_dir))
-        except OSError:
-            pass
+def remove_pipe_dir(daemon: MpsDaemon) -> list[str]:
+    """Take the daemon's key dir (the pipe dir, the root-only alias and the record) out of the way in one rename
+    into ``<state_dir>/mps/.aside`` (``aside.set_aside``); the log dir stays (logs are not state). Nothing the
+    job's user wrote in its pipe dir is walked here, under the node's locks: ``aside.sweep`` removes it later
+    (the epilog once its locks are released, the health check). Returns notes: a key dir that could not be
+    moved stays where it is (a later reconcile or health run, or the key's next prolog, tries again)."""
+    from .aside import set_aside
 
-
-def _remove(path: str) -> None:
-    if os.path.islink(path) or not os.path.isdir(path):
-        os.unlink(path)
-        return
+    key = os.path.dirname(daemon.pipe_dir)
+    if not os.path.lexists(key):
+        return []
     try:
-        # the usual case: a daemon that quit removed its socket, so the directory is empty. rmdir never follows
-        # a link (one planted meanwhile fails it with ENOTDIR) and removes only an empty directory
-        os.rmdir(path)
-        return
-    except OSError:
-        pass
-    if _empty_flat(path):
-        return
-    import shutil  # here: only a tree pays for shutil (+7 M instructions), whose removal goes by descriptor
-
-    shutil.rmtree(path)
+        set_aside(key, os.path.dirname(key))
+    except OSError as exc:
+        return [f"MPS daemon {daemon.key}: {key} not set aside for removal: {exc}"]
+    return []
 
 
-def _empty_flat(path: str) -> bool:
-    """Remove a directory that holds no directory (what a daemon leaves: files, sockets, links), by a descriptor
-    of the directory opened without following a link, each entry unlinked by name under it (a link is removed,
-    never followed). False, nothing removed, when it holds a directory: then shutil.rmtree does it all."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+def _own_aside(root: str) -> None:
+    from .aside import ensure_aside
+
     try:
-        with os.scandir(fd) as listing:
-            entries = list(listing)
-        if any(entry.is_dir(follow_symlinks=False) for entry in entries):
-            return False
-        for entry in entries:
-            try:
-                os.unlink(entry.name, dir_fd=fd)
-            except FileNotFoundError:
-                pass
-    finally:
-        os.close(fd)
-    try:
-        os.rmdir(path)
-    except OSError:  # written to meanwhile, or no longer the directory listed: rmtree decides
-        return False
-    return True
+        os.close(ensure_aside(root))
+    except OSError as exc:
+        raise MpsError(f"{root}/.aside: {exc}") from None

@@ -95,6 +95,8 @@ def daemon_dirs(state_dir: str) -> dict[str, str]:
         return {p.name: str(p / "pipe") for p in sorted(root.iterdir()) if _KEY.match(p.name)}
     except FileNotFoundError:
         return {}
+    except OSError as exc:
+        raise ReconcileError(f"cannot list the MPS daemon directories in {root}: {exc.strerror}") from None
 
 
 def mps_processes_under(state_dir: str, proc: str = "/proc") -> dict[int, str]:
@@ -161,6 +163,8 @@ def execute_reconcile(plan: ReconcilePlan, store: JournalStore, mps, killer, jou
             mps.quit(action.daemon)
         except GpushareError as exc:
             failed.append(str(exc))
+        except OSError as exc:
+            failed.append(f"MPS daemon {action.daemon.key}: {exc}")
     if plan.processes:
         from .procscan import kill_scanned, mps_processes, running as _running
 
@@ -169,7 +173,10 @@ def execute_reconcile(plan: ReconcilePlan, store: JournalStore, mps, killer, jou
         left = kill_scanned(lambda: [pid for pid, pipe in mps_processes().items() if (pid, pipe) in wanted])
         failed += [f"MPS process {pid} survived SIGKILL" for pid in left if _running(pid)]
     for stray in plan.strays:
-        Path(stray.path).unlink(missing_ok=True)
+        try:
+            Path(stray.path).unlink(missing_ok=True)
+        except OSError as exc:
+            failed.append(f"half-written file {stray.path} not removed: {exc.strerror}")
     return failed
 
 

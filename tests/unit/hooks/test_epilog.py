@@ -96,7 +96,9 @@ def test_epilog_undoes_the_prolog_and_a_second_run_is_a_no_op(mps_node):
     assert epilog_hook.main(env, runner=no_scontrol, mps=mps_node.mps) == 0
     assert not mps_node.mps.alive(daemon) and mps_node.journals() == []
     assert sorted(p.name for p in (mps_node.state_dir / "jobs").iterdir()) == [".lock"]  # no task file either
-    assert list((mps_node.state_dir / "mps").iterdir()) == []
+    # the key dir was set aside and removed once the locks were released; .aside stays, empty
+    assert [p.name for p in (mps_node.state_dir / "mps").iterdir()] == [".aside"]
+    assert list((mps_node.state_dir / "mps" / ".aside").iterdir()) == []
     assert epilog_hook.main(env, runner=no_scontrol, mps=mps_node.mps) == 0
 
 
