@@ -133,6 +133,7 @@ def make_job_cgroup(job_id: int, root: str = CGROUP_ROOT, owner: int | None = No
         try:
             os.mkdir(name, 0o755, dir_fd=fd)
             made = True
+            os.chmod(name, 0o755, dir_fd=fd)  # as Slurm makes it (its umask clears only group and other write)
         except FileExistsError:
             pass
         except OSError as exc:

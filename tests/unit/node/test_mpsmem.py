@@ -106,8 +106,12 @@ def test_make_job_cgroup_makes_it_as_slurm_does_or_takes_it(tree):
     root, job = tree
     me = os.getuid()
     assert make_job_cgroup(42, str(root), owner=me) == (str(job), False, None)
-    path, made, problem = make_job_cgroup(43, str(root), owner=me)
-    assert (made, problem) == (True, None) and os.stat(path).st_mode & 0o777 == 0o755 & ~_umask()
+    umask = os.umask(0o077)  # a prolog's umask does not change the mode Slurm gives it
+    try:
+        path, made, problem = make_job_cgroup(43, str(root), owner=me)
+    finally:
+        os.umask(umask)
+    assert (made, problem) == (True, None) and os.stat(path).st_mode & 0o777 == 0o755
     os.rmdir(path)
     os.symlink(str(job), path)
     assert make_job_cgroup(43, str(root), owner=me)[1:] == (False, f"the job's cgroup {path} is a symbolic link")
@@ -116,12 +120,6 @@ def test_make_job_cgroup_makes_it_as_slurm_does_or_takes_it(tree):
     scope.symlink_to(root / "system.slice" / "real")
     assert make_job_cgroup(44, str(root), owner=me)[1:] == (False, f"Slurm's cgroup scope {scope} is a symbolic link")
     assert not (root / "system.slice" / "real" / "job_44").exists()
-
-
-def _umask() -> int:
-    old = os.umask(0)
-    os.umask(old)
-    return old
 
 
 # ---- the prolog hook on a test node ---------------------------------------------------------
