@@ -52,7 +52,8 @@ def cgroup_volumes(parent: str | None) -> list[str]:
     return [f"/sys/fs/cgroup/{c}/{parent}:/sys/fs/cgroup/{c}:rw" for c in CGROUP_V1_CONTROLLERS]
 
 
-def node_service(node: str, cgroups: bool, cgroup_parent: str | None = None) -> dict:
+def node_service(node: str, cgroups: bool, cgroup_parent: str | None = None,
+                 state_dir: str = "/var/lib/gpushare") -> dict:
     service = {
         "image": IMAGE,
         "init": True,
@@ -68,7 +69,9 @@ def node_service(node: str, cgroups: bool, cgroup_parent: str | None = None) -> 
             "${GPUSHARE_POLICY_FILE:-/dev/null}:/etc/gpushare/policy.yaml:ro",
         ],
         # The per-node MIG include is written on the node: keep it off the shared volume.
-        "tmpfs": ["/etc/slurm/gres.d"],
+        # The jobs' MPS pipe dirs on a size-capped tmpfs of their own, as docs/reference/node-files.md asks of
+        # a site: a job that fills its pipe dir cannot fill the filesystem of the journals.
+        "tmpfs": ["/etc/slurm/gres.d", f"{state_dir.rstrip('/')}/mps:size=64m,nr_inodes=16384,mode=0711"],
         "environment": {"GPUSHARE_FAKE_GPUS": "1", "GPUSHARE_NODE_SETUP": "1"},
         "depends_on": {
             "munge-key": {"condition": "service_completed_successfully"},
@@ -151,7 +154,7 @@ def nodes_compose(site: Site, prometheus_config_path: str | None = None, exporte
     cgroup of the host's v1 hierarchies (``cgroup_volumes``).
     """
     names = nodes(site)
-    services = {n: node_service(n, site.cluster.cgroups, cgroup_parent) for n in names}
+    services = {n: node_service(n, site.cluster.cgroups, cgroup_parent, site.cluster.paths.state_dir) for n in names}
     services["slurmctld"] = {"depends_on": {n: {"condition": "service_started"} for n in names}}
     if prometheus_config_path:
         services["prometheus"] = prometheus_service(prometheus_config_path, exporter_tls_dir)
