@@ -342,7 +342,10 @@ def install(policy_path: str, root: str, fake_state: str | None, mps_control: st
     prolog, health check, at the policy's paths: python -IS, for this
     interpreter and its import directories), /etc/gpushare/node.yaml, the state
     dir and the policy's metrics dirs, root-owned with fixed modes. A second run
-    changes nothing. Files it did not write are refused (exit 1) unless --force;
+    changes nothing. An interpreter or import directory that is not root's,
+    or that its group or others may write (on any component up to /), is
+    refused with each path and why, and nothing is written. Files it did
+    not write are refused (exit 1) unless --force;
     pip's console script of the same hook at a hook's path is kept, a link to
     it replaced by the script."""
     from ..node import install as inst
@@ -356,6 +359,11 @@ def install(policy_path: str, root: str, fake_state: str | None, mps_control: st
         policy = policy[len(top):]  # as the node will see it
     c = site.cluster
     try:
+        unsafe = inst.code_problems(sys.executable, *inst.probe_code(sys.executable))
+        if unsafe:
+            raise NodeError("the hooks would run as root code that others may change; nothing installed:\n  "
+                            + "\n  ".join(unsafe) + "\n(make each path root's and not writable by its group or "
+                            "others, e.g. chown -R root: and chmod -R go-w, or install into a venv that is)")
         wants = inst.plan_install(python=sys.executable, import_dirs=inst.probe_import_dirs(sys.executable),
                                   policy=policy, state_dir=c.paths.state_dir, task_prolog=c.hooks.task_prolog,
                                   prolog=c.hooks.prolog, epilog=c.hooks.epilog, textfile_dir=c.metrics.textfile_dir,

@@ -81,15 +81,31 @@ def read_dir(directory) -> dict[str, set[int]]:
     for name in names:
         if not _FILE.match(name):
             continue
-        try:
-            text = (Path(directory) / name).read_text(encoding="utf-8")
-        except (FileNotFoundError, IsADirectoryError):
+        text = _read_regular(os.path.join(directory, name))
+        if text is None:
             continue
         found[name] = {int(line.strip()) for line in text.splitlines() if _JOB.match(line.strip())}
     return found
 
 
+def _read_regular(path: str) -> str | None:
+    """A regular file's text, opened without following a link or blocking on a FIFO; None for anything else."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:  # gone, a directory, a link (ELOOP)
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return fh.read(1 << 20).decode("utf-8", "replace")
+
+
 def _locked(directory: Path):
+    from .textfile import open_dir
+
+    os.close(open_dir(directory))  # no link on its path, root's, only root may write in it (else UnsafeDir)
     return flocked(directory / LOCK_NAME)
 
 

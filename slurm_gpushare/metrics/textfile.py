@@ -8,6 +8,10 @@ The prolog, the epilog and `gpushare node reconcile` (re)write
 ``<textfile_dir>/gpushare.prom`` after each run, atomically (a temporary
 ``.gpushare.prom.XXXX`` in the same directory, which the ``*.prom`` glob
 skips, then a rename), when the policy sets ``cluster.metrics.textfile_dir``.
+The directory is opened from / one component at a time without following a
+symbolic link or blocking on a FIFO, and written through that descriptor
+(``open_dir``, ``write_at``); one that is not root's, or that its group or
+others may write in, is refused (``UnsafeDir``, an OSError naming the path).
 
 Hooks are short-lived processes, so the counters live in a small state file,
 ``<state_dir>/metrics.json``, read, updated and written back under an flock
@@ -264,5 +268,96 @@ def _rewrite(state_dir, textfile_dir, change) -> Path | None:
     with _locked(state_dir):
         state = change(read_state(state_dir / STATE_NAME))
         atomic_write(state_dir / STATE_NAME, json.dumps(state, sort_keys=True), 0o600)
-        atomic_write(target, render(state), 0o644)
+        fd = open_dir(textfile_dir)
+        try:
+            write_at(fd, FILE_NAME, render(state), 0o644)
+        finally:
+            os.close(fd)
     return target
+
+
+# ---- the metrics directories, opened as root may write in them ----------------------------------------
+
+OWNER: int | None = None  # who must own a metrics directory: None is the writer (root, on a node); tests set it
+_DIR_FLAGS = (os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK
+              | getattr(os, "O_CLOEXEC", 0))
+
+
+class UnsafeDir(OSError):
+    """A metrics directory root must not write in: a symbolic link or no directory on its path, or not the
+    writer's own, or writable by its group or others. The message names the path and the reason."""
+
+
+def dir_problem(st: os.stat_result, path: str, owner: int | None = None) -> str | None:
+    """Why the directory ``st`` (an fstat of it) is not one root may write in (None: it is)."""
+    want = os.geteuid() if owner is None else owner
+    if st.st_uid != want:
+        who = "root" if want == 0 else f"uid {want}"
+        return f"{path} is owned by uid {st.st_uid}, not {who}: chown {who} it (or let gpushare node install make it)"
+    if st.st_mode & 0o022:
+        return f"{path} is writable by its group or others (mode {st.st_mode & 0o7777:04o}): chmod 0755 it"
+    return None
+
+
+def open_dir(path, create: bool = True) -> int:
+    """A descriptor of the directory ``path``, reached from / one component at a time, never through a
+    symbolic link (O_NOFOLLOW) and never blocking on a FIFO (O_DIRECTORY, O_NONBLOCK); missing components
+    are made (0755) when ``create``. UnsafeDir when a component is a link or not a directory, or when the
+    directory is not ``OWNER``'s (the writer's) or others may write in it."""
+    import errno
+
+    path = os.path.abspath(os.fspath(path))
+    fd = os.open("/", _DIR_FLAGS)
+    try:
+        for part in [p for p in path.split("/") if p]:
+            try:
+                nxt = _open_part(fd, part, create)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+                    raise UnsafeDir(exc.errno, f"{path}: its component {part!r} is a symbolic link or not a "
+                                               "directory (not followed): name the directory by its real path") from None
+                raise
+            os.close(fd)
+            fd = nxt
+        problem = dir_problem(os.fstat(fd), path, OWNER)
+        if problem:
+            raise UnsafeDir(errno.EPERM, problem)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_part(fd: int, part: str, create: bool) -> int:
+    try:
+        return os.open(part, _DIR_FLAGS, dir_fd=fd)
+    except FileNotFoundError:
+        if not create:
+            raise
+    try:
+        os.mkdir(part, 0o755, dir_fd=fd)
+    except FileExistsError:
+        pass
+    return os.open(part, _DIR_FLAGS, dir_fd=fd)
+
+
+def write_at(dir_fd: int, name: str, text: str, mode: int = 0o644) -> None:
+    """Write ``name`` in the open directory ``dir_fd`` atomically: a new temporary (O_EXCL, O_NOFOLLOW) beside
+    it, then a rename within the directory; nothing is resolved by path from /."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    tmp = f".{name}.{os.urandom(6).hex()}"
+    fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+            os.fchmod(fh.fileno(), mode)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
+        raise
+    os.fsync(dir_fd)

@@ -7,6 +7,12 @@ terms (no root prefix). ``decide`` compares one ``Want`` with what is there
 files through ``atomic.atomic_write``. ``--root`` prefixes every path (image
 builds, tests); the node config still names paths as the node sees them.
 
+The interpreter and every directory it imports from (and the package's own
+tree) must be root's and writable by nobody else, on every component of
+their paths up to / (``code_problems``): the hooks run that code as root on
+every node, so a group-writable venv would give that group root. Anything
+else is refused with each path and its reason, and nothing is written.
+
 What is installed:
 
 - the hook scripts, each ``#!<python> -IS`` and four lines (README "Node
@@ -43,7 +49,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -156,6 +162,108 @@ def probe_import_dirs(python: str, runner=None) -> list[str]:
         raise ValueError(f"{python} -I cannot import slurm_gpushare ({tail[-1] if tail else f'exit {done.returncode}'})")
     bare, with_site, package = json.loads(done.stdout)
     return import_dirs(bare, with_site, package)
+
+
+# ---- the code root runs: root's, and nobody else may change it ---------------------------------------
+
+
+@dataclass(frozen=True)
+class Trust:
+    """Whose code root may run: files and directories owned by ``owner`` (root) that neither their group nor
+    others may write, on every component of the path up to / (as ssh's StrictModes). ``lstat`` and
+    ``realpath`` read the disk (tests pass stand-ins)."""
+
+    owner: int = ROOT_UID
+    lstat: Callable[[str], os.stat_result] = os.lstat
+    realpath: Callable[[str], str] = os.path.realpath
+
+
+TRUST = Trust()
+PACKAGE_ENTRIES = 20000  # the most entries of the package's tree checked (a wheel has a few hundred)
+
+
+def path_problems(path: str, what: str, trust: Trust | None = None) -> list[str]:
+    """Why root must not run or import ``path`` (an empty list: it may): each component, of the path as named
+    and of the file it leads to, must be ``trust.owner``'s and, but for a symbolic link, writable by nobody
+    else. A component that does not exist is skipped (its parent is checked)."""
+    trust = trust or TRUST
+    out: list[str] = []
+    for named in dict.fromkeys([os.path.abspath(path), trust.realpath(path)]):
+        for part in _components(named):
+            problem = _component_problem(part, trust)
+            if problem:
+                out.append(f"{what} {path}: {problem}")
+    return list(dict.fromkeys(out))
+
+
+def _components(path: str) -> list[str]:
+    """``path`` and each directory above it, up to /."""
+    out = [path]
+    while out[-1] != os.path.dirname(out[-1]):
+        out.append(os.path.dirname(out[-1]))
+    return out
+
+
+def _component_problem(part: str, trust: Trust) -> str | None:
+    try:
+        info = trust.lstat(part)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{part} cannot be checked ({exc.strerror or exc})"
+    if info.st_uid != trust.owner:
+        who = "root" if trust.owner == 0 else f"uid {trust.owner}"
+        return f"{part} is owned by uid {info.st_uid}, not {who}"
+    if not stat.S_ISLNK(info.st_mode) and info.st_mode & 0o022:
+        return f"{part} is writable by its group or others (mode {stat.S_IMODE(info.st_mode):04o})"
+    return None
+
+
+def code_problems(python: str, import_path: Sequence[str], package: str, trust: Trust | None = None) -> list[str]:
+    """Why the hook scripts must not run ``python`` with ``import_path`` (every directory the interpreter
+    imports from) and the package at ``package`` as root: a list naming each path and its reason (empty: they
+    may). Whoever may change any of them would run code as root on every job's start and end."""
+    trust = trust or TRUST
+    out = path_problems(python, "interpreter", trust)
+    for where in import_path:
+        out += path_problems(where, "import directory", trust)
+    out += path_problems(package, "package directory", trust)
+    return list(dict.fromkeys(out + _tree_problems(package, trust)))
+
+
+def _tree_problems(top: str, trust: Trust) -> list[str]:
+    """Each file and directory below ``top`` (links not followed), checked as ``_component_problem`` does."""
+    out: list[str] = []
+    seen, pending = 0, [top]
+    while pending and seen < PACKAGE_ENTRIES:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            problem = _component_problem(entry.path, trust)
+            if problem:
+                out.append(f"package file {entry.path}: {problem}")
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(entry.path)
+    return out
+
+
+_TRUST_PROBE = ("import json, sys; import site; site.main(); import slurm_gpushare; "
+                "print(json.dumps([sys.path, slurm_gpushare.__path__[0]]))")
+
+
+def probe_code(python: str, runner=None) -> tuple[list[str], str]:
+    """(every directory ``python`` imports from as a hook script starts it, the package's directory)."""
+    from ..proc import run
+
+    done = (runner or run)([python, "-I", "-S", "-c", _TRUST_PROBE], env={}, timeout=60, check=False)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()
+        raise ValueError(f"{python} -I cannot import slurm_gpushare ({tail[-1] if tail else f'exit {done.returncode}'})")
+    import_path, package = json.loads(done.stdout)
+    return [d for d in import_path if d], package
 
 
 def node_config_text(values: dict[str, str]) -> str:
