@@ -48,6 +48,7 @@ from pathlib import Path
 
 from ..errors import GpushareError
 from .paths import SCRIPT_MODULES
+from .procscan import SEARCH_PATH
 
 PREFIX = "gpushare-health:"
 # slurmctld's own drains after a hook or launch failure (node_mgr.c validate_node_specs, proc_req.c
@@ -254,14 +255,19 @@ def observe_and_repair(node: str, state_dir: str, client, backend, mps, killer, 
     started = batch_jobs_started(findings, client, node)  # Slurm, no lock held
     with store.locked(), mps_lock(state_dir):
         repair_locked(findings, node, state_dir, store, before, running, backend, mps, killer, dry_run, metrics)
-        # no hook runs while the journal lock is held: a job past its launch has its batch slurmstepd here
-        stepds = stepd_jobs()
-    if started is not None:
+        # no hook runs while the journal lock is held: a job past its launch has its batch slurmstepd here. The
+        # scan runs in a child with a deadline (procscan): no process can hold the locks through it
+        stepds = stepd_jobs() if started else set()
+    if started and stepds is None:
+        findings.notes.append("lost launches: not checked this run: the slurmstepd processes could not be listed "
+                              f"(no slurmstepd on {SEARCH_PATH}, or the scan of /proc stalled)")
+    elif started:
         requeue_lost_jobs(findings, node, client, started, stepds, dry_run, after=lost_after)  # Slurm, no lock held
     findings.notes += getattr(mps, "notes", [])
     if not dry_run:
         findings.notes += sweep_set_aside(state_dir)  # no lock held: what jobs left in their pipe dirs waits on nothing
     return findings
+
 
 def sweep_set_aside(state_dir: str) -> list[str]:
     """Remove the MPS key dirs the hooks set aside (``node/aside.py``), within the health check's budget; what
@@ -364,21 +370,20 @@ def lost_jobs(started: dict[int, int], stepds: set[int], now: float, after: floa
 _STEPD = re.compile(rb"^slurmstepd: \[(\d+)\.batch\]")
 
 
-def stepd_jobs(proc: Path = Path("/proc")) -> set[int]:
+def stepd_jobs(proc: Path = Path("/proc"), stepd: tuple[str, ...] | None = None) -> set[int] | None:
     """Job ids of this node's batch-step slurmstepd processes (title ``slurmstepd: [JOB.batch]``). The
-    extern step's (``[JOB.extern]``, PrologFlags=Contain) starts before the launch, so it does not count."""
-    jobs = set()
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            title = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        m = _STEPD.match(title)
-        if m:
-            jobs.add(int(m[1]))
-    return jobs
+    extern step's (``[JOB.extern]``, PrologFlags=Contain) starts before the launch, so it does not count.
+    A slurmstepd is a process of root's whose executable is ``stepd`` (default: the slurmstepd found on
+    SEARCH_PATH, links resolved); only such a process's title is read, never another's (a user's process
+    takes any title, and a read of its memory can be made to hang: node/procscan.py). None when the list is
+    not known (no slurmstepd found, or the scan did not finish in time): then no launch counts as lost."""
+    from .procscan import cmdlines, executable_paths
+
+    paths = executable_paths("slurmstepd") if stepd is None else stepd
+    titles = cmdlines(paths, 0, str(proc)) if paths else None
+    if titles is None:
+        return None
+    return {int(m[1]) for title in titles.values() if (m := _STEPD.match(title))}
 
 
 def batch_jobs_started(findings: Findings, client, node: str) -> dict[int, int] | None:

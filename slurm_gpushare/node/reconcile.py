@@ -100,12 +100,19 @@ def daemon_dirs(state_dir: str) -> dict[str, str]:
 
 
 def mps_processes_under(state_dir: str, proc: str = "/proc") -> dict[int, str]:
-    """pid -> pipe dir of the MPS processes (mps.mps_processes) whose pipe dir is one of this state dir's keys."""
-    from .procscan import mps_processes
+    """pid -> pipe dir of the MPS processes (procscan.mps_records) whose pipe dir is one of this state dir's
+    keys. The memory of a process is read only when it is root's, a key's user's (its servers), or the real
+    nvidia-cuda-mps-server (a server whose key dir is gone), in a child with a deadline."""
+    return {pid: r["pipe"] for pid, r in _mps_under(state_dir, proc).items()}
 
-    root = str(Path(state_dir) / "mps")
-    return {pid: pipe for pid, pipe in mps_processes(proc).items()
-            if Path(pipe).parent.parent == Path(root) and _KEY.match(Path(pipe).parent.name)}
+
+def _mps_under(state_dir: str, proc: str = "/proc") -> dict[int, dict]:
+    from .procscan import key_uid, mps_records
+
+    root = Path(state_dir) / "mps"
+    users = {key_uid(pipe) for pipe in daemon_dirs(state_dir).values()} - {None}
+    return {pid: r for pid, r in mps_records(proc, users)[0].items()
+            if Path(r["pipe"]).parent.parent == root and _KEY.match(Path(r["pipe"]).parent.name)}
 
 
 def plan_reconcile(journals: dict[int, Journal], running: set[int], live: ObservedState, dirs: dict[str, str],
@@ -166,12 +173,14 @@ def execute_reconcile(plan: ReconcilePlan, store: JournalStore, mps, killer, jou
         except OSError as exc:
             failed.append(f"MPS daemon {action.daemon.key}: {exc}")
     if plan.processes:
-        from .procscan import kill_scanned, mps_processes, running as _running
+        from .procscan import key_uid, kill_scanned, mps_records, still_there
 
         wanted = {(a.pid, a.pipe_dir) for a in plan.processes}
-        # scanned again at the kill: only a pid that is still that MPS process (no reused pid is killed)
-        left = kill_scanned(lambda: [pid for pid, pipe in mps_processes().items() if (pid, pipe) in wanted])
-        failed += [f"MPS process {pid} survived SIGKILL" for pid in left if _running(pid)]
+        users = {key_uid(pipe) for _pid, pipe in wanted} - {None}
+        # scanned again at the kill, and each signalled through a pidfd only while it is the process that scan
+        # recorded (start time, executable): no reused pid is killed
+        left = kill_scanned(lambda: [r for r in mps_records(users=users)[0].values() if (r["pid"], r["pipe"]) in wanted])
+        failed += [f"MPS process {r['pid']} survived SIGKILL" for r in left if still_there(r)]
     for stray in plan.strays:
         try:
             Path(stray.path).unlink(missing_ok=True)

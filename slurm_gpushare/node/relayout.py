@@ -137,12 +137,27 @@ def missing_devices(gres_text: str, root: str = "/") -> list[str]:
     return missing
 
 
-def sighup_slurmd(pid_file: Path) -> None:
+def sighup_slurmd(pid_file: Path, name: str = "slurmd", uid: int = 0) -> None:
+    """SIGHUP the slurmd whose pid ``pid_file`` holds, through a pidfd, and only while that pid is still the
+    slurmd that wrote the file (``procscan.pid_file_problem``: root's, executing a file called slurmd, started
+    before the file was written): a stale file's pid, taken by another process since, is never signalled."""
+    from .procscan import pid_file_problem, signal_checked
+
     try:
         pid = int(Path(pid_file).read_text().strip())
+        written = os.stat(pid_file).st_mtime
     except (OSError, ValueError) as exc:
         raise RelayoutError(f"cannot read slurmd's pid from {pid_file}: {exc}") from None
-    os.kill(pid, signal.SIGHUP)
+    problems: list[str | None] = []
+
+    def still_slurmd() -> bool:  # checked once a pidfd pins the pid
+        problems.append(pid_file_problem(pid, written, name, uid))
+        return problems[-1] is None
+
+    if not signal_checked(pid, still_slurmd, signal.SIGHUP):
+        why = problems[-1] if problems and problems[-1] else "is not running"
+        raise RelayoutError(f"slurmd not signalled: pid {pid} from {pid_file} {why}; start slurmd, or use "
+                            "--restart reconfigure")
 
 
 @dataclass

@@ -324,9 +324,11 @@ def test_stepd_jobs_reads_slurmstepd_titles(tmp_path):
                        (12, b"/usr/bin/python3\0slurmstepd: [9.batch]\0"), (13, b""), (14, b"slurmstepd: [468.0]\0")):
         (tmp_path / str(pid)).mkdir()
         (tmp_path / str(pid) / "cmdline").write_bytes(title)
+        (tmp_path / str(pid) / "status").write_text("Uid:\t0\t0\t0\t0\n")  # root's (test_procscan: others')
+        (tmp_path / str(pid) / "exe").symlink_to("/usr/sbin/slurmstepd")
     (tmp_path / "self").mkdir()
     # only batch steps: the extern step (PrologFlags=Contain) starts before the launch that can be lost
-    assert stepd_jobs(tmp_path) == {466}
+    assert stepd_jobs(tmp_path, ("/usr/sbin/slurmstepd",)) == {466}
 
 
 def test_a_lost_launch_is_requeued_and_a_fresh_job_is_not(excl_node, monkeypatch):

@@ -259,20 +259,6 @@ def test_epilog_of_a_killed_daemon_kills_its_servers(node):
     assert not any(_state(p) != "Z" for p in orphans) and not Path(daemon.pipe_dir).exists()
 
 
-def test_kill_leftovers_scans_again_for_a_server_forked_before_its_daemon_died(monkeypatch):
-    """A hung daemon can fork a server between the scan and its SIGKILL: the kill scans again until a scan
-    finds nothing new, and kills what the second scan found."""
-    scans = iter([[101], [101, 102], [101, 102]])
-    killed = []
-    from slurm_gpushare.node import procscan
-
-    monkeypatch.setattr(procscan, "leftover_processes", lambda pipe_dir: next(scans))
-    monkeypatch.setattr(procscan, "running", lambda pid: False)
-    monkeypatch.setattr(procscan.os, "kill", lambda pid, sig: killed.append((pid, sig)))
-    assert procscan.kill_leftovers("/s/mps/g0-u5-p25/pipe") == [101, 102]
-    assert killed == [(101, signal.SIGKILL), (102, signal.SIGKILL)]
-
-
 def test_reconcile_kills_a_server_that_outlived_its_daemon_and_pipe_dir(node):
     """A server whose daemon died and whose pipe dir and journal are gone (a daemon killed as it forked it,
     after the last scan of its key) is found by reconcile (and so the health check) and killed; a server of a
