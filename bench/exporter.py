@@ -27,6 +27,16 @@ every scrape reads Slurm, one read at a time): reads of Slurm per round (= per i
 p50/p95, and their ratios.
 
     nice -n 19 .venv/bin/python bench/exporter.py --concurrent 50 --jobs 1000 --nodes 100
+
+--hostile: the HTTP server as shipped, with basic auth (bcrypt, --cost), on 127.0.0.1. An authenticated
+scraper makes --scrapes scrapes, --pause seconds apart, three times: quiet; while --attackers clients send
+random passwords (at most --per-client requests each, all stopping when the scraper is done); while
+clients with the good login send hostile headers (X-Prometheus-Scrape-Timeout-Seconds of 1e-300, nan,
+junk, ...; odd Accept and Accept-Encoding). Prints the scraper's p50/p99 and its ratio to the quiet run,
+how many of its scrapes were served values other than the quiet run's or with a part down, and what the
+attackers were answered (401, 429, 503).
+
+    nice -n 19 .venv/bin/python bench/exporter.py --hostile --jobs 1000 --nodes 100
 """
 
 from __future__ import annotations
@@ -261,6 +271,146 @@ def concurrent(args, site, squeue: str, scontrol: str) -> None:
     print(f"target (at most one read of Slurm per interval): {'met' if new[3] <= 1 else 'NOT met'}")
 
 
+# ---- hostile clients ------------------------------------------------------------------------------------
+
+def hostile_server(site, squeue: str, scontrol: str, latency: float, interval: float, password: str, cost: int):
+    """The server as shipped, with basic auth (bcrypt at ``cost``), over the fake runner; (server, port)."""
+    import threading
+
+    import bcrypt
+
+    from slurm_gpushare.metrics import webconfig
+    from slurm_gpushare.metrics.exporter import CommandTimeouts, Exporter, ExporterServer, SharedSnapshot, SlurmCollector
+    from slurm_gpushare.slurm.cli_backend import CliClient
+
+    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(cost)).decode()
+    web = webconfig.parse({"basic_auth_users": {"prometheus": hashed}}, Path("."), [])
+    timeouts = CommandTimeouts(Counting(fake_runner(squeue, scontrol), latency), 10.0)
+    snapshot = SharedSnapshot(SlurmCollector(CliClient(timeouts), site), interval, timeouts=timeouts, read_budget=40.0)
+    server = ExporterServer("127.0.0.1", 0, Exporter(snapshot, web, wait=40.0))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, server.server_address[1]
+
+
+def get(port: int, headers: dict[str, str]) -> tuple[int, bytes]:
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request("GET", "/metrics", headers=headers)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    except OSError:
+        return 0, b""
+    finally:
+        conn.close()
+
+
+def slurm_values(body: bytes) -> tuple[dict, dict]:
+    """(the families computed from Slurm, part_up by part) of one exposition; ages (which grow with the
+    clock) left out."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    fams, up = {}, {}
+    for fam in text_string_to_metric_families(body.decode()):
+        for s in fam.samples:
+            if fam.name == "gpushare_exporter_part_up":
+                up[s.labels["part"]] = s.value
+            elif not fam.name.startswith("gpushare_exporter_") and not fam.name.endswith("_age_seconds"):
+                fams[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return fams, up
+
+
+def scraper(port: int, auth: str, scrapes: int, pause: float) -> tuple[list[float], list[bytes], list[int]]:
+    lat, bodies, statuses = [], [], []
+    for _ in range(scrapes):
+        t = time.perf_counter()
+        status, body = get(port, {"Authorization": auth, "X-Prometheus-Scrape-Timeout-Seconds": "10"})
+        lat.append(time.perf_counter() - t)
+        statuses.append(status)
+        if status == 200:
+            bodies.append(body)
+        time.sleep(pause)
+    return lat, bodies, statuses
+
+
+def attackers(port: int, n: int, per_client: int, stop, kind: str):
+    """n threads, each at most ``per_client`` requests or until ``stop``: random passwords ("passwords") or the
+    good login with hostile headers ("headers"). Returns (threads, status counts)."""
+    import base64
+    import random
+    import threading
+    from collections import Counter
+
+    counts: Counter = Counter()
+    lock = threading.Lock()
+    hostile = ["0.000001", "1e-300", "-1", "nan", "inf", "0", "junk", "9" * 300]
+
+    def one(i: int, auth: str) -> None:
+        rng = random.Random(i)
+        for _ in range(per_client):
+            if stop.is_set():
+                return
+            if kind == "passwords":
+                pw = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(16))
+                hdrs = {"Authorization": "Basic " + base64.b64encode(f"prometheus:{pw}".encode()).decode()}
+            else:
+                hdrs = {"Authorization": auth, "X-Prometheus-Scrape-Timeout-Seconds": rng.choice(hostile),
+                        "Accept": rng.choice(["text/plain;;;q=x", "application/openmetrics-text; version=9", "*/*"]),
+                        "Accept-Encoding": rng.choice(["gzip", "br", "", "gzip;q=0"])}
+            status, _ = get(port, hdrs)
+            with lock:
+                counts[status] += 1
+
+    return one, counts
+
+
+def hostile(args, site, squeue: str, scontrol: str) -> None:
+    """An authenticated scraper's latency and the values it is served: quiet, under 100 clients guessing
+    passwords, and under clients sending hostile headers."""
+    import base64
+    import threading
+
+    password = "bench-scrape-password"
+    auth = "Basic " + base64.b64encode(f"prometheus:{password}".encode()).decode()
+    print(f"hostile clients: bcrypt cost {args.cost}, {args.attackers} attacking clients (127.0.0.1, each at most "
+          f"{args.per_client} requests), a scraper of {args.scrapes} scrapes {args.pause:g} s apart; read interval "
+          f"{args.interval:g} s, {args.latency * 1000:.0f} ms per Slurm command")
+    runs = {}
+    for name in ("quiet", "random passwords", "hostile headers"):
+        server, port = hostile_server(site, squeue, scontrol, args.latency, args.interval, password, args.cost)
+        get(port, {"Authorization": auth})  # the first read, and the login cached, as a running exporter has it
+        stop, threads, counts = threading.Event(), [], {}
+        if name != "quiet":
+            one, counts = attackers(port, args.attackers, args.per_client, stop,
+                                    "passwords" if name == "random passwords" else "headers")
+            threads = [threading.Thread(target=one, args=(i, auth), daemon=True) for i in range(args.attackers)]
+            for t in threads:
+                t.start()
+        lat, bodies, statuses = scraper(port, auth, args.scrapes, args.pause)
+        stop.set()
+        for t in threads:
+            t.join(120)
+        server.shutdown()
+        server.server_close()
+        views = [slurm_values(b) for b in bodies]
+        runs[name] = (lat, views, statuses, dict(counts))
+    report_hostile(runs)
+
+
+def report_hostile(runs: dict) -> None:
+    quiet_view = runs["quiet"][1][0][0] if runs["quiet"][1] else {}
+    q99 = pct(runs["quiet"][0], 0.99)
+    for name, (lat, views, statuses, counts) in runs.items():
+        differ = sum(1 for fams, _up in views if fams != quiet_view)
+        parts_down = sum(1 for _fams, up in views if set(up.values()) != {1.0})
+        ok = statuses.count(200)
+        print(f"{name:17}: scraper p50 {pct(lat, 0.5) * 1000:.1f} ms, p99 {pct(lat, 0.99) * 1000:.1f} ms "
+              f"(p99 ratio to quiet {pct(lat, 0.99) / q99:.2f}); {ok}/{len(statuses)} scrapes answered 200; "
+              f"{differ} served values other than the quiet run's, {parts_down} with a part down"
+              + (f"; attackers' answers {dict(sorted(counts.items()))}" if counts else ""))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=10000)
@@ -271,6 +421,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="--concurrent: rounds, one per interval")
     ap.add_argument("--interval", type=float, default=5.0, help="--concurrent: --slurm.read-interval, seconds")
     ap.add_argument("--latency", type=float, default=0.05, help="--concurrent: seconds added to each Slurm command")
+    ap.add_argument("--hostile", action="store_true",
+                    help="an authenticated scraper beside 100 clients guessing passwords or sending hostile headers")
+    ap.add_argument("--attackers", type=int, default=100, help="--hostile: attacking clients")
+    ap.add_argument("--per-client", type=int, default=50, help="--hostile: most requests of one attacking client")
+    ap.add_argument("--scrapes", type=int, default=60, help="--hostile: the scraper's scrapes")
+    ap.add_argument("--pause", type=float, default=0.05, help="--hostile: seconds between two of its scrapes")
+    ap.add_argument("--cost", type=int, default=10, help="--hostile: bcrypt cost of the password hash")
     args = ap.parse_args()
     if args.live:
         return live()
@@ -290,6 +447,9 @@ def main() -> None:
     if args.concurrent:
         print(f"{args.jobs} jobs, {args.nodes} nodes, policy {examples.example().name}")
         return concurrent(args, site, squeue, scontrol)
+    if args.hostile:
+        print(f"{args.jobs} jobs, {args.nodes} nodes, policy {examples.example().name}")
+        return hostile(args, site, squeue, scontrol)
     print(f"{args.jobs} jobs ({len(squeue) / 2**20:.0f} MiB squeue JSON), {args.nodes} nodes "
           f"({len(scontrol) / 2**20:.1f} MiB scontrol JSON), policy {examples.example().name}")
 
