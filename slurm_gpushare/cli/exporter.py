@@ -92,9 +92,8 @@ def exporter(ctx, policy, listen, listen_old, web_config, insecure, read_interva
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=option) from None
     web = webconfig.load(web_config) if web_config else None
-    refusal = None if once else plain_http_problem(addr, port, web, insecure)
-    if refusal:
-        raise click.UsageError(refusal)
+    if not once and plain_http_problem(addr, port, web, insecure):
+        raise click.UsageError(plain_http_problem(addr, port, web, insecure))
     site = load_file(policy)
     obj = context_obj(ctx)
     timeouts = CommandTimeouts(get_runner(ctx), slurm_timeout)
