@@ -248,28 +248,36 @@ def _mps_work(proc: str, users: frozenset, servers: tuple[str, ...]):
             except OSError:  # gone meanwhile
                 continue
             if pipe is not None:
-                emit(b"%d %d %s %s" % (record["pid"], record["start"], os.fsencode(record["exe"]).hex().encode(),
-                                       pipe.hex().encode()))
+                exe = os.fsencode(record["exe"]).hex().encode()
+                emit(b"%d %d %d %s %s" % (record["pid"], record["start"], uid, exe, pipe.hex().encode()))
 
     return work
 
 
 def mps_records(proc: str = "/proc", users=(), timeout: float = SCAN_TIMEOUT) -> tuple[dict[int, dict], bool]:
-    """pid -> {pid, start, exe, pipe} of every process named nvidia-cuda-mps* with a CUDA_MPS_PIPE_DIRECTORY in
-    its environment (a daemon's servers inherit its environment), and whether the scan finished in time.
+    """pid -> {pid, start, uid, exe, pipe} of every process named nvidia-cuda-mps* with a CUDA_MPS_PIPE_DIRECTORY
+    in its environment (a daemon's servers inherit its environment), and whether the scan finished in time.
     Memory is read only of processes owned by this process's user (root, as the hooks are), by one of ``users``
-    (the daemons' users, whose servers these are), or running the real nvidia-cuda-mps-server."""
+    (the daemons' users, whose servers these are), or running the real nvidia-cuda-mps-server. What a process
+    says its pipe dir is, is still its own word: ``of_its_key`` tells whether it may be that key's."""
     trusted = frozenset({os.geteuid(), *users})
     lines, complete = in_child(_mps_work(proc, trusted, executable_paths(MPS_SERVER)), timeout)
     found = {}
     for line in lines:
         try:
-            pid, start, exe, pipe = line.split(b" ")
-            found[int(pid)] = {"pid": int(pid), "start": int(start), "exe": os.fsdecode(bytes.fromhex(exe.decode())),
+            pid, start, uid, exe, pipe = line.split(b" ")
+            found[int(pid)] = {"pid": int(pid), "start": int(start), "uid": int(uid),
+                               "exe": os.fsdecode(bytes.fromhex(exe.decode())),
                                "pipe": bytes.fromhex(pipe.decode()).decode("utf-8", "replace")}
         except ValueError:
             continue
     return found, complete
+
+
+def of_its_key(record: dict) -> bool:
+    """Can the process be what its pipe dir's key left: root's (a control daemon) or the key's user's (its
+    server)? Another user's process that names the key's pipe dir in its environment is that user's decoy."""
+    return record["uid"] in (os.geteuid(), key_uid(record["pipe"]))
 
 
 def mps_processes(proc: str = "/proc", users=()) -> dict[int, str]:
@@ -283,7 +291,7 @@ def leftover_records(pipe_dir: str, proc: str = "/proc") -> list[dict]:
     found there is what it left."""
     uid = key_uid(pipe_dir)
     found = mps_records(proc, () if uid is None else (uid,))[0]
-    return [found[pid] for pid in sorted(found) if found[pid]["pipe"] == pipe_dir]
+    return [found[pid] for pid in sorted(found) if found[pid]["pipe"] == pipe_dir and of_its_key(found[pid])]
 
 
 def leftover_processes(pipe_dir: str, proc: str = "/proc") -> list[int]:

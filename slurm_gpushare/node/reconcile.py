@@ -107,12 +107,12 @@ def mps_processes_under(state_dir: str, proc: str = "/proc") -> dict[int, str]:
 
 
 def _mps_under(state_dir: str, proc: str = "/proc") -> dict[int, dict]:
-    from .procscan import key_uid, mps_records
+    from .procscan import key_uid, mps_records, of_its_key
 
     root = Path(state_dir) / "mps"
     users = {key_uid(pipe) for pipe in daemon_dirs(state_dir).values()} - {None}
     return {pid: r for pid, r in mps_records(proc, users)[0].items()
-            if Path(r["pipe"]).parent.parent == root and _KEY.match(Path(r["pipe"]).parent.name)}
+            if Path(r["pipe"]).parent.parent == root and _KEY.match(Path(r["pipe"]).parent.name) and of_its_key(r)}
 
 
 def plan_reconcile(journals: dict[int, Journal], running: set[int], live: ObservedState, dirs: dict[str, str],
@@ -173,13 +173,14 @@ def execute_reconcile(plan: ReconcilePlan, store: JournalStore, mps, killer, jou
         except OSError as exc:
             failed.append(f"MPS daemon {action.daemon.key}: {exc}")
     if plan.processes:
-        from .procscan import key_uid, kill_scanned, mps_records, still_there
+        from .procscan import key_uid, kill_scanned, mps_records, of_its_key, still_there
 
         wanted = {(a.pid, a.pipe_dir) for a in plan.processes}
         users = {key_uid(pipe) for _pid, pipe in wanted} - {None}
         # scanned again at the kill, and each signalled through a pidfd only while it is the process that scan
         # recorded (start time, executable): no reused pid is killed
-        left = kill_scanned(lambda: [r for r in mps_records(users=users)[0].values() if (r["pid"], r["pipe"]) in wanted])
+        left = kill_scanned(lambda: [r for r in mps_records(users=users)[0].values()
+                                     if (r["pid"], r["pipe"]) in wanted and of_its_key(r)])
         failed += [f"MPS process {r['pid']} survived SIGKILL" for r in left if still_there(r)]
     for stray in plan.strays:
         try:
