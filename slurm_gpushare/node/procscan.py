@@ -57,6 +57,7 @@ MPS_COMM = b"nvidia-cuda-mps"  # the kernel's 15-character comm of nvidia-cuda-m
 MPS_SERVER = "nvidia-cuda-mps-server"
 SEARCH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # as mps.SAFE_PATH
 _PIPE_VAR = b"CUDA_MPS_PIPE_DIRECTORY="
+_DONE = b"."  # a scan child's last line: what it sent is all there is
 
 
 # ---- the kernel's bookkeeping of one process: never its memory -------------------------------------------
@@ -146,21 +147,30 @@ def _pids(proc: str):
 
 def in_child(work, timeout: float = SCAN_TIMEOUT) -> tuple[list[bytes], bool]:
     """Run ``work(emit)`` in a forked child; ``emit(line)`` sends one line (bytes, no newline) back at once.
-    Returns the lines the child sent and whether it finished (exited 0) within ``timeout`` seconds. A child
-    past the deadline is SIGKILLed and left: its lines so far are returned, complete False."""
+    Returns the lines the child sent and whether ``work`` returned within ``timeout`` seconds. A child past
+    the deadline is SIGKILLed and left: its lines so far are returned, complete False. A fork the kernel
+    refuses (no memory, the pid limit) is a scan that saw nothing: ``([], False)``."""
+    import fcntl  # here, before the fork: the child imports nothing
     import select
 
     r, w = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(r)
+        os.close(w)
+        return [], False
     if pid == 0:
-        _child(work, r, w)
+        _child(work, r, w, fcntl)
     os.close(w)
     data, ended = bytearray(), False
     deadline = time.monotonic() + timeout
+    poller = select.poll()
+    poller.register(r, select.POLLIN)
     try:
         while not ended:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([r], [], [], left)[0]:
+            if left <= 0 or not poller.poll(int(left * 1000) + 1):
                 break
             chunk = os.read(r, 65536)
             data += chunk
@@ -168,31 +178,30 @@ def in_child(work, timeout: float = SCAN_TIMEOUT) -> tuple[list[bytes], bool]:
     finally:
         os.close(r)
     lines = data.split(b"\n")[:-1]  # a line cut short by the kill is not a line
+    done = lines[-1:] == [_DONE]  # its last line, written once ``work`` returned
     if not ended:
-        # our own child, not yet reaped: its pid cannot have been given to another process
-        os.kill(pid, 9)
-        _reap_soon(pid)
-        return lines, False
-    _, status = os.waitpid(pid, 0)  # the pipe ended: it is exiting
-    return lines, status == 0
+        os.kill(pid, 9)  # our own child, not yet reaped: its pid cannot have been given to another process
+    _reap_soon(pid)
+    return (lines[:-1] if done else lines), done
 
 
 def _reap_soon(pid: int, within: float = 0.1) -> None:
-    """Reap a SIGKILLed child that dies within ``within`` seconds; one the kernel holds longer (asleep in a
+    """Reap a child that exits within ``within`` seconds; one the kernel holds longer (SIGKILLed asleep in a
     read that ignores signals until it returns) is left, and init reaps it once this process has exited."""
     deadline, pause = time.monotonic() + within, 0.0005
-    while not os.waitpid(pid, os.WNOHANG)[0] and time.monotonic() < deadline:
-        time.sleep(pause)
-        pause = min(pause * 2, 0.02)
+    try:
+        while not os.waitpid(pid, os.WNOHANG)[0] and time.monotonic() < deadline:
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
+    except ChildProcessError:  # reaped elsewhere (a SIGCHLD handler)
+        pass
 
 
-def _child(work, r: int, w: int) -> None:
+def _child(work, r: int, w: int, fcntl) -> None:
     """The forked child: nothing of the hook's kept but the pipe's write end (no lock descriptor, no stdout a
-    caller waits on), then ``work``; exits 0 only if ``work`` returned."""
+    caller waits on), then ``work``, then the line ``_DONE``; never returns."""
     status = 1
     try:
-        import fcntl
-
         os.close(r)
         high = fcntl.fcntl(w, fcntl.F_DUPFD, 3)
         null = os.open(os.devnull, os.O_RDWR)
@@ -207,6 +216,7 @@ def _child(work, r: int, w: int) -> None:
                 data = data[os.write(high, data):]
 
         work(emit)
+        emit(_DONE)
         status = 0
     finally:
         os._exit(status)
