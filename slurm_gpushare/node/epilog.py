@@ -132,26 +132,10 @@ class Killer:
 def kill_job_process(pid: int, job_id: int | None, proc_root: str = "/proc") -> bool:
     """SIGKILL ``pid`` if it is still in job ``job_id``'s cgroup (None: any process), checked after a pidfd pins
     it, so a pid reused meanwhile by another process is never signalled. Was a signal sent?"""
-    fd = None
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return False
-    except (AttributeError, OSError):  # no pidfds here (Python or kernel): checked, then signalled by pid
-        fd = None
-    try:
-        if job_id is not None and process_jobs([pid], proc_root).get(pid) != job_id:
-            return False
-        if fd is not None:
-            _signal.pidfd_send_signal(fd, _signal.SIGKILL)
-        else:
-            os.kill(pid, _signal.SIGKILL)
-        return True
-    except ProcessLookupError:
-        return False
-    finally:
-        if fd is not None:
-            os.close(fd)
+    from .procscan import signal_checked
+
+    return signal_checked(pid, lambda: job_id is None or process_jobs([pid], proc_root).get(pid) == job_id,
+                          _signal.SIGKILL)
 
 
 def execute_epilog(journal: Journal, actions, problems: list[str], store: JournalStore, mps, killer) -> None:
