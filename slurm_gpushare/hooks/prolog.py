@@ -40,10 +40,28 @@ def prolog(environ, runner=None, mps=None, seen: dict | None = None) -> None:
             journal, actions = with_env(journal, actions, refusal_env(limits))  # a refused job: its tasks fail
         try:
             execute_prolog(actions, store, mps)
+        except Exception as exc:
+            _remove_made(limits)
+            journal = _refuse_without_room(exc, job, journal, store, spec.state_dir)
         except BaseException:
             _remove_made(limits)
             raise
         seen["journal"] = journal
+
+
+def _refuse_without_room(exc: Exception, job, journal, store, state_dir: str):
+    """A daemon that could not start for want of room in ``<state_dir>/mps`` (another job filled it) refuses this
+    job, not the node: its tasks fail with the reason (node.prolog.refused_journal). Any other failure is raised."""
+    from ..node.prolog import NO_ROOM_CODE, no_room, refused_journal
+
+    why = no_room(exc, os.path.join(state_dir, "mps")) if job.mps_percentage is not None else None
+    if why is None or os.path.exists(store.file(job.job_id)):  # kept: a daemon it started may still run
+        raise exc
+    journal = refused_journal(journal, NO_ROOM_CODE, why)
+    store.write(journal)
+    print(f"gpushare-prolog: job {job.job_id}: MPS daemon not started, no room ({why}); the job is refused, "
+          "the node stays in service", file=sys.stderr)
+    return journal
 
 
 def _remove_made(limits) -> None:

@@ -284,6 +284,35 @@ def with_env(journal: Journal, actions: list, extra: dict[str, str]) -> tuple[Jo
     return replace(journal, env=env), out
 
 
+NO_ROOM_CODE = "mps-dir-full"  # the task file's refusal code for a job whose MPS pipe directory found no room
+
+
+def no_room(exc: BaseException, mps_dir: str) -> str | None:
+    """Why starting the job's MPS daemon failed for want of room where the pipe directories live (``<state_dir>/mps``,
+    a size-capped tmpfs another job's writes can fill: an ENOSPC or EDQUOT in the failure's chain, or no free
+    block or inode there now), or None for any other failure."""
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (28, 122):  # ENOSPC, EDQUOT
+            return f"{seen.filename or mps_dir}: {seen.strerror}"
+        seen = seen.__cause__ or seen.__context__
+    try:
+        room = os.statvfs(mps_dir)
+    except OSError:
+        return None
+    if room.f_bavail == 0 or (room.f_files and room.f_favail == 0):
+        return f"{mps_dir}: no free {'blocks' if room.f_bavail == 0 else 'inodes'}"
+    return None
+
+
+def refused_journal(journal: Journal, code: str, why: str) -> Journal:
+    """The journal of a job the prolog refuses without draining the node: no MPS daemon, and a task file whose
+    ``REFUSE_ENV`` line makes every task fail with ``why`` in the job's output (``taskprolog``)."""
+    from .taskprolog import REFUSE_ENV, refusal_text
+
+    return replace(journal, state="ready", mps=None, env={REFUSE_ENV: refusal_text(code, why)})
+
+
 # ---- execution -------------------------------------------------------------------------
 
 

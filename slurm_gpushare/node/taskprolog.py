@@ -124,10 +124,23 @@ def run(environ, out) -> None:
     env, devices = parse_task(text, int(job), path)
     refused = [value for name, value in env if name == REFUSE_ENV]
     if refused:
-        raise JobRefused(f"job {job} is not run on this node: it holds an MPS share, this node sets that share of GPU "
-                         f"memory as a limit on the job's cgroup, and the prolog could not ({refused[0][:200]}); "
-                         "an MPS job is not run with per-process limits only. Tell the cluster's admins.")
+        raise JobRefused(refusal_message(int(job), refused[0]))
     out.write("".join(f"export {name}={value}\n" for name, value in exports(env, devices, environ, int(job))))
+
+
+def refusal_text(code: str, why: str) -> str:
+    """A ``REFUSE_ENV`` value: ``<code>:<why>`` in the characters a task file line allows."""
+    return "".join(c if c in _SAFE else "_" for c in f"{code}:{why}")[:300]
+
+
+def refusal_message(job: int, value: str) -> str:
+    """What a refused job's output says, by the refusal's code (the part of ``value`` before the first ':')."""
+    if value.startswith("mps-dir-full:"):
+        return (f"job {job} is not run on this node: there was no room to start its MPS daemon ({value[:200]}); "
+                "another job filled the node's MPS directory. Submit it again; tell the cluster's admins if it recurs.")
+    return (f"job {job} is not run on this node: it holds an MPS share, this node sets that share of GPU "
+            f"memory as a limit on the job's cgroup, and the prolog could not ({value[:200]}); "
+            "an MPS job is not run with per-process limits only. Tell the cluster's admins.")
 
 
 def main(environ=None, out=None, err=None) -> int:

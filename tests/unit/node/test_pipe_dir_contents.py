@@ -202,3 +202,52 @@ def test_pid_file_is_read_only_from_a_regular_root_file_no_link_followed(tmp_pat
     (tmp_path / PID_FILE).unlink()
     (tmp_path / PID_FILE).write_text("123\n")
     assert read_pid_file(str(tmp_path)) == (123 if os.geteuid() == os.stat(tmp_path / PID_FILE).st_uid else None)
+
+
+@as_root
+def test_a_full_mps_directory_refuses_the_job_not_the_node(tmp_path, monkeypatch):
+    """Another job filled ``<state_dir>/mps`` (its tmpfs): the next MPS prolog cannot make its pipe dir. The job
+    is refused (its tasks fail with the reason in their output), the node is not drained, and its epilog, with
+    no daemon to stop, succeeds; once there is room the next job's daemon starts."""
+    from slurm_gpushare.hooks import epilog as epilog_hook
+    from slurm_gpushare.hooks import prolog as prolog_hook
+    from slurm_gpushare.hooks import taskprolog as task_hook
+    from slurm_gpushare.node import mps as mps_module
+    from slurm_gpushare.node.journal import JournalStore
+    from tests.unit.hooks_support import HookNode, stop_daemons
+
+    node = HookNode(tmp_path, "lab-mps01")
+    drains = []
+
+    def scontrol(argv, **_kw):
+        from slurm_gpushare.proc import Result
+
+        drains.append(argv)
+        return Result(tuple(argv), 0, "", "")
+
+    real_mkdir = os.mkdir
+
+    def full(path, mode=0o777, *a, **kw):
+        if str(path).endswith("/pipe"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+        return real_mkdir(path, mode, *a, **kw)
+
+    try:
+        monkeypatch.setattr(mps_module.os, "mkdir", full)
+        assert prolog_hook.main(node.env(94, "0", 25, uid=USER), runner=scontrol, mps=node.mps) == 0
+        monkeypatch.undo()
+        journal = JournalStore(node.state_dir).read(94)
+        assert journal.mps is None and journal.state == "ready"
+        import io
+
+        out, err = io.StringIO(), io.StringIO()
+        assert task_hook.main(node.env(94, "0", 25, uid=USER), out=out, err=err) == 1
+        assert out.getvalue().startswith("print gpushare-task-prolog: job 94 is not run on this node: there was no room")
+        assert "export" not in out.getvalue()
+        assert epilog_hook.main(node.env(94, "0", 25, uid=USER), runner=scontrol, mps=node.mps) == 0
+        assert prolog_hook.main(node.env(95, "0", 25, uid=USER), runner=scontrol, mps=node.mps) == 0
+        assert JournalStore(node.state_dir).read(95).mps is not None
+        assert epilog_hook.main(node.env(95, "0", 25, uid=USER), runner=scontrol, mps=node.mps) == 0
+    finally:
+        stop_daemons(node.state_dir)
+    assert drains == [] and node.journals() == []
