@@ -73,10 +73,16 @@ def _stat_fields(pid: int, proc: str) -> list[bytes] | None:
 
 
 def process_record(pid: int, proc: str = "/proc") -> dict | None:
-    """{pid, start (clock ticks after boot, /proc/PID/stat field 22), exe} of a live process; None if gone."""
+    """{pid, start (clock ticks after boot, /proc/PID/stat field 22), exe} of a live process; None if gone.
+
+    ``exe`` is None where the kernel will not show it: another user's process that is not dumpable (one that
+    changed its uid, as an MPS server does) when this root lacks CAP_SYS_PTRACE (a container's root, a
+    hardened unit). The pid and start time still name the process: a reused pid starts later."""
     fields = _stat_fields(pid, proc)
     try:
         exe = os.readlink(f"{proc}/{pid}/exe")
+    except PermissionError:
+        exe = None
     except OSError:
         return None
     if not fields or len(fields) < 20 or fields[0] in (b"Z", b"X"):
@@ -258,7 +264,7 @@ def _mps_work(proc: str, users: frozenset, servers: tuple[str, ...]):
             except OSError:  # gone meanwhile
                 continue
             if pipe is not None:
-                exe = os.fsencode(record["exe"]).hex().encode()
+                exe = os.fsencode(record["exe"] or "").hex().encode()  # '' (no hex digits): not shown
                 emit(b"%d %d %d %s %s" % (record["pid"], record["start"], uid, exe, pipe.hex().encode()))
 
     return work
@@ -277,7 +283,7 @@ def mps_records(proc: str = "/proc", users=(), timeout: float = SCAN_TIMEOUT) ->
         try:
             pid, start, uid, exe, pipe = line.split(b" ")
             found[int(pid)] = {"pid": int(pid), "start": int(start), "uid": int(uid),
-                               "exe": os.fsdecode(bytes.fromhex(exe.decode())),
+                               "exe": os.fsdecode(bytes.fromhex(exe.decode())) or None,
                                "pipe": bytes.fromhex(pipe.decode()).decode("utf-8", "replace")}
         except ValueError:
             continue

@@ -345,7 +345,9 @@ def test_killed_slurmd_mid_job_then_reconcile_leaves_the_node_clean(hooks_cluste
     res = reconcile(c, "lab-mps01")
     assert res.returncode == 0, res.stdout + res.stderr
     assert journals(c, "lab-mps01") == [] and mps_daemons(c) == []
-    assert node_shell(c, "lab-mps01", f"ls -A {STATE}/mps").stdout.split() == []
+    # the root-only .aside (where a stopped daemon's dir is moved before its removal) stays, empty
+    assert node_shell(c, "lab-mps01", f"ls -A {STATE}/mps {STATE}/mps/.aside").stdout.split() == [
+        f"{STATE}/mps:", ".aside", f"{STATE}/mps/.aside:"]
 
 
 def test_reconcile_cleans_what_an_interrupted_prolog_left(hooks_cluster):

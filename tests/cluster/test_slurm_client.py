@@ -131,8 +131,9 @@ def test_job_summaries_are_the_jobs_without_device_indexes(cluster, frozen):
     out = cluster.slurm(["gpushare", "slurm", "dump", "--slurm-backend", "cli", "--part", "jobs",
                          "--part", "job-summaries"], timeout=120).stdout
     doc = json.loads(out)
-    # the summaries read neither device indexes nor EndTime and Priority (the live planner's, from --json)
-    strip = lambda jobs: [{**j, "end_time": None, "priority": None,  # noqa: E731
+    # the summaries read neither device indexes nor EndTime and Priority (the live planner's, from --json), nor
+    # the job's name (text its user chooses: docs/admins/slurm-client.md)
+    strip = lambda jobs: [{**j, "end_time": None, "priority": None, "name": None,  # noqa: E731
                            "gres_alloc": {n: {k: {**u, "indexes": None} for k, u in use.items()}
                                           for n, use in j["gres_alloc"].items()}} for j in jobs]
     assert strip(doc["job-summaries"]) == strip(doc["jobs"])

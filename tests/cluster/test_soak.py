@@ -12,6 +12,12 @@ would), a prolog SIGKILLed while it runs (slurmctld drains the node "Prolog erro
 job), and slurmctld SIGKILLed with jobs still queued (docker starts it again, as
 slurmctld.service's Restart=on-failure would).
 
+A hostile user (alice) submits among the others: MPS jobs that fill and deepen their own pipe directory
+(thousands of entries, a tree deeper than PATH_MAX, a FIFO, a socket, links to root's files, a name that
+is not UTF-8, a directory she makes unreadable) and jobs whose name, comment and extra hold newlines,
+tabs, ``|``, ``=`` and quotes that forge other records when split. They must end as their kind ends and
+leave no node drained; the soak reads Slurm's records through JSON, so its own counts cannot be forged.
+
 Nothing is done by hand afterwards (but for Slurm's own "Duplicate jobid" drain, when the slurmctld kill lands
 just after an allocation: see resume_duplicate_jobid): every job must end in the state its kind ends in (requeued
 jobs run again and complete), every node must come back idle (the health check cleans up and
@@ -25,6 +31,7 @@ sets the number of plain jobs; GPUSHARE_SOAK_PROJECT the project. `python bench/
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -61,6 +68,80 @@ EXTRA = {  # submitted first, a few of each
     "cancel-pending": ("--begin=now+1hour --gres=gpu:l40s:1", "true", "CANCELLED", 10),
     "cancel-running": ("-c 1", "sleep 600", "CANCELLED", 4),
 }
+
+# The hostile user's jobs: (sbatch options, script, final state, count), submitted by alice among the plain ones.
+HOSTILE_USER = ("alice", "physics")
+FILL_PIPE_DIR = r"""#!/bin/bash
+python3 - "$CUDA_MPS_PIPE_DIRECTORY" <<'PY'
+import os, socket, sys
+assert sys.argv[1] and os.path.isdir(sys.argv[1]), sys.argv[1]
+d = os.path.join(sys.argv[1], "job" + os.environ["SLURM_JOB_ID"])  # a daemon may serve two of alice's jobs
+os.mkdir(d)
+wide = os.path.join(d, "wide")
+os.mkdir(wide)
+for i in range(3000):
+    open(os.path.join(wide, f"f{i}"), "w").close()
+fd = os.open(d, os.O_RDONLY)
+for _ in range(300):  # 300 x 51 bytes: a path far past PATH_MAX, below any recursion limit's guess
+    os.mkdir("d" * 50, dir_fd=fd)
+    nfd = os.open("d" * 50, os.O_RDONLY, dir_fd=fd)
+    os.close(fd)
+    fd = nfd
+os.close(fd)
+os.mkfifo(os.path.join(d, "fifo"))
+socket.socket(socket.AF_UNIX).bind(os.path.join(d, "sock"))
+os.symlink("/etc/shadow", os.path.join(d, "shadow"))
+os.symlink("/", os.path.join(d, "root"))
+open(os.path.join(os.fsencode(d), b"not-utf8-\xff\n|name"), "w").close()
+with open(os.path.join(d, "big"), "wb") as fh:
+    fh.write(b"\0" * (4 << 20))
+locked = os.path.join(d, "locked")
+os.mkdir(locked)
+open(os.path.join(locked, "x"), "w").close()
+os.chmod(locked, 0)
+print("filled", d)
+PY
+"""
+HOSTILE_TEXT = "x\ny|z\t=\"q\" 'w', 1|RUNNING|gpu:l40s:8\nsoak-whole|COMPLETED"
+HOSTILE = {
+    "hostile-pipe": ({"gres": "mps:25"}, FILL_PIPE_DIR, "COMPLETED", 6),
+    "hostile-text": ({"gres": "shard:1", "comment": HOSTILE_TEXT, "extra": HOSTILE_TEXT}, "#!/bin/bash\ntrue\n",
+                     "COMPLETED", 6),
+}
+
+
+def submit_hostile(c: TestCluster) -> dict[str, int]:
+    """The hostile user's jobs, through real sbatch as alice (argument lists: the text reaches Slurm as is)."""
+    for kind, (options, script, _state, count) in HOSTILE.items():
+        for i in range(count):
+            name = f"soak-{kind}" + (f"|{i}\n\t=\"{HOSTILE_TEXT}" if kind == "hostile-text" else "")
+            c.sbatch(script, user=HOSTILE_USER[0], account=HOSTILE_USER[1], output="/dev/null", job_name=name,
+                     **options)
+    return {kind: count for kind, (_o, _s, _state, count) in HOSTILE.items()}
+
+
+def kind_of(name: str) -> str | None:
+    """A soak job's kind from its name (a hostile name continues after the kind); None for other jobs."""
+    if not name.startswith("soak-"):
+        return None
+    rest = name[5:]
+    return next((k for k in HOSTILE if rest.startswith(k)), rest)
+
+
+def soak_jobs(c: TestCluster) -> list[dict]:
+    """The soak's jobs as sacct records it (JSON: a job's name cannot forge another record)."""
+    out = c.slurm(["sacct", "--json", "-X", "-a", "-S", "now-1days", "-E", "now+1days"], check=False,
+                  timeout=120).stdout
+    try:
+        jobs = json.loads(out).get("jobs", [])
+    except ValueError:
+        return []
+    return [j for j in jobs if kind_of(j.get("name", ""))]
+
+
+def final_state(job: dict) -> str:
+    current = job.get("state", {}).get("current", [])
+    return current[0] if current else "UNKNOWN"
 
 
 def soak_policy(path: Path) -> Path:
@@ -110,6 +191,9 @@ def submit_all(c: TestCluster) -> dict[str, int]:
     for i in range(JOBS):
         kind, (options, script, _state) = kinds[i % len(kinds)]
         add(kind, options, script)
+        if i == JOBS // 2:
+            send()
+            counts.update(submit_hostile(c))
     send()
     return counts
 
@@ -117,25 +201,35 @@ def submit_all(c: TestCluster) -> dict[str, int]:
 def scavengers_placed(c: TestCluster) -> bool:
     """Some scavenger jobs run and the rest pend with a reason (lab-mig01's CPUs, shared with the CPU jobs, may
     hold fewer than its 7 slices)."""
-    lines = [line.split(maxsplit=3) for line in queue(c) if " soak-scavenger " in line]
-    running = sum(1 for f in lines if f[2] == "RUNNING")
-    return running > 0 and all(f[2] == "RUNNING" or (len(f) > 3 and f[3] != "None") for f in lines)
+    lines = [(state, reason) for _id, kind, state, reason in queue(c) if kind == "scavenger"]
+    running = sum(1 for state, _r in lines if state == "RUNNING")
+    return running > 0 and all(state == "RUNNING" or reason not in ("", "None") for state, reason in lines)
 
 
 def ended(c: TestCluster) -> int:
-    out = c.slurm(["sacct", "-X", "-n", "-P", "-S", "now-1days", "-E", "now+1days", "-o", "JobName,State"], check=False).stdout
-    return sum(1 for line in out.splitlines() if line.startswith("soak-") and
-               line.split("|")[1].split()[0] not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING"))
+    return sum(1 for job in soak_jobs(c)
+               if final_state(job) not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING"))
 
 
-def queue(c: TestCluster) -> list[str]:
-    return c.slurm(["squeue", "-h", "-o", "%i %j %T %r"], check=False).stdout.splitlines()
+def queue(c: TestCluster) -> list[tuple[int, str, str, str]]:
+    """(job id, soak kind, state, reason) of each soak job in the queue, read through squeue --json."""
+    out = c.slurm(["squeue", "--json"], check=False, timeout=120).stdout
+    try:
+        jobs = json.loads(out).get("jobs", [])
+    except ValueError:
+        return []
+    rows = []
+    for job in jobs:
+        kind = kind_of(job.get("name", ""))
+        if kind:
+            state = (job.get("job_state") or ["UNKNOWN"])[0]
+            rows.append((job.get("job_id", 0), kind, state, job.get("state_reason", "")))
+    return rows
 
 
 def left(c: TestCluster, *kinds: str) -> int:
     """Jobs of these kinds still queued (pending, running or completing)."""
-    names = {f"soak-{k}" for k in kinds}
-    return sum(1 for line in queue(c) if len(line.split()) > 1 and line.split()[1] in names)
+    return sum(1 for _id, kind, _state, _reason in queue(c) if kind in kinds)
 
 
 def due(c: TestCluster, share: float, total: int, kinds: tuple[str, ...], keep: int) -> bool:
@@ -202,8 +296,8 @@ def test_soak_with_faults_heals_without_a_hand(soak_cluster):
     total = sum(counts.values())
     submitted = time.monotonic()
     wait_for("the running jobs to be cancelled to start", lambda: all(
-        "RUNNING" in line for line in queue(c) if "soak-cancel-running" in line) and any(
-        "soak-cancel-running" in line for line in queue(c)), 300, every=2)
+        state == "RUNNING" for _i, kind, state, _r in queue(c) if kind == "cancel-running") and any(
+        kind == "cancel-running" for _i, kind, _s, _r in queue(c)), 300, every=2)
     for name in ("soak-cancel-running", "soak-cancel-pending"):
         c.slurm(["scancel", "-n", name])
     faults = []
@@ -239,7 +333,7 @@ def test_soak_with_faults_heals_without_a_hand(soak_cluster):
 
     def queue_drained() -> bool:
         resume_duplicate_jobid(c, resumed)
-        return not any("soak-" in line for line in queue(c))
+        return not queue(c)
 
     wait_for("the queue to drain", queue_drained, max(600, 2 * total), every=5)
     drained = time.monotonic()
@@ -258,18 +352,14 @@ def test_soak_with_faults_heals_without_a_hand(soak_cluster):
     # slurmdbd stores a job's end after slurmctld sends it (later for a job that ended about slurmctld's kill):
     # a run at 120 jobs read one requeued scavenger job PENDING in sacct with the queue empty
     wait_for("slurmdbd to record every soak job's end", lambda: ended(c) >= total, 180, every=3)
-    out = c.slurm(["sacct", "-X", "-n", "-P", "-S", "now-1days", "-E", "now+1days", "-o", "JobID,JobName,State,Restarts"]).stdout
     finals: dict[str, dict[str, int]] = {}
     requeued, preempted = 0, 0
-    for line in out.splitlines():
-        job, name, state, restarts_ = line.split("|")[:4]
-        if not name.startswith("soak-"):
-            continue
-        state = state.split()[0]
-        finals.setdefault(name[5:], {}).setdefault(state, 0)
-        finals[name[5:]][state] += 1
-        requeued += int(restarts_ or 0) > 0
-        preempted += name == "soak-scavenger" and int(restarts_ or 0) > 0
+    for job in soak_jobs(c):
+        kind, state, restarts = kind_of(job["name"]), final_state(job), int(job.get("restart_cnt") or 0)
+        finals.setdefault(kind, {}).setdefault(state, 0)
+        finals[kind][state] += 1
+        requeued += restarts > 0
+        preempted += kind == "scavenger" and restarts > 0
     states: dict[str, int] = {}
     for per in finals.values():
         for s, k in per.items():
@@ -281,6 +371,7 @@ def test_soak_with_faults_heals_without_a_hand(soak_cluster):
     print(f"soak: by kind {finals}")
     want = {kind: {state: counts[kind]} for kind, (_o, _s, state) in PLAIN.items()}
     want.update({kind: {state: counts[kind]} for kind, (_o, _s, state, _n) in EXTRA.items()})
+    want.update({kind: {state: counts[kind]} for kind, (_o, _s, state, _n) in HOSTILE.items()})
     assert finals == want
     assert preempted, "no scavenger job was preempted (requeued by a batch job)"
 
@@ -288,7 +379,7 @@ def test_soak_with_faults_heals_without_a_hand(soak_cluster):
         wait_for(f"no journal on {node}", lambda: not journals(c, node), 60)
 
         def left(node=node) -> list[str]:
-            return node_shell(c, node, f"ls -A {STATE}/jobs; ls -A {STATE}/mps 2>/dev/null; "
+            return node_shell(c, node, f"ls -A {STATE}/jobs; ls -A {STATE}/mps/.aside 2>/dev/null; "
                                        "pgrep -a -f '[n]vidia-cuda-mps' || true").stdout.split()
 
         # what a hook could not see is the health check's to clean (every 15 s here): two runs, no hand

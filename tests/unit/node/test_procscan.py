@@ -110,6 +110,25 @@ def test_the_daemons_users_processes_are_read_and_no_other_users(tmp_path):
     assert sorted(records) == [201, 202] and [procscan.of_its_key(records[p]) for p in (201, 202)] == [True, False]
 
 
+def test_a_server_whose_executable_the_kernel_hides_is_still_the_keys_leftover(tmp_path, monkeypatch):
+    """An MPS server changed its uid, so it is not dumpable, and root without CAP_SYS_PTRACE (a container's
+    root) may not read its exe link: it is still found by its uid and pipe dir, with exe None, and the
+    same process by pid and start time (seen on the test cluster's nodes: its server outlived a killed daemon)."""
+    pipe = PIPE.format(uid=USER)
+    entry(tmp_path, 205, USER, environ=env(pipe))
+    hidden, real = str(tmp_path / "205" / "exe"), os.readlink
+
+    def readlink(path, *a, **kw):
+        if str(path) == hidden:
+            raise PermissionError(13, "Permission denied", path)
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(os, "readlink", readlink)
+    records = procscan.leftover_records(pipe, str(tmp_path))
+    assert records == [{"pid": 205, "start": 5000, "uid": USER, "exe": None, "pipe": pipe}]
+    assert procscan.same_process(records[0], str(tmp_path))
+
+
 def test_a_trusted_process_whose_read_stalls_holds_the_scan_only_until_its_deadline(tmp_path):
     """Owner checks keep users' processes out, but a root process can stall too: the scan runs in a child
     that is killed at the deadline, and the caller goes on with what it had (and knows it is partial)."""
