@@ -137,6 +137,18 @@ _H100_80 = (
     _Row("7g", "7g.80gb", 79.25, 132),
 )
 
+# OUT (driver 570.169), reference 1.2: H100 PCIe 80GB `-lgip`: the H100-SXM5 profiles
+# and memory, fewer SMs (114 on the whole GPU).
+_H100_PCIE = (
+    _Row("1g", "1g.10gb", 9.75, 14),
+    _Row("1g+me", "1g.10gb+me", 9.75, 14),
+    _Row("1g.dbl", "1g.20gb", 19.62, 14),
+    _Row("2g", "2g.20gb", 19.62, 30),
+    _Row("3g", "3g.40gb", 39.50, 46),
+    _Row("4g", "4g.40gb", 39.50, 62),
+    _Row("7g", "7g.80gb", 79.25, 114),
+)
+
 # OUT, reference 1.2: H100 NVL `-lgip`. Exact MIG-device totals (OUT) 22144 MiB
 # (1g.24gb) and 47488 MiB (3g.47gb) show the printed 21.62 / 46.38 are 21.625 /
 # 46.375 GiB, so those figures are used, and for 2g.24gb / 4g.47gb, which print
@@ -242,6 +254,35 @@ _MODELS = (
         "108 SMs whole GPU (SPEC); 7g.40gb has 98 (MIG-GS)",
     ),
     GpuModel(
+        name="A100-PCIE-40GB",
+        nvml_names=("NVIDIA A100-PCIE-40GB", "A100-PCIE-40GB"),  # OUT (nvidia-smi --query-gpu=name transcripts)
+        slurm_type="a100_pcie_40g",
+        memory_mib=40960,
+        compute_slices=7,
+        memory_slices=8,
+        multiprocessors=108,
+        pci_device_ids=(),
+        mig_profiles=_profiles(_SHAPES_8, _A100_40),
+        source="MIG-SP (profiles: the A100 40GB ones); MIG-GS (values, as A100-SXM4-40GB); OUT (name, memory); SPEC (SMs)",
+        note="same GA100 chip and MIG profiles as A100-SXM4-40GB (MIG-SP lists A100 40GB without form factor); "
+        "its PCI ID 0x20F110DE stays in A100-SXM4-40GB's MPARTED group; 40960 MiB with recent drivers, "
+        "40536 MiB seen with R470 (OUT)",
+    ),
+    GpuModel(
+        name="A100-PCIE-80GB",
+        nvml_names=("NVIDIA A100 80GB PCIe",),  # OUT (nvidia-smi --query-gpu=name,memory.total transcripts)
+        slurm_type="a100_pcie_80g",
+        memory_mib=81920,
+        compute_slices=7,
+        memory_slices=8,
+        multiprocessors=108,
+        pci_device_ids=(),
+        mig_profiles=_profiles(_SHAPES_8, _A100_80),
+        source="MIG-SP (profiles: the A100 80GB ones); OUT (values, as A100-SXM4-80GB; name, memory); SPEC (SMs)",
+        note="same GA100 chip and MIG profiles as A100-SXM4-80GB; its PCI ID 0x20B510DE stays in "
+        "A100-SXM4-80GB's group (MPARTED, go-nvml's label A100-PCIE-80GB)",
+    ),
+    GpuModel(
         name="A100-SXM4-80GB",
         nvml_names=("NVIDIA A100-SXM4-80GB",),  # OUT-PROBE
         slurm_type="a100_80g",
@@ -279,6 +320,19 @@ _MODELS = (
         mig_profiles=_profiles(_SHAPES_8, _H100_80),
         source="MIG-SP, OUT (profiles); MIG-GS (memory); MPARTED (PCI IDs, split by chip family); SPEC (SMs)",
         note="the PCI group may include H100 PCIe / H800 IDs, whose SM counts differ (reference 1.2)",
+    ),
+    GpuModel(
+        name="H100-PCIE-80GB",
+        nvml_names=("NVIDIA H100 PCIe",),  # reference 1.2, OUT
+        slurm_type="h100_pcie",
+        memory_mib=81559,
+        compute_slices=7,
+        memory_slices=8,
+        multiprocessors=114,
+        pci_device_ids=(),
+        mig_profiles=_profiles(_SHAPES_8, _H100_PCIE),
+        source="MIG-SP, OUT (profiles, driver 570.169); OUT (name, memory 81559 MiB, 114 SMs)",
+        note="the H100-SXM5-80GB profiles with fewer SMs; its PCI ID stays in H100-SXM5-80GB's MPARTED group",
     ),
     GpuModel(
         name="H100-NVL-94GB",

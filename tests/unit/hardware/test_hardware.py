@@ -41,6 +41,9 @@ def ids(model: GpuModel) -> str:
 
 EXPECTED = {
     # name: (slurm_type, compute, memory slices, profile names)
+    "A100-PCIE-40GB": ("a100_pcie_40g", 7, 8, "1g.5gb 1g.5gb+me 1g.10gb 2g.10gb 3g.20gb 4g.20gb 7g.40gb"),
+    "A100-PCIE-80GB": ("a100_pcie_80g", 7, 8, "1g.10gb 1g.10gb+me 1g.20gb 2g.20gb 3g.40gb 4g.40gb 7g.80gb"),
+    "H100-PCIE-80GB": ("h100_pcie", 7, 8, "1g.10gb 1g.10gb+me 1g.20gb 2g.20gb 3g.40gb 4g.40gb 7g.80gb"),
     "A100-SXM4-40GB": ("a100_40g", 7, 8, "1g.5gb 1g.5gb+me 1g.10gb 2g.10gb 3g.20gb 4g.20gb 7g.40gb"),
     "A100-SXM4-80GB": ("a100_80g", 7, 8, "1g.10gb 1g.10gb+me 1g.20gb 2g.20gb 3g.40gb 4g.40gb 7g.80gb"),
     "A30-24GB": ("a30", 4, 4, "1g.6gb 1g.6gb+me 2g.12gb 2g.12gb+me 4g.24gb"),
@@ -75,6 +78,9 @@ def test_model_shape(name):
         ("H100-NVL-94GB", 95830, 0x232110DE),
         ("H200-141GB", 143771, 0x233510DE),
         ("L40S", 46068, None),
+        ("A100-PCIE-40GB", 40960, None),
+        ("A100-PCIE-80GB", 81920, None),
+        ("H100-PCIE-80GB", 81559, None),
     ],
 )
 def test_whole_gpu_values(name, memory_mib, pci_id):
@@ -113,6 +119,11 @@ PROFILE_ROWS = [
     ("A30-24GB", "2g.12gb", 1, 5, 2, 2, 11971, 2, (0, 2), 28),
     ("A30-24GB", "2g.12gb+me", 8, 6, 2, 2, 11971, 1, (0, 2), 28),
     ("A30-24GB", "4g.24gb", 3, 0, 4, 4, 24003, 1, (0,), 56),
+    ("A100-PCIE-40GB", "1g.5gb", 0, 19, 1, 1, 4864, 7, (0, 1, 2, 3, 4, 5, 6), 14),
+    ("A100-PCIE-80GB", "3g.40gb", 2, 9, 3, 4, 40192, 2, (0, 4), 42),
+    ("H100-PCIE-80GB", "1g.10gb", 0, 19, 1, 1, 9984, 7, (0, 1, 2, 3, 4, 5, 6), 14),
+    ("H100-PCIE-80GB", "2g.20gb", 1, 14, 2, 2, 20091, 3, (0, 2, 4), 30),
+    ("H100-PCIE-80GB", "7g.80gb", 4, 0, 7, 8, 81152, 1, (0,), 114),
 ]
 
 
@@ -258,6 +269,10 @@ def test_model_for_each_nvml_name(model_name, nvml_name):
         ("NVIDIA H100 NVL", "H100-NVL-94GB"),
         ("NVIDIA H200", "H200-141GB"),
         ("NVIDIA L40S", "L40S"),
+        ("NVIDIA A100-PCIE-40GB", "A100-PCIE-40GB"),
+        ("NVIDIA A100 80GB PCIe", "A100-PCIE-80GB"),
+        ("NVIDIA H100 PCIe", "H100-PCIE-80GB"),
+        ("NVIDIA H100 PCIe MIG 3g.40gb", "H100-PCIE-80GB"),
         ("NVIDIA H200 MIG 1g.18gb", "H200-141GB"),
         ("A100-SXM4-40GB MIG 4c.7g.40gb", "A100-SXM4-40GB"),
         ("  nvidia   h100 nvl ", "H100-NVL-94GB"),
@@ -267,7 +282,7 @@ def test_model_for_nvml_name_spellings(nvml_name, model_name):
     assert hw.model_for_nvml_name(nvml_name).name == model_name
 
 
-@pytest.mark.parametrize("bad", ["NVIDIA H100 PCIe", "NVIDIA H200 NVL", "Tesla T4", ""])
+@pytest.mark.parametrize("bad", ["NVIDIA H800 PCIe", "NVIDIA H200 NVL", "Tesla T4", ""])
 def test_model_for_unknown_nvml_name_lists_known(bad):
     with pytest.raises(CatalogueError, match=r"known NVML names: .*NVIDIA H100 80GB HBM3"):
         hw.model_for_nvml_name(bad)
