@@ -119,7 +119,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("render", "submit", "node", "accounting", "planner", "live", "metrics", "testcluster", "outfiles", "examples",
      "systemd"),
     ("sim",),
-    ("policy", "hardware", "gpu", "slurm", "slurmversion"),
+    ("policy", "hardware", "gpu", "slurm", "slurmversion", "sitepolicy"),
     ("proc", "atomic", "errors", "records", ""),
 )
 HARNESS = f"{PACKAGE}.sim.paper"
