@@ -32,7 +32,7 @@ def _common(fn):
                       help=f"Use the fake NVML on this state file (env {FAKE_ENV}); for test clusters only.")(fn)
     fn = click.option("--node", "node_name", default=None, help="Slurm node name (default: this host's short name).")(fn)
     return click.option("--policy", "policy_path", required=True, type=click.Path(dir_okay=False),
-                        help="The site policy (gpushare.yaml).")(fn)
+                        help="The site policy (e.g. /etc/gpushare/policy.yaml).")(fn)
 
 
 def _target(policy_path: str, node_name: str | None):
@@ -327,7 +327,7 @@ def _follows(config_file: Path, policy: Path, fake_state: str | None) -> str | N
 
 @node.command("install")
 @click.option("--policy", "policy_path", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="The site policy (gpushare.yaml); node.yaml names it.")
+              help="The site policy (e.g. /etc/gpushare/policy.yaml); node.yaml names it.")
 @click.option("--root", default="/", show_default=True, type=click.Path(file_okay=False),
               help="Prefix every path with this directory (image builds, tests).")
 @click.option("--fake-nvml", "fake_state", default=None, envvar=FAKE_ENV,

@@ -132,7 +132,7 @@ MEANINGS = {
     "Billing.default_gpu_weight": "the weight of a whole GPU of a model not in gpu_weights",
     "Billing.cpu": "per CPU",
     "Billing.mem_per_gb": "per GB of memory",
-    "Live.enabled": "--apply refuses while false; the report works either way",
+    "Live.enabled": "gpushare live apply refuses while false; the report works either way",
     "Live.min_pending": "seconds a pending job must have waited to count",
     "Live.min_dwell": "seconds between two changes of one node (a failed attempt counts)",
     "Live.min_benefit_jobs": "pending jobs a change must let start (net of what the present layout would start)",
@@ -142,7 +142,7 @@ MEANINGS = {
     "Live.history_window": "seconds of finished jobs (sacct) read per run; 0: no history",
     "Live.modes": "also plan the sharing mode of GPUs not shared by MIG",
     "Live.weights": "also plan node weights that keep small jobs off the nodes large blocked jobs need",
-    "Live.policy_file": "the live policy --apply writes (default: <slurm_conf_dir>/gpushare-live.yaml)",
+    "Live.policy_file": "the live policy gpushare live apply writes (default: <slurm_conf_dir>/gpushare-live.yaml)",
 }
 
 
@@ -204,7 +204,13 @@ def _allowed(prop: dict) -> str:
         for key, sign in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("minItems", "items >=")):
             if key in p:
                 parts.append(f"{sign} {p[key]}")
-    return "; ".join(parts).replace("|", "\\|")
+    return _escape_pipes("; ".join(parts))
+
+
+def _escape_pipes(cell: str) -> str:
+    """A table cell's '|' escaped outside code spans only: inside one the site would print the backslash."""
+    spans = cell.split("`")
+    return "`".join(s if i % 2 else s.replace("|", "\\|") for i, s in enumerate(spans))
 
 
 def _default(name: str, prop: dict, required: set[str]) -> str:
@@ -215,7 +221,7 @@ def _default(name: str, prop: dict, required: set[str]) -> str:
     value = prop["default"]
     if isinstance(value, dict) and value:
         return "see below" if _ref(prop) else f"`{json.dumps(value)}`"
-    return f"`{json.dumps(value)}`".replace("|", "\\|")
+    return f"`{json.dumps(value)}`"
 
 
 def _table(model: str, section: dict, path: str, defs: dict, out: list[str], seen: set[str]) -> None:
@@ -226,7 +232,7 @@ def _table(model: str, section: dict, path: str, defs: dict, out: list[str], see
     required = set(section.get("required", []))
     nested = []
     for name, prop in section.get("properties", {}).items():
-        meaning = prop.get("description", "").replace("|", "\\|")
+        meaning = _escape_pipes(prop.get("description", ""))
         out.append(f"| `{name}` | {_type(prop)} | {_default(name, prop, required)} | {_allowed(prop)} | {meaning} |")
         ref = _ref(prop)
         if ref and ref not in seen:

@@ -21,7 +21,7 @@ policy).
 
 No file means: real NVML, the policy at /etc/gpushare/policy.yaml.
 
-``live_policy`` names the file `gpushare plan --live --apply` writes (the
+``live_policy`` names the file `gpushare live apply` writes (the
 policy's ``live.policy_file``): the admin's policy with the MIG layouts the
 live planner changed. While that file exists it is the policy every hook,
 the health check and `gpushare node relayout --node-config` follow, so the

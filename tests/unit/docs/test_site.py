@@ -3,8 +3,11 @@ out of the navigation fails the build (mkdocs.yml's validation settings)."""
 
 from __future__ import annotations
 
+import html
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +26,32 @@ def test_site_builds_strict(tmp_path):
     cli = (site / "reference" / "cli" / "index.html").read_text()
     assert "gpushare node mig apply" in cli, "the CLI reference (mkdocs-click) is missing a command"
     assert (site / "reference" / "policy.schema.json").is_file(), "the JSON Schema is not published with the site"
+    assert backslash_pipes_in_code(site) == [], (
+        "a code element of the built site shows '\\|' (a table's escaped pipe inside backticks keeps its "
+        "backslash, so the copied command is wrong): write '|' inside backticks")
+
+
+_CODE = re.compile(r"<code\b[^>]*>(.*?)</code>", re.DOTALL)
+
+
+def backslash_pipes_in_code(site: Path) -> list[str]:
+    """'page: code text' for every <code> element of the built site whose text holds a backslash-pipe."""
+    found = []
+    for page in sorted(site.rglob("*.html")):
+        for m in _CODE.finditer(page.read_text(encoding="utf-8")):
+            text = html.unescape(re.sub(r"<[^>]+>", "", m[1]))
+            if "\\|" in text:
+                found.append(f"{page.relative_to(site)}: {text.strip()[:80]}")
+    return found
+
+
+def test_the_code_check_finds_a_backslash_pipe(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "index.html").write_text(
+        "<td><code>--constraint='a30\\|l40s'</code></td><pre><code><span>x</span> \\&#124;</code></pre>"
+        "<td><code>--constraint='a30|l40s'</code> a \\| b</td>")
+    assert backslash_pipes_in_code(tmp_path) == ["a/index.html: --constraint='a30\\|l40s'",
+                                                 "a/index.html: x \\|"]
 
 
 def test_a_broken_link_fails_the_strict_build(tmp_path):
