@@ -58,8 +58,9 @@ PLAIN = {
     "shard": ("--gres=shard:1", "true", "COMPLETED"),
     "mig1": ("--gres=gpu:a100_40g_1g.5gb:1", "true", "COMPLETED"),
     "mig2": ("--gres=gpu:a100_40g_1g.5gb:2", "true", "COMPLETED"),
-    "mps25": ("--gres=mps:25", "true", "COMPLETED"),
-    "mps50": ("--gres=mps:50", "true", "COMPLETED"),
+    # a few seconds each, so the MPS node still has jobs when its faults come (the queue drains in seconds)
+    "mps25": ("--gres=mps:25", "sleep 3", "COMPLETED"),
+    "mps50": ("--gres=mps:50", "sleep 3", "COMPLETED"),
     "cpu": ("-c 1", "true", "COMPLETED"),
     "fail": ("--gres=shard:1", "exit 3", "FAILED"),
 }
