@@ -33,8 +33,8 @@ Rules, in the order they are applied (job_submit.lua applies the same ones):
    a job without a partition, with
    ``route_by_gres``, goes to the first tier in routing order (default, then
    priority, then name) that serves all its requests; the partition is set only
-   when that tier is not the default. An untyped gpu request gets a type
-   as rule 5b says.
+   when that tier is not the default. With ``set_gpu_type``, untyped gpu
+   requests get the type when the job's tier(s) serve exactly one GPU type.
 5a. The job's ``--constraint`` (``features``, read by ``constraint.py``; only
    for a GPU job, after the rules above passed, on submission and on an
    update that sets it): ``UNKNOWN_FEATURE <name>`` for a name no node has
@@ -44,9 +44,9 @@ Rules, in the order they are applied (job_submit.lua applies the same ones):
    ``CONSTRAINT <key>`` for a request no GPU of the groups it allows serves
    (``--gres=shard:1 --constraint=a30`` where no A30 is sharded). Routing
    (5) then picks the first tier whose allowed groups serve every request,
-   and rule 5b looks only at the GPU types of the allowed groups of the
-   job's tiers, so ``--gres=gpu:1 --constraint=l40s`` becomes ``gpu:l40s:1``
-   where the L40S GPUs are whole. A fractional request (mps, shard) keeps its constraint:
+   and ``set_gpu_type`` looks only at the GPU types of the allowed groups of
+   the job's tiers, so ``--gres=gpu:1 --constraint=a30`` becomes
+   ``gpu:a30:1``. A fractional request (mps, shard) keeps its constraint:
    Slurm places it only on the allowed models.
 5b. An untyped gpu request (``--gres=gpu:N``, ``--gpus=N``,
    ``--gpus-per-node=N``) means what the tier's ``untyped_gpu`` says
@@ -55,14 +55,11 @@ Rules, in the order they are applied (job_submit.lua applies the same ones):
    (on the groups the constraint allows) is a whole GPU the request is left
    as it is (typed by ``set_gpu_type`` when there is one type); where exactly
    one type is a whole GPU it is rewritten to that type; otherwise it is
-   ``UNTYPED <tier>`` (``untyped_violation``: the tier's whole GPU types and
-   the others, where the constraint allows, and a typed request to make).
+   ``UNTYPED gpu[:N]`` (``untyped`` message, with the tier's whole GPU types).
    ``refuse``: every untyped request is ``UNTYPED``; a type: rewritten to it.
-   Routing (5) first picks a tier that can give an untyped request its
+   Routing (5) only picks a tier that can give an untyped request its
    meaning, so a job without a partition is routed to a whole-GPU tier
-   before it is refused; when none can, the first tier that serves the
-   request refuses it. A job in several tiers needs one meaning in all
-   (the same target, or each tier only whole GPUs). A type is a type: a whole-GPU type whose GPUs are
+   before it is refused. A type is a type: a whole-GPU type whose GPUs are
    also shard or MPS GPUs on other nodes (the same model, no ``type:`` of
    their own) can still be taken whole there, as by a typed request.
 6. QOS (every accepted job, GPU or not, on submission only): a job that names
