@@ -114,11 +114,6 @@ MEANINGS = {
     "Tier.max_time": "MaxTime (UNLIMITED or Slurm time)",
     "Tier.gpu_types": "GPU types this tier serves, for routing; must exist on its nodes",
     "Tier.allow_accounts": "AllowAccounts (tenants)",
-    "Tier.set_qos": "whether job_submit gives a job that names no QOS this tier's QOS: if-allowed (only when the "
-    "job's association may use it; the default from Slurm 24.11), true (always), false (never; the default before 24.11)",
-    "Tier.untyped_gpu": "what an untyped GPU request (--gres=gpu:N, --gpus=N, --gpus-per-node=N) means: whole (the "
-    "default: a whole GPU, never a MIG slice nor an MPS or shard GPU; rewritten to the one whole type, routed, or "
-    "refused UNTYPED), refuse, or a GPU type of the tier",
     "RouteMatch.gres": "the GRES the job asks for: none, gpu, mps or shard",
     "RouteMatch.qos": "the job's QOS names (case-insensitive)",
     "RouteMatch.min_gpus": "with gpu: at least this many GPUs per node",

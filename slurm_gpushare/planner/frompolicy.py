@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ..policy import Site
 from ..submit import Tables, build_tables, decide, parse_field
@@ -73,7 +73,6 @@ class SubmitRouter:
         self.tables = build_tables(self.site)
         self.units = mps_percent_units(self.tables)
         self._cache: dict[tuple, tuple[SlurmRequest | None, tuple[str, ...]]] = {}
-        self._typed = any_gpu_whole(self.tables)
 
     def job(self, pod: Pod) -> dict[str, str | None]:
         """The job_submit fields a user's sbatch would send for this pod.
@@ -119,8 +118,6 @@ class SubmitRouter:
     def _route(self, pod: Pod) -> tuple[SlurmRequest | None, tuple[str, ...]]:
         job = self.job(pod)
         decision = decide(self.tables, job)
-        if not decision.accepted and all(c.startswith("UNTYPED ") for c in decision.codes):
-            decision = decide(self._typed, job)
         if not decision.accepted:
             return None, tuple(decision.codes)
         partitions = tuple((decision.partition or self.tables.default_tier.name).split(","))
@@ -131,12 +128,3 @@ class SubmitRouter:
             return SlurmRequest(partitions, cpus, mem), ()
         g = gres[0]
         return SlurmRequest(partitions, cpus, mem, g.name, g.type, g.count, job["features"] or ""), ()
-
-
-def any_gpu_whole(tables: Tables) -> Tables:
-    """The tables with every GPU type a whole GPU: a whole-GPU pod refused UNTYPED (``--gres=gpu:N`` where no type
-    is the one whole GPU) is modelled as its user naming the GPU, as the refusal tells them, and placed as an
-    untyped request was before that rule; the demand model does not count UNTYPED refusals."""
-    tiers = tuple(replace(t, whole=t.gpu, untyped="whole", groups=tuple(replace(g, whole=g.gpu) for g in t.groups))
-                  for t in tables.tiers)
-    return replace(tables, tiers=tiers)

@@ -19,7 +19,6 @@ from .rules import (
     check_features,
     check_routes,
     check_submission,
-    check_tier_submission,
     check_tenants,
     check_types,
 )
@@ -94,7 +93,6 @@ def build_site(raw: object, source: str, digest: str = "", slurm_version: str | 
     problems += check_billing(policy, declared)
     problems += check_submission(policy, groups)
     problems += check_routes(policy, groups, tiers)
-    problems += check_tier_submission(tiers, version)
     if problems:
         raise PolicyError(source, problems)
     return Site(policy, version, tuple(groups), tuple(tiers), source, digest)

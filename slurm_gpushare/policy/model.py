@@ -257,16 +257,6 @@ class Tier(Strict):
     max_time: str = Field("UNLIMITED", pattern=r"^(UNLIMITED|INFINITE|\d+(-\d+)?(:\d+){0,2})$")
     gpu_types: list[str] = []
     allow_accounts: list[str] = []
-    # Whether job_submit.lua gives a job that names no QOS this tier's QOS (its UsageFactor and priority).
-    # "if-allowed": only when the job's association may use it (job_desc.assoc_qos, Slurm 24.11 and newer),
-    # so an association without it (root, a site account) keeps its default QOS and is never refused
-    # "Invalid qos specification"; true: always (every association must have the QOS); false: never.
-    # None (unset): "if-allowed" from Slurm 24.11, false before (older job_submit.lua cannot see the list).
-    set_qos: bool | Literal["if-allowed"] | None = None
-    # What an untyped GPU request (--gres=gpu:N, --gpus=N, --gpus-per-node=N) means here: "whole" (a whole
-    # GPU, never a MIG slice nor an MPS or shard GPU: rewritten to the one whole-GPU type, else routed or
-    # refused), "refuse" (name a type), or a GPU type of the tier (rewritten to it). See submit/decide.py.
-    untyped_gpu: str = Field("whole", pattern=r"^[a-z0-9][a-z0-9_.]{0,63}$")
 
 
 class RouteMatch(Strict):

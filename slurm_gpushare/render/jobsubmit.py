@@ -59,10 +59,9 @@ def lua_data(t: Tables) -> dict:
         "texts": dict(t.texts),
         "tiers": [
             {"name": x.name, "is_default": x.is_default, "gpu": list(x.gpu), "gpu_set": {g: True for g in x.gpu}, "shared": x.shared,
-             "whole_set": {g: True for g in x.whole}, "whole": list(x.whole), "untyped": x.untyped, "set_qos": x.set_qos,
              "groups": [
                  {"name": g.name, "model": g.model, "feature_set": {f: True for f in g.features}, "gpu": list(g.gpu),
-                  "shared": g.shared, "whole": list(g.whole)}
+                  "shared": g.shared}
                  for g in x.groups
              ]}
             for x in t.tiers

@@ -48,36 +48,13 @@ Rules, in the order they are applied (job_submit.lua applies the same ones):
    the job's tiers, so ``--gres=gpu:1 --constraint=a30`` becomes
    ``gpu:a30:1``. A fractional request (mps, shard) keeps its constraint:
    Slurm places it only on the allowed models.
-5b. An untyped gpu request (``--gres=gpu:N``, ``--gpus=N``,
-   ``--gpus-per-node=N``) means what the tier's ``untyped_gpu`` says
-   (``untyped_target``): ``whole`` (the default) is a whole GPU, never a MIG
-   slice nor a GPU kept for MPS or shards. Where every GPU type of the tier
-   (on the groups the constraint allows) is a whole GPU the request is left
-   as it is (typed by ``set_gpu_type`` when there is one type); where exactly
-   one type is a whole GPU it is rewritten to that type; otherwise it is
-   ``UNTYPED gpu[:N]`` (``untyped`` message, with the tier's whole GPU types).
-   ``refuse``: every untyped request is ``UNTYPED``; a type: rewritten to it.
-   Routing (5) only picks a tier that can give an untyped request its
-   meaning, so a job without a partition is routed to a whole-GPU tier
-   before it is refused. A type is a type: a whole-GPU type whose GPUs are
-   also shard or MPS GPUs on other nodes (the same model, no ``type:`` of
-   their own) can still be taken whole there, as by a typed request.
 6. QOS (every accepted job, GPU or not, on submission only): a job that names
-   no QOS may get the QOS of its tier, the tier its partition names (the
-   first one when it names several, all of them tiers), the one routing
-   chose, or the default tier when it names none, so the tier's UsageFactor
-   and priority apply to it. Whether it does is the tier's ``set_qos``
-   (``tables.resolve_set_qos``): ``always``; ``never``; ``if-allowed`` (the
-   default from Slurm 24.11): only when the job's association may use that
-   QOS (``assoc_qos``: job_desc.assoc_qos, the association's QOS names,
-   comma-separated; nil when Slurm knows no association), so an association
-   the policy does not list keeps its default QOS and its limits, and is not
-   refused "Invalid qos specification". Without ``assoc_qos`` (``gpushare
-   check``, offline) Python cannot know: ``Decision.qos_if_allowed`` says
-   what would be set. A job that names a QOS keeps it; a partition that is
-   not a tier sets none; an update (slurm_job_modify) never sets it. It is a
-   default, not a correction, so the user message leaves it out (``gpushare
-   check`` prints it with the other changes: ``Decision.all_changes``).
+   no QOS gets the QOS of its tier, the tier its partition names (the first
+   one when it names several, all of them tiers), the one routing chose, or
+   the default tier when it names none, so the tier's UsageFactor, priority
+   and preemption apply to it. A job that names a QOS keeps it; a partition
+   that is not a tier sets none; an update (slurm_job_modify) never sets it.
+   It is a default, not a correction, so the user message leaves it out.
 """
 
 from __future__ import annotations
@@ -114,7 +91,6 @@ class Decision:
     partition: str | None = None
     fields: Mapping[str, str] = field(default_factory=dict)
     qos: str | None = None
-    qos_if_allowed: str | None = None  # the tier QOS set when the association may use it (assoc_qos unknown)
 
     @property
     def codes(self) -> list[str]:
@@ -124,13 +100,6 @@ class Decision:
     def changes(self) -> list[str]:
         out = [message("change", name="partition", value=self.partition)] if self.partition else []
         return out + [message("change", name=k, value=v) for k, v in self.fields.items()]
-
-    @property
-    def all_changes(self) -> list[str]:
-        """Every change job_submit makes: the user message's, and the QOS (what `gpushare check` prints; it adds
-        ``qos_if_allowed``, which depends on the association)."""
-        qos = [message("change", name="qos", value=self.qos)] if self.qos else []
-        return self.changes + qos
 
     @property
     def user_message(self) -> str | None:
@@ -159,7 +128,7 @@ def decide(t: Tables, job: Mapping[str, str | None], modify: bool = False, curre
     if not requests:
         to = ",".join(route.tiers) if route and route.tiers else None
         tiers, _ = job_tiers(t, job.get("partition") or to or (current_partition if modify else None), [], True)
-        return Decision(True, partition=to, **tier_qos(job, tiers, modify))
+        return Decision(True, partition=to, qos=tier_qos(job, tiers, modify))
     violations = [v for r in requests if (v := check_request(t, r)) is not None]
     mixed = check_mixed(requests)
     if mixed:
@@ -332,12 +301,6 @@ def _unknown_feature(t: Tables, name: str) -> Violation:
     return violation("unknown_feature", name=name, hint=hint, models=t.texts["model_features"], others=more)
 
 
-def routable(caps: TierCaps, r: Gres, set_type: bool) -> bool:
-    """Routing (rule 5) may pick this tier for ``r``: it serves it, and gives an untyped gpu request its meaning (5b)."""
-    untyped = r.name == "gpu" and not r.type
-    return serves(caps, r) and (not untyped or untyped_target(caps, caps, set_type) is not None)
-
-
 def serves(tier: TierCaps, r: Gres) -> bool:
     if r.name == "gpu":
         return r.type in tier.gpu if r.type else bool(tier.gpu)
@@ -356,77 +319,26 @@ def _place(t: Tables, job, parsed, modify, current_partition, route=None, allowe
     tiers, partition = job_tiers(t, job.get("partition") or to or (current_partition if modify else None), requests, modify,
                                  allowed)
     partition = partition or to
-    untyped = next((r for r in requests if r.name == "gpu" and not r.type), None)
-    target = jobs_target(t, tiers, allowed) if untyped else ""
-    if target is None:
-        return Decision(False, (untyped_violation(t, untyped, tiers, allowed),))
+    types = {x for tier in tiers for x in within(tier, allowed).gpu}
     fields: dict[str, str] = {}
     for name, entries in parsed.items():
-        new = [_typed(e, target) for e in entries]
+        new = [_typed(e, types) if t.set_gpu_type and len(types) == 1 else e for e in entries]
         if any(isinstance(e, Gres) and (e.alias or e is not o) for e, o in zip(new, entries)):
             fields[name] = ",".join(e.text(t.prefix) if isinstance(e, Gres) else e.raw for e in new)
-    return Decision(True, (), partition, fields, **tier_qos(job, tiers, modify))
+    return Decision(True, (), partition, fields, tier_qos(job, tiers, modify))
 
 
-def untyped_target(tier: TierCaps, caps: TierCaps, set_type: bool) -> str | None:
-    """The type an untyped gpu request gets on ``tier`` (``caps``: what it serves where the constraint allows):
-    '' to leave it untyped, a type to write, None when it is refused (rule 5b)."""
-    if tier.untyped == "refuse":
+def tier_qos(job, tiers: list[TierCaps], modify: bool) -> str | None:
+    """The QOS to set: the (first) tier's name, for a new job that names no QOS."""
+    if modify or job.get("qos") or not tiers:
         return None
-    if tier.untyped != "whole":
-        return tier.untyped if tier.untyped in caps.gpu else None
-    if all(x in caps.whole for x in caps.gpu):
-        return caps.gpu[0] if set_type and len(caps.gpu) == 1 else ""
-    return caps.whole[0] if len(caps.whole) == 1 else None
+    return tiers[0].name
 
 
-def untyped_violation(t: Tables, r: Gres, tiers: list[TierCaps], allowed) -> Violation:
-    """UNTYPED: the (first) tier that refuses the untyped request, why, and a typed request to make instead."""
-    tier = next((x for x in tiers if untyped_target(x, within(x, allowed), t.set_gpu_type) is None), tiers[0])
-    caps = within(tier, allowed)
-    if tier.untyped == "refuse":
-        reason, example = message("untyped_refuse"), (caps.whole or caps.gpu or (JOIN["none"],))[0]
-    elif tier.untyped != "whole":
-        reason, example = message("untyped_excluded", type=tier.untyped), tier.untyped
-    else:
-        others = [x for x in caps.gpu if x not in caps.whole]
-        reason = message("untyped_whole", whole=JOIN["offers"].join(caps.whole) or JOIN["none"],
-                         others=JOIN["offers"].join(others) or JOIN["none"])
-        example = (caps.whole or caps.gpu or (JOIN["none"],))[0]
-    return violation("untyped", key=r.raw, tier=tier.name, reason=reason, example=example, n=r.count)
-
-
-def jobs_target(t: Tables, tiers: list[TierCaps], allowed) -> str | None:
-    """One target for all the job's tiers: theirs when they agree; '' when they differ and each serves only whole GPUs."""
-    if not tiers:
-        return ""  # a partition that is not (only) tiers: not ours to say
-    targets = [untyped_target(x, within(x, allowed), t.set_gpu_type) for x in tiers]
-    if None in targets:
-        return None
-    if len(set(targets)) == 1:
-        return targets[0]
-    whole = all(all(g in within(x, allowed).whole for g in within(x, allowed).gpu) for x in tiers)
-    return "" if whole else None
-
-
-def tier_qos(job, tiers: list[TierCaps], modify: bool) -> dict[str, str | None]:
-    """The QOS to set (``qos``) for a new job that names none: its (first) tier's, as the tier's set_qos says;
-    ``qos_if_allowed`` when that depends on the association and job has no ``assoc_qos`` to say (rule 6)."""
-    if modify or job.get("qos") or not tiers or tiers[0].set_qos == "never":
-        return {}
-    name = tiers[0].name
-    if tiers[0].set_qos == "always":
-        return {"qos": name}
-    allowed = job.get("assoc_qos")
-    if allowed is None:
-        return {"qos_if_allowed": name}
-    return {"qos": name} if name.lower() in {q.strip().lower() for q in allowed.split(",")} else {}
-
-
-def _typed(e: Gres | Other, target: str) -> Gres | Other:
-    """An untyped gpu request gets the type rule 5b chose (typed TRES count only typed requests)."""
-    if target and isinstance(e, Gres) and e.name == "gpu" and not e.type:
-        return replace(e, type=target)
+def _typed(e: Gres | Other, types: set[str]) -> Gres | Other:
+    """Give an untyped gpu request the one type its tier serves: typed TRES count only typed requests."""
+    if isinstance(e, Gres) and e.name == "gpu" and not e.type:
+        return replace(e, type=next(iter(types)))
     return e
 
 
@@ -434,7 +346,7 @@ def within(tier: TierCaps, allowed: frozenset[str] | None) -> TierCaps:
     """What the tier serves on the groups a constraint allows (the whole tier when it allows all)."""
     if allowed is None:
         return tier
-    return replace(merged(tier.name, [g for g in tier.groups if g.name in allowed]), untyped=tier.untyped)
+    return merged(tier.name, [g for g in tier.groups if g.name in allowed])
 
 
 def job_tiers(t: Tables, partition: str | None, requests: list[Gres], modify: bool,
@@ -446,9 +358,6 @@ def job_tiers(t: Tables, partition: str | None, requests: list[Gres], modify: bo
     if t.route_by_gres and not modify:
         for tier in t.tiers:
             caps = within(tier, allowed)
-            if all(routable(caps, r, t.set_gpu_type) for r in requests):
-                return [tier], None if tier.is_default else tier.name
-        for tier in t.tiers:  # none gives an untyped request its meaning: the first that serves it says why (UNTYPED)
-            if all(serves(within(tier, allowed), r) for r in requests):
+            if all(serves(caps, r) for r in requests):
                 return [tier], None if tier.is_default else tier.name
     return [t.default_tier], None

@@ -11,7 +11,6 @@ import re
 from dataclasses import dataclass, field, replace
 
 from ..policy import Group, Site, TierView
-from ..policy.rules import ASSOC_QOS_FROM
 from ..slurmversion import SlurmVersion
 from .routes import build_routes
 
@@ -77,14 +76,6 @@ MESSAGES = {
     "--constraint='{example}'",
     "constraint_request": "{key} is served by no GPU on the nodes --constraint='{constraint}' allows (GPU models: "
     "{models}); they offer {offers}: ask for one of those, or widen the constraint",
-    # an untyped gpu request (tiers[].untyped_gpu; decide.untyped_target)
-    "untyped": "'{key}' names no GPU type, and an untyped GPU request (--gres=gpu:N, --gpus=N, --gpus-per-node=N) "
-    "asks for whole GPUs, never MIG slices nor GPUs kept for MPS or shards; in partition {tier} {reason}. Name "
-    "the type, e.g. --gres=gpu:{example}:{n}",
-    "untyped_refuse": "every GPU request names its type (untyped_gpu: refuse)",
-    "untyped_excluded": "an untyped request means gpu:{type}, which --constraint rules out",
-    "untyped_whole": "not every GPU type is a whole GPU, and no single type is the whole GPU to give (whole GPUs: "
-    "{whole}; MIG slices and MPS or shard GPUs: {others})",
     # the user message (Decision.user_message)
     "rejected": "gpushare rejected this job:",
     "violation": "{code}: {message}",  # one line a violation, after "rejected"
@@ -117,7 +108,6 @@ CODES = {
     "unknown_feature": "UNKNOWN_FEATURE {name}",
     "constraint_none": "CONSTRAINT none",
     "constraint_request": "CONSTRAINT {key}",
-    "untyped": "UNTYPED {tier}",
 }
 # Where MPS_TASKS steers a job that needs isolation (Tables.texts['isolation'], chosen once per site).
 ISOLATION = {
@@ -132,7 +122,7 @@ NO_VAL = 0xFFFFFFFE
 NO_VAL16 = 0xFFFE
 # How lists inside messages are joined (both languages read these).
 JOIN = {"kinds_code": "+", "kinds": " and ", "matches": " or ", "lines": "\n", "changes": ", ", "log_codes": "; ",
-        "offers": ", ", "none": "(none)"}
+        "offers": ", "}
 
 
 def message(which: str, /, **values) -> str:
@@ -171,7 +161,6 @@ class GroupCaps:
     features: tuple[str, ...]
     gpu: tuple[str, ...]
     shared: dict[str, dict[str, int]]
-    whole: tuple[str, ...] = ()  # the gpu types of the group's exclusive GPUs (never a MIG, MPS or shard GPU)
 
 
 @dataclass(frozen=True)
@@ -184,9 +173,6 @@ class TierCaps:
     gpu: tuple[str, ...]
     shared: dict[str, dict[str, int]]
     groups: tuple[GroupCaps, ...] = ()
-    whole: tuple[str, ...] = ()  # gpu types that are whole GPUs on some node (GroupCaps.whole, joined)
-    untyped: str = "whole"  # tiers[].untyped_gpu: whole, refuse, or a gpu type
-    set_qos: str = "never"  # tiers[].set_qos resolved: always, never, if-allowed
 
 
 @dataclass(frozen=True)
@@ -242,30 +228,8 @@ def tier_gpu_types(tier: TierView, groups: tuple[Group, ...] | None = None) -> t
 
 
 def group_caps(tier: TierView) -> tuple[GroupCaps, ...]:
-    return tuple(GroupCaps(g.name, g.model_feature, g.features, tier_gpu_types(tier, (g,)), shared_caps((g,)),
-                           whole_types(tier, g))
+    return tuple(GroupCaps(g.name, g.model_feature, g.features, tier_gpu_types(tier, (g,)), shared_caps((g,)))
                  for g in tier.groups)
-
-
-def whole_types(tier: TierView, group: Group) -> tuple[str, ...]:
-    """The group's gpu types that are exclusive GPUs (a MIG slice, an MPS or shard GPU is not), in the tier."""
-    types = set(tier_gpu_types(tier, (group,)))
-    return tuple(sorted({s.slurm_type for s in group.gpus if s.mode == "exclusive"} & types))
-
-
-def resolve_set_qos(tier: TierView, version: SlurmVersion) -> str:
-    """tiers[].set_qos as job_submit acts on it: unset is if-allowed where job_desc.assoc_qos exists (24.11), else never."""
-    value = tier.spec.set_qos
-    if value is None:
-        return "if-allowed" if version >= ASSOC_QOS_FROM else "never"
-    return "if-allowed" if value == "if-allowed" else ("always" if value else "never")
-
-
-def tier_caps(v: TierView, version: SlurmVersion) -> TierCaps:
-    groups = group_caps(v)
-    whole = tuple(sorted({x for g in groups for x in g.whole}))
-    return TierCaps(v.name, v.is_default, v.spec.priority, tier_gpu_types(v), shared_caps(v.groups), groups, whole,
-                    v.spec.untyped_gpu, resolve_set_qos(v, version))
 
 
 def merged(name: str, groups) -> TierCaps:
@@ -277,8 +241,7 @@ def merged(name: str, groups) -> TierCaps:
             mine = shared.setdefault(kind, {})
             for k, n in per.items():
                 mine[k] = max(mine.get(k, 0), n)
-    whole = tuple(sorted({x for g in groups for x in g.whole}))
-    return TierCaps(name, False, 0, gpu, shared, tuple(groups), whole)
+    return TierCaps(name, False, 0, gpu, shared, tuple(groups))
 
 
 def parse_alias(target: str) -> Alias:
@@ -299,7 +262,10 @@ def routing_order(tiers: list[TierCaps]) -> tuple[TierCaps, ...]:
 
 def build_tables(site: Site) -> Tables:
     sub = site.policy.submission
-    tiers = [tier_caps(v, site.version) for v in site.tiers]
+    tiers = [
+        TierCaps(v.name, v.is_default, v.spec.priority, tier_gpu_types(v), shared_caps(v.groups), group_caps(v))
+        for v in site.tiers
+    ]
     aliases = {name: parse_alias(target) for name, target in sorted(sub.aliases.items())}
     shared = shared_caps(site.groups)
     tables = Tables(

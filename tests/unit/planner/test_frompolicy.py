@@ -121,9 +121,7 @@ def test_routes_match_qos_and_cpus():
     ]}
     t = build_tables(build_site(raw, "t"))
     assert decide(t, {"tres_per_node": None}).partition == "cpu"
-    # typed: an untyped request means a whole GPU, which the cpu tier (A30 MPS GPUs) does not give (UNTYPED cpu)
-    assert decide(t, {"tres_per_node": "gres/gpu:a30:1", "min_cpus": "12"}).partition == "cpu,whole"
-    assert decide(t, {"tres_per_node": "gres/gpu:1", "min_cpus": "12"}).codes == ["UNTYPED cpu"]
+    assert decide(t, {"tres_per_node": "gres/gpu:1", "min_cpus": "12"}).partition == "cpu,whole"
     assert decide(t, {"tres_per_node": "gres/gpu:2", "min_cpus": "12"}).partition is None
     assert decide(t, {"tres_per_node": "gres/gpu:1", "min_cpus": "4", "qos": "ls"}).partition == "whole"
     assert decide(t, {"tres_per_node": "gres/gpu:1", "min_cpus": "4294967294"}).partition is None  # NO_VAL: unset
