@@ -59,7 +59,21 @@ def entry_problem(path: str, kind: str, owner: int, label: str = "") -> str | No
     if not _KINDS[kind](st.st_mode):
         return f"{name} is not a {kind}"
     if st.st_uid != owner:
-        return f"{name} is owned by uid {st.st_uid}, not {'root' if owner == 0 else f'uid {owner}'}"
+        return f"{name} is owned by uid {st.st_uid}, not {_owner(owner)}"
+    return None
+
+
+def _owner(uid: int) -> str:
+    return "root" if uid == 0 else f"uid {uid}"
+
+
+def trust_problem(st: os.stat_result, path: str, owner: int) -> str | None:
+    """Why root must not trust what ``st`` (a stat of ``path``) holds (None: it may): it must be uid ``owner``'s,
+    and writable by nobody else (a symbolic link's own mode means nothing and is not checked)."""
+    if st.st_uid != owner:
+        return f"{path} is owned by uid {st.st_uid}, not {_owner(owner)}"
+    if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o022:
+        return f"{path} is writable by its group or others (mode {stat.S_IMODE(st.st_mode):04o})"
     return None
 
 

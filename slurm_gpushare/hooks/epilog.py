@@ -42,7 +42,8 @@ def _sweep(state_dir: str, mps) -> None:
         print(f"gpushare-epilog: note: {note}", file=sys.stderr)
 
 
-def _undo(journal, store, config, runner, mps, kill, seen) -> None:
+def _undo(journal, store, config, runner, mps, kill, seen):
+    """Observe, plan and undo the job's devices and daemon; returns the MPS control it used (its ``notes``)."""
     from ..gpu import open_backend
     from ..node.epilog import Killer, execute_epilog, observe_epilog, plan_epilog
     from ..node.mps import MpsControl

@@ -48,7 +48,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..atomic import atomic_write, flocked
+from ..atomic import atomic_write, flocked, trust_problem
 
 FILE_NAME = "gpushare.prom"
 STATE_NAME = "metrics.json"
@@ -291,12 +291,13 @@ class UnsafeDir(OSError):
 def dir_problem(st: os.stat_result, path: str, owner: int | None = None) -> str | None:
     """Why the directory ``st`` (an fstat of it) is not one root may write in (None: it is)."""
     want = os.geteuid() if owner is None else owner
+    problem = trust_problem(st, path, want)
+    if problem is None:
+        return None
     if st.st_uid != want:
         who = "root" if want == 0 else f"uid {want}"
-        return f"{path} is owned by uid {st.st_uid}, not {who}: chown {who} it (or let gpushare node install make it)"
-    if st.st_mode & 0o022:
-        return f"{path} is writable by its group or others (mode {st.st_mode & 0o7777:04o}): chmod 0755 it"
-    return None
+        return f"{problem}: chown {who} it (or let gpushare node install make it)"
+    return f"{problem}: chmod 0755 it"
 
 
 def open_dir(path, create: bool = True) -> int:

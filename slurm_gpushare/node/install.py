@@ -53,7 +53,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomic import atomic_write
+from ..atomic import atomic_write, trust_problem
 from .paths import NODE_CONFIG, SCRIPT_MODULES, _absolute
 
 MARK = "# written by gpushare node install"
@@ -211,12 +211,7 @@ def _component_problem(part: str, trust: Trust) -> str | None:
         return None
     except OSError as exc:
         return f"{part} cannot be checked ({exc.strerror or exc})"
-    if info.st_uid != trust.owner:
-        who = "root" if trust.owner == 0 else f"uid {trust.owner}"
-        return f"{part} is owned by uid {info.st_uid}, not {who}"
-    if not stat.S_ISLNK(info.st_mode) and info.st_mode & 0o022:
-        return f"{part} is writable by its group or others (mode {stat.S_IMODE(info.st_mode):04o})"
-    return None
+    return trust_problem(info, part, trust.owner)
 
 
 def code_problems(python: str, import_path: Sequence[str], package: str, trust: Trust | None = None) -> list[str]:

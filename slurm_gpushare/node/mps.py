@@ -60,9 +60,9 @@ from contextlib import contextmanager
 from ..atomic import entry_problem
 from ..errors import GpushareError
 from .journal import MpsDaemon
+from .procscan import SEARCH_PATH as SAFE_PATH  # the fixed PATH the daemon runs with and its program is found on
 from .procscan import kill_leftovers, process_record, running as _running, same_process, state as _state
 
-SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CONTROL = ("nvidia-cuda-mps-control",)
 _SOCKET_MAX = 100  # sun_path is 108 bytes; leave room
 CONNECT_TIMEOUT = 0.25  # a probe's connect: a daemon that answers does so within ms
@@ -148,8 +148,9 @@ class MpsControl:
         if any(os.path.lexists(p) for p in (daemon.pipe_dir, alias_dir(daemon.pipe_dir), record_path(daemon.pipe_dir))):
             stop_recorded(daemon.pipe_dir)  # a dead or hung daemon of this key ...
             kill_leftovers(daemon.pipe_dir)  # ... and the servers it left
-            for note in remove_pipe_dir(daemon):
-                raise MpsError(f"MPS daemon {daemon.key}: the previous daemon's directories are in the way: {note}")
+            notes = remove_pipe_dir(daemon)
+            if notes:
+                raise MpsError(f"MPS daemon {daemon.key}: the previous daemon's directories are in the way: {notes[0]}")
             _own_dir(key, 0o711)
         os.mkdir(daemon.pipe_dir, 0o700)
         _set_owner(daemon.pipe_dir, os.geteuid(), os.getegid())

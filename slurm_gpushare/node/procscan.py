@@ -55,7 +55,7 @@ import time
 SCAN_TIMEOUT = 2.0  # a scan of a few thousand processes takes tens of ms; past this one has stalled
 MPS_COMM = b"nvidia-cuda-mps"  # the kernel's 15-character comm of nvidia-cuda-mps-control and -server alike
 MPS_SERVER = "nvidia-cuda-mps-server"
-SEARCH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # as mps.SAFE_PATH
+SEARCH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # also mps.SAFE_PATH, the daemon's PATH
 _PIPE_VAR = b"CUDA_MPS_PIPE_DIRECTORY="
 _DONE = b"."  # a scan child's last line: what it sent is all there is
 
