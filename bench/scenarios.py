@@ -30,6 +30,7 @@ from slurm_gpushare.planner.demand import Demand, from_pods
 from slurm_gpushare.planner.evaluate import evaluator
 from slurm_gpushare.planner.frompolicy import SubmitRouter, sim_cluster
 from slurm_gpushare.planner.plan import PlanResult, plan
+from slurm_gpushare.planner.search import BUDGET_S
 from slurm_gpushare.policy import Site, build_site
 from slurm_gpushare.policy.groups import gpus_value
 from slurm_gpushare.sim.cluster import Pod, SimCluster
@@ -160,4 +161,6 @@ def plan_for(cluster: SimCluster, pods: Sequence[Pod], scenario: str = "S1",
     base = uniform_raw(cluster, "S1") if scenario == "S1" else trace_policy(cluster, model=MIG_MODEL, mode="exclusive")
     isolate = ("LS",) if scenario == "S3" else ()
     mig_all = scenario == "S2"
-    return plan(base, demand, isolate_qos=isolate, mig_fractions=mig_all, evaluate=evaluate, mig_types=mig_types)
+    # the budget `gpushare plan` has by default, so the bench measures the plan the command makes
+    return plan(base, demand, isolate_qos=isolate, mig_fractions=mig_all, evaluate=evaluate, mig_types=mig_types,
+                budget_s=BUDGET_S if evaluate is not None else None)

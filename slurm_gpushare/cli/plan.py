@@ -11,6 +11,7 @@ import yaml
 from ..atomic import atomic_write
 from ..errors import GpushareError
 from ..planner.demand import Demand, DemandError, Units, format_demand, from_job_records, from_openb, from_squeue_json
+from ..planner.search import BUDGET_S
 from ..policy import Site, load_file
 from ..policy.billing import unit_fractions
 from ..policy.load import parse_yaml
@@ -117,14 +118,19 @@ class PlanCommand(click.Command):
               help="Fractional jobs of this QoS get MIG slices of their own (repeatable; needs MIG-capable GPUs).")
 @click.option("--mig-fractions", is_flag=True, help="Every fractional job gets a MIG slice (no MPS).")
 @click.option("--evaluate/--no-evaluate", default=True, show_default=True,
-              help="Score a few candidate pool sizes with the Slurm placement model on sampled arrivals, keep the best.")
+              help="Search the planner's choices (pool sizes, CPU bounds, weights, routes), scoring each candidate "
+                   "with the Slurm placement model on sampled arrivals, and race the best on more arrivals.")
+@click.option("--budget", type=click.FloatRange(min=0), default=BUDGET_S, show_default=True, metavar="SECONDS",
+              help="Time for planning with --evaluate: when it has gone the best so far is kept (the report says "
+                   "so). 0: no limit, the search runs to its end.")
 @click.option("--days", default=30.0, show_default=True, help="With sacct:live: how many days of history to read.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Processes that score the candidates side by side (default: the CPUs this process may use, at "
-                   "most 4). The plan is the same for any N.")
+                   "most 4). With --budget 0 the plan is the same for any N; under a budget more processes search "
+                   "further in the same time.")
 @click.pass_context
 def plan(ctx, policy_path: Path, source: str, out: Path | None, isolate_qos, mig_fractions: bool, evaluate: bool,
-         days: float, jobs: int | None) -> None:
+         days: float, budget: float, jobs: int | None) -> None:
     """Choose each GPU's sharing mode, node weights and class routing from the workload.
 
     Reads the demand (request classes: GPUs, per-GPU share, CPUs, memory,
@@ -153,7 +159,8 @@ def plan(ctx, policy_path: Path, source: str, out: Path | None, isolate_qos, mig
         raise DemandError(f"--demand {source}: no jobs found; nothing to plan for")
     try:
         result = make_plan(raw, demand, isolate_qos=isolate_qos, mig_fractions=mig_fractions,
-                           evaluate=evaluator(demand, workers=jobs or _cpus(4)) if evaluate else None)
+                           evaluate=evaluator(demand, workers=jobs or _cpus(4)) if evaluate else None,
+                           budget_s=budget or None)
     except ValueError as exc:
         raise GpushareError(f"cannot plan: {exc}") from None
     click.echo("\n".join(result.report))

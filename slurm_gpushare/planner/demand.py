@@ -16,6 +16,8 @@ Parsers take text or records, never commands: the CLI reads files and calls
 
 from __future__ import annotations
 
+import functools
+
 import json
 import math
 import random
@@ -345,8 +347,14 @@ def format_demand(d: Demand) -> list[str]:
 
 
 def pack_estimate(fractions: dict[int, int], seed: int = 1) -> int:
-    """GPUs the shares fill when packed first-fit in a random order (as they arrive): an estimate, not a bound."""
-    items = [m for m, n in fractions.items() for _ in range(n)]
+    """GPUs the shares fill when packed first-fit in a random order (as they arrive): an estimate, not a bound.
+    Pure, so kept per input (the planner asks it the same question for every candidate it builds)."""
+    return _pack_estimate(tuple(fractions.items()), seed)  # in the given order: the shuffle starts from it
+
+
+@functools.lru_cache(maxsize=64)
+def _pack_estimate(fractions: tuple[tuple[int, int], ...], seed: int) -> int:
+    items = [m for m, n in fractions for _ in range(n)]
     random.Random(seed).shuffle(items)
     try:
         import numpy as np  # optional ([sim]): the same first fit, the bin search vectorised

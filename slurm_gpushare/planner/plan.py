@@ -51,6 +51,7 @@ from ..policy.groups import gpus_value
 from ..policy.billing import gpu_weight
 from .demand import Demand, format_demand, pack_estimate
 from .evaluate import Evaluator
+from .search import Dim, Search
 from .layouts import compact_types, pack, slices_needed
 from .report import stranded_lines, supply_lines
 from ..sim.cluster import GPU_MILLI
@@ -775,12 +776,16 @@ def fix_aliases(raw: dict, before: Site) -> list[str]:
 
 def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fractions: bool = False,
          evaluate: Callable[[dict], float] | None = None, candidates: Sequence[Knobs] | None = None,
-         budget_s: float | None = None, mig_types: Sequence[str] = ()) -> PlanResult:
+         budget_s: float | None = None, mig_types: Sequence[str] = (), search: bool | None = None) -> PlanResult:
     """Plan a policy for ``demand`` on the hardware of ``base`` (a policy mapping, validated here).
 
-    With ``evaluate``, the policy as given is scored first, then candidates in order until ``budget_s`` seconds
-    have gone (the first is always scored); the best candidate is kept only when it scores above the policy as
-    given, which is kept otherwise (never worse than changing nothing, by the planner's own measure). Under
+    With ``evaluate``, the policy as given and the candidates (``candidates``, or ``default_candidates``) are
+    scored on a first sampled order; then (``search``: by default when no ``candidates`` are given) a coordinate
+    search over the knobs' space (``search_space``) from the best of them; then the best few are raced on more
+    orders when ``evaluate`` is an ``Evaluator`` with check seeds (planner/search.py). Everything stops when
+    ``budget_s`` seconds have gone (the first candidate and the policy as given are always scored); the best so
+    far is kept. The choice is kept only when it scores above the policy as given on the orders both were scored
+    on, which is kept otherwise (never worse than changing nothing, by the planner's own measure). Under
     ``isolate_qos`` or ``mig_fractions`` the policy as given is scored for the report but not kept: it does not
     give the shares the MIG slices asked for. A demand with no GPU job keeps the policy as given (nothing to
     share; the packing score would be 0 for every candidate). ``mig_types`` (MIG profile names): the layouts hold only these slice types
@@ -808,8 +813,9 @@ def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fra
             raise ValueError(f"MIG slice type(s) {', '.join(unknown)} not offered by any MIG-capable GPU of the "
                              f"policy; accepted: {', '.join(known)}")
         tries = [replace(k, mig_types=tuple(mig_types), mig_fill=True) for k in tries]
+    searching = candidates is None if search is None else search
     given, score, knobs, raw, why, tried, note = _best_candidate(base, site, demand, tries, evaluate, budget_s,
-                                                                 began, isolate_qos, mig_fractions)
+                                                                 began, isolate_qos, mig_fractions, searching)
     keep_given = given is not None and not (isolate_qos or mig_fractions) and score <= given
     verdict = [*note, *_verdict(given, score, keep_given, bool(isolate_qos or mig_fractions))] if evaluate else []
     if keep_given:
@@ -820,62 +826,104 @@ def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fra
                       keep_given, given)
 
 
-def _best_candidate(base, site, demand, tries, evaluate, budget_s, began, isolate_qos, mig_fractions):
-    """(the policy as given's score, then of the best-scoring candidate: score, knobs, policy, report lines, and
-    every (knobs, score) scored, and the report's line on near-ties). Candidates that give a policy already built
-    are dropped; the rest are scored after the policy as given, in order, until ``budget_s`` has gone (the first
-    always), through ``Evaluator.many`` when ``evaluate`` is one (its worker processes score them side by side),
-    and the near-ties again on its check seeds (``_near_ties``) while the budget lasts."""
-    built: list[tuple[dict, Knobs, list[str]]] = []
-    for knobs in tries:
-        raw, why = build_candidate(base, site, demand, knobs, isolate=isolate_qos, mig_all=mig_fractions)
-        if not any(raw == seen for seen, _k, _w in built):
-            built.append((raw, knobs, why))
+def _best_candidate(base, site, demand, tries, evaluate, budget_s, began, isolate_qos, mig_fractions, searching):
+    """(the policy as given's score, then of the chosen candidate: score, knobs, policy, report lines, and every
+    (knobs, score on the first order) scored, and the report's lines on the search and the race).
+
+    Without ``evaluate`` the first candidate is the plan. With it, ``search.Search`` scores the policy as given
+    and the candidates ``tries`` on the first sampled order, searches the knobs' space from the best of them
+    (``searching``), and races the best few on more orders (an ``Evaluator``'s check seeds) until the budget
+    ``budget_s`` (seconds from ``began``) has gone."""
+    def build(knobs: Knobs) -> tuple[dict, list[str]]:
+        return build_candidate(base, site, demand, knobs, isolate=isolate_qos, mig_all=mig_fractions)
+
     if evaluate is None:
-        raw, knobs, why = built[0]
-        return None, 0.0, knobs, raw, why, [(k, 0.0) for _r, k, _w in built], []
-    many = evaluate.many if isinstance(evaluate, Evaluator) else (lambda raws: [evaluate(r) for r in raws])
-    first = len(built) if budget_s is None else 1  # under a budget: one at a time after the first, the clock read
-    given, *scores = many([base, *(b[0] for b in built[:first])])
-    while len(scores) < len(built) and time.perf_counter() - began <= budget_s:
-        scores += many([built[len(scores)][0]])
-    among, note = range(len(scores)), []
-    if isinstance(evaluate, Evaluator) and (budget_s is None or time.perf_counter() - began <= budget_s):
-        given, scores, among, note = _near_ties(evaluate, base, given, built, scores)
-    tried = [(knobs, score) for (_raw, knobs, _why), score in zip(built, scores)]
-    best = max(among, key=lambda i: (scores[i], -i))  # the first of the best
-    raw, knobs, why = built[best]
-    return given, scores[best], knobs, raw, why, tried, note
+        raw, why = build(tries[0])
+        return None, 0.0, tries[0], raw, why, [(tries[0], 0.0)], []
+    if isinstance(evaluate, Evaluator) or hasattr(evaluate, "check_seeds"):
+        orders = (*evaluate.seeds, *evaluate.check_seeds)
+        workers = evaluate.workers
+
+        def score(raws, order):
+            return evaluate.many(raws, (order,))
+    else:  # a plain function of the policy: one "order", no race
+        orders, workers = (0,), 1
+
+        def score(raws, order):
+            return [evaluate(r) for r in raws]
+    space = search_space(site, demand, tries[0], isolate_qos, mig_fractions) if searching else []
+    run = Search(build, score, orders, space, budget_s=budget_s, began=began, workers=workers)
+    out = run.run(tries, base, given_eligible=not (isolate_qos or mig_fractions))
+    first, best = orders[0], out.best
+    mine = [o for o in out.orders if o in best.scores]
+    # the policy as given against the choice on the orders both were scored on (the race may have dropped it)
+    common = [o for o in mine if out.given is not None and o in out.given.scores] or [first]
+    given = out.given.mean(common) if out.given is not None else None
+    scored = sorted((c for c in out.candidates if first in c.scores), key=lambda c: -c.scores[first])
+    tried = [(c.knobs, c.scores[first]) for c in scored]
+    note = [f"{len(scored)} candidate policies scored on the first sampled order ({first}); "
+            f"{out.scored} scores in all" + (" (the time budget ended the search: the best so far is kept)"
+                                              if out.out_of_time else ""), *out.lines]
+    score_best = best.mean(common if out.given is not None else mine)
+    if best is out.given:  # the race kept the policy as given: the report names the best candidate's score
+        rivals = [c for c in out.candidates if all(o in c.scores for o in common)]
+        return given, max(c.mean(common) for c in rivals), Knobs(), base, [], tried, note
+    return given, score_best, best.knobs, best.raw, best.why, tried, note
 
 
-# Candidates within NEAR_TIE points of the best on the first sample (at most NEAR_TIES of them, the policy as given
-# among them when it is that close) are scored on the evaluator's check seeds too, and the best mean over all the
-# seeds wins among them. One sample's noise is of that order: on the paper's gpushare40 the best two candidates
-# were 0.01 apart on seed 7 and in the other order on seeds 7-9 and on the benchmark's ten seeds.
-NEAR_TIE, NEAR_TIES = 0.15, 3
+def search_space(site: Site, demand: Demand, knobs: Knobs, isolate: Sequence[str], mig_all: bool) -> list[Dim]:
+    """The knobs the search moves, with values derived from the demand and the site (no constant tuned on a
+    workload): the MPS pool's size from the shares' own GPU demand (every share packed perfectly) up to every GPU
+    of the site (whole-GPU jobs may use an MPS GPU without shares), in steps of about one node or finer; the CPU bounds at the demand's own CPU sizes (the
+    quantiles of its jobs' requests); the MIG pool from half to one and a half times the slices the isolated
+    shares need (no more than the MIG-capable GPUs hold); and every way of placing CPU-only jobs, weighting
+    nodes and ordering pools. Knobs that cannot change this demand's policy (no shares: no MPS pool) are left
+    out."""
+    groups = supply(site)
+    mig_frac, mps_frac = _split(demand, isolate, mig_all)
+    scale = _scale(demand, groups)
+    total = sum(g.gpus * len(g.nodes) for g in groups)
+    dims: list[Dim] = []
+    if mps_frac:
+        est = max(1, pack_estimate(scaled_counts(mps_frac, scale))) * HEADROOM
+        share = sum(m * n for m, n in mps_frac.items()) / GPU_MILLI * scale
+        # whole-GPU jobs may take an MPS GPU that has no share (overflow): the pool may grow to every GPU
+        lo, hi = min(share / est, knobs.frac_factor), max(total / est, knobs.frac_factor)
+        grain = min(g.gpus for g in groups) / est  # one node of the smallest GPU count
+        points = int(min(40, max(2, (hi - lo) / max(grain, 1e-9))))
+        dims.append(Dim("frac_factor", _grid(lo, hi, points), "ladder"))
+        dims.append(Dim("frac_heavy", _cpu_quantiles(demand, "fraction"), "ladder", (None,)))
+        dims.append(Dim("frac_weights", ("group", "node")))
+        dims.append(Dim("frac_nodes", ("cpus", "fit")))
+    if any(cls.kind == "whole" for cls in demand.counts):
+        dims.append(Dim("heavy_cpus", _cpu_quantiles(demand, "whole"), "ladder", (None,)))
+    if any(cls.kind == "cpu" for cls in demand.counts):
+        dims.append(Dim("cpu_jobs", ("auto", "rich", "spare", "first")))
+        dims.append(Dim("cpu_order", ((), ("cpu",))))
+    dims += [Dim("weights", ("gpus", "cpus", "flat")), Dim("lean", (True, False)), Dim("overflow", (True, False))]
+    if mig_frac and any(g.mig for g in groups):
+        mig_gpus = sum(g.gpus * len(g.nodes) for g in groups if g.mig)
+        need = max(1, sum(scaled_counts(mig_frac, scale).values()))
+        hi = max(1.0, min(1.5, mig_gpus * 7 / need))  # at most 7 slices per GPU: the most a layout holds
+        dims.append(Dim("mig_factor", _grid(0.5, hi, 20), "ladder"))
+        if not knobs.mig_types and not knobs.mig_compact:
+            dims.append(Dim("mig_fill", (False, True)))
+    return dims
 
 
-def _near_ties(evaluate: Evaluator, base: dict, given: float, built: list[tuple[dict, Knobs, list[str]]],
-               scores: list[float]):
-    """(the policy as given's score, the candidates' scores, the indexes the best is chosen among, the report's
-    line on it): the near-ties' scores become their mean over the first sample and the check seeds. ``built``:
-    the candidates (policy, knobs, report lines) whose first ``len(scores)`` were scored; index -1 below is the
-    policy as given."""
-    first = [*scores, given]  # first[-1]: the policy as given
-    top = max(scores)
-    close = sorted((i for i in range(-1, len(scores)) if first[i] >= top - NEAR_TIE), key=lambda i: -first[i])
-    close = close[:NEAR_TIES]
-    if len(close) < 2 or not evaluate.check_seeds:
-        return given, scores, range(len(scores)), []
-    n, m = len(evaluate.seeds), len(evaluate.check_seeds)
-    again = evaluate.many([base if i < 0 else built[i][0] for i in close], evaluate.check_seeds)
-    for i, extra in zip(close, again):
-        first[i] = (first[i] * n + extra * m) / (n + m)
-    seeds = ", ".join(str(x) for x in (*evaluate.seeds, *evaluate.check_seeds))
-    which = "; ".join("the policy as given" if i < 0 else built[i][1].changed() for i in close)
-    note = [f"the {len(close)} scores within {NEAR_TIE} of the best on the first sample ({which}) are means over "
-            f"seeds {seeds}; the best is chosen among them"]
-    return first[-1], first[:-1], [i for i in close if i >= 0], note
+def _grid(lo: float, hi: float, points: int) -> tuple[float, ...]:
+    """``points`` values from ``lo`` to ``hi`` in equal ratios (finer where the values are small)."""
+    if hi <= lo or lo <= 0:
+        return (round(max(lo, hi), 3),)
+    return tuple(sorted({round(lo * (hi / lo) ** (i / (points - 1)), 3) for i in range(points)}))
+
+
+def _cpu_quantiles(demand: Demand, kind: str) -> tuple[int, ...]:
+    """The CPU sizes of this kind's jobs at their quantiles 0.5-0.99 (as CPU bounds: jobs asking more move)."""
+    sizes = sorted(c.cpus for c, n in demand.counts.items() if c.kind == kind for _ in range(n))
+    if not sizes:
+        return ()
+    return tuple(sorted({sizes[min(len(sizes) - 1, int(q * len(sizes)))] for q in (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)}))
 
 
 def _verdict(given: float, best: float, keep_given: bool, constrained: bool) -> list[str]:

@@ -319,6 +319,14 @@ def consec_pick(ok: np.ndarray, weight: np.ndarray, cpus: np.ndarray) -> int:
     return int(idx[lo + int(c[lo:hi].argmin())])
 
 
+def route_all(router: Router, pods: tuple[Pod, ...]) -> tuple[list, list]:
+    """Each pod's SlurmRequest (None: refused at submission) and why each refused pod is refused (the router's
+    violation codes; 'refused' when it gives none)."""
+    requests = [router(p) for p in pods]
+    why = getattr(router, "refusal", None)
+    return requests, [(why(p) if why else ()) or ("refused",) if r is None else () for p, r in zip(pods, requests)]
+
+
 class SlurmPolicy:
     """Slurm's placement for a rendered configuration, behind a submission router (Pod -> SlurmRequest | None)."""
 
@@ -342,16 +350,16 @@ class SlurmPolicy:
         self.slices_per_gpu = slices_per_gpu
         self.mig_shares = mig_shares or {}
 
-    def start(self, cluster: SimCluster, pods: tuple[Pod, ...], rng: np.random.Generator) -> None:
+    def start(self, cluster: SimCluster, pods: tuple[Pod, ...], rng: np.random.Generator,
+              routed: tuple[list, list] | None = None) -> None:
+        """``routed``: ``routed(router, pods)`` of an earlier start with the same router and pods (a candidate
+        scored on several arrival orders routes its pods once)."""
         if self.cluster_fn is not None:
             cluster = self.cluster_fn(cluster)
         self.cluster = cluster
         self.state = SlurmState(cluster)
-        self.requests = [self.router(p) for p in pods]
+        self.requests, self.why = routed if routed is not None else route_all(self.router, pods)
         self.rejected = 0
-        # why each refused pod is refused (the router's violation codes; 'refused' when it gives none)
-        why = getattr(self.router, "refusal", None)
-        self.why = [(why(p) if why else ()) or ("refused",) if r is None else () for p, r in zip(pods, self.requests)]
         self.refused_codes: dict[str, int] = {}
         codes = {code: self.mig_slices.get(t, 0) for t, code in self.state.types.items()}
         self.rec_slices = np.vectorize(lambda c: codes.get(c, 0), otypes=[np.int64])(self.state.rec_type)

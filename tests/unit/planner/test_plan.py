@@ -418,8 +418,9 @@ def test_cpu_heavy_shares_start_in_the_cpu_rich_pool_and_keep_the_shared_nodes_c
     routes = [(r["match"], r["tiers"]) for r in heavy.policy["submission"]["routes"]]
     assert routes[:2] == [({"gres": "mps", "min_cpus": 5}, ["cpu", "frac"]), ({"gres": "mps"}, ["frac", "cpu"])]
     assert "fractional jobs asking more than 4 CPUs start in pool 'cpu'" in "\n".join(heavy.report)
-    # Slurm's placement on the sampled arrivals: every share placed, against 90.6 % without the route
-    assert heavy.score == 100.0 and plain.score < 91
+    # Slurm's placement on the first sampled order: every share placed, against 90.6 % without the route
+    assert dict(heavy.tried)[Knobs(frac_heavy=4)] == 100.0 and dict(plain.tried)[Knobs()] < 91
+    assert heavy.score == 100.0 and plain.score < heavy.score  # and on the race's orders
     assert Knobs(frac_heavy=4) in default_candidates() and Knobs(frac_heavy=2, cpu_order=("cpu",)) in default_candidates()
 
 
@@ -499,10 +500,10 @@ def _key(raw: dict) -> str:
 
 
 class _Scripted:
-    """An Evaluator whose scores are a script: per policy (its JSON), the score on the first sample and on the
-    check seeds; every ``many`` call is recorded with the names of the policies scored."""
+    """An Evaluator whose scores are a script: per policy name (its JSON names it) and arrival order, the score;
+    every ``many`` call is recorded as (order, names scored)."""
 
-    def __init__(self, names: dict, first: dict, again: dict, check_seeds=(8, 9)):
+    def __init__(self, names: dict, table: dict, check_seeds=(8, 9, 10, 11, 12)):
         from slurm_gpushare.planner.evaluate import Evaluator
 
         class Scripted(Evaluator):
@@ -510,9 +511,9 @@ class _Scripted:
                 inner.seeds, inner.check_seeds, inner.workers, inner.calls = (7,), tuple(check_seeds), 1, []
 
             def many(inner, raws, seeds=None):
-                table = first if seeds is None else again
-                inner.calls.append((seeds, [names[_key(r)] for r in raws]))
-                return [table[names[_key(r)]] for r in raws]
+                (order,) = seeds or inner.seeds
+                inner.calls.append((order, [names[_key(r)] for r in raws]))
+                return [table[names[_key(r)]][order] for r in raws]
 
         self.evaluator = Scripted()
 
@@ -525,38 +526,50 @@ def _named(base: dict, d: Demand, knobs: list[Knobs]) -> dict:
     return names
 
 
-def test_near_ties_are_scored_again_on_more_seeds_and_decide_by_their_mean():
-    """Candidates within NEAR_TIE of the best on the first sample are scored on the check seeds too; the best
-    mean over all seeds wins among them; the others are not scored again; the report says so."""
-    from slurm_gpushare.planner.plan import NEAR_TIE
+def _orders(first: float, *rest: float) -> dict:
+    return dict(zip((7, 8, 9, 10, 11, 12), (first, *rest)))
 
+
+def test_the_race_corrects_the_first_orders_lucky_winner():
+    """k0 wins the first order by luck; on the race's orders k1 is better every time: k1 is chosen, the candidate
+    far behind never races, and the report says by how much and how sure."""
     d, base = s1_demand(), s1_base()
     knobs = [Knobs(), Knobs(frac_factor=0.5), Knobs(frac_factor=2.0)]
     names = _named(base, d, knobs)
     assert sorted(names.values()) == ["given", "k0", "k1", "k2"]  # three distinct candidates
-    first = {"given": 50.0, "k0": 90.0, "k1": 90.0 - NEAR_TIE / 2, "k2": 90.0 - 2 * NEAR_TIE}
-    again = {"given": 0.0, "k0": 89.0, "k1": 90.0, "k2": 99.0}
-    script = _Scripted(names, first, again)
+    table = {"given": _orders(50, 50.1, 49.9, 50, 50.2, 49.8), "k0": _orders(90.3, 89.0, 89.1, 88.9, 89.0, 89.05),
+             "k1": _orders(90.0, 89.5, 89.55, 89.4, 89.5, 89.6), "k2": _orders(70, 71, 69, 70, 70, 70)}
+    script = _Scripted(names, table)
     result = plan(base, d, evaluate=script.evaluator, candidates=knobs)
-    assert result.knobs == Knobs(frac_factor=0.5)  # (90 - NEAR_TIE / 2 + 2 * 90) / 3 beats (90 + 2 * 89) / 3
-    assert script.evaluator.calls[-1] == ((8, 9), ["k0", "k1"])  # k2 and the policy as given: not close
-    assert dict(result.tried)[Knobs(frac_factor=2.0)] == first["k2"]
-    assert result.score == pytest.approx((first["k1"] + 2 * 90.0) / 3)
-    assert any("the 2 scores within" in line and "(defaults; frac_factor=0.5) are means over seeds 7, 8, 9" in line
-               for line in result.report)
-    # each candidate by the knobs it sets away from the defaults
-    assert {"  defaults: 89.33", "  frac_factor=2.0: 89.70"} <= set(result.report)
-    assert any(line.startswith("  frac_factor=0.5: 89.9") for line in result.report)
-    # no check seeds: the first sample decides
-    alone = _Scripted(names, first, again, check_seeds=())
+    assert result.knobs == Knobs(frac_factor=0.5)
+    raced = {n for order, scored in script.evaluator.calls if order != 7 for n in scored}
+    assert "k1" in raced and "k0" in raced
+    assert dict(result.tried)[Knobs(frac_factor=2.0)] == 70  # each candidate's first-order score in the report
+    line = next(x for x in result.report if x.startswith("race over sampled orders 7, 8"))
+    assert "over the runner-up (defaults), outside the noise" in line
+    assert result.score > result.given_score
+    # no check seeds: no race, the first order decides (the lucky one)
+    alone = _Scripted(names, table, check_seeds=())
     assert plan(base, d, evaluate=alone.evaluator, candidates=knobs).knobs == Knobs()
-    assert len(alone.evaluator.calls) == 1
+    assert {order for order, _ in alone.evaluator.calls} == {7}
 
 
-def test_a_near_tie_with_the_policy_as_given_is_checked_too_and_may_keep_it():
+def test_the_race_keeps_the_policy_as_given_when_it_wins_on_the_common_orders():
     d, base = s1_demand(), s1_base()
     names = _named(base, d, [Knobs()])
-    script = _Scripted(names, {"given": 90.0, "k0": 90.05}, {"given": 91.0, "k0": 89.0})
+    table = {"given": _orders(90.0, 91.0, 91.2, 90.9, 91.1, 91.0), "k0": _orders(90.05, 89.0, 89.1, 88.8, 89.2, 89)}
+    script = _Scripted(names, table)
     result = plan(base, d, evaluate=script.evaluator, candidates=[Knobs()])
-    assert result.kept_given and script.evaluator.calls[-1] == ((8, 9), ["k0", "given"])
-    assert result.given_score == pytest.approx((90.0 + 2 * 91.0) / 3)
+    assert result.kept_given and result.policy == base
+    assert result.score == result.given_score > 90.0
+    assert any("over the runner-up (defaults)" in line for line in result.report)
+
+
+def test_a_tie_on_every_order_keeps_the_policy_as_given():
+    d, base = s1_demand(), s1_base()
+    names = _named(base, d, [Knobs()])
+    table = {"given": _orders(90, 91, 92, 93, 94, 95), "k0": _orders(90, 91, 92, 93, 94, 95)}
+    result = plan(base, d, evaluate=_Scripted(names, table).evaluator, candidates=[Knobs()])
+    assert result.kept_given
+
+
