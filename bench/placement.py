@@ -2,6 +2,7 @@
 
     python bench/placement.py [--seeds 42-51] [--scenarios S1,S2,S3] [--workload NAME|FILE] [--json out.json]
     python bench/placement.py --family [--seeds 42-51] [--workloads a,b] [--jobs 2]  # S1 on the paper's 17 workloads
+    python bench/placement.py --family --generated SEED [--count 10]  # S1 on workloads generated from the trace
     python bench/placement.py --planner-only 3 [--scenarios S1,S2,S3]   # the planner's own time and memory
 
 --workload runs the scenarios on one pod list of the paper's published family
@@ -13,9 +14,15 @@ BestFit means, the harness's FGD and BestFit, Slurm under the product's
 uniform policy and Slurm + planner, their differences, and the per-seed
 spread (min..max over seeds of harness FGD minus published FGD, and of Slurm +
 planner minus the uniform policy; seeds where the planner is below the
-uniform policy or below published BestFit). ``--jobs N`` runs N workloads at
-once, each in its own process (rows are printed in the order given; a row's
-wall seconds are its own process's, beside the others).
+uniform policy, below the harness's BestFit on the same arrivals, and below
+published BestFit where the paper published it). ``--jobs N`` runs N
+workloads at once, each in its own process (rows are printed in the order
+given; a row's wall seconds are its own process's, beside the others).
+``--generated SEED`` runs the family table on ``--count`` workloads that
+bench/workloads.py draws from the production trace by the published
+variants' rules (their mixes from SEED, printed first) instead of the 17
+published ones; the pods are passed in memory, and the published columns
+print n/a (the paper has no figures for them).
 
 For each seed every policy of a scenario replays the same arrivals (the
 paper's rules: seeded shuffle, resampling to 130 %, each pod tried once, no
@@ -71,6 +78,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import scenarios  # noqa: E402
+from bench import workloads as generator  # noqa: E402
 from slurm_gpushare.planner.evaluate import forked_map  # noqa: E402
 from slurm_gpushare.sim.arrivals import arrival_sequence  # noqa: E402
 from slurm_gpushare.sim.engine import replay  # noqa: E402
@@ -330,10 +338,12 @@ def family_policies(cluster, pods) -> tuple[list, dict]:
     return pols, info
 
 
-def family_one(workload: str, seeds: list[int], cluster) -> dict:
-    """One workload of the family: every FAMILY_COLUMNS policy on every seed, at 100 % arrived."""
+def family_one(workload: str, seeds: list[int], cluster, pods=None, mix: str = "") -> dict:
+    """One workload of the family: every FAMILY_COLUMNS policy on every seed, at 100 % arrived. ``pods``: the
+    workload's pods when it is not a pod list on disk (a generated one, ``mix`` its parameters); by name else."""
     began = time.perf_counter()
-    pods = load_pods(workload_path(workload))
+    if pods is None:
+        pods = load_pods(workload_path(workload))
     pols, info = family_policies(cluster, pods)
     per_seed: dict[str, dict[int, float]] = {p.name: {} for p in pols}
     probes: dict[str, list[dict]] = {p.name: [] for p in pols}
@@ -345,7 +355,7 @@ def family_one(workload: str, seeds: list[int], cluster) -> dict:
             probes[p.name].append(r.probes[130])
     pub = published(workload)
     refused = {name: refused_line(probes[name]) for name in ("uniform", "planner")}
-    out = {"workload": workload, "seeds": seeds, "per_seed": per_seed, "planner": info,
+    out = {"workload": workload, "mix": mix, "seeds": seeds, "per_seed": per_seed, "planner": info,
            "refused": {k: v for k, v in refused.items() if v},
            "published": {k: {s: pub[(v, s)][0] for s in seeds if (v, s) in pub} for k, v in PUBLISHED.items()},
            "wall_s": time.perf_counter() - began}
@@ -362,6 +372,13 @@ def _spread(values: list[float]) -> str:
     return f"{min(values):+.2f}..{max(values):+.2f}" if values else "n/a"
 
 
+def _fig(value: float, signed: bool = False) -> str:
+    """A figure of the family table, 6 wide; n/a where there is none (no published figures)."""
+    if value != value:  # nan
+        return f"{'n/a':>6s}"
+    return f"{value:+6.2f}" if signed else f"{value:6.2f}"
+
+
 def family_line(r: dict) -> str:
     """One workload's row: published FGD/BestFit, harness FGD/BestFit, uniform, planner, differences, spread."""
     seeds, ps, pub = r["seeds"], r["per_seed"], r["published"]
@@ -371,39 +388,58 @@ def family_line(r: dict) -> str:
     d_fgd = [ps["FGD"][s] - pub["FGD"][s] for s in seeds if s in pub["FGD"]]
     d_plan = [ps["planner"][s] - ps["uniform"][s] for s in seeds]
     below_u = sum(ps["planner"][s] < ps["uniform"][s] for s in seeds)
-    below_bf = sum(ps["planner"][s] < pub["BestFit"][s] for s in seeds if s in pub["BestFit"])
+    below_bf = sum(ps["planner"][s] < ps["BestFit"][s] for s in seeds)  # the harness's BestFit, same arrivals
+    pub_seeds = [s for s in seeds if s in pub["BestFit"]]
+    below_pbf = str(sum(ps["planner"][s] < pub["BestFit"][s] for s in pub_seeds)) if pub_seeds else "-"
     kept = "given" if r["planner"]["kept_given"] else "plan"
-    return (f"{r['workload']:12s} {pf:6.2f} {pb:6.2f} | {m['FGD']:6.2f} {m['FGD'] - pf:+6.2f} {m['BestFit']:6.2f} "
-            f"{m['BestFit'] - pb:+6.2f} | {m['uniform']:6.2f} {m['planner']:6.2f} {m['planner'] - pf:+6.2f} "
-            f"{m['planner'] - m['uniform']:+6.2f} | {_spread(d_fgd):>13s} {_spread(d_plan):>13s} "
-            f"{below_u:>2d} {below_bf:>2d} | {kept:5s} {r['planner']['plan_s']:4.1f} {r['wall_s']:5.0f}")
+    return (f"{r['workload']:12s} {_fig(pf)} {_fig(pb)} | {m['FGD']:6.2f} {_fig(m['FGD'] - pf, True)} "
+            f"{m['BestFit']:6.2f} {_fig(m['BestFit'] - pb, True)} | {m['uniform']:6.2f} {m['planner']:6.2f} "
+            f"{_fig(m['planner'] - pf, True)} {m['planner'] - m['uniform']:+6.2f} | {_spread(d_fgd):>13s} "
+            f"{_spread(d_plan):>13s} {below_u:>2d} {below_bf:>3d} {below_pbf:>4s} | {kept:5s} "
+            f"{r['planner']['plan_s']:4.1f} {r['wall_s']:5.0f}")
 
 
 FAMILY_HEADER = (
     "workload     pubFGD  pubBF |  FGD    -pub     BF    -pub  | unifrm  plannr -pubFGD -unifrm | "
-    "FGD-pub/seed  plan-unif/seed <u <BF | kept  plan_s wall_s")
+    "FGD-pub/seed  plan-unif/seed <u <BF <pBF | kept  plan_s wall_s")
 
 
-def family_rows(seeds: list[int], workloads: list[str], cluster, jobs: int) -> list[dict]:
+def family_rows(seeds: list[int], workloads: list[str], cluster, jobs: int,
+                generated: dict | None = None) -> list[dict]:
     """family_one for each workload, ``jobs`` at a time (forked processes); rows in ``workloads`` order, each
-    printed when it and those before it are done."""
+    printed when it and those before it are done. ``generated``: name -> (Mix, pods) for workloads not on disk
+    (the forks inherit the pods; only the names are passed)."""
+    generated = generated or {}
+
+    def one(w: str) -> dict:
+        if w in generated:
+            mix, pods = generated[w]
+            return family_one(w, seeds, cluster, pods=pods, mix=mix.text())
+        return family_one(w, seeds, cluster)
+
     rows = []
-    for r in forked_map(lambda w: family_one(w, seeds, cluster), workloads, jobs):
+    for r in forked_map(one, workloads, jobs):
         _echo(r)
         rows.append(r)
     return rows
 
 
-def family(seeds: list[int], workloads: list[str], cluster, out_json: str | None, jobs: int = 1) -> None:
-    print(f"S1 on the paper's workload family: mean allocation ratio (%) at 100 % arrived over seeds {seeds}")
-    print("columns: published FGD, BestFit; harness FGD, BestFit (and minus published); Slurm under the product's "
-          "uniform policy, Slurm + planner (minus published FGD, minus uniform); per seed min..max of harness FGD "
-          "minus published and of planner minus uniform; seeds with the planner below uniform (<u) and below "
-          "published BestFit (<BF); which policy the planner kept (given: the uniform policy as given), its "
+def family(seeds: list[int], workloads: list[str], cluster, out_json: str | None, jobs: int = 1,
+           generated: dict | None = None) -> None:
+    """The family table; ``generated``: name -> (Mix, pods) for workloads drawn by bench/workloads.py."""
+    what = "workloads generated from the trace" if generated else "the paper's workload family"
+    print(f"S1 on {what}: mean allocation ratio (%) at 100 % arrived over seeds {seeds}")
+    for name, (mix, pods) in (generated or {}).items():
+        print(f"  {name:12s} {mix.text():50s} {generator.stats_text(generator.stats(pods))}")
+    print("columns: published FGD, BestFit (n/a: none published); harness FGD, BestFit (and minus published); Slurm "
+          "under the product's uniform policy, Slurm + planner (minus published FGD, minus uniform); per seed "
+          "min..max of harness FGD minus published and of planner minus uniform; seeds with the planner below "
+          "uniform (<u), below the harness's BestFit on the same arrivals (<BF) and below published BestFit "
+          "(<pBF; -: none published); which policy the planner kept (given: the uniform policy as given), its "
           "seconds, the workload's wall seconds", flush=True)
     print(FAMILY_HEADER, flush=True)
     began = time.perf_counter()
-    rows = family_rows(seeds, workloads, cluster, jobs)
+    rows = family_rows(seeds, workloads, cluster, jobs, generated)
     print(f"\n{FAMILY_HEADER}")
     for r in rows:
         print(family_line(r))
@@ -429,11 +465,26 @@ def main() -> None:
                     help=f"the pod list: one of {', '.join(WORKLOADS)}, or an openb pod list file (default: default)")
     ap.add_argument("--family", action="store_true", help="S1 on every workload of the family (see above)")
     ap.add_argument("--workloads", help="with --family: only these workloads, comma-separated")
+    ap.add_argument("--generated", type=int, metavar="SEED",
+                    help="with --family: instead of the published workloads, --count workloads that "
+                    "bench/workloads.py generates from the trace with this seed")
+    ap.add_argument("--count", type=int, default=10, metavar="N",
+                    help="with --generated: how many workloads (default 10)")
     ap.add_argument("--jobs", type=int, default=1, metavar="N",
                     help="with --family: run N workloads at once, each in its own process (default 1)")
     args = ap.parse_args()
     seeds = seeds_of(args.seeds)
     cluster = load_cluster(TRACE_DIR / "openb_node_list_gpu_node.csv")
+    if args.generated is not None and not args.family:
+        ap.error("--generated goes with --family")
+    if args.family and args.generated is not None:
+        if args.workloads:
+            ap.error("--generated and --workloads: one or the other")
+        if args.count < 1:
+            ap.error(f"--count {args.count}: accepted: an integer >= 1")
+        drawn = {name: (mix, pods) for name, mix, pods in generator.generated(args.generated, args.count)}
+        family(seeds, list(drawn), cluster, args.json, args.jobs, drawn)
+        return
     if args.family:
         names = [w.strip() for w in args.workloads.split(",")] if args.workloads else list(WORKLOADS)
         family(seeds, names, cluster, args.json, args.jobs)

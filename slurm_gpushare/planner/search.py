@@ -265,6 +265,9 @@ class Search:
         return leader, tuple(used), self._verdict(leader, active, used, noise, given)
 
     def _verdict(self, leader: Candidate, active: list[Candidate], used: list[int], noise, given) -> list[str]:
+        """The report's line on the race. The standard error of the margin over the runner-up: the pair's own
+        spread over the orders, or on two orders (one difference's spread is no measure) the race's pooled noise
+        of one order over every pair it compared, over the square root of the orders."""
         everyone = [*self.by_raw.values(), *([given] if given is not None else [])]
         others = [c for c in everyone if c is not leader and all(o in c.scores for o in used)]
         if len(used) < 2 or not others:
@@ -277,7 +280,7 @@ class Search:
         runner = max(others, key=lambda c: c.mean(used))
         diffs = [leader.scores[o] - runner.scores[o] for o in used]
         margin = sum(diffs) / len(diffs)
-        sd = _sd(diffs)
+        sd = _sd(diffs) if len(diffs) >= 3 or noise is None else noise
         se = sd / math.sqrt(len(diffs)) if sd is not None else float("nan")
         sure = "outside the noise" if margin > Z * se else "within the noise: either would do as well"
         name = "the policy as given" if runner is given else _name(runner)

@@ -324,7 +324,16 @@ def route_all(router: Router, pods: tuple[Pod, ...]) -> tuple[list, list]:
     violation codes; 'refused' when it gives none)."""
     requests = [router(p) for p in pods]
     why = getattr(router, "refusal", None)
-    return requests, [(why(p) if why else ()) or ("refused",) if r is None else () for p, r in zip(pods, requests)]
+    refusals: dict[Pod, tuple[str, ...]] = {}  # equal pods are refused for the same reasons: asked once each
+    out = []
+    for p, r in zip(pods, requests):
+        if r is None:
+            if p not in refusals:
+                refusals[p] = (why(p) if why else ()) or ("refused",)
+            out.append(refusals[p])
+        else:
+            out.append(())
+    return requests, out
 
 
 class SlurmPolicy:
