@@ -334,7 +334,10 @@ def family_policies(cluster, pods) -> tuple[list, dict]:
             SlurmPolicy("planner", planned_router, lambda c: planned_sim, whatif.mig_slices(),
                         mig_shares=whatif.mig_shares())]
     info = {"plan_s": seconds, "kept_given": result.kept_given, "given_score": result.given_score,
-            "score": result.score}
+            "score": result.score, "knobs": result.knobs.changed(),
+            # the search's and the race's report lines: candidates and scores computed, how sure the choice is
+            "search": [line for line in result.report if "candidate policies scored" in line
+                       or line.startswith("race over")]}
     return pols, info
 
 
@@ -364,6 +367,9 @@ def family_one(workload: str, seeds: list[int], cluster, pods=None, mix: str = "
 
 def _echo(row: dict) -> None:
     print(family_line(row), flush=True)
+    print(f"  planner: {row['planner'].get('knobs', '')}", flush=True)
+    for line in row["planner"].get("search", []):
+        print(f"  planner: {line}", flush=True)
     for name, text in row["refused"].items():
         print(f"  {name}: {text}", flush=True)
 

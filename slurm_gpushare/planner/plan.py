@@ -862,8 +862,9 @@ def _best_candidate(base, site, demand, tries, evaluate, budget_s, began, isolat
     scored = sorted((c for c in out.candidates if first in c.scores), key=lambda c: -c.scores[first])
     tried = [(c.knobs, c.scores[first]) for c in scored]
     note = [f"{len(scored)} candidate policies scored on the first sampled order ({first}); "
-            f"{out.scored} scores in all" + (" (the time budget ended the search: the best so far is kept)"
-                                              if out.out_of_time else ""), *out.lines]
+            f"{out.scored} scores in all" + (f"; {out.unbuilt} knob settings built no valid policy" if out.unbuilt
+                                              else "")
+            + (" (the time budget ended the search: the best so far is kept)" if out.out_of_time else ""), *out.lines]
     score_best = best.mean(common if out.given is not None else mine)
     if best is out.given:  # the race kept the policy as given: the report names the best candidate's score
         rivals = [c for c in out.candidates if all(o in c.scores for o in common)]
@@ -982,6 +983,9 @@ FIRST_FIT = (Knobs(frac_weights="node"), Knobs(frac_weights="node", frac_heavy=4
              Knobs(frac_weights="node", frac_factor=0.9, frac_heavy=4), Knobs(frac_factor=0.9, frac_heavy=4))
 
 
+SHOWN = 15  # candidates the report lists (the best first on the first sampled order)
+
+
 def plan_report(demand: Demand, before: Site, after: Site, why: list[str], tried, raw: dict,
                 verdict: Sequence[str] = (), given: float | None = None) -> list[str]:
     lines = format_demand(demand)
@@ -999,7 +1003,9 @@ def plan_report(demand: Demand, before: Site, after: Site, why: list[str], tried
         lines.append("candidates (packing score on sampled arrivals):")
         if given is not None:
             lines.append(f"  the policy as given: {given:.2f}")
-        lines += [f"  {k.changed()}: {s:.2f}" for k, s in tried]
+        lines += [f"  {k.changed()}: {s:.2f}" for k, s in tried[:SHOWN]]
+        if len(tried) > SHOWN:
+            lines.append(f"  ... and {len(tried) - SHOWN} more, down to {tried[-1][1]:.2f}")
     lines += verdict
     return lines
 

@@ -48,6 +48,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..errors import GpushareError
+
 BUDGET_S = 9.0  # `gpushare plan --budget`'s default: a plan within 10 s on the 1,213-node trace cluster
 Z = 2.0  # standard errors: a candidate this far below the leader on the common orders is out of the race
 RACE_SIZE = 4  # candidates raced from the start (the best of the first order), before any joins
@@ -117,6 +119,7 @@ class Outcome:
     scored: int
     out_of_time: bool
     given: Candidate | None
+    unbuilt: int = 0  # knob settings that built no valid policy
 
 
 Score = Callable[[list[dict], int], list[float]]
@@ -154,15 +157,21 @@ class Search:
         self.clock = _Clock(budget_s, time.perf_counter() if began is None else began)
         self.by_raw: dict[str, Candidate] = {}
         self.by_knobs: dict[Any, Candidate] = {}
-        self.scored = 0
+        self.scored = self.unbuilt = 0
         self.out_of_time = False
 
     # -- scoring ----------------------------------------------------------------------------------
-    def candidate(self, knobs) -> Candidate:
-        """The candidate these knobs build (the one already seen when they build the same policy)."""
+    def candidate(self, knobs) -> Candidate | None:
+        """The candidate these knobs build (the one already seen when they build the same policy); None when they
+        build no valid policy (counted in ``unbuilt``; the search goes on without it)."""
         if knobs in self.by_knobs:
             return self.by_knobs[knobs]
-        raw, why = self.build(knobs)
+        try:
+            raw, why = self.build(knobs)
+        except (ValueError, GpushareError):  # a combination the policy's rules refuse (PolicyError)
+            self.by_knobs[knobs] = None
+            self.unbuilt += 1
+            return None
         key = json.dumps(raw, sort_keys=True)
         c = self.by_raw.get(key)
         if c is None:
@@ -193,7 +202,9 @@ class Search:
         first = self.orders[0]
         # the policy as given stands apart: a candidate that builds the same policy is scored as itself
         given_c = Candidate(None, given, []) if given is not None else None
-        start_cands = _unique(self.candidate(k) for k in starts)
+        start_cands = _unique(c for c in map(self.candidate, starts) if c is not None)
+        if not start_cands:
+            raise ValueError("no starting candidate builds a valid policy")
         # the given policy and the first start always; the other starts while the search's share lasts
         self.score([c for c in (given_c, *start_cands[:1]) if c is not None], first, force=2)
         self.score(start_cands, first, START_SHARE)
@@ -210,7 +221,8 @@ class Search:
             best, orders, lines = self._race(contenders, given_c if given_eligible else None)
         else:
             best = max(contenders, key=lambda c: (c.scores[first], c is given_c))  # a tie keeps the policy as given
-        return Outcome(best, list(self.by_raw.values()), orders, lines, self.scored, self.out_of_time, given_c)
+        return Outcome(best, list(self.by_raw.values()), orders, lines, self.scored, self.out_of_time, given_c,
+                       self.unbuilt)
 
     def _coordinate(self, best: Candidate, order: int) -> Candidate:
         steps = {d.name: d.first_step() for d in self.space}
@@ -220,7 +232,7 @@ class Search:
                 current = getattr(best.knobs, dim.name)
                 trials = [self.candidate(replace(best.knobs, **{dim.name: v}))
                           for v in dim.neighbours(current, steps[dim.name])]
-                trials = [c for c in trials if c is not best]
+                trials = [c for c in trials if c is not None and c is not best]
                 scored = self.score(trials, order, SEARCH_SHARE)
                 if self.out_of_time:
                     return best

@@ -148,17 +148,29 @@ def test_units_of_reads_the_sites_gres_as_billing_does():
 
 
 def test_plan_is_the_same_with_candidates_scored_side_by_side(tmp_path):
-    """--jobs 1 scores the candidates one by one in this process, --jobs 3 in forked workers: same report, same
-    policy; --jobs 0 is refused by name."""
+    """--jobs 1 scores the candidates one by one in this process, --jobs 3 in forked workers: with no time budget
+    (--budget 0) the same report and the same policy; --jobs 0 and a negative budget are refused by name."""
     policy, trace = files(tmp_path)
     outs = []
     for jobs in ("1", "3"):
         out = tmp_path / f"planned-{jobs}.yaml"
         res = CliRunner().invoke(main, ["plan", "--policy", str(policy), "--demand", f"openb:{trace}", "--jobs", jobs,
-                                        "--out", str(out)])
+                                        "--budget", "0", "--out", str(out)])
         assert res.exit_code == 0, res.output
         outs.append((res.output.replace(out.name, "OUT"), out.read_text()))
     assert outs[0] == outs[1]
     assert "candidates (packing score on sampled arrivals)" in outs[0][0]
+    assert "race over sampled orders 7, 8" in outs[0][0]
     res = CliRunner().invoke(main, ["plan", "--policy", str(policy), "--demand", f"openb:{trace}", "--jobs", "0"])
     assert res.exit_code == 2 and "--jobs" in res.output
+    res = CliRunner().invoke(main, ["plan", "--policy", str(policy), "--demand", f"openb:{trace}", "--budget", "-1"])
+    assert res.exit_code == 2 and "--budget" in res.output
+
+
+def test_plan_under_a_spent_budget_keeps_the_best_so_far_and_says_so(tmp_path):
+    policy, trace = files(tmp_path)
+    res = CliRunner().invoke(main, ["plan", "--policy", str(policy), "--demand", f"openb:{trace}", "--budget",
+                                    "0.000001"])
+    assert res.exit_code == 0, res.output
+    assert "the time budget ended the search: the best so far is kept" in res.output
+    assert "--budget SECONDS" in CliRunner().invoke(main, ["plan", "--help"]).output

@@ -130,3 +130,17 @@ def test_plan_searches_by_default_and_not_with_explicit_candidates(budget):
         assert len(searched.tried) > len(listed.tried)
         assert searched.score >= listed.score  # the search starts where the list does
     assert any("candidate policies scored on the first sampled order (7)" in line for line in searched.report)
+
+
+def test_knobs_that_build_no_valid_policy_are_passed_over():
+    from slurm_gpushare.errors import PolicyError
+
+    def build(k: K):
+        if k.mode == "b":
+            raise PolicyError("candidate", [])
+        return _build(k)
+
+    out = Search(build, Scores(), (7,), SPACE).run([K(mode="b"), K()], None, False)
+    assert out.best.knobs.mode == "c" and out.unbuilt >= 1
+    with pytest.raises(ValueError, match="no starting candidate"):
+        Search(build, Scores(), (7,), SPACE).run([K(mode="b")], None, False)
