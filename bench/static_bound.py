@@ -1,12 +1,14 @@
 """How far a static Slurm configuration gets on the paper's workloads: an oracle search beside the planner and FGD.
 
     python bench/static_bound.py [--workloads gpushare80,multigpu50] [--seeds 42,43] [--rounds 2] [--jobs 2] [--json out.json]
+    python bench/static_bound.py --generated SEED [--count 10] [--seeds 42,43]   # on bench/workloads.py's workloads
 
 The planner chooses one static configuration (node groups split into pools,
 node weights, routes) from the demand and scores its candidates on arrivals
 it samples itself (planner/evaluate.py), never on the benchmark's. This bench
 asks what the best static configuration in the planner's space would reach
-if it could see the benchmark's own arrivals: for each workload and seed it
+if it could see the benchmark's own arrivals (on the paper's workloads, or with --generated on
+workloads drawn from the trace by bench/workloads.py): for each workload and seed it
 starts from the knobs the planner kept and does a coordinate search over
 every knob of ``planner.plan.Knobs`` that shapes an S1 policy (the MPS
 pool's size and nodes, one weight per node or per group, the weight order,
@@ -144,9 +146,10 @@ def search(score: Scorer, base: dict, site, demand, start: Knobs, rounds: int) -
     return best, best_knobs
 
 
-def bound_one(workload: str, seeds: list[int], cluster, rounds: int, losses: bool = False) -> dict:
+def bound_one(workload: str, seeds: list[int], cluster, rounds: int, losses: bool = False, pods=None) -> dict:
+    """``pods``: the workload's pods when it is not one of the paper's lists (a generated one)."""
     began = time.perf_counter()
-    pods = load_pods(workload_path(workload))
+    pods = load_pods(workload_path(workload)) if pods is None else pods
     plan = scenarios.plan_for(cluster, pods, "S1", "auto")
     base = scenarios.uniform_raw(cluster, "S1")
     site, demand = build_site(base, "uniform S1"), from_pods(pods, "trace")
@@ -156,7 +159,9 @@ def bound_one(workload: str, seeds: list[int], cluster, rounds: int, losses: boo
         score = Scorer(cluster, pods, seed)
         uniform, planned = score(base), score(plan.policy)
         best, knobs = search(score, base, site, demand, start, rounds)
+        fgd = replay(FGD(), cluster, pods, score.arrivals).at(100)  # the harness's FGD on the same arrivals
         rows.append({"seed": seed, "uniform": uniform, "planner": planned, "oracle": max(best, uniform, planned),
+                     "fgd": fgd,
                      "knobs": knobs.changed(), "scored": score.scored,
                      "losses": loss_lines(score, build_candidate(base, site, demand, knobs)[0]) if losses else []})
     pub = published(workload)
@@ -179,15 +184,17 @@ def _mean(values) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
-HEADER = "workload      pubFGD | unifrm plannr oracle | plan-pub oracle-pub | scored  wall_s"
+HEADER = ("workload      pubFGD    FGD | unifrm plannr oracle | plan-pub oracle-pub plan-FGD oracle-FGD | "
+          "scored  wall_s")
 
 
 def line(r: dict) -> str:
     pf = _mean(r["published_fgd"]) if len(r["published_fgd"]) == len(r["seeds"]) else float("nan")
-    m = {k: _mean(row[k] for row in r["rows"]) for k in ("uniform", "planner", "oracle")}
+    m = {k: _mean(row[k] for row in r["rows"]) for k in ("uniform", "planner", "oracle", "fgd")}
     scored = sum(row["scored"] for row in r["rows"])
-    return (f"{r['workload']:12s} {pf:7.2f} | {m['uniform']:6.2f} {m['planner']:6.2f} {m['oracle']:6.2f} | "
-            f"{m['planner'] - pf:+8.2f} {m['oracle'] - pf:+10.2f} | {scored:6d} {r['wall_s']:7.0f}")
+    return (f"{r['workload']:12s} {pf:7.2f} {m['fgd']:6.2f} | {m['uniform']:6.2f} {m['planner']:6.2f} "
+            f"{m['oracle']:6.2f} | {m['planner'] - pf:+8.2f} {m['oracle'] - pf:+10.2f} {m['planner'] - m['fgd']:+8.2f} "
+            f"{m['oracle'] - m['fgd']:+10.2f} | {scored:6d} {r['wall_s']:7.0f}")
 
 
 def main(argv=None) -> None:
@@ -199,21 +206,33 @@ def main(argv=None) -> None:
                     "process (default 1)")
     ap.add_argument("--losses", action="store_true", help="per seed, the request classes that lose the most GPU "
                     "under the best static configuration, beside FGD's losses on the same arrivals")
+    ap.add_argument("--generated", type=int, metavar="SEED",
+                    help="the workloads bench/workloads.py draws from the trace with this seed, not the paper's")
+    ap.add_argument("--count", type=int, default=10, metavar="N", help="with --generated: how many (default 10)")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args(argv)
-    names = [w.strip() for w in args.workloads.split(",") if w.strip()]
-    unknown = [w for w in names if w not in WORKLOADS]
+    drawn: dict = {}
+    if args.generated is not None:
+        from bench import workloads as generator
+
+        drawn = {name: pods for name, _mix, pods in generator.generated(args.generated, args.count)}
+        names = list(drawn)
+    else:
+        names = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    unknown = [w for w in names if w not in WORKLOADS and w not in drawn]
     if unknown:
         ap.error(f"unknown workload(s) {', '.join(unknown)}; accepted: {', '.join(WORKLOADS)}")
     seeds = seeds_of(args.seeds)
     cluster = load_cluster(TRACE_DIR / "openb_node_list_gpu_node.csv")
-    print(f"S1, allocation ratio (%) at 100 % arrived, mean over seeds {seeds}: published FGD; Slurm under the "
+    print(f"S1, allocation ratio (%) at 100 % arrived, mean over seeds {seeds}: published FGD (nan: none), the "
+          f"harness's FGD on the same arrivals; Slurm under the "
           f"uniform policy, Slurm + planner (as `gpushare plan` plans it), and the oracle's best static "
           f"configuration (coordinate search over the planner's knobs, scored on each seed's own arrivals)")
     print(HEADER, flush=True)
     began = time.perf_counter()
     rows = []
-    for out in forked_map(lambda w: bound_one(w, seeds, cluster, args.rounds, args.losses), names, args.jobs):
+    for out in forked_map(lambda w: bound_one(w, seeds, cluster, args.rounds, args.losses, drawn.get(w)), names,
+                          args.jobs):
         echo(out)
         rows.append(out)
     print(f"\n{HEADER}")

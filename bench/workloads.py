@@ -363,17 +363,10 @@ def _apply_multi(w: _Work, share: float, pool_multi: list[Pod]) -> None:
         return sums["m"] / sums["d"] if sums["d"] else 0.0
 
     def step(up: bool):
-        if up:
-            p = w.draw(pool_multi, 1)[0]
-            w.pods.append(p)
-            i = len(w.pods) - 1
-        else:
-            slots = w.slots(lambda q: q.num_gpu > 1)
-            if not slots:
-                return None
-            i = w.pick(slots)
-            p = w.pods[i]
-            w.pods[i] = None
+        got = _add_or_remove(w, pool_multi, lambda q: q.num_gpu > 1, up)
+        if got is None:
+            return None
+        i, p = got
         sign = 1 if up else -1
         sums["m"] += sign * p.gpu_demand_milli
         sums["d"] += sign * p.gpu_demand_milli
@@ -385,6 +378,22 @@ def _apply_multi(w: _Work, share: float, pool_multi: list[Pod]) -> None:
         return undo
 
     _converge(value, share, step, "multi")
+
+
+def _add_or_remove(w: _Work, pool: list[Pod], kind: Callable[[Pod], bool], up: bool) -> tuple[int, Pod] | None:
+    """One pod drawn from ``pool`` and appended (``up``), or one random pod of ``kind`` taken out: (its slot, the
+    pod); None when no pod of ``kind`` is left to take out."""
+    if up:
+        p = w.draw(pool, 1)[0]
+        w.pods.append(p)
+        return len(w.pods) - 1, p
+    slots = w.slots(kind)
+    if not slots:
+        return None
+    i = w.pick(slots)
+    p = w.pods[i]
+    w.pods[i] = None
+    return i, p
 
 
 def _apply_cpu(w: _Work, share: float, pool_cpu: list[Pod], cluster_cpus: int) -> None:
@@ -406,17 +415,10 @@ def _apply_cpu(w: _Work, share: float, pool_cpu: list[Pod], cluster_cpus: int) -
         return sums["c"] / (cluster_cpus * 1000)
 
     def step(up: bool):
-        if up:
-            p = w.draw(pool_cpu, 1)[0]
-            w.pods.append(p)
-            i = len(w.pods) - 1
-        else:
-            slots = w.slots(lambda q: q.num_gpu == 0)
-            if not slots:
-                return None
-            i = w.pick(slots)
-            p = w.pods[i]
-            w.pods[i] = None
+        got = _add_or_remove(w, pool_cpu, lambda q: q.num_gpu == 0, up)
+        if got is None:
+            return None
+        i, p = got
         sign = 1 if up else -1
         sums["c"] += sign * p.cpu_milli
 
