@@ -158,7 +158,7 @@ class Search:
         self.by_raw: dict[str, Candidate] = {}
         self.by_knobs: dict[Any, Candidate] = {}
         self.scored = self.unbuilt = 0
-        self.out_of_time = False
+        self.out_of_time = self.cut = False
 
     # -- scoring ----------------------------------------------------------------------------------
     def candidate(self, knobs) -> Candidate | None:
@@ -184,7 +184,8 @@ class Search:
         returns those that now have a score on it."""
         todo = _unique(c for c in cands if order not in c.scores)
         n = max(force, self.clock.fits(len(todo), share, self.workers))
-        if n < len(todo):
+        self.cut = n < len(todo)  # this batch was cut: its step's share of the budget has gone
+        if self.cut:
             self.out_of_time = True
             todo = todo[:n]
         if todo:
@@ -234,7 +235,7 @@ class Search:
                           for v in dim.neighbours(current, steps[dim.name])]
                 trials = [c for c in trials if c is not None and c is not best]
                 scored = self.score(trials, order, SEARCH_SHARE)
-                if self.out_of_time:
+                if self.cut:  # the search's share has gone (the starts' own cut leaves it its share)
                     return best
                 top = max(scored, key=lambda c: c.scores[order], default=None)
                 if top is not None and top.scores[order] > best.scores[order]:

@@ -144,3 +144,14 @@ def test_knobs_that_build_no_valid_policy_are_passed_over():
     assert out.best.knobs.mode == "c" and out.unbuilt >= 1
     with pytest.raises(ValueError, match="no starting candidate"):
         Search(build, Scores(), (7,), SPACE).run([K(mode="b")], None, False)
+
+
+def test_starts_cut_by_their_share_of_the_budget_leave_the_search_its_own():
+    """Many slow starts: the starts stop at their share of the budget, and the coordinate search still runs in
+    its own share (a cut in the starts does not end the search)."""
+    scores = Scores(delay=0.01)
+    starts = [K(x=v) for v in LADDER[:30]]  # 30 starts, far more than the starts' share holds
+    out = Search(_build, scores, (7,), SPACE, budget_s=0.5).run(starts, None, False)
+    assert out.out_of_time
+    first = [p for o, batch in scores.calls for p in batch]
+    assert any(m != "a" for _x, m in first)  # the search tried another mode: it ran after the starts were cut
