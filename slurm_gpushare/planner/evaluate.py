@@ -26,7 +26,7 @@ from ..sim.arrivals import arrival_sequence
 from .demand import Demand
 from .frompolicy import SubmitRouter, sim_cluster
 from ..sim.cluster import Pod
-from ..sim.slurmmodel import SlurmPolicy, route_all
+from ..sim.slurmmodel import SlurmPolicy, SlurmState, route_all
 
 SEEDS = (7,)
 # the race (planner/search.py) scores its contenders on these, one order per round: one sample's score of a
@@ -50,7 +50,7 @@ def packing_score(raw: dict, pods: Sequence[Pod], seeds: Sequence[int] = SEEDS, 
     ``prepared``: where the candidate's cluster and routed pods are kept between calls (by the policy), so a
     candidate scored on several orders is built and routed once."""
     pods = tuple(pods)
-    cluster, router, routed = _prepare(raw, pods, prepared)
+    cluster, router, routed, state = _prepare(raw, pods, prepared)
     demand = [p.gpu_demand_milli for p in pods]
     out = []
     for seed in seeds:
@@ -61,7 +61,7 @@ def packing_score(raw: dict, pods: Sequence[Pod], seeds: Sequence[int] = SEEDS, 
             if memo is not None:
                 memo[key] = arrivals
         policy = SlurmPolicy("candidate", router)
-        policy.start(cluster, pods, np.random.default_rng([seed, 1]), routed)
+        policy.start(cluster, pods, np.random.default_rng([seed, 1]), routed, state.fresh())
         limit = percent * arrivals.capacity_milli / 100
         arrived = placed = 0
         place = policy.place
@@ -84,7 +84,8 @@ def _prepare(raw: dict, pods: tuple[Pod, ...], prepared: dict | None):
         return prepared[key]
     site = build_site(raw, "candidate")
     router = SubmitRouter(site)
-    out = (sim_cluster(site), router, route_all(router, pods))
+    cluster = sim_cluster(site)
+    out = (cluster, router, route_all(router, pods), SlurmState(cluster))
     if key is not None:
         while len(prepared) >= PREPARED:
             prepared.pop(next(iter(prepared)))

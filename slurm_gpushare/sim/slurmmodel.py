@@ -46,6 +46,7 @@ preemption, reservations, the job's memory and CPU binding granularity).
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable
 from dataclasses import replace
@@ -84,7 +85,8 @@ def with_uniform_mps(cluster: SimCluster, units: int = 100) -> SimCluster:
 
 
 class SlurmState:
-    """Idle CPUs and memory per node, gpu GRES records, mps/shard counts per GPU."""
+    """Idle CPUs and memory per node, gpu GRES records, mps/shard counts per GPU. Jobs arrive and never leave
+    (the paper's experiment): every free count only falls."""
 
     def __init__(self, cluster: SimCluster):
         nodes = tuple(sorted(cluster.nodes, key=lambda x: natural_key(x.name)))  # slurmctld's node table order
@@ -142,6 +144,21 @@ class SlurmState:
         self.room = {k: np.where(self.sh_kind == k, self.sh_cap, 0) for k in SHARED_KINDS.values()}
         self.room_max = {k: r.max(axis=1) for k, r in self.room.items()}
         self.room_sum = {k: r.sum(axis=1) for k, r in self.room.items()}
+        # requests that found no node: nothing departs here (the paper's rule) and every count above only falls as
+        # jobs arrive, so such a request fits nowhere for the rest of the replay (late arrivals on a full cluster
+        # are mostly these)
+        self._nowhere: set[SlurmRequest] = set()
+        self._pristine = copy.copy(self)  # the counts as built, for ``fresh``
+        _copy_counts(self._pristine, self)
+
+    def fresh(self) -> SlurmState:
+        """A copy of this state as it was built, before any job: for replaying another arrival order on the same
+        cluster without building it again. The counts jobs change are copied; what only describes the cluster
+        (weights, partitions, records' types, the masks derived from them) is shared."""
+        out = copy.copy(self)
+        _copy_counts(out, self._pristine)
+        out._nowhere = set()
+        return out
 
     # -- feasibility -------------------------------------------------------------------------------
     def _usable_records(self, req: SlurmRequest) -> np.ndarray:
@@ -189,6 +206,14 @@ class SlurmState:
 
     # -- node choice -------------------------------------------------------------------------------
     def choose_node(self, req: SlurmRequest) -> int:
+        if req in self._nowhere:
+            return -1
+        node = self._choose(req)
+        if node < 0:
+            self._nowhere.add(req)
+        return node
+
+    def _choose(self, req: SlurmRequest) -> int:
         ok = self.fits(req)
         if not req.partitions:
             return consec_pick(ok, self.weight, self.cpu)
@@ -284,6 +309,18 @@ class SlurmState:
         self.room_sum[kind][node] = _SUM(row)
 
 
+# what jobs change in a SlurmState (every other attribute describes the cluster, or caches what does)
+_COUNTS = ("cpu", "mem", "rec_free", "rec_shared_busy", "gpu_taken", "usable_any", "usable_by_type", "sh_used")
+_ROOMS = ("room", "room_max", "room_sum")  # {sharing kind: array}
+
+
+def _copy_counts(dst: SlurmState, src: SlurmState) -> None:
+    for name in _COUNTS:
+        setattr(dst, name, getattr(src, name).copy())
+    for name in _ROOMS:
+        setattr(dst, name, {k: v.copy() for k, v in getattr(src, name).items()})
+
+
 def natural_key(name: str) -> tuple:
     """Sort key of Slurm's ``strnatcmp`` for node names: digit runs compare as numbers ('n2' < 'n10')."""
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
@@ -360,13 +397,14 @@ class SlurmPolicy:
         self.mig_shares = mig_shares or {}
 
     def start(self, cluster: SimCluster, pods: tuple[Pod, ...], rng: np.random.Generator,
-              routed: tuple[list, list] | None = None) -> None:
-        """``routed``: ``routed(router, pods)`` of an earlier start with the same router and pods (a candidate
-        scored on several arrival orders routes its pods once)."""
+              routed: tuple[list, list] | None = None, state: SlurmState | None = None) -> None:
+        """``routed``: ``route_all(router, pods)`` of an earlier start with the same router and pods, and
+        ``state``: a ``SlurmState(cluster).fresh()`` of the same cluster (a candidate scored on several arrival
+        orders routes its pods and builds its state once)."""
         if self.cluster_fn is not None:
             cluster = self.cluster_fn(cluster)
         self.cluster = cluster
-        self.state = SlurmState(cluster)
+        self.state = state if state is not None else SlurmState(cluster)
         self.requests, self.why = routed if routed is not None else route_all(self.router, pods)
         self.rejected = 0
         self.refused_codes: dict[str, int] = {}

@@ -399,3 +399,28 @@ def test_consec_pick_matches_reference_on_random_masks():
         weight = rng.integers(1, 4, size=n)
         cpus = rng.integers(0, 6, size=n)
         assert consec_pick(ok, weight, cpus) == _consec_pick_reference(ok, weight, cpus)
+
+
+def test_a_fresh_state_is_the_cluster_as_built_and_shares_no_count():
+    """``fresh`` copies the counts jobs change: jobs placed on one copy leave the template and another copy as
+    built (a candidate replays several arrival orders from one built state)."""
+    cluster = SimCluster((node("a", cpus=8), node("b", cpus=4)))
+    template = SlurmState(cluster)
+    one, two = template.fresh(), template.fresh()
+    r = req(cpus=4)
+    one.allocate(r, one.choose_node(r))
+    one.allocate(r, one.choose_node(r))
+    assert list(one.cpu) == [4, 0] and list(two.cpu) == [8, 4] and list(template.cpu) == [8, 4]
+    assert one.choose_node(req(cpus=5)) == -1 and two.choose_node(req(cpus=5)) == 0  # nor what fits nowhere
+
+
+def test_a_request_that_fits_nowhere_is_not_tried_again():
+    """Nothing departs: a request that found no node never will, and the state remembers it; other requests
+    are still placed."""
+    s = SlurmState(SimCluster((node("a", cpus=4),)))
+    big, small = req(cpus=8), req(cpus=2)
+    assert s.choose_node(big) == -1 and big in s._nowhere
+    s.fits = None  # a remembered refusal computes nothing
+    assert s.choose_node(big) == -1
+    del s.fits
+    assert s.choose_node(small) == 0
