@@ -126,13 +126,13 @@ Score = Callable[[list[dict], int], list[float]]
 
 
 class _Clock:
-    def __init__(self, budget_s: float | None, began: float):
-        self.budget_s, self.began, self.per_score = budget_s, began, 0.0
+    def __init__(self, budget_s: float | None, began: float, now: Callable[[], float]):
+        self.budget_s, self.began, self.per_score, self.now = budget_s, began, 0.0, now
 
     def left(self, share: float = 1.0) -> float:
         if self.budget_s is None:
             return math.inf
-        return self.budget_s * share - (time.perf_counter() - self.began)
+        return self.budget_s * share - (self.now() - self.began)
 
     def fits(self, n: int, share: float = 1.0, workers: int = 1) -> int:
         """How many of ``n`` scores fit in the time left (all when there is no budget; at least none)."""
@@ -151,10 +151,12 @@ class Search:
 
     def __init__(self, build: Callable[[Any], tuple[dict, list[str]]], score: Score, orders: Sequence[int],
                  space: Sequence[Dim], *, budget_s: float | None = None, began: float | None = None,
-                 workers: int = 1, race: bool = True, search: bool = True):
+                 workers: int = 1, race: bool = True, search: bool = True,
+                 now: Callable[[], float] = time.perf_counter):
+        """``now``: the clock the budget is read on (seconds; a test's own clock)."""
         self.build, self._score, self.orders = build, score, tuple(orders)
         self.space, self.workers, self.race_on, self.search_on = list(space), max(1, workers), race, search
-        self.clock = _Clock(budget_s, time.perf_counter() if began is None else began)
+        self.clock = _Clock(budget_s, now() if began is None else began, now)
         self.by_raw: dict[str, Candidate] = {}
         self.by_knobs: dict[Any, Candidate] = {}
         self.scored = self.unbuilt = 0
@@ -189,10 +191,10 @@ class Search:
             self.out_of_time = True
             todo = todo[:n]
         if todo:
-            began = time.perf_counter()
+            began = self.clock.now()
             for c, s in zip(todo, self._score([c.raw for c in todo], order)):
                 c.scores[order] = s
-            spent = (time.perf_counter() - began) * min(self.workers, len(todo)) / len(todo)
+            spent = (self.clock.now() - began) * min(self.workers, len(todo)) / len(todo)
             old = self.clock.per_score
             self.clock.per_score = spent if not old else 0.5 * (old + spent)
             self.scored += len(todo)

@@ -226,7 +226,8 @@ def sleeper():
     started = []
 
     def start():
-        child = subprocess.Popen([SLEEP, "60"])
+        # SIGHUP at its default action, as a daemon has it: a test run under nohup would hand down SIG_IGN
+        child = subprocess.Popen([SLEEP, "60"], preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
         started.append(child)
         while _exe(child.pid) != os.path.realpath(SLEEP):
             time.sleep(0.01)  # until the exec took

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import pytest
@@ -34,13 +33,17 @@ def _build(k: K):
 class Scores:
     """Score = a smooth function of the policy with its peak at x=1.85, mode 'c' (outside every start), plus a
     per-order offset common to every policy (so paired differences are exact) and ``noise`` per policy and
-    order; counts every score computed."""
+    order; counts every score computed. Each score takes ``delay`` seconds of the scores' own clock (``now``),
+    so the budget tests do not depend on the machine's speed."""
 
     def __init__(self, noise=None, delay=0.0):
-        self.noise, self.delay, self.calls = noise or {}, delay, []
+        self.noise, self.delay, self.calls, self.clock = noise or {}, delay, [], 0.0
+
+    def now(self) -> float:
+        return self.clock
 
     def __call__(self, raws, order):
-        time.sleep(self.delay * len(raws))
+        self.clock += self.delay * len(raws)
         self.calls.append((order, [(r["x"], r["mode"]) for r in raws]))
         return [90 - 10 * (r["x"] - 1.85) ** 2 + {"a": 0, "b": 0.5, "c": 1.0}[r["mode"]] + order * 0.01
                 + self.noise.get((r["x"], r["mode"], order), 0.0) for r in raws]
@@ -74,15 +77,17 @@ def test_a_lucky_first_order_loses_the_race():
 
 def test_the_budget_stops_the_search_with_the_best_so_far():
     scores = Scores(delay=0.02)
-    began = time.perf_counter()
-    out = Search(_build, scores, (7, 8), SPACE, budget_s=0.15).run([K(), K(x=1.1)], {"x": 0.5, "mode": "a"}, True)
-    assert out.out_of_time and time.perf_counter() - began < 1.0
+    out = Search(_build, scores, (7, 8), SPACE, budget_s=0.15, now=scores.now).run([K(), K(x=1.1)],
+                                                                                  {"x": 0.5, "mode": "a"}, True)
+    assert out.out_of_time and scores.clock <= 0.15 + 0.02  # at most one score past the budget
     assert out.best.scores  # the best scored so far
-    assert out.scored < 20
+    assert out.scored == round(scores.clock / 0.02)
 
 
 def test_the_given_policy_and_the_first_start_are_scored_even_without_time():
-    out = Search(_build, Scores(), (7, 8), SPACE, budget_s=0.0).run([K(), K(x=1.1)], {"x": 0.5, "mode": "a"}, True)
+    scores = Scores(delay=1.0)
+    out = Search(_build, scores, (7, 8), SPACE, budget_s=0.0, now=scores.now).run([K(), K(x=1.1)],
+                                                                                 {"x": 0.5, "mode": "a"}, True)
     assert out.given is not None and 7 in out.given.scores
     assert out.best.knobs in (None, K())
 
@@ -151,7 +156,7 @@ def test_starts_cut_by_their_share_of_the_budget_leave_the_search_its_own():
     its own share (a cut in the starts does not end the search)."""
     scores = Scores(delay=0.01)
     starts = [K(x=v) for v in LADDER[:30]]  # 30 starts, far more than the starts' share holds
-    out = Search(_build, scores, (7,), SPACE, budget_s=0.5).run(starts, None, False)
+    out = Search(_build, scores, (7,), SPACE, budget_s=0.5, now=scores.now).run(starts, None, False)
     assert out.out_of_time
     first = [p for o, batch in scores.calls for p in batch]
     assert any(m != "a" for _x, m in first)  # the search tried another mode: it ran after the starts were cut
