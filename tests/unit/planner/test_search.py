@@ -151,12 +151,15 @@ def test_knobs_that_build_no_valid_policy_are_passed_over():
         Search(build, Scores(), (7,), SPACE).run([K(mode="b")], None, False)
 
 
-def test_starts_cut_by_their_share_of_the_budget_leave_the_search_its_own():
-    """Many slow starts: the starts stop at their share of the budget, and the coordinate search still runs in
-    its own share (a cut in the starts does not end the search)."""
+def test_the_starts_come_before_the_search_and_a_cut_in_a_batch_ends_only_its_step():
+    """The starts are scored before any knob move, up to the search's share of the budget; a start batch cut by
+    the budget leaves no move; with time left after the starts the search moves (another mode than the starts')."""
     scores = Scores(delay=0.01)
-    starts = [K(x=v) for v in LADDER[:30]]  # 30 starts, far more than the starts' share holds
-    out = Search(_build, scores, (7,), SPACE, budget_s=0.5, now=scores.now).run(starts, None, False)
+    starts = [K(x=v) for v in LADDER[:30]]  # 30 starts, more than the search's share holds
+    out = Search(_build, scores, (7,), SPACE, budget_s=0.3, now=scores.now).run(starts, None, False)
     assert out.out_of_time
-    first = [p for o, batch in scores.calls for p in batch]
-    assert any(m != "a" for _x, m in first)  # the search tried another mode: it ran after the starts were cut
+    assert {m for _o, batch in scores.calls for _x, m in batch} == {"a"}  # starts only
+    scores = Scores(delay=0.01)
+    out = Search(_build, scores, (7,), SPACE, budget_s=1.0, now=scores.now).run(starts[:3], None, False)
+    batches = [[m for _x, m in batch] for _o, batch in scores.calls]
+    assert set(batches[0] + batches[1]) == {"a"} and any("c" in b for b in batches[2:])
