@@ -144,12 +144,13 @@ class SlurmState:
         self.room = {k: np.where(self.sh_kind == k, self.sh_cap, 0) for k in SHARED_KINDS.values()}
         self.room_max = {k: r.max(axis=1) for k, r in self.room.items()}
         self.room_sum = {k: r.sum(axis=1) for k, r in self.room.items()}
-        # requests that found no node: nothing departs here (the paper's rule) and every count above only falls as
-        # jobs arrive, so such a request fits nowhere for the rest of the replay (late arrivals on a full cluster
-        # are mostly these)
-        self._nowhere: set[SlurmRequest] = set()
         self._pristine = copy.copy(self)  # the counts as built, for ``fresh``
         _copy_counts(self._pristine, self)
+        self._nowhere: set[SlurmRequest] = set()
+
+    # requests that found no node (``_nowhere``): nothing departs here (the paper's rule) and every count above only
+    # falls as jobs arrive, so such a request fits nowhere for the rest of the replay (late arrivals on a full
+    # cluster are mostly these)
 
     def fresh(self) -> SlurmState:
         """A copy of this state as it was built, before any job: for replaying another arrival order on the same
