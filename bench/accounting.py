@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -32,7 +32,7 @@ from slurm_gpushare.examples import example  # noqa: E402
 from slurm_gpushare.policy import load_file  # noqa: E402
 from slurm_gpushare.slurm.sacct import parse_json, parse_parsable2  # noqa: E402
 
-UTC = timezone.utc
+UTC = UTC
 SINCE = datetime(2025, 3, 1, tzinfo=UTC).timestamp()
 UNTIL = SINCE + 30 * 86400
 SHAPES = [  # (partition, AllocTRES) of the small-lab policy: whole GPUs, MIG, shards, MPS, untyped, CPU only
@@ -45,8 +45,9 @@ SHAPES = [  # (partition, AllocTRES) of the small-lab policy: whole GPUs, MIG, s
     ("batch", "billing=1,cpu=2,gres/gpu:a30=1,gres/gpu=1,mem=4G,node=1"),
     ("batch", "billing=0,cpu=4,mem=8G,node=1"),
 ]
-USERS = [("physics", "alice"), ("physics", "bob"), ("biology", "carol"), ("biology-imaging", "dave")] + \
-        [(f"acct{i:02d}", f"user{i:03d}") for i in range(60)]
+USERS = [("physics", "alice"), ("physics", "bob"), ("biology", "carol"), ("biology-imaging", "dave")] + [
+    (f"acct{i:02d}", f"user{i:03d}") for i in range(60)
+]
 STATES = ["COMPLETED"] * 8 + ["FAILED", "TIMEOUT", "CANCELLED by 1001", "OUT_OF_MEMORY"]
 
 
@@ -68,20 +69,35 @@ def write_parsable2(path: Path, n: int) -> None:
     with open(path, "w") as f:
         for i, user, acct, part, state, start, elapsed, tres in _jobs(n):
             h, rem = divmod(elapsed, 3600)
-            f.write(f"{1000000 + i}|{user}|{acct}|{part}|{state}|{_iso(start)}|{_iso(start + elapsed)}|"
-                    f"{h:02d}:{rem // 60:02d}:{rem % 60:02d}|{elapsed}|{tres}|{tres}|normal\n")
+            f.write(
+                f"{1000000 + i}|{user}|{acct}|{part}|{state}|{_iso(start)}|{_iso(start + elapsed)}|"
+                f"{h:02d}:{rem // 60:02d}:{rem % 60:02d}|{elapsed}|{tres}|{tres}|normal\n"
+            )
 
 
 def write_json(path: Path, n: int) -> None:
     with open(path, "w") as f:
         f.write('{"meta": {"plugin": {"data_parser": "data_parser/v0.0.42"}}, "jobs": [')
         for k, (i, user, acct, part, state, start, elapsed, tres) in enumerate(_jobs(n)):
-            alloc = [{"type": key.split("/")[0], "name": key.partition("/")[2], "count": int(v.rstrip("G"))}
-                     for key, v in (item.split("=") for item in tres.split(","))]
-            job = {"job_id": 1000000 + i, "user": user, "account": acct, "partition": part, "qos": "normal",
-                   "state": {"current": [state.split()[0]], "reason": "None"},
-                   "time": {"elapsed": elapsed, "start": int(start), "end": int(start) + elapsed, "submission": int(start)},
-                   "tres": {"allocated": alloc, "requested": alloc}}
+            alloc = [
+                {"type": key.split("/")[0], "name": key.partition("/")[2], "count": int(v.rstrip("G"))}
+                for key, v in (item.split("=") for item in tres.split(","))
+            ]
+            job = {
+                "job_id": 1000000 + i,
+                "user": user,
+                "account": acct,
+                "partition": part,
+                "qos": "normal",
+                "state": {"current": [state.split()[0]], "reason": "None"},
+                "time": {
+                    "elapsed": elapsed,
+                    "start": int(start),
+                    "end": int(start) + elapsed,
+                    "submission": int(start),
+                },
+                "tres": {"allocated": alloc, "requested": alloc},
+            }
             f.write(("," if k else "") + json.dumps(job))
         f.write('], "warnings": [], "errors": []}\n')
 
@@ -133,13 +149,21 @@ def main() -> None:
         jsize = os.path.getsize(jpath)
         json_s, jn = timed(lambda: sum(1 for _ in parse_json(open(jpath, "rb"))))
     rate = n / agg_s
-    print(f"records: {n:,} parsable2 ({size / 1e6:.0f} MB, generated in {gen_s:.1f} s), {jn:,} JSON ({jsize / 1e6:.0f} MB)")
+    print(
+        f"records: {n:,} parsable2 ({size / 1e6:.0f} MB, generated in {gen_s:.1f} s), {jn:,} JSON ({jsize / 1e6:.0f} MB)"
+    )
     print(f"baseline read + split('|')      : {base_s:6.2f} s  {n / base_s:12,.0f} rec/s")
-    print(f"parse to JobRecord              : {parse_s:6.2f} s  {n / parse_s:12,.0f} rec/s  ({parse_s / base_s:.2f}x baseline)")
+    print(
+        f"parse to JobRecord              : {parse_s:6.2f} s  {n / parse_s:12,.0f} rec/s  ({parse_s / base_s:.2f}x baseline)"
+    )
     print(f"parse + GPU-eq by account       : {agg_s:6.2f} s  {rate:12,.0f} rec/s  ({agg_s / base_s:.2f}x baseline)")
-    print(f"parse + by gpu-kind, decayed    : {kind_s:6.2f} s  {n / kind_s:12,.0f} rec/s  ({kind_s / base_s:.2f}x baseline)")
+    print(
+        f"parse + by gpu-kind, decayed    : {kind_s:6.2f} s  {n / kind_s:12,.0f} rec/s  ({kind_s / base_s:.2f}x baseline)"
+    )
     print(f"parse --json (streamed)         : {json_s:6.2f} s  {jn / json_s:12,.0f} rec/s")
-    print(f"total {agg.total.gpu_seconds / 3600:,.0f} GPU-eq h over {len(agg.groups)} accounts, {agg.outside:,} outside the window")
+    print(
+        f"total {agg.total.gpu_seconds / 3600:,.0f} GPU-eq h over {len(agg.groups)} accounts, {agg.outside:,} outside the window"
+    )
     print(f"peak traced memory (parse+agg)  : {peak / 2**10:6.1f} KiB")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"max RSS of this process         : {rss:6.1f} MiB")

@@ -129,8 +129,10 @@ class Figures:
         ]
         if self.ctld_usec:
             u = sorted(self.ctld_usec)
-            out.append(f"  slurmctld submit RPC us (its log, {len(u)} jobs): p50 {statistics.median(u):.0f}  "
-                       f"p90 {u[int(0.9 * (len(u) - 1))]}  mean {statistics.fmean(u):.0f}")
+            out.append(
+                f"  slurmctld submit RPC us (its log, {len(u)} jobs): p50 {statistics.median(u):.0f}  "
+                f"p90 {u[int(0.9 * (len(u) - 1))]}  mean {statistics.fmean(u):.0f}"
+            )
         if self.drain_s is None:
             out.append("  queue did not drain before the timeout")
         elif self.hold:
@@ -170,7 +172,9 @@ def wait_answers(c: TestCluster, timeout: float = 120) -> None:
     raise SystemExit(f"slurmctld of project {c.project} does not answer after {timeout:.0f} s")
 
 
-def open_cluster(project: str, policy: Path = POLICY, build: bool = True, workdir: Path | None = None) -> tuple[TestCluster, bool]:
+def open_cluster(
+    project: str, policy: Path = POLICY, build: bool = True, workdir: Path | None = None
+) -> tuple[TestCluster, bool]:
     """(cluster, whether this call started it). A running project is reused as it is."""
     kwargs = {"workdir": workdir} if workdir else {}
     c = TestCluster(policy, project=project, **kwargs)
@@ -207,7 +211,9 @@ def ctld_usec(c: TestCluster, ids: list[int]) -> list[int]:
     log = live_setting(c, "SlurmctldLogFile")
     if not log:
         return []
-    out = c.exec("slurmctld", ["grep", "-F", "_slurm_rpc_submit_batch_job: JobId=", log], check=False, timeout=120).stdout
+    out = c.exec(
+        "slurmctld", ["grep", "-F", "_slurm_rpc_submit_batch_job: JobId=", log], check=False, timeout=120
+    ).stdout
     want = set(ids)
     return [int(m[2]) for m in _RPC.finditer(out) if int(m[1]) in want]
 
@@ -218,10 +224,15 @@ def sacct_states(c: TestCluster, name: str, ids: list[int], timeout: float = 60,
     deadline = time.monotonic() + timeout
     states: dict[str, int] = {}
     while True:
-        out = c.slurm(["sacct", "-X", "-n", "-P", "-u", user, f"--name={name}", "-S", "now-1days", "-o", "JobID,State"],
-                      check=False).stdout
-        recs = {int(j): s.split()[0] for j, s in (line.split("|")[:2] for line in out.splitlines() if "|" in line)
-                if j.isdigit() and int(j) in want}
+        out = c.slurm(
+            ["sacct", "-X", "-n", "-P", "-u", user, f"--name={name}", "-S", "now-1days", "-o", "JobID,State"],
+            check=False,
+        ).stdout
+        recs = {
+            int(j): s.split()[0]
+            for j, s in (line.split("|")[:2] for line in out.splitlines() if "|" in line)
+            if j.isdigit() and int(j) in want
+        }
         states = {}
         for s in recs.values():
             states[s] = states.get(s, 0) + 1
@@ -235,22 +246,52 @@ def sacct_states(c: TestCluster, name: str, ids: list[int], timeout: float = 60,
 
 
 # ---- the measurement -------------------------------------------------------------------
-def measure(c: TestCluster, jobs: int, options: list[str] | None = None, parallel: int = 1, hold: bool = False,
-            label: str = "sbatch", timeout: float = 900, mix: list[list[str]] | None = None,
-            user: str = USER, account: str = ACCOUNT) -> Figures:
+def measure(
+    c: TestCluster,
+    jobs: int,
+    options: list[str] | None = None,
+    parallel: int = 1,
+    hold: bool = False,
+    label: str = "sbatch",
+    timeout: float = 900,
+    mix: list[list[str]] | None = None,
+    user: str = USER,
+    account: str = ACCOUNT,
+) -> Figures:
     """Submit ``jobs`` trivial jobs from inside slurmctld and time them (see the module doc).
     With ``mix``, job i also gets the options ``mix[i % len(mix)]``."""
     wait_queue_empty(c)
     name = f"gpushare-bench-{uuid.uuid4().hex[:8]}"
     opts = [f"--account={account}", "--output=/dev/null", *(["--hold"] if hold else []), *(options or [])]
-    cfg = {"name": name, "jobs": jobs, "options": opts, "parallel": parallel, "hold": hold, "user": user, "timeout": timeout,
-           "mix": mix or []}
+    cfg = {
+        "name": name,
+        "jobs": jobs,
+        "options": opts,
+        "parallel": parallel,
+        "hold": hold,
+        "user": user,
+        "timeout": timeout,
+        "mix": mix or [],
+    }
     res = c.exec("slurmctld", ["python3", "-c", LOOP, json.dumps(cfg)], user=user, timeout=timeout + jobs + 120)
     data = json.loads(res.stdout.strip().splitlines()[-1])
     states = {} if hold else sacct_states(c, name, data["ids"], user=user)
     shown = list(options or []) + (["mixed: " + " | ".join(" ".join(m) or "(no GRES)" for m in mix)] if mix else [])
-    return Figures(label, jobs, parallel, shown, hold, len(data["ids"]), data["failed"], data["submit_s"],
-                   data["lat"], data["drain_s"], states, data["errors"], ctld_usec(c, data["ids"]))
+    return Figures(
+        label,
+        jobs,
+        parallel,
+        shown,
+        hold,
+        len(data["ids"]),
+        data["failed"],
+        data["submit_s"],
+        data["lat"],
+        data["drain_s"],
+        states,
+        data["errors"],
+        ctld_usec(c, data["ids"]),
+    )
 
 
 def add_arguments(ap: argparse.ArgumentParser, policy: bool = True) -> None:
@@ -267,7 +308,12 @@ def add_arguments(ap: argparse.ArgumentParser, policy: bool = True) -> None:
 # ---- turnover: mixed short jobs, node hooks and scheduler parameters on and off -------------------------
 MIXED_USER, MIXED_ACCOUNT = "carol", "biology"  # no GrpTRES quota on this account in the small lab
 MIXED = [  # one of each kind the small lab serves; job i gets MIXED[i % 6]
-    ["--gres=gpu:l40s:1"], ["--gres=shard:1"], ["--gres=gpu:a100_40g_1g.5gb:1"], ["--gres=mps:25"], ["--gres=mps:50"], [],
+    ["--gres=gpu:l40s:1"],
+    ["--gres=shard:1"],
+    ["--gres=gpu:a100_40g_1g.5gb:1"],
+    ["--gres=mps:25"],
+    ["--gres=mps:50"],
+    [],
 ]
 
 
@@ -291,7 +337,10 @@ def apply_variant(c: TestCluster, policy: Path, hooks: bool, sched: str) -> str:
     while True:
         try:
             c.wait_idle(timeout=120)
-            prolog, params = live_setting(c, "Prolog[0]") or live_setting(c, "Prolog"), live_setting(c, "SchedulerParameters")
+            prolog, params = (
+                live_setting(c, "Prolog[0]") or live_setting(c, "Prolog"),
+                live_setting(c, "SchedulerParameters"),
+            )
             break
         except Exception:  # slurmctld restarting after the reconfigure
             if time.monotonic() > deadline:
@@ -303,21 +352,32 @@ def apply_variant(c: TestCluster, policy: Path, hooks: bool, sched: str) -> str:
     return f"hooks {'on' if hooks else 'off'}, SchedulerParameters={params or '(Slurm defaults)'}"
 
 
-def turnover(c: TestCluster, policy: Path, jobs: int, rounds: int, hooks: list[bool], scheds: list[str], parallel: int) -> None:
+def turnover(
+    c: TestCluster, policy: Path, jobs: int, rounds: int, hooks: list[bool], scheds: list[str], parallel: int
+) -> None:
     """Drain ``jobs`` mixed short jobs under each variant, interleaved round by round; print jobs/s and ratios."""
     variants = [(h, sc) for sc in scheds for h in hooks]
     rates: dict[tuple[bool, str], list[float]] = {v: [] for v in variants}
     for r in range(rounds):
         for h, sc in variants:
             label = apply_variant(c, policy, h, sc)
-            f = measure(c, jobs, parallel=parallel, mix=MIXED, user=MIXED_USER, account=MIXED_ACCOUNT,
-                        label=f"round {r + 1}: {label}")
+            f = measure(
+                c,
+                jobs,
+                parallel=parallel,
+                mix=MIXED,
+                user=MIXED_USER,
+                account=MIXED_ACCOUNT,
+                label=f"round {r + 1}: {label}",
+            )
             print("\n".join(f.lines()), flush=True)
             if f.drain_s and set(f.states) == {"COMPLETED"}:
                 rates[(h, sc)].append(f.submitted / f.drain_s)
             else:
                 print(f"  (not counted: jobs not all COMPLETED or queue not drained: {f.states})", flush=True)
-    print(f"\nturnover: {jobs} mixed short jobs ({len(MIXED)} kinds) per measurement, {rounds} round(s), jobs/s to drain")
+    print(
+        f"\nturnover: {jobs} mixed short jobs ({len(MIXED)} kinds) per measurement, {rounds} round(s), jobs/s to drain"
+    )
     med = {v: statistics.median(x) if x else float("nan") for v, x in rates.items()}
     for (h, sc), x in rates.items():
         shown = ", ".join(f"{v:.2f}" for v in x)
@@ -327,7 +387,9 @@ def turnover(c: TestCluster, policy: Path, jobs: int, rounds: int, hooks: list[b
             print(f"  ratio hooks on/off, scheduler {sc}: {med[(True, sc)] / med[(False, sc)]:.2f}")
     for h in hooks:
         if "product" in scheds and "slurm" in scheds:
-            print(f"  ratio scheduler product/slurm, hooks {'on' if h else 'off'}: {med[(h, 'product')] / med[(h, 'slurm')]:.2f}")
+            print(
+                f"  ratio scheduler product/slurm, hooks {'on' if h else 'off'}: {med[(h, 'product')] / med[(h, 'slurm')]:.2f}"
+            )
 
 
 def main() -> None:
@@ -335,12 +397,22 @@ def main() -> None:
     add_arguments(ap)
     ap.add_argument("--gres", default=None, help="a --gres for every job, e.g. shard:1 (default: none)")
     ap.add_argument("--hold", action="store_true", help="submit held and cancel: submission cost only")
-    ap.add_argument("--hooks", default=None, metavar="on,off",
-                    help="turnover mode: drain --jobs mixed short jobs (whole GPU, shard, MIG 1g, mps 25 and 50, CPU "
-                         "only) with the node hooks on and/or off, interleaved, and print jobs/s and the ratio")
-    ap.add_argument("--sched", default="product", metavar="product,slurm",
-                    help="turnover mode: the policy's SchedulerParameters (product) and/or Slurm's defaults (slurm)")
-    ap.add_argument("--rounds", type=int, default=2, help="turnover mode: rounds of the interleaved variants (default 2)")
+    ap.add_argument(
+        "--hooks",
+        default=None,
+        metavar="on,off",
+        help="turnover mode: drain --jobs mixed short jobs (whole GPU, shard, MIG 1g, mps 25 and 50, CPU "
+        "only) with the node hooks on and/or off, interleaved, and print jobs/s and the ratio",
+    )
+    ap.add_argument(
+        "--sched",
+        default="product",
+        metavar="product,slurm",
+        help="turnover mode: the policy's SchedulerParameters (product) and/or Slurm's defaults (slurm)",
+    )
+    ap.add_argument(
+        "--rounds", type=int, default=2, help="turnover mode: rounds of the interleaved variants (default 2)"
+    )
     args = ap.parse_args()
     c, started = open_cluster(args.project or DEFAULT_PROJECT, args.policy, build=not args.no_build)
     try:

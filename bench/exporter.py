@@ -51,7 +51,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 
-
 def live() -> None:
     """Inside slurmctld: one scrape of the real cluster per backend, best of 3, and its parts."""
     import gc
@@ -77,9 +76,11 @@ def live() -> None:
         jobs, nodes = len(collector.client.jobs()), len(collector.client.nodes())
         read, coll, expo, n = best_phases(collector)
         times[backend] = best
-        print(f"live {backend}: one scrape of {jobs} jobs + {nodes} nodes in {best:.3f} s (best of 3), "
-              f"{n} samples, {len(text) / 2**10:.0f} KiB; read {read:.3f} s, collection {coll:.3f} s, "
-              f"exposition {expo:.3f} s")
+        print(
+            f"live {backend}: one scrape of {jobs} jobs + {nodes} nodes in {best:.3f} s (best of 3), "
+            f"{n} samples, {len(text) / 2**10:.0f} KiB; read {read:.3f} s, collection {coll:.3f} s, "
+            f"exposition {expo:.3f} s"
+        )
     if len(times) == 2:
         print(f"ratio pyslurm/cli: {times['pyslurm'] / times['cli']:.2f}")
 
@@ -236,13 +237,21 @@ def pct(values: list[float], q: float) -> float:
 def concurrent(args, site, squeue: str, scontrol: str) -> None:
     from prometheus_client import start_http_server
 
-    from slurm_gpushare.metrics.exporter import (CommandTimeouts, Exporter, ExporterServer, SharedSnapshot,
-                                                 SlurmCollector, registry_for)
+    from slurm_gpushare.metrics.exporter import (
+        CommandTimeouts,
+        Exporter,
+        ExporterServer,
+        SharedSnapshot,
+        SlurmCollector,
+        registry_for,
+    )
     from slurm_gpushare.slurm.cli_backend import CliClient
 
     n, rounds, interval = args.concurrent, args.rounds, args.interval
-    print(f"{n} concurrent scrapes x {rounds} rounds, one round per {interval:g} s interval; "
-          f"{args.latency * 1000:.0f} ms added to each Slurm command")
+    print(
+        f"{n} concurrent scrapes x {rounds} rounds, one round per {interval:g} s interval; "
+        f"{args.latency * 1000:.0f} ms added to each Slurm command"
+    )
     figures = {}
     for name in ("shared snapshot", "no-cache baseline"):
         runner = Counting(fake_runner(squeue, scontrol), args.latency)
@@ -262,16 +271,21 @@ def concurrent(args, site, squeue: str, scontrol: str) -> None:
         server.server_close()
         most = most_in_one_interval(runner.starts, interval)
         figures[name] = (reads, pct(lat, 0.5), pct(lat, 0.95), most)
-        print(f"{name:18}: reads of Slurm per round {reads}, at most {most} begun within any {interval:g} s; "
-              f"{runner.commands} Slurm commands; latency p50 {pct(lat, 0.5) * 1000:.0f} ms, "
-              f"p95 {pct(lat, 0.95) * 1000:.0f} ms; {failed} of {n * rounds} scrapes failed (connection reset)")
+        print(
+            f"{name:18}: reads of Slurm per round {reads}, at most {most} begun within any {interval:g} s; "
+            f"{runner.commands} Slurm commands; latency p50 {pct(lat, 0.5) * 1000:.0f} ms, "
+            f"p95 {pct(lat, 0.95) * 1000:.0f} ms; {failed} of {n * rounds} scrapes failed (connection reset)"
+        )
     new, old = figures["shared snapshot"], figures["no-cache baseline"]
-    print(f"ratio baseline/shared: reads {sum(old[0]) / sum(new[0]):.0f}x, p50 {old[1] / new[1]:.1f}x, "
-          f"p95 {old[2] / new[2]:.1f}x")
+    print(
+        f"ratio baseline/shared: reads {sum(old[0]) / sum(new[0]):.0f}x, p50 {old[1] / new[1]:.1f}x, "
+        f"p95 {old[2] / new[2]:.1f}x"
+    )
     print(f"target (at most one read of Slurm per interval): {'met' if new[3] <= 1 else 'NOT met'}")
 
 
 # ---- hostile clients ------------------------------------------------------------------------------------
+
 
 def hostile_server(site, squeue: str, scontrol: str, latency: float, interval: float, password: str, cost: int):
     """The server as shipped, with basic auth (bcrypt at ``cost``), over the fake runner; (server, port)."""
@@ -280,7 +294,13 @@ def hostile_server(site, squeue: str, scontrol: str, latency: float, interval: f
     import bcrypt
 
     from slurm_gpushare.metrics import webconfig
-    from slurm_gpushare.metrics.exporter import CommandTimeouts, Exporter, ExporterServer, SharedSnapshot, SlurmCollector
+    from slurm_gpushare.metrics.exporter import (
+        CommandTimeouts,
+        Exporter,
+        ExporterServer,
+        SharedSnapshot,
+        SlurmCollector,
+    )
     from slurm_gpushare.slurm.cli_backend import CliClient
 
     hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(cost)).decode()
@@ -355,9 +375,12 @@ def attackers(port: int, n: int, per_client: int, stop, kind: str):
                 pw = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(16))
                 hdrs = {"Authorization": "Basic " + base64.b64encode(f"prometheus:{pw}".encode()).decode()}
             else:
-                hdrs = {"Authorization": auth, "X-Prometheus-Scrape-Timeout-Seconds": rng.choice(hostile),
-                        "Accept": rng.choice(["text/plain;;;q=x", "application/openmetrics-text; version=9", "*/*"]),
-                        "Accept-Encoding": rng.choice(["gzip", "br", "", "gzip;q=0"])}
+                hdrs = {
+                    "Authorization": auth,
+                    "X-Prometheus-Scrape-Timeout-Seconds": rng.choice(hostile),
+                    "Accept": rng.choice(["text/plain;;;q=x", "application/openmetrics-text; version=9", "*/*"]),
+                    "Accept-Encoding": rng.choice(["gzip", "br", "", "gzip;q=0"]),
+                }
             status, _ = get(port, hdrs)
             with lock:
                 counts[status] += 1
@@ -373,17 +396,20 @@ def hostile(args, site, squeue: str, scontrol: str) -> None:
 
     password = "bench-scrape-password"
     auth = "Basic " + base64.b64encode(f"prometheus:{password}".encode()).decode()
-    print(f"hostile clients: bcrypt cost {args.cost}, {args.attackers} attacking clients (127.0.0.1, each at most "
-          f"{args.per_client} requests), a scraper of {args.scrapes} scrapes {args.pause:g} s apart; read interval "
-          f"{args.interval:g} s, {args.latency * 1000:.0f} ms per Slurm command")
+    print(
+        f"hostile clients: bcrypt cost {args.cost}, {args.attackers} attacking clients (127.0.0.1, each at most "
+        f"{args.per_client} requests), a scraper of {args.scrapes} scrapes {args.pause:g} s apart; read interval "
+        f"{args.interval:g} s, {args.latency * 1000:.0f} ms per Slurm command"
+    )
     runs = {}
     for name in ("quiet", "random passwords", "hostile headers"):
         server, port = hostile_server(site, squeue, scontrol, args.latency, args.interval, password, args.cost)
         get(port, {"Authorization": auth})  # the first read, and the login cached, as a running exporter has it
         stop, threads, counts = threading.Event(), [], {}
         if name != "quiet":
-            one, counts = attackers(port, args.attackers, args.per_client, stop,
-                                    "passwords" if name == "random passwords" else "headers")
+            one, counts = attackers(
+                port, args.attackers, args.per_client, stop, "passwords" if name == "random passwords" else "headers"
+            )
             threads = [threading.Thread(target=one, args=(i, auth), daemon=True) for i in range(args.attackers)]
             for t in threads:
                 t.start()
@@ -405,10 +431,12 @@ def report_hostile(runs: dict) -> None:
         differ = sum(1 for fams, _up in views if fams != quiet_view)
         parts_down = sum(1 for _fams, up in views if set(up.values()) != {1.0})
         ok = statuses.count(200)
-        print(f"{name:17}: scraper p50 {pct(lat, 0.5) * 1000:.1f} ms, p99 {pct(lat, 0.99) * 1000:.1f} ms "
-              f"(p99 ratio to quiet {pct(lat, 0.99) / q99:.2f}); {ok}/{len(statuses)} scrapes answered 200; "
-              f"{differ} served values other than the quiet run's, {parts_down} with a part down"
-              + (f"; attackers' answers {dict(sorted(counts.items()))}" if counts else ""))
+        print(
+            f"{name:17}: scraper p50 {pct(lat, 0.5) * 1000:.1f} ms, p99 {pct(lat, 0.99) * 1000:.1f} ms "
+            f"(p99 ratio to quiet {pct(lat, 0.99) / q99:.2f}); {ok}/{len(statuses)} scrapes answered 200; "
+            f"{differ} served values other than the quiet run's, {parts_down} with a part down"
+            + (f"; attackers' answers {dict(sorted(counts.items()))}" if counts else "")
+        )
 
 
 def main() -> None:
@@ -421,8 +449,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="--concurrent: rounds, one per interval")
     ap.add_argument("--interval", type=float, default=5.0, help="--concurrent: --slurm.read-interval, seconds")
     ap.add_argument("--latency", type=float, default=0.05, help="--concurrent: seconds added to each Slurm command")
-    ap.add_argument("--hostile", action="store_true",
-                    help="an authenticated scraper beside 100 clients guessing passwords or sending hostile headers")
+    ap.add_argument(
+        "--hostile",
+        action="store_true",
+        help="an authenticated scraper beside 100 clients guessing passwords or sending hostile headers",
+    )
     ap.add_argument("--attackers", type=int, default=100, help="--hostile: attacking clients")
     ap.add_argument("--per-client", type=int, default=50, help="--hostile: most requests of one attacking client")
     ap.add_argument("--scrapes", type=int, default=60, help="--hostile: the scraper's scrapes")
@@ -450,24 +481,32 @@ def main() -> None:
     if args.hostile:
         print(f"{args.jobs} jobs, {args.nodes} nodes, policy {examples.example().name}")
         return hostile(args, site, squeue, scontrol)
-    print(f"{args.jobs} jobs ({len(squeue) / 2**20:.0f} MiB squeue JSON), {args.nodes} nodes "
-          f"({len(scontrol) / 2**20:.1f} MiB scontrol JSON), policy {examples.example().name}")
+    print(
+        f"{args.jobs} jobs ({len(squeue) / 2**20:.0f} MiB squeue JSON), {args.nodes} nodes "
+        f"({len(scontrol) / 2**20:.1f} MiB scontrol JSON), policy {examples.example().name}"
+    )
 
     cli = SlurmCollector(CliClient(fake_runner(squeue, scontrol)), site)
     registry = registry_for(cli)
     secs, peak, text = measure(lambda: exposition(registry))
     read, coll, expo, n = best_phases(cli)
     total = read + coll + expo
-    print(f"cli backend, full scrape: {secs:.3f} s (best of 3), peak {peak / 2**20:.0f} MiB, "
-          f"{len(text) / 2**10:.0f} KiB of exposition text, {n} samples")
-    print(f"  client read {read:.3f} s ({100 * read / total:.0f}%), collection {coll:.3f} s "
-          f"({100 * coll / total:.0f}%), exposition {expo:.3f} s ({100 * expo / total:.0f}%)")
+    print(
+        f"cli backend, full scrape: {secs:.3f} s (best of 3), peak {peak / 2**20:.0f} MiB, "
+        f"{len(text) / 2**10:.0f} KiB of exposition text, {n} samples"
+    )
+    print(
+        f"  client read {read:.3f} s ({100 * read / total:.0f}%), collection {coll:.3f} s "
+        f"({100 * coll / total:.0f}%), exposition {expo:.3f} s ({100 * expo / total:.0f}%)"
+    )
 
     mem = SlurmCollector(InMemory(CliClient(fake_runner(squeue, scontrol)), site.cluster.name), site)
     registry = registry_for(mem)
     secs, peak, _ = measure(lambda: exposition(registry))
     read, coll, expo, _ = best_phases(mem)
-    print(f"in-memory client (model objects prebuilt), full scrape: {secs:.3f} s (best of 3), peak {peak / 2**20:.1f} MiB")
+    print(
+        f"in-memory client (model objects prebuilt), full scrape: {secs:.3f} s (best of 3), peak {peak / 2**20:.1f} MiB"
+    )
     print(f"  read {read:.3f} s, collection {coll:.3f} s, exposition {expo:.3f} s")
 
 

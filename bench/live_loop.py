@@ -70,9 +70,13 @@ def main() -> None:
     ap.add_argument("--max-draining", type=int, default=1)
     ap.add_argument("--max-wait", type=int, default=3600)
     ap.add_argument("--change-cost", type=int, default=120)
-    ap.add_argument("--variant", action="append", default=None,
-                    help="another live run with these live: keys changed, e.g. max_wait=14400,max_draining=2 "
-                         "(default: that one; 'none' for no variant)")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=None,
+        help="another live run with these live: keys changed, e.g. max_wait=14400,max_draining=2 "
+        "(default: that one; 'none' for no variant)",
+    )
     ap.add_argument("--trace", type=Path, default=TRACE)
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
@@ -80,65 +84,113 @@ def main() -> None:
     pool = livesim.trace_pool(load_pods(a.trace), load_pod_times(a.trace))
     phases = livesim.default_phases(a.hours, a.load)
     layouts = livesim.static_layouts(pool, phases[0], a.gpus)
-    limits = {"enabled": True, "min_pending": a.min_pending, "min_dwell": a.min_dwell,
-              "min_benefit_jobs": a.min_benefit_jobs, "max_draining": a.max_draining, "max_wait": a.max_wait,
-              "change_cost": a.change_cost}
+    limits = {
+        "enabled": True,
+        "min_pending": a.min_pending,
+        "min_dwell": a.min_dwell,
+        "min_benefit_jobs": a.min_benefit_jobs,
+        "max_draining": a.max_draining,
+        "max_wait": a.max_wait,
+        "change_cost": a.change_cost,
+    }
     doc = livesim.site_doc(a.nodes, layouts, live=limits)
     docs = {"live": doc}
     for text in a.variant if a.variant is not None else ["max_wait=14400,max_draining=2"]:
         if text == "none":
             continue
         changed = dict(kv.split("=", 1) for kv in text.split(","))
-        docs[f"live {text}"] = livesim.site_doc(a.nodes, layouts, live={**limits, **{k: int(v) for k, v in changed.items()}})
+        docs[f"live {text}"] = livesim.site_doc(
+            a.nodes, layouts, live={**limits, **{k: int(v) for k, v in changed.items()}}
+        )
     horizon = sum(p.hours for p in phases) * 3600.0
     gpus = a.nodes * a.gpus
-    print(f"trace {a.trace}: pods per profile "
-          + ", ".join(f"{k} {len(v)}" for k, v in pool.by_profile.items() if k in dict(phases[0].mix)))
-    print(f"cluster {a.nodes} nodes x {a.gpus} A100-SXM4-40GB (MIG), starting layout per node (both runs): "
-          + " | ".join("+".join(x) for x in layouts))
-    print("phases: " + "; ".join(f"{p.name} {p.hours:g} h " + ", ".join(f"{k} {w:.0%}" for k, w in p.mix)
-                                 for p in phases) + f"; load {a.load:g}")
-    print("live limits: " + ", ".join(f"{k} {v}" for k, v in limits.items() if k != "enabled")
-          + f"; loop every {a.interval:g} s")
+    print(
+        f"trace {a.trace}: pods per profile "
+        + ", ".join(f"{k} {len(v)}" for k, v in pool.by_profile.items() if k in dict(phases[0].mix))
+    )
+    print(
+        f"cluster {a.nodes} nodes x {a.gpus} A100-SXM4-40GB (MIG), starting layout per node (both runs): "
+        + " | ".join("+".join(x) for x in layouts)
+    )
+    print(
+        "phases: "
+        + "; ".join(f"{p.name} {p.hours:g} h " + ", ".join(f"{k} {w:.0%}" for k, w in p.mix) for p in phases)
+        + f"; load {a.load:g}"
+    )
+    print(
+        "live limits: "
+        + ", ".join(f"{k} {v}" for k, v in limits.items() if k != "enabled")
+        + f"; loop every {a.interval:g} s"
+    )
     rows: dict[str, list[livesim.SimResult]] = {"static": [], **{name: [] for name in docs}}
     for seed in a.seeds:
         jobs = livesim.trace_jobs(pool, phases, gpus, seed)
         for name, results in rows.items():
             t = time.perf_counter()
-            r = livesim.simulate(docs.get(name, doc), jobs, horizon=horizon, live=name != "static",
-                                 interval=a.interval, name=name)
+            r = livesim.simulate(
+                docs.get(name, doc), jobs, horizon=horizon, live=name != "static", interval=a.interval, name=name
+            )
             results.append(r)
-            print(f"seed {seed}, {time.perf_counter() - t:.1f} s: {livesim.summary_line(r)}; "
-                  f"pending mean by phase " + ", ".join(f"{phases[k].name}{k + 1} {v:.0f} s"
-                                                        for k, v in r.pending_by_phase.items()), flush=True)
+            print(
+                f"seed {seed}, {time.perf_counter() - t:.1f} s: {livesim.summary_line(r)}; "
+                f"pending mean by phase "
+                + ", ".join(f"{phases[k].name}{k + 1} {v:.0f} s" for k, v in r.pending_by_phase.items()),
+                flush=True,
+            )
     print()
     print(f"mean over seeds {','.join(map(str, a.seeds))}:")
-    head = ("", "pending mean s", "pending p95 s", "allocation %", "finished", "not started", "relayouts",
-            "GPU changes")
+    head = (
+        "",
+        "pending mean s",
+        "pending p95 s",
+        "allocation %",
+        "finished",
+        "not started",
+        "relayouts",
+        "GPU changes",
+    )
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     means = {}
     for name, rs in rows.items():
         means[name] = {c: sum(getattr(r, c) for r in rs) / len(rs) for c in COLUMNS}
         m = means[name]
-        print(f"| {name} | {m['pending_mean']:.0f} | {m['pending_p95']:.0f} | {m['allocation']:.2f} | "
-              f"{m['finished']:.0f} | {m['not_started']:.0f} | {m['relayouts']:.1f} | {m['gpu_changes']:.1f} |")
+        print(
+            f"| {name} | {m['pending_mean']:.0f} | {m['pending_p95']:.0f} | {m['allocation']:.2f} | "
+            f"{m['finished']:.0f} | {m['not_started']:.0f} | {m['relayouts']:.1f} | {m['gpu_changes']:.1f} |"
+        )
     ratios = {}
     for name in docs:
-        ratio = ratios[name] = {c: (means[name][c] / means["static"][c] if means["static"][c] else float("nan"))
-                                for c in COLUMNS}
-        print(f"| {name} / static | {ratio['pending_mean']:.3f} | {ratio['pending_p95']:.3f} | "
-              f"{ratio['allocation']:.3f} | {ratio['finished']:.3f} | {ratio['not_started']:.3f} | - | - |")
+        ratio = ratios[name] = {
+            c: (means[name][c] / means["static"][c] if means["static"][c] else float("nan")) for c in COLUMNS
+        }
+        print(
+            f"| {name} / static | {ratio['pending_mean']:.3f} | {ratio['pending_p95']:.3f} | "
+            f"{ratio['allocation']:.3f} | {ratio['finished']:.3f} | {ratio['not_started']:.3f} | - | - |"
+        )
     wall = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"\nwall {wall:.1f} s, max RSS {rss:.0f} MiB, jobs per seed "
-          + ", ".join(str(r.jobs) for r in rows["static"]))
+    print(
+        f"\nwall {wall:.1f} s, max RSS {rss:.0f} MiB, jobs per seed " + ", ".join(str(r.jobs) for r in rows["static"])
+    )
     if a.json:
-        a.json.write_text(json.dumps({
-            "seeds": a.seeds, "means": means, "ratio": ratios, "wall_s": wall, "max_rss_mib": rss,
-            "runs": {n: [{c: getattr(r, c) for c in COLUMNS} | {"changes": r.changes} for r in rs]
-                     for n, rs in rows.items()},
-        }, indent=1, default=str))
+        a.json.write_text(
+            json.dumps(
+                {
+                    "seeds": a.seeds,
+                    "means": means,
+                    "ratio": ratios,
+                    "wall_s": wall,
+                    "max_rss_mib": rss,
+                    "runs": {
+                        n: [{c: getattr(r, c) for c in COLUMNS} | {"changes": r.changes} for r in rs]
+                        for n, rs in rows.items()
+                    },
+                },
+                indent=1,
+                default=str,
+            )
+        )
 
 
 if __name__ == "__main__":

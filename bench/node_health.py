@@ -50,10 +50,14 @@ def main() -> None:
                 start = time.perf_counter()
                 health.health(env, runner=canned(name), mps=node.mps, is_device=lambda p: True, out=lambda line: None)
                 times.append(time.perf_counter() - start)
-            print(f"{name}: one run p50 {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms "
-                  f"({args.runs} runs, spec cache warm after the first)")
-    code = ("import slurm_gpushare.hooks.health, slurm_gpushare.node.health, slurm_gpushare.node.mig, "
-            "slurm_gpushare.node.reconcile, slurm_gpushare.gpu, slurm_gpushare.slurm.cli_backend")
+            print(
+                f"{name}: one run p50 {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms "
+                f"({args.runs} runs, spec cache warm after the first)"
+            )
+    code = (
+        "import slurm_gpushare.hooks.health, slurm_gpushare.node.health, slurm_gpushare.node.mig, "
+        "slurm_gpushare.node.reconcile, slurm_gpushare.gpu, slurm_gpushare.slurm.cli_backend"
+    )
     starts = []
     for _ in range(5):
         start = time.perf_counter()

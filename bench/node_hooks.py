@@ -103,12 +103,18 @@ CONSOLE = {f"{name} (console script)": [str(BIN / f"gpushare-{name.replace(' ', 
 CONSOLE_JOB = 100000  # the console scripts run job + CONSOLE_JOB
 HOOKS = (*SCRIPTS, *CONSOLE)
 # a timed hook: its script run by an interpreter started as its #! line says, after the clock's import
-CLOCKED = ("import sys; sys.path.insert(0, sys.argv[1]); import sitecustomize; del sys.path[0]; "
-           "sys.argv[:] = sys.argv[2:]; exec(compile(open(sys.argv[0]).read(), sys.argv[0], 'exec'))")
+CLOCKED = (
+    "import sys; sys.path.insert(0, sys.argv[1]); import sitecustomize; del sys.path[0]; "
+    "sys.argv[:] = sys.argv[2:]; exec(compile(open(sys.argv[0]).read(), sys.argv[0], 'exec'))"
+)
 BASELINE = "baseline: python -c pass"
 TARGET_MS, LOADED_TARGET_MS = 100.0, 150.0  # issue 25: the product's own prolog+epilog p50 per mode, quiet / loaded
-MODES = {"exclusive": ("lab-excl01", "1", None), "shard": ("lab-shard01", "0", None), "mig": ("lab-mig01", "0", None),
-         "mps": ("lab-mps01", "0", 25)}
+MODES = {
+    "exclusive": ("lab-excl01", "1", None),
+    "shard": ("lab-shard01", "0", None),
+    "mig": ("lab-mig01", "0", None),
+    "mps": ("lab-mps01", "0", 25),
+}
 CLOCK = ROOT / "bench" / "doubles_clock"  # sitecustomize.py: times the doubles from inside a "timed" hook
 DOUBLES = ("mps client", "daemon exit", "fake NVML", "fake NVML import")
 
@@ -116,25 +122,38 @@ DOUBLES = ("mps client", "daemon exit", "fake NVML", "fake NVML import")
 def build_node(tmp: Path, node: str, metrics: bool = False) -> Path:
     """The test node's files; returns its node config."""
     raw = yaml.safe_load((ROOT / "etc" / "small-lab.yaml").read_text())
-    raw["cluster"]["paths"] = {"slurm_conf_dir": str(tmp / "etc"), "gres_include": str(tmp / "etc" / "gres.d" / "mig.conf"),
-                               "state_dir": str(tmp / "state"), "log_dir": str(tmp / "log")}
+    raw["cluster"]["paths"] = {
+        "slurm_conf_dir": str(tmp / "etc"),
+        "gres_include": str(tmp / "etc" / "gres.d" / "mig.conf"),
+        "state_dir": str(tmp / "state"),
+        "log_dir": str(tmp / "log"),
+    }
     if metrics:
         raw["cluster"]["metrics"] = {"textfile_dir": str(tmp / "prom"), "dcgm_job_mapping_dir": str(tmp / "dcgm")}
     policy = tmp / "policy.yaml"
     policy.write_text(yaml.safe_dump(raw))
     site = load_file(policy)
     group = site.group_for_node(node)
-    fake = FakeNvml.build(tmp / "nvml.json", model=group.model.name, count=len(group.gpus),
-                          mig_enabled=[s.index for s in group.gpus if s.mode == "mig"], seed=node)
+    fake = FakeNvml.build(
+        tmp / "nvml.json",
+        model=group.model.name,
+        count=len(group.gpus),
+        mig_enabled=[s.index for s in group.gpus if s.mode == "mig"],
+        seed=node,
+    )
     with open_backend(fake.state_path) as backend:
         apply_actions(backend, plan_mig(group.gpus, observe(backend)))
         include = node_gres_conf(node, group.gpus, backend, read_mig_minors(backend.mig_minors_path))
     (tmp / "etc" / "gres.d").mkdir(parents=True)
-    (tmp / "etc" / "gres.conf").write_text(with_header(site, "gres.conf", gres_conf(site), COMMENT.get("gres.conf", "#")))
+    (tmp / "etc" / "gres.conf").write_text(
+        with_header(site, "gres.conf", gres_conf(site), COMMENT.get("gres.conf", "#"))
+    )
     (tmp / "etc" / "gres.d" / "mig.conf").write_text(include)
     config = tmp / "etc" / "node.yaml"
-    config.write_text(f"policy: {policy}\nfake_nvml: {fake.state_path}\nstate_dir: {tmp / 'state'}\n"
-                      f"mps_control: {ROOT / 'docker' / 'fakes' / 'nvidia-cuda-mps-control'}\n")
+    config.write_text(
+        f"policy: {policy}\nfake_nvml: {fake.state_path}\nstate_dir: {tmp / 'state'}\n"
+        f"mps_control: {ROOT / 'docker' / 'fakes' / 'nvidia-cuda-mps-control'}\n"
+    )
     return config
 
 
@@ -172,8 +191,10 @@ def compare(mode: str, runs: int, tree: Path) -> tuple[list[float], list[float]]
         (Path(tmp) / "this").mkdir()
         (Path(tmp) / "other").mkdir()
         configs = {"this": build_node(Path(tmp) / "this", node), "other": against_node(Path(tmp) / "other", node, tree)}
-        hooks = {"this": write_scripts(Path(tmp) / "this" / "bin", dirs),
-                 "other": write_scripts(Path(tmp) / "other" / "bin", [str(tree), *dirs])}
+        hooks = {
+            "this": write_scripts(Path(tmp) / "this" / "bin", dirs),
+            "other": write_scripts(Path(tmp) / "other" / "bin", [str(tree), *dirs]),
+        }
         for job in range(1, runs + 2):
             for which in ("this", "other") if job % 2 else ("other", "this"):
                 took = {}
@@ -184,12 +205,18 @@ def compare(mode: str, runs: int, tree: Path) -> tuple[list[float], list[float]]
     return sums["this"], sums["other"]
 
 
-def hook_env(config: Path, node: str, job: int, gpus: str, pct: int | None, task: bool,
-             clock: Path | None = None) -> dict[str, str]:
+def hook_env(
+    config: Path, node: str, job: int, gpus: str, pct: int | None, task: bool, clock: Path | None = None
+) -> dict[str, str]:
     """What slurmd gives the hook (no PATH for root hooks), plus the config override; with ``clock`` (a file),
     the file the doubles' timing (bench/doubles_clock, see ``clocked``) appends its sums to."""
-    env = {"SLURM_JOB_ID": str(job), "SLURM_JOB_UID": str(os.getuid()), "SLURM_JOB_GID": str(os.getgid()),
-           "SLURMD_NODENAME": node, "GPUSHARE_NODE_CONFIG": str(config)}
+    env = {
+        "SLURM_JOB_ID": str(job),
+        "SLURM_JOB_UID": str(os.getuid()),
+        "SLURM_JOB_GID": str(os.getgid()),
+        "SLURMD_NODENAME": node,
+        "GPUSHARE_NODE_CONFIG": str(config),
+    }
     if pct is not None:
         env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(pct)
     if not task or pct is None:  # mps tasks get no CUDA_VISIBLE_DEVICES from Slurm
@@ -232,11 +259,18 @@ def read_doubles(path: Path, hook: str) -> dict:
     if len(lines) != 1:
         raise SystemExit(f"the timed {hook} wrote {len(lines)} lines to {path}, not 1: is {CLOCK} imported?")
     words = dict(word.split("=", 1) for word in lines[0].split())
-    return {"mps client": float(words["mps_ms"]), "daemon exit": float(words["wait_ms"]), "fake NVML": float(words["nvml_ms"]),
-            "fake NVML import": float(words["import_ms"]), "import cpu": float(words["import_cpu"]),
-            "n_mps": int(words["mps_n"]), "n_nvml": int(words["nvml_n"]), "other": float(words["other_ms"]),
-            "cpu": float(words["mps_cpu"]) + float(words["nvml_cpu"]) + float(words["import_cpu"]),
-            "other names": words["other"]}
+    return {
+        "mps client": float(words["mps_ms"]),
+        "daemon exit": float(words["wait_ms"]),
+        "fake NVML": float(words["nvml_ms"]),
+        "fake NVML import": float(words["import_ms"]),
+        "import cpu": float(words["import_cpu"]),
+        "n_mps": int(words["mps_n"]),
+        "n_nvml": int(words["nvml_n"]),
+        "other": float(words["other_ms"]),
+        "cpu": float(words["mps_cpu"]) + float(words["nvml_cpu"]) + float(words["import_cpu"]),
+        "other names": words["other"],
+    }
 
 
 class Measured:
@@ -248,7 +282,9 @@ class Measured:
         self.plain_cpu: dict[str, list[float]] = {name: [] for name in (BASELINE, "prolog+epilog")}
         self.timed_wall: list[float] = []
         self.timed_cpu: list[float] = []
-        self.doubles: dict[str, list[float]] = {key: [] for key in (*DOUBLES, "n_mps", "n_nvml", "other", "cpu", "import cpu")}
+        self.doubles: dict[str, list[float]] = {
+            key: [] for key in (*DOUBLES, "n_mps", "n_nvml", "other", "cpu", "import cpu")
+        }
         self.other_names: set[str] = set()
         self.cold = 0.0
 
@@ -265,16 +301,16 @@ class Measured:
 
     @property
     def product(self) -> list[float]:
-        return [w - d for w, d in zip(self.timed_wall, self.double_sums)]
+        return [w - d for w, d in zip(self.timed_wall, self.double_sums, strict=False)]
 
     @property
     def product_with_import(self) -> list[float]:
         """As earlier entries counted it: the fake NVML module's import left in the product's figure."""
-        return [p + i for p, i in zip(self.product, self.doubles["fake NVML import"])]
+        return [p + i for p, i in zip(self.product, self.doubles["fake NVML import"], strict=False)]
 
     @property
     def product_cpu(self) -> list[float]:
-        return [c - d for c, d in zip(self.timed_cpu, self.doubles["cpu"])]
+        return [c - d for c, d in zip(self.timed_cpu, self.doubles["cpu"], strict=False)]
 
 
 def bench_mode(mode: str, runs: int, metrics: bool = False) -> Measured:
@@ -316,8 +352,10 @@ def bench_mode(mode: str, runs: int, metrics: bool = False) -> Measured:
 
 def console_job(config: Path, node: str, job: int, gpus: str, pct: int | None) -> dict[str, float]:
     """pip's console scripts of the three hooks on job ``job + CONSOLE_JOB``: wall ms per hook."""
-    return {name: timed(argv, hook_env(config, node, job + CONSOLE_JOB, gpus, pct, name.startswith("task prolog")))
-            for name, argv in CONSOLE.items()}
+    return {
+        name: timed(argv, hook_env(config, node, job + CONSOLE_JOB, gpus, pct, name.startswith("task prolog")))
+        for name, argv in CONSOLE.items()
+    }
 
 
 def native_floor(runs: int) -> list[float]:
@@ -346,8 +384,10 @@ def pynvml_import(runs: int) -> None:
         with_it.append(timed([sys.executable, "-I", "-c", "import pynvml"], {}))
     extra = statistics.median(with_it) - statistics.median(base)
     label = "python -I -c 'import pynvml'"
-    print(f"  {label:34s} {p(with_it)}  (+{extra:.1f} ms over a bare start: a real node's "
-          "prolog and epilog each pay it, not in the figures below)")
+    print(
+        f"  {label:34s} {p(with_it)}  (+{extra:.1f} ms over a bare start: a real node's "
+        "prolog and epilog each pay it, not in the figures below)"
+    )
 
 
 def p(values: list[float]) -> str:
@@ -357,10 +397,14 @@ def p(values: list[float]) -> str:
 def report_mode(mode: str, got: Measured) -> tuple[float, ...]:
     """Print one mode's table; return (baseline, plain wall, doubles, product) prolog+epilog p50s."""
     m50 = statistics.median(got.plain[BASELINE])
-    plain_pe = [a + b for a, b in zip(got.plain["prolog"], got.plain["epilog"])]
-    console_pe = [a + b for a, b in zip(got.plain["prolog (console script)"], got.plain["epilog (console script)"])]
-    print(f"  {mode}: first prolog (builds the spec cache from the policy) {got.cold:.0f} ms; "
-          f"{len(plain_pe)} plain jobs, {len(got.timed_wall)} timed")
+    plain_pe = [a + b for a, b in zip(got.plain["prolog"], got.plain["epilog"], strict=False)]
+    console_pe = [
+        a + b for a, b in zip(got.plain["prolog (console script)"], got.plain["epilog (console script)"], strict=False)
+    ]
+    print(
+        f"  {mode}: first prolog (builds the spec cache from the policy) {got.cold:.0f} ms; "
+        f"{len(plain_pe)} plain jobs, {len(got.timed_wall)} timed"
+    )
     for name, values in got.plain.items():
         ratio = "" if name == BASELINE else f"  ({statistics.median(values) / m50:4.1f}x baseline)"
         print(f"    {name:34s} {p(values)}{ratio}")
@@ -374,21 +418,37 @@ def report_mode(mode: str, got: Measured) -> tuple[float, ...]:
     print(f"      {'test doubles':32s} {p(got.double_sums)}  (p50s: {kinds}; {counts} per job)")
     product = got.product
     print(f"      {'product own':32s} {p(product)}  ({statistics.median(product) / m50:4.1f}x baseline)")
-    print(f"      {'product own + fake NVML import':32s} {p(got.product_with_import)}  (as counted before the import "
-          "was timed apart)")
+    print(
+        f"      {'product own + fake NVML import':32s} {p(got.product_with_import)}  (as counted before the import "
+        "was timed apart)"
+    )
     c50 = statistics.median(got.plain_cpu[BASELINE])
     print(f"    CPU ms (user+system, with the reaped fake clients): baseline {p(got.plain_cpu[BASELINE])}")
     print(f"      {'prolog+epilog, plain':32s} {p(got.plain_cpu['prolog+epilog'])}")
     print(f"      {'test doubles (client, NVML, import)':32s} {p(got.doubles['cpu'])}")
-    print(f"      {'product own':32s} {p(got.product_cpu)}  ({statistics.median(got.product_cpu) / c50:4.1f}x baseline)")
+    print(
+        f"      {'product own':32s} {p(got.product_cpu)}  ({statistics.median(got.product_cpu) / c50:4.1f}x baseline)"
+    )
     if got.other_names:
-        print(f"      (counted as the product's: other commands run, {', '.join(sorted(got.other_names))}: "
-              f"p50 {statistics.median(got.doubles['other']):.1f} ms per job)")
+        print(
+            f"      (counted as the product's: other commands run, {', '.join(sorted(got.other_names))}: "
+            f"p50 {statistics.median(got.doubles['other']):.1f} ms per job)"
+        )
     own = statistics.median(product)
-    print(f"    product's own prolog+epilog p50 {own:.1f} ms: <= {TARGET_MS:g} {'met' if own <= TARGET_MS else 'not met'}, "
-          f"<= {LOADED_TARGET_MS:g} {'met' if own <= LOADED_TARGET_MS else 'not met'}")
-    return (m50, plain, statistics.median(got.double_sums), own, pct(product, 0.95),
-            statistics.median(got.product_with_import), c50, statistics.median(got.product_cpu))
+    print(
+        f"    product's own prolog+epilog p50 {own:.1f} ms: <= {TARGET_MS:g} {'met' if own <= TARGET_MS else 'not met'}, "
+        f"<= {LOADED_TARGET_MS:g} {'met' if own <= LOADED_TARGET_MS else 'not met'}"
+    )
+    return (
+        m50,
+        plain,
+        statistics.median(got.double_sums),
+        own,
+        pct(product, 0.95),
+        statistics.median(got.product_with_import),
+        c50,
+        statistics.median(got.product_cpu),
+    )
 
 
 def load() -> str:
@@ -398,11 +458,21 @@ def load() -> str:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", type=int, default=30, help="plain jobs per mode, and as many timed (prolog, task prologs, epilog each)")
+    ap.add_argument(
+        "--runs",
+        type=int,
+        default=30,
+        help="plain jobs per mode, and as many timed (prolog, task prologs, epilog each)",
+    )
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--metrics", action="store_true", help="policy with cluster.metrics on (textfile + dcgm mapping)")
-    ap.add_argument("--against", type=Path, default=None, metavar="TREE",
-                    help="another checkout: its prolog+epilog beside this tree's, job by job")
+    ap.add_argument(
+        "--against",
+        type=Path,
+        default=None,
+        metavar="TREE",
+        help="another checkout: its prolog+epilog beside this tree's, job by job",
+    )
     args = ap.parse_args(argv)
     missing = [argv[0] for argv in CONSOLE.values() if not Path(argv[0]).exists()]
     if missing:
@@ -412,25 +482,36 @@ def main(argv=None) -> None:
         raise SystemExit(f"--modes: unknown {', '.join(unknown)}; known: {', '.join(MODES)}")
     print(f"start: {load()}, nice {os.nice(0)}")
     base = [timed([sys.executable, "-c", "pass"], {}) for _ in range(args.runs)]
-    print(f"node hooks, {args.runs} jobs per mode (and as many timed), wall ms per process (python {sys.version.split()[0]}, "
-          f"{os.cpu_count()} CPUs), node metrics {'on' if args.metrics else 'off'}:")
+    print(
+        f"node hooks, {args.runs} jobs per mode (and as many timed), wall ms per process (python {sys.version.split()[0]}, "
+        f"{os.cpu_count()} CPUs), node metrics {'on' if args.metrics else 'off'}:"
+    )
     print(f"  {'baseline: python -c pass':34s} {p(base)}")
     print(f"  {'a C client from a hook: /bin/true':34s} {p(native_floor(args.runs))}  (proc.run: spawn, exec, reap)")
     pynvml_import(args.runs)
     for mode in args.modes.split(",") if args.against else ():
         this, other = compare(mode, args.runs, args.against.resolve())
         a, b = statistics.median(this), statistics.median(other)
-        print(f"  {mode:10s} prolog+epilog p50 per job: {args.against} {b:6.1f}, this tree {a:6.1f} ({(a - b) / b * 100:+.0f} %)")
-    rows = [(mode, report_mode(mode, bench_mode(mode, args.runs, args.metrics))) for mode in args.modes.split(",")
-            if not args.against]
+        print(
+            f"  {mode:10s} prolog+epilog p50 per job: {args.against} {b:6.1f}, this tree {a:6.1f} ({(a - b) / b * 100:+.0f} %)"
+        )
+    rows = [
+        (mode, report_mode(mode, bench_mode(mode, args.runs, args.metrics)))
+        for mode in args.modes.split(",")
+        if not args.against
+    ]
     if rows:
-        print("\n| mode | baseline | prolog+epilog wall (plain) | test doubles | product's own p50 | p95 "
-              "| with the fake NVML's import | <= 100 | <= 150 | CPU: baseline | CPU: product's own |")
+        print(
+            "\n| mode | baseline | prolog+epilog wall (plain) | test doubles | product's own p50 | p95 "
+            "| with the fake NVML's import | <= 100 | <= 150 | CPU: baseline | CPU: product's own |"
+        )
         print("|---|--:|--:|--:|--:|--:|--:|:-:|:-:|--:|--:|")
         for mode, (m50, plain, doubles, own, own95, with_import, c50, own_cpu) in rows:
-            print(f"| {mode} | {m50:.1f} | {plain:.1f} | {doubles:.1f} | **{own:.1f}** | {own95:.1f} | {with_import:.1f} | "
-                  f"{'met' if own <= TARGET_MS else 'not met'} | {'met' if own <= LOADED_TARGET_MS else 'not met'} "
-                  f"| {c50:.1f} | {own_cpu:.1f} |")
+            print(
+                f"| {mode} | {m50:.1f} | {plain:.1f} | {doubles:.1f} | **{own:.1f}** | {own95:.1f} | {with_import:.1f} | "
+                f"{'met' if own <= TARGET_MS else 'not met'} | {'met' if own <= LOADED_TARGET_MS else 'not met'} "
+                f"| {c50:.1f} | {own_cpu:.1f} |"
+            )
     print(f"end: {load()}")
 
 

@@ -104,8 +104,11 @@ PLANNER_COMPACT_TYPES = "Slurm + planner, compact slice types"
 def published(workload: str = "default") -> dict[tuple[str, int], tuple[float, float]]:
     """The paper's per-seed figures at 100 % and 130 % arrived for one workload of the family ({} for others)."""
     with gzip.open(TRACE_DIR / "analysis_allo_discrete.csv.gz", "rt", newline="") as f:
-        return {(r["sc_policy"], int(r["seed"])): (float(r["100"]), float(r["130"])) for r in csv.DictReader(f)
-                if r["workload"] == f"openb_pod_list_{workload}"}
+        return {
+            (r["sc_policy"], int(r["seed"])): (float(r["100"]), float(r["130"]))
+            for r in csv.DictReader(f)
+            if r["workload"] == f"openb_pod_list_{workload}"
+        }
 
 
 def seeds_of(text: str) -> list[int]:
@@ -156,8 +159,11 @@ def planner_figures(scenario: str, cluster, pods, repeats: int = 1) -> dict:
     scenarios.plan_for(cluster, pods, scenario, "auto")
     peak = tracemalloc.get_traced_memory()[1] / 2**20
     tracemalloc.stop()
-    print(f"  planner on {len(cluster.nodes)} nodes ({scenario}): wall {', '.join(f'{w:.1f}' for w in wall)} s, "
-          f"CPU {', '.join(f'{c:.1f}' for c in cpu)} s, peak traced memory {peak:.1f} MiB", flush=True)
+    print(
+        f"  planner on {len(cluster.nodes)} nodes ({scenario}): wall {', '.join(f'{w:.1f}' for w in wall)} s, "
+        f"CPU {', '.join(f'{c:.1f}' for c in cpu)} s, peak traced memory {peak:.1f} MiB",
+        flush=True,
+    )
     return {"wall_s": wall, "cpu_s": cpu, "peak_mib": peak}
 
 
@@ -177,8 +183,13 @@ def policies(scenario: str, cluster, pods) -> tuple[list, object]:
     if scenario == "S2":
         stand_in = whatif.proportional_layouts(cluster, pods)
         base = [
-            SlurmPolicy("Slurm static layouts (stand-in)", whatif.mig_router(), lambda c: stand_in, slices,
-                        mig_shares=whatif.mig_shares()),
+            SlurmPolicy(
+                "Slurm static layouts (stand-in)",
+                whatif.mig_router(),
+                lambda c: stand_in,
+                slices,
+                mig_shares=whatif.mig_shares(),
+            ),
             _named(FGD(kind=mig_kind()), "FGD, MIG rules, covering rounding"),
         ]
         product_router = scenarios.uniform(cluster, "S2")[1]
@@ -190,7 +201,7 @@ def policies(scenario: str, cluster, pods) -> tuple[list, object]:
         ran = {"covering rounding": _profiles(None, pods), "product rounding": _profiles(product_router, pods)}
         for p in extra:
             if p.name.startswith("Slurm + planner"):
-                label = "FGD, MIG rules, planner rounding" + p.name[len("Slurm + planner"):]
+                label = "FGD, MIG rules, planner rounding" + p.name[len("Slurm + planner") :]
                 same = [name for name, profiles in ran.items() if _profiles(p.router, pods) == profiles]
                 if same:
                     print(f"  {label}: the same rounded requests as FGD's {same[0]} (every pod): its row stands for it")
@@ -200,8 +211,15 @@ def policies(scenario: str, cluster, pods) -> tuple[list, object]:
         return base + extra, a100
     if scenario == "S3":
         stand_in = whatif.split_by_qos(cluster, pods)
-        base = [SlurmPolicy("Slurm MIG(LS)+MPS split (stand-in)", whatif.qos_router(), lambda c: stand_in, slices,
-                           mig_shares=whatif.mig_shares())]
+        base = [
+            SlurmPolicy(
+                "Slurm MIG(LS)+MPS split (stand-in)",
+                whatif.qos_router(),
+                lambda c: stand_in,
+                slices,
+                mig_shares=whatif.mig_shares(),
+            )
+        ]
         return base + extra, a100
     raise SystemExit(f"unknown scenario {scenario!r}; accepted: S1, S2, S3")
 
@@ -245,8 +263,10 @@ def run(scenario: str, seeds: list[int], cluster, pods, pub) -> dict:
             row["per_seed"][seed] = (r.at(100), r.at(130))
             row["seconds"].append(r.seconds)
             row["probes"][seed] = r.probes
-        print(f"  seed {seed}: " + ", ".join(f"{p.name} {rows[p.name]['per_seed'][seed][0]:.2f}" for p in pols),
-              flush=True)
+        print(
+            f"  seed {seed}: " + ", ".join(f"{p.name} {rows[p.name]['per_seed'][seed][0]:.2f}" for p in pols),
+            flush=True,
+        )
     report(scenario, seeds, rows, pub)
     return {"scenario": scenario, "rows": rows, "planner": planner}
 
@@ -258,7 +278,7 @@ def mean(values):
 def refused_codes(probes: list[dict]) -> dict[str, float]:
     """Jobs refused at submission per violation code, mean per seed (the Slurm rows' 'refused <code>' probes)."""
     codes = sorted({k for p in probes for k in p if k.startswith("refused ")})
-    return {k[len("refused "):]: mean([p.get(k, 0.0) for p in probes]) for k in codes}
+    return {k[len("refused ") :]: mean([p.get(k, 0.0) for p in probes]) for k in codes}
 
 
 def refused_line(probes: list[dict]) -> str:
@@ -271,7 +291,9 @@ def refused_line(probes: list[dict]) -> str:
 
 
 def report(scenario: str, seeds: list[int], rows: dict, pub) -> None:
-    print(f"\n{scenario}: mean allocation ratio (%) over seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), 100 % / 130 % arrived")
+    print(
+        f"\n{scenario}: mean allocation ratio (%) over seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), 100 % / 130 % arrived"
+    )
     for name, row in rows.items():
         a100 = mean([v[0] for v in row["per_seed"].values()])
         a130 = mean([v[1] for v in row["per_seed"].values()])
@@ -293,14 +315,17 @@ def report(scenario: str, seeds: list[int], rows: dict, pub) -> None:
         ls = [row["probes"][s][130].get("ls_share_not_on_mig") for s in seeds]
         if scenario == "S3" and all(v is not None for v in ls):
             extra += f"  LS fractional jobs placed without a MIG slice {mean(ls):.0f}/seed"
-        print(f"  {name:40s} {a100:6.2f} / {a130:6.2f}   {mean(secs):5.1f} s/seed (max {max(secs):5.1f})"
-              f"  peak {row['peak_mib']:6.1f} MiB{extra}")
+        print(
+            f"  {name:40s} {a100:6.2f} / {a130:6.2f}   {mean(secs):5.1f} s/seed (max {max(secs):5.1f})"
+            f"  peak {row['peak_mib']:6.1f} MiB{extra}"
+        )
         refused = refused_line([row["probes"][s][130] for s in seeds])
         if refused:
             print(f"  {'':40s} {refused}")
     if scenario == "S1" and not all((v, s) in pub for v in PUBLISHED.values() for s in seeds):
-        print("  published: none for this pod list and these seeds (the paper published seeds 42-51 of its 17 "
-              "workloads)")
+        print(
+            "  published: none for this pod list and these seeds (the paper published seeds 42-51 of its 17 workloads)"
+        )
     elif scenario == "S1":
         for ours, theirs in PUBLISHED.items():
             vals = [pub[(theirs, s)] for s in seeds]
@@ -328,16 +353,27 @@ def family_policies(cluster, pods) -> tuple[list, dict]:
     seconds = time.perf_counter() - began
     planned_sim, planned_router, _site = scenarios.built(result.policy, cluster, "planned-S1")
     # as planned() builds the product's rows for the scenario table
-    pols = [FGD(), BestFit(),
-            SlurmPolicy("uniform", uniform_router_, lambda c: uniform_sim, whatif.mig_slices(),
-                        mig_shares=whatif.mig_shares()),
-            SlurmPolicy("planner", planned_router, lambda c: planned_sim, whatif.mig_slices(),
-                        mig_shares=whatif.mig_shares())]
-    info = {"plan_s": seconds, "kept_given": result.kept_given, "given_score": result.given_score,
-            "score": result.score, "knobs": result.knobs.changed(),
-            # the search's and the race's report lines: candidates and scores computed, how sure the choice is
-            "search": [line for line in result.report if "candidate policies scored" in line
-                       or line.startswith("race over")]}
+    pols = [
+        FGD(),
+        BestFit(),
+        SlurmPolicy(
+            "uniform", uniform_router_, lambda c: uniform_sim, whatif.mig_slices(), mig_shares=whatif.mig_shares()
+        ),
+        SlurmPolicy(
+            "planner", planned_router, lambda c: planned_sim, whatif.mig_slices(), mig_shares=whatif.mig_shares()
+        ),
+    ]
+    info = {
+        "plan_s": seconds,
+        "kept_given": result.kept_given,
+        "given_score": result.given_score,
+        "score": result.score,
+        "knobs": result.knobs.changed(),
+        # the search's and the race's report lines: candidates and scores computed, how sure the choice is
+        "search": [
+            line for line in result.report if "candidate policies scored" in line or line.startswith("race over")
+        ],
+    }
     return pols, info
 
 
@@ -358,10 +394,16 @@ def family_one(workload: str, seeds: list[int], cluster, pods=None, mix: str = "
             probes[p.name].append(r.probes[130])
     pub = published(workload)
     refused = {name: refused_line(probes[name]) for name in ("uniform", "planner")}
-    out = {"workload": workload, "mix": mix, "seeds": seeds, "per_seed": per_seed, "planner": info,
-           "refused": {k: v for k, v in refused.items() if v},
-           "published": {k: {s: pub[(v, s)][0] for s in seeds if (v, s) in pub} for k, v in PUBLISHED.items()},
-           "wall_s": time.perf_counter() - began}
+    out = {
+        "workload": workload,
+        "mix": mix,
+        "seeds": seeds,
+        "per_seed": per_seed,
+        "planner": info,
+        "refused": {k: v for k, v in refused.items() if v},
+        "published": {k: {s: pub[(v, s)][0] for s in seeds if (v, s) in pub} for k, v in PUBLISHED.items()},
+        "wall_s": time.perf_counter() - began,
+    }
     return out
 
 
@@ -398,20 +440,24 @@ def family_line(r: dict) -> str:
     pub_seeds = [s for s in seeds if s in pub["BestFit"]]
     below_pbf = str(sum(ps["planner"][s] < pub["BestFit"][s] for s in pub_seeds)) if pub_seeds else "-"
     kept = "given" if r["planner"]["kept_given"] else "plan"
-    return (f"{r['workload']:12s} {_fig(pf)} {_fig(pb)} | {m['FGD']:6.2f} {_fig(m['FGD'] - pf, True)} "
-            f"{m['BestFit']:6.2f} {_fig(m['BestFit'] - pb, True)} | {m['uniform']:6.2f} {m['planner']:6.2f} "
-            f"{_fig(m['planner'] - pf, True)} {m['planner'] - m['uniform']:+6.2f} | {_spread(d_fgd):>13s} "
-            f"{_spread(d_plan):>13s} {below_u:>2d} {below_bf:>3d} {below_pbf:>4s} | {kept:5s} "
-            f"{r['planner']['plan_s']:4.1f} {r['wall_s']:5.0f}")
+    return (
+        f"{r['workload']:12s} {_fig(pf)} {_fig(pb)} | {m['FGD']:6.2f} {_fig(m['FGD'] - pf, True)} "
+        f"{m['BestFit']:6.2f} {_fig(m['BestFit'] - pb, True)} | {m['uniform']:6.2f} {m['planner']:6.2f} "
+        f"{_fig(m['planner'] - pf, True)} {m['planner'] - m['uniform']:+6.2f} | {_spread(d_fgd):>13s} "
+        f"{_spread(d_plan):>13s} {below_u:>2d} {below_bf:>3d} {below_pbf:>4s} | {kept:5s} "
+        f"{r['planner']['plan_s']:4.1f} {r['wall_s']:5.0f}"
+    )
 
 
 FAMILY_HEADER = (
     "workload     pubFGD  pubBF |  FGD    -pub     BF    -pub  | unifrm  plannr -pubFGD -unifrm | "
-    "FGD-pub/seed  plan-unif/seed <u <BF <pBF | kept  plan_s wall_s")
+    "FGD-pub/seed  plan-unif/seed <u <BF <pBF | kept  plan_s wall_s"
+)
 
 
-def family_rows(seeds: list[int], workloads: list[str], cluster, jobs: int,
-                generated: dict | None = None) -> list[dict]:
+def family_rows(
+    seeds: list[int], workloads: list[str], cluster, jobs: int, generated: dict | None = None
+) -> list[dict]:
     """family_one for each workload, ``jobs`` at a time (forked processes); rows in ``workloads`` order, each
     printed when it and those before it are done. ``generated``: name -> (Mix, pods) for workloads not on disk
     (the forks inherit the pods; only the names are passed)."""
@@ -430,19 +476,23 @@ def family_rows(seeds: list[int], workloads: list[str], cluster, jobs: int,
     return rows
 
 
-def family(seeds: list[int], workloads: list[str], cluster, out_json: str | None, jobs: int = 1,
-           generated: dict | None = None) -> None:
+def family(
+    seeds: list[int], workloads: list[str], cluster, out_json: str | None, jobs: int = 1, generated: dict | None = None
+) -> None:
     """The family table; ``generated``: name -> (Mix, pods) for workloads drawn by bench/workloads.py."""
     what = "workloads generated from the trace" if generated else "the paper's workload family"
     print(f"S1 on {what}: mean allocation ratio (%) at 100 % arrived over seeds {seeds}")
     for name, (mix, pods) in (generated or {}).items():
         print(f"  {name:12s} {mix.text():50s} {generator.stats_text(generator.stats(pods))}")
-    print("columns: published FGD, BestFit (n/a: none published); harness FGD, BestFit (and minus published); Slurm "
-          "under the product's uniform policy, Slurm + planner (minus published FGD, minus uniform); per seed "
-          "min..max of harness FGD minus published and of planner minus uniform; seeds with the planner below "
-          "uniform (<u), below the harness's BestFit on the same arrivals (<BF) and below published BestFit "
-          "(<pBF; -: none published); which policy the planner kept (given: the uniform policy as given), its "
-          "seconds, the workload's wall seconds", flush=True)
+    print(
+        "columns: published FGD, BestFit (n/a: none published); harness FGD, BestFit (and minus published); Slurm "
+        "under the product's uniform policy, Slurm + planner (minus published FGD, minus uniform); per seed "
+        "min..max of harness FGD minus published and of planner minus uniform; seeds with the planner below "
+        "uniform (<u), below the harness's BestFit on the same arrivals (<BF) and below published BestFit "
+        "(<pBF; -: none published); which policy the planner kept (given: the uniform policy as given), its "
+        "seconds, the workload's wall seconds",
+        flush=True,
+    )
     print(FAMILY_HEADER, flush=True)
     began = time.perf_counter()
     rows = family_rows(seeds, workloads, cluster, jobs, generated)
@@ -450,8 +500,10 @@ def family(seeds: list[int], workloads: list[str], cluster, out_json: str | None
     for r in rows:
         print(family_line(r))
     refused = [f"  {r['workload']:12s} {name:8s} {text}" for r in rows for name, text in r["refused"].items()]
-    print("\njobs the product refuses at submission (all arrivals, mean per seed, by reason): "
-          + ("none" if not refused else ""))
+    print(
+        "\njobs the product refuses at submission (all arrivals, mean per seed, by reason): "
+        + ("none" if not refused else "")
+    )
     for line in refused:
         print(line)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -465,19 +517,38 @@ def main() -> None:
     ap.add_argument("--seeds", default="42-51", help="seeds, e.g. 42-51 or 42,45 (default 42-51)")
     ap.add_argument("--scenarios", default="S1,S2,S3")
     ap.add_argument("--json", help="also write the figures here")
-    ap.add_argument("--planner-only", type=int, metavar="N", default=0,
-                    help="only time the planner, N runs per scenario (no replays)")
-    ap.add_argument("--workload", default="default", metavar="NAME|FILE",
-                    help=f"the pod list: one of {', '.join(WORKLOADS)}, or an openb pod list file (default: default)")
+    ap.add_argument(
+        "--planner-only",
+        type=int,
+        metavar="N",
+        default=0,
+        help="only time the planner, N runs per scenario (no replays)",
+    )
+    ap.add_argument(
+        "--workload",
+        default="default",
+        metavar="NAME|FILE",
+        help=f"the pod list: one of {', '.join(WORKLOADS)}, or an openb pod list file (default: default)",
+    )
     ap.add_argument("--family", action="store_true", help="S1 on every workload of the family (see above)")
     ap.add_argument("--workloads", help="with --family: only these workloads, comma-separated")
-    ap.add_argument("--generated", type=int, metavar="SEED",
-                    help="with --family: instead of the published workloads, --count workloads that "
-                    "bench/workloads.py generates from the trace with this seed")
-    ap.add_argument("--count", type=int, default=10, metavar="N",
-                    help="with --generated: how many workloads (default 10)")
-    ap.add_argument("--jobs", type=int, default=1, metavar="N",
-                    help="with --family: run N workloads at once, each in its own process (default 1)")
+    ap.add_argument(
+        "--generated",
+        type=int,
+        metavar="SEED",
+        help="with --family: instead of the published workloads, --count workloads that "
+        "bench/workloads.py generates from the trace with this seed",
+    )
+    ap.add_argument(
+        "--count", type=int, default=10, metavar="N", help="with --generated: how many workloads (default 10)"
+    )
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --family: run N workloads at once, each in its own process (default 1)",
+    )
     args = ap.parse_args()
     seeds = seeds_of(args.seeds)
     cluster = load_cluster(TRACE_DIR / "openb_node_list_gpu_node.csv")

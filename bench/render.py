@@ -25,8 +25,15 @@ from slurm_gpushare.policy import load_bytes  # noqa: E402
 from slurm_gpushare.render import render_all  # noqa: E402
 
 SHAPES = [
-    ("H100-SXM5-80GB", 8, [{"gpus": "0-3", "mode": "exclusive"}, {"gpus": "4-5", "mode": "mig", "layout": ["3g.40gb", "3g.40gb"]},
-                           {"gpus": 6, "mode": "shard", "replicas": 4}]),
+    (
+        "H100-SXM5-80GB",
+        8,
+        [
+            {"gpus": "0-3", "mode": "exclusive"},
+            {"gpus": "4-5", "mode": "mig", "layout": ["3g.40gb", "3g.40gb"]},
+            {"gpus": 6, "mode": "shard", "replicas": 4},
+        ],
+    ),
     ("A100-SXM4-80GB", 8, [{"gpus": "0-7", "mode": "mig", "layout": "all-balanced"}]),
     ("L40S", 4, [{"gpus": "0-3", "mode": "mps", "units": 100}]),
     ("H200-141GB", 8, [{"gpus": "0-7", "mode": "exclusive"}]),
@@ -39,17 +46,32 @@ def generate(nodes: int, group_size: int) -> bytes:
     for i in range(0, nodes, group_size):
         model, count, sharing = SHAPES[(i // group_size) % len(SHAPES)]
         n = min(group_size, nodes - i)
-        groups.append({"name": f"g{i // group_size:04d}", "nodes": f"n[{i:05d}-{i + n - 1:05d}]",
-                       "gpu": {"model": model, "count": count}, "cpus": 64, "memory_mb": 512000, "sharing": sharing})
+        groups.append(
+            {
+                "name": f"g{i // group_size:04d}",
+                "nodes": f"n[{i:05d}-{i + n - 1:05d}]",
+                "gpu": {"model": model, "count": count},
+                "cpus": 64,
+                "memory_mb": 512000,
+                "sharing": sharing,
+            }
+        )
     by_shape: dict[int, list[str]] = {}
     for j, g in enumerate(groups):
         by_shape.setdefault(j % len(SHAPES), []).append(g["name"])
-    tiers = [{"name": f"t{k}", "node_groups": names, "priority": 10 + k, "preempt_mode": "requeue"}
-             for k, names in sorted(by_shape.items())]
+    tiers = [
+        {"name": f"t{k}", "node_groups": names, "priority": 10 + k, "preempt_mode": "requeue"}
+        for k, names in sorted(by_shape.items())
+    ]
     tiers[0]["default"] = True
     tenants = [{"name": f"acct{k:03d}", "shares": k + 1, "users": [f"u{k:03d}a", f"u{k:03d}b"]} for k in range(200)]
-    policy = {"version": 1, "cluster": {"name": "big", "slurm_version": "24.11", "controller": "ctl"},
-              "node_groups": groups, "tenants": tenants, "tiers": tiers}
+    policy = {
+        "version": 1,
+        "cluster": {"name": "big", "slurm_version": "24.11", "controller": "ctl"},
+        "node_groups": groups,
+        "tenants": tenants,
+        "tiers": tiers,
+    }
     return yaml.safe_dump(policy, sort_keys=False).encode()
 
 
@@ -80,10 +102,14 @@ def main() -> None:
     nodes = sum(len(g.nodes) for g in site.groups)
     gpus = sum(len(g.nodes) * len(g.gpus) for g in site.groups)
     size = sum(len(t) for t in files.values())
-    print(f"policy: {nodes} nodes, {gpus} GPUs, {len(site.groups)} node groups, {len(site.tiers)} tiers, {len(data) / 1e6:.2f} MB YAML")
+    print(
+        f"policy: {nodes} nodes, {gpus} GPUs, {len(site.groups)} node groups, {len(site.tiers)} tiers, {len(data) / 1e6:.2f} MB YAML"
+    )
     print(f"baseline yaml.safe_load : {parse_s * 1000:8.1f} ms")
     print(f"validate (load+rules)   : {validate_s * 1000:8.1f} ms  ({validate_s / parse_s:.2f}x baseline)")
-    print(f"render (4 files)        : {render_s * 1000:8.1f} ms  ({render_s / parse_s:.2f}x baseline), {size / 1e3:.0f} kB output")
+    print(
+        f"render (4 files)        : {render_s * 1000:8.1f} ms  ({render_s / parse_s:.2f}x baseline), {size / 1e3:.0f} kB output"
+    )
     print(f"peak traced memory      : {peak / 2**20:8.1f} MiB (validate + render)")
     print(f"max RSS of this process : {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:8.1f} MiB")
 

@@ -41,7 +41,13 @@ MIG_MODEL = "A100-SXM4-40GB"
 # public figure for the model (G2 and G3 are anonymised in the trace: their
 # memory is not published, 16 GiB is a placeholder; the metric ignores it).
 TRACE_GPU_MEMORY_MB = {
-    "A10": 24576, "G2": 16384, "G3": 16384, "P100": 16384, "T4": 15360, "V100M16": 16384, "V100M32": 32768,
+    "A10": 24576,
+    "G2": 16384,
+    "G3": 16384,
+    "P100": 16384,
+    "T4": 15360,
+    "V100M16": 16384,
+    "V100M32": 32768,
 }
 
 
@@ -70,12 +76,22 @@ def trace_policy(cluster: SimCluster, *, model: str | None = None, mode: str = "
         if not gpus:
             continue  # a node without GPUs is not a GPU node group (the trace has none)
         used_models.add(gpu_model)
-        sharing = [{"gpus": f"0-{gpus - 1}" if gpus > 1 else 0, "mode": mode, **({"units": units} if mode == "mps" else {})}]
-        groups.append({
-            "name": group_name(gpu_model, gpus, cpus, mem), "nodes": collect_hostlist(names),
-            "gpu": {"model": gpu_model, "count": gpus}, "cpus": cpus, "memory_mb": mem, "sharing": sharing,
-        })
-    declared = [{"name": m, "memory_mb": TRACE_GPU_MEMORY_MB[m]} for m in sorted(used_models) if m in TRACE_GPU_MEMORY_MB]
+        sharing = [
+            {"gpus": f"0-{gpus - 1}" if gpus > 1 else 0, "mode": mode, **({"units": units} if mode == "mps" else {})}
+        ]
+        groups.append(
+            {
+                "name": group_name(gpu_model, gpus, cpus, mem),
+                "nodes": collect_hostlist(names),
+                "gpu": {"model": gpu_model, "count": gpus},
+                "cpus": cpus,
+                "memory_mb": mem,
+                "sharing": sharing,
+            }
+        )
+    declared = [
+        {"name": m, "memory_mb": TRACE_GPU_MEMORY_MB[m]} for m in sorted(used_models) if m in TRACE_GPU_MEMORY_MB
+    ]
     raw = {
         "version": 1,
         "cluster": {"name": "openb", "slurm_version": "24.11", "controller": "ctl"},
@@ -120,8 +136,12 @@ def uniform_raw(cluster: SimCluster, scenario: str = "S1") -> dict:
     for g in raw["node_groups"]:
         nodes = expand_hostlist(g["nodes"])
         half = (len(nodes) + 1) // 2
-        m = {**g, "name": g["name"] + "-mig", "nodes": collect_hostlist(nodes[:half]),
-             "sharing": [{"gpus": gpus_value(range(0, g["gpu"]["count"])), "mode": "mig", "layout": "all-balanced"}]}
+        m = {
+            **g,
+            "name": g["name"] + "-mig",
+            "nodes": collect_hostlist(nodes[:half]),
+            "sharing": [{"gpus": gpus_value(range(0, g["gpu"]["count"])), "mode": "mig", "layout": "all-balanced"}],
+        }
         groups.append(m)
         mig.append(m["name"])
         if nodes[half:]:
@@ -134,9 +154,13 @@ def uniform_raw(cluster: SimCluster, scenario: str = "S1") -> dict:
     return raw
 
 
-def planned(cluster: SimCluster, pods: Sequence[Pod], scenario: str = "S1",
-            evaluate: Callable[[dict], float] | None | str = "auto",
-            mig_types: Sequence[str] = ()) -> tuple[SimCluster, SubmitRouter, Site]:
+def planned(
+    cluster: SimCluster,
+    pods: Sequence[Pod],
+    scenario: str = "S1",
+    evaluate: Callable[[dict], float] | None | str = "auto",
+    mig_types: Sequence[str] = (),
+) -> tuple[SimCluster, SubmitRouter, Site]:
     """The planner's policy for the scenario, from the demand of ``pods``, as `gpushare plan` makes it.
 
     ``evaluate`` 'auto': score the candidates as the CLI does (the Slurm model on
@@ -153,8 +177,13 @@ def uniform_mig_types(cluster: SimCluster, scenario: str = "S2") -> tuple[str, .
     return tuple(sorted({p for g in site.groups for slot in g.gpus if slot.mode == "mig" for p in slot.layout}))
 
 
-def plan_for(cluster: SimCluster, pods: Sequence[Pod], scenario: str = "S1",
-             evaluate: Callable[[dict], float] | None | str = None, mig_types: Sequence[str] = ()) -> PlanResult:
+def plan_for(
+    cluster: SimCluster,
+    pods: Sequence[Pod],
+    scenario: str = "S1",
+    evaluate: Callable[[dict], float] | None | str = None,
+    mig_types: Sequence[str] = (),
+) -> PlanResult:
     demand: Demand = from_pods(pods, "trace")
     if evaluate == "auto":
         evaluate = evaluator(demand)
@@ -162,5 +191,12 @@ def plan_for(cluster: SimCluster, pods: Sequence[Pod], scenario: str = "S1",
     isolate = ("LS",) if scenario == "S3" else ()
     mig_all = scenario == "S2"
     # the budget `gpushare plan` has by default, so the bench measures the plan the command makes
-    return plan(base, demand, isolate_qos=isolate, mig_fractions=mig_all, evaluate=evaluate, mig_types=mig_types,
-                budget_s=BUDGET_S if evaluate is not None else None)
+    return plan(
+        base,
+        demand,
+        isolate_qos=isolate,
+        mig_fractions=mig_all,
+        evaluate=evaluate,
+        mig_types=mig_types,
+        budget_s=BUDGET_S if evaluate is not None else None,
+    )

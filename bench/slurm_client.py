@@ -76,8 +76,10 @@ def replay(n_jobs: int, n_nodes: int) -> None:
     answers = {tuple(commands.SQUEUE_JSON): squeue, tuple(commands.NODES_JSON): scontrol}
     client = CliClient(lambda argv, **kw: Result(tuple(argv), 0, answers[tuple(argv)], ""))
     secs, peak, (jobs, nodes) = measure(lambda: (client.jobs(), client.nodes()))
-    print(f"replay cli: {len(jobs)} jobs + {len(nodes)} nodes parsed in {secs:.3f} s, peak {peak / 2**20:.0f} MiB "
-          f"(squeue {len(squeue) / 2**20:.0f} MiB + scontrol {len(scontrol) / 2**20:.1f} MiB of JSON)")
+    print(
+        f"replay cli: {len(jobs)} jobs + {len(nodes)} nodes parsed in {secs:.3f} s, peak {peak / 2**20:.0f} MiB "
+        f"(squeue {len(squeue) / 2**20:.0f} MiB + scontrol {len(scontrol) / 2**20:.1f} MiB of JSON)"
+    )
 
 
 def live(submit: int) -> None:
@@ -87,7 +89,9 @@ def live(submit: int) -> None:
 
     if submit:
         # held jobs in one sbatch per 500 (as a loop in one shell: a docker exec per job costs seconds)
-        script = "for i in $(seq %d); do sbatch -H -A physics --wrap true -o /dev/null -J bench >/dev/null; done" % submit
+        script = (
+            "for i in $(seq %d); do sbatch -H -A physics --wrap true -o /dev/null -J bench >/dev/null; done" % submit
+        )
         t = time.perf_counter()
         subprocess.run(["su", "alice", "-c", script], check=True)
         print(f"submitted {submit} held jobs in {time.perf_counter() - t:.0f} s")
@@ -99,16 +103,22 @@ def live(submit: int) -> None:
         client = make_client(backend)
         secs, peak, (jobs, nodes) = measure(lambda: (client.jobs(), client.nodes()))
         results[backend] = secs
-        print(f"live {backend}: {len(jobs)} jobs + {len(nodes)} nodes in {secs:.3f} s, peak {peak / 2**20:.1f} MiB "
-              f"(Python heap; pyslurm's C allocations are not traced)")
+        print(
+            f"live {backend}: {len(jobs)} jobs + {len(nodes)} nodes in {secs:.3f} s, peak {peak / 2**20:.1f} MiB "
+            f"(Python heap; pyslurm's C allocations are not traced)"
+        )
     cli = make_client("cli")
     secs, peak, (jobs, nodes) = measure(lambda: (cli.job_summaries(), cli.nodes()))
     results["summaries"] = secs
-    print(f"live cli, job summaries (squeue --Format, no device indexes): {len(jobs)} jobs + {len(nodes)} nodes "
-          f"in {secs:.3f} s, peak {peak / 2**20:.1f} MiB")
+    print(
+        f"live cli, job summaries (squeue --Format, no device indexes): {len(jobs)} jobs + {len(nodes)} nodes "
+        f"in {secs:.3f} s, peak {peak / 2**20:.1f} MiB"
+    )
     if "pyslurm" in results:
-        print(f"ratio pyslurm/cli: {results['pyslurm'] / results['cli']:.2f}, "
-              f"pyslurm/cli summaries: {results['pyslurm'] / results['summaries']:.2f}")
+        print(
+            f"ratio pyslurm/cli: {results['pyslurm'] / results['cli']:.2f}, "
+            f"pyslurm/cli summaries: {results['pyslurm'] / results['summaries']:.2f}"
+        )
     if submit:
         subprocess.run(["scancel", "-n", "bench"], check=False)
 
@@ -123,8 +133,12 @@ def run_inside(project: str, script: Path, args: list[str]) -> None:
     """Run a bench script with the package's Python in the project's slurmctld (where slurm.conf is)."""
     import subprocess
 
-    res = subprocess.run(["docker", "exec", "-i", f"{project}_slurmctld_1", "/opt/gpushare/bin/python3", "-", *args],
-                         input=script.read_text(), capture_output=True, text=True)
+    res = subprocess.run(
+        ["docker", "exec", "-i", f"{project}_slurmctld_1", "/opt/gpushare/bin/python3", "-", *args],
+        input=script.read_text(),
+        capture_output=True,
+        text=True,
+    )
     print(res.stdout + res.stderr, end="")
 
 
@@ -138,18 +152,24 @@ def grow(project: str, n_nodes: int, n_jobs: int) -> None:
         argv = ["docker", "exec", ctl, "su", user, "-c", script]
         return subprocess.run(argv, check=True, capture_output=True, text=True).stdout
 
-    lines = [f"NodeName=bench[0001-{n_nodes:04d}] CPUs=64 RealMemory=512000 Gres=gpu:l40s:8 State=CLOUD",
-             f"PartitionName=bench Nodes=bench[0001-{n_nodes:04d}] Default=NO State=UP"]
+    lines = [
+        f"NodeName=bench[0001-{n_nodes:04d}] CPUs=64 RealMemory=512000 Gres=gpu:l40s:8 State=CLOUD",
+        f"PartitionName=bench Nodes=bench[0001-{n_nodes:04d}] Default=NO State=UP",
+    ]
     conf = sh("cat /etc/slurm/slurm.conf")
     if "PartitionName=bench " not in conf:
         # slurmctld reads gres.conf (its Include of the node-local MIG file too) when nodes change
-        sh("touch /etc/slurm/gres.d/gpushare-mig.conf && printf '%s\\n' " + " ".join(f"'{l}'" for l in lines)
-           + " >> /etc/slurm/slurm.conf")
+        sh(
+            "touch /etc/slurm/gres.d/gpushare-mig.conf && printf '%s\\n' "
+            + " ".join(f"'{l}'" for l in lines)
+            + " >> /etc/slurm/slurm.conf"
+        )
         subprocess.run(["docker", "restart", ctl], check=True, capture_output=True)
     t = time.perf_counter()
     while time.perf_counter() - t < 60:
-        res = subprocess.run(["docker", "exec", ctl, "sinfo", "-h", "-p", "bench", "-o", "%D"],
-                             capture_output=True, text=True)
+        res = subprocess.run(
+            ["docker", "exec", ctl, "sinfo", "-h", "-p", "bench", "-o", "%D"], capture_output=True, text=True
+        )
         if res.returncode == 0 and res.stdout.strip() == str(n_nodes):
             break
         time.sleep(1)
@@ -159,9 +179,12 @@ def grow(project: str, n_nodes: int, n_jobs: int) -> None:
     half = max(0, n_jobs - have) // 2
     rest = max(0, n_jobs - have) - half
     t = time.perf_counter()
-    sh(f"for i in $(seq {half}); do sbatch -H -A physics -p bench --gres=gpu:l40s:1 --wrap true -o /dev/null "
-       f"-J bench >/dev/null; done; for i in $(seq {rest}); do sbatch -H -A physics --gres=gpu:1 --wrap true "
-       f"-o /dev/null -J bench >/dev/null; done", user="alice")
+    sh(
+        f"for i in $(seq {half}); do sbatch -H -A physics -p bench --gres=gpu:l40s:1 --wrap true -o /dev/null "
+        f"-J bench >/dev/null; done; for i in $(seq {rest}); do sbatch -H -A physics --gres=gpu:1 --wrap true "
+        f"-o /dev/null -J bench >/dev/null; done",
+        user="alice",
+    )
     print(f"{project}: {n_nodes} bench nodes; {half + rest} held jobs submitted in {time.perf_counter() - t:.0f} s")
 
 

@@ -27,8 +27,9 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=1000, help="plain jobs (the soak adds 26 scavenger/cancel jobs)")
     ap.add_argument("--project", default="gpsoak-bench", help="compose project name of the soak's cluster")
     args = ap.parse_args()
-    env = dict(os.environ, GPUSHARE_SOAK_JOBS=str(args.jobs), GPUSHARE_SOAK_PROJECT=args.project,
-               GPUSHARE_REQUIRE_CLUSTER="1")
+    env = dict(
+        os.environ, GPUSHARE_SOAK_JOBS=str(args.jobs), GPUSHARE_SOAK_PROJECT=args.project, GPUSHARE_REQUIRE_CLUSTER="1"
+    )
     start = time.monotonic()
     cmd = [sys.executable, "-m", "pytest", "tests/cluster/test_soak.py", "-q", "-s", "-p", "no:cacheprovider"]
     out = subprocess.run(cmd, cwd=ROOT, env=env, text=True, capture_output=True)

@@ -89,7 +89,7 @@ def lost_by_class(policy, cluster, pods, arrivals, seed: int) -> Counter:
     return lost
 
 
-def loss_lines(score: "Scorer", raw: dict, top: int = 6) -> list[str]:
+def loss_lines(score: Scorer, raw: dict, top: int = 6) -> list[str]:
     """The request classes that lose the most, the best static configuration against FGD, in points of the
     cluster's GPU."""
     sim, router, _site = scenarios.built(raw, score.cluster, "bound")
@@ -98,8 +98,12 @@ def loss_lines(score: "Scorer", raw: dict, top: int = 6) -> list[str]:
     fgd = lost_by_class(FGD(), score.cluster, score.pods, score.arrivals, score.seed)
     cap = score.arrivals.capacity_milli / 100
     ranked = sorted(set(ours) | set(fgd), key=lambda k: -max(ours[k], fgd[k]))[:top]
-    return [f"      {n} GPU x {m / 1000:.2f}, {c} CPUs: lost {ours[k] / cap:5.2f} (best static) against "
-            f"{fgd[k] / cap:5.2f} (FGD)" for k in ranked for n, m, c in [k]]
+    return [
+        f"      {n} GPU x {m / 1000:.2f}, {c} CPUs: lost {ours[k] / cap:5.2f} (best static) against "
+        f"{fgd[k] / cap:5.2f} (FGD)"
+        for k in ranked
+        for n, m, c in [k]
+    ]
 
 
 class Scorer:
@@ -127,6 +131,7 @@ class Scorer:
 
 def search(score: Scorer, base: dict, site, demand, start: Knobs, rounds: int) -> tuple[float, Knobs]:
     """Coordinate search over SPACE from ``start``: (best score, its knobs)."""
+
     def of(knobs: Knobs) -> float:
         return score(build_candidate(base, site, demand, knobs)[0])
 
@@ -160,14 +165,28 @@ def bound_one(workload: str, seeds: list[int], cluster, rounds: int, losses: boo
         uniform, planned = score(base), score(plan.policy)
         best, knobs = search(score, base, site, demand, start, rounds)
         fgd = replay(FGD(), cluster, pods, score.arrivals).at(100)  # the harness's FGD on the same arrivals
-        rows.append({"seed": seed, "uniform": uniform, "planner": planned, "oracle": max(best, uniform, planned),
-                     "fgd": fgd,
-                     "knobs": knobs.changed(), "scored": score.scored,
-                     "losses": loss_lines(score, build_candidate(base, site, demand, knobs)[0]) if losses else []})
+        rows.append(
+            {
+                "seed": seed,
+                "uniform": uniform,
+                "planner": planned,
+                "oracle": max(best, uniform, planned),
+                "fgd": fgd,
+                "knobs": knobs.changed(),
+                "scored": score.scored,
+                "losses": loss_lines(score, build_candidate(base, site, demand, knobs)[0]) if losses else [],
+            }
+        )
     pub = published(workload)
     fgd = [pub[("06-FGD", s)][0] for s in seeds if ("06-FGD", s) in pub]
-    out = {"workload": workload, "seeds": seeds, "rows": rows, "published_fgd": fgd,
-           "planner_kept": "given" if plan.kept_given else plan.knobs.changed(), "wall_s": time.perf_counter() - began}
+    out = {
+        "workload": workload,
+        "seeds": seeds,
+        "rows": rows,
+        "published_fgd": fgd,
+        "planner_kept": "given" if plan.kept_given else plan.knobs.changed(),
+        "wall_s": time.perf_counter() - began,
+    }
     return out
 
 
@@ -184,17 +203,18 @@ def _mean(values) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
-HEADER = ("workload      pubFGD    FGD | unifrm plannr oracle | plan-pub oracle-pub plan-FGD oracle-FGD | "
-          "scored  wall_s")
+HEADER = "workload      pubFGD    FGD | unifrm plannr oracle | plan-pub oracle-pub plan-FGD oracle-FGD | scored  wall_s"
 
 
 def line(r: dict) -> str:
     pf = _mean(r["published_fgd"]) if len(r["published_fgd"]) == len(r["seeds"]) else float("nan")
     m = {k: _mean(row[k] for row in r["rows"]) for k in ("uniform", "planner", "oracle", "fgd")}
     scored = sum(row["scored"] for row in r["rows"])
-    return (f"{r['workload']:12s} {pf:7.2f} {m['fgd']:6.2f} | {m['uniform']:6.2f} {m['planner']:6.2f} "
-            f"{m['oracle']:6.2f} | {m['planner'] - pf:+8.2f} {m['oracle'] - pf:+10.2f} {m['planner'] - m['fgd']:+8.2f} "
-            f"{m['oracle'] - m['fgd']:+10.2f} | {scored:6d} {r['wall_s']:7.0f}")
+    return (
+        f"{r['workload']:12s} {pf:7.2f} {m['fgd']:6.2f} | {m['uniform']:6.2f} {m['planner']:6.2f} "
+        f"{m['oracle']:6.2f} | {m['planner'] - pf:+8.2f} {m['oracle'] - pf:+10.2f} {m['planner'] - m['fgd']:+8.2f} "
+        f"{m['oracle'] - m['fgd']:+10.2f} | {scored:6d} {r['wall_s']:7.0f}"
+    )
 
 
 def main(argv=None) -> None:
@@ -202,12 +222,25 @@ def main(argv=None) -> None:
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated (default: all 17)")
     ap.add_argument("--seeds", default="42,43", help="e.g. 42-51 or 42,43 (default 42,43)")
     ap.add_argument("--rounds", type=int, default=2, help="coordinate-search passes at most (default 2)")
-    ap.add_argument("--jobs", type=int, default=1, metavar="N", help="workloads searched at once, each in its own "
-                    "process (default 1)")
-    ap.add_argument("--losses", action="store_true", help="per seed, the request classes that lose the most GPU "
-                    "under the best static configuration, beside FGD's losses on the same arrivals")
-    ap.add_argument("--generated", type=int, metavar="SEED",
-                    help="the workloads bench/workloads.py draws from the trace with this seed, not the paper's")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="workloads searched at once, each in its own process (default 1)",
+    )
+    ap.add_argument(
+        "--losses",
+        action="store_true",
+        help="per seed, the request classes that lose the most GPU "
+        "under the best static configuration, beside FGD's losses on the same arrivals",
+    )
+    ap.add_argument(
+        "--generated",
+        type=int,
+        metavar="SEED",
+        help="the workloads bench/workloads.py draws from the trace with this seed, not the paper's",
+    )
     ap.add_argument("--count", type=int, default=10, metavar="N", help="with --generated: how many (default 10)")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args(argv)
@@ -224,15 +257,18 @@ def main(argv=None) -> None:
         ap.error(f"unknown workload(s) {', '.join(unknown)}; accepted: {', '.join(WORKLOADS)}")
     seeds = seeds_of(args.seeds)
     cluster = load_cluster(TRACE_DIR / "openb_node_list_gpu_node.csv")
-    print(f"S1, allocation ratio (%) at 100 % arrived, mean over seeds {seeds}: published FGD (nan: none), the "
-          f"harness's FGD on the same arrivals; Slurm under the "
-          f"uniform policy, Slurm + planner (as `gpushare plan` plans it), and the oracle's best static "
-          f"configuration (coordinate search over the planner's knobs, scored on each seed's own arrivals)")
+    print(
+        f"S1, allocation ratio (%) at 100 % arrived, mean over seeds {seeds}: published FGD (nan: none), the "
+        f"harness's FGD on the same arrivals; Slurm under the "
+        f"uniform policy, Slurm + planner (as `gpushare plan` plans it), and the oracle's best static "
+        f"configuration (coordinate search over the planner's knobs, scored on each seed's own arrivals)"
+    )
     print(HEADER, flush=True)
     began = time.perf_counter()
     rows = []
-    for out in forked_map(lambda w: bound_one(w, seeds, cluster, args.rounds, args.losses, drawn.get(w)), names,
-                          args.jobs):
+    for out in forked_map(
+        lambda w: bound_one(w, seeds, cluster, args.rounds, args.losses, drawn.get(w)), names, args.jobs
+    ):
         echo(out)
         rows.append(out)
     print(f"\n{HEADER}")

@@ -106,8 +106,10 @@ def bench(version: str, source: str, calls: int, label: str = "") -> None:
         t = time_calls(lua, g.slurm_job_submit, job, calls)
         p50 = statistics.median(t) / 1000
         alloc = alloc_per_call(lua, g.slurm_job_submit, job)
-        print(f"  {name:30s} p50 {p50:7.2f}  p99 {pct(t, 0.99):7.2f}  p99.9 {pct(t, 0.999):7.2f}  "
-              f"alloc {alloc:5.0f} B  ({p50 / b50:5.1f}x baseline, +{p50 - b50:.2f} us)")
+        print(
+            f"  {name:30s} p50 {p50:7.2f}  p99 {pct(t, 0.99):7.2f}  p99.9 {pct(t, 0.999):7.2f}  "
+            f"alloc {alloc:5.0f} B  ({p50 / b50:5.1f}x baseline, +{p50 - b50:.2f} us)"
+        )
 
 
 CLUSTER_KINDS = {"plain job": [], "gpu job (--gres=gpu:l40s:1)": ["--gres=gpu:l40s:1"]}
@@ -171,8 +173,14 @@ def cluster_throughput(args) -> None:
                 print(f"reconfigured to JobSubmitPlugins={mode or '(none)'} in {took:.0f} s", flush=True)
                 current = mode
             for kind, options in CLUSTER_KINDS.items():
-                f = ct.measure(c, args.jobs, options, args.parallel, hold=True,
-                               label=f"JobSubmitPlugins={mode or '(none)'}, {kind}")
+                f = ct.measure(
+                    c,
+                    args.jobs,
+                    options,
+                    args.parallel,
+                    hold=True,
+                    label=f"JobSubmitPlugins={mode or '(none)'}, {kind}",
+                )
                 print("\n".join(f.lines()), flush=True)
                 results.setdefault((mode, kind), []).append(f)
     finally:
@@ -184,19 +192,25 @@ def cluster_throughput(args) -> None:
                 print(f"WARNING: /etc/slurm/{name} is not the policy's rendered file after the restore", flush=True)
         if started and not args.keep:
             c.down()
-    print(f"\nsbatch throughput, {args.jobs} held submissions per measurement, {args.rounds} round(s), "
-          f"{args.parallel} submitter(s):")
+    print(
+        f"\nsbatch throughput, {args.jobs} held submissions per measurement, {args.rounds} round(s), "
+        f"{args.parallel} submitter(s):"
+    )
     for kind in CLUSTER_KINDS:
         on, off = results[("lua", kind)], results[("", kind)]
         rate_on = sum(f.submitted for f in on) / sum(f.submit_s for f in on)
         rate_off = sum(f.submitted for f in off) / sum(f.submit_s for f in off)
         cost = 1 - rate_on / rate_off
         verdict = "within" if cost < TARGET else "OVER"
-        spread = ", ".join(f"{mode or 'none'} {min(f.rate for f in fs):.1f}-{max(f.rate for f in fs):.1f}/s"
-                           for mode, fs in (("lua", on), ("", off)))
+        spread = ", ".join(
+            f"{mode or 'none'} {min(f.rate for f in fs):.1f}-{max(f.rate for f in fs):.1f}/s"
+            for mode, fs in (("lua", on), ("", off))
+        )
         print(f"  {kind}:")
-        print(f"    with lua {rate_on:.1f}/s, without {rate_off:.1f}/s: ratio {rate_on / rate_off:.3f}, the plugin costs "
-              f"{cost * 100:+.1f} % of throughput ({verdict} the {TARGET * 100:.0f} % target); per round: {spread}")
+        print(
+            f"    with lua {rate_on:.1f}/s, without {rate_off:.1f}/s: ratio {rate_on / rate_off:.3f}, the plugin costs "
+            f"{cost * 100:+.1f} % of throughput ({verdict} the {TARGET * 100:.0f} % target); per round: {spread}"
+        )
         p50_on = statistics.median(x for f in on for x in f.latencies) * 1000
         p50_off = statistics.median(x for f in off for x in f.latencies) * 1000
         print(f"    sbatch p50 latency {p50_on:.1f} ms with lua, {p50_off:.1f} ms without ({p50_on - p50_off:+.1f} ms)")
@@ -204,8 +218,10 @@ def cluster_throughput(args) -> None:
         u_off = [u for f in off for u in f.ctld_usec]
         if u_on and u_off:
             m_on, m_off = statistics.median(u_on), statistics.median(u_off)
-            print(f"    slurmctld submit RPC p50 {m_on:.0f} us with lua, {m_off:.0f} us without ({m_on - m_off:+.0f} us, "
-                  f"{(m_on - m_off) / (p50_off * 1000) * 100:+.1f} % of an sbatch call)")
+            print(
+                f"    slurmctld submit RPC p50 {m_on:.0f} us with lua, {m_off:.0f} us without ({m_on - m_off:+.0f} us, "
+                f"{(m_on - m_off) / (p50_off * 1000) * 100:+.1f} % of an sbatch call)"
+            )
 
 
 def main() -> None:
@@ -213,7 +229,11 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=20000)
     ap.add_argument("--policy", type=Path, default=ROOT / "etc" / "small-lab.yaml")
     ap.add_argument("--also", type=Path, help="another job_submit.lua to time in the same run (e.g. before a change)")
-    ap.add_argument("--cluster", action="store_true", help="sbatch throughput with and without the plugin on the docker test cluster")
+    ap.add_argument(
+        "--cluster",
+        action="store_true",
+        help="sbatch throughput with and without the plugin on the docker test cluster",
+    )
     group = ap.add_argument_group("--cluster")
     from bench import cluster_throughput as ct
 

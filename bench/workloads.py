@@ -88,8 +88,12 @@ TOLERANCE = 0.005  # the largest miss of a target share in the result (0.5 point
 STEP_TOLERANCE = 0.002  # what each step aims at
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos")
 # accepted range of each Mix field: (low, high, low open, high open)
-RANGES = {"sharing": (0.0, 1.0, True, False), "multi": (0.0, 1.0, False, True),
-          "typed": (0.0, 1.0, False, False), "cpu": (0.0, 2.0, False, False)}
+RANGES = {
+    "sharing": (0.0, 1.0, True, False),
+    "multi": (0.0, 1.0, False, True),
+    "typed": (0.0, 1.0, False, False),
+    "cpu": (0.0, 2.0, False, False),
+}
 # family(): the range each parameter is drawn from
 FAMILY_RANGES = {"sharing": (0.2, 1.0), "multi": (0.05, 0.5), "typed": (0.05, 0.4), "cpu": (0.03, 0.45)}
 MAX_COUNT = 1000  # workloads in one family: workload i of seed S is drawn with seed S * MAX_COUNT + i
@@ -124,8 +128,10 @@ class Mix:
             if value < low or value > high or (low_open and value == low) or (high_open and value == high):
                 raise ValueError(f"Mix.{f.name}: {value:g} is out of range; accepted: {_accepted(f.name)}")
         if self.sharing is not None and self.multi is not None and self.sharing + self.multi > 1 + 1e-9:
-            raise ValueError(f"Mix.sharing + Mix.multi: {self.sharing:g} + {self.multi:g} > 1; accepted: "
-                             "together at most 1 (both are shares of the same GPU demand)")
+            raise ValueError(
+                f"Mix.sharing + Mix.multi: {self.sharing:g} + {self.multi:g} > 1; accepted: "
+                "together at most 1 (both are shares of the same GPU demand)"
+            )
 
     @classmethod
     def parse(cls, text: str) -> Mix:
@@ -142,8 +148,9 @@ class Mix:
             try:
                 values[key] = float(raw) if sep else float("nan")
             except ValueError:
-                raise ValueError(f"mix {text!r}: Mix.{key}: {raw.strip()!r} is not a number; accepted: a share in "
-                                 f"{_accepted(key)}") from None
+                raise ValueError(
+                    f"mix {text!r}: Mix.{key}: {raw.strip()!r} is not a number; accepted: a share in {_accepted(key)}"
+                ) from None
         return cls(**values)
 
     def text(self) -> str:
@@ -156,6 +163,7 @@ class Mix:
 
 
 # ---- the trace (read once) ----
+
 
 @cache
 def trace_pods() -> tuple[Pod, ...]:
@@ -206,20 +214,32 @@ def stats(pods: Sequence[Pod], cluster_cpus: int | None = None) -> dict:
             typed += d
     cluster = cluster_cpus or trace_cluster_cpus()
     share = (lambda x: x / total) if total else (lambda x: 0.0)
-    return {"pods": len(pods), "cpu_only": by["cpu"], "sharing_pods": by["sharing"], "whole_pods": by["whole"],
-            "multi_pods": by["multi"], "sharing": share(demand["sharing"]), "multi": share(demand["multi"]),
-            "typed": share(typed), "cpu_only_cpus": cpus / 1000, "cpu": cpus / 1000 / cluster,
-            "gpu_demand": total / GPU_MILLI}
+    return {
+        "pods": len(pods),
+        "cpu_only": by["cpu"],
+        "sharing_pods": by["sharing"],
+        "whole_pods": by["whole"],
+        "multi_pods": by["multi"],
+        "sharing": share(demand["sharing"]),
+        "multi": share(demand["multi"]),
+        "typed": share(typed),
+        "cpu_only_cpus": cpus / 1000,
+        "cpu": cpus / 1000 / cluster,
+        "gpu_demand": total / GPU_MILLI,
+    }
 
 
 def stats_text(s: dict) -> str:
-    return (f"pods {s['pods']:5d} (CPU-only {s['cpu_only']:4d}, sharing {s['sharing_pods']:4d}, whole "
-            f"{s['whole_pods']:4d}, multi {s['multi_pods']:4d}) | GPU demand {s['gpu_demand']:6.0f}: sharing "
-            f"{s['sharing']:.3f} multi {s['multi']:.3f} typed {s['typed']:.3f} | CPU-only CPUs "
-            f"{s['cpu_only_cpus']:6.0f} = {s['cpu']:.3f} of the cluster")
+    return (
+        f"pods {s['pods']:5d} (CPU-only {s['cpu_only']:4d}, sharing {s['sharing_pods']:4d}, whole "
+        f"{s['whole_pods']:4d}, multi {s['multi_pods']:4d}) | GPU demand {s['gpu_demand']:6.0f}: sharing "
+        f"{s['sharing']:.3f} multi {s['multi']:.3f} typed {s['typed']:.3f} | CPU-only CPUs "
+        f"{s['cpu_only_cpus']:6.0f} = {s['cpu']:.3f} of the cluster"
+    )
 
 
 # ---- the generator ----
+
 
 class _Work:
     """The pod list being built: slots (None: removed), running sums, new names."""
@@ -236,9 +256,15 @@ class _Work:
         name = f"gen-pod-{self.serial:05d}"
         self.used.add(name)
         self.serial += 1
-        return Pod(name=name, cpu_milli=source.cpu_milli, memory_mib=source.memory_mib, num_gpu=source.num_gpu,
-                   gpu_milli=source.gpu_milli, qos=source.qos,
-                   gpu_spec=source.gpu_spec if gpu_spec is None else gpu_spec)
+        return Pod(
+            name=name,
+            cpu_milli=source.cpu_milli,
+            memory_mib=source.memory_mib,
+            num_gpu=source.num_gpu,
+            gpu_milli=source.gpu_milli,
+            qos=source.qos,
+            gpu_spec=source.gpu_spec if gpu_spec is None else gpu_spec,
+        )
 
     def draw(self, pool: Sequence[Pod], n: int) -> list[Pod]:
         """n new pods drawn with replacement from pool."""
@@ -256,8 +282,9 @@ class _Work:
         return tuple(p for p in self.pods if p is not None)
 
 
-def _converge(value: Callable[[], float], target: float, step: Callable[[bool], Callable[[], None] | None],
-              what: str) -> None:
+def _converge(
+    value: Callable[[], float], target: float, step: Callable[[bool], Callable[[], None] | None], what: str
+) -> None:
     """Single-pod steps until value() is within STEP_TOLERANCE of target: step(up) does one step that raises
     (up) or lowers the value and returns how to undo it (None: no step possible). Where one step crosses the
     target, the closer side is kept."""
@@ -285,25 +312,29 @@ def _apply_sharing(w: _Work, share: float, multi: float | None, pool_sharing: li
     if not n:
         return
     if not pool_sharing:
-        raise ValueError("Mix.sharing: the trace has no sharing pods (num_gpu 1, gpu_milli < 1000) to draw from; "
-                         "accepted: None")
+        raise ValueError(
+            "Mix.sharing: the trace has no sharing pods (num_gpu 1, gpu_milli < 1000) to draw from; accepted: None"
+        )
     # what counts beside the sharing demand: all non-sharing demand, or only whole one-GPU pods' with multi set
     counted = (lambda p: p.num_gpu == 1) if multi is not None else (lambda p: True)
     target = share if multi is None else (share / (1 - multi) if multi < 1 else 1.0)
     target = min(target, 1.0)
     if target < 1 and not any(counted(p) for p in pool_other):
-        raise ValueError(f"Mix.sharing: {share:g} needs non-sharing GPU pods the trace does not have; accepted: "
-                         "1 for this trace")
+        raise ValueError(
+            f"Mix.sharing: {share:g} needs non-sharing GPU pods the trace does not have; accepted: 1 for this trace"
+        )
     m_s = np.mean([p.gpu_demand_milli for p in pool_sharing])
     m_o = np.mean([p.gpu_demand_milli if counted(p) else 0 for p in pool_other]) if pool_other else 0.0
     n_s = n if target >= 1 else int(round(target * n * m_o / (m_s * (1 - target) + target * m_o)))
     n_s = min(max(n_s, 1), n)
     new = w.draw(pool_sharing, n_s) + w.draw(pool_other, n - n_s)
     order = w.rng.permutation(n)
-    for slot, j in zip(gpu_slots, order):
+    for slot, j in zip(gpu_slots, order, strict=False):
         w.pods[slot] = new[j]
-    sums = {"s": sum(p.gpu_demand_milli for p in new if is_sharing(p)),
-            "o": sum(p.gpu_demand_milli for p in new if not is_sharing(p) and counted(p))}
+    sums = {
+        "s": sum(p.gpu_demand_milli for p in new if is_sharing(p)),
+        "o": sum(p.gpu_demand_milli for p in new if not is_sharing(p) and counted(p)),
+    }
 
     def value() -> float:
         return sums["s"] / (sums["s"] + sums["o"]) if sums["s"] + sums["o"] else 0.0
@@ -325,6 +356,7 @@ def _apply_sharing(w: _Work, share: float, multi: float | None, pool_sharing: li
             w.pods[i] = old
             for k in sums:
                 sums[k] -= delta[k]
+
         return undo
 
     _converge(value, target, step, "sharing")
@@ -341,11 +373,11 @@ def _apply_multi(w: _Work, share: float, pool_multi: list[Pod]) -> None:
     if share > 0 and not pool_multi:
         raise ValueError("Mix.multi: the trace has no multi-GPU pods to draw from; accepted: None or 0")
     live = [p for p in w.pods if p is not None]
-    sums = {"m": sum(p.gpu_demand_milli for p in live if p.num_gpu > 1),
-            "d": sum(p.gpu_demand_milli for p in live)}
+    sums = {"m": sum(p.gpu_demand_milli for p in live if p.num_gpu > 1), "d": sum(p.gpu_demand_milli for p in live)}
     if share > 0 and sums["d"] - sums["m"] == 0:
-        raise ValueError("Mix.multi: no GPU demand outside multi-GPU pods, so no share below 1 can be reached; "
-                         "accepted: None")
+        raise ValueError(
+            "Mix.multi: no GPU demand outside multi-GPU pods, so no share below 1 can be reached; accepted: None"
+        )
     if share == 0:
         for i in w.slots(lambda p: p.num_gpu > 1):
             w.pods[i] = None
@@ -375,6 +407,7 @@ def _apply_multi(w: _Work, share: float, pool_multi: list[Pod]) -> None:
             w.pods[i] = None if up else p
             sums["m"] -= sign * p.gpu_demand_milli
             sums["d"] -= sign * p.gpu_demand_milli
+
         return undo
 
     _converge(value, share, step, "multi")
@@ -408,7 +441,7 @@ def _apply_cpu(w: _Work, share: float, pool_cpu: list[Pod], cluster_cpus: int) -
     new = w.draw(pool_cpu, int(round(target / mean_cpu)) if target > 0 else 0)
     for k, slot in enumerate(cpu_slots):
         w.pods[slot] = new[k] if k < len(new) else None
-    w.pods.extend(new[len(cpu_slots):])
+    w.pods.extend(new[len(cpu_slots) :])
     sums = {"c": sum(p.cpu_milli for p in new)}
 
     def value() -> float:
@@ -425,6 +458,7 @@ def _apply_cpu(w: _Work, share: float, pool_cpu: list[Pod], cluster_cpus: int) -
         def undo() -> None:
             w.pods[i] = None if up else p
             sums["c"] -= sign * p.cpu_milli
+
         return undo
 
     _converge(value, share, step, "cpu")
@@ -435,8 +469,9 @@ def _apply_typed(w: _Work, share: float, typed_from: Sequence[Pod]) -> None:
     each pod's string drawn from typed_from's strings for its kind of pod (all of them where that kind has none)."""
     specs = [p for p in typed_from if p.gpu_spec and p.num_gpu]
     if share > 0 and not specs:
-        raise ValueError("Mix.typed: typed_from has no GPU pod with a gpu_spec to take constraints from; "
-                         "accepted: None or 0")
+        raise ValueError(
+            "Mix.typed: typed_from has no GPU pod with a gpu_spec to take constraints from; accepted: None or 0"
+        )
     for i in w.slots(lambda p: bool(p.gpu_spec)):
         p = w.pods[i]
         w.pods[i] = Pod(p.name, p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli, p.qos, "")
@@ -467,8 +502,13 @@ def _apply_typed(w: _Work, share: float, typed_from: Sequence[Pod]) -> None:
         w.pods[i] = Pod(p.name, p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli, p.qos, spec)
 
 
-def generate(mix: Mix, seed: int, base: Sequence[Pod] | None = None, typed_from: Sequence[Pod] | None = None,
-             cluster_cpus: int | None = None) -> tuple[Pod, ...]:
+def generate(
+    mix: Mix,
+    seed: int,
+    base: Sequence[Pod] | None = None,
+    typed_from: Sequence[Pod] | None = None,
+    cluster_cpus: int | None = None,
+) -> tuple[Pod, ...]:
     """A workload of the given mix, drawn from ``base`` (default: the production trace, 8,152 pods) with
     numpy.random.default_rng(seed); constraints from ``typed_from`` (default: the gpuspec33 list's typed pods);
     ``cluster_cpus`` for the cpu share (default: the trace cluster's 107,018). Pure apart from reading the trace
@@ -502,7 +542,7 @@ def family(seed: int, count: int = 10) -> list[tuple[str, Mix]]:
     names = ("sharing", "multi", "typed", "cpu")
     out = []
     for i in range(count):
-        rng = np.random.default_rng([seed, 0x6d6978, i])  # a stream of its own, apart from generate()'s
+        rng = np.random.default_rng([seed, 0x6D6978, i])  # a stream of its own, apart from generate()'s
         k = int(rng.integers(2, 5)) if i % 3 == 0 else int(rng.integers(1, 5))
         chosen = {names[j] for j in rng.choice(4, size=k, replace=False)}
         values: dict[str, float] = {}
@@ -547,15 +587,21 @@ each target is hit within 0.5 point; with sharing and multi both set both hold i
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=RULES_HELP,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], epilog=RULES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--seed", type=int, help="the family's seed (its mixes and their draws)")
     ap.add_argument("--count", type=int, default=10, help="workloads in the family (default 10)")
-    ap.add_argument("--mix", help="instead of a family: one workload of this mix, e.g. sharing=0.6,multi=0.3 "
-                    "(drawn with --seed)")
+    ap.add_argument(
+        "--mix", help="instead of a family: one workload of this mix, e.g. sharing=0.6,multi=0.3 (drawn with --seed)"
+    )
     ap.add_argument("--out", metavar="DIR", help="also write DIR/openb_pod_list_<name>.csv for each workload")
-    ap.add_argument("--stats", nargs="+", metavar="FILE", help="only print these pod lists' figures (a file or "
-                    "a published workload's name)")
+    ap.add_argument(
+        "--stats",
+        nargs="+",
+        metavar="FILE",
+        help="only print these pod lists' figures (a file or a published workload's name)",
+    )
     args = ap.parse_args(argv)
     if args.stats:
         for item in args.stats:

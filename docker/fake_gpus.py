@@ -19,6 +19,7 @@ Exit status 0, or 3 when an Include target is missing (devices from the rest
 are still made). Paths that are not NVIDIA device names and do not exist are
 reported on stderr and left alone (slurmd will then fail as on real hardware).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -77,7 +78,7 @@ def expand_hostlist(expr: str) -> list[str]:
         if not m:
             names.append(part)
             continue
-        head, tail = part[: m.start()], part[m.end():]
+        head, tail = part[: m.start()], part[m.end() :]
         for mid in _expand_ranges(m.group(1)):
             names.extend(expand_hostlist(head + mid + tail))
     return names
@@ -184,8 +185,11 @@ def main(argv=None) -> int:
     if not args.gres_conf.exists():
         print(f"fake_gpus: no {args.gres_conf}; only the control devices are made", file=sys.stderr)
     for inc in MISSING_INCLUDES:
-        print(f"fake_gpus: {args.gres_conf}: Include {inc} does not exist "
-              "(slurmd would retry 60 s, then exit: 'error opening/reading gres.conf')", file=sys.stderr)
+        print(
+            f"fake_gpus: {args.gres_conf}: Include {inc} does not exist "
+            "(slurmd would retry 60 s, then exit: 'error opening/reading gres.conf')",
+            file=sys.stderr,
+        )
     # Test hooks for the half-faked-node checks: leave a device out, or make it a plain file.
     omit = set(filter(None, os.environ.get("GPUSHARE_FAKE_GPUS_OMIT", "").split(",")))
     regular = set(filter(None, os.environ.get("GPUSHARE_FAKE_GPUS_REGULAR", "").split(",")))

@@ -81,8 +81,9 @@ def _still_ours(fd: int, tmp: str) -> None:
     """The temporary's name still names the file open on ``fd``: not replaced, not a link."""
     mine, there = os.fstat(fd), os.lstat(tmp)
     if stat.S_ISLNK(there.st_mode) or (there.st_dev, there.st_ino) != (mine.st_dev, mine.st_ino):
-        raise OSError(f"{tmp}: replaced while it was written (now {_kind(there.st_mode)}, not the file written): "
-                      "not renamed")
+        raise OSError(
+            f"{tmp}: replaced while it was written (now {_kind(there.st_mode)}, not the file written): not renamed"
+        )
 
 
 def _remove_temp(tmp: str) -> None:

@@ -49,8 +49,10 @@ def unified_diff(files: dict[str, str], against: Path) -> str:
         if old != text:
             chunks.extend(
                 difflib.unified_diff(
-                    old.splitlines(keepends=True), text.splitlines(keepends=True),
-                    fromfile=str(target) if target.exists() else "/dev/null", tofile=f"rendered/{name}",
+                    old.splitlines(keepends=True),
+                    text.splitlines(keepends=True),
+                    fromfile=str(target) if target.exists() else "/dev/null",
+                    tofile=f"rendered/{name}",
                 )
             )
     return "".join(chunks)

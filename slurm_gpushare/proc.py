@@ -61,12 +61,25 @@ class CommandError(GpushareError):
 
 
 class Runner(Protocol):
-    def __call__(self, argv: Sequence[str], *, input: str | None = None, timeout: float = 60.0,
-                 check: bool = True, env: Mapping[str, str] | None = None) -> Result: ...
+    def __call__(
+        self,
+        argv: Sequence[str],
+        *,
+        input: str | None = None,
+        timeout: float = 60.0,
+        check: bool = True,
+        env: Mapping[str, str] | None = None,
+    ) -> Result: ...
 
 
-def run(argv: Sequence[str], *, input: str | None = None, timeout: float = 60.0, check: bool = True,
-        env: Mapping[str, str] | None = None) -> Result:
+def run(
+    argv: Sequence[str],
+    *,
+    input: str | None = None,
+    timeout: float = 60.0,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+) -> Result:
     """Run ``argv`` (a list, never a shell string); raise CommandError on failure when ``check``."""
     if isinstance(argv, str):
         raise TypeError("run() takes an argument list, not a shell string")
@@ -174,7 +187,7 @@ class _Child:
                     exited = True
                 elif self.fds.get(fd) == 0:
                     try:
-                        offset += os.write(fd, data[offset:offset + _CHUNK])
+                        offset += os.write(fd, data[offset : offset + _CHUNK])
                     except BlockingIOError:
                         continue
                     except BrokenPipeError:  # it stopped reading: as subprocess, not an error
@@ -293,8 +306,9 @@ def _spawn(argv: tuple[str, ...], env: dict[str, str], actions: list) -> int:
     first_error = last = None
     for path in candidates:
         try:
-            return os.posix_spawn(path, argv, env, file_actions=actions, setsid=True,
-                                  setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ))
+            return os.posix_spawn(
+                path, argv, env, file_actions=actions, setsid=True, setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ)
+            )
         except (FileNotFoundError, NotADirectoryError) as exc:
             last = exc
         except OSError as exc:  # e.g. not executable: reported unless a later entry runs

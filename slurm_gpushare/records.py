@@ -131,8 +131,10 @@ def _initializer(qualname: str, all_fields: tuple[Field, ...], init: tuple[Field
 
     def __init__(self, *args, **kwargs):
         if len(args) > len(names):
-            raise TypeError(f"{qualname}.__init__() takes {len(names) + 1} positional arguments but {len(args) + 1} were given")
-        values = dict(zip(names, args))
+            raise TypeError(
+                f"{qualname}.__init__() takes {len(names) + 1} positional arguments but {len(args) + 1} were given"
+            )
+        values = dict(zip(names, args, strict=False))
         for key, value in kwargs.items():
             if key not in by_name or not by_name[key].init:
                 raise TypeError(f"{qualname}.__init__() got an unexpected keyword argument {key!r}")
@@ -178,8 +180,14 @@ def _methods(qualname: str, all_fields: tuple[Field, ...], init: tuple[Field, ..
     def __delattr__(self, name):
         raise FrozenInstanceError(f"cannot delete field {name!r}")
 
-    return {"__init__": _initializer(qualname, all_fields, init, post_init), "__repr__": __repr__, "__eq__": __eq__,
-            "__hash__": __hash__, "__setattr__": __setattr__, "__delattr__": __delattr__}
+    return {
+        "__init__": _initializer(qualname, all_fields, init, post_init),
+        "__repr__": __repr__,
+        "__eq__": __eq__,
+        "__hash__": __hash__,
+        "__setattr__": __setattr__,
+        "__delattr__": __delattr__,
+    }
 
 
 def _ordering(compared: tuple[str, ...]) -> dict:
@@ -191,10 +199,15 @@ def _ordering(compared: tuple[str, ...]) -> dict:
     def compare(op):
         def method(self, other):
             return op(key(self), key(other)) if other.__class__ is self.__class__ else NotImplemented
+
         return method
 
-    return {"__lt__": compare(tuple.__lt__), "__le__": compare(tuple.__le__), "__gt__": compare(tuple.__gt__),
-            "__ge__": compare(tuple.__ge__)}
+    return {
+        "__lt__": compare(tuple.__lt__),
+        "__le__": compare(tuple.__le__),
+        "__gt__": compare(tuple.__gt__),
+        "__ge__": compare(tuple.__ge__),
+    }
 
 
 def _install(cls, methods: dict) -> None:

@@ -23,8 +23,9 @@ class PolicyNotFound(GpushareError):
     exit_code = 2
 
 
-def find_policy(explicit: str | os.PathLike | None, environ: Mapping[str, str],
-                default: Path = SITE_POLICY) -> tuple[Path, str]:
+def find_policy(
+    explicit: str | os.PathLike | None, environ: Mapping[str, str], default: Path = SITE_POLICY
+) -> tuple[Path, str]:
     """(the policy file, how it was chosen): ``explicit`` (--policy), else $GPUSHARE_POLICY, else ``default``.
 
     ``how`` is a few words for the user ("--policy", "$GPUSHARE_POLICY", "the
@@ -41,7 +42,8 @@ def find_policy(explicit: str | os.PathLike | None, environ: Mapping[str, str],
         return default, "the site's default"
     raise PolicyNotFound(
         f"no site policy: {default} is not there and ${ENV} is not set; name one with --policy FILE "
-        f"or export {ENV}=FILE (ask your cluster admins where it is), or install it at {default}")
+        f"or export {ENV}=FILE (ask your cluster admins where it is), or install it at {default}"
+    )
 
 
 def describe(path: Path, how: str) -> str:

@@ -17,15 +17,13 @@ class SlurmVersion(NamedTuple):
     micro: int = 0
 
     @classmethod
-    def parse(cls, text: str | float) -> "SlurmVersion":
+    def parse(cls, text: str | float) -> SlurmVersion:
         """Accept '24.11', '24.11.5' (YAML may hand us 24.11 as a float: refuse that ambiguity)."""
         if not isinstance(text, str):
-            raise ValueError(
-                f"{text!r} is not a string; quote it, e.g. \"24.11\" (YAML reads 24.10 as 24.1)"
-            )
+            raise ValueError(f'{text!r} is not a string; quote it, e.g. "24.11" (YAML reads 24.10 as 24.1)')
         m = _RE.match(text.strip())
         if not m:
-            raise ValueError(f"{text!r} is not a Slurm release like \"24.11\" or \"24.11.5\"")
+            raise ValueError(f'{text!r} is not a Slurm release like "24.11" or "24.11.5"')
         return cls(int(m[1]), int(m[2]), int(m[3] or 0))
 
     def at_least(self, text: str) -> bool:

@@ -47,12 +47,18 @@ def _cell(value: object) -> str:
 
 
 def _names_table() -> list[str]:
-    lines = ["## Names", "", "| `nvidia-smi --query-gpu=name` prints | catalogue model | Slurm type | memory MiB | MIG |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "## Names",
+        "",
+        "| `nvidia-smi --query-gpu=name` prints | catalogue model | Slurm type | memory MiB | MIG |",
+        "|---|---|---|---|---|",
+    ]
     for m in models():
         for name in m.nvml_names:
-            lines.append(f"| `{name}` | [{m.name}](#{_anchor(m)}) | `{m.slurm_type}` | {m.memory_mib} | "
-                         f"{'yes' if m.mig_capable else 'no'} |")
+            lines.append(
+                f"| `{name}` | [{m.name}](#{_anchor(m)}) | `{m.slurm_type}` | {m.memory_mib} | "
+                f"{'yes' if m.mig_capable else 'no'} |"
+            )
     return lines
 
 
@@ -61,25 +67,37 @@ def _anchor(model: GpuModel) -> str:
 
 
 def _profile_rows(model: GpuModel) -> list[str]:
-    rows = ["| profile | Slurm type | MiB | SMs | compute / memory slices | max per GPU | starts | billed as | note |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| profile | Slurm type | MiB | SMs | compute / memory slices | max per GPU | starts | billed as | note |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for p in model.mig_profiles:
         note = p.note if p.confirmed else f"*unconfirmed*: {p.note}"
         starts = ", ".join(map(str, p.placements))
-        rows.append(f"| {p.name} | `{model.mig_slurm_type(p.name)}` | {p.memory_mib} | {_cell(p.multiprocessors)} | "
-                    f"{p.compute_slices} / {p.memory_slices} | {p.max_instances} | {starts} | "
-                    f"{p.fraction(model):.4f} | {_cell(note)} |")
+        rows.append(
+            f"| {p.name} | `{model.mig_slurm_type(p.name)}` | {p.memory_mib} | {_cell(p.multiprocessors)} | "
+            f"{p.compute_slices} / {p.memory_slices} | {p.max_instances} | {starts} | "
+            f"{p.fraction(model):.4f} | {_cell(note)} |"
+        )
     return rows
 
 
 def _model_section(model: GpuModel) -> list[str]:
     names = ", ".join(f"`{n}`" for n in model.nvml_names)
-    lines = ["", f"### {model.name} {{#{_anchor(model)}}}", "",
-             f"Slurm type `{model.slurm_type}`, {model.memory_mib} MiB, {_cell(model.multiprocessors)} SMs; "
-             f"`nvidia-smi` names: {names}.", ""]
+    lines = [
+        "",
+        f"### {model.name} {{#{_anchor(model)}}}",
+        "",
+        f"Slurm type `{model.slurm_type}`, {model.memory_mib} MiB, {_cell(model.multiprocessors)} SMs; "
+        f"`nvidia-smi` names: {names}.",
+        "",
+    ]
     if not model.mig_capable:
-        return lines + ["No MIG: share it whole (`exclusive`), with MPS or with shards.", "",
-                        f"Sources: {model.source}."]
+        return lines + [
+            "No MIG: share it whole (`exclusive`), with MPS or with shards.",
+            "",
+            f"Sources: {model.source}.",
+        ]
     lines.append(f"{model.compute_slices} compute slices, {model.memory_slices} memory slices.")
     lines += ["", *_profile_rows(model), "", f"Sources: {model.source}."]
     return lines + ([f"Note: {model.note.rstrip('.')}."] if model.note else [])

@@ -25,8 +25,11 @@ from slurm_gpushare.slurm import commands  # noqa: E402
 from slurm_gpushare.testcluster.cluster import TestCluster  # noqa: E402
 from tests.cluster.test_slurm_client import client_dump, frozen_moment  # noqa: E402
 
-RAW = (("squeue.json", commands.SQUEUE_JSON), ("scontrol-show-node.json", commands.NODES_JSON),
-       ("scontrol-show-partition.json", commands.PARTITIONS_JSON))
+RAW = (
+    ("squeue.json", commands.SQUEUE_JSON),
+    ("scontrol-show-node.json", commands.NODES_JSON),
+    ("scontrol-show-partition.json", commands.PARTITIONS_JSON),
+)
 
 
 def record(cluster: TestCluster, out_root: Path) -> Path:
@@ -44,15 +47,28 @@ def record(cluster: TestCluster, out_root: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--suite", choices=("trixie", "sid"), default="trixie",
-                        help="Debian suite of the Slurm image: trixie (Slurm 24.11) or sid (26.05)")
-    parser.add_argument("--out", type=Path, default=ROOT / "tests" / "data" / "slurm",
-                        help="directory that holds recorded-<version>/ (default: tests/data/slurm)")
+    parser.add_argument(
+        "--suite",
+        choices=("trixie", "sid"),
+        default="trixie",
+        help="Debian suite of the Slurm image: trixie (Slurm 24.11) or sid (26.05)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "tests" / "data" / "slurm",
+        help="directory that holds recorded-<version>/ (default: tests/data/slurm)",
+    )
     parser.add_argument("--project", default="gpushare-record", help="compose project name")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        cluster = TestCluster(ROOT / "etc" / "small-lab.yaml", project=args.project, suite=args.suite,
-                              workdir=Path(tmp), docker_dir=ROOT / "docker")
+        cluster = TestCluster(
+            ROOT / "etc" / "small-lab.yaml",
+            project=args.project,
+            suite=args.suite,
+            workdir=Path(tmp),
+            docker_dir=ROOT / "docker",
+        )
         cluster.build()
         try:
             cluster.up()

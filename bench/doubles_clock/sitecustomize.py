@@ -39,8 +39,21 @@ import sys
 
 _OUT = os.environ.get("GPUSHARE_BENCH_DOUBLES")
 _FAKE = "nvidia-cuda-mps-control"
-_SEEN = {"mps_ms": 0.0, "mps_cpu": 0.0, "mps_n": 0, "wait_ms": 0.0, "wait_n": 0, "nvml_ms": 0.0, "nvml_cpu": 0.0,
-         "nvml_n": 0, "import_ms": 0.0, "import_cpu": 0.0, "import_n": 0, "other_ms": 0.0, "other_n": 0}
+_SEEN = {
+    "mps_ms": 0.0,
+    "mps_cpu": 0.0,
+    "mps_n": 0,
+    "wait_ms": 0.0,
+    "wait_n": 0,
+    "nvml_ms": 0.0,
+    "nvml_cpu": 0.0,
+    "nvml_n": 0,
+    "import_ms": 0.0,
+    "import_cpu": 0.0,
+    "import_n": 0,
+    "other_ms": 0.0,
+    "other_n": 0,
+}
 _OTHER: list = []
 
 
@@ -104,8 +117,11 @@ def _patch_fakenvml(module) -> None:
             setattr(cls, name, _timed("nvml", value, guard, process_time))
 
 
-_PATCHES = {"slurm_gpushare.proc": _patch_proc, "slurm_gpushare.node.mps": _patch_mps,
-            "slurm_gpushare.gpu.fakenvml": _patch_fakenvml}
+_PATCHES = {
+    "slurm_gpushare.proc": _patch_proc,
+    "slurm_gpushare.node.mps": _patch_mps,
+    "slurm_gpushare.gpu.fakenvml": _patch_fakenvml,
+}
 
 
 class _Finder:

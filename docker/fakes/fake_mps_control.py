@@ -69,9 +69,15 @@ PIPE = os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps"
 LOG = os.environ.get("CUDA_MPS_LOG_DIRECTORY") or "/var/log/nvidia-mps"
 CONTROL = os.path.join(PIPE, "control")
 PID_FILE = os.path.join(PIPE, "nvidia-cuda-mps-control.pid")
-COMMANDS = ("get_server_list", "start_server", "set_default_active_thread_percentage",
-            "get_default_active_thread_percentage", "set_default_device_pinned_mem_limit",
-            "get_default_device_pinned_mem_limit", "quit")
+COMMANDS = (
+    "get_server_list",
+    "start_server",
+    "set_default_active_thread_percentage",
+    "get_default_active_thread_percentage",
+    "set_default_device_pinned_mem_limit",
+    "get_default_device_pinned_mem_limit",
+    "quit",
+)
 
 
 def _daemon_modules() -> None:
@@ -145,9 +151,13 @@ class Daemon:
         self.running = True
 
     def save(self) -> None:
-        state = {"pid": os.getpid(), "servers": {str(p): u for p, u in self.servers.items()},
-                 "default_active_thread_percentage": self.percentage, "default_device_pinned_mem_limit": self.mem_limits,
-                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+        state = {
+            "pid": os.getpid(),
+            "servers": {str(p): u for p, u in self.servers.items()},
+            "default_active_thread_percentage": self.percentage,
+            "default_device_pinned_mem_limit": self.mem_limits,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+        }
         # the pipe dir is the job user's once the daemon is up: the temporary is created afresh (O_EXCL, no link
         # followed), its mode set on the descriptor, and renamed over whatever the name is (rename never follows)
         tmp = os.path.join(PIPE, ".fake-state.json.tmp")
@@ -213,15 +223,19 @@ class Daemon:
         if cmd == "quit" and not args:
             self.running = False
             return 0, ""
-        return 1, (f"fake nvidia-cuda-mps-control: unknown or malformed command {line.strip()!r}; "
-                   f"this fake supports: {', '.join(COMMANDS)}")
+        return 1, (
+            f"fake nvidia-cuda-mps-control: unknown or malformed command {line.strip()!r}; "
+            f"this fake supports: {', '.join(COMMANDS)}"
+        )
 
     def start_server(self, uid: int) -> tuple[int, str]:
         if uid in self.servers.values():
             return 1, f"A server for user {uid} is already running"
         if self.servers:
-            return 1, (f"fake nvidia-cuda-mps-control: a server for user {next(iter(self.servers.values()))} is "
-                       "running; switching users is not modelled")
+            return 1, (
+                f"fake nvidia-cuda-mps-control: a server for user {next(iter(self.servers.values()))} is "
+                "running; switching users is not modelled"
+            )
         # SIGTERM blocked across the fork: a quit's SIGTERM that reached the child before exec would run this
         # daemon's inherited Python handler there (setting a flag, closing whatever fd now has the listener's
         # number) and the server would exec and run on, never reaped; the child restores the default action
@@ -375,7 +389,9 @@ def _claim_gpus(pid: int) -> str | None:
             mode = _SHOWN.get(gpus[uuid].get("compute_mode", 0), "?")
             others = sorted(p for p, held in holders.items() if uuid in held and p != pid)
             if mode == "PROHIBITED" or mode == "EXCLUSIVE_THREAD" or (mode == "EXCLUSIVE_PROCESS" and others):
-                why = f" (held by server {', '.join(map(str, others))})" if others and mode == "EXCLUSIVE_PROCESS" else ""
+                why = (
+                    f" (held by server {', '.join(map(str, others))})" if others and mode == "EXCLUSIVE_PROCESS" else ""
+                )
                 log("Server", f"{uuid}: compute mode {mode}{why}", "server.log")
                 return "all CUDA-capable devices are busy or unavailable"
         tmp = os.path.join(registry, f".{pid}.tmp")
@@ -576,8 +592,11 @@ def main(argv: list[str]) -> int:
         return start_daemon(foreground=True)
     if len(argv) == 2 and argv[0] == "--server" and argv[1].isdigit():  # internal: a server the daemon started
         return server_main()
-    print(f"fake nvidia-cuda-mps-control: unsupported arguments {' '.join(argv)!r}; this fake supports -d, -f, "
-          "or commands on stdin", file=sys.stderr)
+    print(
+        f"fake nvidia-cuda-mps-control: unsupported arguments {' '.join(argv)!r}; this fake supports -d, -f, "
+        "or commands on stdin",
+        file=sys.stderr,
+    )
     return 1
 
 

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, Sequence
 
 from ..slurm.parsable import SlurmParseError
 from ..slurm.sshare import ShareRow
@@ -53,7 +53,7 @@ class Assoc:
     user: str | None = None
     shares: int | None = 1
     usage: float = 0.0
-    children: list["Assoc"] = field(default_factory=list)
+    children: list[Assoc] = field(default_factory=list)
     efctv: float | None = None  # U as slurmctld computed it, when a source has it exactly (sshare --json)
 
     @property
@@ -64,11 +64,11 @@ class Assoc:
     def is_user(self) -> bool:
         return self.user is not None
 
-    def add(self, child: "Assoc") -> "Assoc":
+    def add(self, child: Assoc) -> Assoc:
         self.children.append(child)
         return child
 
-    def walk(self) -> Iterator["Assoc"]:
+    def walk(self) -> Iterator[Assoc]:
         yield self
         for child in self.children:
             yield from child.walk()
@@ -120,7 +120,9 @@ def _fs_tree(root: Assoc) -> tuple[dict[Assoc, list[Assoc]], dict[Assoc, Assoc]]
     return children, parent
 
 
-def _shares_norm(root: Assoc, children: Mapping[Assoc, list[Assoc]], parent: Mapping[Assoc, Assoc]) -> dict[Assoc, float]:
+def _shares_norm(
+    root: Assoc, children: Mapping[Assoc, list[Assoc]], parent: Mapping[Assoc, Assoc]
+) -> dict[Assoc, float]:
     """S: shares over the level's shares; FairShare=parent takes its fair-share parent's S (root's is 0)."""
     level = {p: sum(c.shares for c in kids if c.shares is not None) for p, kids in children.items()}
     own: dict[Assoc, float] = {root: 0.0}
@@ -151,8 +153,14 @@ class _Ranking:
     ranks: dict
 
 
-def _rank(siblings: Sequence[Assoc], children: Mapping[Assoc, list[Assoc]], lf: Mapping[Assoc, float],
-          state: _Ranking, tied_in: bool, merge: bool) -> None:
+def _rank(
+    siblings: Sequence[Assoc],
+    children: Mapping[Assoc, list[Assoc]],
+    lf: Mapping[Assoc, float],
+    state: _Ranking,
+    tied_in: bool,
+    merge: bool,
+) -> None:
     order = sorted(siblings, key=lambda a: (-lf[a], not a.is_user))
     prev = NO_VAL
     i = 0
@@ -166,7 +174,7 @@ def _rank(siblings: Sequence[Assoc], children: Mapping[Assoc, list[Assoc]], lf: 
             state.rnt -= 1
         else:
             extra = _tied_accounts(order, i, lf) if merge else _slurm_tied_accounts(order, i, lf)
-            merged = [c for acct in order[i:i + extra + 1] for c in children.get(acct, [])]
+            merged = [c for acct in order[i : i + extra + 1] for c in children.get(acct, [])]
             _rank(merged, children, lf, state, tied, merge)
             i += extra
         prev = lf[node]
@@ -176,7 +184,7 @@ def _rank(siblings: Sequence[Assoc], children: Mapping[Assoc, list[Assoc]], lf: 
 def _slurm_tied_accounts(order: Sequence[Assoc], i: int, lf: Mapping[Assoc, float]) -> int:
     """fair_tree.c's count, as written: it stops at the first account, so it counts only users (none tie)."""
     n = 0
-    for nxt in order[i + 1:]:
+    for nxt in order[i + 1 :]:
         if not nxt.is_user or lf[nxt] != lf[order[i]]:
             break
         n += 1
@@ -186,7 +194,7 @@ def _slurm_tied_accounts(order: Sequence[Assoc], i: int, lf: Mapping[Assoc, floa
 def _tied_accounts(order: Sequence[Assoc], i: int, lf: Mapping[Assoc, float]) -> int:
     """The documented rule: following sibling accounts with the same LevelFS."""
     n = 0
-    for nxt in order[i + 1:]:
+    for nxt in order[i + 1 :]:
         if nxt.is_user or lf[nxt] != lf[order[i]]:
             break
         n += 1
@@ -202,8 +210,13 @@ def tree_from_sshare(rows: Sequence[ShareRow]) -> Assoc:
     root = None
     for row in rows:
         shares = None if row.shares_parent else (1 if row.raw_shares is None else row.raw_shares)
-        node = Assoc(row.account, row.user, shares, float(row.raw_usage or 0),
-                     efctv=row.effective_usage if row.exact_usage and row.parent else None)
+        node = Assoc(
+            row.account,
+            row.user,
+            shares,
+            float(row.raw_usage or 0),
+            efctv=row.effective_usage if row.exact_usage and row.parent else None,
+        )
         if row.user is None:
             if row.parent is None:
                 if root is not None:
@@ -223,6 +236,7 @@ def tree_from_sshare(rows: Sequence[ShareRow]) -> Assoc:
 def with_usage(root: Assoc, usage: Mapping[Key, float]) -> Assoc:
     """A copy of the tree where each user's usage is ``usage[(account, user)]`` (0 if absent)
     and each account's is the sum below it, as Fair Tree would see usage counted that way."""
+
     def copy(node: Assoc) -> Assoc:
         kids = [copy(c) for c in node.children]
         own = usage.get(node.key, 0.0) if node.is_user else sum(k.usage for k in kids)
@@ -258,8 +272,13 @@ def _copy(node: Assoc) -> Assoc:
     return Assoc(node.account, node.user, node.shares, node.usage, [_copy(c) for c in node.children])
 
 
-def what_if(root: Assoc, *, usage: Mapping[Key, float] | None = None,
-            extra: Sequence[tuple[str, str | None, float]] = (), merge_tied_accounts: bool = False) -> dict[Key, Level]:
+def what_if(
+    root: Assoc,
+    *,
+    usage: Mapping[Key, float] | None = None,
+    extra: Sequence[tuple[str, str | None, float]] = (),
+    merge_tied_accounts: bool = False,
+) -> dict[Key, Level]:
     """Fair Tree if usage were ``usage`` (e.g. GPU-equivalent seconds per association) and after
     ``extra`` (account, user or None, amount) more usage; the tree's own usage otherwise."""
     tree = with_usage(root, usage) if usage is not None else root
@@ -295,8 +314,14 @@ class Check:
         return self.diff <= self.allowed
 
 
-def check_against(rows: Sequence[ShareRow], root: Assoc, result: Mapping[Key, Level], *,
-                  tolerance: float = 1e-6, usage_abs: float = 0.0) -> list[Check]:
+def check_against(
+    rows: Sequence[ShareRow],
+    root: Assoc,
+    result: Mapping[Key, Level],
+    *,
+    tolerance: float = 1e-6,
+    usage_abs: float = 0.0,
+) -> list[Check]:
     """Compare our NormShares, EffectvUsage, LevelFS and FairShare with sshare's, row by row.
 
     LevelFS is compared relatively (it is unbounded); the others absolutely.
@@ -330,20 +355,23 @@ def check_against(rows: Sequence[ShareRow], root: Assoc, result: Mapping[Key, Le
         # FairShare=parent: sshare -l prints no LevelFS; --json (24.11) gives a user's inf, an account's unset.
         lf = ours.level_fs if node.shares is not None or (node.is_user and row.level_fs is not None) else None
         out.append(Check(row.key, "norm_shares", ours.shares_norm, row.norm_shares, tolerance))
-        out.append(Check(row.key, "effective_usage", ours.usage_efctv, row.effective_usage,
-                         tolerance + ours.usage_efctv * rel))
+        out.append(
+            Check(row.key, "effective_usage", ours.usage_efctv, row.effective_usage, tolerance + ours.usage_efctv * rel)
+        )
         if row.level_fs is not None or lf is not None:
             scale = max(1.0, abs(row.level_fs)) if row.level_fs not in (None, math.inf) else 1.0
             bound = abs(lf) * rel if lf is not None and not math.isinf(lf) else 0.0
             out.append(Check(row.key, "level_fs", lf, row.level_fs, tolerance * scale + bound))
         if node.is_user and row.fairshare is not None:
-            out.append(Check(row.key, "fairshare", ours.fairshare, row.fairshare,
-                             tolerance + slack.get(node, 0) / users))
+            out.append(
+                Check(row.key, "fairshare", ours.fairshare, row.fairshare, tolerance + slack.get(node, 0) / users)
+            )
     return out
 
 
-def _rank_slack(root: Assoc, children: Mapping[Assoc, list[Assoc]], lf: Mapping[Assoc, float],
-                rel: Mapping[Assoc, float]) -> dict[Assoc, int]:
+def _rank_slack(
+    root: Assoc, children: Mapping[Assoc, list[Assoc]], lf: Mapping[Assoc, float], rel: Mapping[Assoc, float]
+) -> dict[Assoc, int]:
     """Per user: how many ranks it could move if siblings (of it or of an ancestor) whose LevelFS
     lie within the rounding of their inputs sorted the other way round in slurmctld."""
     below: dict[Assoc, int] = {}

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Hashable, Mapping, Sequence
 from datetime import datetime, tzinfo
-from typing import Any, Hashable, Mapping, Sequence
+from typing import Any
 
 from ..errors import GpushareError
-from .timeline import HOUR, Timeline, label, name as _name
+from .timeline import HOUR, Timeline, label
+from .timeline import name as _name
 
 EXTRA = "pip install 'slurm-gpushare[plot]'"
 MAX_SERIES = 10
@@ -54,8 +56,15 @@ def hours_text(h: float) -> str:
     return f"{h:.3g}"
 
 
-def usage_png(timeline: Timeline, rows: Sequence[Mapping[str, Any]], key_of, by: str, total: Mapping[str, Any],
-              window: tuple[str, str], tz: tzinfo | None) -> bytes:
+def usage_png(
+    timeline: Timeline,
+    rows: Sequence[Mapping[str, Any]],
+    key_of,
+    by: str,
+    total: Mapping[str, Any],
+    window: tuple[str, str],
+    tz: tzinfo | None,
+) -> bytes:
     """Stacked bars: each group's GPU-equivalent hours per bucket, largest group at the bottom.
 
     ``rows`` are the usage report's rows (largest first), ``key_of(row)`` the
@@ -66,25 +75,36 @@ def usage_png(timeline: Timeline, rows: Sequence[Mapping[str, Any]], key_of, by:
     from matplotlib import dates as mdates
 
     keys: list[Hashable] = [key_of(r) for r in rows]
-    by_name = {_name(k): r for k, r in zip(keys, rows)}
+    by_name = {_name(k): r for k, r in zip(keys, rows, strict=False)}
     series = [(n, s) for n, s in timeline.top(keys, MAX_SERIES) if any(s)]
     edges = [datetime.fromtimestamp(t, tz) if tz else datetime.fromtimestamp(t).astimezone() for t in timeline.edges]
-    starts, widths = edges[:-1], [(b - a).total_seconds() / 86400 for a, b in zip(edges, edges[1:])]
+    starts, widths = edges[:-1], [(b - a).total_seconds() / 86400 for a, b in zip(edges, edges[1:], strict=False)]
     fig = Figure(figsize=SIZE, dpi=DPI, layout="constrained")
     ax = fig.add_subplot()
     bottom = [0.0] * timeline.buckets
     colours = _colours(len(series))
-    for (name, s), colour in zip(series, colours):
+    for (name, s), colour in zip(series, colours, strict=False):
         hours = [v / HOUR for v in s]
-        ax.bar(starts, hours, width=widths, bottom=bottom, align="edge", color=colour, edgecolor="white",
-               linewidth=0.3, label=_usage_label(name, by_name.get(name)))
-        bottom = [b + h for b, h in zip(bottom, hours)]
+        ax.bar(
+            starts,
+            hours,
+            width=widths,
+            bottom=bottom,
+            align="edge",
+            color=colour,
+            edgecolor="white",
+            linewidth=0.3,
+            label=_usage_label(name, by_name.get(name)),
+        )
+        bottom = [b + h for b, h in zip(bottom, hours, strict=False)]
     per = label(timeline.bucket)
     ax.set_ylabel(f"GPU-equivalent hours per {per}")
     ax.set_xlabel(f"time ({_zone_name(edges[0])})")
-    fig.suptitle(f"GPU-equivalent hours by {by}, {window[0]} .. {window[1]}\n"
-                 f"total {hours_text(total['gpu_hours'])} GPU-eq h in {total['jobs']:,} jobs, {per} buckets",
-                 fontsize=10)
+    fig.suptitle(
+        f"GPU-equivalent hours by {by}, {window[0]} .. {window[1]}\n"
+        f"total {hours_text(total['gpu_hours'])} GPU-eq h in {total['jobs']:,} jobs, {per} buckets",
+        fontsize=10,
+    )
     rate = timeline.bucket / HOUR
     right = ax.secondary_yaxis("right", functions=(lambda h: h / rate, lambda g: g * rate))
     right.set_ylabel("mean GPU-equivalents in use")
@@ -94,8 +114,14 @@ def usage_png(timeline: Timeline, rows: Sequence[Mapping[str, Any]], key_of, by:
     ax.set_xlim(edges[0], edges[-1])
     ax.grid(axis="y", alpha=0.3)
     if series:
-        ax.legend(title=f"{by}: GPU-eq h (share)", fontsize=8, title_fontsize=8, loc="upper left",
-                  bbox_to_anchor=(1.12, 1.0), frameon=False)
+        ax.legend(
+            title=f"{by}: GPU-eq h (share)",
+            fontsize=8,
+            title_fontsize=8,
+            loc="upper left",
+            bbox_to_anchor=(1.12, 1.0),
+            frameon=False,
+        )
     else:
         ax.text(0.5, 0.5, "no GPU use in this window", transform=ax.transAxes, ha="center", va="center")
     return _png(fig)
@@ -107,7 +133,9 @@ def _usage_label(name: str, row: Mapping[str, Any] | None) -> str:
     return f"{name}: {hours_text(row['gpu_hours'])} ({100 * row['share']:.1f}%)"
 
 
-def fairness_png(rows: Sequence[Mapping[str, Any]], index: Mapping[str, float | None], window: tuple[str, str]) -> bytes:
+def fairness_png(
+    rows: Sequence[Mapping[str, Any]], index: Mapping[str, float | None], window: tuple[str, str]
+) -> bytes:
     """Paired bars per tenant: its share of its level and its part of the level's GPU-equivalent use.
 
     Tenants are grouped by fair-share level (siblings compete with each
@@ -130,17 +158,37 @@ def fairness_png(rows: Sequence[Mapping[str, Any]], index: Mapping[str, float | 
         for r in members:
             share, use = 100 * r["level_share"], 100 * (r["level_usage"] or 0.0)
             ax.bar(x - width / 2, share, width, color=share_c, label="share (normalised shares)" if not ticks else None)
-            ax.bar(x + width / 2, use, width, color=use_c, label="use (part of the level's GPU-eq h)" if not ticks else None)
+            ax.bar(
+                x + width / 2,
+                use,
+                width,
+                color=use_c,
+                label="use (part of the level's GPU-eq h)" if not ticks else None,
+            )
             ratio = r["ratio"]
-            ax.annotate("use/share\n" + ("n/a" if ratio is None else f"{ratio:.2f}"), (x, max(share, use)),
-                        xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=7)
+            ax.annotate(
+                "use/share\n" + ("n/a" if ratio is None else f"{ratio:.2f}"),
+                (x, max(share, use)),
+                xytext=(0, 3),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
             ticks.append(x)
             tick_labels.append(f"{r['tenant']}\n{hours_text(r['gpu_hours'])} GPU-eq h")
             x += 1.0
         j = index.get(level)
-        ax.text((first + x - 1) / 2, -0.13, f"{'cluster (root)' if level == 'root' else 'under ' + level}"
-                f"\nJain {('n/a' if j is None else f'{j:.3f}')}", transform=ax.get_xaxis_transform(),
-                ha="center", va="top", fontsize=8, style="italic")
+        ax.text(
+            (first + x - 1) / 2,
+            -0.13,
+            f"{'cluster (root)' if level == 'root' else 'under ' + level}\nJain {('n/a' if j is None else f'{j:.3f}')}",
+            transform=ax.get_xaxis_transform(),
+            ha="center",
+            va="top",
+            fontsize=8,
+            style="italic",
+        )
         if n < len(levels) - 1:
             ax.axvline(x - 0.5, color="grey", linewidth=0.6, linestyle=":")
         x += 0.4
@@ -148,8 +196,12 @@ def fairness_png(rows: Sequence[Mapping[str, Any]], index: Mapping[str, float | 
     ax.set_ylabel("percent of the tenant's level (%)")
     top = max([100.0] + [100 * max(r["level_share"], r["level_usage"] or 0) for m in levels.values() for r in m])
     ax.set_ylim(0, math.ceil(top / 10) * 10 + 12)
-    ax.set_title(f"GPU-equivalent use against fair share, {window[0]} .. {window[1]}\n"
-                 "each tenant against its siblings (tenants under the same fair-share parent)", fontsize=10, pad=22)
+    ax.set_title(
+        f"GPU-equivalent use against fair share, {window[0]} .. {window[1]}\n"
+        "each tenant against its siblings (tenants under the same fair-share parent)",
+        fontsize=10,
+        pad=22,
+    )
     ax.grid(axis="y", alpha=0.3)
     if ticks:
         ax.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2, frameon=False)

@@ -11,16 +11,22 @@ import csv
 import io
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..policy import Site
 from .fairtree import NO_VAL, Assoc, Check, Key, Level
 from .usage import UsageAggregator
 
 FORMATS = ("table", "csv", "json")
-_BY_COLUMNS = {"account": ("account",), "user": ("user",), "assoc": ("account", "user"),
-               "partition": ("partition",), "gpu-kind": ("gpu_kind",)}
+_BY_COLUMNS = {
+    "account": ("account",),
+    "user": ("user",),
+    "assoc": ("account", "user"),
+    "partition": ("partition",),
+    "gpu-kind": ("gpu_kind",),
+}
 
 
 def row_key(by: str, row: Mapping[str, Any]):
@@ -40,15 +46,19 @@ def usage_rows(agg: UsageAggregator) -> tuple[list[Column], list[dict[str, Any]]
     """One row per group, largest GPU-equivalent use first, and the cluster total."""
     names = _BY_COLUMNS[agg.by]
     cols = [Column(n, n.replace("_", "-")) for n in names]
-    cols += [Column("gpu_hours", "GPU-eq h", "hours"), Column("billing_hours", "billing h", "hours"),
-             Column("jobs", "jobs", "int"), Column("share", "share", "share")]
+    cols += [
+        Column("gpu_hours", "GPU-eq h", "hours"),
+        Column("billing_hours", "billing h", "hours"),
+        Column("jobs", "jobs", "int"),
+        Column("share", "share", "share"),
+    ]
     if agg.half_life is not None:
         cols.append(Column("fairshare_gpu_hours", "fair-share GPU-eq h", "hours"))
     total = agg.total.gpu_seconds
     rows = []
     for key, t in sorted(agg.groups.items(), key=lambda kv: (-kv[1].gpu_seconds, str(kv[0]))):
         values = key if isinstance(key, tuple) else (key,)
-        row: dict[str, Any] = dict(zip(names, values))
+        row: dict[str, Any] = dict(zip(names, values, strict=False))
         row.update(_totals(t, total))
         rows.append(row)
     summary = _totals(agg.total, total)
@@ -57,8 +67,13 @@ def usage_rows(agg: UsageAggregator) -> tuple[list[Column], list[dict[str, Any]]
 
 
 def _totals(t, total: float) -> dict[str, Any]:
-    return {"gpu_hours": t.gpu_seconds / 3600, "billing_hours": t.billing_seconds / 3600, "jobs": t.jobs,
-            "share": t.gpu_seconds / total if total else 0.0, "fairshare_gpu_hours": t.fs_seconds / 3600}
+    return {
+        "gpu_hours": t.gpu_seconds / 3600,
+        "billing_hours": t.billing_seconds / 3600,
+        "jobs": t.jobs,
+        "share": t.gpu_seconds / total if total else 0.0,
+        "fairshare_gpu_hours": t.fs_seconds / 3600,
+    }
 
 
 # ---- fairness: each tenant's usage against its share ------------------------------------------
@@ -73,7 +88,9 @@ def jain(values: Sequence[float]) -> float | None:
     return sum(values) ** 2 / (len(values) * squares)
 
 
-def fairness_rows(site: Site, gpu_seconds_by_account: Mapping[str, float]) -> tuple[list[Column], list[dict], dict[str, float | None]]:
+def fairness_rows(
+    site: Site, gpu_seconds_by_account: Mapping[str, float]
+) -> tuple[list[Column], list[dict], dict[str, float | None]]:
     """Per tenant: its share among its sibling tenants, its part of their GPU-equivalent use, the ratio.
 
     Siblings are the tenants under the same fair-share parent (children of a
@@ -90,12 +107,17 @@ def fairness_rows(site: Site, gpu_seconds_by_account: Mapping[str, float]) -> tu
         levels.setdefault(level_of[n], []).append(n)
     share = _level_shares(tenants, levels)
     rows = [_fair_row(name, tenants, levels[level_of[name]], level_of, share, usage) for name in tenants]
-    index = {lvl: jain([r["ratio"] for r in rows if r["level"] == lvl and r["ratio"] is not None])
-             for lvl in levels}
-    cols = [Column("tenant", "tenant"), Column("level", "level"), Column("shares", "shares"),
-            Column("level_share", "share", "share"), Column("global_share", "cluster share", "share"),
-            Column("gpu_hours", "GPU-eq h", "hours"), Column("level_usage", "use", "share"),
-            Column("ratio", "use/share", "float")]
+    index = {lvl: jain([r["ratio"] for r in rows if r["level"] == lvl and r["ratio"] is not None]) for lvl in levels}
+    cols = [
+        Column("tenant", "tenant"),
+        Column("level", "level"),
+        Column("shares", "shares"),
+        Column("level_share", "share", "share"),
+        Column("global_share", "cluster share", "share"),
+        Column("gpu_hours", "GPU-eq h", "hours"),
+        Column("level_usage", "use", "share"),
+        Column("ratio", "use/share", "float"),
+    ]
     return cols, rows, index
 
 
@@ -134,49 +156,88 @@ def _fair_row(name, tenants, members, level_of, share, usage) -> dict[str, Any]:
     level_total = sum(usage[m] for m in competing)
     use = usage[name] / level_total if level_total else 0.0
     s = share[name]
-    return {"tenant": name, "level": level_of[name], "shares": tenants[name].shares, "level_share": s,
-            "global_share": _global(name, tenants, level_of, share), "gpu_hours": usage[name] / 3600,
-            "level_usage": use if s is not None else None,
-            "ratio": (use / s) if s else None}
+    return {
+        "tenant": name,
+        "level": level_of[name],
+        "shares": tenants[name].shares,
+        "level_share": s,
+        "global_share": _global(name, tenants, level_of, share),
+        "gpu_hours": usage[name] / 3600,
+        "level_usage": use if s is not None else None,
+        "ratio": (use / s) if s else None,
+    }
 
 
 # ---- fair share: ours beside sshare's ------------------------------------------------------------
 
 
-def fairshare_rows(root: Assoc, ours: Mapping[Key, Level], checks: Sequence[Check] = (),
-                   what_if: Mapping[Key, Level] | None = None, what_if_usage: Assoc | None = None,
-                   theirs: Mapping[Key, Any] | None = None) -> tuple[list[Column], list[dict]]:
+def fairshare_rows(
+    root: Assoc,
+    ours: Mapping[Key, Level],
+    checks: Sequence[Check] = (),
+    what_if: Mapping[Key, Level] | None = None,
+    what_if_usage: Assoc | None = None,
+    theirs: Mapping[Key, Any] | None = None,
+) -> tuple[list[Column], list[dict]]:
     """The tree, one row per association, depth-first, with sshare's values and the checks beside ours."""
     bad = {}
     for c in checks:
         if not c.ok:
             bad.setdefault(c.key, []).append(c.field)
     alt = {a.key: a.usage for a in what_if_usage.walk()} if what_if_usage is not None else {}
-    cols = [Column("account", "account"), Column("user", "user"), Column("shares", "shares"),
-            Column("norm_shares", "norm shares", "float"), Column("usage", "raw usage", "num"),
-            Column("effective_usage", "effectv usage", "float"), Column("level_fs", "LevelFS", "float"),
-            Column("fairshare", "FairShare", "float")]
+    cols = [
+        Column("account", "account"),
+        Column("user", "user"),
+        Column("shares", "shares"),
+        Column("norm_shares", "norm shares", "float"),
+        Column("usage", "raw usage", "num"),
+        Column("effective_usage", "effectv usage", "float"),
+        Column("level_fs", "LevelFS", "float"),
+        Column("fairshare", "FairShare", "float"),
+    ]
     if theirs is not None:
-        cols += [Column("sshare_level_fs", "sshare LevelFS", "float"), Column("sshare_fairshare", "sshare FairShare", "float"),
-                 Column("mismatch", "differs")]
+        cols += [
+            Column("sshare_level_fs", "sshare LevelFS", "float"),
+            Column("sshare_fairshare", "sshare FairShare", "float"),
+            Column("mismatch", "differs"),
+        ]
     if what_if is not None:
-        cols += [Column("what_if_usage", "what-if usage", "num"), Column("what_if_level_fs", "what-if LevelFS", "float"),
-                 Column("what_if_fairshare", "what-if FairShare", "float")]
+        cols += [
+            Column("what_if_usage", "what-if usage", "num"),
+            Column("what_if_level_fs", "what-if LevelFS", "float"),
+            Column("what_if_fairshare", "what-if FairShare", "float"),
+        ]
     rows = []
     for depth, node in _depth_walk(root):
         lv = ours[node.key]
-        row = {"account": " " * depth + node.account,
-               "user": node.user or "", "shares": _shown_shares(node, depth),
-               "norm_shares": lv.shares_norm, "usage": node.usage, "effective_usage": lv.usage_efctv,
-               "level_fs": _shown_lf(node, lv), "fairshare": lv.fairshare}
+        row = {
+            "account": " " * depth + node.account,
+            "user": node.user or "",
+            "shares": _shown_shares(node, depth),
+            "norm_shares": lv.shares_norm,
+            "usage": node.usage,
+            "effective_usage": lv.usage_efctv,
+            "level_fs": _shown_lf(node, lv),
+            "fairshare": lv.fairshare,
+        }
         if theirs is not None:
             t = theirs.get(node.key)
-            row.update({"sshare_level_fs": getattr(t, "level_fs", None), "sshare_fairshare": getattr(t, "fairshare", None),
-                        "mismatch": ",".join(bad.get(node.key, []))})
+            row.update(
+                {
+                    "sshare_level_fs": getattr(t, "level_fs", None),
+                    "sshare_fairshare": getattr(t, "fairshare", None),
+                    "mismatch": ",".join(bad.get(node.key, [])),
+                }
+            )
         if what_if is not None:
             w = what_if[node.key]
-            row.update({"what_if_usage": alt.get(node.key), "what_if_level_fs": _shown_lf(node, w),
-                        "what_if_fairshare": w.fairshare})
+            row.update(
+                {
+                    "what_if_usage": alt.get(node.key),
+                    "what_if_level_fs": _shown_lf(node, w),
+                    "what_if_fairshare": w.fairshare,
+                }
+            )
         rows.append(row)
     return cols, rows
 
@@ -203,10 +264,15 @@ def _shown_lf(node: Assoc, lv: Level) -> float | None:
 # ---- rendering ---------------------------------------------------------------------------------
 
 
-def render(cols: Sequence[Column], rows: Sequence[Mapping[str, Any]], fmt: str, *, extra: Mapping[str, Any] | None = None) -> str:
+def render(
+    cols: Sequence[Column], rows: Sequence[Mapping[str, Any]], fmt: str, *, extra: Mapping[str, Any] | None = None
+) -> str:
     """``rows`` as an aligned table, CSV, or JSON (``{"rows": [...], **extra}``)."""
     if fmt == "json":
-        return json.dumps({"rows": [_json_row(r, cols) for r in rows], **(extra or {})}, indent=2, default=_json_default) + "\n"
+        return (
+            json.dumps({"rows": [_json_row(r, cols) for r in rows], **(extra or {})}, indent=2, default=_json_default)
+            + "\n"
+        )
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
@@ -241,7 +307,7 @@ def _table(cols: Sequence[Column], rows: Sequence[Mapping[str, Any]]) -> str:
     widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
     lines = []
     for row in cells:
-        parts = [v.ljust(w) if c.kind == "text" else v.rjust(w) for v, w, c in zip(row, widths, cols)]
+        parts = [v.ljust(w) if c.kind == "text" else v.rjust(w) for v, w, c in zip(row, widths, cols, strict=False)]
         lines.append("  ".join(parts).rstrip())
     return "\n".join(lines) + "\n"
 

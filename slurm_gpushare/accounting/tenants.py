@@ -22,8 +22,8 @@ without that column (``access`` None) plans no QOS access.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping
 
 from ..policy import Site
 from ..policy.billing import fmt
@@ -46,7 +46,7 @@ class Current:
     access: Access | None = None  # (account, user or None) -> the QOS it may use; None: not read
 
     @classmethod
-    def from_rows(cls, assocs: Iterable[AssocRow], qos: Iterable[QosRow], access: Access | None = None) -> "Current":
+    def from_rows(cls, assocs: Iterable[AssocRow], qos: Iterable[QosRow], access: Access | None = None) -> Current:
         assocs = list(assocs)
         accounts = {a.account: a for a in assocs if a.user is None}
         users = frozenset((a.account, a.user) for a in assocs if a.user is not None)
@@ -85,9 +85,17 @@ def desired_accounts(site: Site) -> list[AccountSpec]:
     """One spec per tenant, parents before children (sacctmgr needs the parent to exist)."""
     tenants = site.policy.tenants
     parent = {t.name: t.parent for t in tenants}
-    specs = [AccountSpec(t.name, t.parent or "root", t.shares, t.description or t.name, tuple(t.users),
-                         {_QUOTA_TRES[k]: v for k, v in t.quota.model_dump().items() if v is not None})
-             for t in tenants]
+    specs = [
+        AccountSpec(
+            t.name,
+            t.parent or "root",
+            t.shares,
+            t.description or t.name,
+            tuple(t.users),
+            {_QUOTA_TRES[k]: v for k, v in t.quota.model_dump().items() if v is not None},
+        )
+        for t in tenants
+    ]
     return sorted(specs, key=lambda s: _depth(s.name, parent))
 
 
@@ -101,9 +109,16 @@ def _depth(name: str, parent: Mapping[str, str | None]) -> int:
 def desired_qos(site: Site) -> list[QosSpec]:
     """One QOS per tier; a tier may preempt every lower-priority tier whose jobs can be preempted."""
     tiers = [t.spec for t in site.tiers]
-    return [QosSpec(t.name, t.priority, t.preempt_mode.lower(), t.usage_factor,
-                    frozenset(o.name for o in tiers if o.priority < t.priority and o.preempt_mode.lower() != "off"))
-            for t in tiers]
+    return [
+        QosSpec(
+            t.name,
+            t.priority,
+            t.preempt_mode.lower(),
+            t.usage_factor,
+            frozenset(o.name for o in tiers if o.priority < t.priority and o.preempt_mode.lower() != "off"),
+        )
+        for t in tiers
+    ]
 
 
 def plan(site: Site, current: Current, *, cluster: str | None = None) -> list[list[str]]:
@@ -119,7 +134,7 @@ def plan(site: Site, current: Current, *, cluster: str | None = None) -> list[li
         out += _qos(q, current.qos.get(q.name, _NEW_QOS))
     for spec in desired_accounts(site):
         account_cmds = _account(spec, current, cluster)
-        users = [c for c in account_cmds if c[len(SACCTMGR):len(SACCTMGR) + 2] == ["add", "user"]]
+        users = [c for c in account_cmds if c[len(SACCTMGR) : len(SACCTMGR) + 2] == ["add", "user"]]
         out += [c for c in account_cmds if c not in users]
         if current.access is not None:
             out += _access(spec, current, cluster, tiers, planned)
@@ -134,8 +149,18 @@ def _account(spec: AccountSpec, current: Current, cluster: str) -> list[list[str
     have = current.accounts.get(spec.name)
     out = []
     if have is None:
-        out.append([*SACCTMGR, "add", "account", spec.name, f"cluster={cluster}", f"parent={spec.parent}",
-                    f"fairshare={spec.fairshare}", f"description={spec.description}"])
+        out.append(
+            [
+                *SACCTMGR,
+                "add",
+                "account",
+                spec.name,
+                f"cluster={cluster}",
+                f"parent={spec.parent}",
+                f"fairshare={spec.fairshare}",
+                f"description={spec.description}",
+            ]
+        )
         have = AssocRow(spec.name, None, spec.parent, spec.fairshare, {})
     where = [*SACCTMGR, "modify", "account", "where", f"name={spec.name}", f"cluster={cluster}", "set"]
     if (have.parent or "root") != spec.parent:
@@ -148,13 +173,17 @@ def _account(spec: AccountSpec, current: Current, cluster: str) -> list[list[str
         changes.append(f"GrpTRES={tres}")
     if changes:
         out.append([*where, *changes])
-    out += [[*SACCTMGR, "add", "user", u, f"account={spec.name}", f"cluster={cluster}"]
-            for u in spec.users if (spec.name, u) not in current.users]
+    out += [
+        [*SACCTMGR, "add", "user", u, f"account={spec.name}", f"cluster={cluster}"]
+        for u in spec.users
+        if (spec.name, u) not in current.users
+    ]
     return out
 
 
-def _access(spec: AccountSpec, current: Current, cluster: str, tiers: frozenset[str],
-            planned: dict[str, frozenset[str]]) -> list[list[str]]:
+def _access(
+    spec: AccountSpec, current: Current, cluster: str, tiers: frozenset[str], planned: dict[str, frozenset[str]]
+) -> list[list[str]]:
     """``qos+=`` for the account and its existing users that lack a tier QOS (new users inherit the account's).
 
     An existing user is given the tiers itself even when it may only be
@@ -168,16 +197,37 @@ def _access(spec: AccountSpec, current: Current, cluster: str, tiers: frozenset[
         have = planned.get(spec.parent, access.get((spec.parent, None), frozenset()))
     out = []
     if not tiers <= have:
-        out.append([*SACCTMGR, "modify", "account", "where", f"name={spec.name}", f"cluster={cluster}", "set",
-                    f"qos+={','.join(sorted(tiers - have))}"])
+        out.append(
+            [
+                *SACCTMGR,
+                "modify",
+                "account",
+                "where",
+                f"name={spec.name}",
+                f"cluster={cluster}",
+                "set",
+                f"qos+={','.join(sorted(tiers - have))}",
+            ]
+        )
     planned[spec.name] = have | tiers
     for u in spec.users:
         if (spec.name, u) not in current.users:
             continue
         mine = access.get((spec.name, u), frozenset())
         if not tiers <= mine:
-            out.append([*SACCTMGR, "modify", "user", "where", f"name={u}", f"account={spec.name}", f"cluster={cluster}",
-                        "set", f"qos+={','.join(sorted(tiers - mine))}"])
+            out.append(
+                [
+                    *SACCTMGR,
+                    "modify",
+                    "user",
+                    "where",
+                    f"name={u}",
+                    f"account={spec.name}",
+                    f"cluster={cluster}",
+                    "set",
+                    f"qos+={','.join(sorted(tiers - mine))}",
+                ]
+            )
     return out
 
 
@@ -218,7 +268,6 @@ def unmanaged(site: Site, current: Current) -> list[str]:
     accounts = {t.name: set(t.users) for t in site.policy.tenants}
     tiers = {t.name for t in site.tiers}
     out = [f"account {a}" for a in sorted(current.accounts) if a not in accounts and a != "root"]
-    out += [f"user {u} in account {a}" for a, u in sorted(current.users)
-            if a in accounts and u not in accounts[a]]
+    out += [f"user {u} in account {a}" for a, u in sorted(current.users) if a in accounts and u not in accounts[a]]
     out += [f"qos {q}" for q in sorted(current.qos) if q not in tiers and q != "normal"]
     return out

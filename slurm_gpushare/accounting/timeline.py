@@ -15,13 +15,30 @@ from __future__ import annotations
 import math
 import re
 from bisect import bisect_right
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Hashable
 
 MINUTE, HOUR, DAY, WEEK = 60, 3600, 86400, 604800
 # Auto buckets, smallest first: the first one that gives at most MAX_AUTO buckets is taken.
-NICE = (1, 5, 10, 30, MINUTE, 5 * MINUTE, 10 * MINUTE, 15 * MINUTE, 30 * MINUTE, HOUR, 3 * HOUR, 6 * HOUR,
-        12 * HOUR, DAY, 2 * DAY, WEEK, 4 * WEEK)
+NICE = (
+    1,
+    5,
+    10,
+    30,
+    MINUTE,
+    5 * MINUTE,
+    10 * MINUTE,
+    15 * MINUTE,
+    30 * MINUTE,
+    HOUR,
+    3 * HOUR,
+    6 * HOUR,
+    12 * HOUR,
+    DAY,
+    2 * DAY,
+    WEEK,
+    4 * WEEK,
+)
 MAX_AUTO = 60
 MAX_BUCKETS = 2000
 # Monday 1970-01-05 00:00 UTC: a multiple of every NICE bucket up to a day, and the start of a week.
@@ -65,8 +82,10 @@ def bucket_edges(since: float, until: float, bucket: float, utc_offset: float = 
     first = origin + (math.floor((since - origin) / bucket) + 1) * bucket
     inner = math.ceil((until - first) / bucket) if first < until else 0
     if inner + 1 > MAX_BUCKETS:
-        raise BucketError(f"a {label(bucket)} bucket cuts this window into {inner + 1:,} buckets, more than "
-                          f"{MAX_BUCKETS:,}: use a bucket of at least {label(choose_bucket(until - since, MAX_BUCKETS))}")
+        raise BucketError(
+            f"a {label(bucket)} bucket cuts this window into {inner + 1:,} buckets, more than "
+            f"{MAX_BUCKETS:,}: use a bucket of at least {label(choose_bucket(until - since, MAX_BUCKETS))}"
+        )
     return (since, *(t for t in (first + i * bucket for i in range(inner)) if t < until), until)
 
 
@@ -87,7 +106,7 @@ class Timeline:
     series: dict[Hashable, list[float]] = field(default_factory=dict)
 
     @classmethod
-    def over(cls, since: float, until: float, bucket: float | None = None, utc_offset: float = 0.0) -> "Timeline":
+    def over(cls, since: float, until: float, bucket: float | None = None, utc_offset: float = 0.0) -> Timeline:
         """Buckets of ``bucket`` seconds (None: chosen from the window's length) over [since, until)."""
         size = bucket if bucket is not None else choose_bucket(until - since)
         return cls(bucket_edges(since, until, size, utc_offset), size)
@@ -122,14 +141,18 @@ class Timeline:
         named = [(k, self.series.get(k, [0.0] * self.buckets)) for k in keys]
         if len(named) <= n:
             return [(name(k), s) for k, s in named]
-        kept, rest = named[: n - 1], named[n - 1:]
-        others = [math.fsum(col) for col in zip(*(s for _, s in rest))]
+        kept, rest = named[: n - 1], named[n - 1 :]
+        others = [math.fsum(col) for col in zip(*(s for _, s in rest), strict=False)]
         return [(name(k), s) for k, s in kept] + [(f"(others: {len(rest)})", others)]
 
     def as_json(self, keys: list[Hashable], stamp) -> dict:
         """The buckets as the JSON report carries them: edges as ``stamp(t)`` texts, GPU-equivalent hours."""
-        return {"bucket_seconds": self.bucket, "edges": [stamp(t) for t in self.edges], "unit": "GPU-equivalent hours",
-                "series": {name(k): [v / HOUR for v in self.series.get(k, [0.0] * self.buckets)] for k in keys}}
+        return {
+            "bucket_seconds": self.bucket,
+            "edges": [stamp(t) for t in self.edges],
+            "unit": "GPU-equivalent hours",
+            "series": {name(k): [v / HOUR for v in self.series.get(k, [0.0] * self.buckets)] for k in keys},
+        }
 
 
 def name(key: Hashable) -> str:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Callable, Hashable, Iterable, Mapping
 
 from ..policy import Site
 from ..policy.billing import tier_fractions
@@ -209,7 +209,7 @@ class UsageAggregator:
         if self.until <= self.since:
             raise ValueError("the window is empty: until must be after since")
 
-    def feed(self, records: Iterable[JobRecord]) -> "UsageAggregator":
+    def feed(self, records: Iterable[JobRecord]) -> UsageAggregator:
         add = self.add
         for rec in records:
             add(rec)

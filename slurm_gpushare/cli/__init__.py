@@ -20,13 +20,24 @@ def main() -> None:
 
 
 def _register() -> None:
-    from . import accounts, catalogue, check, config, exporter, live, node, offers, slurm, testcluster, usage
+    from . import accounts, catalogue, check, config, exporter, live, node, offers, schema, slurm, testcluster, usage
     from . import plan as planning
-    from . import schema
 
-    for cmd in (*config.COMMANDS, catalogue.catalogue, *node.COMMANDS, *check.COMMANDS,
-                accounts.accounts, *usage.COMMANDS, *slurm.COMMANDS, *testcluster.COMMANDS, *planning.COMMANDS,
-                *live.COMMANDS, *exporter.COMMANDS, *schema.COMMANDS, *offers.COMMANDS):
+    for cmd in (
+        *config.COMMANDS,
+        catalogue.catalogue,
+        *node.COMMANDS,
+        *check.COMMANDS,
+        accounts.accounts,
+        *usage.COMMANDS,
+        *slurm.COMMANDS,
+        *testcluster.COMMANDS,
+        *planning.COMMANDS,
+        *live.COMMANDS,
+        *exporter.COMMANDS,
+        *schema.COMMANDS,
+        *offers.COMMANDS,
+    ):
         main.add_command(cmd)
 
 

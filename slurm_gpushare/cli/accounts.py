@@ -34,8 +34,16 @@ def accounts() -> None:
 @accounts.command("plan")
 @_POLICY
 @_CLUSTER
-@click.option("--assoc-file", type=_FILE, help="Recorded `sacctmgr -n -P show assoc format=account,user,parentname,fairshare,grptres`.")
-@click.option("--qos-file", type=_FILE, help="Recorded `sacctmgr -n -P show qos format=name,priority,preemptmode,usagefactor,preempt`.")
+@click.option(
+    "--assoc-file",
+    type=_FILE,
+    help="Recorded `sacctmgr -n -P show assoc format=account,user,parentname,fairshare,grptres`.",
+)
+@click.option(
+    "--qos-file",
+    type=_FILE,
+    help="Recorded `sacctmgr -n -P show qos format=name,priority,preemptmode,usagefactor,preempt`.",
+)
 @click.pass_context
 def plan_cmd(ctx, policy: Path, cluster: str | None, assoc_file: Path | None, qos_file: Path | None) -> None:
     """Print the sacctmgr commands that would make slurmdbd match POLICY (changes nothing)."""
@@ -66,7 +74,9 @@ def apply_cmd(ctx, policy: Path, cluster: str | None) -> None:
         sacctmgr.apply(runner, [argv])
     left = plan(site, _current(ctx, cluster), cluster=cluster)
     if left:
-        raise GpushareError(f"slurmdbd still differs from {policy.name} after applying; next plan: {shlex.join(left[0])}")
+        raise GpushareError(
+            f"slurmdbd still differs from {policy.name} after applying; next plan: {shlex.join(left[0])}"
+        )
     click.echo(f"applied {len(commands)} command(s); slurmdbd matches {policy.name}")
 
 

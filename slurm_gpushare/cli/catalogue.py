@@ -25,11 +25,13 @@ def catalogue(model: str | None) -> None:
 def _table(rows: list[tuple], header: tuple) -> None:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
-        click.echo("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip())
+        click.echo("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=False)).rstrip())
 
 
 def _models_table() -> None:
-    rows = [(m.name, m.slurm_type, m.memory_mib, "yes" if m.mig_capable else "no", len(m.mig_profiles)) for m in models()]
+    rows = [
+        (m.name, m.slurm_type, m.memory_mib, "yes" if m.mig_capable else "no", len(m.mig_profiles)) for m in models()
+    ]
     _table(rows, ("MODEL", "SLURM TYPE", "MEMORY MiB", "MIG", "PROFILES"))
 
 
@@ -40,9 +42,19 @@ def _model_detail(gpu) -> None:
         return
     click.echo(f"MIG: {gpu.compute_slices} compute slices, {gpu.memory_slices} memory slices")
     rows = [
-        (p.name, gpu.mig_slurm_type(p.name), p.profile_id, p.nvml_constant, p.compute_slices, p.memory_slices,
-         p.memory_mib, p.max_instances, ",".join(map(str, p.placements)), f"{p.fraction(gpu):.4f}",
-         "" if p.confirmed else "unconfirmed")
+        (
+            p.name,
+            gpu.mig_slurm_type(p.name),
+            p.profile_id,
+            p.nvml_constant,
+            p.compute_slices,
+            p.memory_slices,
+            p.memory_mib,
+            p.max_instances,
+            ",".join(map(str, p.placements)),
+            f"{p.fraction(gpu):.4f}",
+            "" if p.confirmed else "unconfirmed",
+        )
         for p in gpu.mig_profiles
     ]
     _table(rows, ("PROFILE", "SLURM TYPE", "ID", "CONST", "C", "M", "MiB", "MAX", "STARTS", "BILLS", "NOTE"))

@@ -12,8 +12,11 @@ from ..submit import Decision, build_tables, decide, script_options, split_optio
 
 
 @click.command()
-@click.option("--policy", type=click.Path(dir_okay=False, path_type=Path),
-              help="Site policy (default: the bundled small-lab example).")
+@click.option(
+    "--policy",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Site policy (default: the bundled small-lab example).",
+)
 @click.argument("args", nargs=-1, required=True, metavar="[SCRIPT]... [-- SBATCH-OPTION...]")
 def check(policy: Path | None, args: tuple[str, ...]) -> None:
     """Check job scripts' #SBATCH lines, or sbatch options, against the submission policy.

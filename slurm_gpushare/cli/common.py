@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import datetime, timezone, tzinfo
+from datetime import UTC, datetime, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
@@ -37,9 +37,13 @@ def _remember_backend(ctx: click.Context, _param, value):
 
 
 SLURM_BACKEND = click.option(
-    "--slurm-backend", type=click.Choice(["cli", "pyslurm", "auto"]), expose_value=False, callback=_remember_backend,
+    "--slurm-backend",
+    type=click.Choice(["cli", "pyslurm", "auto"]),
+    expose_value=False,
+    callback=_remember_backend,
     help="How to read Slurm: cli (its commands, the default), pyslurm (libslurm; must match this Slurm), "
-         "auto (pyslurm when it imports here). Default: $GPUSHARE_SLURM_BACKEND, else cli.")
+    "auto (pyslurm when it imports here). Default: $GPUSHARE_SLURM_BACKEND, else cli.",
+)
 
 
 def get_client(ctx: click.Context) -> SlurmClient:
@@ -58,7 +62,7 @@ def zone(name: str | None) -> tzinfo | None:
     if name is None:
         return None
     if name.upper() in ("UTC", "Z"):
-        return timezone.utc
+        return UTC
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):

@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 
 from ..errors import GpushareError
-from ..policy import load_file
 from ..metrics.defaults import DEFAULT_INTERVAL, DEFAULT_LISTEN, DEFAULT_TIMEOUT
+from ..policy import load_file
 from ..slurm.cli_backend import SlurmClientError
 from ..slurm.client import make_client
 from .common import SLURM_BACKEND, context_obj, get_runner
@@ -19,33 +19,66 @@ _POLICY = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
 @click.command("exporter")
-@click.option("--policy", required=True, type=_POLICY,
-              help="Site policy (e.g. /etc/gpushare/policy.yaml): GPU-equivalent fractions, MIG types, tiers, cluster name.")
-@click.option("--web.listen-address", "listen", default=DEFAULT_LISTEN, show_default=True, metavar="ADDR:PORT",
-              help="Where to serve /metrics. The default is this host only, on port 9877 (:9877: every IPv4 "
-                   "interface; [::]:9877: IPv6). Beyond loopback it needs a --web.config.file with TLS, or "
-                   "--web.insecure-plain-http.")
-@click.option("--listen", "listen_old", metavar="ADDR:PORT", hidden=True,
-              help="Former name of --web.listen-address.")
-@click.option("--web.config.file", "web_config", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
-              help="TLS, client certificates and basic auth, in Prometheus' exporter-toolkit web configuration "
-                   "format (as node_exporter's --web.config.file). Default: plain HTTP, no authentication.")
-@click.option("--web.insecure-plain-http", "insecure", is_flag=True,
-              help="Serve plain HTTP on a --web.listen-address beyond loopback (without TLS every client on the "
-                   "network can read the metrics, and a basic-auth password goes in the clear). Without it such "
-                   "an address is refused unless the web config has tls_server_config.")
-@click.option("--slurm.read-interval", "read_interval", type=click.FloatRange(min=0), default=DEFAULT_INTERVAL,
-              show_default=True, metavar="SECONDS",
-              help="Read Slurm at most once per this many seconds: every scrape in between, however many, gets "
-                   "the same snapshot; scrapes that come during a read wait for it.")
-@click.option("--slurm.timeout", "slurm_timeout", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT,
-              show_default=True, metavar="SECONDS",
-              help="The most one Slurm command may run (it is killed then); a whole read of Slurm at most 4 "
-                   "times this. A scrape waits for a read at most the scrape timeout Prometheus sends "
-                   "(X-Prometheus-Scrape-Timeout-Seconds), which bounds that scrape only, never the read.")
-@click.option("--once", is_flag=True,
-              help="Scrape once, print the exposition text to stdout and exit (cron, debugging, tests); "
-                   "exit status 1 if a part could not be read.")
+@click.option(
+    "--policy",
+    required=True,
+    type=_POLICY,
+    help="Site policy (e.g. /etc/gpushare/policy.yaml): GPU-equivalent fractions, MIG types, tiers, cluster name.",
+)
+@click.option(
+    "--web.listen-address",
+    "listen",
+    default=DEFAULT_LISTEN,
+    show_default=True,
+    metavar="ADDR:PORT",
+    help="Where to serve /metrics. The default is this host only, on port 9877 (:9877: every IPv4 "
+    "interface; [::]:9877: IPv6). Beyond loopback it needs a --web.config.file with TLS, or "
+    "--web.insecure-plain-http.",
+)
+@click.option("--listen", "listen_old", metavar="ADDR:PORT", hidden=True, help="Former name of --web.listen-address.")
+@click.option(
+    "--web.config.file",
+    "web_config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="TLS, client certificates and basic auth, in Prometheus' exporter-toolkit web configuration "
+    "format (as node_exporter's --web.config.file). Default: plain HTTP, no authentication.",
+)
+@click.option(
+    "--web.insecure-plain-http",
+    "insecure",
+    is_flag=True,
+    help="Serve plain HTTP on a --web.listen-address beyond loopback (without TLS every client on the "
+    "network can read the metrics, and a basic-auth password goes in the clear). Without it such "
+    "an address is refused unless the web config has tls_server_config.",
+)
+@click.option(
+    "--slurm.read-interval",
+    "read_interval",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_INTERVAL,
+    show_default=True,
+    metavar="SECONDS",
+    help="Read Slurm at most once per this many seconds: every scrape in between, however many, gets "
+    "the same snapshot; scrapes that come during a read wait for it.",
+)
+@click.option(
+    "--slurm.timeout",
+    "slurm_timeout",
+    type=click.FloatRange(min=0.1),
+    default=DEFAULT_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="The most one Slurm command may run (it is killed then); a whole read of Slurm at most 4 "
+    "times this. A scrape waits for a read at most the scrape timeout Prometheus sends "
+    "(X-Prometheus-Scrape-Timeout-Seconds), which bounds that scrape only, never the read.",
+)
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Scrape once, print the exposition text to stdout and exit (cron, debugging, tests); "
+    "exit status 1 if a part could not be read.",
+)
 @SLURM_BACKEND
 @click.pass_context
 def exporter(ctx, policy, listen, listen_old, web_config, insecure, read_interval, slurm_timeout, once) -> None:
@@ -83,8 +116,14 @@ def exporter(ctx, policy, listen, listen_old, web_config, insecure, read_interva
       gpushare exporter --policy etc/small-lab.yaml --once
     """
     from ..metrics import webconfig
-    from ..metrics.exporter import (CommandTimeouts, SlurmCollector, exposition, parse_listen, plain_http_problem,
-                                    registry_for)
+    from ..metrics.exporter import (
+        CommandTimeouts,
+        SlurmCollector,
+        exposition,
+        parse_listen,
+        plain_http_problem,
+        registry_for,
+    )
 
     option = "--listen" if listen_old else "--web.listen-address"
     try:
@@ -105,8 +144,11 @@ def exporter(ctx, policy, listen, listen_old, web_config, insecure, read_interva
     server = _serve(collector, timeouts, web, addr, port, read_interval, option)
     scheme = "https" if web and web.tls else "http"
     auth = f", basic auth for {len(web.users)} user(s)" if web and web.users else ""
-    click.echo(f"gpushare exporter: serving {scheme}://{listen_old or listen}/metrics{auth} (policy {policy}, "
-               f"Slurm backend {collector.client.backend}, one read per {read_interval:g} s)", err=True)
+    click.echo(
+        f"gpushare exporter: serving {scheme}://{listen_old or listen}/metrics{auth} (policy {policy}, "
+        f"Slurm backend {collector.client.backend}, one read per {read_interval:g} s)",
+        err=True,
+    )
     server.serve_forever()
 
 
@@ -114,8 +156,10 @@ def _once(collector, text: str) -> None:
     click.echo(text, nl=False)
     failed = [part for part, n in collector.errors.items() if n]
     if failed:
-        raise SlurmClientError(f"--once: could not read {', '.join(failed)} from Slurm (the metrics of the other "
-                               "parts were printed; the warnings above say why)")
+        raise SlurmClientError(
+            f"--once: could not read {', '.join(failed)} from Slurm (the metrics of the other "
+            "parts were printed; the warnings above say why)"
+        )
 
 
 def _serve(collector, timeouts, web, addr: str, port: int, interval: float, option: str):

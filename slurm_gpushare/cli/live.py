@@ -26,10 +26,14 @@ from ..policy import load_file
 from ..slurm.reservations import Reservations
 from .common import SLURM_BACKEND, get_client, get_now, get_runner
 
-POLICY = click.option("--policy", "policy_path", required=True,
-                      type=click.Path(dir_okay=False, exists=True, path_type=Path),
-                      help="The admin's site policy (its live: section); the cluster runs the live policy written "
-                           "from it when that file exists.")
+POLICY = click.option(
+    "--policy",
+    "policy_path",
+    required=True,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="The admin's site policy (its live: section); the cluster runs the live policy written "
+    "from it when that file exists.",
+)
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 
 
@@ -45,18 +49,28 @@ def report(ctx: click.Context, policy_path: Path, as_json: bool) -> None:
     seen, result = look(ctx, policy_path)
     live = seen.site.policy.live
     if as_json:
-        click.echo(json.dumps({"policy": str(seen.path), "now": seen.view.now, "enabled": live.enabled,
-                               **result.to_dict()}, indent=1))
+        click.echo(
+            json.dumps(
+                {"policy": str(seen.path), "now": seen.view.now, "enabled": live.enabled, **result.to_dict()}, indent=1
+            )
+        )
         return
-    click.echo(f"policy: {seen.path}" + ("" if seen.path == policy_path else " (the live policy)")
-               + ("" if live.enabled else "; live.enabled is false: report only, apply would refuse"))
-    click.echo(f"limits: min_pending {live.min_pending} s, min_dwell {live.min_dwell} s, min_benefit_jobs "
-               f"{live.min_benefit_jobs}, max_draining {live.max_draining} per tier, max_wait {live.max_wait} s, "
-               f"change_cost {live.change_cost} s")
-    click.echo(f"history: {len({r.job_id for r in seen.view.history})} GPU job(s) ended in the last "
-               f"{live.history_window} s (live.history_window); modes: "
-               f"{'planned' if live.modes else 'not planned (live.modes false)'}; weights: "
-               f"{'planned' if live.weights else 'not planned (live.weights false)'}")
+    click.echo(
+        f"policy: {seen.path}"
+        + ("" if seen.path == policy_path else " (the live policy)")
+        + ("" if live.enabled else "; live.enabled is false: report only, apply would refuse")
+    )
+    click.echo(
+        f"limits: min_pending {live.min_pending} s, min_dwell {live.min_dwell} s, min_benefit_jobs "
+        f"{live.min_benefit_jobs}, max_draining {live.max_draining} per tier, max_wait {live.max_wait} s, "
+        f"change_cost {live.change_cost} s"
+    )
+    click.echo(
+        f"history: {len({r.job_id for r in seen.view.history})} GPU job(s) ended in the last "
+        f"{live.history_window} s (live.history_window); modes: "
+        f"{'planned' if live.modes else 'not planned (live.modes false)'}; weights: "
+        f"{'planned' if live.weights else 'not planned (live.weights false)'}"
+    )
     click.echo("\n".join(result.report()))
 
 
@@ -113,8 +127,12 @@ multi-GPU job needs (scontrol update, no drain). Changes nothing.
 
 
 @click.group("live", invoke_without_command=True)
-@click.option("--policy", "policy_path", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="With no command: the report for this policy (as `live report --policy`).")
+@click.option(
+    "--policy",
+    "policy_path",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="With no command: the report for this policy (as `live report --policy`).",
+)
 @click.option("--json", "as_json", is_flag=True, help="With no command: the report as JSON.")
 @SLURM_BACKEND
 @click.pass_context
@@ -142,8 +160,13 @@ def report_command(ctx: click.Context, policy_path: Path, as_json: bool) -> None
 
 @live.command("apply")
 @POLICY
-@click.option("--every", type=click.FloatRange(1), default=None, metavar="SECONDS",
-              help="Run again every SECONDS until SIGTERM (a service); default: once (cron).")
+@click.option(
+    "--every",
+    type=click.FloatRange(1),
+    default=None,
+    metavar="SECONDS",
+    help="Run again every SECONDS until SIGTERM (a service); default: once (cron).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print each run's plan and what it did as JSON.")
 @SLURM_BACKEND
 @click.pass_context

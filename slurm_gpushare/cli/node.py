@@ -28,11 +28,23 @@ class NodeError(GpushareError):
 
 def _common(fn):
     """--policy, --node, --fake-nvml: every command that reads a node's GPUs takes them."""
-    fn = click.option("--fake-nvml", "fake_state", envvar=FAKE_ENV, type=click.Path(dir_okay=False),
-                      help=f"Use the fake NVML on this state file (env {FAKE_ENV}); for test clusters only.")(fn)
-    fn = click.option("--node", "node_name", default=None, help="Slurm node name (default: this host's short name).")(fn)
-    return click.option("--policy", "policy_path", required=True, type=click.Path(dir_okay=False),
-                        help="The site policy (e.g. /etc/gpushare/policy.yaml).")(fn)
+    fn = click.option(
+        "--fake-nvml",
+        "fake_state",
+        envvar=FAKE_ENV,
+        type=click.Path(dir_okay=False),
+        help=f"Use the fake NVML on this state file (env {FAKE_ENV}); for test clusters only.",
+    )(fn)
+    fn = click.option("--node", "node_name", default=None, help="Slurm node name (default: this host's short name).")(
+        fn
+    )
+    return click.option(
+        "--policy",
+        "policy_path",
+        required=True,
+        type=click.Path(dir_okay=False),
+        help="The site policy (e.g. /etc/gpushare/policy.yaml).",
+    )(fn)
 
 
 def _target(policy_path: str, node_name: str | None):
@@ -125,8 +137,12 @@ def _plan_or_refuse(name: str, slots, state):
 
 @node.command("gres-conf")
 @_common
-@click.option("--out", "out", default=None,
-              help="Where to write it (default: the policy's cluster.paths.gres_include; '-' for stdout).")
+@click.option(
+    "--out",
+    "out",
+    default=None,
+    help="Where to write it (default: the policy's cluster.paths.gres_include; '-' for stdout).",
+)
 def gres_conf(policy_path: str, node_name: str | None, fake_state: str | None, out: str | None) -> None:
     """Write this node's gres.conf include (MIG devices) from live MIG state.
 
@@ -203,8 +219,9 @@ def _reconcile(policy_path, node_name, fake_state, dry_run: bool, seen: dict) ->
         if mapping is not None:
             from ..metrics.dcgmjobs import repair
 
-            removed, added = repair(mapping, store.all().values() if not dry_run else journals.values(), running,
-                                    dry_run=dry_run)
+            removed, added = repair(
+                mapping, store.all().values() if not dry_run else journals.values(), running, dry_run=dry_run
+            )
             for line in removed + added:
                 click.echo(f"{'would: ' if dry_run else ''}node {name}: {line}")
         else:
@@ -229,29 +246,48 @@ def _reconcile_metrics(seen: dict, error, reason: str | None, duration: float, d
         from ..node.mps import running_daemons
 
         store = JournalStore(state_dir)
-        snapshot = textfile.NodeObservation(journals_present=len(store.job_ids()), mps_daemons_running=running_daemons(state_dir),
-                                     mig=seen.get("mig", {}), replace_mig="mig" in seen)
+        snapshot = textfile.NodeObservation(
+            journals_present=len(store.job_ids()),
+            mps_daemons_running=running_daemons(state_dir),
+            mig=seen.get("mig", {}),
+            replace_mig="mig" in seen,
+        )
         try:
             snapshot.jobs = textfile.jobs_of(store.all().values())
         except GpushareError:
             pass
         if error is not None:
             reason = textfile.failure_reason(error)
-        textfile.record(state_dir, site.cluster.metrics.textfile_dir, "reconcile", "ok" if error is None and reason is None
-                        else "failed", reason, duration, snapshot)
+        textfile.record(
+            state_dir,
+            site.cluster.metrics.textfile_dir,
+            "reconcile",
+            "ok" if error is None and reason is None else "failed",
+            reason,
+            duration,
+            snapshot,
+        )
     except Exception as exc:  # noqa: BLE001 - the repair's outcome is what counts
-        click.echo(f"gpushare node reconcile: metrics file in {site.cluster.metrics.textfile_dir} not written: "
-                   f"{type(exc).__name__}: {exc}", err=True)
+        click.echo(
+            f"gpushare node reconcile: metrics file in {site.cluster.metrics.textfile_dir} not written: "
+            f"{type(exc).__name__}: {exc}",
+            err=True,
+        )
 
 
 @node.command("health")
 @_common
 @click.option("--dry-run", is_flag=True, help="Print what would be repaired, drained or resumed; change nothing.")
-@click.option("--lost-after", type=click.IntRange(1), default=None,
-              help="Seconds a running batch job may go without its batch slurmstepd here before it is requeued as a "
-                   "lost launch (default 120).")
-def health(policy_path: str, node_name: str | None, fake_state: str | None, dry_run: bool,
-           lost_after: int | None) -> None:
+@click.option(
+    "--lost-after",
+    type=click.IntRange(1),
+    default=None,
+    help="Seconds a running batch job may go without its batch slurmstepd here before it is requeued as a "
+    "lost launch (default 120).",
+)
+def health(
+    policy_path: str, node_name: str | None, fake_state: str | None, dry_run: bool, lost_after: int | None
+) -> None:
     """The health check (slurm.conf HealthCheckProgram; the console script gpushare-node-health
     runs the same from /etc/gpushare/node.yaml): repair what `reconcile` repairs, check the device
     files of this node's gres.conf, the GPUs and MIG layout against the policy and the MPS daemons
@@ -266,29 +302,67 @@ def health(policy_path: str, node_name: str | None, fake_state: str | None, dry_
     site, name, slots = _target(policy_path, node_name)
     paths = site.cluster.paths
     with _backend(fake_state) as backend:
-        report = run_health(name, paths.state_dir, Path(paths.slurm_conf_dir) / "gres.conf", slots,
-                            CliClient(run, timeout=15), backend, MpsControl(run), Killer(backend), dry_run=dry_run,
-                            metrics=site.cluster.metrics, lost_after=lost_after)
+        report = run_health(
+            name,
+            paths.state_dir,
+            Path(paths.slurm_conf_dir) / "gres.conf",
+            slots,
+            CliClient(run, timeout=15),
+            backend,
+            MpsControl(run),
+            Killer(backend),
+            dry_run=dry_run,
+            metrics=site.cluster.metrics,
+            lost_after=lost_after,
+        )
     for line in report.lines():
         click.echo(f"{'would: ' if dry_run else ''}{line}")
 
 
 @node.command("relayout")
 @_common
-@click.option("--timeout", type=click.FloatRange(1), default=600.0, show_default=True,
-              help="Seconds to wait for GPU jobs to end, and again for the node to register.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(1),
+    default=600.0,
+    show_default=True,
+    help="Seconds to wait for GPU jobs to end, and again for the node to register.",
+)
 @click.option("--poll", type=click.FloatRange(0.1), default=2.0, show_default=True, help="Seconds between checks.")
-@click.option("--restart", type=click.Choice(["reconfigure", "sighup"]), default="reconfigure", show_default=True,
-              help="How slurmd re-reads gres.conf: `scontrol reconfigure` (slurmctld too: use when slurm.conf "
-                   "changed), or SIGHUP to this node's slurmd.")
-@click.option("--slurmd-pid-file", default="/run/slurmd.pid", show_default=True, type=click.Path(dir_okay=False),
-              help="For --restart sighup.")
-@click.option("--node-config", "node_config", default=None, type=click.Path(dir_okay=False),
-              help="The node hooks' config (node.yaml): refuse unless the hooks follow --policy (its live_policy, "
-                   "else policy), and take its fake_nvml when --fake-nvml is not given. The live planner's "
-                   "relayout job passes it.")
-def relayout(policy_path: str, node_name: str | None, fake_state: str | None, timeout: float, poll: float,
-             restart: str, slurmd_pid_file: str, node_config: str | None) -> None:
+@click.option(
+    "--restart",
+    type=click.Choice(["reconfigure", "sighup"]),
+    default="reconfigure",
+    show_default=True,
+    help="How slurmd re-reads gres.conf: `scontrol reconfigure` (slurmctld too: use when slurm.conf "
+    "changed), or SIGHUP to this node's slurmd.",
+)
+@click.option(
+    "--slurmd-pid-file",
+    default="/run/slurmd.pid",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="For --restart sighup.",
+)
+@click.option(
+    "--node-config",
+    "node_config",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="The node hooks' config (node.yaml): refuse unless the hooks follow --policy (its live_policy, "
+    "else policy), and take its fake_nvml when --fake-nvml is not given. The live planner's "
+    "relayout job passes it.",
+)
+def relayout(
+    policy_path: str,
+    node_name: str | None,
+    fake_state: str | None,
+    timeout: float,
+    poll: float,
+    restart: str,
+    slurmd_pid_file: str,
+    node_config: str | None,
+) -> None:
     """Change this node's MIG layout to the policy's, safely: drain, wait for GPU
     jobs, apply, write the gres include, make slurmd re-read it, wait for the
     node to register the new GRES counts, resume. On failure the node stays
@@ -304,8 +378,18 @@ def relayout(policy_path: str, node_name: str | None, fake_state: str | None, ti
         fake_state = _follows(Path(node_config), Path(policy_path), fake_state)
     site, name, _slots = _target(policy_path, node_name)
     with _backend(fake_state) as backend:
-        job = Relayout(site, name, backend, SlurmNode(run, name), JournalStore(site.cluster.paths.state_dir),
-                       restart=restart, pid_file=Path(slurmd_pid_file), timeout=timeout, poll=poll, say=click.echo)
+        job = Relayout(
+            site,
+            name,
+            backend,
+            SlurmNode(run, name),
+            JournalStore(site.cluster.paths.state_dir),
+            restart=restart,
+            pid_file=Path(slurmd_pid_file),
+            timeout=timeout,
+            poll=poll,
+            say=click.echo,
+        )
         for line in job.run():
             click.echo(line)
 
@@ -318,26 +402,43 @@ def _follows(config_file: Path, policy: Path, fake_state: str | None) -> str | N
 
     config = read_config(config_file)
     if config.policy.resolve() != policy.resolve():
-        raise RelayoutError(f"{config_file}: the node hooks follow {config.policy}, not --policy {policy}; give "
-                        f"node.yaml live_policy: {policy} (docker/node-setup.sh writes it when live.enabled)")
+        raise RelayoutError(
+            f"{config_file}: the node hooks follow {config.policy}, not --policy {policy}; give "
+            f"node.yaml live_policy: {policy} (docker/node-setup.sh writes it when live.enabled)"
+        )
     if fake_state is None and config.fake_nvml is not None:
         return str(config.fake_nvml)
     return fake_state
 
 
 @node.command("install")
-@click.option("--policy", "policy_path", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="The site policy (e.g. /etc/gpushare/policy.yaml); node.yaml names it.")
-@click.option("--root", default="/", show_default=True, type=click.Path(file_okay=False),
-              help="Prefix every path with this directory (image builds, tests).")
-@click.option("--fake-nvml", "fake_state", default=None, envvar=FAKE_ENV,
-              help=f"Write fake_nvml: PATH into node.yaml (env {FAKE_ENV}, as the other node commands; test clusters "
-                   "only).")
+@click.option(
+    "--policy",
+    "policy_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="The site policy (e.g. /etc/gpushare/policy.yaml); node.yaml names it.",
+)
+@click.option(
+    "--root",
+    default="/",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Prefix every path with this directory (image builds, tests).",
+)
+@click.option(
+    "--fake-nvml",
+    "fake_state",
+    default=None,
+    envvar=FAKE_ENV,
+    help=f"Write fake_nvml: PATH into node.yaml (env {FAKE_ENV}, as the other node commands; test clusters only).",
+)
 @click.option("--mps-control", default=None, help="Write mps_control: PATH into node.yaml (default: found on PATH).")
 @click.option("--force", is_flag=True, help="Replace files gpushare node install did not write (or that were edited).")
 @click.option("--dry-run", is_flag=True, help="Print what would be done; change nothing.")
-def install(policy_path: str, root: str, fake_state: str | None, mps_control: str | None, force: bool,
-            dry_run: bool) -> None:
+def install(
+    policy_path: str, root: str, fake_state: str | None, mps_control: str | None, force: bool, dry_run: bool
+) -> None:
     """Install what the node hooks need: the hook scripts (prolog, epilog, task
     prolog, health check, at the policy's paths: python -IS, for this
     interpreter and its import directories), /etc/gpushare/node.yaml, the state
@@ -348,28 +449,40 @@ def install(policy_path: str, root: str, fake_state: str | None, mps_control: st
     not write are refused (exit 1) unless --force;
     pip's console script of the same hook at a hook's path is kept, a link to
     it replaced by the script."""
-    from ..node import install as inst
     from ..live.view import live_policy_path
+    from ..node import install as inst
     from ..policy import load_file
 
     site = load_file(policy_path)
     policy = str(Path(policy_path).resolve())
     top = str(Path(root).resolve()).rstrip("/")
     if top and (policy + "/").startswith(top + "/"):
-        policy = policy[len(top):]  # as the node will see it
+        policy = policy[len(top) :]  # as the node will see it
     c = site.cluster
     try:
         unsafe = inst.code_problems(sys.executable, *inst.probe_code(sys.executable))
         if unsafe:
-            raise NodeError("the hooks would run as root code that others may change; nothing installed:\n  "
-                            + "\n  ".join(unsafe) + "\n(make each path root's and not writable by its group or "
-                            "others, e.g. chown -R root: and chmod -R go-w, or install into a venv that is)")
-        wants = inst.plan_install(python=sys.executable, import_dirs=inst.probe_import_dirs(sys.executable),
-                                  policy=policy, state_dir=c.paths.state_dir, task_prolog=c.hooks.task_prolog,
-                                  prolog=c.hooks.prolog, epilog=c.hooks.epilog, textfile_dir=c.metrics.textfile_dir,
-                                  dcgm_job_mapping_dir=c.metrics.dcgm_job_mapping_dir, fake_nvml=fake_state,
-                                  mps_control=mps_control, health_program=c.health.program,
-                                  live_policy=live_policy_path(site) if site.policy.live.enabled else None)
+            raise NodeError(
+                "the hooks would run as root code that others may change; nothing installed:\n  "
+                + "\n  ".join(unsafe)
+                + "\n(make each path root's and not writable by its group or "
+                "others, e.g. chown -R root: and chmod -R go-w, or install into a venv that is)"
+            )
+        wants = inst.plan_install(
+            python=sys.executable,
+            import_dirs=inst.probe_import_dirs(sys.executable),
+            policy=policy,
+            state_dir=c.paths.state_dir,
+            task_prolog=c.hooks.task_prolog,
+            prolog=c.hooks.prolog,
+            epilog=c.hooks.epilog,
+            textfile_dir=c.metrics.textfile_dir,
+            dcgm_job_mapping_dir=c.metrics.dcgm_job_mapping_dir,
+            fake_nvml=fake_state,
+            mps_control=mps_control,
+            health_program=c.health.program,
+            live_policy=live_policy_path(site) if site.policy.live.enabled else None,
+        )
     except ValueError as exc:
         raise NodeError(str(exc)) from None
     plan = inst.steps(wants, root, force)
@@ -414,9 +527,17 @@ def fake_init(state: str, model: str, count: int, mig: str, minors: str, seed: s
 
     path = Path(state)
     _check_replaceable(path, force)
-    fake = FakeNvml.build(path, model=model, count=count, mig_enabled=_indexes(mig),
-                          minors=_indexes(minors) or None, seed=socket.gethostname().split(".", 1)[0] if seed is None else seed)
-    click.echo(f"fake NVML: {count} x {model} in {path} (MIG on: {mig or 'none'}); mig-minors at {fake.mig_minors_path}")
+    fake = FakeNvml.build(
+        path,
+        model=model,
+        count=count,
+        mig_enabled=_indexes(mig),
+        minors=_indexes(minors) or None,
+        seed=socket.gethostname().split(".", 1)[0] if seed is None else seed,
+    )
+    click.echo(
+        f"fake NVML: {count} x {model} in {path} (MIG on: {mig or 'none'}); mig-minors at {fake.mig_minors_path}"
+    )
 
 
 def _check_replaceable(path: Path, force: bool) -> None:

@@ -15,8 +15,11 @@ from ..submit.tables import Tables, TierCaps
 
 
 @click.command()
-@click.option("--policy", type=click.Path(dir_okay=False, path_type=Path),
-              help="Site policy (default: $GPUSHARE_POLICY, else /etc/gpushare/policy.yaml).")
+@click.option(
+    "--policy",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Site policy (default: $GPUSHARE_POLICY, else /etc/gpushare/policy.yaml).",
+)
 @click.option("--tier", "tier_name", metavar="NAME", help="Only this tier (partition).")
 def offers(policy: Path | None, tier_name: str | None) -> None:
     """Say what each tier (partition) offers: whole GPUs, MIG slices, shards, MPS shares, aliases.
@@ -42,8 +45,10 @@ def offer_lines(site: Site, tables: Tables, tier_name: str | None = None, header
     if not caps:
         raise GpushareError(f"no tier {tier_name!r} in this policy; tiers: {', '.join(sorted(views))}")
     lines = [header] if header else []
-    lines.append(f"cluster {site.cluster.name}: default tier {tables.default_tier.name} "
-                 "(a job that names no partition goes there unless a route sends it elsewhere)")
+    lines.append(
+        f"cluster {site.cluster.name}: default tier {tables.default_tier.name} "
+        "(a job that names no partition goes there unless a route sends it elsewhere)"
+    )
     for cap in caps:
         lines += ["", *tier_lines(views[cap.name], cap)]
     lines += alias_lines(tables)
@@ -61,8 +66,13 @@ def tier_lines(view: TierView, cap: TierCaps) -> list[str]:
     lines = [f"tier {cap.name}{' (default)' if cap.is_default else ''}: {_conditions(view)}"]
     lines += _table([(request, what) for what, request in rows.items()] or [("(no GPUs)", "")])
     if len(models) > 1:
-        lines.append("  one GPU model only: --constraint=" + " or --constraint=".join(f for f, _ in models)
-                     + "; any of them: --constraint='" + "|".join(f for f, _ in models) + "'")
+        lines.append(
+            "  one GPU model only: --constraint="
+            + " or --constraint=".join(f for f, _ in models)
+            + "; any of them: --constraint='"
+            + "|".join(f for f, _ in models)
+            + "'"
+        )
     return lines
 
 
@@ -82,13 +92,17 @@ def group_offers(group: Group, cap: TierCaps) -> list[tuple[str, str]]:
     model, out = group.model, []
     for slot in group.gpus:
         if slot.mode == "mig":
-            out += [_mig(model, p, t) for p, t in zip(slot.layout, slot.mig_types()) if t in cap.gpu]
+            out += [_mig(model, p, t) for p, t in zip(slot.layout, slot.mig_types(), strict=False) if t in cap.gpu]
             continue
         if slot.slurm_type in cap.gpu:
             out.append((f"one whole {model.name} GPU ({_gib(model.memory_mib)})", f"--gres=gpu:{slot.slurm_type}:1"))
         if slot.mode == "shard" and "shard" in cap.shared:
-            out.append((f"a time slice of one {model.name} GPU ({slot.replicas} jobs share it, "
-                        "its memory is not divided)", "--gres=shard:1"))
+            out.append(
+                (
+                    f"a time slice of one {model.name} GPU ({slot.replicas} jobs share it, its memory is not divided)",
+                    "--gres=shard:1",
+                )
+            )
         if slot.mode == "mps" and "mps" in cap.shared:
             out.append(_mps(model.name, slot.units))
     return out
@@ -96,16 +110,21 @@ def group_offers(group: Group, cap: TierCaps) -> list[tuple[str, str]]:
 
 def _mig(model, profile: str, gres_type: str) -> tuple[str, str]:
     p = model.profile(profile)
-    return (f"a MIG slice {p.name} of one {model.name} GPU ({_gib(p.memory_mib)}, "
-            f"{p.compute_slices}/{model.compute_slices} of its compute, billed as {p.fraction(model):.2f} GPU)",
-            f"--gres=gpu:{gres_type}:1")
+    return (
+        f"a MIG slice {p.name} of one {model.name} GPU ({_gib(p.memory_mib)}, "
+        f"{p.compute_slices}/{model.compute_slices} of its compute, billed as {p.fraction(model):.2f} GPU)",
+        f"--gres=gpu:{gres_type}:1",
+    )
 
 
 def _mps(model_name: str, units: int) -> tuple[str, str]:
     quarter = max(1, units // 4)
     share = "N% of" if units == 100 else f"N/{units} of"
-    return (f"an MPS share of one {model_name} GPU: mps:N is {share} its threads and memory (N from 1 to {units}), "
-            "one task per node", f"--gres=mps:{quarter} --ntasks-per-node=1")
+    return (
+        f"an MPS share of one {model_name} GPU: mps:N is {share} its threads and memory (N from 1 to {units}), "
+        "one task per node",
+        f"--gres=mps:{quarter} --ntasks-per-node=1",
+    )
 
 
 def alias_lines(tables: Tables) -> list[str]:

@@ -17,7 +17,9 @@ from ..policy.billing import unit_fractions
 from ..policy.load import parse_yaml
 from .common import SLURM_BACKEND
 
-FORMS = "openb:FILE.csv[.gz], sacct:FILE (recorded sacct --json or --parsable2), squeue:FILE (squeue --json), sacct:live"
+FORMS = (
+    "openb:FILE.csv[.gz], sacct:FILE (recorded sacct --json or --parsable2), squeue:FILE (squeue --json), sacct:live"
+)
 
 
 def units_of(site: Site) -> Units:
@@ -70,8 +72,10 @@ def _read_text(path: Path, source: str) -> str:
     except (EOFError, zlib.error) as exc:
         raise DemandError(f"--demand {source}: {path} is not a whole gzip file ({exc})") from None
     except UnicodeDecodeError as exc:
-        raise DemandError(f"--demand {source}: {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); "
-                          f"accepted: a CSV or JSON file, plain or gzip-compressed") from None
+        raise DemandError(
+            f"--demand {source}: {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); "
+            f"accepted: a CSV or JSON file, plain or gzip-compressed"
+        ) from None
 
 
 def _sacct_live(ctx, site: Site, days: float) -> Demand:
@@ -102,35 +106,70 @@ class PlanCommand(click.Command):
         from .live import live
 
         sub = "apply" if "--apply" in args else "report"
-        click.echo(f"gpushare plan --live is deprecated and goes in the next release: use gpushare live {sub}",
-                   err=True)
+        click.echo(
+            f"gpushare plan --live is deprecated and goes in the next release: use gpushare live {sub}", err=True
+        )
         rest = [a for a in args if a not in ("--live", "--apply")]
         return live.make_context("live", [sub, *rest], parent=parent, **extra)
 
 
 @click.command("plan", cls=PlanCommand)
-@click.option("--policy", "policy_path", required=True, type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="The site policy whose hardware (node groups, GPU models) is planned for.")
+@click.option(
+    "--policy",
+    "policy_path",
+    required=True,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="The site policy whose hardware (node groups, GPU models) is planned for.",
+)
 @click.option("--demand", "source", metavar="SOURCE", required=True, help=f"Where the workload comes from: {FORMS}.")
 @SLURM_BACKEND
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the planned policy here (YAML).")
-@click.option("--isolate-qos", multiple=True, metavar="QOS",
-              help="Fractional jobs of this QoS get MIG slices of their own (repeatable; needs MIG-capable GPUs).")
+@click.option(
+    "--isolate-qos",
+    multiple=True,
+    metavar="QOS",
+    help="Fractional jobs of this QoS get MIG slices of their own (repeatable; needs MIG-capable GPUs).",
+)
 @click.option("--mig-fractions", is_flag=True, help="Every fractional job gets a MIG slice (no MPS).")
-@click.option("--evaluate/--no-evaluate", default=True, show_default=True,
-              help="Search the planner's choices (pool sizes, CPU bounds, weights, routes), scoring each candidate "
-                   "with the Slurm placement model on sampled arrivals, and race the best on more arrivals.")
-@click.option("--budget", type=click.FloatRange(min=0), default=BUDGET_S, show_default=True, metavar="SECONDS",
-              help="Time for planning with --evaluate: when it has gone the best so far is kept (the report says "
-                   "so). 0: no limit, the search runs to its end.")
+@click.option(
+    "--evaluate/--no-evaluate",
+    default=True,
+    show_default=True,
+    help="Search the planner's choices (pool sizes, CPU bounds, weights, routes), scoring each candidate "
+    "with the Slurm placement model on sampled arrivals, and race the best on more arrivals.",
+)
+@click.option(
+    "--budget",
+    type=click.FloatRange(min=0),
+    default=BUDGET_S,
+    show_default=True,
+    metavar="SECONDS",
+    help="Time for planning with --evaluate: when it has gone the best so far is kept (the report says "
+    "so). 0: no limit, the search runs to its end.",
+)
 @click.option("--days", default=30.0, show_default=True, help="With sacct:live: how many days of history to read.")
-@click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Processes that score the candidates side by side (default: the CPUs this process may use, at "
-                   "most 4). With --budget 0 the plan is the same for any N; under a budget more processes search "
-                   "further in the same time.")
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Processes that score the candidates side by side (default: the CPUs this process may use, at "
+    "most 4). With --budget 0 the plan is the same for any N; under a budget more processes search "
+    "further in the same time.",
+)
 @click.pass_context
-def plan(ctx, policy_path: Path, source: str, out: Path | None, isolate_qos, mig_fractions: bool, evaluate: bool,
-         days: float, budget: float, jobs: int | None) -> None:
+def plan(
+    ctx,
+    policy_path: Path,
+    source: str,
+    out: Path | None,
+    isolate_qos,
+    mig_fractions: bool,
+    evaluate: bool,
+    days: float,
+    budget: float,
+    jobs: int | None,
+) -> None:
     """Choose each GPU's sharing mode, node weights and class routing from the workload.
 
     Reads the demand (request classes: GPUs, per-GPU share, CPUs, memory,
@@ -158,9 +197,14 @@ def plan(ctx, policy_path: Path, source: str, out: Path | None, isolate_qos, mig
     if not demand.jobs:
         raise DemandError(f"--demand {source}: no jobs found; nothing to plan for")
     try:
-        result = make_plan(raw, demand, isolate_qos=isolate_qos, mig_fractions=mig_fractions,
-                           evaluate=evaluator(demand, workers=jobs or _cpus(4)) if evaluate else None,
-                           budget_s=budget or None)
+        result = make_plan(
+            raw,
+            demand,
+            isolate_qos=isolate_qos,
+            mig_fractions=mig_fractions,
+            evaluate=evaluator(demand, workers=jobs or _cpus(4)) if evaluate else None,
+            budget_s=budget or None,
+        )
     except ValueError as exc:
         raise GpushareError(f"cannot plan: {exc}") from None
     click.echo("\n".join(result.report))

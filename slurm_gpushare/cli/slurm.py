@@ -18,8 +18,13 @@ def slurm() -> None:
 
 
 @slurm.command("dump")
-@click.option("--part", "parts", multiple=True, type=click.Choice(CHOICES),
-              help="What to read (repeatable; default: all but job-summaries). usage needs --since.")
+@click.option(
+    "--part",
+    "parts",
+    multiple=True,
+    type=click.Choice(CHOICES),
+    help="What to read (repeatable; default: all but job-summaries). usage needs --since.",
+)
 @click.option("--cluster", help="Associations of this cluster only (default: all clusters).")
 @click.option("--since", help="usage: sacct records of jobs that ran after this (now, 7d, 12h, an ISO time).")
 @click.option("--until", default="now", show_default=True, help="usage: window end.")

@@ -12,12 +12,25 @@ from ..testcluster.checkout import CHECKOUT_ENV, find_checkout
 from ..testcluster.cluster import TestCluster
 
 PROJECT_ENV = "GPUSHARE_TESTCLUSTER_PROJECT"
-_PROJECT = click.option("--project", default="lab", show_default=True, envvar=PROJECT_ENV,
-                        help=f"docker-compose project name (env {PROJECT_ENV}).")
-_SUITE = click.option("--suite", type=click.Choice(["trixie", "sid"]), default="trixie", show_default=True,
-                      help="Debian suite of the Slurm image: trixie = Slurm 24.11, sid = 26.05.")
-_POLICY = click.option("--policy", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-                       help="Site policy (default: the bundled small lab).")
+_PROJECT = click.option(
+    "--project",
+    default="lab",
+    show_default=True,
+    envvar=PROJECT_ENV,
+    help=f"docker-compose project name (env {PROJECT_ENV}).",
+)
+_SUITE = click.option(
+    "--suite",
+    type=click.Choice(["trixie", "sid"]),
+    default="trixie",
+    show_default=True,
+    help="Debian suite of the Slurm image: trixie = Slurm 24.11, sid = 26.05.",
+)
+_POLICY = click.option(
+    "--policy",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Site policy (default: the bundled small lab).",
+)
 
 
 def _cluster(policy: Path | None, project: str, suite: str) -> TestCluster:
@@ -45,9 +58,12 @@ def testcluster() -> None:
 @_PROJECT
 @_SUITE
 @click.option("--build/--no-build", default=True, show_default=True, help="Build the images first (idempotent).")
-@click.option("--prometheus", is_flag=True,
-              help="Add a Prometheus server (service prometheus) scraping `gpushare exporter`, started in slurmctld, "
-                   "and every node's node_exporter.")
+@click.option(
+    "--prometheus",
+    is_flag=True,
+    help="Add a Prometheus server (service prometheus) scraping `gpushare exporter`, started in slurmctld, "
+    "and every node's node_exporter.",
+)
 def up(policy, project, suite, build, prometheus) -> None:
     """Build the images, render the policy, start the cluster and wait until every node is idle."""
     c = _cluster(policy, project, suite)
@@ -60,7 +76,9 @@ def up(policy, project, suite, build, prometheus) -> None:
     extra = ""
     if prometheus:
         c.start_exporter()
-        extra = "; gpushare exporter started in slurmctld, Prometheus in service prometheus (:9090 on the cluster network)"
+        extra = (
+            "; gpushare exporter started in slurmctld, Prometheus in service prometheus (:9090 on the cluster network)"
+        )
     click.echo(f"cluster {project} is up: {', '.join(c.nodes())} idle; accounts applied{extra}")
 
 

@@ -64,11 +64,19 @@ def _stamp(t: float, tz) -> str:
 _POLICY = click.option("--policy", type=_FILE, help="Site policy (default: the bundled small-lab example).")
 _SINCE = click.option("--since", default="30d", show_default=True, help="Window start: now, 7d, 12h, or an ISO time.")
 _UNTIL = click.option("--until", default="now", show_default=True, help="Window end.")
-_SACCT = click.option("--sacct-file", type=_FILE, help="Recorded sacct output (parsable2 with the usage fields, or --json) instead of running sacct.")
+_SACCT = click.option(
+    "--sacct-file",
+    type=_FILE,
+    help="Recorded sacct output (parsable2 with the usage fields, or --json) instead of running sacct.",
+)
 _FORMAT = click.option("--format", "fmt", type=click.Choice(report.FORMATS), default="table", show_default=True)
 _TZ = click.option("--tz", help="Time zone of naive times in files and options (default: this host's).")
-_PLOT = click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE.png",
-                     help="Also draw the report as a PNG chart (needs matplotlib: pip install 'slurm-gpushare[plot]').")
+_PLOT = click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE.png",
+    help="Also draw the report as a PNG chart (needs matplotlib: pip install 'slurm-gpushare[plot]').",
+)
 
 
 def _plot_path(path: Path | None) -> Path | None:
@@ -109,15 +117,23 @@ def _timeline(bucket: str | None, plot_path: Path | None, lo: float, hi: float, 
 @click.command("usage")
 @_SINCE
 @_UNTIL
-@click.option("--by", type=click.Choice(["account", "user", "gpu-kind", "partition"]), default="account", show_default=True)
+@click.option(
+    "--by", type=click.Choice(["account", "user", "gpu-kind", "partition"]), default="account", show_default=True
+)
 @_FORMAT
 @_SACCT
 @_POLICY
-@click.option("--half-life", help="Also show usage decayed to --until with this half-life (Slurm time, e.g. 7-0), times QOS UsageFactor.")
+@click.option(
+    "--half-life",
+    help="Also show usage decayed to --until with this half-life (Slurm time, e.g. 7-0), times QOS UsageFactor.",
+)
 @_TZ
 @_PLOT
-@click.option("--bucket", help="Time buckets of --plot and of the JSON's timeline: auto (at most 60 buckets "
-                               "of 1s .. 4w, the default with --plot), or a duration such as 15m, 1h, 1d, 1w.")
+@click.option(
+    "--bucket",
+    help="Time buckets of --plot and of the JSON's timeline: auto (at most 60 buckets "
+    "of 1s .. 4w, the default with --plot), or a duration such as 15m, 1h, 1d, 1w.",
+)
 @SLURM_BACKEND
 @click.pass_context
 def usage(ctx, since, until, by, fmt, sacct_file, policy, half_life, tz, plot, bucket):
@@ -136,15 +152,23 @@ def usage(ctx, since, until, by, fmt, sacct_file, policy, half_life, tz, plot, b
     lo, hi = _window(ctx, since, until, tz)
     site = _site(policy)
     timeline = _timeline(bucket, plot, lo, hi, tz)
-    agg = aggregate(site, _source(ctx, sacct_file, tz).records(lo, hi), lo, hi, by=by, half_life=_half_life(half_life),
-                    timeline=timeline)
+    agg = aggregate(
+        site,
+        _source(ctx, sacct_file, tz).records(lo, hi),
+        lo,
+        hi,
+        by=by,
+        half_life=_half_life(half_life),
+        timeline=timeline,
+    )
     cols, rows, total = report.usage_rows(agg)
     window = {"since": _stamp(lo, tz), "until": _stamp(hi, tz)}
     if plot is not None:
         from ..accounting import plot as charts
 
-        png = charts.usage_png(timeline, rows, lambda r: report.row_key(by, r), by, total,
-                               (window["since"], window["until"]), tz)
+        png = charts.usage_png(
+            timeline, rows, lambda r: report.row_key(by, r), by, total, (window["since"], window["until"]), tz
+        )
         _write_plot(plot, png, f"usage by {by}, {timeline.buckets} buckets", fmt)
     if fmt == "json":
         extra = {"window": window, "by": by, "total": total}
@@ -156,8 +180,10 @@ def usage(ctx, since, until, by, fmt, sacct_file, policy, half_life, tz, plot, b
         click.echo(f"GPU-equivalent usage {window['since']} .. {window['until']}, by {by}")
     click.echo(report.render(cols, rows, fmt), nl=False)
     if fmt == "table":
-        click.echo(f"total: {total['gpu_hours']:,.2f} GPU-eq h, {total['billing_hours']:,.2f} billing h, "
-                   f"{total['jobs']:,} jobs ({total['outside_window']:,} records outside the window)")
+        click.echo(
+            f"total: {total['gpu_hours']:,.2f} GPU-eq h, {total['billing_hours']:,.2f} billing h, "
+            f"{total['jobs']:,} jobs ({total['outside_window']:,} records outside the window)"
+        )
         _warn_unknown(total["unknown_tres"])
 
 
@@ -195,8 +221,9 @@ def fairness(ctx, since, until, fmt, sacct_file, policy, tz, plot):
     if plot is not None:
         from ..accounting import plot as charts
 
-        _write_plot(plot, charts.fairness_png(rows, index, (window["since"], window["until"])),
-                    f"{len(rows)} tenants", fmt)
+        _write_plot(
+            plot, charts.fairness_png(rows, index, (window["since"], window["until"])), f"{len(rows)} tenants", fmt
+        )
     if fmt == "json":
         click.echo(report.render(cols, rows, fmt, extra={"window": window, "jain": index}), nl=False)
         return
@@ -210,25 +237,61 @@ def fairness(ctx, since, until, fmt, sacct_file, policy, tz, plot):
 
 
 @click.command("fairshare")
-@click.option("--sshare-file", type=_FILE, help="Recorded `sshare -a -l --parsable2` or `sshare --json` output instead of running sshare.")
-@click.option("--json-sshare", is_flag=True, help="Run `sshare --json` (24.11+: exact doubles) instead of `sshare -a -l --parsable2`.")
-@click.option("--gpu-usage", is_flag=True, help="What if usage were counted in GPU-equivalents (from sacct) instead of billing units.")
-@click.option("--add", "adds", multiple=True, metavar="ACCOUNT[:USER]=HOURS",
-              help="What if ACCOUNT (or one of its users) used HOURS more: GPU-equivalent hours with --gpu-usage, else billing-unit hours.")
+@click.option(
+    "--sshare-file",
+    type=_FILE,
+    help="Recorded `sshare -a -l --parsable2` or `sshare --json` output instead of running sshare.",
+)
+@click.option(
+    "--json-sshare",
+    is_flag=True,
+    help="Run `sshare --json` (24.11+: exact doubles) instead of `sshare -a -l --parsable2`.",
+)
+@click.option(
+    "--gpu-usage",
+    is_flag=True,
+    help="What if usage were counted in GPU-equivalents (from sacct) instead of billing units.",
+)
+@click.option(
+    "--add",
+    "adds",
+    multiple=True,
+    metavar="ACCOUNT[:USER]=HOURS",
+    help="What if ACCOUNT (or one of its users) used HOURS more: GPU-equivalent hours with --gpu-usage, else billing-unit hours.",
+)
 @click.option("--since", help="With --gpu-usage: sacct window start (default: five half-lives before --until).")
 @_UNTIL
 @_SACCT
 @_POLICY
 @click.option("--half-life", help="With --gpu-usage: decay half-life (default: the policy's PriorityDecayHalfLife).")
-@click.option("--documented-ties", is_flag=True, help="Merge tied sibling accounts as fair_tree.shtml describes (slurmctld does not).")
+@click.option(
+    "--documented-ties",
+    is_flag=True,
+    help="Merge tied sibling accounts as fair_tree.shtml describes (slurmctld does not).",
+)
 @click.option("--tolerance", type=float, default=1e-6, show_default=True)
 @click.option("--check", is_flag=True, help="Exit 1 if any value differs from sshare's beyond the tolerance.")
 @_FORMAT
 @_TZ
 @SLURM_BACKEND
 @click.pass_context
-def fairshare(ctx, sshare_file, json_sshare, gpu_usage, adds, since, until, sacct_file, policy, half_life, documented_ties,
-              tolerance, check, fmt, tz):
+def fairshare(
+    ctx,
+    sshare_file,
+    json_sshare,
+    gpu_usage,
+    adds,
+    since,
+    until,
+    sacct_file,
+    policy,
+    half_life,
+    documented_ties,
+    tolerance,
+    check,
+    fmt,
+    tz,
+):
     """The Fair Tree: shares, usage, LevelFS and factor, ours beside sshare's (differences flagged).
 
     Ours is recomputed from sshare's own shares and RawUsage with Slurm's
@@ -252,20 +315,27 @@ def fairshare(ctx, sshare_file, json_sshare, gpu_usage, adds, since, until, sacc
         root = fairtree.tree_from_sshare(rows)
         ours = fairtree.compute(root, merge_tied_accounts=documented_ties)
         checks = fairtree.check_against(rows, root, ours, tolerance=tolerance, usage_abs=fairtree.PRINTED_ABS)
-    alt, alt_tree = _what_if(ctx, root, gpu_usage, adds, since, until, sacct_file, policy, half_life, documented_ties, tz)
+    alt, alt_tree = _what_if(
+        ctx, root, gpu_usage, adds, since, until, sacct_file, policy, half_life, documented_ties, tz
+    )
     theirs = {r.key: r for r in rows}
     cols, table = report.fairshare_rows(root, ours, checks, alt, alt_tree, theirs)
     bad = [c for c in checks if not c.ok]
     if fmt == "json":
-        extra = {"compared": len(checks), "differ": [_check_json(c) for c in bad],
-                 "usage_moved_since_calculation": [_check_json(c) for c in moved]}
+        extra = {
+            "compared": len(checks),
+            "differ": [_check_json(c) for c in bad],
+            "usage_moved_since_calculation": [_check_json(c) for c in moved],
+        }
         click.echo(report.render(cols, table, fmt, extra=extra), nl=False)
     else:
         click.echo(report.render(cols, table, fmt), nl=False)
         if fmt == "table":
             click.echo(f"{len(checks)} values compared with sshare, {len(bad)} differ by more than {tolerance:g}")
             for c in bad:
-                click.echo(f"  {c.key[0]}{'/' + c.key[1] if c.key[1] else ''} {c.field}: ours {c.ours} sshare {c.theirs}")
+                click.echo(
+                    f"  {c.key[0]}{'/' + c.key[1] if c.key[1] else ''} {c.field}: ours {c.ours} sshare {c.theirs}"
+                )
     if moved:
         click.echo(_MOVED.format(n=len(moved)), err=fmt != "table")
     if check and bad:
@@ -288,8 +358,14 @@ def _moved_since_calculation(rows, checks) -> list[fairtree.Check]:
 
 
 def _check_json(c: fairtree.Check) -> dict:
-    return {"account": c.key[0], "user": c.key[1], "field": c.field, "ours": report.json_value(c.ours),
-            "sshare": report.json_value(c.theirs), "allowed": c.allowed}
+    return {
+        "account": c.key[0],
+        "user": c.key[1],
+        "field": c.field,
+        "ours": report.json_value(c.ours),
+        "sshare": report.json_value(c.theirs),
+        "allowed": c.allowed,
+    }
 
 
 def _what_if(ctx, root, gpu_usage, adds, since, until, sacct_file, policy, half_life, documented_ties, tz):

@@ -30,10 +30,25 @@ if TYPE_CHECKING:
 UNINITIALIZED, INVALID_ARGUMENT, NOT_SUPPORTED, NO_PERMISSION, NOT_FOUND = 1, 2, 3, 4, 6
 IN_USE, INSUFFICIENT_RESOURCES = 19, 23
 _CODE_NAMES = {
-    1: "UNINITIALIZED", 2: "INVALID_ARGUMENT", 3: "NOT_SUPPORTED", 4: "NO_PERMISSION", 5: "ALREADY_INITIALIZED",
-    6: "NOT_FOUND", 7: "INSUFFICIENT_SIZE", 9: "DRIVER_NOT_LOADED", 10: "TIMEOUT", 12: "LIBRARY_NOT_FOUND",
-    13: "FUNCTION_NOT_FOUND", 15: "GPU_IS_LOST", 16: "RESET_REQUIRED", 17: "OPERATING_SYSTEM",
-    18: "LIB_RM_VERSION_MISMATCH", 19: "IN_USE", 20: "MEMORY", 23: "INSUFFICIENT_RESOURCES", 999: "UNKNOWN",
+    1: "UNINITIALIZED",
+    2: "INVALID_ARGUMENT",
+    3: "NOT_SUPPORTED",
+    4: "NO_PERMISSION",
+    5: "ALREADY_INITIALIZED",
+    6: "NOT_FOUND",
+    7: "INSUFFICIENT_SIZE",
+    9: "DRIVER_NOT_LOADED",
+    10: "TIMEOUT",
+    12: "LIBRARY_NOT_FOUND",
+    13: "FUNCTION_NOT_FOUND",
+    15: "GPU_IS_LOST",
+    16: "RESET_REQUIRED",
+    17: "OPERATING_SYSTEM",
+    18: "LIB_RM_VERSION_MISMATCH",
+    19: "IN_USE",
+    20: "MEMORY",
+    23: "INSUFFICIENT_RESOURCES",
+    999: "UNKNOWN",
 }
 _HINTS = {
     9: "the NVIDIA kernel driver is not loaded",
@@ -54,8 +69,14 @@ COMPUTE_MODES = {0: "DEFAULT", 1: "EXCLUSIVE_THREAD", 2: "PROHIBITED", 3: "EXCLU
 class GpuError(GpushareError):
     """An NVML operation failed. Names the GPU (index, UUID), the operation and the NVML code."""
 
-    def __init__(self, operation: str, index: int | None = None, uuid: str | None = None,
-                 code: int | None = None, detail: str = ""):
+    def __init__(
+        self,
+        operation: str,
+        index: int | None = None,
+        uuid: str | None = None,
+        code: int | None = None,
+        detail: str = "",
+    ):
         self.operation, self.index, self.uuid, self.code = operation, index, uuid, code
         where = "NVML" if index is None else f"GPU {index} ({uuid or 'UUID unknown'})"
         why = detail or (_describe(code) if code is not None else "failed")
@@ -207,11 +228,15 @@ class NvmlBackend:
 
     def _uuid(self, index: int) -> str:
         if index not in self._uuids:
-            self._uuids[index] = _text(self._call(index, "read UUID", self._nvml.nvmlDeviceGetUUID, self._handle(index)))
+            self._uuids[index] = _text(
+                self._call(index, "read UUID", self._nvml.nvmlDeviceGetUUID, self._handle(index))
+            )
         return self._uuids[index]
 
     def _gi(self, index: int, gi_id: int):
-        return self._call(index, f"find GPU instance {gi_id}", self._nvml.nvmlDeviceGetGpuInstanceById, self._handle(index), gi_id)
+        return self._call(
+            index, f"find GPU instance {gi_id}", self._nvml.nvmlDeviceGetGpuInstanceById, self._handle(index), gi_id
+        )
 
     # ---- whole GPUs --------------------------------------------------------------
 
@@ -223,7 +248,9 @@ class NvmlBackend:
         nvml, handle = self._nvml, self._handle(index)
         memory = self._call(index, "read memory", nvml.nvmlDeviceGetMemoryInfo, handle)
         pci = self._call(index, "read PCI info", nvml.nvmlDeviceGetPciInfo, handle)
-        mode = self._call(index, "read MIG mode", nvml.nvmlDeviceGetMigMode, handle, tolerate=frozenset({NOT_SUPPORTED}))
+        mode = self._call(
+            index, "read MIG mode", nvml.nvmlDeviceGetMigMode, handle, tolerate=frozenset({NOT_SUPPORTED})
+        )
         current, pending = (None, None) if mode is _SKIP else (bool(mode[0]), bool(mode[1]))
         return GpuInfo(
             index=index,
@@ -241,17 +268,27 @@ class NvmlBackend:
         (EXCLUSIVE_THREAD on old drivers). Read on demand: only the hooks of MPS jobs need it."""
         mode = self._call(index, "read compute mode", self._nvml.nvmlDeviceGetComputeMode, self._handle(index))
         if mode not in COMPUTE_MODES:
-            raise GpuError("read compute mode", index, self._uuid_for_error(index),
-                           detail=f"NVML returned compute mode {mode}, none of {sorted(COMPUTE_MODES)}")
+            raise GpuError(
+                "read compute mode",
+                index,
+                self._uuid_for_error(index),
+                detail=f"NVML returned compute mode {mode}, none of {sorted(COMPUTE_MODES)}",
+            )
         return COMPUTE_MODES[mode]
 
     def set_compute_mode(self, index: int, mode: str) -> None:
         """Set the compute mode by name (root on real GPUs; test clusters set their fake GPUs with it)."""
         codes = {name: code for code, name in COMPUTE_MODES.items()}
         if mode not in codes:
-            raise GpuError(f"set compute mode {mode}", index, self._uuid_for_error(index),
-                           detail=f"unknown compute mode; known: {', '.join(codes)}")
-        self._call(index, f"set compute mode {mode}", self._nvml.nvmlDeviceSetComputeMode, self._handle(index), codes[mode])
+            raise GpuError(
+                f"set compute mode {mode}",
+                index,
+                self._uuid_for_error(index),
+                detail=f"unknown compute mode; known: {', '.join(codes)}",
+            )
+        self._call(
+            index, f"set compute mode {mode}", self._nvml.nvmlDeviceSetComputeMode, self._handle(index), codes[mode]
+        )
 
     # ---- driver, per-cgroup memory limits --------------------------------------------
 
@@ -269,21 +306,36 @@ class NvmlBackend:
         (soft limit) and at most (hard limit). Root only."""
         limits = self._nvml.c_nvmlSetMemoryLimits_v1_t()
         limits.nameSpace, limits.softLimit, limits.hardLimit = cgroup.encode(), mib * _MIB, mib * _MIB
-        self._call(index, f"set memory limit {mib} MiB for cgroup {cgroup}", self._nvml.nvmlDeviceSetMemoryLimits_v1,
-                   self._handle(index), limits)
+        self._call(
+            index,
+            f"set memory limit {mib} MiB for cgroup {cgroup}",
+            self._nvml.nvmlDeviceSetMemoryLimits_v1,
+            self._handle(index),
+            limits,
+        )
 
     def clear_memory_limit(self, index: int, cgroup: str) -> None:
         limits = self._nvml.c_nvmlSetMemoryLimits_v1_t()
         limits.nameSpace, limits.softLimit, limits.hardLimit = cgroup.encode(), 0, MEMORY_LIMIT_MAX
-        self._call(index, f"clear memory limit for cgroup {cgroup}", self._nvml.nvmlDeviceSetMemoryLimits_v1,
-                   self._handle(index), limits)
+        self._call(
+            index,
+            f"clear memory limit for cgroup {cgroup}",
+            self._nvml.nvmlDeviceSetMemoryLimits_v1,
+            self._handle(index),
+            limits,
+        )
 
     def memory_limit(self, index: int, cgroup: str) -> tuple[int, int] | None:
         """(soft, hard) MiB set for the cgroup on this GPU, or None when it has no limit."""
         limits = self._nvml.c_nvmlGetMemoryLimits_v1_t()
         limits.nameSpace = cgroup.encode()
-        self._call(index, f"read memory limit for cgroup {cgroup}", self._nvml.nvmlDeviceGetMemoryLimits_v1,
-                   self._handle(index), limits)
+        self._call(
+            index,
+            f"read memory limit for cgroup {cgroup}",
+            self._nvml.nvmlDeviceGetMemoryLimits_v1,
+            self._handle(index),
+            limits,
+        )
         if limits.softLimit == 0 and limits.hardLimit == MEMORY_LIMIT_MAX:
             return None
         return limits.softLimit // _MIB, limits.hardLimit // _MIB
@@ -292,8 +344,13 @@ class NvmlBackend:
         """Compute processes on the GPU. On a MIG GPU, per MIG device: the parent
         handle lists them only for privileged callers (NVML API Reference,
         nvmlDeviceGetComputeRunningProcesses, MIG notes)."""
-        info_mig = self._call(index, "read MIG mode", self._nvml.nvmlDeviceGetMigMode, self._handle(index),
-                              tolerate=frozenset({NOT_SUPPORTED}))
+        info_mig = self._call(
+            index,
+            "read MIG mode",
+            self._nvml.nvmlDeviceGetMigMode,
+            self._handle(index),
+            tolerate=frozenset({NOT_SUPPORTED}),
+        )
         if info_mig is _SKIP or not info_mig[0]:
             return self._processes_on(index, self._handle(index), None, None)
         found = []
@@ -305,8 +362,7 @@ class NvmlBackend:
         what = "list processes" if gi_id is None else f"list processes on MIG device GI {gi_id} CI {ci_id}"
         procs = self._call(index, what, self._nvml.nvmlDeviceGetComputeRunningProcesses, handle)
         return [
-            GpuProcess(p.pid, None if p.usedGpuMemory is None else p.usedGpuMemory // _MIB, gi_id, ci_id)
-            for p in procs
+            GpuProcess(p.pid, None if p.usedGpuMemory is None else p.usedGpuMemory // _MIB, gi_id, ci_id) for p in procs
         ]
 
     # ---- GPU-instance profiles and placements -------------------------------------
@@ -315,10 +371,20 @@ class NvmlBackend:
         """The GI profiles this GPU offers; [] when MIG mode is off (NVML says NOT_SUPPORTED)."""
         nvml, handle, found = self._nvml, self._handle(index), []
         for constant in range(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-            info = self._call(index, f"read GPU instance profile {constant}", nvml.nvmlDeviceGetGpuInstanceProfileInfo,
-                              handle, constant, tolerate=frozenset({NOT_SUPPORTED, INVALID_ARGUMENT}))
+            info = self._call(
+                index,
+                f"read GPU instance profile {constant}",
+                nvml.nvmlDeviceGetGpuInstanceProfileInfo,
+                handle,
+                constant,
+                tolerate=frozenset({NOT_SUPPORTED, INVALID_ARGUMENT}),
+            )
             if info is not _SKIP:
-                found.append(GiProfile(constant, info.id, info.sliceCount, info.instanceCount, info.memorySizeMB, _text(info.name)))
+                found.append(
+                    GiProfile(
+                        constant, info.id, info.sliceCount, info.instanceCount, info.memorySizeMB, _text(info.name)
+                    )
+                )
         return found
 
     def possible_placements(self, index: int, profile_id: int) -> list[Placement]:
@@ -326,9 +392,13 @@ class NvmlBackend:
         nvml, handle = self._nvml, self._handle(index)
         what = f"list placements of GPU instance profile ID {profile_id}"
         count = ctypes.c_uint(0)
-        self._call(index, what, nvml.nvmlDeviceGetGpuInstancePossiblePlacements, handle, profile_id, None, ctypes.byref(count))
+        self._call(
+            index, what, nvml.nvmlDeviceGetGpuInstancePossiblePlacements, handle, profile_id, None, ctypes.byref(count)
+        )
         array = (nvml.c_nvmlGpuInstancePlacement_t * count.value)()
-        self._call(index, what, nvml.nvmlDeviceGetGpuInstancePossiblePlacements, handle, profile_id, array, ctypes.byref(count))
+        self._call(
+            index, what, nvml.nvmlDeviceGetGpuInstancePossiblePlacements, handle, profile_id, array, ctypes.byref(count)
+        )
         return [Placement(array[i].start, array[i].size) for i in range(count.value)]
 
     # ---- GPU instances -------------------------------------------------------------
@@ -345,8 +415,15 @@ class NvmlBackend:
         nvml = self._nvml
         array = (nvml.c_nvmlGpuInstance_t * max(profile.instance_count, 1))()
         count = ctypes.c_uint(len(array))
-        self._call(index, f"list GPU instances of profile {profile.name or profile.id}", nvml.nvmlDeviceGetGpuInstances,
-                   self._handle(index), profile.id, array, ctypes.byref(count))
+        self._call(
+            index,
+            f"list GPU instances of profile {profile.name or profile.id}",
+            nvml.nvmlDeviceGetGpuInstances,
+            self._handle(index),
+            profile.id,
+            array,
+            ctypes.byref(count),
+        )
         return [array[i] for i in range(count.value)]
 
     def _gi_info(self, index: int, gi, constant: int) -> GpuInstance:
@@ -360,16 +437,26 @@ class NvmlBackend:
         sizes = {p.start: p.size for p in self.possible_placements(index, profile_id)}
         placement = nvml.c_nvmlGpuInstancePlacement_t()
         placement.start, placement.size = start, sizes.get(start, next(iter(sizes.values()), 0))
-        gi = self._call(index, f"create GPU instance (profile ID {profile_id}) at memory slice {start}",
-                        nvml.nvmlDeviceCreateGpuInstanceWithPlacement, self._handle(index), profile_id, ctypes.byref(placement))
+        gi = self._call(
+            index,
+            f"create GPU instance (profile ID {profile_id}) at memory slice {start}",
+            nvml.nvmlDeviceCreateGpuInstanceWithPlacement,
+            self._handle(index),
+            profile_id,
+            ctypes.byref(placement),
+        )
         return self._gi_info(index, gi, constant)
 
     def _constant_for(self, index: int, profile_id: int) -> int:
         for profile in self.gpu_instance_profiles(index):
             if profile.id == profile_id:
                 return profile.constant
-        raise GpuError(f"create GPU instance (profile ID {profile_id})", index, self._uuid_for_error(index),
-                       detail="the GPU offers no such profile (is MIG mode on?)")
+        raise GpuError(
+            f"create GPU instance (profile ID {profile_id})",
+            index,
+            self._uuid_for_error(index),
+            detail="the GPU offers no such profile (is MIG mode on?)",
+        )
 
     def destroy_gpu_instance(self, index: int, gi_id: int) -> None:
         self._call(index, f"destroy GPU instance {gi_id}", self._nvml.nvmlGpuInstanceDestroy, self._gi(index, gi_id))
@@ -393,28 +480,48 @@ class NvmlBackend:
 
     def _ci_profile(self, index: int, gi_id: int, gi, constant: int, tolerate: frozenset[int] = frozenset()):
         nvml = self._nvml
-        return self._call(index, f"read compute instance profile {constant} of GPU instance {gi_id}",
-                          nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo, gi, constant,
-                          nvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, tolerate=tolerate)
+        return self._call(
+            index,
+            f"read compute instance profile {constant} of GPU instance {gi_id}",
+            nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo,
+            gi,
+            constant,
+            nvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+            tolerate=tolerate,
+        )
 
     def _ci_handles(self, index: int, gi_id: int, gi, info) -> list:
         nvml = self._nvml
         array = (nvml.c_nvmlComputeInstance_t * max(info.instanceCount, 1))()
         count = ctypes.c_uint(len(array))
-        self._call(index, f"list compute instances of GPU instance {gi_id}", nvml.nvmlGpuInstanceGetComputeInstances,
-                   gi, info.id, array, ctypes.byref(count))
+        self._call(
+            index,
+            f"list compute instances of GPU instance {gi_id}",
+            nvml.nvmlGpuInstanceGetComputeInstances,
+            gi,
+            info.id,
+            array,
+            ctypes.byref(count),
+        )
         return [array[i] for i in range(count.value)]
 
     def _ci_info(self, index: int, gi_id: int, ci, constant: int) -> ComputeInstance:
-        info = self._call(index, f"read compute instance info in GPU instance {gi_id}", self._nvml.nvmlComputeInstanceGetInfo, ci)
+        info = self._call(
+            index, f"read compute instance info in GPU instance {gi_id}", self._nvml.nvmlComputeInstanceGetInfo, ci
+        )
         return ComputeInstance(info.id, info.profileId, info.placement.start, info.placement.size, constant)
 
     def create_compute_instance(self, index: int, gi_id: int, ci_profile_const: int) -> ComputeInstance:
         """Create a CI of NVML_COMPUTE_INSTANCE_PROFILE_<const> in GI ``gi_id`` (by the id NVML gives it)."""
         gi = self._gi(index, gi_id)
         info = self._ci_profile(index, gi_id, gi, ci_profile_const)
-        ci = self._call(index, f"create compute instance (profile {ci_profile_const}) in GPU instance {gi_id}",
-                        self._nvml.nvmlGpuInstanceCreateComputeInstance, gi, info.id)
+        ci = self._call(
+            index,
+            f"create compute instance (profile {ci_profile_const}) in GPU instance {gi_id}",
+            self._nvml.nvmlGpuInstanceCreateComputeInstance,
+            gi,
+            info.id,
+        )
         return self._ci_info(index, gi_id, ci, ci_profile_const)
 
     def destroy_compute_instance(self, index: int, gi_id: int, ci_id: int) -> None:
@@ -428,9 +535,15 @@ class NvmlBackend:
         """The MIG devices (one per CI) that CUDA and Slurm see, by GI then CI id."""
         found = []
         for mig, gi_id, ci_id in self._mig_handles(index):
-            name = _text(self._call(index, f"read name of MIG device GI {gi_id} CI {ci_id}", self._nvml.nvmlDeviceGetName, mig))
-            uuid = _text(self._call(index, f"read UUID of MIG device GI {gi_id} CI {ci_id}", self._nvml.nvmlDeviceGetUUID, mig))
-            memory = self._call(index, f"read memory of MIG device GI {gi_id} CI {ci_id}", self._nvml.nvmlDeviceGetMemoryInfo, mig)
+            name = _text(
+                self._call(index, f"read name of MIG device GI {gi_id} CI {ci_id}", self._nvml.nvmlDeviceGetName, mig)
+            )
+            uuid = _text(
+                self._call(index, f"read UUID of MIG device GI {gi_id} CI {ci_id}", self._nvml.nvmlDeviceGetUUID, mig)
+            )
+            memory = self._call(
+                index, f"read memory of MIG device GI {gi_id} CI {ci_id}", self._nvml.nvmlDeviceGetMemoryInfo, mig
+            )
             found.append(MigDevice(uuid, gi_id, ci_id, name, memory.total // _MIB))
         return sorted(found, key=lambda d: (d.gi_id, d.ci_id))
 
@@ -438,15 +551,30 @@ class NvmlBackend:
         """(handle, GI id, CI id) for each MIG device. Indexes without a device
         (NOT_FOUND) are skipped rather than ending the walk, as go-nvlib does."""
         nvml, handle = self._nvml, self._handle(index)
-        count = self._call(index, "read max MIG device count", nvml.nvmlDeviceGetMaxMigDeviceCount, handle,
-                           tolerate=frozenset({NOT_SUPPORTED}))
+        count = self._call(
+            index,
+            "read max MIG device count",
+            nvml.nvmlDeviceGetMaxMigDeviceCount,
+            handle,
+            tolerate=frozenset({NOT_SUPPORTED}),
+        )
         found = []
         for j in range(0 if count is _SKIP else count):
-            mig = self._call(index, f"get MIG device {j}", nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, j,
-                             tolerate=frozenset({NOT_FOUND}))
+            mig = self._call(
+                index,
+                f"get MIG device {j}",
+                nvml.nvmlDeviceGetMigDeviceHandleByIndex,
+                handle,
+                j,
+                tolerate=frozenset({NOT_FOUND}),
+            )
             if mig is not _SKIP:
-                gi_id = self._call(index, f"read GPU instance id of MIG device {j}", nvml.nvmlDeviceGetGpuInstanceId, mig)
-                ci_id = self._call(index, f"read compute instance id of MIG device {j}", nvml.nvmlDeviceGetComputeInstanceId, mig)
+                gi_id = self._call(
+                    index, f"read GPU instance id of MIG device {j}", nvml.nvmlDeviceGetGpuInstanceId, mig
+                )
+                ci_id = self._call(
+                    index, f"read compute instance id of MIG device {j}", nvml.nvmlDeviceGetComputeInstanceId, mig
+                )
                 found.append((mig, gi_id, ci_id))
         return found
 
@@ -460,7 +588,10 @@ def open_backend(fake_state: str | Path | None) -> NvmlBackend:
 
     fake = FakeNvml(fake_state)
     if not os.path.isfile(fake.state_file):
-        raise GpuError("open fake NVML", detail=f"state file {fake.state_file} does not exist; create it with `gpushare node fake-nvml init`")
+        raise GpuError(
+            "open fake NVML",
+            detail=f"state file {fake.state_file} does not exist; create it with `gpushare node fake-nvml init`",
+        )
     return NvmlBackend(fake, mig_minors_path=fake.mig_minors_file).init()
 
 

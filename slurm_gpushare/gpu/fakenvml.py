@@ -230,7 +230,11 @@ class c_nvmlGpuInstanceProfileInfo_t(ctypes.Structure):
 
 
 class c_nvmlGpuInstanceProfileInfo_v2_t(_Printable):
-    _fields_ = [("version", ctypes.c_uint), *_GI_PROFILE_FIELDS, ("name", ctypes.c_char * NVML_DEVICE_NAME_V2_BUFFER_SIZE)]
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        *_GI_PROFILE_FIELDS,
+        ("name", ctypes.c_char * NVML_DEVICE_NAME_V2_BUFFER_SIZE),
+    ]
 
     def __init__(self):
         super().__init__(version=nvmlGpuInstanceProfileInfo_v2)
@@ -254,7 +258,11 @@ class c_nvmlComputeInstanceProfileInfo_t(ctypes.Structure):
 
 
 class c_nvmlComputeInstanceProfileInfo_v2_t(_Printable):
-    _fields_ = [("version", ctypes.c_uint), *_CI_PROFILE_FIELDS, ("name", ctypes.c_char * NVML_DEVICE_NAME_V2_BUFFER_SIZE)]
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        *_CI_PROFILE_FIELDS,
+        ("name", ctypes.c_char * NVML_DEVICE_NAME_V2_BUFFER_SIZE),
+    ]
 
     def __init__(self):
         super().__init__(version=nvmlComputeInstanceProfileInfo_v2)
@@ -269,8 +277,12 @@ class c_nvmlSetMemoryLimits_v1_t(_Printable):
 
 
 class c_nvmlGetMemoryLimits_v1_t(_Printable):
-    _fields_ = [("nameSpace", ctypes.c_char_p), ("softLimit", ctypes.c_ulonglong), ("hardLimit", ctypes.c_ulonglong),
-                ("currentUsed", ctypes.c_ulonglong)]
+    _fields_ = [
+        ("nameSpace", ctypes.c_char_p),
+        ("softLimit", ctypes.c_ulonglong),
+        ("hardLimit", ctypes.c_ulonglong),
+        ("currentUsed", ctypes.c_ulonglong),
+    ]
 
 
 class nvmlPciInfo_t(_Printable):
@@ -454,7 +466,11 @@ def _ci_by_serial(gi: dict, ci_id: int, serial: int | None = None) -> dict:
 
 def _mig_devices(gpu: dict) -> list[tuple[dict, dict]]:
     """(GI, CI) pairs in MIG-device index order: by GI id, then CI id."""
-    return [(gi, ci) for gi in sorted(gpu["instances"], key=lambda g: g["id"]) for ci in sorted(gi["cis"], key=lambda c: c["id"])]
+    return [
+        (gi, ci)
+        for gi in sorted(gpu["instances"], key=lambda g: g["id"])
+        for ci in sorted(gi["cis"], key=lambda c: c["id"])
+    ]
 
 
 def _process_object(proc: dict, gi: int, ci: int):
@@ -488,7 +504,9 @@ class FakeNvml:
     def __init__(self, state_path: str | os.PathLike, euid: int | None = None):
         """``euid``: the effective uid root-only calls are judged by (default: this process's, read per call)."""
         self.state_file = os.fspath(state_path)  # str, and pathlib imported only when asked: the hooks open a fake
-        self.mig_minors_file = self.state_file + ".mig-minors"  # on every job, and pathlib costs them ~17 M instructions
+        self.mig_minors_file = (
+            self.state_file + ".mig-minors"
+        )  # on every job, and pathlib costs them ~17 M instructions
         self._lock_path = self.state_file + ".lock"
         self._inits = 0
         self._euid = euid
@@ -514,8 +532,17 @@ class FakeNvml:
     # ---- builder and helpers -------------------------------------------------
 
     @classmethod
-    def build(cls, state_path, model: str = "H100-SXM5-80GB", count: int = 8, mig_enabled=(4, 5),
-              minors=None, seed: str = "", driver: str = DEFAULT_DRIVER, cgroup_root: str = DEFAULT_CGROUP_ROOT) -> FakeNvml:
+    def build(
+        cls,
+        state_path,
+        model: str = "H100-SXM5-80GB",
+        count: int = 8,
+        mig_enabled=(4, 5),
+        minors=None,
+        seed: str = "",
+        driver: str = DEFAULT_DRIVER,
+        cgroup_root: str = DEFAULT_CGROUP_ROOT,
+    ) -> FakeNvml:
         """Write a fresh state: ``count`` GPUs of ``model``, MIG mode on for ``mig_enabled``
         (no instances yet), device minors ``minors`` (default: equal to the index), driver version
         ``driver`` (r615+ offers per-cgroup memory limits), cgroup v2 mounted at ``cgroup_root``."""
@@ -527,12 +554,21 @@ class FakeNvml:
         gpus = [_new_gpu(gpu_model, i, minors[i], i in set(mig_enabled), seed) for i in range(count)]
         fake.state_path.parent.mkdir(parents=True, exist_ok=True)
         with fake._locked(write=True, fresh=True) as state:
-            state.update({"format": STATE_FORMAT, "serial": 0, "gpus": gpus, "driver_version": driver,
-                          "cgroup_root": str(cgroup_root)})
+            state.update(
+                {
+                    "format": STATE_FORMAT,
+                    "serial": 0,
+                    "gpus": gpus,
+                    "driver_version": driver,
+                    "cgroup_root": str(cgroup_root),
+                }
+            )
         _write_text(fake.mig_minors_path, mig_minors_text())
         return fake
 
-    def add_process(self, index: int, pid: int, gi: int | None = None, ci: int | None = None, used_mib: int = 0) -> None:
+    def add_process(
+        self, index: int, pid: int, gi: int | None = None, ci: int | None = None, used_mib: int = 0
+    ) -> None:
         """A CUDA process appears on GPU ``index`` (on MIG GPUs: on compute instance ``gi``/``ci``)."""
         with self._locked(write=True) as state:
             gpu = _helper_gpu(state, index)
@@ -559,8 +595,10 @@ class FakeNvml:
             if not current and gpu["instances"]:
                 raise FakeNvmlError(f"fake GPU {index} still has MIG instances; destroy them before disabling MIG")
             if current and gpu.get("compute_mode") == NVML_COMPUTEMODE_EXCLUSIVE_PROCESS:
-                raise FakeNvmlError(f"fake GPU {index} is in compute mode EXCLUSIVE_PROCESS, which MIG mode does not "
-                                    "support; set DEFAULT first")
+                raise FakeNvmlError(
+                    f"fake GPU {index} is in compute mode EXCLUSIVE_PROCESS, which MIG mode does not "
+                    "support; set DEFAULT first"
+                )
             gpu["mig_current"] = int(current)
             gpu["mig_pending"] = int(current if pending is None else pending)
 
@@ -600,7 +638,9 @@ class FakeNvml:
             with open(self.state_file, encoding="utf-8") as fh:
                 state = json.loads(fh.read())
         except FileNotFoundError:
-            raise FakeNvmlError(f"fake NVML state {self.state_file} does not exist; create it with `gpushare node fake-nvml init`") from None
+            raise FakeNvmlError(
+                f"fake NVML state {self.state_file} does not exist; create it with `gpushare node fake-nvml init`"
+            ) from None
         if state.get("format") != STATE_FORMAT:
             raise FakeNvmlError(f"{self.state_file} is not a fake NVML state ({STATE_FORMAT})")
         return state
@@ -774,8 +814,10 @@ class FakeNvml:
                 limits_of.pop(path, None)
                 return
             if hard == 0 or soft > hard or hard > get_model(gpu["model"]).memory_mib * _MIB:
-                _unconfirmed(f"nvmlDeviceSetMemoryLimits_v1 with softLimit {soft}, hardLimit {hard} (zero, soft above "
-                             "hard, or above the GPU's memory)")
+                _unconfirmed(
+                    f"nvmlDeviceSetMemoryLimits_v1 with softLimit {soft}, hardLimit {hard} (zero, soft above "
+                    "hard, or above the GPU's memory)"
+                )
             limits_of[path] = {"soft": soft, "hard": hard}
 
     def nvmlDeviceGetMemoryLimits_v1(self, device, limits):
@@ -814,8 +856,12 @@ class FakeNvml:
         while MIG mode is on (MIG user guide, MPS on MIG). Root only on real GPUs: not modelled."""
         if isinstance(handle, _Mig):
             _unconfirmed("nvmlDeviceSetComputeMode on a MIG device handle")
-        if mode not in (NVML_COMPUTEMODE_DEFAULT, NVML_COMPUTEMODE_EXCLUSIVE_THREAD, NVML_COMPUTEMODE_PROHIBITED,
-                        NVML_COMPUTEMODE_EXCLUSIVE_PROCESS):
+        if mode not in (
+            NVML_COMPUTEMODE_DEFAULT,
+            NVML_COMPUTEMODE_EXCLUSIVE_THREAD,
+            NVML_COMPUTEMODE_PROHIBITED,
+            NVML_COMPUTEMODE_EXCLUSIVE_PROCESS,
+        ):
             _fail(NVML_ERROR_INVALID_ARGUMENT)
         with self._nvml(write=True) as state:
             gpu = self._gpu(state, handle)
@@ -878,7 +924,11 @@ class FakeNvml:
         with self._nvml() as state:
             gpu = self._mig_gpu(state, device)
             _profile_by_id(get_model(gpu["model"]), profileId)
-            found = [_Gi(gpu["index"], g["id"], g["serial"]) for g in sorted(gpu["instances"], key=lambda g: g["id"]) if g["profile_id"] == profileId]
+            found = [
+                _Gi(gpu["index"], g["id"], g["serial"])
+                for g in sorted(gpu["instances"], key=lambda g: g["id"])
+                if g["profile_id"] == profileId
+            ]
         _fill(array, found, countRef)
         return NVML_SUCCESS
 
@@ -893,7 +943,9 @@ class FakeNvml:
     def nvmlGpuInstanceGetInfo(self, gpuInstance):
         with self._nvml() as state:
             gpu, gi = self._gi(state, gpuInstance)
-        return _GpuInstanceInfo(_Device(gpu["index"]), gi["id"], gi["profile_id"], c_nvmlGpuInstancePlacement_t(gi["start"], gi["size"]))
+        return _GpuInstanceInfo(
+            _Device(gpu["index"]), gi["id"], gi["profile_id"], c_nvmlGpuInstancePlacement_t(gi["start"], gi["size"])
+        )
 
     def nvmlGpuInstanceDestroy(self, gpuInstance):
         with self._nvml(write=True) as state:
@@ -910,7 +962,10 @@ class FakeNvml:
             _fail(NVML_ERROR_FUNCTION_NOT_FOUND)
         with self._nvml() as state:
             gpu, gi = self._gi(state, device)
-        if not 0 <= profile < NVML_COMPUTE_INSTANCE_PROFILE_COUNT or not 0 <= engProfile < NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT:
+        if (
+            not 0 <= profile < NVML_COMPUTE_INSTANCE_PROFILE_COUNT
+            or not 0 <= engProfile < NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT
+        ):
             _fail(NVML_ERROR_INVALID_ARGUMENT)
         gi_profile = get_model(gpu["model"]).profile_for_id(gi["profile_id"])
         allowed = _ci_profiles(gi_profile)
@@ -936,7 +991,11 @@ class FakeNvml:
             gpu, gi = self._gi(state, gpuInstance)
             if profileId not in _ci_profiles(get_model(gpu["model"]).profile_for_id(gi["profile_id"])):
                 _fail(NVML_ERROR_NOT_SUPPORTED)
-            found = [_Ci(gpu["index"], gi["id"], c["id"], c["serial"]) for c in sorted(gi["cis"], key=lambda c: c["id"]) if c["profile_id"] == profileId]
+            found = [
+                _Ci(gpu["index"], gi["id"], c["id"], c["serial"])
+                for c in sorted(gi["cis"], key=lambda c: c["id"])
+                if c["profile_id"] == profileId
+            ]
         _fill(array, found, countRef)
         return NVML_SUCCESS
 
@@ -950,7 +1009,10 @@ class FakeNvml:
         with self._nvml() as state:
             gpu, gi, ci = self._ci(state, computeInstance)
         return _ComputeInstanceInfo(
-            _Device(gpu["index"]), _Gi(gpu["index"], gi["id"], gi["serial"]), ci["id"], ci["profile_id"],
+            _Device(gpu["index"]),
+            _Gi(gpu["index"], gi["id"], gi["serial"]),
+            ci["id"],
+            ci["profile_id"],
             c_nvmlComputeInstancePlacement_t(ci["start"], ci["size"]),
         )
 
@@ -1016,7 +1078,11 @@ class FakeNvml:
             gpu, mig = self._any_device(state, handle)
             if mig is not None:
                 gi, ci = mig
-                return [_process_object(p, gi["id"], ci["id"]) for p in gpu["processes"] if (p["gi"], p["ci"]) == (gi["id"], ci["id"])]
+                return [
+                    _process_object(p, gi["id"], ci["id"])
+                    for p in gpu["processes"]
+                    if (p["gi"], p["ci"]) == (gi["id"], ci["id"])
+                ]
             if gpu["mig_current"]:
                 return []
             return [_process_object(p, _NOT_MIG, _NOT_MIG) for p in gpu["processes"]]
@@ -1054,7 +1120,11 @@ def _ci_start(gi: dict, gi_profile: MigProfile, ci_constant: int) -> int | None:
     """Lowest free compute-slice start for a CI of this profile, or None if it does not fit."""
     allowed = _ci_profiles(gi_profile)
     if ci_constant not in allowed:
-        _fail(NVML_ERROR_NOT_SUPPORTED if 0 <= ci_constant < NVML_COMPUTE_INSTANCE_PROFILE_COUNT else NVML_ERROR_INVALID_ARGUMENT)
+        _fail(
+            NVML_ERROR_NOT_SUPPORTED
+            if 0 <= ci_constant < NVML_COMPUTE_INSTANCE_PROFILE_COUNT
+            else NVML_ERROR_INVALID_ARGUMENT
+        )
     slices = allowed[ci_constant][1]
     if sum(1 for c in gi["cis"] if c["profile_id"] == ci_constant) >= gi_profile.compute_slices // slices:
         return None
@@ -1071,8 +1141,14 @@ def _new_gi(state: dict, gpu: dict, model: GpuModel, profile: MigProfile, start:
     if gi_id is None:
         _fail(NVML_ERROR_INSUFFICIENT_RESOURCES)
     state["serial"] += 1
-    record = {"id": gi_id, "profile_id": profile.profile_id, "start": start, "size": profile.memory_slices,
-              "serial": state["serial"], "cis": []}
+    record = {
+        "id": gi_id,
+        "profile_id": profile.profile_id,
+        "start": start,
+        "size": profile.memory_slices,
+        "serial": state["serial"],
+        "cis": [],
+    }
     gpu["instances"].append(record)
     gpu["instances"].sort(key=lambda g: g["id"])
     return record
@@ -1082,8 +1158,14 @@ def _new_ci(state: dict, gpu: dict, gi: dict, gi_profile: MigProfile, ci_constan
     used = {c["id"] for c in gi["cis"]}
     ci_id = next(i for i in range(8) if i not in used)
     state["serial"] += 1
-    record = {"id": ci_id, "profile_id": ci_constant, "start": start, "size": _ci_profiles(gi_profile)[ci_constant][1],
-              "serial": state["serial"], "uuid": _uuid("MIG", gpu["uuid"], state["serial"])}
+    record = {
+        "id": ci_id,
+        "profile_id": ci_constant,
+        "start": start,
+        "size": _ci_profiles(gi_profile)[ci_constant][1],
+        "serial": state["serial"],
+        "uuid": _uuid("MIG", gpu["uuid"], state["serial"]),
+    }
     gi["cis"].append(record)
     gi["cis"].sort(key=lambda c: c["id"])
     return record
@@ -1136,9 +1218,16 @@ def _check_build(model: GpuModel, count: int, mig_enabled: list[int], minors: li
 
 def _new_gpu(model: GpuModel, index: int, minor: int, mig: bool, seed: str) -> dict:
     return {
-        "index": index, "model": model.name, "uuid": _uuid("GPU", seed, model.name, index), "minor": minor,
-        "pci_bus": 0x10 + index, "pci_device_id": model.pci_device_ids[0] if model.pci_device_ids else 0,
-        "mig_current": int(mig), "mig_pending": int(mig), "instances": [], "processes": [],
+        "index": index,
+        "model": model.name,
+        "uuid": _uuid("GPU", seed, model.name, index),
+        "minor": minor,
+        "pci_bus": 0x10 + index,
+        "pci_device_id": model.pci_device_ids[0] if model.pci_device_ids else 0,
+        "mig_current": int(mig),
+        "mig_pending": int(mig),
+        "instances": [],
+        "processes": [],
         "compute_mode": NVML_COMPUTEMODE_DEFAULT,
     }
 
@@ -1197,8 +1286,15 @@ def _write_text(path: Path, text: str) -> None:
 def _export_module_names() -> None:
     """Constants, error classes and struct types are read off the NVML object, as off
     the pynvml module: give the class the module's pynvml-named attributes."""
-    prefixes = ("NVML_", "NVMLError", "c_nvml", "nvmlPciInfo_t", "nvmlFriendlyObject",
-                "nvmlGpuInstanceProfileInfo_v2", "nvmlComputeInstanceProfileInfo_v2")
+    prefixes = (
+        "NVML_",
+        "NVMLError",
+        "c_nvml",
+        "nvmlPciInfo_t",
+        "nvmlFriendlyObject",
+        "nvmlGpuInstanceProfileInfo_v2",
+        "nvmlComputeInstanceProfileInfo_v2",
+    )
     for name, value in list(globals().items()):
         if name.startswith(prefixes) and name not in vars(FakeNvml):
             setattr(FakeNvml, name, value)

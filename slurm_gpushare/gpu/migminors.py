@@ -59,7 +59,7 @@ def parse_mig_minors(text: str, source: str = "mig-minors", only: frozenset[int]
     if only is not None and _CANONICAL.fullmatch(text):
         if not only:
             return {}
-        wanted = re.compile(r"^.* (?:%s)$" % "|".join(map(str, sorted(only))), re.MULTILINE)
+        wanted = re.compile(r"^.* (?:{})$".format("|".join(map(str, sorted(only)))), re.MULTILINE)
         lines = ((text.count("\n", 0, m.start()) + 1, m[0]) for m in wanted.finditer(text))
     else:
         lines = enumerate(text.splitlines(), 1)
@@ -80,7 +80,9 @@ def _parse_line(line: str, where: str) -> tuple[MinorKey | None, int]:
         return None, int(value)
     match = _ACCESS.fullmatch(name)
     if match is None:
-        raise MigMinorsError(f"{where}: unknown capability {name!r}; expected config, monitor, gpuN/giG/access or gpuN/giG/ciC/access")
+        raise MigMinorsError(
+            f"{where}: unknown capability {name!r}; expected config, monitor, gpuN/giG/access or gpuN/giG/ciC/access"
+        )
     gpu, gi, ci = match.groups()
     return (int(gpu), int(gi), None if ci is None else int(ci)), int(value)
 
@@ -92,5 +94,7 @@ def read_mig_minors(path: str | os.PathLike = MIG_MINORS, only: frozenset[int] |
         with open(path, "rb") as fh:
             text = fh.read().decode("ascii")  # not read_text: its codec lookup imports a module
     except OSError as exc:
-        raise MigMinorsError(f"cannot read {path}: {exc.strerror} (is the NVIDIA driver with MIG support loaded?)") from None
+        raise MigMinorsError(
+            f"cannot read {path}: {exc.strerror} (is the NVIDIA driver with MIG support loaded?)"
+        ) from None
     return parse_mig_minors(text, str(path), only)

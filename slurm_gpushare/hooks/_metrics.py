@@ -18,14 +18,19 @@ def after_run(label: str, hook: str, seen: dict, error: BaseException | None, du
             _dcgm(hook, seen, error, spec.dcgm_job_mapping_dir)
         except Exception as exc:  # noqa: BLE001 - metrics never fail a job
             dcgm_errors = 1
-            print(f"{label}: dcgm-exporter job mapping in {spec.dcgm_job_mapping_dir} not updated: "
-                  f"{type(exc).__name__}: {exc}", file=sys.stderr)
+            print(
+                f"{label}: dcgm-exporter job mapping in {spec.dcgm_job_mapping_dir} not updated: "
+                f"{type(exc).__name__}: {exc}",
+                file=sys.stderr,
+            )
     if spec.textfile_dir is not None:
         try:
             _textfile(hook, seen, error, duration, spec, dcgm_errors)
         except Exception as exc:  # noqa: BLE001
-            print(f"{label}: metrics file in {spec.textfile_dir} not written: {type(exc).__name__}: {exc}",
-                  file=sys.stderr)
+            print(
+                f"{label}: metrics file in {spec.textfile_dir} not written: {type(exc).__name__}: {exc}",
+                file=sys.stderr,
+            )
 
 
 def _dcgm(hook: str, seen: dict, error, directory: str) -> None:
@@ -43,7 +48,9 @@ def _textfile(hook: str, seen: dict, error, duration: float, spec, dcgm_errors: 
     from ..node.mps import running_daemons
 
     store = JournalStore(spec.state_dir)
-    snapshot = textfile.NodeObservation(journals_present=len(store.job_ids()), mps_daemons_running=running_daemons(spec.state_dir))
+    snapshot = textfile.NodeObservation(
+        journals_present=len(store.job_ids()), mps_daemons_running=running_daemons(spec.state_dir)
+    )
     try:
         snapshot.jobs = textfile.jobs_of(store.all().values())
     except JournalError:
@@ -51,5 +58,13 @@ def _textfile(hook: str, seen: dict, error, duration: float, spec, dcgm_errors: 
     live = seen.get("live")
     if live is not None:
         snapshot.mig = textfile.mig_matches(live.gpus.values(), spec.gpus)
-    textfile.record(spec.state_dir, spec.textfile_dir, hook, "ok" if error is None else "failed",
-                    None if error is None else textfile.failure_reason(error), duration, snapshot, dcgm_errors)
+    textfile.record(
+        spec.state_dir,
+        spec.textfile_dir,
+        hook,
+        "ok" if error is None else "failed",
+        None if error is None else textfile.failure_reason(error),
+        duration,
+        snapshot,
+        dcgm_errors,
+    )

@@ -60,5 +60,6 @@ def _undo(journal, store, config, runner, mps, kill, seen):
 def main(environ=None, runner=None, mps=None, kill=None) -> int:
     from ._common import guarded
 
-    return guarded("gpushare-epilog", lambda env, seen: epilog(env, runner, mps, kill, seen), environ, runner,
-                   metrics="epilog")
+    return guarded(
+        "gpushare-epilog", lambda env, seen: epilog(env, runner, mps, kill, seen), environ, runner, metrics="epilog"
+    )

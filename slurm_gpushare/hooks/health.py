@@ -36,9 +36,18 @@ def health(environ, runner=None, mps=None, kill=None, is_device=None, out=print)
     client = CliClient(runner or run, timeout=15, env=env)
     mps = mps or MpsControl(runner or run, **mps_command(config))
     with open_backend(config.fake_nvml_str) as backend:
-        report = run_health(node, spec.state_dir, Path(spec.slurm_conf_dir) / "gres.conf", slots_from_spec(spec), client,
-                            backend, mps, Killer(backend, kill=kill), is_device or device_ok,
-                            metrics=spec)
+        report = run_health(
+            node,
+            spec.state_dir,
+            Path(spec.slurm_conf_dir) / "gres.conf",
+            slots_from_spec(spec),
+            client,
+            backend,
+            mps,
+            Killer(backend, kill=kill),
+            is_device or device_ok,
+            metrics=spec,
+        )
     for line in report.lines():
         out(line)
     return report

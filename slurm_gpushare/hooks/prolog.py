@@ -59,8 +59,11 @@ def _refuse_without_room(exc: Exception, job, journal, store, state_dir: str):
         raise exc
     journal = refused_journal(journal, NO_ROOM_CODE, why)
     store.write(journal)
-    print(f"gpushare-prolog: job {job.job_id}: MPS daemon not started, no room ({why}); the job is refused, "
-          "the node stays in service", file=sys.stderr)
+    print(
+        f"gpushare-prolog: job {job.job_id}: MPS daemon not started, no room ({why}); the job is refused, "
+        "the node stays in service",
+        file=sys.stderr,
+    )
     return journal
 
 
@@ -76,4 +79,6 @@ def _remove_made(limits) -> None:
 def main(environ=None, runner=None, mps=None) -> int:
     from ._common import guarded
 
-    return guarded("gpushare-prolog", lambda env, seen: prolog(env, runner, mps, seen), environ, runner, metrics="prolog")
+    return guarded(
+        "gpushare-prolog", lambda env, seen: prolog(env, runner, mps, seen), environ, runner, metrics="prolog"
+    )

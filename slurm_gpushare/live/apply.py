@@ -16,9 +16,10 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from ..atomic import atomic_write
 from ..errors import GpushareError
@@ -104,8 +105,10 @@ class LiveApply:
         self.admin = load_file(self.admin_policy)
         live = self.admin.policy.live
         if not live.enabled:
-            raise LiveApplyError(f"{self.admin_policy}: live.enabled is false: set `live: {{enabled: true}}` to let "
-                                 "`gpushare live apply` change layouts")
+            raise LiveApplyError(
+                f"{self.admin_policy}: live.enabled is false: set `live: {{enabled: true}}` to let "
+                "`gpushare live apply` change layouts"
+            )
         self.live = live
         self.policy_file = Path(self.policy_file) if self.policy_file else policy_file_of(self.admin)
         self.store = StateFile(state_path(self.policy_file))
@@ -120,17 +123,36 @@ class LiveApply:
     def run_once(self) -> RunReport:
         report = RunReport()
         now = self.clock()
-        seen = observe(self.client, self.reservations, self.admin, self.admin_policy, self.store, now,
-                       policy_file=self.policy_file, release=lambda nodes: self._release_orphans(nodes, report),
-                       read_view=self.planner.read_view)
+        seen = observe(
+            self.client,
+            self.reservations,
+            self.admin,
+            self.admin_policy,
+            self.store,
+            now,
+            policy_file=self.policy_file,
+            release=lambda nodes: self._release_orphans(nodes, report),
+            read_view=self.planner.read_view,
+        )
         state, view = seen.state, seen.view
         plan = report.plan = self.planner.plan(seen.site, view, seen.doc)
         gpu_jobs = gpu_jobs_by_node(view)
         job_ends = {c.job: self.reservations.job_end(c.job) for c in state.in_flight().values() if c.job is not None}
         found = {n: self._relayout_jobs(c, state) for n, c in state.in_flight().items() if c.phase == "submitting"}
         nodes = {n: (tuple(v.state), v.reason) for n, v in view.nodes.items()}
-        actions = steps.next_steps(now, state, seen.locks, gpu_jobs, job_ends, nodes, plan.proposals,
-                               self.live.max_wait, self.relayout_limit, plan.weights, found)
+        actions = steps.next_steps(
+            now,
+            state,
+            seen.locks,
+            gpu_jobs,
+            job_ends,
+            nodes,
+            plan.proposals,
+            self.live.max_wait,
+            self.relayout_limit,
+            plan.weights,
+            found,
+        )
         report.actions = actions
         for action in actions:
             self._execute(action, gpu_jobs, report)
@@ -151,8 +173,9 @@ class LiveApply:
                 try:
                     self.reservations.delete_lock(node)
                 except GpushareError as exc:  # a relayout job still in it: "in use"
-                    self._say(report, f"{node}: lock {lock_name(node)} has no change recorded and was not "
-                                      f"deleted: {exc}")
+                    self._say(
+                        report, f"{node}: lock {lock_name(node)} has no change recorded and was not deleted: {exc}"
+                    )
                     continue
                 gone.add(node)
                 self._say(report, f"{node}: deleted lock {lock_name(node)}: no change in flight owns it")
@@ -208,8 +231,11 @@ class LiveApply:
             last = state.current.get(p.node)
             # another planner changed the node after this run looked: its record is newer than our view allows
             if last is not None and (last.in_flight or now - last.changed_at < self.live.min_dwell):
-                self._say(report, f"{p.node}: not changed: another planner recorded a change at "
-                                  f"{last.changed_at:.0f} ({last.phase}) after this run looked")
+                self._say(
+                    report,
+                    f"{p.node}: not changed: another planner recorded a change at "
+                    f"{last.changed_at:.0f} ({last.phase}) after this run looked",
+                )
                 return False
             intent = Record(p.change, phase="locking", locked_at=now, line=p.line, planner=self.host)
             state.put(intent)
@@ -259,8 +285,11 @@ class LiveApply:
             if change is None or change.phase != "submitting":
                 return
             self._record_job(state, change, job)
-        self._say(report, f"{node}: relayout job {job} found by its name {lock_name(node)}: submitted by a run "
-                          f"that stopped before recording it ({change.planner})")
+        self._say(
+            report,
+            f"{node}: relayout job {job} found by its name {lock_name(node)}: submitted by a run "
+            f"that stopped before recording it ({change.planner})",
+        )
 
     def _record_job(self, state: State, change: Record, job: int) -> None:
         state.put(replace(change, phase="relayout", job=job, submitted_at=self.clock()))
@@ -298,8 +327,13 @@ class LiveApply:
         self._write_policy(state)
         self.reservations.extend_lock(node, self.relayout_limit + SLACK)
         return self.reservations.submit_relayout(
-            node, str(self.policy_file), log=self._log(node), time_limit_s=self.relayout_limit,
-            partition=self._partition(node), node_config=self.node_config)
+            node,
+            str(self.policy_file),
+            log=self._log(node),
+            time_limit_s=self.relayout_limit,
+            partition=self._partition(node),
+            node_config=self.node_config,
+        )
 
     def _not_started(self, state: State, change: Record, exc: Exception, report: RunReport) -> None:
         """Nothing ran on the node: delete the lock (first: a job in it keeps it, and the record, for the next
@@ -381,12 +415,21 @@ def gpu_jobs_by_node(view: ClusterView) -> dict[str, tuple[int, ...]]:
 def live_policy_text(doc: dict, admin: Path, state: State) -> str:
     import yaml
 
-    changed = ", ".join(f"{n} GPU {g}: {'+'.join(l)}" for n, gl in sorted(state.layouts.items())
-                        for g, l in sorted(gl.items())) or "none"
-    head = (f"# Written by `gpushare live apply` from {admin}: do not edit (edit {admin.name}; the next\n"
-            f"# change is written from it). Layouts changed by the live planner: {changed}\n")
+    changed = (
+        ", ".join(
+            f"{n} GPU {g}: {'+'.join(l)}" for n, gl in sorted(state.layouts.items()) for g, l in sorted(gl.items())
+        )
+        or "none"
+    )
+    head = (
+        f"# Written by `gpushare live apply` from {admin}: do not edit (edit {admin.name}; the next\n"
+        f"# change is written from it). Layouts changed by the live planner: {changed}\n"
+    )
     if state.modes:
-        modes = ", ".join(f"{n} GPU {g}: {document.mode_text(e)}" for n, ge in sorted(state.modes.items())
-                          for g, e in sorted(ge.items()))
+        modes = ", ".join(
+            f"{n} GPU {g}: {document.mode_text(e)}"
+            for n, ge in sorted(state.modes.items())
+            for g, e in sorted(ge.items())
+        )
         head += f"# GPU modes changed by the live planner: {modes}\n"
     return head + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=120)

@@ -45,8 +45,9 @@ def candidate_layouts(model: GpuModel) -> tuple[tuple[str, ...], ...]:
 @lru_cache(maxsize=16)
 def candidates(model: GpuModel) -> tuple[tuple[tuple[str, ...], Counter, Counter], ...]:
     """(layout, profiles counted, 'gpu:<type>' counted) of every candidate layout of the model."""
-    return tuple((lay, Counter(lay), Counter(f"gpu:{model.mig_slurm_type(p)}" for p in lay))
-                 for lay in candidate_layouts(model))
+    return tuple(
+        (lay, Counter(lay), Counter(f"gpu:{model.mig_slurm_type(p)}" for p in lay)) for lay in candidate_layouts(model)
+    )
 
 
 def node_caps(site: Site, name: str) -> Counter:

@@ -39,8 +39,10 @@ class Change:
 
     def __post_init__(self):
         if bool(self.layouts) == bool(self.modes):
-            raise ValueError(f"node {self.node}: a change has MIG layouts or sharing modes (one of them): "
-                             f"layouts {self.layouts!r}, modes {self.modes!r}")
+            raise ValueError(
+                f"node {self.node}: a change has MIG layouts or sharing modes (one of them): "
+                f"layouts {self.layouts!r}, modes {self.modes!r}"
+            )
 
     @property
     def gpus(self) -> tuple[int, ...]:
@@ -64,8 +66,10 @@ class Change:
         by_layout: dict[tuple[str, ...], list[int]] = {}
         for s in self.layouts:
             by_layout.setdefault(tuple(s.new), []).append(s.gpu)
-        parts = [f"GPU{'s' if len(g) > 1 else ''} {format_indexes(sorted(g))} to {'+'.join(new)}"
-                 for new, g in sorted(by_layout.items(), key=lambda ng: min(ng[1]))]
+        parts = [
+            f"GPU{'s' if len(g) > 1 else ''} {format_indexes(sorted(g))} to {'+'.join(new)}"
+            for new, g in sorted(by_layout.items(), key=lambda ng: min(ng[1]))
+        ]
         return ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else parts[0]
 
     def first(self) -> tuple[str, str]:
@@ -75,14 +79,18 @@ class Change:
         return "+".join(self.layouts[0].old), "+".join(self.layouts[0].new)
 
     def to_json(self) -> dict:
-        return {"node": self.node, "layouts": [[s.gpu, list(s.old), list(s.new)] for s in self.layouts],
-                "modes": [[s.gpu, dict(s.old), dict(s.new)] for s in self.modes]}
+        return {
+            "node": self.node,
+            "layouts": [[s.gpu, list(s.old), list(s.new)] for s in self.layouts],
+            "modes": [[s.gpu, dict(s.old), dict(s.new)] for s in self.modes],
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> Change:
         """``to_json``'s shape; TypeError, KeyError or ValueError for anything else."""
-        layouts = tuple(LayoutStep(int(g), tuple(map(str, old)), tuple(map(str, new)))
-                        for g, old, new in data.get("layouts") or ())
+        layouts = tuple(
+            LayoutStep(int(g), tuple(map(str, old)), tuple(map(str, new))) for g, old, new in data.get("layouts") or ()
+        )
         modes = tuple(ModeStep(int(g), dict(old), dict(new)) for g, old, new in data.get("modes") or ())
         return cls(str(data["node"]), layouts, modes)
 
@@ -99,5 +107,6 @@ def entry_of_text(text: str) -> dict:
         return {"mode": "mps", "units": int(number)}
     if mode == "shard" and unit == "replicas" and number.isdigit():
         return {"mode": "shard", "replicas": int(number)}
-    raise ValueError(f"{text!r} is not a GPU mode as the live planner writes one (exclusive, 'mps (N units)', "
-                     "'shard (N replicas)')")
+    raise ValueError(
+        f"{text!r} is not a GPU mode as the live planner writes one (exclusive, 'mps (N units)', 'shard (N replicas)')"
+    )

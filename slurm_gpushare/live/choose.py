@@ -38,8 +38,15 @@ class Best:
         return Change(node, self.layouts, self.modes)
 
 
-def best_layouts(site: Site, doc: dict, name: str, jobs: list[PendingJob], valid: dict,
-                 refused: dict, history: RecentMix | None = None) -> Best | None:
+def best_layouts(
+    site: Site,
+    doc: dict,
+    name: str,
+    jobs: list[PendingJob],
+    valid: dict,
+    refused: dict,
+    history: RecentMix | None = None,
+) -> Best | None:
     """The node's new MIG layouts that start the most of ``jobs`` (net), chosen together for one drain, among the
     sets of layouts the policy accepts (``with_layouts`` validates the node's whole set: an alias or tier type the
     site names must stay). GPU by GPU in index order (greedy): the catalogue layout that, with the layouts chosen
@@ -78,9 +85,11 @@ def best_layouts(site: Site, doc: dict, name: str, jobs: list[PendingJob], valid
     return replace(plain, benefit=plain.benefit - lost, stranded=lost, history=history.text(plain.caps))
 
 
-def best_modes(site: Site, doc: dict, name: str, jobs: list[PendingJob], valid: dict,
-               history: RecentMix | None) -> Best | None:
+def best_modes(
+    site: Site, doc: dict, name: str, jobs: list[PendingJob], valid: dict, history: RecentMix | None
+) -> Best | None:
     """The node's best change of GPU modes (``modes.best_mode_change``), every set checked with the policy."""
+
     def accept(changed: dict[int, dict]) -> bool:
         key = (name, "modes", tuple(sorted((g, tuple(sorted(e.items()))) for g, e in changed.items())))
         if key not in valid:
@@ -144,8 +153,9 @@ class _Score:
         return n - self.lost(caps), wait
 
 
-def _choose(slots, base: Counter, by_type: dict[str, list[PendingJob]], accept,
-            history: RecentMix | None = None) -> Best | None:
+def _choose(
+    slots, base: Counter, by_type: dict[str, list[PendingJob]], accept, history: RecentMix | None = None
+) -> Best | None:
     """The greedy choice of ``best_layouts``; ``accept(steps)`` (when given) must accept the set chosen so far
     with each GPU's new layout, else the GPU's next best layout is tried, else the GPU keeps its layout.
     ``history``: every score (and the benefit) less the recent jobs the node's GRES after it would strand."""
@@ -182,8 +192,9 @@ def _choose_gpu(slot, caps: Counter, score: _Score, steps: list[LayoutStep], acc
     return caps
 
 
-def _outcome(base: Counter, caps: Counter, by_type, steps: tuple[LayoutStep, ...], stranded: float,
-             history: RecentMix | None) -> Best | None:
+def _outcome(
+    base: Counter, caps: Counter, by_type, steps: tuple[LayoutStep, ...], stranded: float, history: RecentMix | None
+) -> Best | None:
     """The jobs the new layouts start that the present ones would not, and those they drop; None unless the
     change starts more than it drops (net of the stranded recent mix)."""
     gained, dropped = [], []

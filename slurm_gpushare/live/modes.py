@@ -90,7 +90,9 @@ class _Gpu:
 
 def starts(entries: dict[int, dict], types: dict[int, str], jobs, kind) -> list:
     """The jobs (in the order given: priority) that start on the empty node with these GPU modes."""
-    gpus = [_Gpu(e["mode"], types[g], int(e.get("units") or e.get("replicas") or 0)) for g, e in sorted(entries.items())]
+    gpus = [
+        _Gpu(e["mode"], types[g], int(e.get("units") or e.get("replicas") or 0)) for g, e in sorted(entries.items())
+    ]
     out = []
     for job in jobs:
         k = kind(job.gres)
@@ -102,10 +104,12 @@ def starts(entries: dict[int, dict], types: dict[int, str], jobs, kind) -> list:
                 g.shared = True
                 out.append(job)
         elif k.startswith("gpu:"):
-            free = sorted((g for g in gpus if g.type == k[4:] and not g.whole and not g.shared),
-                          key=lambda g: g.mode != "exclusive")
+            free = sorted(
+                (g for g in gpus if g.type == k[4:] and not g.whole and not g.shared),
+                key=lambda g: g.mode != "exclusive",
+            )
             if len(free) >= job.count:
-                for g in free[:job.count]:
+                for g in free[: job.count]:
                     g.whole = True
                 out.append(job)
     return out
@@ -162,6 +166,7 @@ def best_mode_change(site, name: str, jobs, accept, history, kind, make_best):
 def _choose(group, slots, opts, current, types, jobs, kind, accept, history) -> dict | None:
     """GPU by GPU, the mode that scores best with the modes chosen before it, if better than keeping its own;
     the node's new entries, or None when no GPU changes."""
+
     def score(entries) -> tuple[float, int, float]:
         """(jobs started less the stranded, then their priorities, then their ages: the ties)"""
         lost = history.stranded(capacity(entries, types)) if history is not None else 0.0

@@ -9,9 +9,10 @@ in one ``Observation``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from ..policy import Site, load_file
 from ..policy.load import parse_yaml
@@ -57,9 +58,18 @@ def running_policy(admin: Site, admin_path: Path, policy_file: Path) -> tuple[Si
     return site, parse_yaml(path.read_text(encoding="utf-8"), path.name), path
 
 
-def observe(client: SlurmClient, reservations: Locks, admin: Site, admin_path: Path, store: StateFile, now: float,
-            *, policy_file: Path | None = None, release: Callable[[frozenset[str]], frozenset[str]] | None = None,
-            read_view: ReadView = view_from_client) -> Observation:
+def observe(
+    client: SlurmClient,
+    reservations: Locks,
+    admin: Site,
+    admin_path: Path,
+    store: StateFile,
+    now: float,
+    *,
+    policy_file: Path | None = None,
+    release: Callable[[frozenset[str]], frozenset[str]] | None = None,
+    read_view: ReadView = view_from_client,
+) -> Observation:
     """One look at the cluster. ``release(nodes)``: called with the locked nodes no change in flight owns, before
     Slurm is read; returns those whose lock it deleted (apply releases them, the report leaves them)."""
     site, doc, path = running_policy(admin, admin_path, policy_file or policy_file_of(admin))

@@ -42,8 +42,18 @@ from .choose import Best, best_layouts, best_modes, mode_entries
 from .recent import RecentMix, history_lines, mix_of
 from .report import Held, LivePlan, Proposal, demand_lines, layout_proposal, mode_proposal
 from .text import gres_text, ids, mins, mins_up, num
-from .view import (COUNTED_REASONS, RELAYOUT_REASON, ClusterView, NodeView, PendingJob, RunningJob, by_kind, kind,
-                   ready_in, under_relayout)
+from .view import (
+    COUNTED_REASONS,
+    RELAYOUT_REASON,
+    ClusterView,
+    NodeView,
+    PendingJob,
+    RunningJob,
+    by_kind,
+    kind,
+    ready_in,
+    under_relayout,
+)
 
 
 @dataclass
@@ -83,18 +93,29 @@ def plan_live(site: Site, view: ClusterView, doc: dict | None = None) -> LivePla
     run = _start(site, view, doc)
     _find_blocked(run)
     live = site.policy.live
-    demand = demand_lines(view.pending, run.counted, run.blocked, run.idle_now, run.types, live.min_pending,
-                          run.mode_kinds, run.weight_kinds)
-    changes = weights.plan_weights(site, view, run.blocked, run.serves, run.startable, run.running_on, kind) \
-        if live.weights else []
-    mode_groups = {g.name for g in site.groups
-                   if run.mode_kinds and any(len(modes.options(site, s)) > 1 for s in g.gpus)}
+    demand = demand_lines(
+        view.pending,
+        run.counted,
+        run.blocked,
+        run.idle_now,
+        run.types,
+        live.min_pending,
+        run.mode_kinds,
+        run.weight_kinds,
+    )
+    changes = (
+        weights.plan_weights(site, view, run.blocked, run.serves, run.startable, run.running_on, kind)
+        if live.weights
+        else []
+    )
+    mode_groups = {
+        g.name for g in site.groups if run.mode_kinds and any(len(modes.options(site, s)) > 1 for s in g.gpus)
+    }
     nodes = [n for g in site.groups if g.slots("mig") or g.name in mode_groups for n in g.nodes]
     todo = _still_open(run, nodes)
     _propose(run, todo, mode_groups)
     _hold_refused(run)
-    return LivePlan(tuple(run.proposals), tuple(run.held), tuple(demand), history_lines(view.history),
-                    tuple(changes))
+    return LivePlan(tuple(run.proposals), tuple(run.held), tuple(demand), history_lines(view.history), tuple(changes))
 
 
 def _start(site: Site, view: ClusterView, doc: dict | None) -> _Run:
@@ -103,15 +124,21 @@ def _start(site: Site, view: ClusterView, doc: dict | None) -> _Run:
     doc = site.policy.model_dump(mode="json", exclude_unset=True) if doc is None else doc
     counted = [p for p in view.pending if p.reason.startswith(COUNTED_REASONS) and p.age_s >= live.min_pending]
     counted.sort(key=lambda p: (-p.priority, -p.age_s, p.job_id))
-    tiers_of = {n: tuple(t.name for t in site.tiers if any(n in g.nodes for g in t.groups))
-                for g in site.groups for n in g.nodes}
+    tiers_of = {
+        n: tuple(t.name for t in site.tiers if any(n in g.nodes for g in t.groups))
+        for g in site.groups
+        for n in g.nodes
+    }
     running_on: dict[str, list[RunningJob]] = {}
     for r in view.running:
         running_on.setdefault(r.node, []).append(r)
     run = _Run(site, view, doc, mig_types(site), counted, tiers_of, running_on)
     run.mode_kinds = modes.kinds(site) if live.modes else frozenset()
-    run.weight_kinds = frozenset(k for g in site.groups for n in g.nodes[:1]
-                                 for k in weights.whole_types(site, n)) if live.weights else frozenset()
+    run.weight_kinds = (
+        frozenset(k for g in site.groups for n in g.nodes[:1] for k in weights.whole_types(site, n))
+        if live.weights
+        else frozenset()
+    )
     return run
 
 
@@ -125,8 +152,11 @@ def _find_blocked(run: _Run) -> None:
         run.free[name] = Counter({k: v - use[k] for k, v in node.gres.items() if v - use[k] > 0})
         have, used = by_kind(node.gres), by_kind(use)
         free_kind[name] = Counter({k: v - used[k] for k, v in have.items() if v - used[k] > 0})
-    run.startable = {n for n, v in run.view.nodes.items() if n in run.tiers_of and not v.unavailable
-                     and not under_relayout(v, run.view.locked, n)}
+    run.startable = {
+        n
+        for n, v in run.view.nodes.items()
+        if n in run.tiers_of and not v.unavailable and not under_relayout(v, run.view.locked, n)
+    }
     left = {n: Counter(run.free[n]) for n in run.startable}
     tracked = run.mode_kinds | run.weight_kinds
     left_kind = {n: Counter(free_kind[n]) for n in run.startable} if tracked else {}
@@ -157,9 +187,14 @@ def _still_open(run: _Run, nodes: list[str]) -> list[str]:
         if under_relayout(view.nodes.get(name), view.locked, name):
             served = serve(node_caps(run.site, name), [j for j in run.blocked if run.serves(name, j)])
             run.blocked = [j for j in run.blocked if j not in served]
-            run.held.append(Held(name, f"under relayout (reservation gpushare-relayout-{name} or drained "
-                                       f"'{RELAYOUT_REASON}...'); its policy layout will start {len(served)} "
-                                       "of the blocked jobs"))
+            run.held.append(
+                Held(
+                    name,
+                    f"under relayout (reservation gpushare-relayout-{name} or drained "
+                    f"'{RELAYOUT_REASON}...'); its policy layout will start {len(served)} "
+                    "of the blocked jobs",
+                )
+            )
     todo = []
     for name in nodes:
         node = view.nodes.get(name)
@@ -181,8 +216,11 @@ def _propose(run: _Run, todo: list[str], mode_groups: set[str]) -> None:
     for r in view.history:
         ran.setdefault(r.node, []).append(r)
     history = {name: mix_of(site, ran.get(name, ()), node_caps(site, name)) for name in todo}
-    mode_history = {name: mix_of(site, ran.get(name, ()), modes.capacity(*mode_entries(site, name)))
-                    for name in todo if site.group_for_node(name).name in mode_groups}
+    mode_history = {
+        name: mix_of(site, ran.get(name, ()), modes.capacity(*mode_entries(site, name)))
+        for name in todo
+        if site.group_for_node(name).name in mode_groups
+    }
     cache: dict[str, Best | None] = {}  # scores stay good until a proposal takes jobs out of `blocked`
     while todo and run.blocked:
         scored = []
@@ -193,12 +231,14 @@ def _propose(run: _Run, todo: list[str], mode_groups: set[str]) -> None:
                 scored.append((cache[name], name))
         if not scored:
             break
-        scored.sort(key=lambda bn: (-bn[0].benefit, ready_in(view.now, run.running_on.get(bn[1], [])),
-                                    -bn[0].wait, bn[1]))
+        scored.sort(
+            key=lambda bn: (-bn[0].benefit, ready_in(view.now, run.running_on.get(bn[1], [])), -bn[0].wait, bn[1])
+        )
         best, name = scored[0]
         todo.remove(name)
-        why, must_finish, ready = _limits(site, view, name, best, run.running_on.get(name, []),
-                                          run.tiers_of[name], run.draining)
+        why, must_finish, ready = _limits(
+            site, view, name, best, run.running_on.get(name, []), run.tiers_of[name], run.draining
+        )
         if why:
             run.held.append(Held(name, why, best.change(name)))
             continue
@@ -207,16 +247,20 @@ def _propose(run: _Run, todo: list[str], mode_groups: set[str]) -> None:
         run.blocked = [j for j in run.blocked if j.job_id not in taken]
         cache.clear()
         make = mode_proposal if best.modes else layout_proposal
-        run.proposals.append(make(site, view, name, best, must_finish, ready, run.free.get(name, Counter()),
-                                  run.counted))
+        run.proposals.append(
+            make(site, view, name, best, must_finish, ready, run.free.get(name, Counter()), run.counted)
+        )
 
 
 def _best(run: _Run, name: str, history: RecentMix | None, mode_history: dict) -> Best | None:
     """The node's better change: MIG layouts or GPU modes."""
     site = run.site
     mine = [j for j in run.blocked if run.serves(name, j)]
-    mig = best_layouts(site, run.doc, name, [j for j in mine if j.gres in run.types], run.valid, run.refused,
-                       history) if site.group_for_node(name).slots("mig") else None
+    mig = (
+        best_layouts(site, run.doc, name, [j for j in mine if j.gres in run.types], run.valid, run.refused, history)
+        if site.group_for_node(name).slots("mig")
+        else None
+    )
     mode = best_modes(site, run.doc, name, mine, run.valid, mode_history[name]) if name in mode_history else None
     return mode if mode is not None and (mig is None or mode.benefit > mig.benefit) else mig
 
@@ -227,8 +271,13 @@ def _hold_refused(run: _Run) -> None:
     already = {h.node for h in run.held}  # held for another reason: that reason is the one to read
     for name, (best, why) in sorted(run.refused.items()):
         if name not in already and best.benefit > chosen.get(name, 0):
-            run.held.append(Held(name, f"would let {num(best.benefit)} pending job(s) start, but the policy "
-                                       f"refuses the layout: {why}", best.change(name)))
+            run.held.append(
+                Held(
+                    name,
+                    f"would let {num(best.benefit)} pending job(s) start, but the policy refuses the layout: {why}",
+                    best.change(name),
+                )
+            )
 
 
 def _limits(site, view, name, best, running, tiers, draining) -> tuple[str, tuple[int, ...], float]:
@@ -239,34 +288,54 @@ def _limits(site, view, name, best, running, tiers, draining) -> tuple[str, tupl
     if node is None:
         return f"Slurm has no node {name}", must_finish, 0.0
     if node.unavailable:
-        return (f"{'+'.join(node.state)} by someone else (reason: {node.reason or 'none given'}); "
-                "the live planner leaves it alone", must_finish, 0.0)
+        return (
+            f"{'+'.join(node.state)} by someone else (reason: {node.reason or 'none given'}); "
+            "the live planner leaves it alone",
+            must_finish,
+            0.0,
+        )
     if best.benefit < live.min_benefit_jobs:
         return _too_small(best, live.min_benefit_jobs), must_finish, 0.0
     last = view.changes.get(name)
     if last is not None and view.now - last < live.min_dwell:
-        return (f"changed (or tried) {mins(view.now - last)} ago; min_dwell is {mins(live.min_dwell)}",
-                must_finish, 0.0)
+        return (
+            f"changed (or tried) {mins(view.now - last)} ago; min_dwell is {mins(live.min_dwell)}",
+            must_finish,
+            0.0,
+        )
     unknown = sorted({r.job_id for r in running if r.end_time is None})
     if unknown:
-        return (f"job(s) {ids(unknown, 8)} on the node have no end time (no time limit?): cannot bound the wait",
-                must_finish, 0.0)
+        return (
+            f"job(s) {ids(unknown, 8)} on the node have no end time (no time limit?): cannot bound the wait",
+            must_finish,
+            0.0,
+        )
     ready = ready_in(view.now, running)
     if ready > live.max_wait:
-        return (f"job(s) {ids(must_finish, 8)} must finish first, the last in {mins_up(ready)}; max_wait is "
-                f"{mins(live.max_wait)}", must_finish, ready)
+        return (
+            f"job(s) {ids(must_finish, 8)} must finish first, the last in {mins_up(ready)}; max_wait is "
+            f"{mins(live.max_wait)}",
+            must_finish,
+            ready,
+        )
     full = [t for t in tiers if draining[t] >= live.max_draining]
     if full:
-        return (f"tier {', '.join(full)} already has {max(draining[t] for t in full)} node(s) under relayout; "
-                f"max_draining is {live.max_draining}", must_finish, ready)
+        return (
+            f"tier {', '.join(full)} already has {max(draining[t] for t in full)} node(s) under relayout; "
+            f"max_draining is {live.max_draining}",
+            must_finish,
+            ready,
+        )
     return "", must_finish, ready
 
 
 def _too_small(best: Best, min_benefit_jobs) -> str:
     if best.stranded:
         started = best.benefit + best.stranded
-        return (f"{best.history}: it would strand {best.stranded:.1f} of them against the {num(started)} "
-                f"pending job(s) it lets start (net {best.benefit:.1f}; min_benefit_jobs is {min_benefit_jobs})")
+        return (
+            f"{best.history}: it would strand {best.stranded:.1f} of them against the {num(started)} "
+            f"pending job(s) it lets start (net {best.benefit:.1f}; min_benefit_jobs is {min_benefit_jobs})"
+        )
     return f"lets {num(best.benefit)} more pending job(s) start; min_benefit_jobs is {min_benefit_jobs}"
 
 
@@ -283,5 +352,7 @@ def _mismatch(site: Site, name: str, node: NodeView | None) -> str:
     if want == have and want_shared == have_shared:
         return ""
     want, have = {**want, **want_shared}, {**have, **have_shared}
-    return (f"Slurm has Gres {gres_text(have)}, the policy {gres_text(want)}: a change or reconfigure is under "
-            "way, or Slurm does not run this policy; the live planner leaves the node alone")
+    return (
+        f"Slurm has Gres {gres_text(have)}, the policy {gres_text(want)}: a change or reconfigure is under "
+        "way, or Slurm does not run this policy; the live planner leaves the node alone"
+    )

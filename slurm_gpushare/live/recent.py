@@ -44,9 +44,11 @@ class RecentMix:
         for t in sorted(self.jobs, key=lambda t: (-self._lost(t, caps), t)):
             if self._lost(t, caps) > 0:
                 have = self.base[t]
-                parts.append(f"{self.jobs[t]} job{'s' if self.jobs[t] != 1 else ''} of {type_name(t)} "
-                             f"({self.jobs[t] * self.scale:.1f} expected within min_dwell {mins(self.dwell)}; the "
-                             f"change keeps {max(0, caps.get(t, 0))} of {have})")
+                parts.append(
+                    f"{self.jobs[t]} job{'s' if self.jobs[t] != 1 else ''} of {type_name(t)} "
+                    f"({self.jobs[t] * self.scale:.1f} expected within min_dwell {mins(self.dwell)}; the "
+                    f"change keeps {max(0, caps.get(t, 0))} of {have})"
+                )
         if not parts:
             return ""
         return f"the last {hours(self.window)} ran " + ", ".join(parts)
@@ -65,8 +67,9 @@ def mix_of(site: Site, ran, base) -> RecentMix | None:
                 jobs[key] += 1
     if not jobs:
         return None
-    return RecentMix(dict(jobs), {k: v for k, v in base.items() if v > 0}, float(live.min_dwell),
-                     float(live.history_window))
+    return RecentMix(
+        dict(jobs), {k: v for k, v in base.items() if v > 0}, float(live.min_dwell), float(live.history_window)
+    )
 
 
 def history_lines(history) -> tuple[str, ...]:

@@ -33,9 +33,16 @@ class Proposal:
     def to_dict(self) -> dict:
         fields = change_fields(self.change)
         steps = {k: fields.pop(k) for k in ("changes", "modes")}
-        return {**fields, "starts": dict(self.starts), "must_finish": list(self.must_finish),
-                "ready_in_s": self.ready_in_s, "cost_s": self.cost_s, "benefit": self.benefit, "line": self.line,
-                **steps}
+        return {
+            **fields,
+            "starts": dict(self.starts),
+            "must_finish": list(self.must_finish),
+            "ready_in_s": self.ready_in_s,
+            "cost_s": self.cost_s,
+            "benefit": self.benefit,
+            "line": self.line,
+            **steps,
+        }
 
 
 @dataclass(frozen=True)
@@ -52,10 +59,20 @@ class Held:
         return f"held: {self.node}{to}: {self.why}"
 
     def to_dict(self) -> dict:
-        fields = change_fields(self.change) if self.change is not None else \
-            {"gpu": -1, "new_layout": [], "changes": [], "modes": []}
-        return {"node": self.node, "gpu": fields["gpu"], "new_layout": fields["new_layout"], "why": self.why,
-                "changes": fields["changes"], "modes": fields["modes"], "line": self.line}
+        fields = (
+            change_fields(self.change)
+            if self.change is not None
+            else {"gpu": -1, "new_layout": [], "changes": [], "modes": []}
+        )
+        return {
+            "node": self.node,
+            "gpu": fields["gpu"],
+            "new_layout": fields["new_layout"],
+            "why": self.why,
+            "changes": fields["changes"],
+            "modes": fields["modes"],
+            "line": self.line,
+        }
 
 
 def change_fields(change: Change) -> dict:
@@ -93,15 +110,21 @@ class LivePlan:
         return out
 
     def to_dict(self) -> dict:
-        return {"demand": list(self.demand), "proposals": [p.to_dict() for p in self.proposals],
-                "held": [h.to_dict() for h in self.held], "history": list(self.history),
-                "weights": [w.to_dict() for w in self.weights]}
+        return {
+            "demand": list(self.demand),
+            "proposals": [p.to_dict() for p in self.proposals],
+            "held": [h.to_dict() for h in self.held],
+            "history": list(self.history),
+            "weights": [w.to_dict() for w in self.weights],
+        }
 
 
 # ---- a proposal's line ------------------------------------------------------------------------
 
-def layout_proposal(site: Site, view: ClusterView, name: str, best: Best, must_finish, ready_in: float,
-                    free: Counter, counted) -> Proposal:
+
+def layout_proposal(
+    site: Site, view: ClusterView, name: str, best: Best, must_finish, ready_in: float, free: Counter, counted
+) -> Proposal:
     """'6 jobs have waited 12 min for a100_40g_1g.5gb; e01 GPU 0 has 1 idle 7g.40gb slices: relayout to
     1g.5gb+... lets 6 start; cost: ...'."""
     group = site.group_for_node(name)
@@ -124,8 +147,9 @@ def layout_proposal(site: Site, view: ClusterView, name: str, best: Best, must_f
     return _proposal(site, change, best, waiting, main, what, starts, must_finish, ready_in)
 
 
-def mode_proposal(site: Site, view: ClusterView, name: str, best: Best, must_finish, ready_in: float,
-                  free: Counter, counted) -> Proposal:
+def mode_proposal(
+    site: Site, view: ClusterView, name: str, best: Best, must_finish, ready_in: float, free: Counter, counted
+) -> Proposal:
     """A mode change's proposal: '6 jobs have waited 12 min for mps; e01 GPU 1 exclusive -> mps (100 units): lets
     6 start; cost: ...'."""
     starts = Counter(type_name(kind(j.gres)) for j in best.new_served)
@@ -133,28 +157,43 @@ def mode_proposal(site: Site, view: ClusterView, name: str, best: Best, must_fin
     waiting = [j for j in counted if type_name(kind(j.gres)) == main]
     busy = sorted({r.job_id for r in view.running if r.node == name})
     change = best.change(name)
-    what = (f"{name} has {len(busy)} GPU job{'s' if len(busy) != 1 else ''} running: mode change {change.text()} "
-            f"{_lets_text(starts, best.dropped, 'modes')}")
+    what = (
+        f"{name} has {len(busy)} GPU job{'s' if len(busy) != 1 else ''} running: mode change {change.text()} "
+        f"{_lets_text(starts, best.dropped, 'modes')}"
+    )
     return _proposal(site, change, best, waiting, main, what, starts, must_finish, ready_in)
 
 
-def _proposal(site: Site, change: Change, best: Best, waiting, main: str, what: str, starts: Counter,
-              must_finish, ready_in: float) -> Proposal:
+def _proposal(
+    site: Site, change: Change, best: Best, waiting, main: str, what: str, starts: Counter, must_finish, ready_in: float
+) -> Proposal:
     live = site.policy.live
     oldest = max(j.age_s for j in waiting)
-    line = (f"{len(waiting)} job{'s have' if len(waiting) != 1 else ' has'} waited {mins(oldest)} for {main}; "
-            f"{what}; cost: {_first_text(must_finish, ready_in)} + {mins_up(live.change_cost)} drain and "
-            "re-registration")
+    line = (
+        f"{len(waiting)} job{'s have' if len(waiting) != 1 else ' has'} waited {mins(oldest)} for {main}; "
+        f"{what}; cost: {_first_text(must_finish, ready_in)} + {mins_up(live.change_cost)} drain and "
+        "re-registration"
+    )
     if best.stranded:
         line += f"; history: {best.history}: {best.stranded:.1f} stranded, net benefit {best.benefit:.1f}"
-    return Proposal(change, dict(sorted(starts.items())), must_finish, ready_in, ready_in + live.change_cost,
-                    float(best.benefit), line)
+    return Proposal(
+        change,
+        dict(sorted(starts.items())),
+        must_finish,
+        ready_in,
+        ready_in + live.change_cost,
+        float(best.benefit),
+        line,
+    )
 
 
 def _lets_text(starts: Counter, dropped, present: str) -> str:
     """'lets 6 start' / 'lets 2 a, 3 b start', and the pending jobs the present layout or modes would start."""
-    lets = f"lets {sum(starts.values())} start" if len(starts) == 1 else \
-        "lets " + ", ".join(f"{n} {t}" for t, n in sorted(starts.items())) + " start"
+    lets = (
+        f"lets {sum(starts.values())} start"
+        if len(starts) == 1
+        else "lets " + ", ".join(f"{n} {t}" for t, n in sorted(starts.items())) + " start"
+    )
     if dropped:
         lets += f" ({len(dropped)} pending that the present {present} would start wait longer)"
     return lets
@@ -174,8 +213,10 @@ def _first_text(must_finish, ready_in: float) -> str:
 
 # ---- demand ------------------------------------------------------------------------------------
 
-def demand_lines(pending, counted, blocked, idle_now, types, min_pending, mode_kinds=frozenset(),
-                 weight_kinds=frozenset()) -> list[str]:
+
+def demand_lines(
+    pending, counted, blocked, idle_now, types, min_pending, mode_kinds=frozenset(), weight_kinds=frozenset()
+) -> list[str]:
     by_type: dict[str, list[PendingJob]] = {}
     for p in pending:
         by_type.setdefault(p.gres, []).append(p)
@@ -186,8 +227,10 @@ def demand_lines(pending, counted, blocked, idle_now, types, min_pending, mode_k
         jobs = by_type[key]
         name = key.split(":", 1)[1] if key in types else key
         n_counted = sum(1 for p in jobs if p.job_id in counted_ids)
-        line = (f"{name}: {len(jobs)} pending, {n_counted} for >= {mins(min_pending)} for resources "
-                f"(oldest {mins(max(p.age_s for p in jobs))})")
+        line = (
+            f"{name}: {len(jobs)} pending, {n_counted} for >= {mins(min_pending)} for resources "
+            f"(oldest {mins(max(p.age_s for p in jobs))})"
+        )
         out.append(line + _supply_text(key, idle_now, blocked_by, types, mode_kinds, weight_kinds))
     return out
 
@@ -198,7 +241,11 @@ def _supply_text(key: str, idle_now, blocked_by, types, mode_kinds, weight_kinds
     if kind(key) in mode_kinds:
         return f"; {idle_now[key]} fit idle GPUs now, {blocked_by[key]} blocked (a GPU mode change can serve it)"
     if kind(key) in weight_kinds:
-        return (f"; {idle_now[key]} fit idle GPUs now, {blocked_by[key]} blocked (node weights can keep small "
-                "jobs off the nodes a multi-GPU job needs)")
-    return ("; not a MIG type, and no GPU of the site can change to a mode that serves it (live.modes, "
-            "and the modes the site uses per GPU model)")
+        return (
+            f"; {idle_now[key]} fit idle GPUs now, {blocked_by[key]} blocked (node weights can keep small "
+            "jobs off the nodes a multi-GPU job needs)"
+        )
+    return (
+        "; not a MIG type, and no GPU of the site can change to a mode that serves it (live.modes, "
+        "and the modes the site uses per GPU model)"
+    )

@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..hardware import GpuModel, get_model
+from ..planner.layouts import covering, pack
 from ..policy import Site, build_site
 from ..policy.document import with_layouts
-from ..planner.layouts import covering, pack
 from ..sim.cluster import Pod
 from ..sim.slurmmodel import consec_pick, natural_key
 from .plan import plan_live
@@ -107,8 +107,14 @@ def node_names(nodes: int) -> list[str]:
     return [f"sim{i:02d}" for i in range(1, nodes + 1)]
 
 
-def site_doc(nodes: int, layouts: Sequence[Sequence[str]], *, cpus: int = 256, memory_mb: int = 2_000_000,
-             live: Mapping | None = None) -> dict:
+def site_doc(
+    nodes: int,
+    layouts: Sequence[Sequence[str]],
+    *,
+    cpus: int = 256,
+    memory_mb: int = 2_000_000,
+    live: Mapping | None = None,
+) -> dict:
     """The policy document of ``nodes`` nodes sim01.. of one group, GPU i laid out as ``layouts[i]``, one tier."""
     from hostlist import collect_hostlist
 
@@ -116,10 +122,16 @@ def site_doc(nodes: int, layouts: Sequence[Sequence[str]], *, cpus: int = 256, m
     doc = {
         "version": 1,
         "cluster": {"name": "livesim", "slurm_version": "24.11", "controller": "ctl"},
-        "node_groups": [{
-            "name": GROUP, "nodes": collect_hostlist(node_names(nodes)),
-            "gpu": {"model": MODEL, "count": len(layouts)}, "cpus": cpus, "memory_mb": memory_mb, "sharing": sharing,
-        }],
+        "node_groups": [
+            {
+                "name": GROUP,
+                "nodes": collect_hostlist(node_names(nodes)),
+                "gpu": {"model": MODEL, "count": len(layouts)},
+                "cpus": cpus,
+                "memory_mb": memory_mb,
+                "sharing": sharing,
+            }
+        ],
         "tiers": [{"name": TIER, "node_groups": [GROUP], "default": True, "max_time": "1-00:00:00"}],
     }
     if live is not None:
@@ -145,8 +157,18 @@ _ARRIVE, _END, _TICK, _DONE = 1, 0, 3, 2  # at one time: departures, arrivals, r
 class LiveSim:
     """One run: ``doc`` the starting policy (with its ``live:`` limits), ``jobs`` the arrivals."""
 
-    def __init__(self, doc: dict, jobs: Sequence[SimJob], *, horizon: float, live: bool, interval: float = 300.0,
-                 decide: Callable = plan_live, with_layouts: Callable = with_layouts, name: str = ""):
+    def __init__(
+        self,
+        doc: dict,
+        jobs: Sequence[SimJob],
+        *,
+        horizon: float,
+        live: bool,
+        interval: float = 300.0,
+        decide: Callable = plan_live,
+        with_layouts: Callable = with_layouts,
+        name: str = "",
+    ):
         self.doc = doc
         self.site = build_site(doc, "livesim")
         self.model: GpuModel = get_model(MODEL)
@@ -327,14 +349,28 @@ class LiveSim:
         for stype, q in self.queues.items():
             for pos, jid in enumerate(q):
                 age = self.now - self.jobs[jid].submit
-                pending.append(PendingJob(job_id=jid, gres=f"gpu:{stype}", count=1, age_s=age,
-                                          priority=int(age) + 1, reason="Resources" if pos == 0 else "Priority",
-                                          partition=TIER))
+                pending.append(
+                    PendingJob(
+                        job_id=jid,
+                        gres=f"gpu:{stype}",
+                        count=1,
+                        age_s=age,
+                        priority=int(age) + 1,
+                        reason="Resources" if pos == 0 else "Priority",
+                        partition=TIER,
+                    )
+                )
         pending.sort(key=lambda p: (-p.priority, p.job_id))
         running = []
         for jid, (n, k) in self.where.items():
-            running.append(RunningJob(job_id=jid, node=n, gres={f"gpu:{self.records[n][k][2]}": 1},
-                                      end_time=self.start[jid] + self.jobs[jid].duration))
+            running.append(
+                RunningJob(
+                    job_id=jid,
+                    node=n,
+                    gres={f"gpu:{self.records[n][k][2]}": 1},
+                    end_time=self.start[jid] + self.jobs[jid].duration,
+                )
+            )
         nodes = {}
         for n in self.names:
             busy = sum(r[3] is not None for r in self.records[n])
@@ -347,8 +383,14 @@ class LiveSim:
                 state.append("MAINTENANCE")
                 state.append("RESERVED")
             nodes[n] = NodeView(name=n, state=tuple(state), reason=reason, gres=self.configured(n))
-        return ClusterView(now=self.now, pending=tuple(pending), running=tuple(sorted(running, key=lambda r: r.job_id)),
-                        nodes=nodes, changes=dict(self.changed), locked=frozenset(self.locked))
+        return ClusterView(
+            now=self.now,
+            pending=tuple(pending),
+            running=tuple(sorted(running, key=lambda r: r.job_id)),
+            nodes=nodes,
+            changes=dict(self.changed),
+            locked=frozenset(self.locked),
+        )
 
     # -- figures ----------------------------------------------------------------------------------------------
     def _result(self) -> SimResult:
@@ -362,21 +404,40 @@ class LiveSim:
             by_phase.setdefault(j.phase, []).append(waits[j.job_id])
         total = 7 * self.gpus * self.horizon  # A100: 7 compute slices
         return SimResult(
-            name=self.name, horizon=self.horizon, jobs=len(arrived), started=len(self.start),
-            finished=len(self.end), not_started=len(arrived) - len(self.start),
-            pending_mean=float(w.mean()), pending_p95=float(np.percentile(w, 95)),
+            name=self.name,
+            horizon=self.horizon,
+            jobs=len(arrived),
+            started=len(self.start),
+            finished=len(self.end),
+            not_started=len(arrived) - len(self.start),
+            pending_mean=float(w.mean()),
+            pending_p95=float(np.percentile(w, 95)),
             allocation=100.0 * self.slice_seconds / total if total else 0.0,
-            relayouts=self.relayouts, gpu_changes=len(self.change_log), plan_calls=self.plan_calls,
+            relayouts=self.relayouts,
+            gpu_changes=len(self.change_log),
+            plan_calls=self.plan_calls,
             pending_by_profile={k: float(np.mean(v)) for k, v in sorted(by_prof.items())},
             pending_by_phase={k: float(np.mean(v)) for k, v in sorted(by_phase.items())},
-            changes=list(self.change_log), waits=waits, ends=dict(self.end),
+            changes=list(self.change_log),
+            waits=waits,
+            ends=dict(self.end),
         )
 
 
-def simulate(doc: dict, jobs: Sequence[SimJob], *, horizon: float, live: bool, interval: float = 300.0,
-             decide: Callable = plan_live, with_layouts: Callable = with_layouts, name: str = "") -> SimResult:
-    sim = LiveSim(doc, jobs, horizon=horizon, live=live, interval=interval, decide=decide, with_layouts=with_layouts,
-                  name=name)
+def simulate(
+    doc: dict,
+    jobs: Sequence[SimJob],
+    *,
+    horizon: float,
+    live: bool,
+    interval: float = 300.0,
+    decide: Callable = plan_live,
+    with_layouts: Callable = with_layouts,
+    name: str = "",
+) -> SimResult:
+    sim = LiveSim(
+        doc, jobs, horizon=horizon, live=live, interval=interval, decide=decide, with_layouts=with_layouts, name=name
+    )
     return sim.run()
 
 
@@ -397,8 +458,12 @@ class TracePool:
         return float(self.runtimes(profile).mean())
 
 
-def trace_pool(pods: Sequence[Pod], times: Mapping[str, tuple[int, int | None, int | None]],
-               model: GpuModel | None = None, max_time: float = MAX_TIME) -> TracePool:
+def trace_pool(
+    pods: Sequence[Pod],
+    times: Mapping[str, tuple[int, int | None, int | None]],
+    model: GpuModel | None = None,
+    max_time: float = MAX_TIME,
+) -> TracePool:
     """Runtime = deletion_time - scheduled_time for a pod the trace scheduled (capped at ``max_time``, at least
     1 s); None for a pod never scheduled (pod_phase Pending: its deletion - creation is a wait, not a run)."""
     model = model or get_model(MODEL)
@@ -426,8 +491,9 @@ def default_phases(hours: float = 12.0, load: float = 0.8) -> tuple[Phase, ...]:
     return (Phase("A", hours, a, load), Phase("B", hours, b, load), Phase("A", hours, a, load))
 
 
-def trace_jobs(pool: TracePool, phases: Sequence[Phase], gpus: int, seed: int,
-               model: GpuModel | None = None) -> list[SimJob]:
+def trace_jobs(
+    pool: TracePool, phases: Sequence[Phase], gpus: int, seed: int, model: GpuModel | None = None
+) -> list[SimJob]:
     """Poisson arrivals, phase by phase, seeded.
 
     In each phase the rate is ``load`` x the cluster's compute slices (7 x ``gpus``) over the phase's mean
@@ -444,7 +510,9 @@ def trace_jobs(pool: TracePool, phases: Sequence[Phase], gpus: int, seed: int,
         profiles = [p for p, _ in ph.mix]
         w = np.array([x for _, x in ph.mix], dtype=float)
         w = w / w.sum()
-        per_job = sum(wi * pool.mean_runtime(p) * model.profile(p).compute_slices for p, wi in zip(profiles, w))
+        per_job = sum(
+            wi * pool.mean_runtime(p) * model.profile(p).compute_slices for p, wi in zip(profiles, w, strict=False)
+        )
         rate = ph.load * 7 * gpus / per_job
         end = t0 + ph.hours * 3600.0
         t = t0
@@ -491,7 +559,8 @@ def static_layouts(pool: TracePool, phase: Phase, gpus: int, model: GpuModel | N
 
 
 def summary_line(r: SimResult) -> str:
-    return (f"{r.name}: jobs {r.jobs}, pending mean {r.pending_mean:.0f} s, p95 {r.pending_p95:.0f} s, "
-            f"allocation {r.allocation:.2f} %, finished {r.finished}, not started {r.not_started}, "
-            f"relayouts {r.relayouts}")
-
+    return (
+        f"{r.name}: jobs {r.jobs}, pending mean {r.pending_mean:.0f} s, p95 {r.pending_p95:.0f} s, "
+        f"allocation {r.allocation:.2f} %, finished {r.finished}, not started {r.not_started}, "
+        f"relayouts {r.relayouts}"
+    )

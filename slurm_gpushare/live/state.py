@@ -37,8 +37,10 @@ IN_FLIGHT = ("locking", "waiting", "submitting", "relayout")
 ENDED = ("done", "failed", "gave_up", "lost")
 HISTORY = 200  # ended changes kept (newest last)
 _RECORD = {"phase", "locked_at", "line", "job", "submitted_at", "ended_at", "result", "planner", "prior"}
-_KEYS = {FORMAT: _RECORD | {"node", "layouts", "modes"},
-         FORMAT_1: _RECORD | {"node", "gpu", "old_layout", "new_layout", "changes", "modes"}}
+_KEYS = {
+    FORMAT: _RECORD | {"node", "layouts", "modes"},
+    FORMAT_1: _RECORD | {"node", "gpu", "old_layout", "new_layout", "changes", "modes"},
+}
 
 
 class StateError(GpushareError):
@@ -76,9 +78,18 @@ class Record:
         return self.ended_at if self.ended_at is not None else self.locked_at
 
     def to_json(self) -> dict:
-        return {**self.change.to_json(), "phase": self.phase, "locked_at": self.locked_at, "line": self.line,
-                "job": self.job, "submitted_at": self.submitted_at, "ended_at": self.ended_at, "result": self.result,
-                "planner": self.planner, "prior": self.prior}
+        return {
+            **self.change.to_json(),
+            "phase": self.phase,
+            "locked_at": self.locked_at,
+            "line": self.line,
+            "job": self.job,
+            "submitted_at": self.submitted_at,
+            "ended_at": self.ended_at,
+            "result": self.result,
+            "planner": self.planner,
+            "prior": self.prior,
+        }
 
     @classmethod
     def from_json(cls, data: dict, version: str = FORMAT) -> Record:
@@ -90,10 +101,18 @@ class Record:
         try:
             change = _change_v1(data) if version == FORMAT_1 else Change.from_json(data)
             job, submitted, ended = (data.get(k) for k in ("job", "submitted_at", "ended_at"))
-            return cls(change, str(data["phase"]), float(data["locked_at"]), str(data.get("line", "")),
-                       None if job is None else int(job), None if submitted is None else float(submitted),
-                       None if ended is None else float(ended), str(data.get("result", "")),
-                       str(data.get("planner", "")), data.get("prior"))
+            return cls(
+                change,
+                str(data["phase"]),
+                float(data["locked_at"]),
+                str(data.get("line", "")),
+                None if job is None else int(job),
+                None if submitted is None else float(submitted),
+                None if ended is None else float(ended),
+                str(data.get("result", "")),
+                str(data.get("planner", "")),
+                data.get("prior"),
+            )
         except (TypeError, KeyError, ValueError, AttributeError) as exc:
             raise StateError(f"live state: a change record is not one of {version}: {exc}: {data!r}") from None
 
@@ -103,11 +122,13 @@ def _change_v1(data: dict) -> Change:
     ``gpu``, ``old_layout`` and ``new_layout`` say it) or ``modes`` ([gpu, old mode as text, new entry])."""
     node = str(data["node"])
     if data.get("modes"):
-        return Change(node, modes=tuple(ModeStep(int(g), entry_of_text(str(old)), dict(new))
-                                        for g, old, new in data["modes"]))
+        return Change(
+            node, modes=tuple(ModeStep(int(g), entry_of_text(str(old)), dict(new)) for g, old, new in data["modes"])
+        )
     steps = data.get("changes") or [(data["gpu"], data["old_layout"], data["new_layout"])]
-    return Change(node, layouts=tuple(LayoutStep(int(g), tuple(map(str, old)), tuple(map(str, new)))
-                                      for g, old, new in steps))
+    return Change(
+        node, layouts=tuple(LayoutStep(int(g), tuple(map(str, old)), tuple(map(str, new))) for g, old, new in steps)
+    )
 
 
 @dataclass
@@ -138,8 +159,10 @@ class State:
 
     def node_entries(self, node: str) -> dict:
         """The node's entries of ``layouts`` and ``modes`` as JSON (``Record.prior``)."""
-        return {"layouts": {str(g): list(l) for g, l in sorted(self.layouts.get(node, {}).items())},
-                "modes": {str(g): dict(e) for g, e in sorted(self.modes.get(node, {}).items())}}
+        return {
+            "layouts": {str(g): list(l) for g, l in sorted(self.layouts.get(node, {}).items())},
+            "modes": {str(g): dict(e) for g, e in sorted(self.modes.get(node, {}).items())},
+        }
 
     def apply(self, record: Record) -> Record:
         """Record the change's layouts (or modes) for the live policy; the record with ``prior`` and phase
@@ -175,17 +198,23 @@ class State:
             per[change.phase] = per.get(change.phase, 0) + 1
 
     def to_json(self) -> dict:
-        return {"format": FORMAT, "current": {n: c.to_json() for n, c in sorted(self.current.items())},
-                "layouts": {n: {str(g): list(l) for g, l in sorted(gl.items())} for n, gl in sorted(self.layouts.items())},
-                "modes": {n: {str(g): dict(e) for g, e in sorted(ge.items())} for n, ge in sorted(self.modes.items())},
-                "weights": dict(sorted(self.weights.items())),
-                "history": [c.to_json() for c in self.history], "counts": self.counts}
+        return {
+            "format": FORMAT,
+            "current": {n: c.to_json() for n, c in sorted(self.current.items())},
+            "layouts": {n: {str(g): list(l) for g, l in sorted(gl.items())} for n, gl in sorted(self.layouts.items())},
+            "modes": {n: {str(g): dict(e) for g, e in sorted(ge.items())} for n, ge in sorted(self.modes.items())},
+            "weights": dict(sorted(self.weights.items())),
+            "history": [c.to_json() for c in self.history],
+            "counts": self.counts,
+        }
 
     @classmethod
     def from_json(cls, doc, source: str = "live state") -> State:
         if not isinstance(doc, dict) or doc.get("format") not in (FORMAT, FORMAT_1):
-            raise StateError(f"{source}: not a {FORMAT} (or {FORMAT_1}) file (format {doc.get('format') if isinstance(doc, dict) else '?'!r}); "
-                             "move it away to start afresh")
+            raise StateError(
+                f"{source}: not a {FORMAT} (or {FORMAT_1}) file (format {doc.get('format') if isinstance(doc, dict) else '?'!r}); "
+                "move it away to start afresh"
+            )
         try:
             layouts = {n: {int(g): tuple(l) for g, l in gl.items()} for n, gl in (doc.get("layouts") or {}).items()}
             modes = {n: {int(g): dict(e) for g, e in ge.items()} for n, ge in (doc.get("modes") or {}).items()}
@@ -193,10 +222,14 @@ class State:
         except (AttributeError, ValueError, TypeError) as exc:
             raise StateError(f"{source}: layouts, modes or weights: {exc}") from None
         version = doc["format"]
-        return cls(current={n: Record.from_json(c, version) for n, c in (doc.get("current") or {}).items()},
-                   layouts=layouts, modes=modes, weights=weights,
-                   history=[Record.from_json(c, version) for c in doc.get("history") or []],
-                   counts={n: dict(v) for n, v in (doc.get("counts") or {}).items()})
+        return cls(
+            current={n: Record.from_json(c, version) for n, c in (doc.get("current") or {}).items()},
+            layouts=layouts,
+            modes=modes,
+            weights=weights,
+            history=[Record.from_json(c, version) for c in doc.get("history") or []],
+            counts={n: dict(v) for n, v in (doc.get("counts") or {}).items()},
+        )
 
 
 class StateFile:

@@ -111,9 +111,19 @@ class SetWeight:
     change: WeightChange  # scontrol update, no lock, no drain
 
 
-def next_steps(now: float, state: State, locks: frozenset[str], gpu_jobs: dict[str, tuple[int, ...]],
-           job_ends: dict[int, JobEnd | None], node_states: dict[str, tuple[tuple[str, ...], str]], proposals,
-           max_wait: float, relayout_limit: float, weights=(), found=None) -> list:
+def next_steps(
+    now: float,
+    state: State,
+    locks: frozenset[str],
+    gpu_jobs: dict[str, tuple[int, ...]],
+    job_ends: dict[int, JobEnd | None],
+    node_states: dict[str, tuple[tuple[str, ...], str]],
+    proposals,
+    max_wait: float,
+    relayout_limit: float,
+    weights=(),
+    found=None,
+) -> list:
     """The actions of this run, changes in flight first (in node order), then the proposals to start, then the
     weight changes (``weights``: the plan's; a node under a change of its own keeps its weight).
 
@@ -128,8 +138,18 @@ def next_steps(now: float, state: State, locks: frozenset[str], gpu_jobs: dict[s
         elif record.phase == "submitting":
             actions.append(_submitting(record, node in locks, found.get(node, ())))
         else:
-            actions.append(_next(now, record, node in locks, gpu_jobs.get(node, ()), job_ends.get(record.job),
-                                 node_states.get(node, ((), "")), max_wait, relayout_limit))
+            actions.append(
+                _next(
+                    now,
+                    record,
+                    node in locks,
+                    gpu_jobs.get(node, ()),
+                    job_ends.get(record.job),
+                    node_states.get(node, ((), "")),
+                    max_wait,
+                    relayout_limit,
+                )
+            )
     busy = set(state.in_flight())
     for p in proposals:
         if p.node not in busy:
@@ -142,15 +162,19 @@ def next_steps(now: float, state: State, locks: frozenset[str], gpu_jobs: dict[s
 def _locking(record: Record, locked: bool):
     if locked:
         return Adopt(record.node, f"its lock was made by a run that stopped before recording it ({record.planner})")
-    return Drop(record.node, f"the run that meant to lock it ({record.planner}) stopped before its reservation was made")
+    return Drop(
+        record.node, f"the run that meant to lock it ({record.planner}) stopped before its reservation was made"
+    )
 
 
 def _submitting(record: Record, locked: bool, jobs):
     if jobs:
         return Found(record.node, min(jobs))
     if not locked:
-        return Lost(record.node, f"its lock disappeared before the relayout job of the run that stopped "
-                                 f"({record.planner}) was submitted")
+        return Lost(
+            record.node,
+            f"its lock disappeared before the relayout job of the run that stopped ({record.planner}) was submitted",
+        )
     return StartRelayout(record.node)
 
 
@@ -163,16 +187,21 @@ def _next(now, record: Record, locked: bool, jobs, end, node_state, max_wait, re
             waited = now - record.locked_at
             ids = ", ".join(map(str, jobs))
             if waited > max_wait:
-                return GiveUp(node, f"GPU jobs {ids} still run {waited:.0f} s after the lock (live.max_wait "
-                                    f"{max_wait:g} s)")
+                return GiveUp(
+                    node, f"GPU jobs {ids} still run {waited:.0f} s after the lock (live.max_wait {max_wait:g} s)"
+                )
             return Wait(node, f"waiting for GPU jobs {ids} to end ({waited:.0f} of {max_wait:g} s)")
         return StartRelayout(node)
     # relayout: the root job decides
     if end is None:
         if record.submitted_at is not None and now - record.submitted_at > relayout_limit + NO_RECORD_GRACE:
-            return Finish(node, False, f"relayout job {record.job}: no accounting record "
-                                       f"{now - record.submitted_at:.0f} s after its submission",
-                          _drain(node_state, f"job {record.job} has no accounting record"))
+            return Finish(
+                node,
+                False,
+                f"relayout job {record.job}: no accounting record "
+                f"{now - record.submitted_at:.0f} s after its submission",
+                _drain(node_state, f"job {record.job} has no accounting record"),
+            )
         return Wait(node, f"relayout job {record.job} not in accounting yet")
     if not end.ended:
         return Wait(node, f"relayout job {record.job} is {end.state}")

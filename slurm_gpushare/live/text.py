@@ -25,7 +25,7 @@ def hours(seconds: float) -> str:
 def ids(job_ids, most: int | None = None) -> str:
     job_ids = list(job_ids)
     if most is not None and len(job_ids) > most:
-        return ",".join(str(i) for i in job_ids[:most - 1]) + f" and {len(job_ids) - most + 1} more"
+        return ",".join(str(i) for i in job_ids[: most - 1]) + f" and {len(job_ids) - most + 1} more"
     return ",".join(str(i) for i in job_ids)
 
 

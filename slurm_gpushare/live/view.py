@@ -78,8 +78,9 @@ class ClusterView:
     steered: dict[str, int] = field(default_factory=dict)  # node -> the weight the live planner set (state file)
 
 
-def view_from_client(client: SlurmClient, site: Site, now: float, changes: dict[str, float] | None = None,
-                     locked=frozenset()) -> ClusterView:
+def view_from_client(
+    client: SlurmClient, site: Site, now: float, changes: dict[str, float] | None = None, locked=frozenset()
+) -> ClusterView:
     """The queue, running GPU jobs and nodes as the Slurm client (slurm/) reads them (``jobs()``, ``nodes()``)."""
     pending, running = [], []
     for job in client.jobs():
@@ -100,8 +101,9 @@ def view_from_client(client: SlurmClient, site: Site, now: float, changes: dict[
 def _pending(job, now: float) -> PendingJob:
     key = next((k for k in job.gres_request if k.startswith("gpu")), next(iter(job.gres_request)))
     age = max(0.0, now - job.submit_time) if job.submit_time else 0.0
-    return PendingJob(job.job_id, key, int(job.gres_request[key]), age, int(job.priority or 0), job.reason,
-                      job.partition)
+    return PendingJob(
+        job.job_id, key, int(job.gres_request[key]), age, int(job.priority or 0), job.reason, job.partition
+    )
 
 
 def recent_from_records(records) -> tuple[RecentJob, ...]:

@@ -69,8 +69,11 @@ def plan_weights(site, view, blocked, serves, startable, running_on, kind) -> li
     large = [j for j in blocked if kind(j.gres).startswith("gpu:") and j.count >= 2]
     kept: dict[str, list] = {}
     for job in large:
-        fit = [n for n in nodes if serves(n, job) and whole_types(site, n).get(kind(job.gres), 0) >= job.count
-               and n not in kept]
+        fit = [
+            n
+            for n in nodes
+            if serves(n, job) and whole_types(site, n).get(kind(job.gres), 0) >= job.count and n not in kept
+        ]
         if not fit:
             continue
         node = min(fit, key=lambda n: (ready_in(view.now, running_on.get(n, ())), n))
@@ -86,14 +89,19 @@ def plan_weights(site, view, blocked, serves, startable, running_on, kind) -> li
             continue
         new = min(above, 65533)
         small = sorted({r.job_id for r in running_on.get(node, ())})
-        busy = f"its GPU jobs {_ids(small)} end in {_mins_up(ready_in(view.now, running_on.get(node, ())))}" \
-            if small else "it has no GPU job now"
+        busy = (
+            f"its GPU jobs {_ids(small)} end in {_mins_up(ready_in(view.now, running_on.get(node, ())))}"
+            if small
+            else "it has no GPU job now"
+        )
         job = jobs[0]
-        line = (f"job {job.job_id} has waited {mins(job.age_s)} for {job.count} x {t.split(':', 1)[1]} on one node; "
-                f"{node} can hold it ({busy}): weight {weight[node]} -> {new}, above {', '.join(others)} "
-                f"({', '.join(str(weight[n]) for n in others)}), so new small {t.split(':', 1)[1]} jobs go there "
-                "first; cost: none (scontrol update, no drain; slurm.conf's weight comes back at the next "
-                "reconfigure)")
+        line = (
+            f"job {job.job_id} has waited {mins(job.age_s)} for {job.count} x {t.split(':', 1)[1]} on one node; "
+            f"{node} can hold it ({busy}): weight {weight[node]} -> {new}, above {', '.join(others)} "
+            f"({', '.join(str(weight[n]) for n in others)}), so new small {t.split(':', 1)[1]} jobs go there "
+            "first; cost: none (scontrol update, no drain; slurm.conf's weight comes back at the next "
+            "reconfigure)"
+        )
         out.append(WeightChange(node, weight[node], new, line, tuple(j.job_id for j in jobs)))
     if large:
         return out
@@ -104,8 +112,15 @@ def plan_weights(site, view, blocked, serves, startable, running_on, kind) -> li
         except KeyError:  # no longer in the policy
             continue
         if view is not None and view.weight == set_to and set_to != want:
-            out.append(WeightChange(node, view.weight, want, f"no job waits for several whole GPUs on one node; "
-                                                            f"{node}: weight {view.weight} -> {want} (the policy's)"))
+            out.append(
+                WeightChange(
+                    node,
+                    view.weight,
+                    want,
+                    f"no job waits for several whole GPUs on one node; "
+                    f"{node}: weight {view.weight} -> {want} (the policy's)",
+                )
+            )
     return out
 
 

@@ -20,8 +20,8 @@ GRES types, node names, pending reasons), never job ids.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
 
 from ..accounting.usage import GpuConverter
 from ..policy import Site
@@ -99,8 +99,9 @@ class SiteMetrics:
 
     def _convert(self, partition: str, key: str, count: int) -> tuple[str, str, float]:
         name, _, gtype = key.partition(":")
-        job = self.converter.convert_tres(partition, {f"gres/{key}": float(count)} if gtype or name != "gpu"
-                                          else {"gres/gpu": float(count)})
+        job = self.converter.convert_tres(
+            partition, {f"gres/{key}": float(count)} if gtype or name != "gpu" else {"gres/gpu": float(count)}
+        )
         if name == "gpu":
             kind_name = job.kinds[0][0] if job.kinds else key  # 'gpu:<type>' (an untyped GPU may resolve to one)
             gtype = kind_name.partition(":")[2]
@@ -114,6 +115,7 @@ def split(key: str) -> tuple[str, str]:
 
 
 # ---- the families ---------------------------------------------------------------------------------
+
 
 def families(sm: SiteMetrics, snap: SlurmRead) -> list[Family]:
     """Every family the snapshot's parts allow, in a stable order."""
@@ -161,10 +163,13 @@ def node_count(nodes: str) -> int:
 
 
 def allocated(sm: SiteMetrics, jobs: Iterable[Job]) -> Family:
-    fam = Family("gpushare_gpu_equivalents_allocated", "gauge",
-                 "GPU-equivalents held by running jobs now (billing's fractions: a MIG slice its share of the GPU, "
-                 "a shard 1/replicas, an MPS unit 1/units); tenant is the Slurm account, tier the partition",
-                 ("tenant", "user", "tier", "kind", "gres_type"))
+    fam = Family(
+        "gpushare_gpu_equivalents_allocated",
+        "gauge",
+        "GPU-equivalents held by running jobs now (billing's fractions: a MIG slice its share of the GPU, "
+        "a shard 1/replicas, an MPS unit 1/units); tenant is the Slurm account, tier the partition",
+        ("tenant", "user", "tier", "kind", "gres_type"),
+    )
     for job in jobs:
         if job.state != "RUNNING":
             continue
@@ -179,11 +184,19 @@ def allocated(sm: SiteMetrics, jobs: Iterable[Job]) -> Family:
 
 def pending(sm: SiteMetrics, jobs: Iterable[Job], now: float) -> list[Family]:
     labels = ("gres", "gres_type", "reason")
-    count = Family("gpushare_jobs_pending", "gauge",
-                   "Pending jobs by the GRES they ask for (gres and gres_type empty for jobs asking none; a job asking "
-                   "two GRES counts under each) and Slurm's pending reason", labels)
-    gpus = Family("gpushare_pending_gpu_equivalents", "gauge",
-                  "GPU-equivalents pending jobs ask for (the per-node request, counted once per job)", labels)
+    count = Family(
+        "gpushare_jobs_pending",
+        "gauge",
+        "Pending jobs by the GRES they ask for (gres and gres_type empty for jobs asking none; a job asking "
+        "two GRES counts under each) and Slurm's pending reason",
+        labels,
+    )
+    gpus = Family(
+        "gpushare_pending_gpu_equivalents",
+        "gauge",
+        "GPU-equivalents pending jobs ask for (the per-node request, counted once per job)",
+        labels,
+    )
     oldest: dict[tuple[str, str], float] = {}
     for job in jobs:
         if job.state != "PENDING":
@@ -196,8 +209,12 @@ def pending(sm: SiteMetrics, jobs: Iterable[Job], now: float) -> list[Family]:
             gpus.add((name, gtype, job.reason), sm.units(partition, key, n)[2] if n > 0 else 0.0)
             if job.submit_time:
                 oldest[name, gtype] = min(oldest.get((name, gtype), job.submit_time), job.submit_time)
-    age = Family("gpushare_pending_oldest_age_seconds", "gauge",
-                 "Seconds since the oldest pending job asking this GRES was submitted", ("gres", "gres_type"))
+    age = Family(
+        "gpushare_pending_oldest_age_seconds",
+        "gauge",
+        "Seconds since the oldest pending job asking this GRES was submitted",
+        ("gres", "gres_type"),
+    )
     for key, t in oldest.items():
         age.add(key, max(0.0, now - t))
     return [count, gpus, age]
@@ -237,12 +254,21 @@ def _running_by_node(jobs: Iterable[Job] | None) -> dict[str, Counter[str]]:
 
 def supply(nodes: Iterable[Node], jobs: Iterable[Job] | None) -> list[Family]:
     labels = ("node", "gres", "gres_type")
-    note = ("; on a node with shard or mps the gpu row is the GPU they ride on")
-    conf = Family("gpushare_gres_configured", "gauge", "GRES units the node declares (MIG slices are gpu with a "
-                  "MIG type)" + note, labels)
+    note = "; on a node with shard or mps the gpu row is the GPU they ride on"
+    conf = Family(
+        "gpushare_gres_configured",
+        "gauge",
+        "GRES units the node declares (MIG slices are gpu with a MIG type)" + note,
+        labels,
+    )
     used = Family("gpushare_gres_allocated", "gauge", "GRES units allocated to jobs on the node now" + note, labels)
-    free = Family("gpushare_gres_free", "gauge", "GRES units configured and not allocated (Slurm's counters; "
-                  "a drained node's free units are counted too)" + note, labels)
+    free = Family(
+        "gpushare_gres_free",
+        "gauge",
+        "GRES units configured and not allocated (Slurm's counters; "
+        "a drained node's free units are counted too)" + note,
+        labels,
+    )
     by_node = _running_by_node(jobs)
     for node in nodes:
         for key, total in node.gres.items():
@@ -270,10 +296,15 @@ def available(node: Node) -> bool:
 
 
 def node_state(nodes: Iterable[Node]) -> list[Family]:
-    info = Family("gpushare_node_info", "gauge", "1 for each node, with its Slurm state (base state, then flags "
-                  "sorted, joined by +) and reason", ("node", "state", "reason"))
-    drained = Family("gpushare_node_drained", "gauge", "1 for each drained or draining node, with Slurm's reason",
-                     ("node", "reason"))
+    info = Family(
+        "gpushare_node_info",
+        "gauge",
+        "1 for each node, with its Slurm state (base state, then flags sorted, joined by +) and reason",
+        ("node", "state", "reason"),
+    )
+    drained = Family(
+        "gpushare_node_drained", "gauge", "1 for each drained or draining node, with Slurm's reason", ("node", "reason")
+    )
     for node in nodes:
         info.add((node.name, state_text(node), node.reason), 1)
         if is_drained(node):
@@ -291,18 +322,31 @@ class Ask:
     count: int
 
     def fits(self, node: Node, name: str, gtype: str, free: int) -> bool:
-        return (name == self.name and (not self.gtype or self.gtype == gtype) and self.count <= free
-                and bool(self.partitions & set(node.partitions)))
+        return (
+            name == self.name
+            and (not self.gtype or self.gtype == gtype)
+            and self.count <= free
+            and bool(self.partitions & set(node.partitions))
+        )
 
 
 def stranded(nodes: Iterable[Node], jobs: Iterable[Job]) -> Family:
-    fam = Family("gpushare_stranded_units", "gauge",
-                 "Free GRES units on an available node that no pending job can use (wrong type or size, too few "
-                 "on the node, or not in the job's partitions): the fragmentation the planner works on. 0 when no "
-                 "job asking gpu, shard or mps is pending (idle capacity is not stranded); drained and down nodes "
-                 "are not counted here (see gpushare_node_drained)", ("node", "gres", "gres_type"))
-    asks = {Ask(frozenset(j.partition.split(",")), *split(k), c)
-            for j in jobs if j.state == "PENDING" for k, c in j.gres_request.items() if split(k)[0] in GPU_GRES}
+    fam = Family(
+        "gpushare_stranded_units",
+        "gauge",
+        "Free GRES units on an available node that no pending job can use (wrong type or size, too few "
+        "on the node, or not in the job's partitions): the fragmentation the planner works on. 0 when no "
+        "job asking gpu, shard or mps is pending (idle capacity is not stranded); drained and down nodes "
+        "are not counted here (see gpushare_node_drained)",
+        ("node", "gres", "gres_type"),
+    )
+    asks = {
+        Ask(frozenset(j.partition.split(",")), *split(k), c)
+        for j in jobs
+        if j.state == "PENDING"
+        for k, c in j.gres_request.items()
+        if split(k)[0] in GPU_GRES
+    }
     by_node = _running_by_node(jobs)
     for node in nodes:
         if not available(node):
@@ -319,12 +363,19 @@ def stranded(nodes: Iterable[Node], jobs: Iterable[Job]) -> Family:
 
 def fairshare(rows: Iterable[ShareRow]) -> list[Family]:
     labels = ("account", "user")
-    level = Family("gpushare_fairshare_level_fs", "gauge",
-                   "Fair Tree LevelFS of each association as sshare reports it (user empty for an account row; "
-                   "+Inf for an association with no usage; left out where sshare prints none)", labels)
-    factor = Family("gpushare_fairshare_factor", "gauge",
-                    "Fair-share factor (0..1) of each association as sshare reports it (users only under Fair Tree)",
-                    labels)
+    level = Family(
+        "gpushare_fairshare_level_fs",
+        "gauge",
+        "Fair Tree LevelFS of each association as sshare reports it (user empty for an account row; "
+        "+Inf for an association with no usage; left out where sshare prints none)",
+        labels,
+    )
+    factor = Family(
+        "gpushare_fairshare_factor",
+        "gauge",
+        "Fair-share factor (0..1) of each association as sshare reports it (users only under Fair Tree)",
+        labels,
+    )
     for row in rows:
         if row.level_fs is not None:
             level.samples[row.key] = row.level_fs
@@ -347,9 +398,13 @@ def held_tres(job: Job) -> Counter[str]:
 def quota(assocs: Iterable[AssocRow], jobs: Iterable[Job] | None) -> list[Family]:
     labels = ("account", "tres")
     limit = Family("gpushare_quota_limit", "gauge", "GrpTRES limit of each account (sacctmgr)", labels)
-    used = Family("gpushare_quota_used", "gauge",
-                  "TRES the running jobs of the account and its sub-accounts hold now, for each gres TRES the "
-                  "account has a GrpTRES limit on (the units GrpTRES counts)", labels)
+    used = Family(
+        "gpushare_quota_used",
+        "gauge",
+        "TRES the running jobs of the account and its sub-accounts hold now, for each gres TRES the "
+        "account has a GrpTRES limit on (the units GrpTRES counts)",
+        labels,
+    )
     accounts = [a for a in assocs if a.user is None]
     children: dict[str, list[str]] = defaultdict(list)
     for a in accounts:

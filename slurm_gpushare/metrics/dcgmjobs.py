@@ -153,15 +153,23 @@ def repair(directory, journals, running: set[int], dry_run: bool = False) -> tup
     ``dry_run`` the lines only."""
     directory = Path(directory)
     if dry_run and not directory.is_dir():
-        return [], [f"dcgm job mapping {directory / n}: added job(s) {', '.join(map(str, sorted(j)))}"
-                    for n, j in sorted(wanted([j for j in journals if int(j.job_id) in running]).items())]
+        return [], [
+            f"dcgm job mapping {directory / n}: added job(s) {', '.join(map(str, sorted(j)))}"
+            for n, j in sorted(wanted([j for j in journals if int(j.job_id) in running]).items())
+        ]
     with _locked(directory):
         before = read_dir(directory)
         after = wanted([j for j in journals if int(j.job_id) in running])
-        removed = [f"dcgm job mapping {directory / n}: removed job(s) {', '.join(map(str, sorted(j - after.get(n, set()))))}"
-                   for n, j in sorted(before.items()) if j - after.get(n, set())]
-        added = [f"dcgm job mapping {directory / n}: added job(s) {', '.join(map(str, sorted(j - before.get(n, set()))))}"
-                 for n, j in sorted(after.items()) if j - before.get(n, set())]
+        removed = [
+            f"dcgm job mapping {directory / n}: removed job(s) {', '.join(map(str, sorted(j - after.get(n, set()))))}"
+            for n, j in sorted(before.items())
+            if j - after.get(n, set())
+        ]
+        added = [
+            f"dcgm job mapping {directory / n}: added job(s) {', '.join(map(str, sorted(j - before.get(n, set()))))}"
+            for n, j in sorted(after.items())
+            if j - before.get(n, set())
+        ]
         if not dry_run:
             _apply(directory, before, after)
     return removed, added

@@ -30,8 +30,8 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
@@ -50,8 +50,14 @@ log = logging.getLogger("gpushare.exporter")
 class SlurmCollector:
     """Collector over a Slurm client (``slurm.client.make_client``) and the loaded site policy."""
 
-    def __init__(self, client: SlurmClient, site: Site, *, clock: Callable[[], float] = time.time,
-                 timer: Callable[[], float] = time.perf_counter):
+    def __init__(
+        self,
+        client: SlurmClient,
+        site: Site,
+        *,
+        clock: Callable[[], float] = time.time,
+        timer: Callable[[], float] = time.perf_counter,
+    ):
         self.client, self.site, self.clock, self.timer = client, site, clock, timer
         self.metrics = collect.SiteMetrics(site)
         self.errors = {part: 0 for part in PARTS}
@@ -84,14 +90,20 @@ class SlurmCollector:
                 self.good[part] = (value, self.clock())
                 ok[part] = True
             except Exception as exc:  # noqa: BLE001 - any failure of one part: count it, serve its last good value
-                log.warning("gpushare exporter: reading %s from Slurm failed (%s); serving its last good read",
-                            part, exc)
+                log.warning(
+                    "gpushare exporter: reading %s from Slurm failed (%s); serving its last good read", part, exc
+                )
                 self.errors[part] += 1
                 ok[part] = False
             got[part] = self.good.get(part, (None, 0.0))[0]
             self.last_read[part] = self.timer() - start
-        snap = collect.SlurmRead(jobs=got["jobs"], nodes=got["nodes"], shares=got["sshare"],
-                                associations=got["associations"], now=self.clock())
+        snap = collect.SlurmRead(
+            jobs=got["jobs"],
+            nodes=got["nodes"],
+            shares=got["sshare"],
+            associations=got["associations"],
+            now=self.clock(),
+        )
         return snap, ok
 
     def collect(self) -> Iterator[Metric]:
@@ -107,40 +119,61 @@ class SlurmCollector:
             return out + self._own(ok, self.timer() - start, began) + [self._ages(snap.now)]
 
     def _ages(self, now: float) -> Metric:
-        ages = GaugeMetricFamily("gpushare_exporter_part_age_seconds",
-                                 "Seconds since the served value of each part was read from Slurm (0 when this "
-                                 "read got it; a part whose read failed serves its last good value); no sample "
-                                 "for a part never read", labels=["part"])
+        ages = GaugeMetricFamily(
+            "gpushare_exporter_part_age_seconds",
+            "Seconds since the served value of each part was read from Slurm (0 when this "
+            "read got it; a part whose read failed serves its last good value); no sample "
+            "for a part never read",
+            labels=["part"],
+        )
         for part in PARTS:
             if part in self.good:
                 ages.add_metric([part], max(0.0, now - self.good[part][1]))
         return ages
 
     def _own(self, ok: dict[str, bool], seconds: float, began: float) -> list[Metric]:
-        duration = GaugeMetricFamily("gpushare_exporter_scrape_duration_seconds",
-                                     "Seconds the last read of Slurm took, with computing the families",
-                                     value=seconds)
-        taken = GaugeMetricFamily("gpushare_exporter_snapshot_timestamp_seconds",
-                                  "Unix time the served snapshot's read of Slurm began (scrapes share one snapshot "
-                                  "for --slurm.read-interval seconds)", value=began)
-        reads = CounterMetricFamily("gpushare_exporter_slurm_reads", "Reads of Slurm since the exporter started",
-                                    value=self.reads)
-        read = GaugeMetricFamily("gpushare_exporter_read_duration_seconds",
-                                 "Seconds the last scrape spent reading each part from Slurm", labels=["part"])
-        errors = CounterMetricFamily("gpushare_exporter_scrape_errors",
-                                     "Failed reads of one part from Slurm since the exporter started", labels=["part"])
-        up = GaugeMetricFamily("gpushare_exporter_part_up", "1 if the last scrape read this part from Slurm, else 0",
-                               labels=["part"])
+        duration = GaugeMetricFamily(
+            "gpushare_exporter_scrape_duration_seconds",
+            "Seconds the last read of Slurm took, with computing the families",
+            value=seconds,
+        )
+        taken = GaugeMetricFamily(
+            "gpushare_exporter_snapshot_timestamp_seconds",
+            "Unix time the served snapshot's read of Slurm began (scrapes share one snapshot "
+            "for --slurm.read-interval seconds)",
+            value=began,
+        )
+        reads = CounterMetricFamily(
+            "gpushare_exporter_slurm_reads", "Reads of Slurm since the exporter started", value=self.reads
+        )
+        read = GaugeMetricFamily(
+            "gpushare_exporter_read_duration_seconds",
+            "Seconds the last scrape spent reading each part from Slurm",
+            labels=["part"],
+        )
+        errors = CounterMetricFamily(
+            "gpushare_exporter_scrape_errors",
+            "Failed reads of one part from Slurm since the exporter started",
+            labels=["part"],
+        )
+        up = GaugeMetricFamily(
+            "gpushare_exporter_part_up", "1 if the last scrape read this part from Slurm, else 0", labels=["part"]
+        )
         for part in PARTS:
             read.add_metric([part], self.last_read.get(part, 0.0))
             errors.add_metric([part], self.errors[part])
             up.add_metric([part], 1.0 if ok[part] else 0.0)
-        success = GaugeMetricFamily("gpushare_exporter_last_scrape_success",
-                                    "1 if the last scrape read every part from Slurm, else 0",
-                                    value=1.0 if all(ok.values()) else 0.0)
-        skipped = CounterMetricFamily("gpushare_exporter_skipped_records",
-                                      "Records in Slurm's output that did not parse and were left out (the rest of "
-                                      "the read was used), by command, since the exporter started", labels=["command"])
+        success = GaugeMetricFamily(
+            "gpushare_exporter_last_scrape_success",
+            "1 if the last scrape read every part from Slurm, else 0",
+            value=1.0 if all(ok.values()) else 0.0,
+        )
+        skipped = CounterMetricFamily(
+            "gpushare_exporter_skipped_records",
+            "Records in Slurm's output that did not parse and were left out (the rest of "
+            "the read was used), by command, since the exporter started",
+            labels=["command"],
+        )
         for command, count in sorted(getattr(self.client, "skipped", {}).items()):
             skipped.add_metric([command], count)
         return [duration, taken, reads, read, errors, up, success, skipped]
@@ -168,7 +201,6 @@ def exposition(registry: CollectorRegistry) -> str:
     return generate_latest(registry).decode("utf-8")
 
 
-
 def parse_listen(text: str) -> tuple[str, int]:
     """'ADDR:PORT', ':PORT', 'PORT' or '[v6]:PORT' -> (addr, port); ValueError names what is accepted.
 
@@ -179,8 +211,10 @@ def parse_listen(text: str) -> tuple[str, int]:
         addr, port = "", text
     addr = addr.strip("[]") or "0.0.0.0"
     if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--web.listen-address {text!r}: expected ADDR:PORT with a port 1-65535 (e.g. "
-                         f"{DEFAULT_LISTEN}: this host only, :{DEFAULT_PORT}: every interface, [::]:{DEFAULT_PORT})")
+        raise ValueError(
+            f"--web.listen-address {text!r}: expected ADDR:PORT with a port 1-65535 (e.g. "
+            f"{DEFAULT_LISTEN}: this host only, :{DEFAULT_PORT}: every interface, [::]:{DEFAULT_PORT})"
+        )
     return addr, int(port)
 
 
@@ -206,12 +240,15 @@ def plain_http_problem(addr: str, port: int, web: WebConfig | None, insecure: bo
     if insecure or is_loopback(addr) or (web is not None and web.tls is not None):
         return None
     what = "a web config without tls_server_config" if web is not None else "no --web.config.file"
-    return (f"--web.listen-address {addr}:{port} is not a loopback address and {what} makes it plain HTTP: "
-            f"give a --web.config.file with tls_server_config (and basic_auth_users), listen on 127.0.0.1, or "
-            f"pass {INSECURE_FLAG} to serve plain HTTP there")
+    return (
+        f"--web.listen-address {addr}:{port} is not a loopback address and {what} makes it plain HTTP: "
+        f"give a --web.config.file with tls_server_config (and basic_auth_users), listen on 127.0.0.1, or "
+        f"pass {INSECURE_FLAG} to serve plain HTTP there"
+    )
 
 
 # ---- one read of Slurm for every scrape -------------------------------------------------------------
+
 
 class CommandTimeouts:
     """A Runner for the Slurm client: each command gets at most ``limit`` seconds, and none runs past the
@@ -227,8 +264,10 @@ class CommandTimeouts:
         if self.deadline is not None:
             left = self.deadline - self.monotonic()
             if left <= 0:
-                raise CommandError(Result(tuple(str(a) for a in argv), 124, "", ""),
-                                   "not started: the scrape's time was used up by the commands before it")
+                raise CommandError(
+                    Result(tuple(str(a) for a in argv), 124, "", ""),
+                    "not started: the scrape's time was used up by the commands before it",
+                )
             budget = min(budget, left)
         return self.runner(argv, timeout=budget, **kw)
 
@@ -243,12 +282,19 @@ class SharedSnapshot:
     whichever scrape began it: a scrape's budget bounds how long that scrape waits, never what the others
     are served."""
 
-    def __init__(self, collector: SlurmCollector, interval: float, *, timeouts: CommandTimeouts | None = None,
-                 read_budget: float | None = None, monotonic: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        collector: SlurmCollector,
+        interval: float,
+        *,
+        timeouts: CommandTimeouts | None = None,
+        read_budget: float | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ):
         self.collector, self.interval, self.timeouts, self.monotonic = collector, interval, timeouts, monotonic
         self.read_budget = read_budget
-        self.reads = 0       # reads begun
-        self.waiting = 0     # scrapes waiting for the read in progress (tests and the benchmark watch it)
+        self.reads = 0  # reads begun
+        self.waiting = 0  # scrapes waiting for the read in progress (tests and the benchmark watch it)
         self._cond = threading.Condition()
         self._metrics: list[Metric] | None = None
         self._started: float | None = None
@@ -327,8 +373,10 @@ class _Static:
 # ---- HTTP ------------------------------------------------------------------------------------------
 
 SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
-LANDING = (b"<html><head><title>gpushare exporter</title></head><body><h1>gpushare exporter</h1>"
-           b"<p><a href=\"/metrics\">Metrics</a></p></body></html>\n")
+LANDING = (
+    b"<html><head><title>gpushare exporter</title></head><body><h1>gpushare exporter</h1>"
+    b'<p><a href="/metrics">Metrics</a></p></body></html>\n'
+)
 
 
 class Exporter:
@@ -338,8 +386,14 @@ class Exporter:
     that passed it: clients without a login cannot use it up. Their own bounds are ``BasicAuth``'s (429 for
     a client address that keeps failing, 503 at once while every password check is in use)."""
 
-    def __init__(self, snapshot: SharedSnapshot, web: WebConfig | None = None, *, wait: float = 4 * DEFAULT_TIMEOUT,
-                 auth: BasicAuth | None = None):
+    def __init__(
+        self,
+        snapshot: SharedSnapshot,
+        web: WebConfig | None = None,
+        *,
+        wait: float = 4 * DEFAULT_TIMEOUT,
+        auth: BasicAuth | None = None,
+    ):
         self.snapshot, self.wait = snapshot, wait
         self.web = web
         self.auth = auth or (BasicAuth(web.users) if web and web.users else None)
@@ -422,8 +476,14 @@ class ExporterServer(ThreadingHTTPServer):
     request_queue_size = 128  # listen backlog (socketserver's 5 resets connections when many scrapers come at once)
     HANDSHAKE_TIMEOUT = 10.0
 
-    def __init__(self, addr: str, port: int, exporter: Exporter, context: ssl.SSLContext | None = None,
-                 tls: TlsConfig | None = None):
+    def __init__(
+        self,
+        addr: str,
+        port: int,
+        exporter: Exporter,
+        context: ssl.SSLContext | None = None,
+        tls: TlsConfig | None = None,
+    ):
         self.address_family = socket.AF_INET6 if ":" in addr else socket.AF_INET
         self.exporter, self.context, self.tls = exporter, context, tls
         super().__init__((addr, port), _Handler)

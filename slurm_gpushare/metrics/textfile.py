@@ -73,11 +73,22 @@ REASONS = {
     "internal": "a bug: an exception that is not a gpushare error",
 }
 _BY_CLASS = (  # class name (anywhere in the exception's MRO) -> reason, first match wins
-    ("NodeUnsafe", "unsafe"), ("MpsError", "mps"), ("JournalError", "journal"), ("GpuError", "gpu"),
-    ("FakeNvmlError", "gpu"), ("MigMinorsError", "gpu"), ("NodeConfigError", "config"), ("PolicyError", "config"),
-    ("HookInputError", "input"), ("GresConfReadError", "gres"), ("GresConfError", "gres"),
-    ("SlurmClientError", "slurm"), ("SlurmParseError", "slurm"), ("ReconcileError", "slurm"),
-    ("CommandError", "command"), ("GpushareError", "other"),
+    ("NodeUnsafe", "unsafe"),
+    ("MpsError", "mps"),
+    ("JournalError", "journal"),
+    ("GpuError", "gpu"),
+    ("FakeNvmlError", "gpu"),
+    ("MigMinorsError", "gpu"),
+    ("NodeConfigError", "config"),
+    ("PolicyError", "config"),
+    ("HookInputError", "input"),
+    ("GresConfReadError", "gres"),
+    ("GresConfError", "gres"),
+    ("SlurmClientError", "slurm"),
+    ("SlurmParseError", "slurm"),
+    ("ReconcileError", "slurm"),
+    ("CommandError", "command"),
+    ("GpushareError", "other"),
 )
 
 
@@ -112,8 +123,7 @@ class NodeObservation:
 
 def jobs_of(journals) -> list[JobDevice]:
     """The job-to-device rows of journals (``node.journal.Journal``-like: job_id, devices)."""
-    return [JobDevice(j.job_id, d.gpu_index, d.gpu_uuid, d.mig_uuid, d.gi, d.ci)
-            for j in journals for d in j.devices]
+    return [JobDevice(j.job_id, d.gpu_index, d.gpu_uuid, d.mig_uuid, d.gi, d.ci) for j in journals for d in j.devices]
 
 
 def mig_matches(live_gpus, spec_gpus) -> dict[int, bool]:
@@ -140,8 +150,18 @@ def mig_matches(live_gpus, spec_gpus) -> dict[int, bool]:
 
 
 def empty_state() -> dict:
-    return {"format": STATE_FORMAT, "runs": {}, "failures": {}, "duration": {}, "last_run": {}, "journals": None,
-            "mps": None, "mig": {}, "jobs": [], "dcgm_errors": 0}
+    return {
+        "format": STATE_FORMAT,
+        "runs": {},
+        "failures": {},
+        "duration": {},
+        "last_run": {},
+        "journals": None,
+        "mps": None,
+        "mig": {},
+        "jobs": [],
+        "dcgm_errors": 0,
+    }
 
 
 def read_state(path: Path) -> dict:
@@ -155,12 +175,22 @@ def read_state(path: Path) -> dict:
     return data
 
 
-def update(state: dict, hook: str, result: str, reason: str | None, duration: float, now: float,
-           snapshot: NodeObservation, dcgm_errors: int = 0) -> dict:
+def update(
+    state: dict,
+    hook: str,
+    result: str,
+    reason: str | None,
+    duration: float,
+    now: float,
+    snapshot: NodeObservation,
+    dcgm_errors: int = 0,
+) -> dict:
     """Pure: the state after one run of ``hook``."""
     if hook not in HOOKS or result not in RESULTS or (reason is not None and reason not in REASONS):
-        raise ValueError(f"hook {hook!r} result {result!r} reason {reason!r}: expected hook in {HOOKS}, "
-                         f"result in {RESULTS}, reason in {tuple(REASONS)}")
+        raise ValueError(
+            f"hook {hook!r} result {result!r} reason {reason!r}: expected hook in {HOOKS}, "
+            f"result in {RESULTS}, reason in {tuple(REASONS)}"
+        )
     new = json.loads(json.dumps(state))
     runs = new["runs"].setdefault(hook, {})
     runs[result] = runs.get(result, 0) + 1
@@ -211,31 +241,76 @@ def render(state: dict) -> str:
         out.append(f"# TYPE {name} {kind}")
         out.extend(f"{name}{labels} {_num(value)}" for labels, value in samples)
 
-    family("gpushare_node_hook_runs_total", "counter", "Runs of the gpushare node hooks by hook and result.",
-           [(_labels(hook=h, result=r), state["runs"].get(h, {}).get(r, 0)) for h in HOOKS for r in RESULTS])
-    family("gpushare_node_hook_failures_total", "counter", "Failed runs of the gpushare node hooks by hook and reason.",
-           [(_labels(hook=h, reason=r), state["failures"].get(h, {}).get(r, 0)) for h in HOOKS for r in REASONS])
-    family("gpushare_node_hook_last_duration_seconds", "gauge", "Wall time of the last run of each node hook.",
-           [(_labels(hook=h), state["duration"][h]) for h in HOOKS if h in state["duration"]])
-    family("gpushare_node_hook_last_run_timestamp_seconds", "gauge", "Unix time the last run of each node hook ended.",
-           [(_labels(hook=h), state["last_run"][h]) for h in HOOKS if h in state["last_run"]])
+    family(
+        "gpushare_node_hook_runs_total",
+        "counter",
+        "Runs of the gpushare node hooks by hook and result.",
+        [(_labels(hook=h, result=r), state["runs"].get(h, {}).get(r, 0)) for h in HOOKS for r in RESULTS],
+    )
+    family(
+        "gpushare_node_hook_failures_total",
+        "counter",
+        "Failed runs of the gpushare node hooks by hook and reason.",
+        [(_labels(hook=h, reason=r), state["failures"].get(h, {}).get(r, 0)) for h in HOOKS for r in REASONS],
+    )
+    family(
+        "gpushare_node_hook_last_duration_seconds",
+        "gauge",
+        "Wall time of the last run of each node hook.",
+        [(_labels(hook=h), state["duration"][h]) for h in HOOKS if h in state["duration"]],
+    )
+    family(
+        "gpushare_node_hook_last_run_timestamp_seconds",
+        "gauge",
+        "Unix time the last run of each node hook ended.",
+        [(_labels(hook=h), state["last_run"][h]) for h in HOOKS if h in state["last_run"]],
+    )
     if state["mps"] is not None:
-        family("gpushare_node_mps_daemons_running", "gauge", "MPS control daemons of gpushare answering on this node.",
-               [("", state["mps"])])
+        family(
+            "gpushare_node_mps_daemons_running",
+            "gauge",
+            "MPS control daemons of gpushare answering on this node.",
+            [("", state["mps"])],
+        )
     if state["journals"] is not None:
-        family("gpushare_node_journals_present", "gauge", "Job journals in the node state dir (jobs set up, not yet undone).",
-               [("", state["journals"])])
+        family(
+            "gpushare_node_journals_present",
+            "gauge",
+            "Job journals in the node state dir (jobs set up, not yet undone).",
+            [("", state["journals"])],
+        )
     if state["mig"]:
-        family("gpushare_node_mig_layout_matches_policy", "gauge",
-               "1 if the GPU's MIG layout is the policy's, 0 if it drifted (last observed).",
-               [(_labels(gpu=g), int(v)) for g, v in sorted(state["mig"].items(), key=lambda kv: int(kv[0]))])
-    family("gpushare_node_job_gpu_info", "gauge",
-           "A device a job holds on this node (mig_uuid, gpu_instance_id, compute_instance_id empty outside MIG).",
-           [(_labels(job_id=j, gpu=g, uuid=u, mig_uuid=m or "", gpu_instance_id="" if gi is None else gi,
-                     compute_instance_id="" if ci is None else ci), 1)
-            for j, g, u, m, gi, ci in sorted(state["jobs"], key=lambda r: (r[0], r[1], r[4] or -1, r[5] or -1))])
-    family("gpushare_node_dcgm_mapping_errors_total", "counter",
-           "Writes of dcgm-exporter's job mapping files that failed (the job went on).", [("", state["dcgm_errors"])])
+        family(
+            "gpushare_node_mig_layout_matches_policy",
+            "gauge",
+            "1 if the GPU's MIG layout is the policy's, 0 if it drifted (last observed).",
+            [(_labels(gpu=g), int(v)) for g, v in sorted(state["mig"].items(), key=lambda kv: int(kv[0]))],
+        )
+    family(
+        "gpushare_node_job_gpu_info",
+        "gauge",
+        "A device a job holds on this node (mig_uuid, gpu_instance_id, compute_instance_id empty outside MIG).",
+        [
+            (
+                _labels(
+                    job_id=j,
+                    gpu=g,
+                    uuid=u,
+                    mig_uuid=m or "",
+                    gpu_instance_id="" if gi is None else gi,
+                    compute_instance_id="" if ci is None else ci,
+                ),
+                1,
+            )
+            for j, g, u, m, gi, ci in sorted(state["jobs"], key=lambda r: (r[0], r[1], r[4] or -1, r[5] or -1))
+        ],
+    )
+    family(
+        "gpushare_node_dcgm_mapping_errors_total",
+        "counter",
+        "Writes of dcgm-exporter's job mapping files that failed (the job went on).",
+        [("", state["dcgm_errors"])],
+    )
     return "\n".join(out) + "\n"
 
 
@@ -246,13 +321,34 @@ def _locked(state_dir: Path):
     return flocked(state_dir / LOCK_NAME)
 
 
-def record(state_dir, textfile_dir, hook: str, result: str, reason: str | None, duration: float,
-           snapshot: NodeObservation | None = None, dcgm_errors: int = 0, now: float | None = None) -> Path | None:
+def record(
+    state_dir,
+    textfile_dir,
+    hook: str,
+    result: str,
+    reason: str | None,
+    duration: float,
+    snapshot: NodeObservation | None = None,
+    dcgm_errors: int = 0,
+    now: float | None = None,
+) -> Path | None:
     """Count one run and rewrite ``<textfile_dir>/gpushare.prom``; returns its path (None when off).
 
     Read-modify-write under the flock, so concurrent hooks never lose an increment."""
-    return _rewrite(state_dir, textfile_dir, lambda state: update(
-        state, hook, result, reason, duration, time.time() if now is None else now, snapshot or NodeObservation(), dcgm_errors))
+    return _rewrite(
+        state_dir,
+        textfile_dir,
+        lambda state: update(
+            state,
+            hook,
+            result,
+            reason,
+            duration,
+            time.time() if now is None else now,
+            snapshot or NodeObservation(),
+            dcgm_errors,
+        ),
+    )
 
 
 def refresh(state_dir, textfile_dir, snapshot: NodeObservation) -> Path | None:
@@ -279,8 +375,7 @@ def _rewrite(state_dir, textfile_dir, change) -> Path | None:
 # ---- the metrics directories, opened as root may write in them ----------------------------------------
 
 OWNER: int | None = None  # who must own a metrics directory: None is the writer (root, on a node); tests set it
-_DIR_FLAGS = (os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK
-              | getattr(os, "O_CLOEXEC", 0))
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
 class UnsafeDir(OSError):
@@ -315,8 +410,11 @@ def open_dir(path, create: bool = True) -> int:
                 nxt = _open_part(fd, part, create)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
-                    raise UnsafeDir(exc.errno, f"{path}: its component {part!r} is a symbolic link or not a "
-                                               "directory (not followed): name the directory by its real path") from None
+                    raise UnsafeDir(
+                        exc.errno,
+                        f"{path}: its component {part!r} is a symbolic link or not a "
+                        "directory (not followed): name the directory by its real path",
+                    ) from None
                 raise
             os.close(fd)
             fd = nxt

@@ -47,24 +47,47 @@ from pathlib import Path
 from ..errors import PolicyError, Problem
 
 TOP_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users", "rate_limit")
-TLS_KEYS = ("cert_file", "key_file", "cert", "key", "client_ca_file", "client_ca", "client_auth_type",
-            "client_allowed_sans", "min_version", "max_version", "prefer_server_cipher_suites")
+TLS_KEYS = (
+    "cert_file",
+    "key_file",
+    "cert",
+    "key",
+    "client_ca_file",
+    "client_ca",
+    "client_auth_type",
+    "client_allowed_sans",
+    "min_version",
+    "max_version",
+    "prefer_server_cipher_suites",
+)
 TLS_UNSUPPORTED = {
     "cipher_suites": "Go cipher suite names are not supported here (Python's ssl takes OpenSSL's own list); "
-                     "leave it out for OpenSSL's defaults, or restrict versions with min_version",
+    "leave it out for OpenSSL's defaults, or restrict versions with min_version",
     "curve_preferences": "Go curve names are not supported here; leave it out for OpenSSL's defaults",
 }
 HTTP_KEYS = ("http2", "headers")
 RATE_KEYS = ("interval", "burst")
 # client_auth_type -> ssl verify mode; the toolkit's RequestClientCert and RequireAnyClientCert ask for a
 # certificate without verifying it, which Python's ssl cannot do (and the toolkit calls insecure).
-CLIENT_AUTH = {"NoClientCert": ssl.CERT_NONE, "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
-               "RequireAndVerifyClientCert": ssl.CERT_REQUIRED}
-VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1, "TLS12": ssl.TLSVersion.TLSv1_2,
-            "TLS13": ssl.TLSVersion.TLSv1_3}
+CLIENT_AUTH = {
+    "NoClientCert": ssl.CERT_NONE,
+    "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+    "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+}
+VERSIONS = {
+    "TLS10": ssl.TLSVersion.TLSv1,
+    "TLS11": ssl.TLSVersion.TLSv1_1,
+    "TLS12": ssl.TLSVersion.TLSv1_2,
+    "TLS13": ssl.TLSVersion.TLSv1_3,
+}
 # The headers the toolkit lets a site set, with their allowed values (None: any).
-HEADERS = {"Strict-Transport-Security": None, "X-Content-Type-Options": ("nosniff",),
-           "X-Frame-Options": ("deny", "sameorigin"), "X-XSS-Protection": None, "Content-Security-Policy": None}
+HEADERS = {
+    "Strict-Transport-Security": None,
+    "X-Content-Type-Options": ("nosniff",),
+    "X-Frame-Options": ("deny", "sameorigin"),
+    "X-XSS-Protection": None,
+    "Content-Security-Policy": None,
+}
 BCRYPT = re.compile(r"^\$2[abxy]?\$(\d\d)\$[./A-Za-z0-9]{53}$")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -76,9 +99,9 @@ class WebConfigError(PolicyError):
 
 @dataclass(frozen=True)
 class TlsConfig:
-    cert: str                       # PEM text (from cert_file or cert)
-    key: str = field(repr=False)    # PEM text (from key_file or key)
-    client_ca: str = ""             # PEM text, "" when none
+    cert: str  # PEM text (from cert_file or cert)
+    key: str = field(repr=False)  # PEM text (from key_file or key)
+    client_ca: str = ""  # PEM text, "" when none
     verify: ssl.VerifyMode = ssl.CERT_NONE
     allowed_sans: tuple[str, ...] = ()
     min_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2
@@ -91,7 +114,7 @@ class WebConfig:
     tls: TlsConfig | None
     users: dict[str, str] = field(repr=False)  # user -> bcrypt hash
     headers: dict[str, str]
-    rate_interval: float         # seconds between two requests of the token bucket; 0: no limit
+    rate_interval: float  # seconds between two requests of the token bucket; 0: no limit
     rate_burst: int
 
 
@@ -130,8 +153,9 @@ def parse(raw: object, base: Path, problems: list[Problem]) -> WebConfig | None:
     return WebConfig(tls, users, headers, interval, burst)
 
 
-def _section(raw: object, path: str, allowed: tuple[str, ...], problems: list[Problem],
-             unsupported: dict[str, str] | None = None) -> dict:
+def _section(
+    raw: object, path: str, allowed: tuple[str, ...], problems: list[Problem], unsupported: dict[str, str] | None = None
+) -> dict:
     """``raw`` as a mapping; each unknown key is a problem naming the keys accepted there."""
     if raw is None:
         return {}
@@ -161,16 +185,28 @@ def _tls(raw: object, base: Path, problems: list[Problem]) -> TlsConfig | None:
     ca = _pem(sec, "client_ca", "client_ca_file", base, problems, required=False)
     auth = sec.get("client_auth_type", "NoClientCert")
     if auth not in CLIENT_AUTH:
-        why = (" (asks for a certificate without verifying it: not supported)"
-               if auth in ("RequestClientCert", "RequireAnyClientCert", "RequireClientCert") else "")
+        why = (
+            " (asks for a certificate without verifying it: not supported)"
+            if auth in ("RequestClientCert", "RequireAnyClientCert", "RequireClientCert")
+            else ""
+        )
         problems.append(Problem(f"{p}.client_auth_type", f"{auth!r}{why}; accepted: {', '.join(CLIENT_AUTH)}"))
         auth = "NoClientCert"
     if ca and auth == "NoClientCert":
-        problems.append(Problem(f"{p}.client_auth_type", "a client CA is configured: set VerifyClientCertIfGiven "
-                                                         "or RequireAndVerifyClientCert"))
+        problems.append(
+            Problem(
+                f"{p}.client_auth_type",
+                "a client CA is configured: set VerifyClientCertIfGiven or RequireAndVerifyClientCert",
+            )
+        )
     if not ca and auth != "NoClientCert":
-        problems.append(Problem(f"{p}.client_ca_file", f"client_auth_type {auth} needs the CA that signs the "
-                                                       "clients' certificates (client_ca_file or client_ca)"))
+        problems.append(
+            Problem(
+                f"{p}.client_ca_file",
+                f"client_auth_type {auth} needs the CA that signs the "
+                "clients' certificates (client_ca_file or client_ca)",
+            )
+        )
     sans = _strings(sec.get("client_allowed_sans", []), f"{p}.client_allowed_sans", problems)
     if sans and auth != "RequireAndVerifyClientCert":
         problems.append(Problem(f"{p}.client_allowed_sans", "needs client_auth_type RequireAndVerifyClientCert"))
@@ -253,8 +289,13 @@ def _users(raw: object, problems: list[Problem]) -> dict[str, str]:
         if not isinstance(user, str) or not user or ":" in user:
             problems.append(Problem(f"basic_auth_users.{user}", "a user name is a non-empty string without ':'"))
         elif not m or not 4 <= int(m[1]) <= 31:
-            problems.append(Problem(f"basic_auth_users.{user}", "expected a bcrypt hash ($2y$10$ and 53 characters; "
-                                                               "htpasswd -nBC 10 \"\" | tr -d ':\\n' makes one)"))
+            problems.append(
+                Problem(
+                    f"basic_auth_users.{user}",
+                    "expected a bcrypt hash ($2y$10$ and 53 characters; "
+                    "htpasswd -nBC 10 \"\" | tr -d ':\\n' makes one)",
+                )
+            )
         else:
             users[user] = hashed
     return users
@@ -275,6 +316,7 @@ def _rate(raw: object, problems: list[Problem]) -> tuple[float, int]:
 
 # ---- serving ----------------------------------------------------------------------------------------
 
+
 def ssl_context(tls: TlsConfig, scratch: Path | None = None) -> ssl.SSLContext:
     """The server's SSLContext. The key and certificate go through a private temporary file (ssl loads them
     only from a path), removed at once."""
@@ -290,8 +332,10 @@ def ssl_context(tls: TlsConfig, scratch: Path | None = None) -> ssl.SSLContext:
             out.write(tls.cert.rstrip("\n") + "\n" + tls.key)
         ctx.load_cert_chain(name)
     except ssl.SSLError as exc:
-        raise WebConfigError("--web.config.file", [Problem("tls_server_config", f"the certificate and key do not "
-                                                                                f"load: {exc.reason or exc}")]) from None
+        raise WebConfigError(
+            "--web.config.file",
+            [Problem("tls_server_config", f"the certificate and key do not load: {exc.reason or exc}")],
+        ) from None
     finally:
         os.unlink(name)
     ctx.verify_mode = tls.verify
@@ -299,8 +343,10 @@ def ssl_context(tls: TlsConfig, scratch: Path | None = None) -> ssl.SSLContext:
         try:
             ctx.load_verify_locations(cadata=tls.client_ca)
         except ssl.SSLError as exc:
-            raise WebConfigError("--web.config.file", [Problem("tls_server_config.client_ca_file",
-                                                               f"not a PEM CA certificate: {exc.reason or exc}")]) from None
+            raise WebConfigError(
+                "--web.config.file",
+                [Problem("tls_server_config.client_ca_file", f"not a PEM CA certificate: {exc.reason or exc}")],
+            ) from None
     return ctx
 
 
@@ -334,8 +380,16 @@ class BasicAuth:
 
     ``checkpw(password, hashed)`` is bcrypt's (tests pass a fake one)."""
 
-    def __init__(self, users: dict[str, str], *, size: int = 128, failed_size: int = 1024, workers: int = 2,
-                 failures: ClientFailures | None = None, checkpw=None):
+    def __init__(
+        self,
+        users: dict[str, str],
+        *,
+        size: int = 128,
+        failed_size: int = 1024,
+        workers: int = 2,
+        failures: ClientFailures | None = None,
+        checkpw=None,
+    ):
         import bcrypt
 
         self._bcrypt = bcrypt

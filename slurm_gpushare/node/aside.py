@@ -110,11 +110,12 @@ def sweep(root: str, budget: Budget | None = None) -> list[str]:
         if os.fstat(fd).st_uid != os.geteuid():
             return [f"{show(aside)} is not root's: left alone"]
         with os.scandir(fd) as listing:
-            names = [entry.name for _, entry in zip(range(10_000), listing)]
+            names = [entry.name for _, entry in zip(range(10_000), listing, strict=False)]
         for index, name in enumerate(names):
             if budget.spent():
-                notes.append(f"{show(aside)}: {len(names) - index} set-aside trees left for the next run "
-                             f"(budget {budget})")
+                notes.append(
+                    f"{show(aside)}: {len(names) - index} set-aside trees left for the next run (budget {budget})"
+                )
                 break
             why = remove_tree(fd, name, budget, f"{aside}/{name}")
             if why:
@@ -166,8 +167,10 @@ class _Walk:
                 else:
                     self.up()
         except _Spent:
-            return f"{show(label)}: not removed within this run's budget ({budget}; at depth {len(self.path)}): " \
-                   "left for the next run"
+            return (
+                f"{show(label)}: not removed within this run's budget ({budget}; at depth {len(self.path)}): "
+                "left for the next run"
+            )
         except OSError as exc:
             return _note(label + (f" (at depth {len(self.path)})" if len(self.path) > 1 else ""), exc)
 
@@ -256,7 +259,7 @@ def show(path: str) -> str:
     path cut."""
     text = path.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
     text = "".join(c if " " <= c <= "~" else f"\\x{ord(c):02x}" for c in text)
-    return text if len(text) <= _SHOW_MAX else text[:_SHOW_MAX // 2] + "..." + text[-_SHOW_MAX // 2:]
+    return text if len(text) <= _SHOW_MAX else text[: _SHOW_MAX // 2] + "..." + text[-_SHOW_MAX // 2 :]
 
 
 def _note(path: str, exc: OSError) -> str:

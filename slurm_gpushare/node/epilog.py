@@ -21,14 +21,13 @@ Without a journal there is nothing to undo: a second run is a no-op.
 from __future__ import annotations
 
 import _signal  # the C module: signal's Python layer (its enums) costs each epilog ~3 M instructions
-import os
 import re
 import time
 
 from ..errors import GpushareError
 from ..records import record
 from .journal import Journal, JournalStore, MpsDaemon
-from .observed import ObservedState, NodeUnsafe, WriteJournal, observe_gpus
+from .observed import NodeUnsafe, ObservedState, WriteJournal, observe_gpus
 
 _JOB_CGROUP = re.compile(r"/job_([0-9]+)(/|$)")
 
@@ -43,7 +42,6 @@ class KillProcess:
     gpu_index: int
     where: str
     job_id: int | None = None  # the job whose cgroup held it when planned: killed only while it still does
-
 
     def __str__(self) -> str:
         return f"kill leftover process {self.pid} on {self.where}"
@@ -96,8 +94,11 @@ def plan_epilog(journal: Journal | None, live: ObservedState) -> tuple[list, lis
     actions: list = [WriteJournal(journal.with_state("ending"))]
     actions += _leftovers(journal, live, problems)
     if journal.mps is not None:
-        others = [j.job_id for j in live.journals.values()
-                  if j.job_id != journal.job_id and j.mps is not None and j.mps.key == journal.mps.key]
+        others = [
+            j.job_id
+            for j in live.journals.values()
+            if j.job_id != journal.job_id and j.mps is not None and j.mps.key == journal.mps.key
+        ]
         if not others:
             actions.append(QuitMps(journal.mps))
     actions.append(RemoveJournal(journal.job_id))
@@ -111,8 +112,9 @@ class Killer:
     """Send SIGKILL and wait until NVML no longer lists the process. The pid was read when the epilog observed
     the node: it is killed only if it is still a process of the job (``kill_job_process``)."""
 
-    def __init__(self, backend, wait: float = 10.0, kill=None, sleep=time.sleep, clock=time.monotonic,
-                 proc_root: str = "/proc"):
+    def __init__(
+        self, backend, wait: float = 10.0, kill=None, sleep=time.sleep, clock=time.monotonic, proc_root: str = "/proc"
+    ):
         self.backend, self.wait, self._sleep, self._clock = backend, wait, sleep, clock
         self._kill, self.proc_root = kill, proc_root
 
@@ -134,8 +136,9 @@ def kill_job_process(pid: int, job_id: int | None, proc_root: str = "/proc") -> 
     it, so a pid reused meanwhile by another process is never signalled. Was a signal sent?"""
     from .procscan import signal_checked
 
-    return signal_checked(pid, lambda: job_id is None or process_jobs([pid], proc_root).get(pid) == job_id,
-                          _signal.SIGKILL)
+    return signal_checked(
+        pid, lambda: job_id is None or process_jobs([pid], proc_root).get(pid) == job_id, _signal.SIGKILL
+    )
 
 
 def execute_epilog(journal: Journal, actions, problems: list[str], store: JournalStore, mps, killer) -> None:

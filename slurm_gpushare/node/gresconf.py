@@ -62,11 +62,15 @@ def _gpu_lines(node: str, slot: GpuSlot, gpu: GpuState, devices, minors: Mapping
         ci = inst.cis[0]  # differences() has checked: exactly one, GI-wide
         uuid = uuids.get((inst.gi.id, ci.id))
         if uuid is None:
-            raise GresConfError(f"node {node}: {gpu.label}: NVML lists no MIG device for GPU instance {inst.gi.id} compute instance {ci.id}")
+            raise GresConfError(
+                f"node {node}: {gpu.label}: NVML lists no MIG device for GPU instance {inst.gi.id} compute instance {ci.id}"
+            )
         gres_type = slot.model.mig_slurm_type(gi_profile_name(slot.model, inst.gi))
         types.append(gres_type)
         lines.append(f"# {uuid}: GPU instance {inst.gi.id} at memory slice {inst.gi.start}, compute instance {ci.id}\n")
-        lines.append(f"NodeName={node} Name=gpu Type={gres_type} MultipleFiles={_files(node, gpu, inst.gi.id, ci.id, minors)}\n")
+        lines.append(
+            f"NodeName={node} Name=gpu Type={gres_type} MultipleFiles={_files(node, gpu, inst.gi.id, ci.id, minors)}\n"
+        )
     _check_types(node, slot, gpu, types)
     return "".join(lines)
 

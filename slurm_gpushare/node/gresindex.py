@@ -70,7 +70,7 @@ def expand(expr: str) -> list[str]:
         if m is None:
             out.append(part)
             continue
-        head, tail = part[: m.start()], part[m.end():]
+        head, tail = part[: m.start()], part[m.end() :]
         for item in m[1].split(","):
             lo, _, hi = item.strip().partition("-")
             if not lo.isdigit() or (hi and not hi.isdigit()):
@@ -113,8 +113,12 @@ def _walk(path: str, node: str, records: list[GresRecord], seen: set[str]) -> No
         words = line.split()
         if words[0].lower() == "include":
             target = " ".join(words[1:])
-            _walk(plain(target if target.startswith("/") else os.path.join(os.path.dirname(path), target)), node,
-                  records, seen)
+            _walk(
+                plain(target if target.startswith("/") else os.path.join(os.path.dirname(path), target)),
+                node,
+                records,
+                seen,
+            )
             continue
         keys = {}
         for word in words:

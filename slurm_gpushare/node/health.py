@@ -120,8 +120,10 @@ def check_mps(journals, answers) -> list[str]:
             continue
         seen.add(daemon.key)
         if not answers(daemon.pipe_dir):
-            notes.append(f"MPS daemon {daemon.key} of job {job_id} does not answer (pipe {daemon.pipe_dir}); "
-                         "the next MPS prolog for it starts a fresh one")
+            notes.append(
+                f"MPS daemon {daemon.key} of job {job_id} does not answer (pipe {daemon.pipe_dir}); "
+                "the next MPS prolog for it starts a fresh one"
+            )
     return notes
 
 
@@ -171,8 +173,14 @@ def slurm_hook_drain(reason: str, reason_user: str, attributed: frozenset[str] =
     return reason in SLURM_HOOK_DRAINS and reason_user == SLURM_USER
 
 
-def plan_health(state: tuple[str, ...], reason: str, problems: list[str], reason_user: str = "",
-                heals: int = 0, attributed: frozenset[str] = frozenset()) -> Drain | Resume | Leave:
+def plan_health(
+    state: tuple[str, ...],
+    reason: str,
+    problems: list[str],
+    reason_user: str = "",
+    heals: int = 0,
+    attributed: frozenset[str] = frozenset(),
+) -> Drain | Resume | Leave:
     """What to do with the node given its Slurm state (``("IDLE", "DRAIN")``), drain reason and problems.
 
     - problems, node not drained: drain with a ``gpushare-health:`` reason naming them;
@@ -185,13 +193,17 @@ def plan_health(state: tuple[str, ...], reason: str, problems: list[str], reason
     drained = "DRAIN" in state
     ours = reason.startswith(PREFIX)
     if drained and reason in SCRIPT_DRAINS and reason not in attributed and reason_user == SLURM_USER:
-        return Leave(f"drained by Slurm ({reason}), not attributed to the gpushare {SCRIPT_DRAINS[reason]}: another "
-                     f"{SCRIPT_DRAINS[reason].capitalize()} script runs here and no journal shows ours unfinished; "
-                     "left drained for an admin")
+        return Leave(
+            f"drained by Slurm ({reason}), not attributed to the gpushare {SCRIPT_DRAINS[reason]}: another "
+            f"{SCRIPT_DRAINS[reason].capitalize()} script runs here and no journal shows ours unfinished; "
+            "left drained for an admin"
+        )
     if drained and not problems and slurm_hook_drain(reason, reason_user, attributed):
         if heals >= HEAL_LIMIT:
-            return Leave(f"healthy, but drained by Slurm ({reason}) and resumed {heals} times in the last hour: "
-                         "left drained for an admin")
+            return Leave(
+                f"healthy, but drained by Slurm ({reason}) and resumed {heals} times in the last hour: "
+                "left drained for an admin"
+            )
         by = "a failed gpushare hook" if reason.startswith(HOOK_PREFIXES) else "Slurm after a hook failure"
         return Resume(reason, by=f"{by}, cleaned up since")
     if problems:
@@ -228,8 +240,17 @@ class Report:
         return out
 
 
-def observe_and_repair(node: str, state_dir: str, client, backend, mps, killer, dry_run: bool = False,
-                       metrics=None, lost_after: float | None = None) -> Findings:
+def observe_and_repair(
+    node: str,
+    state_dir: str,
+    client,
+    backend,
+    mps,
+    killer,
+    dry_run: bool = False,
+    metrics=None,
+    lost_after: float | None = None,
+) -> Findings:
     """Step 1, reconcile, with no lock held across a Slurm call (slurmctld can take tens of seconds to answer,
     and every prolog waits for the journal lock). Under the journal lock and the MPS lock, as the hooks take
     them: (a) the journals' file identities; then, with no lock, what Slurm runs here (``squeue -w``) and its
@@ -259,8 +280,10 @@ def observe_and_repair(node: str, state_dir: str, client, backend, mps, killer, 
         # scan runs in a child with a deadline (procscan): no process can hold the locks through it
         stepds = stepd_jobs() if started else set()
     if started and stepds is None:
-        findings.notes.append("lost launches: not checked this run: the slurmstepd processes could not be listed "
-                              f"(no slurmstepd on {SEARCH_PATH}, or the scan of /proc stalled)")
+        findings.notes.append(
+            "lost launches: not checked this run: the slurmstepd processes could not be listed "
+            f"(no slurmstepd on {SEARCH_PATH}, or the scan of /proc stalled)"
+        )
     elif started:
         requeue_lost_jobs(findings, node, client, started, stepds, dry_run, after=lost_after)  # Slurm, no lock held
     findings.notes += getattr(mps, "notes", [])
@@ -292,8 +315,10 @@ def check_user_dirs(state_dir: str, slots) -> list[str]:
         return [f"{mps_dir}: cannot check its filesystem: {exc.strerror}"]
     if not shared:
         return []
-    return [f"{mps_dir} (the MPS pipe directories jobs write) is on the filesystem of {state_dir}: a job can fill "
-            "it; mount a size-capped tmpfs there (docs: Files on a node)"]
+    return [
+        f"{mps_dir} (the MPS pipe directories jobs write) is on the filesystem of {state_dir}: a job can fill "
+        "it; mount a size-capped tmpfs there (docs: Files on a node)"
+    ]
 
 
 def journal_marks(store) -> dict[int, tuple[int, int]]:
@@ -308,8 +333,19 @@ def journal_marks(store) -> dict[int, tuple[int, int]]:
     return marks
 
 
-def repair_locked(findings: Findings, node: str, state_dir: str, store, before, running: set[int], backend, mps,
-                  killer, dry_run: bool, metrics) -> None:
+def repair_locked(
+    findings: Findings,
+    node: str,
+    state_dir: str,
+    store,
+    before,
+    running: set[int],
+    backend,
+    mps,
+    killer,
+    dry_run: bool,
+    metrics,
+) -> None:
     """The reconcile part of step 1, under both locks: a journal written since ``before`` counts as running."""
     from .mps import answers
     from .reconcile import execute_reconcile, plan_for_node
@@ -344,11 +380,15 @@ def repair_metrics(findings: Findings, metrics, state_dir: str, store, running: 
             removed, added = repair(metrics.dcgm_job_mapping_dir, left.values(), running)
             findings.repaired += removed + added
         except OSError as exc:
-            findings.notes.append(f"dcgm job mapping {metrics.dcgm_job_mapping_dir} not repaired: "
-                                  f"{type(exc).__name__}: {exc}")
+            findings.notes.append(
+                f"dcgm job mapping {metrics.dcgm_job_mapping_dir} not repaired: {type(exc).__name__}: {exc}"
+            )
     if metrics.textfile_dir is not None:
-        snapshot = textfile.NodeObservation(journals_present=len(left), mps_daemons_running=running_daemons(state_dir),
-                                     jobs=textfile.jobs_of(left.values()))
+        snapshot = textfile.NodeObservation(
+            journals_present=len(left),
+            mps_daemons_running=running_daemons(state_dir),
+            jobs=textfile.jobs_of(left.values()),
+        )
         try:
             textfile.refresh(state_dir, metrics.textfile_dir, snapshot)
         except OSError as exc:
@@ -396,8 +436,16 @@ def batch_jobs_started(findings: Findings, client, node: str) -> dict[int, int] 
         return None
 
 
-def requeue_lost_jobs(findings: Findings, node: str, client, started: dict[int, int], stepds: set[int],
-                      dry_run: bool, now: float | None = None, after: float | None = None) -> None:
+def requeue_lost_jobs(
+    findings: Findings,
+    node: str,
+    client,
+    started: dict[int, int],
+    stepds: set[int],
+    dry_run: bool,
+    now: float | None = None,
+    after: float | None = None,
+) -> None:
     """Requeue each lost launch (``lost_jobs``) that Slurm, asked again after the slurmstepd scan, still runs
     here with the same start (a job that ended or was requeued meanwhile is not requeued again). A requeue
     Slurm refuses is a note, never a drain: nothing on the node is wrong because of it."""
@@ -408,7 +456,9 @@ def requeue_lost_jobs(findings: Findings, node: str, client, started: dict[int, 
         again = batch_jobs_started(findings, client, node)
         lost = [j for j in lost if again is not None and again.get(j) == started[j]]
     for job in lost:
-        line = f"job {job}: running for Slurm since {started[job]} but no batch slurmstepd here (launch lost): requeue it"
+        line = (
+            f"job {job}: running for Slurm since {started[job]} but no batch slurmstepd here (launch lost): requeue it"
+        )
         if dry_run:
             findings.repaired.append("would " + line)
             continue
@@ -520,7 +570,9 @@ def check_compute_modes(slots, backend) -> list[str]:
         have = backend.compute_mode(slot.index)
         if have != want:
             uuid = backend.gpu(slot.index).uuid
-            out.append(f"GPU {slot.index} ({uuid}) is {have}, policy {want.lower()}: nvidia-smi -i {slot.index} -c {want}")
+            out.append(
+                f"GPU {slot.index} ({uuid}) is {have}, policy {want.lower()}: nvidia-smi -i {slot.index} -c {want}"
+            )
     return out
 
 
@@ -537,9 +589,21 @@ def check_node(findings: Findings, node: str, gres_conf: Path, slots, backend, i
     findings.compute_modes = check_compute_modes(slots, backend)
 
 
-def run_health(node: str, state_dir: str, gres_conf: Path, slots, client, backend, mps, killer,
-               is_device=device_ok, dry_run: bool = False, metrics=None, read_hook=None,
-               lost_after: float | None = None) -> Report:
+def run_health(
+    node: str,
+    state_dir: str,
+    gres_conf: Path,
+    slots,
+    client,
+    backend,
+    mps,
+    killer,
+    is_device=device_ok,
+    dry_run: bool = False,
+    metrics=None,
+    read_hook=None,
+    lost_after: float | None = None,
+) -> Report:
     """observe + repair, check, read the node, decide (``plan_health``), drain or resume (unless dry_run).
     No lock is held from here on: every Slurm call below runs with the node's hooks free to run.
     ``read_hook(path) -> str``: the start of a hook program (tests; default: read the file). ``lost_after``: seconds
@@ -558,8 +622,9 @@ def run_health(node: str, state_dir: str, gres_conf: Path, slots, client, backen
     attributed = frozenset()
     if "DRAIN" in current.state and current.reason in SCRIPT_DRAINS and current.reason_user == SLURM_USER:
         attributed = attributable(current.reason, client, state_dir, read_hook)
-    decision = plan_health(current.state, current.reason, findings.problems(), current.reason_user, len(heals),
-                           attributed)
+    decision = plan_health(
+        current.state, current.reason, findings.problems(), current.reason_user, len(heals), attributed
+    )
     if not dry_run:
         if isinstance(decision, Drain):
             client.drain(node, decision.reason)
@@ -596,5 +661,7 @@ def slots_from_spec(spec) -> list:
     from ..hardware import get_model
     from ..policy.site import GpuSlot
 
-    return [GpuSlot(g.index, g.mode, get_model(g.model), "", tuple(g.layout), g.replicas, g.units, g.compute_mode)
-            for g in spec.gpus]
+    return [
+        GpuSlot(g.index, g.mode, get_model(g.model), "", tuple(g.layout), g.replicas, g.units, g.compute_mode)
+        for g in spec.gpus
+    ]

@@ -110,7 +110,7 @@ def ours(text: str) -> bool:
     at = 1 if lines and lines[0].startswith("#!") else 0
     if len(lines) < at + 2 or lines[at].rstrip("\n") != MARK or not lines[at + 1].startswith(_HASH):
         return False
-    return lines[at + 1][len(_HASH):].strip() == _digest(lines[:at] + lines[at + 2:])
+    return lines[at + 1][len(_HASH) :].strip() == _digest(lines[:at] + lines[at + 2 :])
 
 
 # ---- planning (pure) ------------------------------------------------------------------
@@ -140,14 +140,18 @@ def import_dirs(bare: Sequence[str], with_site: Sequence[str], package: str) -> 
     which ``-S`` skips)."""
     added = list(dict.fromkeys(d for d in with_site if d and d not in bare))
     if os.path.dirname(package.rstrip("/")) not in (*bare, *added):
-        raise ValueError(f"slurm_gpushare is imported from {package} through an import hook (a .pth file), which the "
-                         "hook scripts (python -S) skip: install the package so that its parent directory is on the "
-                         "import path (pip install without -e, or an editable install in compat mode)")
+        raise ValueError(
+            f"slurm_gpushare is imported from {package} through an import hook (a .pth file), which the "
+            "hook scripts (python -S) skip: install the package so that its parent directory is on the "
+            "import path (pip install without -e, or an editable install in compat mode)"
+        )
     return added
 
 
-_PROBE = ("import json, sys; bare = list(sys.path); import site; site.main(); import slurm_gpushare; "
-          "print(json.dumps([bare, sys.path, slurm_gpushare.__path__[0]]))")
+_PROBE = (
+    "import json, sys; bare = list(sys.path); import site; site.main(); import slurm_gpushare; "
+    "print(json.dumps([bare, sys.path, slurm_gpushare.__path__[0]]))"
+)
 
 
 def probe_import_dirs(python: str, runner=None) -> list[str]:
@@ -159,7 +163,9 @@ def probe_import_dirs(python: str, runner=None) -> list[str]:
     done = (runner or run)([python, "-I", "-S", "-c", _PROBE], env={}, timeout=60, check=False)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()
-        raise ValueError(f"{python} -I cannot import slurm_gpushare ({tail[-1] if tail else f'exit {done.returncode}'})")
+        raise ValueError(
+            f"{python} -I cannot import slurm_gpushare ({tail[-1] if tail else f'exit {done.returncode}'})"
+        )
     bare, with_site, package = json.loads(done.stdout)
     return import_dirs(bare, with_site, package)
 
@@ -245,8 +251,10 @@ def _tree_problems(top: str, trust: Trust) -> list[str]:
     return out
 
 
-_TRUST_PROBE = ("import json, sys; import site; site.main(); import slurm_gpushare; "
-                "print(json.dumps([sys.path, slurm_gpushare.__path__[0]]))")
+_TRUST_PROBE = (
+    "import json, sys; import site; site.main(); import slurm_gpushare; "
+    "print(json.dumps([sys.path, slurm_gpushare.__path__[0]]))"
+)
 
 
 def probe_code(python: str, runner=None) -> tuple[list[str], str]:
@@ -256,7 +264,9 @@ def probe_code(python: str, runner=None) -> tuple[list[str], str]:
     done = (runner or run)([python, "-I", "-S", "-c", _TRUST_PROBE], env={}, timeout=60, check=False)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()
-        raise ValueError(f"{python} -I cannot import slurm_gpushare ({tail[-1] if tail else f'exit {done.returncode}'})")
+        raise ValueError(
+            f"{python} -I cannot import slurm_gpushare ({tail[-1] if tail else f'exit {done.returncode}'})"
+        )
     import_path, package = json.loads(done.stdout)
     return [d for d in import_path if d], package
 
@@ -267,45 +277,76 @@ def node_config_text(values: dict[str, str]) -> str:
     return marked(body)
 
 
-def script_wants(*, python: str, import_dirs: Sequence[str], task_prolog: str | None = None,
-                 prolog: str | None = None, epilog: str | None = None, health_program: str | None = None) -> list[Want]:
+def script_wants(
+    *,
+    python: str,
+    import_dirs: Sequence[str],
+    task_prolog: str | None = None,
+    prolog: str | None = None,
+    epilog: str | None = None,
+    health_program: str | None = None,
+) -> list[Want]:
     """The hook scripts at the given paths (None: not installed; the task prolog has a default)."""
     _check_paths(python=python, prolog=prolog, epilog=epilog, task_prolog=task_prolog, health_program=health_program)
     for where in import_dirs:
         if not _absolute(where):
-            raise ValueError(f"{python}'s import path has {where!r}, not an absolute path of letters, digits and "
-                             "_./+- (the hook scripts carry it in their source as it is): install the package under "
-                             "a path that needs no quoting")
-    scripts = [(prolog, "prolog (cluster.hooks.prolog)", PROLOG, PROLOG),
-               (epilog, "epilog (cluster.hooks.epilog)", EPILOG, EPILOG),
-               (task_prolog or DEFAULT_TASK_PROLOG, "task prolog (cluster.hooks.task_prolog)", TASK_PROLOG,
-                TASK_PROLOG_CONSOLE),
-               (health_program, "health check (cluster.health.program, HealthCheckProgram)", HEALTH, HEALTH)]
-    return [Want(path, "file", 0o755, what, hook_script(python, import_dirs, module), accepts=entry(console))
-            for path, what, module, console in scripts if path]
+            raise ValueError(
+                f"{python}'s import path has {where!r}, not an absolute path of letters, digits and "
+                "_./+- (the hook scripts carry it in their source as it is): install the package under "
+                "a path that needs no quoting"
+            )
+    scripts = [
+        (prolog, "prolog (cluster.hooks.prolog)", PROLOG, PROLOG),
+        (epilog, "epilog (cluster.hooks.epilog)", EPILOG, EPILOG),
+        (
+            task_prolog or DEFAULT_TASK_PROLOG,
+            "task prolog (cluster.hooks.task_prolog)",
+            TASK_PROLOG,
+            TASK_PROLOG_CONSOLE,
+        ),
+        (health_program, "health check (cluster.health.program, HealthCheckProgram)", HEALTH, HEALTH),
+    ]
+    return [
+        Want(path, "file", 0o755, what, hook_script(python, import_dirs, module), accepts=entry(console))
+        for path, what, module, console in scripts
+        if path
+    ]
 
 
 def _check_paths(**values: str | None) -> None:
     for name, value in values.items():
         if value is not None and not _absolute(value):
-            raise ValueError(f"{name}: {value!r} is not an absolute path of letters, digits and _./+- (what "
-                             "node.yaml accepts)")
+            raise ValueError(
+                f"{name}: {value!r} is not an absolute path of letters, digits and _./+- (what node.yaml accepts)"
+            )
 
 
-def plan_install(*, python: str, import_dirs: Sequence[str], policy: str, state_dir: str,
-                 task_prolog: str | None = None, prolog: str | None = None, epilog: str | None = None,
-                 textfile_dir: str | None = None, dcgm_job_mapping_dir: str | None = None,
-                 fake_nvml: str | None = None, mps_control: str | None = None,
-                 node_config: str = NODE_CONFIG, health_program: str | None = None,
-                 live_policy: str | None = None) -> list[Want]:
+def plan_install(
+    *,
+    python: str,
+    import_dirs: Sequence[str],
+    policy: str,
+    state_dir: str,
+    task_prolog: str | None = None,
+    prolog: str | None = None,
+    epilog: str | None = None,
+    textfile_dir: str | None = None,
+    dcgm_job_mapping_dir: str | None = None,
+    fake_nvml: str | None = None,
+    mps_control: str | None = None,
+    node_config: str = NODE_CONFIG,
+    health_program: str | None = None,
+    live_policy: str | None = None,
+) -> list[Want]:
     """What a node needs, in order (directories before what may lie in them). ``import_dirs``: what ``site``
     gives ``python`` (``probe_import_dirs``), written into the hook scripts. ``prolog``, ``epilog``: the
     policy's ``cluster.hooks`` (None: not installed). ``health_program``: the policy's
     ``cluster.health.program`` (None: the health check is off, nothing installed for it). ``live_policy``: the
     file the live planner writes when the policy turns it on (node.yaml names it, so the hooks follow the
     live layout while it exists; None: the live planner is off)."""
-    _check_paths(policy=policy, state_dir=state_dir, fake_nvml=fake_nvml, mps_control=mps_control,
-                 live_policy=live_policy)
+    _check_paths(
+        policy=policy, state_dir=state_dir, fake_nvml=fake_nvml, mps_control=mps_control, live_policy=live_policy
+    )
     values = {"policy": policy, "state_dir": state_dir.rstrip("/") or "/"}
     if fake_nvml:
         values["fake_nvml"] = fake_nvml
@@ -315,13 +356,27 @@ def plan_install(*, python: str, import_dirs: Sequence[str], policy: str, state_
         values["live_policy"] = live_policy
     wants = [Want(values["state_dir"], "dir", 0o711, "state dir (cluster.paths.state_dir)")]
     if textfile_dir:
-        wants.append(Want(textfile_dir.rstrip("/"), "dir", 0o755, "textfile collector dir (cluster.metrics.textfile_dir)"))
+        wants.append(
+            Want(textfile_dir.rstrip("/"), "dir", 0o755, "textfile collector dir (cluster.metrics.textfile_dir)")
+        )
     if dcgm_job_mapping_dir:
-        wants.append(Want(dcgm_job_mapping_dir.rstrip("/"), "dir", 0o755,
-                          "dcgm job mapping dir (cluster.metrics.dcgm_job_mapping_dir)"))
+        wants.append(
+            Want(
+                dcgm_job_mapping_dir.rstrip("/"),
+                "dir",
+                0o755,
+                "dcgm job mapping dir (cluster.metrics.dcgm_job_mapping_dir)",
+            )
+        )
     wants.append(Want(node_config, "file", 0o644, "node config", node_config_text(values)))
-    return wants + script_wants(python=python, import_dirs=import_dirs, task_prolog=task_prolog, prolog=prolog,
-                                epilog=epilog, health_program=health_program)
+    return wants + script_wants(
+        python=python,
+        import_dirs=import_dirs,
+        task_prolog=task_prolog,
+        prolog=prolog,
+        epilog=epilog,
+        health_program=health_program,
+    )
 
 
 def decide(want: Want, found: Found, force: bool = False, owners: bool = True) -> Step:
@@ -338,8 +393,12 @@ def decide(want: Want, found: Found, force: bool = False, owners: bool = True) -
     if found.kind == "missing":
         return Step(want, "create")
     if found.kind == "link" and _runs_entry(want, found):
-        return Step(want, "update", "a link to a script that runs the same entry point (the package's console "
-                                    "script); replaced by the lean script, the script it leads to stays")
+        return Step(
+            want,
+            "update",
+            "a link to a script that runs the same entry point (the package's console "
+            "script); replaced by the lean script, the script it leads to stays",
+        )
     if found.kind != "file":
         return Step(want, "refuse", f"is a {found.kind}, not a regular file: remove it, then run again")
     if found.text == want.text:
@@ -349,8 +408,11 @@ def decide(want: Want, found: Found, force: bool = False, owners: bool = True) -
         return Step(want, "unchanged", detail) if attrs_ok else Step(want, "fix", f"{attrs}; {detail}")
     if found.text is not None and ours(found.text):
         return Step(want, "update", "content changed")
-    why = "edited since gpushare node install wrote it" if found.text and MARK in found.text else \
-        "not written by gpushare node install"
+    why = (
+        "edited since gpushare node install wrote it"
+        if found.text and MARK in found.text
+        else "not written by gpushare node install"
+    )
     if force:
         return Step(want, "update", f"{why}; replaced (--force)")
     return Step(want, "refuse", f"{why}: move it away or merge it by hand, or run again with --force to replace it")

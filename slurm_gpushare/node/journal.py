@@ -117,8 +117,17 @@ class Journal:
     env: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        data = {"format": JOURNAL_FORMAT, "job_id": self.job_id, "uid": self.uid, "gid": self.gid, "node": self.node,
-                "state": self.state, "devices": [vars(d) for d in self.devices], "env": dict(self.env), "mps": None}
+        data = {
+            "format": JOURNAL_FORMAT,
+            "job_id": self.job_id,
+            "uid": self.uid,
+            "gid": self.gid,
+            "node": self.node,
+            "state": self.state,
+            "devices": [vars(d) for d in self.devices],
+            "env": dict(self.env),
+            "mps": None,
+        }
         if self.mps is not None:
             data["mps"] = {k: list(v) if isinstance(v, tuple) else v for k, v in vars(self.mps).items()}
         return data
@@ -132,9 +141,15 @@ class Journal:
                 raise ValueError(f"state {data.get('state')!r} is not one of {', '.join(STATES)}")
             mps = data.get("mps")
             return cls(
-                job_id=int(data["job_id"]), uid=int(data["uid"]), gid=int(data["gid"]), node=str(data["node"]),
-                state=data["state"], devices=tuple(Device(**d) for d in data["devices"]),
-                mps=None if mps is None else MpsDaemon(**{k: tuple(v) if isinstance(v, list) else v for k, v in mps.items()}),
+                job_id=int(data["job_id"]),
+                uid=int(data["uid"]),
+                gid=int(data["gid"]),
+                node=str(data["node"]),
+                state=data["state"],
+                devices=tuple(Device(**d) for d in data["devices"]),
+                mps=None
+                if mps is None
+                else MpsDaemon(**{k: tuple(v) if isinstance(v, list) else v for k, v in mps.items()}),
                 env={str(k): str(v) for k, v in data["env"].items()},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -185,7 +200,9 @@ class SetAside:
 
     def __str__(self) -> str:
         why = f" ({self.reason})" if self.reason else ""
-        return f"{self.path}: unreadable journal of job {self.job_id}{why}, " + ("set aside" if self.moved else "left in place")
+        return f"{self.path}: unreadable journal of job {self.job_id}{why}, " + (
+            "set aside" if self.moved else "left in place"
+        )
 
     def doubt(self) -> str:
         """The drain reason's part: names the file first (a reason is cut at 200 characters), then the doubt."""
@@ -199,7 +216,9 @@ class JournalStore:
     order; ``set_aside()``: every ``.bad-`` file in the directory, from this run or earlier ones."""
 
     def __init__(self, state_dir: str | os.PathLike, report=None):
-        self.dirname = plain(journal_dir(os.fspath(state_dir)))  # str paths inside: pathlib costs every hook ~17 M instructions
+        self.dirname = plain(
+            journal_dir(os.fspath(state_dir))
+        )  # str paths inside: pathlib costs every hook ~17 M instructions
         self.quarantined: list[SetAside] = []
         self._report = report or _stderr
         self._held = 0
@@ -272,8 +291,11 @@ class JournalStore:
     def set_aside(self) -> list[SetAside]:
         """Every journal set aside in this directory, by this run or an earlier one, oldest name first."""
         by_name = {os.path.basename(q.path): q for q in self.quarantined if q.moved}
-        return [by_name.get(n) or SetAside(int(m[1]), os.path.join(self.dirname, n))
-                for n in sorted(self._names()) if (m := _ASIDE.match(n))]
+        return [
+            by_name.get(n) or SetAside(int(m[1]), os.path.join(self.dirname, n))
+            for n in sorted(self._names())
+            if (m := _ASIDE.match(n))
+        ]
 
     def doubts(self, running) -> list[SetAside]:
         """The rule for a GPU in doubt: a journal set aside whose job Slurm still runs on this node

@@ -74,13 +74,23 @@ def observe(backend, indexes: Iterable[int] | None = None) -> dict[int, GpuState
 
 
 def _observe_gpu(backend, info) -> GpuState:
-    base = {"index": info.index, "uuid": info.uuid, "name": info.name, "minor": info.minor,
-            "mig_current": info.mig_current, "mig_pending": info.mig_pending}
+    base = {
+        "index": info.index,
+        "uuid": info.uuid,
+        "name": info.name,
+        "minor": info.minor,
+        "mig_current": info.mig_current,
+        "mig_pending": info.mig_pending,
+    }
     processes = tuple(backend.processes(info.index))
     if not info.mig_current:
         return GpuState(**base, processes=processes)
-    instances = tuple(GiState(gi, tuple(backend.compute_instances(info.index, gi.id))) for gi in backend.gpu_instances(info.index))
-    return GpuState(**base, profiles=tuple(backend.gpu_instance_profiles(info.index)), instances=instances, processes=processes)
+    instances = tuple(
+        GiState(gi, tuple(backend.compute_instances(info.index, gi.id))) for gi in backend.gpu_instances(info.index)
+    )
+    return GpuState(
+        **base, profiles=tuple(backend.gpu_instance_profiles(info.index)), instances=instances, processes=processes
+    )
 
 
 # ---- actions -----------------------------------------------------------------------
@@ -215,8 +225,10 @@ def _model_mismatch(slot: GpuSlot, gpu: GpuState) -> str | None:
 
 def _compare_whole(slot: GpuSlot, gpu: GpuState) -> _Verdict:
     if gpu.mig_current:
-        text = (f"{gpu.label}: MIG mode is enabled, but the policy shares it as {slot.mode}; "
-                f"gpushare never changes MIG mode: disable it with `nvidia-smi -i {gpu.index} -mig 0`")
+        text = (
+            f"{gpu.label}: MIG mode is enabled, but the policy shares it as {slot.mode}; "
+            f"gpushare never changes MIG mode: disable it with `nvidia-smi -i {gpu.index} -mig 0`"
+        )
         return _Verdict(text, [text])
     return _Verdict()
 
@@ -224,8 +236,10 @@ def _compare_whole(slot: GpuSlot, gpu: GpuState) -> _Verdict:
 def _mig_disabled(slot: GpuSlot, gpu: GpuState) -> _Verdict:
     pending = " (enabling is pending: reset the GPU or reboot)" if gpu.mig_pending else ""
     want = _multiset(_wanted(slot), slot.model)
-    text = (f"{gpu.label}: MIG mode is disabled{pending}, but the policy wants {want}; gpushare never "
-            f"changes MIG mode: enable it with `nvidia-smi -i {gpu.index} -mig 1`")
+    text = (
+        f"{gpu.label}: MIG mode is disabled{pending}, but the policy wants {want}; gpushare never "
+        f"changes MIG mode: enable it with `nvidia-smi -i {gpu.index} -mig 1`"
+    )
     return _Verdict(f"GPU {gpu.index}: MIG mode is disabled, want {want}", [text])
 
 
@@ -239,7 +253,9 @@ def _compare_layout(slot: GpuSlot, gpu: GpuState) -> _Verdict:
     bad = [s for s in gpu.instances if not is_full_shape(model, s)]
     if not bad:
         return _Verdict()
-    shapes = "; ".join(f"GI {s.gi.id} ({gi_profile_name(model, s.gi)}) has {len(s.cis)} compute instance(s)" for s in bad)
+    shapes = "; ".join(
+        f"GI {s.gi.id} ({gi_profile_name(model, s.gi)}) has {len(s.cis)} compute instance(s)" for s in bad
+    )
     verdict = _Verdict(f"GPU {gpu.index}: {shapes}, want one full compute instance per GPU instance")
     for s in bad:
         name = gi_profile_name(model, s.gi)
@@ -265,7 +281,9 @@ def _build(slot: GpuSlot, gpu: GpuState, blockers: list[str]) -> list[Action]:
     for name, start in placed:
         profile = slot.model.profile(name)
         if profile.nvml_constant not in live_ids:
-            blockers.append(f"{gpu.label}: NVML does not offer {name} (profile constant {profile.nvml_constant}) on this GPU")
+            blockers.append(
+                f"{gpu.label}: NVML does not offer {name} (profile constant {profile.nvml_constant}) on this GPU"
+            )
             continue
         actions.append(CreateGi(gpu.index, name, live_ids[profile.nvml_constant], start, full_ci_constant(profile)))
     return actions
@@ -276,7 +294,9 @@ def _change_blockers(gpu: GpuState, busy: frozenset[int]) -> list[str]:
     reasons = []
     if gpu.processes:
         pids = ", ".join(str(p) for p in sorted({p.pid for p in gpu.processes}))
-        reasons.append(f"{gpu.label}: processes are running on it (PIDs {pids}); its MIG layout cannot change under them")
+        reasons.append(
+            f"{gpu.label}: processes are running on it (PIDs {pids}); its MIG layout cannot change under them"
+        )
     if gpu.index in busy:
         reasons.append(f"{gpu.label}: Slurm jobs are running on it; drain the node and wait for them first")
     return reasons

@@ -61,7 +61,9 @@ from ..atomic import entry_problem
 from ..errors import GpushareError
 from .journal import MpsDaemon
 from .procscan import SEARCH_PATH as SAFE_PATH  # the fixed PATH the daemon runs with and its program is found on
-from .procscan import kill_leftovers, process_record, running as _running, same_process, state as _state
+from .procscan import kill_leftovers, process_record, same_process
+from .procscan import running as _running
+from .procscan import state as _state
 
 CONTROL = ("nvidia-cuda-mps-control",)
 _SOCKET_MAX = 100  # sun_path is 108 bytes; leave room
@@ -113,23 +115,41 @@ class MpsControl:
     """The control client for one node. ``command`` is argv before the client's own
     arguments (tests run the docker/fakes script with the interpreter)."""
 
-    def __init__(self, runner, command: tuple[str, ...] = CONTROL, timeout: float = 15.0, quit_wait: float = 10.0,
-                 sleep=time.sleep, clock=time.monotonic, quit_timeout: float = 5.0, start_wait: float = 10.0):
+    def __init__(
+        self,
+        runner,
+        command: tuple[str, ...] = CONTROL,
+        timeout: float = 15.0,
+        quit_wait: float = 10.0,
+        sleep=time.sleep,
+        clock=time.monotonic,
+        quit_timeout: float = 5.0,
+        start_wait: float = 10.0,
+    ):
         self.runner, self.command, self.timeout, self.quit_wait = runner, tuple(command), timeout, quit_wait
         self.quit_timeout, self.start_wait = quit_timeout, start_wait
         self._sleep, self._clock = sleep, clock
         self.notes: list[str] = []  # what a quit could not clean up (never a failure): the caller reports them
 
     def env(self, daemon: MpsDaemon, pipe: str | None = None) -> dict[str, str]:
-        return {"PATH": SAFE_PATH, "CUDA_VISIBLE_DEVICES": ",".join(daemon.gpu_uuids),
-                "CUDA_MPS_PIPE_DIRECTORY": pipe or daemon.pipe_dir, "CUDA_MPS_LOG_DIRECTORY": daemon.log_dir}
+        return {
+            "PATH": SAFE_PATH,
+            "CUDA_VISIBLE_DEVICES": ",".join(daemon.gpu_uuids),
+            "CUDA_MPS_PIPE_DIRECTORY": pipe or daemon.pipe_dir,
+            "CUDA_MPS_LOG_DIRECTORY": daemon.log_dir,
+        }
 
     def send(self, daemon: MpsDaemon, *lines: str, check: bool = True):
         """One client session, through the root-only alias of the daemon's pipe dir (``<key>/root``); a
         ``quit`` waits at most ``quit_timeout`` (a daemon that never answers is then stopped by its pid)."""
         timeout = self.quit_timeout if lines == ("quit",) else self.timeout
-        return self.runner(list(self.command), input="".join(f"{line}\n" for line in lines),
-                           env=self.env(daemon, alias_dir(daemon.pipe_dir)), timeout=timeout, check=check)
+        return self.runner(
+            list(self.command),
+            input="".join(f"{line}\n" for line in lines),
+            env=self.env(daemon, alias_dir(daemon.pipe_dir)),
+            timeout=timeout,
+            check=check,
+        )
 
     def alive(self, daemon: MpsDaemon) -> bool:
         """Is the daemon recorded for this key running and answering on its socket? (No process spawned.)"""
@@ -197,8 +217,9 @@ class MpsControl:
             if not handle.wait(self.quit_wait):
                 handle.kill()
                 if not handle.wait(2.0):
-                    raise MpsError(f"MPS control daemon {daemon.key} (pipe {daemon.pipe_dir}, pid {handle.pid}) "
-                                   f"survived SIGKILL")
+                    raise MpsError(
+                        f"MPS control daemon {daemon.key} (pipe {daemon.pipe_dir}, pid {handle.pid}) survived SIGKILL"
+                    )
         kill_leftovers(daemon.pipe_dir)  # servers of a daemon that was killed
 
     def _quit_unrecorded(self, daemon: MpsDaemon) -> None:
@@ -209,8 +230,10 @@ class MpsControl:
         deadline, pause = self._clock() + self.quit_wait, 0.001
         while answers(daemon.pipe_dir):
             if self._clock() > deadline:
-                raise MpsError(f"MPS control daemon {daemon.key} (pipe {daemon.pipe_dir}) will not quit "
-                               f"within {self.quit_wait:g} s")
+                raise MpsError(
+                    f"MPS control daemon {daemon.key} (pipe {daemon.pipe_dir}) will not quit "
+                    f"within {self.quit_wait:g} s"
+                )
             self._sleep(pause)
             pause = min(pause * 2, 0.1)
 
@@ -234,8 +257,10 @@ def _own_dir(path: str, mode: int) -> None:
     try:
         st = os.fstat(fd)
         if st.st_uid != os.geteuid():
-            raise MpsError(f"{path} belongs to uid {st.st_uid}, not to root: remove it (MPS state and log "
-                           "directories must be root's)")
+            raise MpsError(
+                f"{path} belongs to uid {st.st_uid}, not to root: remove it (MPS state and log "
+                "directories must be root's)"
+            )
         if stat.S_IMODE(st.st_mode) != mode:
             os.fchmod(fd, mode)
     finally:
@@ -278,11 +303,14 @@ def peer(path: str) -> tuple[int, int] | None:
     return int.from_bytes(creds[0:4], "little", signed=True), int.from_bytes(creds[4:8], "little")
 
 
-PID_FILE = "nvidia-cuda-mps-control.pid"  # what the daemon writes in its pipe dir at start (docs/admins/mps-security.md)
+PID_FILE = (
+    "nvidia-cuda-mps-control.pid"  # what the daemon writes in its pipe dir at start (docs/admins/mps-security.md)
+)
 
 
-def adopt(pipe_dir: str, executables: frozenset[str] = frozenset(), wait: float = 10.0, sleep=time.sleep,
-          clock=time.monotonic) -> dict:
+def adopt(
+    pipe_dir: str, executables: frozenset[str] = frozenset(), wait: float = 10.0, sleep=time.sleep, clock=time.monotonic
+) -> dict:
     """After ``-d``, while the pipe dir is root's: wait (at most ``wait`` s) until the daemon's start-up is done:
     a root process listens on ``control`` and its pid file names that process; check it runs one of
     ``executables`` (``command_executables``: the program root started; empty: any); link what root created in
@@ -293,21 +321,29 @@ def adopt(pipe_dir: str, executables: frozenset[str] = frozenset(), wait: float 
         if found is not None and found[1] == os.geteuid() and named == found[0]:
             break
         if clock() > deadline:
-            why = socket_problem(f"{pipe_dir}/control") or ("connect failed" if found is None else
-                  f"its peer is pid {found[0]} (uid {found[1]}), its pid file {pipe_dir}/{PID_FILE} names {named}")
-            raise MpsError(f"MPS daemon (pipe {pipe_dir}): not up {wait:g} s after start: no root daemon listening on "
-                           f"{pipe_dir}/control that its pid file names ({why})")
+            why = socket_problem(f"{pipe_dir}/control") or (
+                "connect failed"
+                if found is None
+                else f"its peer is pid {found[0]} (uid {found[1]}), its pid file {pipe_dir}/{PID_FILE} names {named}"
+            )
+            raise MpsError(
+                f"MPS daemon (pipe {pipe_dir}): not up {wait:g} s after start: no root daemon listening on "
+                f"{pipe_dir}/control that its pid file names ({why})"
+            )
         sleep(pause)
         pause = min(pause * 2, 0.05)
     record = process_record(found[0])
     if record is None:
         raise MpsError(f"MPS daemon (pipe {pipe_dir}): its process {found[0]} is gone")
     if executables and record["exe"] not in executables:
-        raise MpsError(f"MPS daemon (pipe {pipe_dir}): process {found[0]} runs {record['exe']}, not the control "
-                       f"program started ({', '.join(sorted(executables))})")
+        raise MpsError(
+            f"MPS daemon (pipe {pipe_dir}): process {found[0]} runs {record['exe']}, not the control "
+            f"program started ({', '.join(sorted(executables))})"
+        )
     _link_alias(pipe_dir)
-    from ..atomic import atomic_write
     import json
+
+    from ..atomic import atomic_write
 
     atomic_write(record_path(pipe_dir), json.dumps(record, sort_keys=True), 0o600)
     return record
@@ -395,7 +431,7 @@ class ProcessHandle:
         self.pid, self.fd = pid, fd
 
     @classmethod
-    def open(cls, record: dict) -> "ProcessHandle | None":
+    def open(cls, record: dict) -> ProcessHandle | None:
         fd = None
         try:
             fd = os.pidfd_open(record["pid"])

@@ -137,7 +137,11 @@ def make_job_cgroup(job_id: int, root: str = CGROUP_ROOT, owner: int | None = No
         except FileExistsError:
             pass
         except OSError as exc:
-            return path, False, f"the job's cgroup {path} cannot be made: {exc.strerror or errno.errorcode.get(exc.errno)}"
+            return (
+                path,
+                False,
+                f"the job's cgroup {path} cannot be made: {exc.strerror or errno.errorcode.get(exc.errno)}",
+            )
     finally:
         os.close(fd)
     return path, made, entry_problem(path, "directory", owner, "the job's cgroup")
@@ -162,21 +166,39 @@ def refusal_value(code: str, cgroup: str) -> str:
 
 
 def _refused(job_id: int, code: str, cgroup: str, problem: str, made: str | None = None) -> MemoryLimits:
-    return MemoryLimits(refusal=(f"job {job_id}: GPU memory limit not set: {problem}; the job is refused (its tasks fail "
-                                 "in the task prolog) rather than run with MPS's per-process limits only"),
-                        code=refusal_value(code, cgroup), made=made)
+    return MemoryLimits(
+        refusal=(
+            f"job {job_id}: GPU memory limit not set: {problem}; the job is refused (its tasks fail "
+            "in the task prolog) rather than run with MPS's per-process limits only"
+        ),
+        code=refusal_value(code, cgroup),
+        made=made,
+    )
 
 
-def plan_memory_limits(job_id: int, mps_gpus, percentage: int | None, memory_mib: dict[int, int], supported: bool,
-                       cgroup: str, problem: str | None, absent: str | None = None, made: bool = False) -> MemoryLimits:
+def plan_memory_limits(
+    job_id: int,
+    mps_gpus,
+    percentage: int | None,
+    memory_mib: dict[int, int],
+    supported: bool,
+    cgroup: str,
+    problem: str | None,
+    absent: str | None = None,
+    made: bool = False,
+) -> MemoryLimits:
     """The limits to set (one per MPS GPU of the job), or why none, from what was observed: ``supported`` (the
     driver has the function, the GPUs are out of MIG mode), ``absent`` (why the node puts no job in a cgroup v2 of
     Slurm's, ``offered``), ``problem`` (why the job's cgroup cannot be used, ``make_job_cgroup``)."""
     if not mps_gpus or percentage is None or not supported:
         return NOTHING
     if absent is not None:
-        return MemoryLimits(note=(f"job {job_id}: GPU memory limit not set: {absent}; the job's processes are held "
-                                  "only by MPS's per-process limits"))
+        return MemoryLimits(
+            note=(
+                f"job {job_id}: GPU memory limit not set: {absent}; the job's processes are held "
+                "only by MPS's per-process limits"
+            )
+        )
     if problem is not None:
         return _refused(job_id, "cgroup-unusable", cgroup, problem, cgroup if made else None)
     actions = tuple(SetMemoryLimit(i, cgroup, memory_mib[i] * percentage // 100) for i in mps_gpus)

@@ -97,9 +97,16 @@ class NodeConfig:
     path, admin_policy, live_policy, policy = _AsPath(), _AsPath(), _AsPath(), _AsPath()
     state_dir, mps_control, fake_nvml, spec_cache = _AsPath(), _AsPath(), _AsPath(), _AsPath()
 
-    def __init__(self, path: str | Path, policy: str | Path = DEFAULT_POLICY, fake_nvml: str | Path | None = None,
-                 spec_cache: str | Path | None = None, mps_control: str | Path | None = None,
-                 state_dir: str | Path | None = None, live_policy: str | Path | None = None):
+    def __init__(
+        self,
+        path: str | Path,
+        policy: str | Path = DEFAULT_POLICY,
+        fake_nvml: str | Path | None = None,
+        spec_cache: str | Path | None = None,
+        mps_control: str | Path | None = None,
+        state_dir: str | Path | None = None,
+        live_policy: str | Path | None = None,
+    ):
         self.path_str = _norm(path)
         self.live_policy_str = _norm(live_policy)
         self.admin_policy_str = _norm(policy)
@@ -109,8 +116,9 @@ class NodeConfig:
         live = self.live_policy_str
         self.policy_str = live if live is not None and os.path.isfile(live) else self.admin_policy_str
         self.fake_nvml_str = _norm(fake_nvml)
-        self.spec_cache_str = _norm(spec_cache) if spec_cache else os.path.join(os.path.dirname(self.path_str),
-                                                                                paths.SPEC_CACHE_NAME)
+        self.spec_cache_str = (
+            _norm(spec_cache) if spec_cache else os.path.join(os.path.dirname(self.path_str), paths.SPEC_CACHE_NAME)
+        )
 
 
 def _norm(path) -> str | None:
@@ -228,9 +236,11 @@ def node_spec(config: NodeConfig, node: str) -> NodeSpec:
         spec = build_spec(config.policy_str, node, digest)
         _write_cache(config.spec_cache_str, spec)
     if config.state_dir_str is not None and config.state_dir_str != spec.state_dir:
-        raise NodeConfigError(f"{config.path_str}: state_dir {config.state_dir_str} differs from the policy's "
-                              f"cluster.paths.state_dir {spec.state_dir} ({config.policy_str}); the task prolog would "
-                              "look for journals in the wrong place")
+        raise NodeConfigError(
+            f"{config.path_str}: state_dir {config.state_dir_str} differs from the policy's "
+            f"cluster.paths.state_dir {spec.state_dir} ({config.policy_str}); the task prolog would "
+            "look for journals in the wrong place"
+        )
     return spec
 
 
@@ -244,12 +254,32 @@ def build_spec(policy: str | Path, node: str, digest: str) -> NodeSpec:
     except KeyError as exc:
         raise NodeConfigError(f"{exc.args[0]} ({policy})") from None
     paths = site.cluster.paths
-    gpus = tuple(GpuSpec(s.index, s.mode, s.model.name, s.units, s.replicas, tuple(s.model.profile(n).name for n in s.layout),
-                         s.compute_mode) for s in group.gpus)
+    gpus = tuple(
+        GpuSpec(
+            s.index,
+            s.mode,
+            s.model.name,
+            s.units,
+            s.replicas,
+            tuple(s.model.profile(n).name for n in s.layout),
+            s.compute_mode,
+        )
+        for s in group.gpus
+    )
     metrics = site.cluster.metrics
-    return NodeSpec(policy=str(policy), policy_sha256=digest, node=node, group=group.name, state_dir=paths.state_dir,
-                    log_dir=paths.log_dir, slurm_conf_dir=paths.slurm_conf_dir, gres_include=paths.gres_include, gpus=gpus,
-                    textfile_dir=metrics.textfile_dir, dcgm_job_mapping_dir=metrics.dcgm_job_mapping_dir)
+    return NodeSpec(
+        policy=str(policy),
+        policy_sha256=digest,
+        node=node,
+        group=group.name,
+        state_dir=paths.state_dir,
+        log_dir=paths.log_dir,
+        slurm_conf_dir=paths.slurm_conf_dir,
+        gres_include=paths.gres_include,
+        gpus=gpus,
+        textfile_dir=metrics.textfile_dir,
+        dcgm_job_mapping_dir=metrics.dcgm_job_mapping_dir,
+    )
 
 
 def _read_cache(path: str) -> NodeSpec | None:

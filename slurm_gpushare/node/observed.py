@@ -31,7 +31,9 @@ class ObservedGpu:
     mig_current: bool | None
     mig_devices: tuple[MigDevice, ...] = ()
     processes: tuple[GpuProcess, ...] = ()
-    compute_mode: str | None = None  # nvidia-smi's name (EXCLUSIVE_PROCESS, ...); None: not read (only MPS prologs read it)
+    compute_mode: str | None = (
+        None  # nvidia-smi's name (EXCLUSIVE_PROCESS, ...); None: not read (only MPS prologs read it)
+    )
 
     @property
     def label(self) -> str:
@@ -55,8 +57,9 @@ def observe_gpus(backend, indexes=None) -> dict[int, ObservedGpu]:
     for index in [g.index for g in backend.gpus()] if indexes is None else indexes:
         info = backend.gpu(index)
         migs = tuple(backend.mig_devices(index)) if info.mig_current else ()
-        found[index] = ObservedGpu(index, info.uuid, info.minor, info.memory_mib, info.mig_current, migs,
-                               tuple(backend.processes(index)))
+        found[index] = ObservedGpu(
+            index, info.uuid, info.minor, info.memory_mib, info.mig_current, migs, tuple(backend.processes(index))
+        )
     return found
 
 

@@ -23,8 +23,12 @@ TASK_FORMAT = "gpushare-task/1"
 CONFIG_KEYS = ("policy", "fake_nvml", "spec_cache", "mps_control", "state_dir", "live_policy")
 # The module whose ``main`` each hook script runs (``gpushare node install`` writes the scripts; the health
 # check knows Slurm's Prolog / Epilog as ours by the line that imports it).
-SCRIPT_MODULES = {"prolog": "slurm_gpushare.hooks.prolog", "epilog": "slurm_gpushare.hooks.epilog",
-                  "task_prolog": "slurm_gpushare.node.taskprolog", "health": "slurm_gpushare.hooks.health"}
+SCRIPT_MODULES = {
+    "prolog": "slurm_gpushare.hooks.prolog",
+    "epilog": "slurm_gpushare.hooks.epilog",
+    "task_prolog": "slurm_gpushare.node.taskprolog",
+    "health": "slurm_gpushare.hooks.health",
+}
 
 
 def parse_flat(text: str, source: str) -> dict[str, str]:
@@ -37,8 +41,10 @@ def parse_flat(text: str, source: str) -> dict[str, str]:
         key, sep, value = line.partition(":")
         key, value = key.strip(), value.strip().strip("'\"")
         if not sep or key not in CONFIG_KEYS:
-            raise ValueError(f"{source}:{number}: expected 'KEY: /absolute/path' with KEY one of "
-                             f"{', '.join(CONFIG_KEYS)}, got {raw!r}")
+            raise ValueError(
+                f"{source}:{number}: expected 'KEY: /absolute/path' with KEY one of "
+                f"{', '.join(CONFIG_KEYS)}, got {raw!r}"
+            )
         if key in values:
             raise ValueError(f"{source}:{number}: {key} given twice")
         if not _absolute(value):

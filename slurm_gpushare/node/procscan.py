@@ -94,7 +94,10 @@ def same_process(record: dict, proc: str = "/proc") -> bool:
     """Is the recorded process still the one running under its pid (same start time and executable)?"""
     found = process_record(record["pid"], proc)
     return found is not None and (found["pid"], found["start"], found["exe"]) == (
-        record["pid"], record["start"], record["exe"])
+        record["pid"],
+        record["start"],
+        record["exe"],
+    )
 
 
 def state(pid: int, proc: str = "/proc") -> str:
@@ -219,7 +222,7 @@ def _child(work, r: int, w: int, fcntl) -> None:
         def emit(line: bytes) -> None:
             data = line + b"\n"
             while data:
-                data = data[os.write(high, data):]
+                data = data[os.write(high, data) :]
 
         work(emit)
         emit(_DONE)
@@ -243,7 +246,7 @@ def _environ_value(path: str, want: bytes) -> bytes | None:
     with open(path, "rb") as fh:
         for var in fh.read().split(b"\0"):
             if var.startswith(want):
-                return var[len(want):]
+                return var[len(want) :]
     return None
 
 
@@ -282,9 +285,13 @@ def mps_records(proc: str = "/proc", users=(), timeout: float = SCAN_TIMEOUT) ->
     for line in lines:
         try:
             pid, start, uid, exe, pipe = line.split(b" ")
-            found[int(pid)] = {"pid": int(pid), "start": int(start), "uid": int(uid),
-                               "exe": os.fsdecode(bytes.fromhex(exe.decode())) or None,
-                               "pipe": bytes.fromhex(pipe.decode()).decode("utf-8", "replace")}
+            found[int(pid)] = {
+                "pid": int(pid),
+                "start": int(start),
+                "uid": int(uid),
+                "exe": os.fsdecode(bytes.fromhex(exe.decode())) or None,
+                "pipe": bytes.fromhex(pipe.decode()).decode("utf-8", "replace"),
+            }
         except ValueError:
             continue
     return found, complete
@@ -390,8 +397,9 @@ def _cmdline_work(proc: str, executables: tuple[str, ...], uid: int):
     return work
 
 
-def cmdlines(executables: tuple[str, ...], uid: int = 0, proc: str = "/proc",
-             timeout: float = SCAN_TIMEOUT) -> dict[int, bytes] | None:
+def cmdlines(
+    executables: tuple[str, ...], uid: int = 0, proc: str = "/proc", timeout: float = SCAN_TIMEOUT
+) -> dict[int, bytes] | None:
     """pid -> command line (its title) of each process owned by ``uid`` whose executable is one of
     ``executables``; None when the scan did not finish within ``timeout`` (what it saw is not all there is)."""
     lines, complete = in_child(_cmdline_work(proc, tuple(executables), uid), timeout)

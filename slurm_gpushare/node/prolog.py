@@ -44,9 +44,9 @@ from ..records import record, replace
 from .gresindex import GresRecord
 from .jobenv import JobEnv
 from .journal import Device, Journal, JournalStore, MpsDaemon
-from .observed import ObservedGpu, ObservedState, NodeUnsafe, WriteJournal, observe_gpus
 from .mps import check_paths, daemon_key
 from .nodeconfig import NodeSpec
+from .observed import NodeUnsafe, ObservedGpu, ObservedState, WriteJournal, observe_gpus
 
 _GPU_FILE = re.compile(r"^/dev/nvidia([0-9]+)$")
 _CAP_FILE = re.compile(r"^/dev/nvidia-caps/nvidia-cap([0-9]+)$")
@@ -73,8 +73,14 @@ class NodeLayout:
 
     @classmethod
     def from_spec(cls, spec: NodeSpec, records, minors: dict) -> NodeLayout:
-        return cls(spec.node, {g.index: g.mode for g in spec.gpus}, tuple(records),
-                   {minor: key for key, minor in minors.items()}, spec.state_dir, spec.log_dir)
+        return cls(
+            spec.node,
+            {g.index: g.mode for g in spec.gpus},
+            tuple(records),
+            {minor: key for key, minor in minors.items()},
+            spec.state_dir,
+            spec.log_dir,
+        )
 
 
 def gpus_of_records(records, indexes, minors_by_gpu: dict[int, int]) -> list[int]:
@@ -116,13 +122,17 @@ def _resolve(record: GresRecord, node: NodeLayout, live: ObservedState, reasons:
     gpu_minors = [int(m[1]) for m in map(_GPU_FILE.match, record.files) if m]
     caps = [int(m[1]) for m in map(_CAP_FILE.match, record.files) if m]
     if len(gpu_minors) != 1 or len(gpu_minors) + len(caps) != len(record.files) or len(caps) not in (0, 2):
-        reasons.append(f"GRES index {record.index} ({record.source}): files {','.join(record.files) or '(none)'} are "
-                       "not /dev/nvidiaN, or /dev/nvidiaN plus a GI and a CI capability")
+        reasons.append(
+            f"GRES index {record.index} ({record.source}): files {','.join(record.files) or '(none)'} are "
+            "not /dev/nvidiaN, or /dev/nvidiaN plus a GI and a CI capability"
+        )
         return None
     gpu = live.by_minor(gpu_minors[0])
     if gpu is None:
-        reasons.append(f"GRES index {record.index}: /dev/nvidia{gpu_minors[0]} is no GPU NVML lists (minors "
-                       f"{', '.join(str(g.minor) for g in live.gpus.values()) or 'none'})")
+        reasons.append(
+            f"GRES index {record.index}: /dev/nvidia{gpu_minors[0]} is no GPU NVML lists (minors "
+            f"{', '.join(str(g.minor) for g in live.gpus.values()) or 'none'})"
+        )
         return None
     if not caps:
         return gpu, None
@@ -130,14 +140,18 @@ def _resolve(record: GresRecord, node: NodeLayout, live: ObservedState, reasons:
     gi_key = next((k for k in keys if k is not None and k[2] is None), None)
     ci_key = next((k for k in keys if k is not None and k[2] is not None), None)
     if gi_key is None or ci_key is None or gi_key[:2] != ci_key[:2] or gi_key[0] != gpu.minor:
-        reasons.append(f"GRES index {record.index}: nvidia-cap{caps[0]}, nvidia-cap{caps[1]} are not the GI and CI "
-                       f"access capabilities of one GPU instance on /dev/nvidia{gpu.minor} (mig-minors)")
+        reasons.append(
+            f"GRES index {record.index}: nvidia-cap{caps[0]}, nvidia-cap{caps[1]} are not the GI and CI "
+            f"access capabilities of one GPU instance on /dev/nvidia{gpu.minor} (mig-minors)"
+        )
         return None
     mig = next((d for d in gpu.mig_devices if (d.gi_id, d.ci_id) == (gi_key[1], ci_key[2])), None)
     if mig is None:
-        reasons.append(f"{gpu.label}: GRES index {record.index} is GPU instance {gi_key[1]} compute instance "
-                       f"{ci_key[2]}, which does not exist: the MIG layout drifted from gres.conf "
-                       "(`gpushare node relayout`)")
+        reasons.append(
+            f"{gpu.label}: GRES index {record.index} is GPU instance {gi_key[1]} compute instance "
+            f"{ci_key[2]}, which does not exist: the MIG layout drifted from gres.conf "
+            "(`gpushare node relayout`)"
+        )
         return None
     return gpu, mig
 
@@ -160,12 +174,17 @@ def _device(job: JobEnv, index: int, node: NodeLayout, live: ObservedState, reas
         reasons.append(f"{gpu.label}: not in the policy for {node.node}")
         return None
     if (mig is not None) != (mode == "mig"):
-        reasons.append(f"{gpu.label}: gres.conf declares it {'as MIG instances' if mig else 'whole'} but the policy "
-                       f"shares it as {mode}: regenerate gres.conf (`gpushare node gres-conf`)")
+        reasons.append(
+            f"{gpu.label}: gres.conf declares it {'as MIG instances' if mig else 'whole'} but the policy "
+            f"shares it as {mode}: regenerate gres.conf (`gpushare node gres-conf`)"
+        )
         return None
     if mig is not None:
-        _busy(f"MIG device {mig.uuid} ({gpu.label}, GI {mig.gi_id} CI {mig.ci_id})",
-              [p for p in gpu.processes if (p.gi_id, p.ci_id) == (mig.gi_id, mig.ci_id)], reasons)
+        _busy(
+            f"MIG device {mig.uuid} ({gpu.label}, GI {mig.gi_id} CI {mig.ci_id})",
+            [p for p in gpu.processes if (p.gi_id, p.ci_id) == (mig.gi_id, mig.ci_id)],
+            reasons,
+        )
         return Device(index, gpu.index, gpu.uuid, "mig", mig.uuid, mig.gi_id, mig.ci_id, visible=mig.uuid)
     if mode == "mps" and job.mps_percentage is not None:
         return Device(index, gpu.index, gpu.uuid, "mps", visible=gpu.uuid)
@@ -173,8 +192,11 @@ def _device(job: JobEnv, index: int, node: NodeLayout, live: ObservedState, reas
         return Device(index, gpu.index, gpu.uuid, "shard")
     # exclusive, or a whole GPU of an MPS/shard GPU: nobody else may be on it
     _busy(gpu.label, gpu.processes, reasons)
-    users = sorted(j.job_id for j in live.journals.values()
-                   if j.job_id != job.job_id and any(d.gpu_index == gpu.index for d in j.devices))
+    users = sorted(
+        j.job_id
+        for j in live.journals.values()
+        if j.job_id != job.job_id and any(d.gpu_index == gpu.index for d in j.devices)
+    )
     if users:
         reasons.append(f"{gpu.label}: allocated whole but jobs {', '.join(map(str, users))} still hold it")
     return Device(index, gpu.index, gpu.uuid, "exclusive" if mode == "exclusive" else f"{mode}-whole")
@@ -191,25 +213,39 @@ def daemon_percentage(live: ObservedState, indexes, percentage: int) -> int:
     return 100 if exclusive_process(live, indexes) else percentage
 
 
-def plan_compute_mode(job: JobEnv, key: str, indexes, node: NodeLayout, live: ObservedState, reasons: list[str]) -> None:
+def plan_compute_mode(
+    job: JobEnv, key: str, indexes, node: NodeLayout, live: ObservedState, reasons: list[str]
+) -> None:
     """Can the daemon ``key``'s server start on these GPUs? PROHIBITED: no server; EXCLUSIVE_PROCESS: not while
     another daemon (of a running job) holds the GPU. Unread modes (None) are not judged."""
     for i in indexes:
         gpu = live.gpus[i]
         mode = gpu.compute_mode
         if mode in ("PROHIBITED", "EXCLUSIVE_THREAD"):
-            reasons.append(f"{gpu.label} on {node.node}: compute mode {mode} lets no MPS server start; set DEFAULT "
-                           f"or EXCLUSIVE_PROCESS as the policy's compute_mode says (nvidia-smi -i {i} -c DEFAULT)")
+            reasons.append(
+                f"{gpu.label} on {node.node}: compute mode {mode} lets no MPS server start; set DEFAULT "
+                f"or EXCLUSIVE_PROCESS as the policy's compute_mode says (nvidia-smi -i {i} -c DEFAULT)"
+            )
         elif mode == "EXCLUSIVE_PROCESS":
-            holders = sorted({(j.mps.key, j.mps.uid, j.job_id) for j in live.journals.values()
-                              if j.job_id != job.job_id and j.mps is not None and j.mps.key != key
-                              and i in j.mps.gpu_indexes and j.mps.key in live.mps_alive})
+            holders = sorted(
+                {
+                    (j.mps.key, j.mps.uid, j.job_id)
+                    for j in live.journals.values()
+                    if j.job_id != job.job_id
+                    and j.mps is not None
+                    and j.mps.key != key
+                    and i in j.mps.gpu_indexes
+                    and j.mps.key in live.mps_alive
+                }
+            )
             if holders:
                 named = ", ".join(f"MPS daemon {k} (uid {u}, job {jid})" for k, u, jid in holders)
-                reasons.append(f"{gpu.label} on {node.node}: compute mode EXCLUSIVE_PROCESS allows one MPS server and "
-                               f"{named} holds it, so the server for uid {job.uid} cannot start: keep the GPU to one "
-                               "user at a time (policy compute_mode: exclusive_process renders ExclusiveUser=YES on "
-                               f"the partitions of {node.node}) or set the GPU to DEFAULT (nvidia-smi -i {i} -c DEFAULT)")
+                reasons.append(
+                    f"{gpu.label} on {node.node}: compute mode EXCLUSIVE_PROCESS allows one MPS server and "
+                    f"{named} holds it, so the server for uid {job.uid} cannot start: keep the GPU to one "
+                    "user at a time (policy compute_mode: exclusive_process renders ExclusiveUser=YES on "
+                    f"the partitions of {node.node}) or set the GPU to DEFAULT (nvidia-smi -i {i} -c DEFAULT)"
+                )
 
 
 def _mps_daemon(job: JobEnv, devices: list[Device], node: NodeLayout, live: ObservedState, reasons) -> MpsDaemon | None:
@@ -221,9 +257,15 @@ def _mps_daemon(job: JobEnv, devices: list[Device], node: NodeLayout, live: Obse
     key = daemon_key(indexes, job.uid, pct)
     plan_compute_mode(job, key, indexes, node, live, reasons)
     daemon = MpsDaemon(
-        key=key, gpu_indexes=indexes, gpu_uuids=tuple(live.gpus[i].uuid for i in indexes), uid=job.uid, gid=job.gid,
-        percentage=pct, mem_limit_mib=tuple(live.gpus[i].memory_mib * pct // 100 for i in indexes),
-        pipe_dir=f"{node.state_dir.rstrip('/')}/mps/{key}/pipe", log_dir=f"{node.log_dir.rstrip('/')}/gpushare-mps/{key}",
+        key=key,
+        gpu_indexes=indexes,
+        gpu_uuids=tuple(live.gpus[i].uuid for i in indexes),
+        uid=job.uid,
+        gid=job.gid,
+        percentage=pct,
+        mem_limit_mib=tuple(live.gpus[i].memory_mib * pct // 100 for i in indexes),
+        pipe_dir=f"{node.state_dir.rstrip('/')}/mps/{key}/pipe",
+        log_dir=f"{node.log_dir.rstrip('/')}/gpushare-mps/{key}",
     )
     problem = check_paths(daemon)
     if problem:
@@ -252,8 +294,10 @@ def plan_prolog(job: JobEnv, node: NodeLayout, live: ObservedState) -> tuple[Jou
         reasons.append(f"SLURMD_NODENAME is {job.node} but this node's spec is for {node.node}")
     devices = [d for d in (_device(job, i, node, live, reasons) for i in job.gpu_indexes) if d is not None]
     if job.mps_percentage is not None and not any(d.mode == "mps" for d in devices) and not reasons:
-        reasons.append(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={job.mps_percentage} but none of GRES indexes "
-                       f"{','.join(map(str, job.gpu_indexes)) or '(none)'} is an MPS GPU in the policy")
+        reasons.append(
+            f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={job.mps_percentage} but none of GRES indexes "
+            f"{','.join(map(str, job.gpu_indexes)) or '(none)'} is an MPS GPU in the policy"
+        )
     daemon = _mps_daemon(job, devices, node, live, reasons)
     if reasons:
         raise PrologRefused(job.job_id, job.node, reasons)
@@ -371,10 +415,23 @@ def observe_prolog(job: JobEnv, node: NodeLayout, backend, store: JournalStore, 
     journals = store.all()
     daemons = {j.mps.key: j.mps for j in journals.values() if j.mps}
     if job.mps_percentage is not None:
-        key = daemon_key(tuple(sorted(mps_gpus)), job.uid,
-                         daemon_percentage(ObservedState(gpus), mps_gpus, job.mps_percentage))
-        daemons.setdefault(key, MpsDaemon(key, (), (), job.uid, job.gid, job.mps_percentage, (),
-                                          f"{node.state_dir.rstrip('/')}/mps/{key}/pipe", ""))
+        key = daemon_key(
+            tuple(sorted(mps_gpus)), job.uid, daemon_percentage(ObservedState(gpus), mps_gpus, job.mps_percentage)
+        )
+        daemons.setdefault(
+            key,
+            MpsDaemon(
+                key,
+                (),
+                (),
+                job.uid,
+                job.gid,
+                job.mps_percentage,
+                (),
+                f"{node.state_dir.rstrip('/')}/mps/{key}/pipe",
+                "",
+            ),
+        )
     alive = frozenset(k for k, d in daemons.items() if mps.alive(d))
     return ObservedState(gpus, journals, alive)
 

@@ -111,12 +111,21 @@ def _mps_under(state_dir: str, proc: str = "/proc") -> dict[int, dict]:
 
     root = Path(state_dir) / "mps"
     users = {key_uid(pipe) for pipe in daemon_dirs(state_dir).values()} - {None}
-    return {pid: r for pid, r in mps_records(proc, users)[0].items()
-            if Path(r["pipe"]).parent.parent == root and _KEY.match(Path(r["pipe"]).parent.name) and of_its_key(r)}
+    return {
+        pid: r
+        for pid, r in mps_records(proc, users)[0].items()
+        if Path(r["pipe"]).parent.parent == root and _KEY.match(Path(r["pipe"]).parent.name) and of_its_key(r)
+    }
 
 
-def plan_reconcile(journals: dict[int, Journal], running: set[int], live: ObservedState, dirs: dict[str, str],
-                   strays: list[Path], processes: dict[int, str] | None = None) -> ReconcilePlan:
+def plan_reconcile(
+    journals: dict[int, Journal],
+    running: set[int],
+    live: ObservedState,
+    dirs: dict[str, str],
+    strays: list[Path],
+    processes: dict[int, str] | None = None,
+) -> ReconcilePlan:
     """Pure: journals vs running jobs, daemon directories and MPS processes (pid -> pipe dir,
     ``mps_processes_under``) vs journals."""
     plan = ReconcilePlan(strays=[RemoveStray(str(p)) for p in strays])
@@ -135,21 +144,35 @@ def plan_reconcile(journals: dict[int, Journal], running: set[int], live: Observ
             plan.daemons.append(StopOrphanDaemon(MpsDaemon(key, (), (), 0, 0, 0, (), pipe, "")))
     # a server can outlive its daemon and its pipe dir (a daemon killed as it forked one): the hooks never look
     # at a key again once its last job ended, so what runs under a key no journal names is killed here
-    plan.processes = [KillOrphanMps(pid, pipe) for pid, pipe in sorted((processes or {}).items())
-                      if Path(pipe).parent.name not in named]
+    plan.processes = [
+        KillOrphanMps(pid, pipe)
+        for pid, pipe in sorted((processes or {}).items())
+        if Path(pipe).parent.name not in named
+    ]
     return plan
 
 
-def plan_for_node(journals: dict[int, Journal], running: set[int], backend, state_dir: str, store: JournalStore,
-                  proc_root: str = "/proc") -> ReconcilePlan:
+def plan_for_node(
+    journals: dict[int, Journal],
+    running: set[int],
+    backend,
+    state_dir: str,
+    store: JournalStore,
+    proc_root: str = "/proc",
+) -> ReconcilePlan:
     """Observe this node (GPUs the journals name, daemon dirs, MPS processes, half-written files) and plan.
     While a journal set aside leaves a running job's GPUs in doubt (``JournalStore.doubts``), no daemon or MPS
     process is taken for an orphan (it may be that job's) and that job's task file stays."""
     doubts = store.doubts(running)
     keep = {store.task_path(q.job_id) for q in doubts}
-    plan = plan_reconcile(journals, running, observe_reconcile(journals, backend, proc_root),
-                          {} if doubts else daemon_dirs(state_dir), [p for p in store.stray_temporaries() if p not in keep],
-                          {} if doubts else mps_processes_under(state_dir, proc_root))
+    plan = plan_reconcile(
+        journals,
+        running,
+        observe_reconcile(journals, backend, proc_root),
+        {} if doubts else daemon_dirs(state_dir),
+        [p for p in store.stray_temporaries() if p not in keep],
+        {} if doubts else mps_processes_under(state_dir, proc_root),
+    )
     plan.set_aside = [str(q) for q in store.quarantined]
     plan.doubts = [q.doubt() for q in doubts]
     return plan
@@ -179,8 +202,11 @@ def execute_reconcile(plan: ReconcilePlan, store: JournalStore, mps, killer, jou
         users = {key_uid(pipe) for _pid, pipe in wanted} - {None}
         # scanned again at the kill, and each signalled through a pidfd only while it is the process that scan
         # recorded (start time, executable): no reused pid is killed
-        left = kill_scanned(lambda: [r for r in mps_records(users=users)[0].values()
-                                     if (r["pid"], r["pipe"]) in wanted and of_its_key(r)])
+        left = kill_scanned(
+            lambda: [
+                r for r in mps_records(users=users)[0].values() if (r["pid"], r["pipe"]) in wanted and of_its_key(r)
+            ]
+        )
         failed += [f"MPS process {r['pid']} survived SIGKILL" for r in left if still_there(r)]
     for stray in plan.strays:
         try:
@@ -188,7 +214,6 @@ def execute_reconcile(plan: ReconcilePlan, store: JournalStore, mps, killer, jou
         except OSError as exc:
             failed.append(f"half-written file {stray.path} not removed: {exc.strerror}")
     return failed
-
 
 
 def observe_reconcile(journals: dict[int, Journal], backend, proc_root: str = "/proc") -> ObservedState:

@@ -96,8 +96,11 @@ class SlurmNode:
             node = self.client.node(self.name)
         except SlurmClientError as exc:
             raise RelayoutError(str(exc)) from None
-        return {"Gres": ",".join(f"{k}:{v}" for k, v in node.gres.items()), "State": "+".join(node.state),
-                "Reason": node.reason}
+        return {
+            "Gres": ",".join(f"{k}:{v}" for k, v in node.gres.items()),
+            "State": "+".join(node.state),
+            "Reason": node.reason,
+        }
 
     def state_flags(self) -> set[str]:
         return set(self.record().get("State", "").replace("*", "").split("+"))
@@ -110,8 +113,9 @@ class SlurmNode:
 
     def gpu_jobs(self) -> list[int]:
         """Jobs on the node that hold GPUs (gpu, mps or shard in their TRES per node)."""
-        return sorted(int(job) for job, tres in self.client.gpu_job_lines(self.name)
-                      if job.isdigit() and GPU_GRES.search(tres))
+        return sorted(
+            int(job) for job, tres in self.client.gpu_job_lines(self.name) if job.isdigit() and GPU_GRES.search(tres)
+        )
 
     def reconfigure(self) -> None:
         self.client.reconfigure()
@@ -156,8 +160,9 @@ def sighup_slurmd(pid_file: Path, name: str = "slurmd", uid: int = 0) -> None:
 
     if not signal_checked(pid, still_slurmd, signal.SIGHUP):
         why = problems[-1] if problems and problems[-1] else "is not running"
-        raise RelayoutError(f"slurmd not signalled: pid {pid} from {pid_file} {why}; start slurmd, or use "
-                            "--restart reconfigure")
+        raise RelayoutError(
+            f"slurmd not signalled: pid {pid} from {pid_file} {why}; start slurmd, or use --restart reconfigure"
+        )
 
 
 @dataclass
@@ -248,8 +253,10 @@ class Relayout:
         text = self.include_text()
         missing = (self.missing or missing_devices)(text)
         if missing:
-            raise RelayoutError(f"the new gres include names device files that do not exist: {', '.join(missing)} "
-                                "(slurmd would exit after 20 s); create them (nvidia-modprobe) and run relayout again")
+            raise RelayoutError(
+                f"the new gres include names device files that do not exist: {', '.join(missing)} "
+                "(slurmd would exit after 20 s); create them (nvidia-modprobe) and run relayout again"
+            )
         atomic_write(include, text)
         done.append(f"node {self.node}: wrote {include}")
         self._restart()
@@ -274,8 +281,10 @@ class Relayout:
             if not jobs:
                 return
             if self.clock() > deadline:
-                raise RelayoutError(f"timed out after {self.timeout:g} s waiting for GPU jobs "
-                                    f"{', '.join(map(str, sorted(jobs)))} to end")
+                raise RelayoutError(
+                    f"timed out after {self.timeout:g} s waiting for GPU jobs "
+                    f"{', '.join(map(str, sorted(jobs)))} to end"
+                )
             self.say(f"node {self.node}: waiting for GPU jobs {', '.join(map(str, sorted(jobs)))}")
             self.sleep(self.poll)
 
@@ -308,9 +317,11 @@ class Relayout:
                 if "reported lower" not in rec.get("Reason", ""):
                     return
             if self.clock() > deadline:
-                raise RelayoutError(f"the node did not register Gres={fmt_gres(want)} within {self.timeout:g} s: "
-                                    f"Slurm shows Gres={rec.get('Gres', '?')} State={rec.get('State', '?')} "
-                                    f"Reason={last.get('Reason', '')}")
+                raise RelayoutError(
+                    f"the node did not register Gres={fmt_gres(want)} within {self.timeout:g} s: "
+                    f"Slurm shows Gres={rec.get('Gres', '?')} State={rec.get('State', '?')} "
+                    f"Reason={last.get('Reason', '')}"
+                )
             self.sleep(self.poll)
 
     def _resume(self) -> bool:
@@ -329,8 +340,9 @@ class Relayout:
             except GpushareError as exc:
                 rec = self.slurm.record()
                 if "Invalid node state" not in str(exc) or self.clock() > deadline:
-                    raise RelayoutError(f"{exc} (Slurm shows State={rec.get('State', '?')} "
-                                        f"Reason={rec.get('Reason', '')})") from None
+                    raise RelayoutError(
+                        f"{exc} (Slurm shows State={rec.get('State', '?')} Reason={rec.get('Reason', '')})"
+                    ) from None
                 self.say(f"node {self.node}: resume refused ({exc}); State={rec.get('State', '?')}: trying again")
                 self.sleep(self.poll)
 
@@ -338,8 +350,10 @@ class Relayout:
         deadline = self._deadline()
         while "DRAIN" in self.slurm.state_flags():
             if self.clock() > deadline:
-                raise RelayoutError(f"the node is still drained {self.timeout:g} s after resume: "
-                                    f"{self.slurm.record().get('Reason', '')}")
+                raise RelayoutError(
+                    f"the node is still drained {self.timeout:g} s after resume: "
+                    f"{self.slurm.record().get('Reason', '')}"
+                )
             self.sleep(self.poll)
 
 
@@ -353,8 +367,10 @@ def node_lock(path: Path, node: str, timeout: float, clock, sleep, poll: float, 
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as exc:
-        raise RelayoutError(f"node {node}: cannot open the relayout lock {path}: {exc.strerror} (a regular file "
-                            "root owns is expected, not a link)") from None
+        raise RelayoutError(
+            f"node {node}: cannot open the relayout lock {path}: {exc.strerror} (a regular file "
+            "root owns is expected, not a link)"
+        ) from None
     try:
         deadline = clock() + timeout
         while True:
@@ -364,8 +380,10 @@ def node_lock(path: Path, node: str, timeout: float, clock, sleep, poll: float, 
             except BlockingIOError:
                 holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
                 if clock() > deadline:
-                    raise RelayoutError(f"node {node}: another `gpushare node relayout` (pid {holder}) has held "
-                                        f"{path} for {timeout:g} s; the node was not touched") from None
+                    raise RelayoutError(
+                        f"node {node}: another `gpushare node relayout` (pid {holder}) has held "
+                        f"{path} for {timeout:g} s; the node was not touched"
+                    ) from None
                 say(f"node {node}: waiting for the relayout of pid {holder} ({path})")
                 sleep(poll)
         os.ftruncate(fd, 0)

@@ -116,8 +116,10 @@ def run(environ, out) -> None:
             text = fh.read()
     except FileNotFoundError:
         if any(environ.get(v) for v in _GPU_VARS):
-            raise TaskPrologError(f"job {job} holds GPUs but has no ready journal ({path}): the gpushare prolog "
-                                  "did not run or did not finish") from None
+            raise TaskPrologError(
+                f"job {job} holds GPUs but has no ready journal ({path}): the gpushare prolog "
+                "did not run or did not finish"
+            ) from None
         return
     except OSError as exc:
         raise TaskPrologError(f"cannot read {path}: {exc.strerror}") from None
@@ -136,11 +138,15 @@ def refusal_text(code: str, why: str) -> str:
 def refusal_message(job: int, value: str) -> str:
     """What a refused job's output says, by the refusal's code (the part of ``value`` before the first ':')."""
     if value.startswith("mps-dir-full:"):
-        return (f"job {job} is not run on this node: there was no room to start its MPS daemon ({value[:200]}); "
-                "another job filled the node's MPS directory. Submit it again; tell the cluster's admins if it recurs.")
-    return (f"job {job} is not run on this node: it holds an MPS share, this node sets that share of GPU "
-            f"memory as a limit on the job's cgroup, and the prolog could not ({value[:200]}); "
-            "an MPS job is not run with per-process limits only. Tell the cluster's admins.")
+        return (
+            f"job {job} is not run on this node: there was no room to start its MPS daemon ({value[:200]}); "
+            "another job filled the node's MPS directory. Submit it again; tell the cluster's admins if it recurs."
+        )
+    return (
+        f"job {job} is not run on this node: it holds an MPS share, this node sets that share of GPU "
+        f"memory as a limit on the job's cgroup, and the prolog could not ({value[:200]}); "
+        "an MPS job is not run with per-process limits only. Tell the cluster's admins."
+    )
 
 
 def main(environ=None, out=None, err=None) -> int:

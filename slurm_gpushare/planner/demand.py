@@ -17,19 +17,17 @@ Parsers take text or records, never commands: the CLI reads files and calls
 from __future__ import annotations
 
 import functools
-
 import json
 import math
 import random
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..errors import GpushareError
-from ..slurm.parsable import SlurmParseError, parse_tres
 from ..sim.cluster import GPU_MILLI, Pod
 from ..sim.trace import TraceError, parse_pods
+from ..slurm.parsable import SlurmParseError, parse_tres
 
 KINDS = ("cpu", "fraction", "whole", "multi")
 
@@ -222,7 +220,7 @@ def request_of(tres: Mapping[str, float], qos: str, units: Units, where: str) ->
     """One job's request class from its TRES (sacct's ReqTRES or AllocTRES, or squeue's tres_per_node)."""
     cpus = max(1, int(tres.get("cpu", 1)))
     mem = int(tres.get("mem", 0))
-    gpus = {k[len("gres/gpu:"):]: int(v) for k, v in tres.items() if k.startswith("gres/gpu:") and v}
+    gpus = {k[len("gres/gpu:") :]: int(v) for k, v in tres.items() if k.startswith("gres/gpu:") and v}
     whole = int(tres.get("gres/gpu", 0)) or sum(gpus.values())
     mps, shard = int(tres.get("gres/mps", 0)), int(tres.get("gres/shard", 0))
     if mps:

@@ -23,10 +23,10 @@ import numpy as np
 
 from ..policy import build_site
 from ..sim.arrivals import arrival_sequence
-from .demand import Demand
-from .frompolicy import SubmitRouter, sim_cluster
 from ..sim.cluster import Pod
 from ..sim.slurmmodel import SlurmPolicy, SlurmState, route_all
+from .demand import Demand
+from .frompolicy import SubmitRouter, sim_cluster
 
 SEEDS = (7,)
 # the race (planner/search.py) scores its contenders on these, one order per round: one sample's score of a
@@ -39,12 +39,28 @@ def demand_pods(demand: Demand) -> tuple[Pod, ...]:
     pods = []
     for k, (cls, n) in enumerate(sorted(demand.counts.items())):
         for j in range(n):
-            pods.append(Pod(f"c{k:05d}-{j:06d}", cls.cpus * 1000, cls.memory_mib, cls.num_gpu, cls.gpu_milli, cls.qos, cls.gpu_spec))
+            pods.append(
+                Pod(
+                    f"c{k:05d}-{j:06d}",
+                    cls.cpus * 1000,
+                    cls.memory_mib,
+                    cls.num_gpu,
+                    cls.gpu_milli,
+                    cls.qos,
+                    cls.gpu_spec,
+                )
+            )
     return tuple(pods)
 
 
-def packing_score(raw: dict, pods: Sequence[Pod], seeds: Sequence[int] = SEEDS, percent: int = 100,
-                  memo: dict | None = None, prepared: dict | None = None) -> float:
+def packing_score(
+    raw: dict,
+    pods: Sequence[Pod],
+    seeds: Sequence[int] = SEEDS,
+    percent: int = 100,
+    memo: dict | None = None,
+    prepared: dict | None = None,
+) -> float:
     """Mean placed GPU share (%) at ``percent`` arrived, over ``seeds``, for the policy mapping ``raw``. ``memo``:
     where the arrival orders of these pods are kept between calls (by the cluster's GPU count and the seed);
     ``prepared``: where the candidate's cluster and routed pods are kept between calls (by the policy), so a
@@ -98,8 +114,9 @@ class Evaluator:
     in ``workers`` forked processes at once when there are several (each score is the same as one by one), on
     ``seeds`` or on other seeds (``check_seeds``: the orders plan()'s race scores its contenders on)."""
 
-    def __init__(self, demand: Demand, seeds: Sequence[int] = SEEDS, workers: int = 1,
-                 check_seeds: Sequence[int] = CHECK_SEEDS):
+    def __init__(
+        self, demand: Demand, seeds: Sequence[int] = SEEDS, workers: int = 1, check_seeds: Sequence[int] = CHECK_SEEDS
+    ):
         self.pods, self.seeds, self.workers = demand_pods(demand), tuple(seeds), max(1, workers)
         self.check_seeds = tuple(check_seeds)
         self._arrivals: dict = {}  # every candidate is scored on the same arrival orders: drawn once per process
@@ -111,8 +128,13 @@ class Evaluator:
     def many(self, raws: Sequence[dict], seeds: Sequence[int] | None = None) -> list[float]:
         """The scores of ``raws`` on ``seeds`` (default: the evaluator's own)."""
         seeds = self.seeds if seeds is None else tuple(seeds)
-        return list(forked_map(lambda raw: packing_score(raw, self.pods, seeds, memo=self._arrivals, prepared=self._prepared), list(raws),
-                               self.workers))
+        return list(
+            forked_map(
+                lambda raw: packing_score(raw, self.pods, seeds, memo=self._arrivals, prepared=self._prepared),
+                list(raws),
+                self.workers,
+            )
+        )
 
 
 def forked_map(fn: Callable, items: list, workers: int) -> Iterator:
@@ -122,8 +144,12 @@ def forked_map(fn: Callable, items: list, workers: int) -> Iterator:
     from a forked worker itself it runs in that process (a pool's workers may not fork again)."""
     import multiprocessing
 
-    if (workers <= 1 or len(items) <= 1 or "fork" not in multiprocessing.get_all_start_methods()
-            or multiprocessing.current_process().daemon):
+    if (
+        workers <= 1
+        or len(items) <= 1
+        or "fork" not in multiprocessing.get_all_start_methods()
+        or multiprocessing.current_process().daemon
+    ):
         yield from map(fn, items)
         return
     global _FORKED
@@ -142,8 +168,9 @@ def _call_forked(item):
     return _FORKED(item)
 
 
-def evaluator(demand: Demand, seeds: Sequence[int] = SEEDS, workers: int = 1,
-              check_seeds: Sequence[int] = CHECK_SEEDS) -> Evaluator:
+def evaluator(
+    demand: Demand, seeds: Sequence[int] = SEEDS, workers: int = 1, check_seeds: Sequence[int] = CHECK_SEEDS
+) -> Evaluator:
     """``plan(evaluate=...)`` for this demand; ``workers``: processes that score candidates side by side;
     ``check_seeds``: the orders the race scores its contenders on, one per round (``()``: no race)."""
     return Evaluator(demand, seeds, workers, check_seeds)

@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..policy import Site
+from ..sim.cluster import GPU_MILLI, Pod, SimCluster, SimGpu, SimNode, SlurmRequest
 from ..submit import Tables, build_tables, decide, parse_field
 from ..submit.parse import Gres
 from .demand import cpus_of, spec_models
-from ..sim.cluster import GPU_MILLI, Pod, SimCluster, SimGpu, SimNode, SlurmRequest
 
 # What the rendered slurm-gpushare.conf sets (templates/slurm-gpushare.conf.j2).
 SELECT_FLAGS = frozenset({"CR_Core_Memory"})
@@ -28,7 +28,9 @@ def sim_gpus(group) -> tuple[SimGpu, ...]:
     out = []
     for slot in group.gpus:
         units = slot.units if slot.mode == "mps" else slot.replicas if slot.mode == "shard" else 0
-        out.append(SimGpu(slot.mode, slot.model.name, slot.slurm_type, units, slot.mig_types() if slot.mode == "mig" else ()))
+        out.append(
+            SimGpu(slot.mode, slot.model.name, slot.slurm_type, units, slot.mig_types() if slot.mode == "mig" else ())
+        )
     return tuple(out)
 
 
@@ -45,8 +47,9 @@ def sim_cluster(site: Site, cpu_milli: Mapping[str, int] | None = None) -> SimCl
         parts = tuple(t.name for t in site.tiers if any(m.name == g.name for m in t.groups))
         weight = g.spec.weight if g.spec.weight is not None else 1
         for name in g.nodes:
-            nodes.append(SimNode(name, g.spec.cpus, g.spec.memory_mb, gpus, weight, parts, cpu_milli.get(name, 0),
-                                 g.features))
+            nodes.append(
+                SimNode(name, g.spec.cpus, g.spec.memory_mb, gpus, weight, parts, cpu_milli.get(name, 0), g.features)
+            )
     tiers = tuple((t.name, t.spec.priority) for t in site.tiers)
     return SimCluster(tuple(nodes), SELECT_FLAGS, tiers)
 
@@ -91,8 +94,13 @@ class SubmitRouter:
         elif pod.num_gpu:
             gres = f"{self.tables.prefix}gpu:{pod.num_gpu}"
             features = "|".join(models) or None
-        return {"tres_per_node": gres, "partition": None, "qos": pod.qos.lower() or None,
-                "min_cpus": str(cpus_of(pod.cpu_milli)), "features": features}
+        return {
+            "tres_per_node": gres,
+            "partition": None,
+            "qos": pod.qos.lower() or None,
+            "min_cpus": str(cpus_of(pod.cpu_milli)),
+            "features": features,
+        }
 
     def __call__(self, pod: Pod) -> SlurmRequest | None:
         key = self._key(pod)

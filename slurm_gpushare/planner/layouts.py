@@ -60,8 +60,9 @@ def pack(model: GpuModel, need: Counter, allowed: tuple[str, ...] = (), fill: bo
 
 
 @functools.lru_cache(maxsize=32)
-def _pack(model: GpuModel, need: tuple[tuple[str, int], ...], allowed: tuple[str, ...] = (),
-          fill: bool = False) -> tuple[tuple[str, ...], ...]:
+def _pack(
+    model: GpuModel, need: tuple[tuple[str, int], ...], allowed: tuple[str, ...] = (), fill: bool = False
+) -> tuple[tuple[str, ...], ...]:
     return tuple((_pack_fill if fill else _pack_greedy)(model, Counter(dict(need)), allowed))
 
 
@@ -76,11 +77,15 @@ def _pack_fill(model: GpuModel, need: Counter, allowed: tuple[str, ...] = ()) ->
     best_of: dict[tuple, tuple[str, ...]] = {}
 
     def best(layout: tuple[str, ...], avail: tuple[int, ...], start: int) -> tuple[tuple, tuple[str, ...]]:
-        score = (sum(size[n][0] for n in layout), sum(size[n][1] for n in layout), tuple(-order.index(n) for n in layout))
+        score = (
+            sum(size[n][0] for n in layout),
+            sum(size[n][1] for n in layout),
+            tuple(-order.index(n) for n in layout),
+        )
         top = (score, layout)
         for k in range(start, len(order)):
             if avail[k] and _layout_ok(model, (*layout, order[k])):
-                got = best(layout + (order[k],), avail[:k] + (avail[k] - 1,) + avail[k + 1:], k)
+                got = best(layout + (order[k],), avail[:k] + (avail[k] - 1,) + avail[k + 1 :], k)
                 if got[0][:2] > top[0][:2] or got[0][:2] == top[0][:2] and got[0][2] > top[0][2]:
                     top = got
         return top
@@ -150,8 +155,9 @@ def _pack_greedy(model: GpuModel, need: Counter, allowed: tuple[str, ...] = ()) 
     return gpus
 
 
-def slices_needed(model: GpuModel, fractions: dict[int, int], whole_slice: bool = True,
-                  allowed: tuple[str, ...] = ()) -> tuple[Counter, int]:
+def slices_needed(
+    model: GpuModel, fractions: dict[int, int], whole_slice: bool = True, allowed: tuple[str, ...] = ()
+) -> tuple[Counter, int]:
     """(slices per profile, jobs left to whole GPUs) for {milli: jobs}.
 
     ``whole_slice``: a share only the whole-GPU profile covers gets that slice

@@ -43,18 +43,19 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 
-from hostlist import collect_hostlist, expand_hostlist as expand_nodes
+from hostlist import collect_hostlist
+from hostlist import expand_hostlist as expand_nodes
 
 from ..errors import PolicyError
 from ..policy import Site, build_site
-from ..policy.groups import gpus_value
 from ..policy.billing import gpu_weight
+from ..policy.groups import gpus_value
+from ..sim.cluster import GPU_MILLI
 from .demand import Demand, format_demand, pack_estimate
 from .evaluate import Evaluator
-from .search import Dim, Search
 from .layouts import compact_types, pack, slices_needed
 from .report import stranded_lines, supply_lines
-from ..sim.cluster import GPU_MILLI
+from .search import Dim, Search
 
 CPU_RICH = 2.0  # a node is CPU-rich when it has this many times the CPUs per GPU that GPU jobs ask for
 HEADROOM = 1.03  # pools are sized for the demand plus this much, for the spread of arrivals
@@ -66,7 +67,9 @@ class Knobs:
     """The planner's free parameters; ``evaluate`` picks among a few of them."""
 
     frac_factor: float = 1.0  # fractional pool size / estimated GPUs the shares pack into
-    heavy_cpus: int | None = None  # single-GPU jobs with more CPUs than this go to the CPU-rich pool (None: from demand)
+    heavy_cpus: int | None = (
+        None  # single-GPU jobs with more CPUs than this go to the CPU-rich pool (None: from demand)
+    )
     # (when heavy_cpus is None) the same bound as this many times the CPUs per GPU of the node groups that hold the
     # most GPUs (a job asking more takes CPUs its node's other GPUs need); None: heavy_threshold from the demand
     heavy_per_gpu: float | None = None
@@ -95,8 +98,14 @@ class Knobs:
     def changed(self) -> str:
         """The knobs set away from their defaults, as ``name=value`` text ('defaults' when none is)."""
         default = Knobs()
-        return ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
-                         if getattr(self, f.name) != getattr(default, f.name)) or "defaults"
+        return (
+            ", ".join(
+                f"{f.name}={getattr(self, f.name)!r}"
+                for f in fields(self)
+                if getattr(self, f.name) != getattr(default, f.name)
+            )
+            or "defaults"
+        )
 
 
 @dataclass(frozen=True)
@@ -175,8 +184,9 @@ def heavy_threshold(demand: Demand, groups: list[GroupInfo], rich: set[int]) -> 
     held_gpus, held_cpus = demand.held_demand(models)
     spare_gpus = rich_gpus - held_gpus
     spare_cpus = rich_cpus - cpu_jobs - held_cpus
-    ones = sorted(((c.cpus, n) for c, n in demand.counts.items() if c.kind == "whole" and not c.held_to(models)),
-                  reverse=True)
+    ones = sorted(
+        ((c.cpus, n) for c, n in demand.counts.items() if c.kind == "whole" and not c.held_to(models)), reverse=True
+    )
     threshold = max((c for c, _ in ones), default=1)
     for cpus, n in ones:
         if n > spare_gpus or n * cpus > spare_cpus:
@@ -268,8 +278,10 @@ class _Builder:
             weights = [w for w in classes if w is not None]
             if len(weights) < 2:
                 continue
-            gpus = {w: sum(by_name[n]["gpu"]["count"] * len(expand_nodes(by_name[n]["nodes"])) for n in classes[w])
-                    for w in weights}
+            gpus = {
+                w: sum(by_name[n]["gpu"]["count"] * len(expand_nodes(by_name[n]["nodes"])) for n in classes[w])
+                for w in weights
+            }
             weights.sort(key=lambda w: -gpus[w])  # stable: first listed among equals
             self.members[tier] = classes[weights[0]] + classes.get(None, [])
             self.members[tier].sort(key=names.index)
@@ -281,7 +293,11 @@ class _Builder:
             self.split[tier] = new
             why.append(
                 f"tier '{tier}' split by the billing weight of one mps unit (Slurm has one weight per TRES per "
-                f"partition): " + "; ".join(f"'{t}' {', '.join(self.members[t])} ({_fmt(w)})" for t, w in zip(new, weights)))
+                f"partition): "
+                + "; ".join(
+                    f"'{t}' {', '.join(self.members[t])} ({_fmt(w)})" for t, w in zip(new, weights, strict=False)
+                )
+            )
         # tiers in the order they were made, each split right after its tier
         order = []
         for tier in self.members:
@@ -309,8 +325,9 @@ class _Builder:
             for t, names in self.members.items()
         ]
         sub = dict(raw.get("submission") or {})
-        sub["routes"] = [{**r, "tiers": list(dict.fromkeys(x for t in r["tiers"] for x in self.split.get(t, [t])))}
-                         for r in routes]
+        sub["routes"] = [
+            {**r, "tiers": list(dict.fromkeys(x for t in r["tiers"] for x in self.split.get(t, [t])))} for r in routes
+        ]
         raw["submission"] = sub
         return raw
 
@@ -361,8 +378,9 @@ class _Pools:
     light: int = 0  # single-GPU jobs asking at most this many CPUs start in the CPU-poor pool
 
 
-def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, isolate: Sequence[str] = (),
-                    mig_all: bool = False) -> tuple[dict, list[str]]:
+def build_candidate(
+    base: dict, site: Site, demand: Demand, knobs: Knobs, *, isolate: Sequence[str] = (), mig_all: bool = False
+) -> tuple[dict, list[str]]:
     """One candidate policy and the report lines that explain it.
 
     Stages, each adding its report lines in turn: the MIG pool, the MPS pool, the CPU-rich and CPU-poor pools
@@ -371,8 +389,9 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
     """
     groups = supply(site)
     mig_frac, mps_frac = _split(demand, isolate, mig_all)
-    c = _Inputs(site, groups, demand, knobs, isolate, mig_all, mig_frac, mps_frac, _units(mps_frac),
-                _scale(demand, groups))
+    c = _Inputs(
+        site, groups, demand, knobs, isolate, mig_all, mig_frac, mps_frac, _units(mps_frac), _scale(demand, groups)
+    )
     why: list[str] = []
     pools = _Pools()
     if mig_frac and any(g.mig for g in groups):
@@ -383,8 +402,7 @@ def build_candidate(base: dict, site: Site, demand: Demand, knobs: Knobs, *, iso
     b = _Builder(base, groups)
     _add_groups(b, c, pools, {g["name"]: g for g in base["node_groups"]})
     cpu_order = _cpu_job_order(b, c, pools, why)
-    routes = _routes(b.members, pools.heavy, isolate, mig_all, knobs.overflow, cpu_order, pools.light,
-                     knobs.frac_heavy)
+    routes = _routes(b.members, pools.heavy, isolate, mig_all, knobs.overflow, cpu_order, pools.light, knobs.frac_heavy)
     default = next((t for t in ("gpu", "frac", "cpu") if t in b.members), next(iter(b.members)))
     why += b.split_by_mps_weight(site.policy.billing)
     raw = b.policy(routes, default)
@@ -405,8 +423,10 @@ def _mig_model(c: _Inputs, why: list[str]) -> list[GroupInfo]:
     top = max(per_model.values())
     chosen = next(g.model for g in mig_groups if per_model[g.model] == top)
     if len(per_model) > 1:
-        why.append(f"MIG pool on {chosen} only (the MIG-capable model with the most GPUs; slices are one "
-                   f"model's profiles): not on {', '.join(m for m in per_model if m != chosen)}")
+        why.append(
+            f"MIG pool on {chosen} only (the MIG-capable model with the most GPUs; slices are one "
+            f"model's profiles): not on {', '.join(m for m in per_model if m != chosen)}"
+        )
     return [g for g in mig_groups if g.model == chosen]
 
 
@@ -418,23 +438,36 @@ def _mig_pool(c: _Inputs, why: list[str]) -> tuple[dict[int, int], list[tuple[st
     # isolated classes get a slice even when only the whole-GPU one covers them; with every share on MIG
     # (mig_all) such a share takes a whole GPU from the whole-GPU pool, where whole-GPU jobs can use it too
     allowed = knobs.mig_types or (compact_types(model) if knobs.mig_compact else ())
-    need, whole_from_mig = slices_needed(model, scaled_counts(mig_frac, c.scale * HEADROOM * knobs.mig_factor),
-                                         whole_slice=not c.mig_all, allowed=allowed)
+    need, whole_from_mig = slices_needed(
+        model,
+        scaled_counts(mig_frac, c.scale * HEADROOM * knobs.mig_factor),
+        whole_slice=not c.mig_all,
+        allowed=allowed,
+    )
     layouts_by_gpu = pack(model, need, allowed, knobs.mig_fill or knobs.mig_compact)
     # slices strand when their node runs out of CPUs first: CPU-rich nodes first
-    cpu_need = sum(cls.cpus * n for cls, n in c.demand.counts.items()
-                   if cls.kind == "fraction" and cls.gpu_milli in mig_frac) * c.scale / max(1, len(layouts_by_gpu))
+    cpu_need = (
+        sum(cls.cpus * n for cls, n in c.demand.counts.items() if cls.kind == "fraction" and cls.gpu_milli in mig_frac)
+        * c.scale
+        / max(1, len(layouts_by_gpu))
+    )
     order = sorted(mig_groups, key=lambda g: (g.cpus_per_gpu < MIG_CPUS * cpu_need, -g.gpus, -g.cpus_per_gpu, g.index))
     mig_nodes: dict[int, int] = {}
     _take_nodes(mig_nodes, c.groups, order, len(layouts_by_gpu))
     if allowed:
-        why.append(f"MIG slice types offered: {', '.join(allowed)} (and the whole GPU's)"
-                   + (" (one per compute size, the least memory: a memory-heavy slice strands compute slices)"
-                      if not knobs.mig_types else ""))
+        why.append(
+            f"MIG slice types offered: {', '.join(allowed)} (and the whole GPU's)"
+            + (
+                " (one per compute size, the least memory: a memory-heavy slice strands compute slices)"
+                if not knobs.mig_types
+                else ""
+            )
+        )
     why.append(
         f"MIG: {sum(need.values())} slices ({', '.join(f'{n} x {p}' for p, n in sorted(need.items()))}) for "
         f"{sum(mig_frac.values())} fractional jobs ({', '.join(sorted({q for q in c.isolate}) or ['all'])}), packed "
-        f"into {len(layouts_by_gpu)} GPUs" + (f"; {whole_from_mig} larger shares take whole GPUs" if whole_from_mig else "")
+        f"into {len(layouts_by_gpu)} GPUs"
+        + (f"; {whole_from_mig} larger shares take whole GPUs" if whole_from_mig else "")
     )
     return mig_nodes, layouts_by_gpu
 
@@ -447,8 +480,10 @@ def _mps_pool(c: _Inputs, mig_nodes: dict[int, int], why: list[str]) -> dict[int
     # many GPUs per node (shares pack inside a node); enough CPUs per GPU; then the tightest ('fit') or the
     # most CPUs per GPU ('cpus')
     sign = -1 if c.knobs.frac_nodes == "cpus" else 1
-    order = sorted((g for g in groups), key=lambda g: (-g.gpus, -(g.cpus_per_gpu >= demand.cpus_per_gpu()),
-                                                       sign * g.cpus_per_gpu, g.index))
+    order = sorted(
+        (g for g in groups),
+        key=lambda g: (-g.gpus, -(g.cpus_per_gpu >= demand.cpus_per_gpu()), sign * g.cpus_per_gpu, g.index),
+    )
     poor = cpu_rich(groups, demand, mig_nodes)
     rich_first = [g for g in order if g.index not in poor]
     leftover = {g.index: len(g.nodes) - mig_nodes.get(g.index, 0) for g in groups}
@@ -496,7 +531,7 @@ def _add_groups(b: _Builder, c: _Inputs, pools: _Pools, specs: dict[str, dict]) 
         spec = specs[g.name]
         names = list(g.nodes)
         n_mig, n_frac = pools.mig_nodes.get(g.index, 0), pools.frac_nodes.get(g.index, 0)
-        mig_part, frac_part, rest = names[:n_mig], names[n_mig:n_mig + n_frac], names[n_mig + n_frac:]
+        mig_part, frac_part, rest = names[:n_mig], names[n_mig : n_mig + n_frac], names[n_mig + n_frac :]
         if mig_part:
             _add_mig_part(b, c.site, g, spec, mig_part, layout_iter)
         mode = _mode(c.units, g.gpus) if c.mps_frac else [{"gpus": _gpu_range(g.gpus), "mode": "exclusive"}]
@@ -538,17 +573,24 @@ def _cpu_job_order(b: _Builder, c: _Inputs, pools: _Pools, why: list[str]) -> li
     spare = _spare_cpus(b.cpus, demand, c.scale, c.mig_frac, pools.heavy, bool(pools.rich), how, b.gpus)
     spare = [x for x in spare if x[0] != "lean"]
     if spare:
-        why.append("CPU-only jobs go to these pools in this order (the CPUs their GPU jobs leave): "
-                   + ", ".join(f"{t} ({n:.0f} CPUs)" for t, n in spare) + (", then lean" if lean else ""))
+        why.append(
+            "CPU-only jobs go to these pools in this order (the CPUs their GPU jobs leave): "
+            + ", ".join(f"{t} ({n:.0f} CPUs)" for t, n in spare)
+            + (", then lean" if lean else "")
+        )
     # CPU-only jobs would take the CPUs that keep a CPU-poor node's GPUs usable: pool 'lean' last
     cpu_order = [t for t, _ in spare] + (["lean"] if lean and spare else [])
     if knobs.cpu_order:
         cpu_order = [t for t in knobs.cpu_order if t in b.members]
-        why.append(f"CPU-only jobs start only in pool(s) {', '.join(cpu_order)}: when those are full they wait "
-                   f"rather than take the CPUs the GPU pools' jobs need")
+        why.append(
+            f"CPU-only jobs start only in pool(s) {', '.join(cpu_order)}: when those are full they wait "
+            f"rather than take the CPUs the GPU pools' jobs need"
+        )
     if knobs.frac_heavy is not None and "cpu" in b.members and "frac" in b.members:
-        why.append(f"fractional jobs asking more than {knobs.frac_heavy} CPUs start in pool 'cpu' (its spare CPUs), "
-                   f"so the shares of the other nodes keep CPUs to run on")
+        why.append(
+            f"fractional jobs asking more than {knobs.frac_heavy} CPUs start in pool 'cpu' (its spare CPUs), "
+            f"so the shares of the other nodes keep CPUs to run on"
+        )
     return cpu_order
 
 
@@ -564,7 +606,7 @@ def scaled_counts(counts: dict[int, int], factor: float) -> dict[int, int]:
         return {m: math.ceil(x - 1e-9) for m, x in exact.items()}
     out = {m: math.floor(x) for m, x in exact.items()}
     left = max(1, round(total)) - sum(out.values())
-    for m in sorted(exact, key=lambda m: (-(exact[m] - out[m]), -m))[:max(0, left)]:
+    for m in sorted(exact, key=lambda m: (-(exact[m] - out[m]), -m))[: max(0, left)]:
         out[m] += 1
     return {m: n for m, n in out.items() if n}
 
@@ -604,8 +646,16 @@ def _weight(g: GroupInfo, scheme: str) -> int:
     return 100
 
 
-def _spare_cpus(cpus: dict[str, int], demand: Demand, scale: float, mig_frac: dict[int, int], heavy: int,
-                rich: bool, how: str = "rich", gpus: dict[str, int] | None = None) -> list[tuple[str, float]]:
+def _spare_cpus(
+    cpus: dict[str, int],
+    demand: Demand,
+    scale: float,
+    mig_frac: dict[int, int],
+    heavy: int,
+    rich: bool,
+    how: str = "rich",
+    gpus: dict[str, int] | None = None,
+) -> list[tuple[str, float]]:
     """Tiers by the CPUs their GPU jobs leave idle (most first, only those with some left).
 
     With ``gpus`` (GPUs per tier), a tier's GPU jobs use its CPUs only as far as its GPUs hold them: the CPUs
@@ -641,7 +691,9 @@ def _spare_cpus(cpus: dict[str, int], demand: Demand, scale: float, mig_frac: di
     return sorted(spare, key=lambda x: (x[0] != "cpu", x[0] in ("mig", "frac"), -x[1]))
 
 
-def lean_groups(groups: list[GroupInfo], demand: Demand, rich: set[int], *taken: dict[int, int]) -> tuple[set[int], int]:
+def lean_groups(
+    groups: list[GroupInfo], demand: Demand, rich: set[int], *taken: dict[int, int]
+) -> tuple[set[int], int]:
     """(CPU-poor groups with nodes left for pool 'lean', the most CPUs a job may ask to be sent there first).
 
     A group is CPU-poor with fewer CPUs per GPU than GPU jobs ask on average, and the pool is made only when
@@ -663,8 +715,16 @@ def lean_groups(groups: list[GroupInfo], demand: Demand, rich: set[int], *taken:
     return lean, max(1, light)
 
 
-def _routes(members: dict[str, list[str]], heavy: int, isolate, mig_all: bool, overflow: bool,
-            cpu_order: Sequence[str] = (), light: int = 0, frac_heavy: int | None = None) -> list[dict]:
+def _routes(
+    members: dict[str, list[str]],
+    heavy: int,
+    isolate,
+    mig_all: bool,
+    overflow: bool,
+    cpu_order: Sequence[str] = (),
+    light: int = 0,
+    frac_heavy: int | None = None,
+) -> list[dict]:
     has = set(members)
 
     def tiers(*names: str) -> list[str]:
@@ -686,12 +746,20 @@ def _routes(members: dict[str, list[str]], heavy: int, isolate, mig_all: bool, o
     if cpu_order:
         routes.append({"match": {"gres": "none"}, "tiers": list(cpu_order) if overflow else list(cpu_order)[:1]})
     if "cpu" in has:
-        routes.append({"match": {"gres": "gpu", "max_gpus": 1, "min_cpus": heavy + 1},
-                       "tiers": tiers("cpu", "gpu", "frac", "lean")})
+        routes.append(
+            {
+                "match": {"gres": "gpu", "max_gpus": 1, "min_cpus": heavy + 1},
+                "tiers": tiers("cpu", "gpu", "frac", "lean"),
+            }
+        )
     if "lean" in has:
         # single-GPU jobs that fit a CPU-poor node's CPUs per GPU go there first; heavier ones last
-        routes.append({"match": {"gres": "gpu", "max_gpus": 1, "min_cpus": light + 1},
-                       "tiers": tiers("gpu", "cpu", "frac", "lean")})
+        routes.append(
+            {
+                "match": {"gres": "gpu", "max_gpus": 1, "min_cpus": light + 1},
+                "tiers": tiers("gpu", "cpu", "frac", "lean"),
+            }
+        )
         routes.append({"match": {"gres": "gpu", "max_gpus": 1}, "tiers": tiers("lean", "gpu", "cpu", "frac")})
     routes.append({"match": {"gres": "gpu"}, "tiers": tiers("gpu", "cpu", "frac", "lean")})
     return [r for r in routes if r["tiers"]]
@@ -746,7 +814,9 @@ def fix_aliases(raw: dict, before: Site) -> list[str]:
             model, share = "", int(arg) / 100
         else:
             continue  # not something the planner removed: validation reports it as written
-        same = sorted((f, t) for t, (m, f) in new.items() if (m == model or kind != "gpu" and f < 1) and f >= share - 1e-9)
+        same = sorted(
+            (f, t) for t, (m, f) in new.items() if (m == model or kind != "gpu" and f < 1) and f >= share - 1e-9
+        )
         # a share below one GPU keeps its size where it can (a slice, MPS, a shard) before taking a whole GPU
         if same and (same[0][0] < 1 or share >= 1):
             repl = f"gpu:{same[0][1]}"
@@ -760,12 +830,16 @@ def fix_aliases(raw: dict, before: Site) -> list[str]:
             repl = None
         if repl:
             aliases[alias] = repl
-            why.append(f"alias '{alias}': {target} no longer exists in the planned layout; remapped to {repl} "
-                       f"(it asked {share:.2f} of a {model or 'GPU'})")
+            why.append(
+                f"alias '{alias}': {target} no longer exists in the planned layout; remapped to {repl} "
+                f"(it asked {share:.2f} of a {model or 'GPU'})"
+            )
         else:
             del aliases[alias]
-            why.append(f"alias '{alias}': {target} no longer exists in the planned layout and nothing planned "
-                       f"covers {share:.2f} of a GPU; dropped")
+            why.append(
+                f"alias '{alias}': {target} no longer exists in the planned layout and nothing planned "
+                f"covers {share:.2f} of a GPU; dropped"
+            )
     sub["aliases"] = aliases
     raw["submission"] = sub
     return why
@@ -774,9 +848,18 @@ def fix_aliases(raw: dict, before: Site) -> list[str]:
 # ---- the planner ----
 
 
-def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fractions: bool = False,
-         evaluate: Callable[[dict], float] | None = None, candidates: Sequence[Knobs] | None = None,
-         budget_s: float | None = None, mig_types: Sequence[str] = (), search: bool | None = None) -> PlanResult:
+def plan(
+    base: dict,
+    demand: Demand,
+    *,
+    isolate_qos: Sequence[str] = (),
+    mig_fractions: bool = False,
+    evaluate: Callable[[dict], float] | None = None,
+    candidates: Sequence[Knobs] | None = None,
+    budget_s: float | None = None,
+    mig_types: Sequence[str] = (),
+    search: bool | None = None,
+) -> PlanResult:
     """Plan a policy for ``demand`` on the hardware of ``base`` (a policy mapping, validated here).
 
     With ``evaluate``, the policy as given and the candidates (``candidates``, or ``default_candidates``) are
@@ -799,8 +882,10 @@ def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fra
         raise ValueError("the demand model has no jobs: nothing to plan for")
     if (isolate_qos or mig_fractions) and not any(g.model.mig_capable for g in site.groups):
         models = ", ".join(sorted({g.model.name for g in site.groups}))
-        raise ValueError(f"MIG slices were asked for (isolated QoS or every share on MIG) but no GPU of the policy "
-                         f"supports MIG ({models})")
+        raise ValueError(
+            f"MIG slices were asked for (isolated QoS or every share on MIG) but no GPU of the policy "
+            f"supports MIG ({models})"
+        )
     if not demand.gpu_milli:
         return _no_gpu_demand(base, site, demand)
     tries = list(candidates or (default_candidates(isolating=bool(isolate_qos)) if evaluate else [Knobs()]))
@@ -810,20 +895,24 @@ def plan(base: dict, demand: Demand, *, isolate_qos: Sequence[str] = (), mig_fra
         known = sorted({p.name for g in site.groups if g.model.mig_capable for p in g.model.mig_profiles})
         unknown = [t for t in mig_types if t not in known]
         if unknown:
-            raise ValueError(f"MIG slice type(s) {', '.join(unknown)} not offered by any MIG-capable GPU of the "
-                             f"policy; accepted: {', '.join(known)}")
+            raise ValueError(
+                f"MIG slice type(s) {', '.join(unknown)} not offered by any MIG-capable GPU of the "
+                f"policy; accepted: {', '.join(known)}"
+            )
         tries = [replace(k, mig_types=tuple(mig_types), mig_fill=True) for k in tries]
     searching = candidates is None if search is None else search
-    given, score, knobs, raw, why, tried, note = _best_candidate(base, site, demand, tries, evaluate, budget_s,
-                                                                 began, isolate_qos, mig_fractions, searching)
+    given, score, knobs, raw, why, tried, note = _best_candidate(
+        base, site, demand, tries, evaluate, budget_s, began, isolate_qos, mig_fractions, searching
+    )
     keep_given = given is not None and not (isolate_qos or mig_fractions) and score <= given
     verdict = [*note, *_verdict(given, score, keep_given, bool(isolate_qos or mig_fractions))] if evaluate else []
     if keep_given:
         raw, why = copy.deepcopy(base), [verdict[-1]]
     new_site = site if keep_given else build_site(raw, "planned policy")
     report = plan_report(demand, site, new_site, why, tried if evaluate else [], raw, verdict, given)
-    return PlanResult(raw, new_site, report, knobs, (given if keep_given else score) if evaluate else None, tried,
-                      keep_given, given)
+    return PlanResult(
+        raw, new_site, report, knobs, (given if keep_given else score) if evaluate else None, tried, keep_given, given
+    )
 
 
 def _best_candidate(base, site, demand, tries, evaluate, budget_s, began, isolate_qos, mig_fractions, searching):
@@ -834,6 +923,7 @@ def _best_candidate(base, site, demand, tries, evaluate, budget_s, began, isolat
     and the candidates ``tries`` on the first sampled order, searches the knobs' space from the best of them
     (``searching``), and races the best few on more orders (an ``Evaluator``'s check seeds) until the budget
     ``budget_s`` (seconds from ``began``) has gone."""
+
     def build(knobs: Knobs) -> tuple[dict, list[str]]:
         return build_candidate(base, site, demand, knobs, isolate=isolate_qos, mig_all=mig_fractions)
 
@@ -851,6 +941,7 @@ def _best_candidate(base, site, demand, tries, evaluate, budget_s, began, isolat
 
         def score(raws, order):
             return [evaluate(r) for r in raws]
+
     space = search_space(site, demand, tries[0], isolate_qos, mig_fractions) if searching else []
     run = Search(build, score, orders, space, budget_s=budget_s, began=began, workers=workers)
     out = run.run(tries, base, given_eligible=not (isolate_qos or mig_fractions))
@@ -861,10 +952,13 @@ def _best_candidate(base, site, demand, tries, evaluate, budget_s, began, isolat
     given = out.given.mean(common) if out.given is not None else None
     scored = sorted((c for c in out.candidates if first in c.scores), key=lambda c: -c.scores[first])
     tried = [(c.knobs, c.scores[first]) for c in scored]
-    note = [f"{len(scored)} candidate policies scored on the first sampled order ({first}); "
-            f"{out.scored} scores in all" + (f"; {out.unbuilt} knob settings built no valid policy" if out.unbuilt
-                                              else "")
-            + (" (the time budget ended the search: the best so far is kept)" if out.out_of_time else ""), *out.lines]
+    note = [
+        f"{len(scored)} candidate policies scored on the first sampled order ({first}); "
+        f"{out.scored} scores in all"
+        + (f"; {out.unbuilt} knob settings built no valid policy" if out.unbuilt else "")
+        + (" (the time budget ended the search: the best so far is kept)" if out.out_of_time else ""),
+        *out.lines,
+    ]
     score_best = best.mean(common if out.given is not None else mine)
     if best is out.given:  # the race kept the policy as given: the report names the best candidate's score
         rivals = [c for c in out.candidates if all(o in c.scores for o in common)]
@@ -924,7 +1018,9 @@ def _cpu_quantiles(demand: Demand, kind: str) -> tuple[int, ...]:
     sizes = sorted(c.cpus for c, n in demand.counts.items() if c.kind == kind for _ in range(n))
     if not sizes:
         return ()
-    return tuple(sorted({sizes[min(len(sizes) - 1, int(q * len(sizes)))] for q in (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)}))
+    return tuple(
+        sorted({sizes[min(len(sizes) - 1, int(q * len(sizes)))] for q in (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)})
+    )
 
 
 def _verdict(given: float, best: float, keep_given: bool, constrained: bool) -> list[str]:
@@ -932,15 +1028,18 @@ def _verdict(given: float, best: float, keep_given: bool, constrained: bool) -> 
     if keep_given:
         return [f"kept the policy as given: it scores {given:.2f}, no candidate scored above it (best {best:.2f})"]
     if constrained:
-        return [f"planned: the best candidate scores {best:.2f}; the policy as given ({given:.2f}) is not eligible, "
-                f"it does not give the shares the MIG slices asked for (--isolate-qos / --mig-fractions)"]
+        return [
+            f"planned: the best candidate scores {best:.2f}; the policy as given ({given:.2f}) is not eligible, "
+            f"it does not give the shares the MIG slices asked for (--isolate-qos / --mig-fractions)"
+        ]
     return [f"planned: the best candidate scores {best:.2f}, above the policy as given ({given:.2f})"]
 
 
 def _no_gpu_demand(base: dict, site: Site, demand: Demand) -> PlanResult:
     """The plan of a demand without GPU jobs: the policy as given, with the reason."""
-    why = [f"the demand asks for no GPU ({demand.jobs} CPU-only jobs): nothing to share or pack; "
-           f"kept the policy as given"]
+    why = [
+        f"the demand asks for no GPU ({demand.jobs} CPU-only jobs): nothing to share or pack; kept the policy as given"
+    ]
     report = plan_report(demand, site, site, why, [], base)
     return PlanResult(copy.deepcopy(base), site, report, Knobs(), None, [], True, None)
 
@@ -961,8 +1060,18 @@ def default_candidates(isolating: bool = False) -> list[Knobs]:
     S3 (seeds 42-51, 100 % arrived) 7.4 % of the LS shares were not placed against 6.1 % of all GPU jobs, for
     +0.1 point of placed GPU; with 5 % fewer, 2.4 % against 6.0 %.
     """
-    out = [Knobs(), Knobs(frac_factor=0.95), Knobs(cpu_jobs="rich"), Knobs(cpu_jobs="spare"), Knobs(mig_factor=0.95),
-           Knobs(frac_heavy=4), Knobs(frac_heavy=2, cpu_order=("cpu",)), *FIRST_FIT, *HEAVY_BY_SHAPE, *POOL_SIZES]
+    out = [
+        Knobs(),
+        Knobs(frac_factor=0.95),
+        Knobs(cpu_jobs="rich"),
+        Knobs(cpu_jobs="spare"),
+        Knobs(mig_factor=0.95),
+        Knobs(frac_heavy=4),
+        Knobs(frac_heavy=2, cpu_order=("cpu",)),
+        *FIRST_FIT,
+        *HEAVY_BY_SHAPE,
+        *POOL_SIZES,
+    ]
     return out if isolating else [*out, Knobs(mig_factor=0.9)]
 
 
@@ -979,15 +1088,27 @@ HEAVY_BY_SHAPE = (Knobs(heavy_per_gpu=1.0, frac_heavy=2, cpu_order=("cpu",)), Kn
 # multi-GPU jobs), 10 % larger, and 20 % smaller with CPU-heavy shares routed. On the paper's family (seeds 42-43,
 # bench/placement.py --family) gpushare60 -0.71 -> -0.50 and multigpu40 -0.53 -> -0.28 below published FGD.
 POOL_SIZES = (Knobs(frac_nodes="fit"), Knobs(frac_factor=1.1), Knobs(frac_factor=0.8, frac_heavy=4))
-FIRST_FIT = (Knobs(frac_weights="node"), Knobs(frac_weights="node", frac_heavy=4),
-             Knobs(frac_weights="node", frac_factor=0.9, frac_heavy=4), Knobs(frac_factor=0.9, frac_heavy=4))
+FIRST_FIT = (
+    Knobs(frac_weights="node"),
+    Knobs(frac_weights="node", frac_heavy=4),
+    Knobs(frac_weights="node", frac_factor=0.9, frac_heavy=4),
+    Knobs(frac_factor=0.9, frac_heavy=4),
+)
 
 
 SHOWN = 15  # candidates the report lists (the best first on the first sampled order)
 
 
-def plan_report(demand: Demand, before: Site, after: Site, why: list[str], tried, raw: dict,
-                verdict: Sequence[str] = (), given: float | None = None) -> list[str]:
+def plan_report(
+    demand: Demand,
+    before: Site,
+    after: Site,
+    why: list[str],
+    tried,
+    raw: dict,
+    verdict: Sequence[str] = (),
+    given: float | None = None,
+) -> list[str]:
     lines = format_demand(demand)
     lines += supply_lines(before, "supply (base policy)")
     lines.append("choices:")

@@ -16,14 +16,16 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from ..policy import Site
+from ..sim.cluster import GPU_MILLI, Pod
 from .demand import Demand, pack_estimate
 from .frompolicy import SubmitRouter
-from ..sim.cluster import GPU_MILLI, Pod
 
 
 def supply_lines(site: Site, title: str) -> list[str]:
     total_gpus = sum(len(g.nodes) * len(g.gpus) for g in site.groups)
-    lines = [f"{title}: {sum(len(g.nodes) for g in site.groups)} nodes, {total_gpus} GPUs, {len(site.groups)} node groups"]
+    lines = [
+        f"{title}: {sum(len(g.nodes) for g in site.groups)} nodes, {total_gpus} GPUs, {len(site.groups)} node groups"
+    ]
     for t in site.tiers:
         gpus = sum(len(g.nodes) * len(g.gpus) for g in t.groups)
         cpus = sum(len(g.nodes) * g.spec.cpus for g in t.groups)
@@ -66,8 +68,10 @@ def stranded_lines(demand: Demand, site: Site) -> list[str]:
     tiers = {t.name: t for t in site.tiers}
     for name, row in sorted(routed.items()):
         if name not in tiers:
-            lines.append(f"  {name}: {row['jobs']} jobs ({row['gpus']:.1f} GPUs) would be refused at submission: "
-                         f"{refused_text(row.get('why', {}))}")
+            lines.append(
+                f"  {name}: {row['jobs']} jobs ({row['gpus']:.1f} GPUs) would be refused at submission: "
+                f"{refused_text(row.get('why', {}))}"
+            )
             continue
         t = tiers[name]
         gpus = sum(len(g.nodes) * len(g.gpus) for g in t.groups)
@@ -84,8 +88,10 @@ def stranded_lines(demand: Demand, site: Site) -> list[str]:
     if fractions:
         asked = sum(m * n for m, n in fractions.items()) / GPU_MILLI
         bins = pack_estimate(fractions)
-        lines.append(f"  fragments: fractional shares ask {asked:.1f} GPUs and fill about {bins}: "
-                     f"{bins - asked:.1f} GPUs ({100 * (bins - asked) / max(1, _gpus(site)):.1f} %) stranded in share remainders")
+        lines.append(
+            f"  fragments: fractional shares ask {asked:.1f} GPUs and fill about {bins}: "
+            f"{bins - asked:.1f} GPUs ({100 * (bins - asked) / max(1, _gpus(site)):.1f} %) stranded in share remainders"
+        )
     return lines
 
 

@@ -153,10 +153,20 @@ class _Clock:
 class Search:
     """One search; ``run`` returns its Outcome."""
 
-    def __init__(self, build: Callable[[Any], tuple[dict, list[str]]], score: Score, orders: Sequence[int],
-                 space: Sequence[Dim], *, budget_s: float | None = None, began: float | None = None,
-                 workers: int = 1, race: bool = True, search: bool = True,
-                 now: Callable[[], float] = time.perf_counter):
+    def __init__(
+        self,
+        build: Callable[[Any], tuple[dict, list[str]]],
+        score: Score,
+        orders: Sequence[int],
+        space: Sequence[Dim],
+        *,
+        budget_s: float | None = None,
+        began: float | None = None,
+        workers: int = 1,
+        race: bool = True,
+        search: bool = True,
+        now: Callable[[], float] = time.perf_counter,
+    ):
         """``now``: the clock the budget is read on (seconds; a test's own clock)."""
         self.build, self._score, self.orders = build, score, tuple(orders)
         self.space, self.workers, self.race_on, self.search_on = list(space), max(1, workers), race, search
@@ -196,7 +206,7 @@ class Search:
             todo = todo[:n]
         if todo:
             began = self.clock.now()
-            for c, s in zip(todo, self._score([c.raw for c in todo], order)):
+            for c, s in zip(todo, self._score([c.raw for c in todo], order), strict=False):
                 c.scores[order] = s
             spent = (self.clock.now() - began) * min(self.workers, len(todo)) / len(todo)
             old = self.clock.per_score
@@ -228,8 +238,9 @@ class Search:
             best, orders, lines = self._race(contenders, given_c if given_eligible else None)
         else:
             best = max(contenders, key=lambda c: (c.scores[first], c is given_c))  # a tie keeps the policy as given
-        return Outcome(best, list(self.by_raw.values()), orders, lines, self.scored, self.out_of_time, given_c,
-                       self.unbuilt)
+        return Outcome(
+            best, list(self.by_raw.values()), orders, lines, self.scored, self.out_of_time, given_c, self.unbuilt
+        )
 
     def _coordinate(self, best: Candidate, order: int) -> Candidate:
         steps = {d.name: d.first_step() for d in self.space}
@@ -237,8 +248,10 @@ class Search:
             gained = False
             for dim in self.space:
                 current = getattr(best.knobs, dim.name)
-                trials = [self.candidate(replace(best.knobs, **{dim.name: v}))
-                          for v in dim.neighbours(current, steps[dim.name])]
+                trials = [
+                    self.candidate(replace(best.knobs, **{dim.name: v}))
+                    for v in dim.neighbours(current, steps[dim.name])
+                ]
                 trials = [c for c in trials if c is not None and c is not best]
                 scored = self.score(trials, order, SEARCH_SHARE)
                 if self.cut:  # the search's share has gone (the starts' own cut leaves it its share)
@@ -251,7 +264,9 @@ class Search:
                     return best
                 steps = {k: max(1, s // 2) for k, s in steps.items()}
 
-    def _race(self, contenders: list[Candidate], given: Candidate | None) -> tuple[Candidate, tuple[int, ...], list[str]]:
+    def _race(
+        self, contenders: list[Candidate], given: Candidate | None
+    ) -> tuple[Candidate, tuple[int, ...], list[str]]:
         first = self.orders[0]
         ranked = _distinct(sorted(contenders, key=lambda c: (-c.scores[first], c is not given)), first)
         if given is not None and given not in ranked:  # it places as a candidate does: that one stands for both
@@ -294,8 +309,10 @@ class Search:
         same = [c for c in others if all(c.scores[o] == leader.scores[o] for o in used)]
         others = [c for c in others if c not in same]
         if not others:
-            return [f"race over sampled orders {', '.join(str(o) for o in used)}: every candidate left places as "
-                    f"the choice does"]
+            return [
+                f"race over sampled orders {', '.join(str(o) for o in used)}: every candidate left places as "
+                f"the choice does"
+            ]
         runner = max(others, key=lambda c: c.mean(used))
         diffs = [leader.scores[o] - runner.scores[o] for o in used]
         margin = sum(diffs) / len(diffs)
@@ -305,8 +322,10 @@ class Search:
         name = "the policy as given" if runner is given else _name(runner)
         orders = ", ".join(str(o) for o in used)
         twins = f"; {len(same)} other candidate(s) place exactly as it does on these orders" if same else ""
-        return [f"race over sampled orders {orders}: {len(active)} left{twins}; chosen by {margin:+.2f} points "
-                f"(standard error {se:.3f}) over the runner-up ({name}), {sure}"]
+        return [
+            f"race over sampled orders {orders}: {len(active)} left{twins}; chosen by {margin:+.2f} points "
+            f"(standard error {se:.3f}) over the runner-up ({name}), {sure}"
+        ]
 
 
 def _distinct(ranked: list[Candidate], order: int) -> list[Candidate]:

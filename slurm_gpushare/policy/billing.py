@@ -50,7 +50,9 @@ def unit_fractions(group: Group) -> list[tuple[str, float]]:
     out: list[tuple[str, float]] = []
     for slot in group.gpus:
         if slot.mode == "mig":
-            out += [(f"gpu:{slot.model.mig_slurm_type(p)}", slot.model.profile(p).fraction(slot.model)) for p in slot.layout]
+            out += [
+                (f"gpu:{slot.model.mig_slurm_type(p)}", slot.model.profile(p).fraction(slot.model)) for p in slot.layout
+            ]
             continue
         out.append((f"gpu:{slot.slurm_type}", 1.0))
         if slot.mode == "shard":
@@ -69,7 +71,9 @@ def tier_fractions(groups: tuple[Group, ...]) -> dict[str, float]:
     return {f"gres/{kind}": round(f, 9) for g in groups for kind, f in unit_fractions(g)}
 
 
-def tier_weights(groups: tuple[Group, ...], billing: Billing, path: str) -> tuple[tuple[tuple[str, float], ...], list[Problem]]:
+def tier_weights(
+    groups: tuple[Group, ...], billing: Billing, path: str
+) -> tuple[tuple[tuple[str, float], ...], list[Problem]]:
     """The (TRES, weight) pairs of one partition's TRESBillingWeights, and any conflicts."""
     single, seen = kind_weights(groups, billing)
     problems = [
@@ -83,7 +87,10 @@ def tier_weights(groups: tuple[Group, ...], billing: Billing, path: str) -> tupl
         if len(ws) > 1 and not kind.startswith("gpu:")
     ]
     problems += [
-        Problem(path, f"GRES/{kind} has different weights on different models ({', '.join(fmt(w) for w in sorted(ws))}); give each model its own type")
+        Problem(
+            path,
+            f"GRES/{kind} has different weights on different models ({', '.join(fmt(w) for w in sorted(ws))}); give each model its own type",
+        )
         for kind, ws in sorted(seen.items())
         if len(ws) > 1 and kind.startswith("gpu:")
     ]

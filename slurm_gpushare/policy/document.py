@@ -50,11 +50,15 @@ def with_layouts(site_doc: dict, node: str, layouts: dict[int, tuple[str, ...]])
 
     def check(gpu: int, entry: dict | None, group: dict) -> None:
         if entry is None:
-            raise ValueError(f"GPU {gpu} of node {node} has no MIG sharing entry in node group {group['name']} "
-                             "(an exclusive GPU): the live planner changes MIG layouts only")
+            raise ValueError(
+                f"GPU {gpu} of node {node} has no MIG sharing entry in node group {group['name']} "
+                "(an exclusive GPU): the live planner changes MIG layouts only"
+            )
         if str(entry.get("mode", "")).lower() != "mig":
-            raise ValueError(f"GPU {gpu} of node {node} is shared by mode {entry.get('mode')} in node group "
-                             f"{group['name']}, not mig: the live planner changes MIG layouts only")
+            raise ValueError(
+                f"GPU {gpu} of node {node} is shared by mode {entry.get('mode')} in node group "
+                f"{group['name']}, not mig: the live planner changes MIG layouts only"
+            )
 
     entries = {g: {"mode": "mig", "layout": list(layout)} for g, layout in layouts.items()}
     what = ", ".join(f"GPU {g} as {'+'.join(layouts[g])}" for g in sorted(layouts))
@@ -72,13 +76,17 @@ def with_modes(site_doc: dict, node: str, modes: dict[int, dict]) -> dict:
     for gpu, entry in modes.items():
         mode = str(entry.get("mode", "")).lower()
         if mode not in ("exclusive", "mps", "shard"):
-            raise ValueError(f"GPU {gpu} of node {node}: mode {entry.get('mode')!r}: the live planner sets "
-                             "exclusive, mps or shard (MIG mode is never changed: it needs a GPU reset)")
+            raise ValueError(
+                f"GPU {gpu} of node {node}: mode {entry.get('mode')!r}: the live planner sets "
+                "exclusive, mps or shard (MIG mode is never changed: it needs a GPU reset)"
+            )
 
     def check(gpu: int, entry: dict | None, group: dict) -> None:
         if entry is not None and str(entry.get("mode", "")).lower() == "mig":
-            raise ValueError(f"GPU {gpu} of node {node} is shared by MIG in node group {group['name']}: the live "
-                             "planner never changes a GPU's MIG mode (it needs a GPU reset)")
+            raise ValueError(
+                f"GPU {gpu} of node {node} is shared by MIG in node group {group['name']}: the live "
+                "planner never changes a GPU's MIG mode (it needs a GPU reset)"
+            )
 
     what = ", ".join(f"GPU {g} {mode_text(modes[g])}" for g in sorted(modes))
     return _with_entries(site_doc, node, {g: dict(e) for g, e in modes.items()}, check, what)
@@ -94,13 +102,13 @@ def _with_entries(site_doc: dict, node: str, entries: dict[int, dict], check, wh
         if node in nodes:
             break
     else:
-        raise ValueError(f"node {node!r} is in no node group of the policy; groups: "
-                         f"{', '.join(str(g.get('name')) for g in groups)}")
+        raise ValueError(
+            f"node {node!r} is in no node group of the policy; groups: {', '.join(str(g.get('name')) for g in groups)}"
+        )
     count = int(group["gpu"]["count"])
     for gpu in sorted(entries):
         if not 0 <= gpu < count:
-            raise ValueError(f"GPU {gpu} of node {node}: node group {group['name']} has {count} GPU(s), "
-                             f"0-{count - 1}")
+            raise ValueError(f"GPU {gpu} of node {node}: node group {group['name']} has {count} GPU(s), 0-{count - 1}")
     sharing, found = [], set()
     for entry in group.get("sharing") or []:
         indexes = parse_indexes(entry["gpus"], count)
@@ -140,5 +148,5 @@ def _group_name(wanted: str, taken: set[str]) -> str:
     name, n = base, 2
     while name in taken:
         suffix = f"-{n}"
-        name, n = base[:63 - len(suffix)] + suffix, n + 1
+        name, n = base[: 63 - len(suffix)] + suffix, n + 1
     return name

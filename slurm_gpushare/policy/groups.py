@@ -8,7 +8,7 @@ checked, so one run reports everything.
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 import hostlist
 
@@ -36,7 +36,9 @@ def declared_models(decls: list[GpuModelDecl]) -> tuple[dict[str, GpuModel], lis
         path = f"gpu_models[{i}]"
         try:
             get_model(d.name)
-            problems.append(Problem(f"{path}.name", f"{d.name!r} is already in the catalogue; use it without declaring it"))
+            problems.append(
+                Problem(f"{path}.name", f"{d.name!r} is already in the catalogue; use it without declaring it")
+            )
             continue
         except CatalogueError:
             pass
@@ -45,12 +47,25 @@ def declared_models(decls: list[GpuModelDecl]) -> tuple[dict[str, GpuModel], lis
             continue
         slurm_type = d.slurm_type or re.sub(r"[^a-z0-9_.]", "_", d.name.lower())
         if slurm_type in types:
-            problems.append(Problem(f"{path}.slurm_type", f"GPU type {slurm_type!r} already names {types[slurm_type]}; give this model its own slurm_type"))
+            problems.append(
+                Problem(
+                    f"{path}.slurm_type",
+                    f"GPU type {slurm_type!r} already names {types[slurm_type]}; give this model its own slurm_type",
+                )
+            )
             continue
         types[slurm_type] = d.name
         out[d.name.lower()] = GpuModel(
-            name=d.name, nvml_names=(), slurm_type=slurm_type, memory_mib=d.memory_mb, compute_slices=0,
-            memory_slices=0, multiprocessors=None, pci_device_ids=(), mig_profiles=(), source=f"policy {path}",
+            name=d.name,
+            nvml_names=(),
+            slurm_type=slurm_type,
+            memory_mib=d.memory_mb,
+            compute_slices=0,
+            memory_slices=0,
+            multiprocessors=None,
+            pci_device_ids=(),
+            mig_profiles=(),
+            source=f"policy {path}",
         )
     return out, problems
 
@@ -64,7 +79,9 @@ def find_model(name: str, declared: dict[str, GpuModel]) -> GpuModel:
         return get_model(name)
     except CatalogueError as exc:
         if declared:
-            raise CatalogueError(f"{exc}; declared in gpu_models: {', '.join(m.name for m in declared.values())}") from None
+            raise CatalogueError(
+                f"{exc}; declared in gpu_models: {', '.join(m.name for m in declared.values())}"
+            ) from None
         raise CatalogueError(f"{exc} (or declare it under gpu_models: name, memory_mb)") from None
 
 
@@ -142,13 +159,13 @@ def _resolve_group(spec, path, nodes, version, problems, declared) -> Group | No
 def parse_indexes(value: str | int, count: int) -> list[int]:
     """'0-3', '4,5', 6 -> GPU indexes; ValueError names what would be accepted."""
     if isinstance(value, bool):
-        raise ValueError("expected GPU indexes such as 0, \"0-3\" or \"4,5\"")
+        raise ValueError('expected GPU indexes such as 0, "0-3" or "4,5"')
     text = str(value).strip()
     indexes: list[int] = []
     for part in text.split(","):
         m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
         if not m:
-            raise ValueError(f"{text!r} is not a GPU index list; write e.g. 0, \"0-3\" or \"4,5\"")
+            raise ValueError(f'{text!r} is not a GPU index list; write e.g. 0, "0-3" or "4,5"')
         lo, hi = int(m[1]), int(m[2] if m[2] is not None else m[1])
         if hi < lo:
             raise ValueError(f"range {part.strip()!r} runs backwards")
@@ -168,7 +185,7 @@ def format_indexes(indexes: Iterable[int]) -> str:
         raise ValueError("no GPU indexes to write: a sharing entry names at least one GPU")
     runs: list[str] = []
     start = ordered[0]
-    for a, b in zip(ordered, [*ordered[1:], None]):
+    for a, b in zip(ordered, [*ordered[1:], None], strict=False):
         if b != a + 1:
             runs.append(f"{start}-{a}" if a != start else f"{a}")
             start = b
@@ -195,8 +212,9 @@ def _resolve_sharing(sharing: Sharing, path, count, model: GpuModel, slots, prob
     if slot is None:
         return
     for index in indexes:
-        slots[index] = GpuSlot(index, slot.mode, model, slot.slurm_type, slot.layout, slot.replicas, slot.units,
-                               slot.compute_mode)
+        slots[index] = GpuSlot(
+            index, slot.mode, model, slot.slurm_type, slot.layout, slot.replicas, slot.units, slot.compute_mode
+        )
 
 
 def _make_slot(sharing: Sharing, path, model: GpuModel, problems) -> GpuSlot | None:
@@ -218,7 +236,10 @@ def _make_slot(sharing: Sharing, path, model: GpuModel, problems) -> GpuSlot | N
             problems.append(Problem(f"{path}.replicas", "required for mode shard: an integer >= 2"))
         elif not 2 <= replicas <= MAX_REPLICAS:
             problems.append(
-                Problem(f"{path}.replicas", f"{replicas} is not allowed: replicas must be >= 2 (one replica is an exclusive GPU) and <= {MAX_REPLICAS}")
+                Problem(
+                    f"{path}.replicas",
+                    f"{replicas} is not allowed: replicas must be >= 2 (one replica is an exclusive GPU) and <= {MAX_REPLICAS}",
+                )
             )
         return None if len(problems) > before else GpuSlot(0, mode, model, slurm_type, replicas=replicas)
     if mode == "mps":
@@ -232,33 +253,49 @@ def _make_slot(sharing: Sharing, path, model: GpuModel, problems) -> GpuSlot | N
                     f"{units} units do not give whole percentages per unit; allowed: {', '.join(map(str, MPS_UNITS))} (divisors of 100)",
                 )
             )
-        return None if len(problems) > before else GpuSlot(0, mode, model, slurm_type, units=units,
-                                                           compute_mode=sharing.compute_mode or "default")
+        return (
+            None
+            if len(problems) > before
+            else GpuSlot(0, mode, model, slurm_type, units=units, compute_mode=sharing.compute_mode or "default")
+        )
     return None if len(problems) > before else GpuSlot(0, mode, model, slurm_type)
 
 
-_KEYS_FOR = {"mig": {"layout"}, "shard": {"replicas", "type"}, "mps": {"units", "type", "compute_mode"}, "exclusive": {"type"}}
+_KEYS_FOR = {
+    "mig": {"layout"},
+    "shard": {"replicas", "type"},
+    "mps": {"units", "type", "compute_mode"},
+    "exclusive": {"type"},
+}
 
 
 def _forbid_other_keys(sharing: Sharing, mode: str, path: str, problems) -> None:
     for key in ("layout", "replicas", "units", "type", "compute_mode"):
         if getattr(sharing, key) is not None and key not in _KEYS_FOR[mode]:
             owners = [m for m, keys in _KEYS_FOR.items() if key in keys]
-            problems.append(Problem(f"{path}.{key}", f"not used by mode {mode}; it applies to mode {' / '.join(owners)}"))
+            problems.append(
+                Problem(f"{path}.{key}", f"not used by mode {mode}; it applies to mode {' / '.join(owners)}")
+            )
 
 
 def _resolve_layout(layout, path, model: GpuModel, problems) -> tuple[str, ...]:
     if not model.mig_capable:
         mig = ", ".join(m.name for m in models() if m.mig_capable)
-        problems.append(Problem(path.rsplit(".", 1)[0] + ".mode", f"{model.name} does not support MIG; MIG models: {mig}"))
+        problems.append(
+            Problem(path.rsplit(".", 1)[0] + ".mode", f"{model.name} does not support MIG; MIG models: {mig}")
+        )
         return ()
     named = model.named_layouts()
     if layout is None or layout == [] or layout == "":
-        problems.append(Problem(path, f"required for mode mig: a list of profiles or one of {', '.join(sorted(named))}"))
+        problems.append(
+            Problem(path, f"required for mode mig: a list of profiles or one of {', '.join(sorted(named))}")
+        )
         return ()
     if isinstance(layout, str):
         if layout not in named:
-            problems.append(Problem(path, f"{layout!r} is not a named layout for {model.name}; known: {', '.join(sorted(named))}"))
+            problems.append(
+                Problem(path, f"{layout!r} is not a named layout for {model.name}; known: {', '.join(sorted(named))}")
+            )
             return ()
         return tuple(named[layout])
     reasons = check_layout(model, list(layout))
@@ -271,11 +308,17 @@ def _check_mode_mix(slots: list[GpuSlot], path, version: SlurmVersion, problems)
     modes = {s.mode for s in slots}
     if {"mps", "shard"} <= modes:
         problems.append(
-            Problem(path, "mps and shard on the same node are not supported by Slurm (one shared GRES per node); put them in separate node groups")
+            Problem(
+                path,
+                "mps and shard on the same node are not supported by Slurm (one shared GRES per node); put them in separate node groups",
+            )
         )
     if "mig" in modes and modes & {"mps", "shard"} and version < MIG_WITH_SHARED_FIXED:
         problems.append(
-            Problem(path, f"MIG together with {'/'.join(sorted(modes & {'mps', 'shard'}))} on one node constrains the wrong MIG devices before Slurm 23.02.7 (Bug 17482); upgrade or split the node group")
+            Problem(
+                path,
+                f"MIG together with {'/'.join(sorted(modes & {'mps', 'shard'}))} on one node constrains the wrong MIG devices before Slurm 23.02.7 (Bug 17482); upgrade or split the node group",
+            )
         )
 
 

@@ -24,7 +24,6 @@ from .rules import (
 )
 from .site import Site
 
-
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML has it: ~10x faster
 
 
@@ -106,7 +105,10 @@ def _version(value, problems: list[Problem]) -> SlurmVersion | None:
         return None
     if version < OLDEST_SUPPORTED:
         problems.append(
-            Problem("cluster.slurm_version", f"Slurm {version} is not supported: {OLDEST_SUPPORTED} or newer (tested: {', '.join(TESTED)})")
+            Problem(
+                "cluster.slurm_version",
+                f"Slurm {version} is not supported: {OLDEST_SUPPORTED} or newer (tested: {', '.join(TESTED)})",
+            )
         )
     return version
 

@@ -56,11 +56,17 @@ class Metrics(Strict):
             if value is not None and "/../" in value + "/":
                 raise ValueError(f"{name}: {value!r} climbs with '..'; give the directory's own absolute path")
             if value is not None and value.rstrip("/") in ("", "/."):
-                raise ValueError(f"{name}: {value!r} is the root directory; name a directory of its own "
-                                 "(e.g. /var/lib/prometheus/node-exporter, /run/gpushare/dcgm-job-mapping)")
-        if self.textfile_dir is not None and self.textfile_dir.rstrip("/") == (self.dcgm_job_mapping_dir or "").rstrip("/"):
-            raise ValueError("textfile_dir and dcgm_job_mapping_dir are the same directory; dcgm-exporter reads "
-                             "every file named like a GPU index there, node_exporter every *.prom: give each its own")
+                raise ValueError(
+                    f"{name}: {value!r} is the root directory; name a directory of its own "
+                    "(e.g. /var/lib/prometheus/node-exporter, /run/gpushare/dcgm-job-mapping)"
+                )
+        if self.textfile_dir is not None and self.textfile_dir.rstrip("/") == (self.dcgm_job_mapping_dir or "").rstrip(
+            "/"
+        ):
+            raise ValueError(
+                "textfile_dir and dcgm_job_mapping_dir are the same directory; dcgm-exporter reads "
+                "every file named like a GPU index there, node_exporter every *.prom: give each its own"
+            )
         return self
 
 
@@ -79,31 +85,39 @@ class Health(Strict):
     def _states(self):
         states = [s for s in self.node_state if s != "CYCLE"]
         if not states:
-            raise ValueError("node_state: name at least one of ANY, ALLOC, IDLE, MIXED, NONDRAINED_IDLE "
-                             "(CYCLE only combines with them)")
+            raise ValueError(
+                "node_state: name at least one of ANY, ALLOC, IDLE, MIXED, NONDRAINED_IDLE "
+                "(CYCLE only combines with them)"
+            )
         if len(set(self.node_state)) != len(self.node_state):
             raise ValueError(f"node_state: {self.node_state} names a state twice")
         if "ANY" in states and len(states) > 1:
-            raise ValueError(f"node_state: ANY already covers {', '.join(s for s in states if s != 'ANY')}; "
-                             "give ANY alone (with CYCLE if wanted) or the states without ANY")
+            raise ValueError(
+                f"node_state: ANY already covers {', '.join(s for s in states if s != 'ANY')}; "
+                "give ANY alone (with CYCLE if wanted) or the states without ANY"
+            )
         return self
 
 
 # slurm.conf(5) SchedulerParameters of Slurm 24.11: options that stand alone, and options that take a value.
-SCHEDULER_FLAGS = frozenset("""
+SCHEDULER_FLAGS = frozenset(
+    """
 allow_zero_lic assoc_limit_stop bf_allow_magnetic_slot bf_busy_nodes bf_continue bf_hetjob_immediate bf_licenses
 bf_one_resv_per_job bf_running_job_reserve bf_topopt_enable defer defer_batch disable_job_shrink disable_hetjob_steps
 enable_hetjob_steps enable_job_state_cache enable_user_top extra_constraints ignore_constraint_validation Ignore_NUMA
 ignore_prefer_validation no_backup_scheduling no_env_cache nohold_on_prolog_fail pack_serial_at_end
 reduce_completing_frag requeue_setup_env_fail salloc_wait_nodes sbatch_wait_nodes spec_cores_first
-time_min_as_soft_limit whole_hetjob""".split())
-SCHEDULER_VALUES = frozenset("""
+time_min_as_soft_limit whole_hetjob""".split()
+)
+SCHEDULER_VALUES = frozenset(
+    """
 batch_sched_delay bb_array_stage_cnt bf_hetjob_prio bf_interval bf_job_part_count_reserve bf_max_job_array_resv
 bf_max_job_assoc bf_max_job_part bf_max_job_start bf_max_job_test bf_max_job_user bf_max_job_user_part bf_max_time
 bf_min_age_reserve bf_min_prio_reserve bf_node_space_size bf_resolution bf_topopt_iterations bf_window
 bf_window_linear bf_yield_interval bf_yield_sleep build_queue_timeout correspond_after_task_cnt default_queue_depth
 delay_boot max_array_tasks max_rpc_cnt max_sched_time max_script_size max_submit_line_size max_switch_wait
-partition_job_depth sched_interval sched_max_job_start sched_min_interval step_retry_count step_retry_time""".split())
+partition_job_depth sched_interval sched_max_job_start sched_min_interval step_retry_count step_retry_time""".split()
+)
 
 # The product's SchedulerParameters for many short GPU jobs of mixed kinds in one partition
 # (bench/cluster_throughput.py --sched measures them against Slurm's defaults; the README says why each).
@@ -316,8 +330,10 @@ class Live(Strict):
     def _file(self):
         if self.policy_file is not None:
             if "/../" in self.policy_file + "/" or self.policy_file.endswith("/"):
-                raise ValueError(f"policy_file: {self.policy_file!r} must name a file by its own absolute path "
-                                 "(no '..', not a directory), e.g. /etc/slurm/gpushare-live.yaml")
+                raise ValueError(
+                    f"policy_file: {self.policy_file!r} must name a file by its own absolute path "
+                    "(no '..', not a directory), e.g. /etc/slurm/gpushare-live.yaml"
+                )
         return self
 
 

@@ -35,16 +35,27 @@ def check_tenants(policy: Policy) -> list[Problem]:
         path = f"tenants[{i}]"
         if isinstance(t.shares, str):
             if t.shares != "parent":
-                problems.append(Problem(f"{path}.shares", f"{t.shares!r} is not allowed: a positive integer or 'parent'"))
+                problems.append(
+                    Problem(f"{path}.shares", f"{t.shares!r} is not allowed: a positive integer or 'parent'")
+                )
         elif isinstance(t.shares, bool) or t.shares <= 0:
-            problems.append(Problem(f"{path}.shares", f"{t.shares} is not allowed: shares must be a positive integer (or 'parent')"))
+            problems.append(
+                Problem(f"{path}.shares", f"{t.shares} is not allowed: shares must be a positive integer (or 'parent')")
+            )
         if t.parent is not None and t.parent not in names:
-            problems.append(Problem(f"{path}.parent", f"{t.parent!r} is not a tenant; known: {', '.join(sorted(names))}"))
+            problems.append(
+                Problem(f"{path}.parent", f"{t.parent!r} is not a tenant; known: {', '.join(sorted(names))}")
+            )
         if t.parent == t.name:
             problems.append(Problem(f"{path}.parent", "a tenant cannot be its own parent"))
         for j, user in enumerate(t.users):
             if not _USER.match(user):
-                problems.append(Problem(f"{path}.users[{j}]", f"{user!r} is not a valid user name (lower-case letters, digits, '_', '-', '.')"))
+                problems.append(
+                    Problem(
+                        f"{path}.users[{j}]",
+                        f"{user!r} is not a valid user name (lower-case letters, digits, '_', '-', '.')",
+                    )
+                )
         if len(set(t.users)) != len(t.users):
             problems.append(Problem(f"{path}.users", "a user is listed twice"))
     problems += _cycles(policy)
@@ -73,29 +84,63 @@ def build_tiers(policy: Policy, groups: list[Group]) -> tuple[list[TierView], li
     tenants = {t.name for t in policy.tenants}
     defaults = [i for i, t in enumerate(policy.tiers) if t.default]
     if len(defaults) > 1:
-        problems.append(Problem(f"tiers[{defaults[1]}].default", f"only one tier can be the default; tiers[{defaults[0]}] already is"))
+        problems.append(
+            Problem(
+                f"tiers[{defaults[1]}].default", f"only one tier can be the default; tiers[{defaults[0]}] already is"
+            )
+        )
     default_index = defaults[0] if defaults else 0
     views = []
     for i, tier in enumerate(policy.tiers):
         path = f"tiers[{i}]"
         mode = tier.preempt_mode.lower()
         if mode == "suspend":
-            problems.append(Problem(f"{path}.preempt_mode", "'suspend' is not allowed for GPU jobs: suspended jobs keep their GRES; use requeue or cancel (or off)"))
+            problems.append(
+                Problem(
+                    f"{path}.preempt_mode",
+                    "'suspend' is not allowed for GPU jobs: suspended jobs keep their GRES; use requeue or cancel (or off)",
+                )
+            )
         elif mode not in PREEMPT_MODES:
-            problems.append(Problem(f"{path}.preempt_mode", f"{tier.preempt_mode!r} is not allowed; use one of {', '.join(PREEMPT_MODES)}"))
+            problems.append(
+                Problem(
+                    f"{path}.preempt_mode",
+                    f"{tier.preempt_mode!r} is not allowed; use one of {', '.join(PREEMPT_MODES)}",
+                )
+            )
         if tier.grace_time and mode == "off":
-            problems.append(Problem(f"{path}.grace_time", "applies to jobs preempted from this tier, and its preempt_mode is off; set preempt_mode to requeue or cancel, or remove grace_time"))
+            problems.append(
+                Problem(
+                    f"{path}.grace_time",
+                    "applies to jobs preempted from this tier, and its preempt_mode is off; set preempt_mode to requeue or cancel, or remove grace_time",
+                )
+            )
         for j, name in enumerate(tier.node_groups):
             if name not in declared:
-                problems.append(Problem(f"{path}.node_groups[{j}]", f"{name!r} is not a node group; known: {', '.join(sorted(declared))}"))
+                problems.append(
+                    Problem(
+                        f"{path}.node_groups[{j}]",
+                        f"{name!r} is not a node group; known: {', '.join(sorted(declared))}",
+                    )
+                )
         for j, account in enumerate(tier.allow_accounts):
             if account not in tenants:
-                problems.append(Problem(f"{path}.allow_accounts[{j}]", f"{account!r} is not a tenant; known: {', '.join(sorted(tenants)) or '(none)'}"))
+                problems.append(
+                    Problem(
+                        f"{path}.allow_accounts[{j}]",
+                        f"{account!r} is not a tenant; known: {', '.join(sorted(tenants)) or '(none)'}",
+                    )
+                )
         members = tuple(by_name[n] for n in dict.fromkeys(tier.node_groups) if n in by_name)
         types = {t for g in members for (n, t) in g.gres if n == "gpu"}
         for j, gtype in enumerate(tier.gpu_types):
             if gtype not in types:
-                problems.append(Problem(f"{path}.gpu_types[{j}]", f"{gtype!r} is not a GPU type on this tier's nodes; available: {', '.join(sorted(types))}"))
+                problems.append(
+                    Problem(
+                        f"{path}.gpu_types[{j}]",
+                        f"{gtype!r} is not a GPU type on this tier's nodes; available: {', '.join(sorted(types))}",
+                    )
+                )
         problems += _exclusive_process_mix(path, tier.name, members)
         weights, conflicts = tier_weights(members, policy.billing, path)
         problems += conflicts
@@ -110,11 +155,16 @@ def _exclusive_process_mix(path: str, tier: str, members) -> list[Problem]:
     others = [g.name for g in members if not g.exclusive_process_mps]
     if not ep or not others:
         return []
-    return [Problem(f"{path}.node_groups", f"tier {tier!r} mixes node groups {', '.join(ep)} (MPS in compute_mode "
-                    f"exclusive_process: one MPS server, so one user, per GPU at a time; the tier's partition gets "
-                    f"ExclusiveUser=YES) with {', '.join(others)}, which ExclusiveUser would also keep to one user per "
-                    f"node: give {', '.join(ep)} tiers of their own (only exclusive_process MPS groups), or set their "
-                    "compute_mode to default")]
+    return [
+        Problem(
+            f"{path}.node_groups",
+            f"tier {tier!r} mixes node groups {', '.join(ep)} (MPS in compute_mode "
+            f"exclusive_process: one MPS server, so one user, per GPU at a time; the tier's partition gets "
+            f"ExclusiveUser=YES) with {', '.join(others)}, which ExclusiveUser would also keep to one user per "
+            f"node: give {', '.join(ep)} tiers of their own (only exclusive_process MPS groups), or set their "
+            "compute_mode to default",
+        )
+    ]
 
 
 def check_types(policy: Policy, groups: list[Group]) -> list[Problem]:
@@ -129,7 +179,12 @@ def check_types(policy: Policy, groups: list[Group]) -> list[Problem]:
             for t in names:
                 model = owners.setdefault(t, g.model.name)
                 if model != g.model.name:
-                    problems.append(Problem(f"node_groups[{i}].sharing", f"GPU type {t!r} is used for both {model} and {g.model.name}; a type names one kind of GPU"))
+                    problems.append(
+                        Problem(
+                            f"node_groups[{i}].sharing",
+                            f"GPU type {t!r} is used for both {model} and {g.model.name}; a type names one kind of GPU",
+                        )
+                    )
     return problems
 
 
@@ -147,11 +202,21 @@ def check_features(policy: Policy, groups: list[Group]) -> list[Problem]:
         for k, name in enumerate(g.spec.features):
             path = f"node_groups[{i}].features[{k}]"
             if not _FEATURE.match(name):
-                problems.append(Problem(path, f"{name!r} is not a feature name a job can ask for: letters, digits, "
-                                              "'_', '.', '-' (at most 64, starting with a letter or digit)"))
+                problems.append(
+                    Problem(
+                        path,
+                        f"{name!r} is not a feature name a job can ask for: letters, digits, "
+                        "'_', '.', '-' (at most 64, starting with a letter or digit)",
+                    )
+                )
             elif models.get(name, g.model.name) != g.model.name:
-                problems.append(Problem(path, f"{name!r} is the feature of GPU model {models[name]} (every node gets "
-                                              f"its GPU model's feature), but this group has {g.model.name} GPUs"))
+                problems.append(
+                    Problem(
+                        path,
+                        f"{name!r} is the feature of GPU model {models[name]} (every node gets "
+                        f"its GPU model's feature), but this group has {g.model.name} GPUs",
+                    )
+                )
     return problems
 
 
@@ -164,7 +229,9 @@ def check_billing(policy: Policy, declared: dict | None = None) -> list[Problem]
         except CatalogueError as exc:
             problems.append(Problem(f"billing.gpu_weights.{name}", str(exc)))
         if weight <= 0:
-            problems.append(Problem(f"billing.gpu_weights.{name}", f"{weight} is not allowed: a GPU weight must be > 0"))
+            problems.append(
+                Problem(f"billing.gpu_weights.{name}", f"{weight} is not allowed: a GPU weight must be > 0")
+            )
     return problems
 
 
@@ -211,7 +278,9 @@ def check_routes(policy: Policy, groups: list[Group], tiers: list[TierView]) -> 
         m = route.match
         for j, q in enumerate(m.qos):
             if not _QOS.match(q):
-                problems.append(Problem(f"{path}.match.qos[{j}]", f"{q!r} is not a QOS name (letters, digits, '_', '.', '-')"))
+                problems.append(
+                    Problem(f"{path}.match.qos[{j}]", f"{q!r} is not a QOS name (letters, digits, '_', '.', '-')")
+                )
         if (m.min_gpus is not None or m.max_gpus is not None) and m.gres != "gpu":
             problems.append(Problem(f"{path}.match", "min_gpus / max_gpus apply to gres: gpu only"))
         if m.min_gpus is not None and m.max_gpus is not None and m.min_gpus > m.max_gpus:
@@ -221,7 +290,9 @@ def check_routes(policy: Policy, groups: list[Group], tiers: list[TierView]) -> 
         members = []
         for j, name in enumerate(route.tiers):
             if name not in by_name:
-                problems.append(Problem(f"{path}.tiers[{j}]", f"{name!r} is not a tier; known: {', '.join(sorted(by_name))}"))
+                problems.append(
+                    Problem(f"{path}.tiers[{j}]", f"{name!r} is not a tier; known: {', '.join(sorted(by_name))}")
+                )
             else:
                 members.append(by_name[name])
         scope = [g for t in members for g in t.groups] if route.tiers else list(groups)

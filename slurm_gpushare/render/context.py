@@ -8,7 +8,6 @@ from ..policy import Group, Site, TierView
 from ..policy.groups import format_indexes
 
 
-
 def gres_types(site: Site) -> str:
     """Only the GRES the policy uses, mps before shard.
 
@@ -48,8 +47,13 @@ def node_lines(site: Site) -> list[dict]:
     out = []
     for g in site.groups:
         spec = g.spec
-        hw = {"CPUs": spec.cpus, "Sockets": spec.sockets, "CoresPerSocket": spec.cores_per_socket,
-              "ThreadsPerCore": spec.threads_per_core, "RealMemory": spec.memory_mb}
+        hw = {
+            "CPUs": spec.cpus,
+            "Sockets": spec.sockets,
+            "CoresPerSocket": spec.cores_per_socket,
+            "ThreadsPerCore": spec.threads_per_core,
+            "RealMemory": spec.memory_mb,
+        }
         attrs = [(k, v) for k, v in hw.items() if v is not None]
         attrs.append(("Gres", gres_string(g)))
         # the GPU model's feature (its Slurm type) and the policy's own: --constraint=a30|l40s picks GPU models
@@ -66,9 +70,13 @@ def partition_lines(site: Site) -> list[dict]:
     out = []
     for tier in site.tiers:
         spec = tier.spec
-        attrs = [("Nodes", tier.hostlist), ("Default", "YES" if tier.is_default else "NO"),
-                 ("MaxTime", spec.max_time), ("PriorityTier", spec.priority),
-                 ("DefMemPerCPU", def_mem_per_cpu(tier))]
+        attrs = [
+            ("Nodes", tier.hostlist),
+            ("Default", "YES" if tier.is_default else "NO"),
+            ("MaxTime", spec.max_time),
+            ("PriorityTier", spec.priority),
+            ("DefMemPerCPU", def_mem_per_cpu(tier)),
+        ]
         if preempting:
             attrs.append(("PreemptMode", spec.preempt_mode.upper()))
             if spec.grace_time:
@@ -106,8 +114,11 @@ def hooks(site: Site) -> list[tuple[str, str]]:
     health = site.cluster.health
     if health.program:
         # `gpushare node health` (gpushare-node-health): repairs, or drains with a "gpushare-health:" reason
-        out += [("HealthCheckProgram", health.program), ("HealthCheckInterval", str(health.interval)),
-                ("HealthCheckNodeState", ",".join(health.node_state))]
+        out += [
+            ("HealthCheckProgram", health.program),
+            ("HealthCheckInterval", str(health.interval)),
+            ("HealthCheckNodeState", ",".join(health.node_state)),
+        ]
     return out
 
 

@@ -36,6 +36,6 @@ def header_ok(text: str, comment: str = "#") -> bool:
     lines = text.split("\n", 4)
     if len(lines) < 5:
         return False
-    hash_line = "#" + lines[3][len(comment):] if comment != "#" else lines[3]
+    hash_line = "#" + lines[3][len(comment) :] if comment != "#" else lines[3]
     m = _BODY_RE.match(hash_line)
     return bool(m) and hashlib.sha256(lines[4].encode()).hexdigest() == m[1]

@@ -58,12 +58,23 @@ def lua_data(t: Tables) -> dict:
         "aliases": {k: {"name": a.name, "type": a.type, "per": a.per} for k, a in t.aliases.items()},
         "texts": dict(t.texts),
         "tiers": [
-            {"name": x.name, "is_default": x.is_default, "gpu": list(x.gpu), "gpu_set": {g: True for g in x.gpu}, "shared": x.shared,
-             "groups": [
-                 {"name": g.name, "model": g.model, "feature_set": {f: True for f in g.features}, "gpu": list(g.gpu),
-                  "shared": g.shared}
-                 for g in x.groups
-             ]}
+            {
+                "name": x.name,
+                "is_default": x.is_default,
+                "gpu": list(x.gpu),
+                "gpu_set": {g: True for g in x.gpu},
+                "shared": x.shared,
+                "groups": [
+                    {
+                        "name": g.name,
+                        "model": g.model,
+                        "feature_set": {f: True for f in g.features},
+                        "gpu": list(g.gpu),
+                        "shared": g.shared,
+                    }
+                    for g in x.groups
+                ],
+            }
             for x in t.tiers
         ],
         "feature_set": {f: True for f in t.features},
@@ -71,9 +82,16 @@ def lua_data(t: Tables) -> dict:
         "tier_index": {x.name: i + 1 for i, x in enumerate(t.tiers)},
         "default_tier": next(i + 1 for i, x in enumerate(t.tiers) if x.is_default),
         "routes": [
-            {"gres": r.gres, "qos": {q: True for q in r.qos}, "min_gpus": r.min_gpus, "max_gpus": r.max_gpus,
-             "min_cpus": r.min_cpus, "partition": ",".join(r.tiers), "round_mig": r.round_to == "mig",
-             "cover": [{"pct": pct, "type": gtype} for pct, gtype in r.mig_cover]}
+            {
+                "gres": r.gres,
+                "qos": {q: True for q in r.qos},
+                "min_gpus": r.min_gpus,
+                "max_gpus": r.max_gpus,
+                "min_cpus": r.min_cpus,
+                "partition": ",".join(r.tiers),
+                "round_mig": r.round_to == "mig",
+                "cover": [{"pct": pct, "type": gtype} for pct, gtype in r.mig_cover],
+            }
             for r in t.routes
         ],
     }
@@ -152,8 +170,10 @@ def prelude(site: Site, data: dict | None = None) -> str:
     """
     data = lua_data(build_tables(site)) if data is None else data
     messages = lua_texts({**tb.MESSAGES, **tb.SCRIPT_MESSAGES})
-    return environment().get_template(PRELUDE).render(
-        version=site.version, tables=to_lua(data), messages=messages, codes=lua_texts(tb.CODES)
+    return (
+        environment()
+        .get_template(PRELUDE)
+        .render(version=site.version, tables=to_lua(data), messages=messages, codes=lua_texts(tb.CODES))
     )
 
 

@@ -100,8 +100,15 @@ class SlurmState:
         parts = sorted({p for x in nodes for p in x.partitions})
         self.partition = {p: np.array([p in x.partitions for x in nodes]) for p in parts}
         width = max((len(x.gpus) for x in nodes), default=0) or 1
-        recs = [[(g.mig[k] if g.mig else g.gres_type, i) for i, g in enumerate(x.gpus) for k in range(max(len(g.mig), 1))
-                 if g.mig or g.mode != "mig"] for x in nodes]
+        recs = [
+            [
+                (g.mig[k] if g.mig else g.gres_type, i)
+                for i, g in enumerate(x.gpus)
+                for k in range(max(len(g.mig), 1))
+                if g.mig or g.mode != "mig"
+            ]
+            for x in nodes
+        ]
         rwidth = max((len(r) for r in recs), default=0) or 1
         self.types = {"": 0}
         self.rec_type = np.full((n, rwidth), -1, dtype=np.int64)
@@ -364,7 +371,7 @@ def route_all(router: Router, pods: tuple[Pod, ...]) -> tuple[list, list]:
     why = getattr(router, "refusal", None)
     refusals: dict[Pod, tuple[str, ...]] = {}  # equal pods are refused for the same reasons: asked once each
     out = []
-    for p, r in zip(pods, requests):
+    for p, r in zip(pods, requests, strict=False):
         if r is None:
             if p not in refusals:
                 refusals[p] = (why(p) if why else ()) or ("refused",)
@@ -397,8 +404,14 @@ class SlurmPolicy:
         self.slices_per_gpu = slices_per_gpu
         self.mig_shares = mig_shares or {}
 
-    def start(self, cluster: SimCluster, pods: tuple[Pod, ...], rng: np.random.Generator,
-              routed: tuple[list, list] | None = None, state: SlurmState | None = None) -> None:
+    def start(
+        self,
+        cluster: SimCluster,
+        pods: tuple[Pod, ...],
+        rng: np.random.Generator,
+        routed: tuple[list, list] | None = None,
+        state: SlurmState | None = None,
+    ) -> None:
         """``routed``: ``route_all(router, pods)`` of an earlier start with the same router and pods, and
         ``state``: a ``SlurmState(cluster).fresh()`` of the same cluster (a candidate scored on several arrival
         orders routes its pods and builds its state once)."""
@@ -432,8 +445,12 @@ class SlurmPolicy:
         if node < 0:
             return False
         got = self.state.allocate(req, node)
-        if (self.may_undersize and req.gres == "gpu" and got
-                and int(self.rec_share[node, list(got)].min()) < self.pod_milli[pod]):
+        if (
+            self.may_undersize
+            and req.gres == "gpu"
+            and got
+            and int(self.rec_share[node, list(got)].min()) < self.pod_milli[pod]
+        ):
             self.undersized += 1
         if self.pod_ls_share[pod] and not (req.gres == "gpu" and got and self.state.rec_mig[node, list(got)].all()):
             self.ls_not_mig += 1

@@ -21,8 +21,23 @@ POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 TRACE_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "gpu-trace"
 # the FGD paper's workload family: every pod list whose FGD figures it published (tests/data/gpu-trace/NOTICE)
 WORKLOADS = (
-    "default", "cpu050", "cpu100", "cpu200", "cpu250", "gpushare40", "gpushare60", "gpushare80", "gpushare100",
-    "gpuspec10", "gpuspec20", "gpuspec25", "gpuspec33", "multigpu20", "multigpu30", "multigpu40", "multigpu50",
+    "default",
+    "cpu050",
+    "cpu100",
+    "cpu200",
+    "cpu250",
+    "gpushare40",
+    "gpushare60",
+    "gpushare80",
+    "gpushare100",
+    "gpuspec10",
+    "gpuspec20",
+    "gpuspec25",
+    "gpuspec33",
+    "multigpu20",
+    "multigpu30",
+    "multigpu40",
+    "multigpu50",
 )
 
 
@@ -107,8 +122,10 @@ def workload_path(name: str | Path) -> Path:
         raise TraceError(f"workload {short!r}: no openb_pod_list_{short}.csv[.gz] in {TRACE_DIR}")
     path = Path(text)
     if not path.is_file():
-        raise TraceError(f"workload {text!r}: neither a file nor one of the family's names "
-                         f"(accepted: {', '.join(WORKLOADS)}, or a path to an openb pod list, .csv or .csv.gz)")
+        raise TraceError(
+            f"workload {text!r}: neither a file nor one of the family's names "
+            f"(accepted: {', '.join(WORKLOADS)}, or a path to an openb pod list, .csv or .csv.gz)"
+        )
     return path
 
 
@@ -139,14 +156,11 @@ def _rows(text: str, source: str, required: tuple[str, ...], what: str) -> Itera
     missing = [c for c in required if c not in names]
     if missing:
         raise TraceError(
-            f"{source}: line 1: missing column(s) {', '.join(missing)}; "
-            f"the header must name {', '.join(required)}"
+            f"{source}: line 1: missing column(s) {', '.join(missing)}; the header must name {', '.join(required)}"
         )
     for row in reader:
         if None in row or any(v is None for v in row.values()):
-            raise TraceError(
-                f"{source}: line {reader.line_num}: {len(names)} fields expected ({', '.join(names)})"
-            )
+            raise TraceError(f"{source}: line {reader.line_num}: {len(names)} fields expected ({', '.join(names)})")
         yield reader.line_num, row
 
 

@@ -12,11 +12,25 @@ from __future__ import annotations
 import importlib
 
 _NAMES = {
-    "SlurmParseError": "parsable", "parse_duration": "parsable", "parse_time": "parsable", "parse_tres": "parsable",
-    "FileSource": "sacct", "JobRecord": "sacct", "JobSource": "sacct", "PyslurmSource": "sacct",
-    "SacctSource": "sacct", "parse_json": "sacct", "parse_parsable2": "sacct", "ShareRow": "sshare",
-    "CliClient": "client", "make_client": "client", "Job": "model", "Node": "model", "Partition": "model",
-    "GresUse": "model", "SlurmClient": "interface",
+    "SlurmParseError": "parsable",
+    "parse_duration": "parsable",
+    "parse_time": "parsable",
+    "parse_tres": "parsable",
+    "FileSource": "sacct",
+    "JobRecord": "sacct",
+    "JobSource": "sacct",
+    "PyslurmSource": "sacct",
+    "SacctSource": "sacct",
+    "parse_json": "sacct",
+    "parse_parsable2": "sacct",
+    "ShareRow": "sshare",
+    "CliClient": "client",
+    "make_client": "client",
+    "Job": "model",
+    "Node": "model",
+    "Partition": "model",
+    "GresUse": "model",
+    "SlurmClient": "interface",
 }
 
 __all__ = sorted(_NAMES)

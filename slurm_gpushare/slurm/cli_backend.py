@@ -9,13 +9,24 @@ import io
 import json
 import re
 from collections import Counter
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ..errors import GpushareError
 from ..proc import Runner, run
 from . import commands
+from .model import (
+    GresUse,
+    Job,
+    Node,
+    Partition,
+    gres_from_tres,
+    node_state,
+    parse_gres_config,
+    parse_gres_detail,
+    parse_tres_counts,
+)
 from .parsable import delimited, delimiter, skip
-from .model import GresUse, Job, Node, Partition, gres_from_tres, node_state, parse_gres_config, parse_gres_detail, parse_tres_counts
+
 
 class SlurmClientError(GpushareError):
     exit_code = 1
@@ -75,8 +86,9 @@ class CliClient:
         Jobs on several nodes are read again with ``--json`` (squeue prints only their total). For pollers: 30
         times faster."""
         delim = delimiter()
-        text = self.runner(commands.job_summaries(delim), timeout=self.timeout, check=True,
-                           env=self._epoch_env()).stdout
+        text = self.runner(
+            commands.job_summaries(delim), timeout=self.timeout, check=True, env=self._epoch_env()
+        ).stdout
         source = "squeue --Format"
         jobs, multi = [], []
         for fields in delimited(text, delim, len(commands.JOB_SUMMARY_FIELDS), source, self.skipped):
@@ -88,8 +100,10 @@ class CliClient:
             (multi if nodes > 1 else jobs).append(job)
         if multi:
             ids = [j.job_id for j in multi]
-            again = {j.job_id: j for j in self._each(job_from_json, self._json(commands.jobs_json(ids), "jobs"),
-                                                     "squeue --json")}
+            again = {
+                j.job_id: j
+                for j in self._each(job_from_json, self._json(commands.jobs_json(ids), "jobs"), "squeue --json")
+            }
             jobs += [again.get(j.job_id, j) for j in multi]  # one that ended meanwhile keeps its summary
         return jobs
 
@@ -107,8 +121,9 @@ class CliClient:
         return match[0]
 
     def partitions(self) -> list[Partition]:
-        return self._each(partition_from_json, self._json(commands.PARTITIONS_JSON, "partitions"),
-                          "scontrol show partition --json")
+        return self._each(
+            partition_from_json, self._json(commands.PARTITIONS_JSON, "partitions"), "scontrol show partition --json"
+        )
 
     def job_ids_on_node(self, node: str) -> set[int]:
         """Job ids Slurm has on the node, in any state that holds it (``squeue -w NODE -h -o %A``)."""
@@ -124,8 +139,10 @@ class CliClient:
         a delimiter no job knows after each field)."""
         delim = delimiter()
         text = self._run(commands.gpu_jobs_on_node(node, delim)).stdout
-        return [(job.strip(), tres.strip())
-                for job, tres in delimited(text, delim, len(commands.GPU_JOB_FIELDS), f"squeue -w {node}", self.skipped)]
+        return [
+            (job.strip(), tres.strip())
+            for job, tres in delimited(text, delim, len(commands.GPU_JOB_FIELDS), f"squeue -w {node}", self.skipped)
+        ]
 
     def associations(self, cluster: str | None = None):
         from . import sacctmgr
@@ -178,16 +195,19 @@ class CliClient:
     def batch_jobs_started(self, node: str) -> dict[int, int]:
         """{job id: start time (epoch s)} of the running batch jobs whose batch script this node runs. A job
         without a batch script (salloc, srun: batch flag 0) is left out, whatever its batch host says."""
-        out = self.runner(commands.running_batch_jobs_on_node(node), timeout=self.timeout, check=True,
-                          env=self._epoch_env()).stdout
+        out = self.runner(
+            commands.running_batch_jobs_on_node(node), timeout=self.timeout, check=True, env=self._epoch_env()
+        ).stdout
         jobs = {}
         for line in out.splitlines():
             if not line.strip():
                 continue
             words = [w.strip() for w in line.split("|")]
             if len(words) != 4 or not words[0].isdigit() or not words[1].isdigit() or words[3] not in ("0", "1"):
-                raise SlurmClientError(f"squeue -w {node} -t RUNNING: unexpected line {line!r} (want: job id, "
-                                       "start time in epoch seconds, batch host, batch flag 0 or 1, '|' after each)")
+                raise SlurmClientError(
+                    f"squeue -w {node} -t RUNNING: unexpected line {line!r} (want: job id, "
+                    "start time in epoch seconds, batch host, batch flag 0 or 1, '|' after each)"
+                )
             if words[3] == "1" and words[2] == node:
                 jobs[int(words[0])] = int(words[1])
         return jobs
@@ -219,6 +239,7 @@ def as_client(client_or_runner, **kw) -> CliClient:
 
 # ---- JSON -> model (data_parser v0.0.42 on 24.11, v0.0.44 on 26.05) ------------------------------
 
+
 def epoch_env(env: dict[str, str] | None) -> dict[str, str]:
     """``env`` (None: this process's environment) with SLURM_TIME_FORMAT=%s: Slurm's commands print times as
     epoch seconds."""
@@ -242,19 +263,28 @@ def job_from_json(j: dict) -> Job:
     details = j.get("gres_detail") or []
     names = _allocated_nodes(j, len(details))
     alloc = {}
-    for node, text in zip(names, details):
+    for node, text in zip(names, details, strict=False):
         use = parse_gres_detail(text)
         if use:
             alloc[node] = use
     array_job = _num(j.get("array_job_id")) or None
     task = _num(j.get("array_task_id"))
     return Job(
-        job_id=int(j["job_id"]), array_job_id=array_job, array_task_id=task if array_job else None,
-        name=j.get("name") or "", user=j.get("user_name") or "", account=j.get("account") or "",
-        partition=j.get("partition") or "", qos=j.get("qos") or "", state=state[0] if state else "",
-        reason=j.get("state_reason") or "", nodes=j.get("nodes") or "",
-        gres_request=parse_gres_config(j.get("tres_per_node")), gres_alloc=alloc,
-        submit_time=_time(j.get("submit_time")), end_time=_time(j.get("end_time")),
+        job_id=int(j["job_id"]),
+        array_job_id=array_job,
+        array_task_id=task if array_job else None,
+        name=j.get("name") or "",
+        user=j.get("user_name") or "",
+        account=j.get("account") or "",
+        partition=j.get("partition") or "",
+        qos=j.get("qos") or "",
+        state=state[0] if state else "",
+        reason=j.get("state_reason") or "",
+        nodes=j.get("nodes") or "",
+        gres_request=parse_gres_config(j.get("tres_per_node")),
+        gres_alloc=alloc,
+        submit_time=_time(j.get("submit_time")),
+        end_time=_time(j.get("end_time")),
         priority=_priority(j.get("priority")),
     )
 
@@ -275,8 +305,10 @@ def job_from_summary(f: Sequence[str]) -> tuple[Job, int]:
     allocation spans."""
     n = len(commands.JOB_SUMMARY_FIELDS)
     if len(f) != n or not f[0].isdigit():
-        raise SlurmClientError(f"squeue --Format: unexpected record {list(f)!r:.200} (want {n} fields: "
-                               f"{', '.join(commands.JOB_SUMMARY_FIELDS)}; a job id first)")
+        raise SlurmClientError(
+            f"squeue --Format: unexpected record {list(f)!r:.200} (want {n} fields: "
+            f"{', '.join(commands.JOB_SUMMARY_FIELDS)}; a job id first)"
+        )
     job_id, array_job, task, state, reason, user, account, partition, qos, per_node, submit, nodes, alloc = f
     # squeue prints some reasons with a description ('ReqNodeNotAvail, UnavailableNodes:lab-excl01'); --json
     # has the reason alone, and a label must stay bounded
@@ -296,11 +328,20 @@ def job_from_summary(f: Sequence[str]) -> tuple[Job, int]:
         use = {k: u for k, u in use.items() if u.count}
     is_array = task not in ("N/A", "")
     return Job(
-        job_id=int(job_id), array_job_id=int(array_job) if is_array and array_job.isdigit() else None,
-        array_task_id=int(task) if is_array and task.isdigit() else None, name="", user=user, account=account,
-        partition=partition, qos=qos, state=state, reason=reason, nodes=nodes,
+        job_id=int(job_id),
+        array_job_id=int(array_job) if is_array and array_job.isdigit() else None,
+        array_task_id=int(task) if is_array and task.isdigit() else None,
+        name="",
+        user=user,
+        account=account,
+        partition=partition,
+        qos=qos,
+        state=state,
+        reason=reason,
+        nodes=nodes,
         gres_request=parse_gres_config(None if per_node in ("N/A", "") else per_node),
-        gres_alloc={nodes: use} if use else {}, submit_time=int(submit) if submit.isdigit() else None,
+        gres_alloc={nodes: use} if use else {},
+        submit_time=int(submit) if submit.isdigit() else None,
     ), n_nodes
 
 
@@ -308,7 +349,7 @@ def _allocated_nodes(j: dict, n: int) -> list[str]:
     """Node names in job_resources order (gres_detail is one entry per allocated node, in that order)."""
     if not n:
         return []
-    nodes = ((j.get("job_resources") or {}).get("nodes") or {})
+    nodes = (j.get("job_resources") or {}).get("nodes") or {}
     alloc = nodes.get("allocation") if isinstance(nodes, dict) else None
     if alloc:
         return [a.get("name", "") for a in alloc]
@@ -325,23 +366,29 @@ def _names(value) -> tuple[str, ...]:
 
 def node_from_json(n: dict) -> Node:
     return Node(
-        name=n.get("name", ""), state=node_state(n.get("state") or []), reason=n.get("reason") or "",
+        name=n.get("name", ""),
+        state=node_state(n.get("state") or []),
+        reason=n.get("reason") or "",
         reason_user=n.get("reason_set_by_user") or "",
-        gres=parse_gres_config(n.get("gres")), gres_alloc=gres_from_tres(parse_tres_counts(n.get("tres_used"))),
-        features=_names(n.get("features")), active_features=_names(n.get("active_features")),
-        weight=int(_num(n.get("weight")) or 0), partitions=_names(n.get("partitions")),
-        cpus=int(_num(n.get("cpus")) or 0), alloc_cpus=int(_num(n.get("alloc_cpus")) or 0),
-        real_memory=int(_num(n.get("real_memory")) or 0), alloc_memory=int(_num(n.get("alloc_memory")) or 0),
+        gres=parse_gres_config(n.get("gres")),
+        gres_alloc=gres_from_tres(parse_tres_counts(n.get("tres_used"))),
+        features=_names(n.get("features")),
+        active_features=_names(n.get("active_features")),
+        weight=int(_num(n.get("weight")) or 0),
+        partitions=_names(n.get("partitions")),
+        cpus=int(_num(n.get("cpus")) or 0),
+        alloc_cpus=int(_num(n.get("alloc_cpus")) or 0),
+        real_memory=int(_num(n.get("real_memory")) or 0),
+        alloc_memory=int(_num(n.get("alloc_memory")) or 0),
     )
 
 
 def partition_from_json(p: dict) -> Partition:
     state = ((p.get("partition") or {}).get("state")) or []
     return Partition(
-        name=p.get("name", ""), state=state[0] if state else "",
+        name=p.get("name", ""),
+        state=state[0] if state else "",
         priority_tier=int(_num((p.get("priority") or {}).get("tier")) or 0),
         total_nodes=int(_num((p.get("nodes") or {}).get("total")) or 0),
         total_cpus=int(_num((p.get("cpus") or {}).get("total")) or 0),
     )
-
-

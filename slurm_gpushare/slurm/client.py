@@ -25,8 +25,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 from ..proc import Runner, run
 from . import commands
@@ -40,8 +40,14 @@ BACKEND_ENV = "GPUSHARE_SLURM_BACKEND"
 
 # ---- the normalised view (`gpushare slurm dump`) ---------------------------------------------------
 
-def dump(client: SlurmClient, *, cluster: str | None = None, usage_window: tuple[float, float] | None = None,
-         parts: Sequence[str] = ("jobs", "nodes", "partitions", "associations", "usage")) -> dict:
+
+def dump(
+    client: SlurmClient,
+    *,
+    cluster: str | None = None,
+    usage_window: tuple[float, float] | None = None,
+    parts: Sequence[str] = ("jobs", "nodes", "partitions", "associations", "usage"),
+) -> dict:
     """The client's view as plain JSON-able data, sorted, so two backends can be compared with ==.
     ``job-summaries`` (not in the default parts): the jobs as pollers read them (``job_summaries``)."""
     out: dict = {"backend": client.backend}
@@ -56,26 +62,50 @@ def dump(client: SlurmClient, *, cluster: str | None = None, usage_window: tuple
     if "associations" in parts:
         rows = client.associations(cluster)
         out["associations"] = sorted(
-            ({"account": a.account, "user": a.user, "parent": a.parent, "fairshare": a.fairshare,
-              "grp_tres": dict(sorted(a.grp_tres.items()))} for a in rows),
-            key=lambda a: (a["account"], a["user"] or ""))
+            (
+                {
+                    "account": a.account,
+                    "user": a.user,
+                    "parent": a.parent,
+                    "fairshare": a.fairshare,
+                    "grp_tres": dict(sorted(a.grp_tres.items())),
+                }
+                for a in rows
+            ),
+            key=lambda a: (a["account"], a["user"] or ""),
+        )
     if "usage" in parts and usage_window is not None:
         recs = client.usage_source().records(*usage_window)
-        out["usage"] = sorted(({"job_id": r.job_id, "user": r.user, "account": r.account, "partition": r.partition,
-                                "state": r.state.split()[0] if r.state else "", "start": r.start, "end": r.end,
-                                "gres": gres_from_tres(r.tres())} for r in recs), key=lambda r: r["job_id"])
+        out["usage"] = sorted(
+            (
+                {
+                    "job_id": r.job_id,
+                    "user": r.user,
+                    "account": r.account,
+                    "partition": r.partition,
+                    "state": r.state.split()[0] if r.state else "",
+                    "start": r.start,
+                    "end": r.end,
+                    "gres": gres_from_tres(r.tres()),
+                }
+                for r in recs
+            ),
+            key=lambda r: r["job_id"],
+        )
     return out
 
 
 # ---- choosing a backend -----------------------------------------------------------------------
+
 
 def make_client(backend: str | None = None, runner: Runner = run, environ=None) -> SlurmClient:
     """The client for ``backend`` ('cli', 'pyslurm', 'auto'; None: $GPUSHARE_SLURM_BACKEND, else 'cli')."""
     environ = os.environ if environ is None else environ
     choice = (backend or environ.get(BACKEND_ENV) or "cli").lower()
     if choice not in BACKENDS:
-        raise SlurmClientError(f"Slurm backend {choice!r}: expected one of {', '.join(BACKENDS)} "
-                               f"(--slurm-backend or ${BACKEND_ENV})")
+        raise SlurmClientError(
+            f"Slurm backend {choice!r}: expected one of {', '.join(BACKENDS)} (--slurm-backend or ${BACKEND_ENV})"
+        )
     if choice == "auto":
         choice = "pyslurm" if pyslurm_usable(environ=environ) else "cli"
     if choice == "pyslurm":

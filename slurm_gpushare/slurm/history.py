@@ -17,8 +17,8 @@ only jobs with a start and an end at or before ``until`` are *finished*.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 from hostlist import expand_hostlist
 
@@ -43,8 +43,19 @@ class FinishedJob:
 
 def history_argv(since: float, until: float) -> list[str]:
     """Every allocation that ran in [since, until), epoch seconds for -S/-E (sacct reads them with %s too)."""
-    return ["sacct", "-a", "-X", "-P", "--noheader", "-S", _stamp(since), "-E", _stamp(until),
-            "-o", ",".join(HISTORY_FIELDS)]
+    return [
+        "sacct",
+        "-a",
+        "-X",
+        "-P",
+        "--noheader",
+        "-S",
+        _stamp(since),
+        "-E",
+        _stamp(until),
+        "-o",
+        ",".join(HISTORY_FIELDS),
+    ]
 
 
 def _stamp(t: float) -> str:
@@ -72,8 +83,9 @@ def parse_history(lines: Iterable[str], until: float, source: str = "sacct") -> 
         yield FinishedJob(job_id, state, t0, t1, nodes, gres_from_tres(parse_tres(alloc)))
 
 
-def recent_jobs(runner, since: float, until: float, *, timeout: float = 120.0,
-                env: dict | None = None) -> list[FinishedJob]:
+def recent_jobs(
+    runner, since: float, until: float, *, timeout: float = 120.0, env: dict | None = None
+) -> list[FinishedJob]:
     """The jobs that ran in [since, until) and had ended by ``until``, through ``runner`` (``env``: the
     environment to run sacct in, default this process's; SLURM_TIME_FORMAT=%s is set on top)."""
     env = {**(os.environ if env is None else env), "SLURM_TIME_FORMAT": "%s"}

@@ -9,7 +9,8 @@ costs the hook path nothing beyond ``typing``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ..proc import Result

@@ -13,8 +13,8 @@ import math
 import re
 import secrets
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta, timezone, tzinfo
-from typing import Iterable, Iterator
 
 from ..errors import GpushareError
 

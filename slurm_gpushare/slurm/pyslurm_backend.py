@@ -21,8 +21,9 @@ from .sacctmgr import AssocRow
 
 FS_USE_PARENT = 0x7FFFFFFF  # SLURMDB_FS_USE_PARENT: FairShare=parent
 # Base states squeue leaves out by default (src/squeue/opts.c: no --states: not finished, or COMPLETING).
-FINISHED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
-                      "DEADLINE", "OUT_OF_MEMORY"})
+FINISHED = frozenset(
+    {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"}
+)
 
 
 class PyslurmClient(CliClient):
@@ -97,10 +98,19 @@ def job_from_pyslurm(j) -> Job:
     alloc = {node: use for node, info in layout.items() if (use := _detail(info.get("gres")))}
     array_job = j.array_id or None
     return Job(
-        job_id=int(j.id), array_job_id=array_job, array_task_id=j.array_task_id if array_job else None,
-        name=j.name or "", user=j.user_name or "", account=j.account or "", partition=j.partition or "",
-        qos=j.qos or "", state=j.state or "", reason=j.state_reason or "", nodes=j.allocated_nodes or "",
-        gres_request=_requested(j.gres_per_node), gres_alloc=alloc,
+        job_id=int(j.id),
+        array_job_id=array_job,
+        array_task_id=j.array_task_id if array_job else None,
+        name=j.name or "",
+        user=j.user_name or "",
+        account=j.account or "",
+        partition=j.partition or "",
+        qos=j.qos or "",
+        state=j.state or "",
+        reason=j.state_reason or "",
+        nodes=j.allocated_nodes or "",
+        gres_request=_requested(j.gres_per_node),
+        gres_alloc=alloc,
         submit_time=int(j.submit_time) if j.submit_time else None,  # pyslurm: epoch seconds, None when unset
         end_time=int(j.end_time) if getattr(j, "end_time", None) else None,
         priority=int(j.priority) if getattr(j, "priority", None) is not None else None,
@@ -110,18 +120,31 @@ def job_from_pyslurm(j) -> Job:
 def node_from_pyslurm(n) -> Node:
     tres = {k: float(v) for k, v in (n.allocated_tres or {}).items() if _is_number(v)}
     return Node(
-        name=n.name, state=node_state(n.state or ""), reason=n.reason or "", reason_user=n.reason_user or "",
-        gres=_requested(n.configured_gres), gres_alloc=gres_from_tres(tres),
-        features=tuple(sorted(n.available_features or [])), active_features=tuple(sorted(n.active_features or [])),
-        weight=int(n.weight or 0), partitions=tuple(sorted(n.partitions or [])),
-        cpus=int(n.total_cpus or 0), alloc_cpus=int(n.allocated_cpus or 0),
-        real_memory=int(n.real_memory or 0), alloc_memory=int(n.allocated_memory or 0),
+        name=n.name,
+        state=node_state(n.state or ""),
+        reason=n.reason or "",
+        reason_user=n.reason_user or "",
+        gres=_requested(n.configured_gres),
+        gres_alloc=gres_from_tres(tres),
+        features=tuple(sorted(n.available_features or [])),
+        active_features=tuple(sorted(n.active_features or [])),
+        weight=int(n.weight or 0),
+        partitions=tuple(sorted(n.partitions or [])),
+        cpus=int(n.total_cpus or 0),
+        alloc_cpus=int(n.allocated_cpus or 0),
+        real_memory=int(n.real_memory or 0),
+        alloc_memory=int(n.allocated_memory or 0),
     )
 
 
 def partition_from_pyslurm(p) -> Partition:
-    return Partition(name=p.name, state=p.state or "", priority_tier=int(p.priority_tier or 0),
-                     total_nodes=int(p.total_nodes or 0), total_cpus=int(p.total_cpus or 0))
+    return Partition(
+        name=p.name,
+        state=p.state or "",
+        priority_tier=int(p.priority_tier or 0),
+        total_nodes=int(p.total_nodes or 0),
+        total_cpus=int(p.total_cpus or 0),
+    )
 
 
 def assoc_from_pyslurm(a) -> AssocRow:
@@ -144,4 +167,3 @@ def _is_number(v) -> bool:
     except (TypeError, ValueError):
         return False
     return True
-

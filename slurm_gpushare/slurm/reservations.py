@@ -46,8 +46,20 @@ RELAYOUT_QOS = "normal"
 DUPLICATE = "Duplicate reservation name"  # slurm_errno.c ESLURM_RESERVATION_NAME_DUP (24.11)
 INVALID = "Requested reservation is invalid"  # ESLURM_RESERVATION_INVALID: delete of a name that does not exist
 # sacct states of a job that has ended (sacct's base state, the first word)
-ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
-                   "BOOT_FAIL", "DEADLINE", "REVOKED"})
+ENDED = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "REVOKED",
+    }
+)
 
 
 class ReservationError(GpushareError):
@@ -70,7 +82,7 @@ class Reservation:
     @property
     def node(self) -> str:
         """The node a gpushare-relayout reservation locks (from its name)."""
-        return self.name[len(PREFIX):] if self.name.startswith(PREFIX) else ""
+        return self.name[len(PREFIX) :] if self.name.startswith(PREFIX) else ""
 
 
 @dataclass(frozen=True)
@@ -94,8 +106,10 @@ class JobEnd:
 
 def check_node(node: str) -> str:
     if not isinstance(node, str) or not NODE_NAME.match(node):
-        raise ReservationError(f"node name {node!r}: expected letters, digits, '.', '_' or '-' "
-                               "(a Slurm NodeName, up to 63 characters, not starting with a sign)")
+        raise ReservationError(
+            f"node name {node!r}: expected letters, digits, '.', '_' or '-' "
+            "(a Slurm NodeName, up to 63 characters, not starting with a sign)"
+        )
     return node
 
 
@@ -104,8 +118,10 @@ def check_path(path: str, what: str, percent: bool = False) -> str:
     text = str(path)
     plain = text.replace("%j", "").replace("%x", "") if percent else text
     if not SAFE_PATH_WORD.match(plain) or "/../" in text + "/" or "/./" in text + "/":
-        raise ReservationError(f"{what} {text!r}: expected an absolute path of letters, digits and _./+- "
-                               "(no '..', no spaces or shell characters)")
+        raise ReservationError(
+            f"{what} {text!r}: expected an absolute path of letters, digits and _./+- "
+            "(no '..', no spaces or shell characters)"
+        )
     return text
 
 
@@ -123,10 +139,12 @@ def relayout_script(policy: str, node: str, node_config: str | None = None) -> s
     argv = ["gpushare", "node", "relayout", "--policy", check_path(policy, "live policy"), "--node", check_node(node)]
     if node_config is not None:
         argv += ["--node-config", check_path(node_config, "node config")]
-    return ("#!/bin/sh\n"
-            "# gpushare live planner: change this node's MIG layout to the live policy's (gpushare node relayout)\n"
-            f"PATH={SCRIPT_PATH}\nexport PATH\n"
-            f"exec {' '.join(argv)}\n")
+    return (
+        "#!/bin/sh\n"
+        "# gpushare live planner: change this node's MIG layout to the live policy's (gpushare node relayout)\n"
+        f"PATH={SCRIPT_PATH}\nexport PATH\n"
+        f"exec {' '.join(argv)}\n"
+    )
 
 
 class Reservations:
@@ -182,15 +200,32 @@ class Reservations:
         self._run(commands.update_reservation_end(lock_name(node), minutes(from_now_s)))
 
     # ---- the relayout job ---------------------------------------------------------------------
-    def submit_relayout(self, node: str, policy: str, *, log: str, time_limit_s: float, partition: str | None = None,
-                        node_config: str | None = None, qos: str = RELAYOUT_QOS) -> int:
+    def submit_relayout(
+        self,
+        node: str,
+        policy: str,
+        *,
+        log: str,
+        time_limit_s: float,
+        partition: str | None = None,
+        node_config: str | None = None,
+        qos: str = RELAYOUT_QOS,
+    ) -> int:
         """Submit the root relayout job into the node's lock; its job id. ``qos``: named, so job_submit.lua does not
         give the job its tier's QOS, which root's association need not have ("Invalid qos specification", seen
         on the test cluster); 'normal' is the QOS slurmdbd creates with every cluster."""
         name = lock_name(node)
-        options = [f"--reservation={name}", f"--nodelist={node}", f"--job-name={name}",
-                   f"--output={check_path(log, 'relayout log', percent=True)}", "--export=NIL",
-                   f"--time={minutes(time_limit_s)}", "--nodes=1", "--ntasks=1", f"--qos={check_node(qos)}"]
+        options = [
+            f"--reservation={name}",
+            f"--nodelist={node}",
+            f"--job-name={name}",
+            f"--output={check_path(log, 'relayout log', percent=True)}",
+            "--export=NIL",
+            f"--time={minutes(time_limit_s)}",
+            "--nodes=1",
+            "--ntasks=1",
+            f"--qos={check_node(qos)}",
+        ]
         if partition is not None:
             options.append(f"--partition={check_node(partition)}")
         res = self._run(commands.sbatch(options), input=relayout_script(policy, node, node_config))
@@ -210,16 +245,18 @@ class Reservations:
         found: set[int] = set()
         queued = self.runner(commands.root_jobs_named(name), timeout=self.timeout, check=True, env=env).stdout
         start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since))
-        accounted = self.runner(commands.root_jobs_named_since(name, start), timeout=self.timeout, check=True,
-                                env=env).stdout
+        accounted = self.runner(
+            commands.root_jobs_named_since(name, start), timeout=self.timeout, check=True, env=env
+        ).stdout
         for source, text in (("squeue", queued), ("sacct", accounted)):
             for line in text.splitlines():
                 words = line.strip().split("|")
                 if not line.strip():
                     continue
                 if len(words) != 3 or not words[0].isdigit():
-                    raise ReservationError(f"{source} of the jobs named {name}: unexpected line {line!r} "
-                                           "(want job id|state|submit time)")
+                    raise ReservationError(
+                        f"{source} of the jobs named {name}: unexpected line {line!r} (want job id|state|submit time)"
+                    )
                 if words[2].isdigit() and int(words[2]) >= since:
                     found.add(int(words[0]))
         return sorted(found)
@@ -238,17 +275,31 @@ class Reservations:
         return None
 
 
-
-
 def reservation_from_json(r: dict) -> Reservation:
     flags = r.get("flags") or []
     if isinstance(flags, str):
         flags = flags.split(",")
     start, end = _num(r.get("start_time")), _num(r.get("end_time"))
-    return Reservation(name=r.get("name") or "", nodes=r.get("node_list") or "", start=int(start) if start else None,
-                       end=int(end) if end else None, flags=tuple(sorted(str(f) for f in flags)),
-                       users=r.get("users") or "")
+    return Reservation(
+        name=r.get("name") or "",
+        nodes=r.get("node_list") or "",
+        start=int(start) if start else None,
+        end=int(end) if end else None,
+        flags=tuple(sorted(str(f) for f in flags)),
+        users=r.get("users") or "",
+    )
 
 
-__all__ = ["CommandError", "JobEnd", "LockHeld", "PREFIX", "Reservation", "ReservationError", "Reservations",
-           "check_node", "check_path", "lock_name", "relayout_script"]
+__all__ = [
+    "CommandError",
+    "JobEnd",
+    "LockHeld",
+    "PREFIX",
+    "Reservation",
+    "ReservationError",
+    "Reservations",
+    "check_node",
+    "check_path",
+    "lock_name",
+    "relayout_script",
+]

@@ -18,16 +18,29 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from pathlib import Path
-from typing import IO, Iterable, Iterator, Protocol, Sequence
+from typing import IO, Protocol
 
 from ..proc import Runner
 from .parsable import SlurmParseError, delimited, delimiter, fast_time_parser, format_tres, parse_tres, skip
 
-FIELDS = ("JobID", "User", "Account", "Partition", "State", "Start", "End", "Elapsed", "ElapsedRaw",
-          "AllocTRES", "ReqTRES", "QOS")
+FIELDS = (
+    "JobID",
+    "User",
+    "Account",
+    "Partition",
+    "State",
+    "Start",
+    "End",
+    "Elapsed",
+    "ElapsedRaw",
+    "AllocTRES",
+    "ReqTRES",
+    "QOS",
+)
 DAY = 86400.0
 
 
@@ -58,8 +71,9 @@ class JobSource(Protocol):
     def records(self, since: float, until: float) -> Iterator[JobRecord]: ...
 
 
-def parse_parsable2(lines: Iterable[str], *, tz: tzinfo | None = None, fields: Sequence[str] = FIELDS,
-                    source: str = "sacct output") -> Iterator[JobRecord]:
+def parse_parsable2(
+    lines: Iterable[str], *, tz: tzinfo | None = None, fields: Sequence[str] = FIELDS, source: str = "sacct output"
+) -> Iterator[JobRecord]:
     """Jobs from ``sacct -P --noheader -o <fields>`` lines, in the order given.
 
     A header line (``JobID|User|...``) is skipped if present. ``tz`` is the
@@ -79,12 +93,30 @@ def parse_parsable2(lines: Iterable[str], *, tz: tzinfo | None = None, fields: S
             continue
         f.append("")  # what a field sacct was not asked for reads as (index -1)
         r = f[raw]
-        yield JobRecord(f[jid], f[user], f[acct], f[part], f[state], when(f[start]), when(f[end]),
-                        int(r) if r.isdigit() else 0, f[alloc], f[req], f[qos])
+        yield JobRecord(
+            f[jid],
+            f[user],
+            f[acct],
+            f[part],
+            f[state],
+            when(f[start]),
+            when(f[end]),
+            int(r) if r.isdigit() else 0,
+            f[alloc],
+            f[req],
+            f[qos],
+        )
 
 
-def parse_delimited(text: str, delim: str, *, fields: Sequence[str] = FIELDS, tz: tzinfo | None = None,
-                    source: str = "sacct", skipped: Counter | None = None) -> Iterator[JobRecord]:
+def parse_delimited(
+    text: str,
+    delim: str,
+    *,
+    fields: Sequence[str] = FIELDS,
+    tz: tzinfo | None = None,
+    source: str = "sacct",
+    skipped: Counter | None = None,
+) -> Iterator[JobRecord]:
     """Jobs from ``sacct -p --noheader --delimiter=<delim> -o <fields>`` (``sacct_argv``), lazily.
 
     Why not ``--json``: it is ~25 times the bytes for the same jobs and is
@@ -104,8 +136,19 @@ def parse_delimited(text: str, delim: str, *, fields: Sequence[str] = FIELDS, tz
         f.append("")  # what a field sacct was not asked for reads as (index -1)
         r = f[raw]
         try:
-            rec = JobRecord(f[jid], f[user], f[acct], f[part], f[state], when(f[start]), when(f[end]),
-                            int(r) if r.isdigit() else 0, f[alloc], f[req], f[qos])
+            rec = JobRecord(
+                f[jid],
+                f[user],
+                f[acct],
+                f[part],
+                f[state],
+                when(f[start]),
+                when(f[end]),
+                int(r) if r.isdigit() else 0,
+                f[alloc],
+                f[req],
+                f[qos],
+            )
         except SlurmParseError as exc:
             skip(skipped, source, f"job {f[jid][:40]!r}: {exc}")
             continue
@@ -117,8 +160,19 @@ def _indices(fields: Sequence[str], source: str) -> tuple[int, ...]:
     missing = [f for f in ("jobid", "account", "partition", "start", "end", "alloctres") if f not in index]
     if missing:
         raise SlurmParseError(f"{source}: sacct fields must include {', '.join(missing)}")
-    names = ("jobid", "user", "account", "partition", "state", "start", "end", "elapsedraw", "alloctres",
-             "reqtres", "qos")
+    names = (
+        "jobid",
+        "user",
+        "account",
+        "partition",
+        "state",
+        "start",
+        "end",
+        "elapsedraw",
+        "alloctres",
+        "reqtres",
+        "qos",
+    )
     return tuple(index.get(k, -1) for k in names)
 
 
@@ -144,9 +198,14 @@ def job_from_json(job: dict) -> JobRecord:
     if isinstance(state, str):
         state = [state]
     return JobRecord(
-        job_id=_job_id(job), user=_name(job.get("user")), account=job.get("account") or "",
-        partition=job.get("partition") or "", state=",".join(state),
-        start=_stamp(t.get("start")), end=_stamp(t.get("end")), elapsed=int(_number(t.get("elapsed")) or 0),
+        job_id=_job_id(job),
+        user=_name(job.get("user")),
+        account=job.get("account") or "",
+        partition=job.get("partition") or "",
+        state=",".join(state),
+        start=_stamp(t.get("start")),
+        end=_stamp(t.get("end")),
+        elapsed=int(_number(t.get("elapsed")) or 0),
         alloc_tres=_tres_string((job.get("tres") or {}).get("allocated") or []),
         req_tres=_tres_string((job.get("tres") or {}).get("requested") or []),
         qos=_name(job.get("qos")),
@@ -214,7 +273,7 @@ def iter_json_array(stream: IO, key: str, *, chunk_size: int = 1 << 20, source: 
             reader.expect(",")
 
 
-def _array(reader: "_Chunks") -> Iterator[dict]:
+def _array(reader: _Chunks) -> Iterator[dict]:
     reader.expect("[")
     if reader.peek() == "]":
         return
@@ -244,7 +303,7 @@ class _Chunks:
         if not data:
             self.eof = True
             return False
-        self.buf = self.buf[self.pos:] + data
+        self.buf = self.buf[self.pos :] + data
         self.pos = 0
         return True
 
@@ -259,7 +318,7 @@ class _Chunks:
 
     def expect(self, char: str) -> None:
         if self.peek() != char:
-            raise SlurmParseError(f"{self.source}: expected {char!r} at {self.buf[self.pos:self.pos + 40]!r}")
+            raise SlurmParseError(f"{self.source}: expected {char!r} at {self.buf[self.pos : self.pos + 40]!r}")
         self.pos += 1
 
     def value(self):
@@ -292,8 +351,20 @@ def open_records(path: Path, *, tz: tzinfo | None = None, fields: Sequence[str] 
 def sacct_argv(since: float, until: float, *, delim: str, fields: Sequence[str] = FIELDS) -> list[str]:
     """All users' job allocations that were running in [since, until), ``delim`` after every field
     (``parse_delimited``)."""
-    return ["sacct", "-a", "-X", "-p", "--noheader", f"--delimiter={delim}", "-S", _local(since), "-E", _local(until),
-            "-o", ",".join(fields)]
+    return [
+        "sacct",
+        "-a",
+        "-X",
+        "-p",
+        "--noheader",
+        f"--delimiter={delim}",
+        "-S",
+        _local(since),
+        "-E",
+        _local(until),
+        "-o",
+        ",".join(fields),
+    ]
 
 
 def _local(t: float) -> str:
@@ -396,8 +467,15 @@ def record_from_pyslurm(job, tres: dict[str, tuple[str, str]] | None = None) -> 
     job_id = f"{array}_{task}" if array and task is not None else str(job.id)
     alloc, req = (tres or {}).get(job_id, ("", ""))
     return JobRecord(
-        job_id=job_id, user=job.user_name or "", account=job.account or "", partition=job.partition or "",
-        state=job.state or "", start=float(job.start_time) if job.start_time else None,
-        end=float(job.end_time) if job.end_time else None, elapsed=int(job.elapsed_time or 0),
-        alloc_tres=alloc, req_tres=req, qos=job.qos or "",
+        job_id=job_id,
+        user=job.user_name or "",
+        account=job.account or "",
+        partition=job.partition or "",
+        state=job.state or "",
+        start=float(job.start_time) if job.start_time else None,
+        end=float(job.end_time) if job.end_time else None,
+        elapsed=int(job.elapsed_time or 0),
+        alloc_tres=alloc,
+        req_tres=req,
+        qos=job.qos or "",
     )

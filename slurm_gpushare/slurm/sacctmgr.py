@@ -12,8 +12,8 @@ What sacctmgr prints (src/sacctmgr/*_functions.c):
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 from ..errors import GpushareError
 from ..proc import Result, Runner
@@ -53,14 +53,26 @@ def qos_argv() -> list[str]:
 
 
 def access_argv(cluster: str) -> list[str]:
-    return ["sacctmgr", "--noheader", "--parsable2", "show", "assoc", "where", f"cluster={cluster}",
-            f"format={','.join(ACCESS_FORMAT)}"]
+    return [
+        "sacctmgr",
+        "--noheader",
+        "--parsable2",
+        "show",
+        "assoc",
+        "where",
+        f"cluster={cluster}",
+        f"format={','.join(ACCESS_FORMAT)}",
+    ]
 
 
-def parse_access(lines: Iterable[str], *, source: str = "sacctmgr show assoc") -> dict[tuple[str, str | None], frozenset[str]]:
+def parse_access(
+    lines: Iterable[str], *, source: str = "sacctmgr show assoc"
+) -> dict[tuple[str, str | None], frozenset[str]]:
     """Each association's QOS list, as ``show assoc format=account,user,qos`` prints it (comma-separated)."""
-    return {(account, user or None): frozenset(q for q in qos.split(",") if q)
-            for account, user, qos in rows(lines, len(ACCESS_FORMAT), source)}
+    return {
+        (account, user or None): frozenset(q for q in qos.split(",") if q)
+        for account, user, qos in rows(lines, len(ACCESS_FORMAT), source)
+    }
 
 
 def parse_assocs(lines: Iterable[str], *, source: str = "sacctmgr show assoc") -> list[AssocRow]:
@@ -79,8 +91,15 @@ def parse_assocs(lines: Iterable[str], *, source: str = "sacctmgr show assoc") -
 def parse_qos(lines: Iterable[str], *, source: str = "sacctmgr show qos") -> list[QosRow]:
     out = []
     for name, prio, mode, factor, preempt in rows(lines, len(QOS_FORMAT), source):
-        out.append(QosRow(name, int(prio or 0), (mode or "cluster").lower(), float(factor or 1.0),
-                          frozenset(p for p in preempt.split(",") if p)))
+        out.append(
+            QosRow(
+                name,
+                int(prio or 0),
+                (mode or "cluster").lower(),
+                float(factor or 1.0),
+                frozenset(p for p in preempt.split(",") if p),
+            )
+        )
     return out
 
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 import io
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import IO, Iterable
+from typing import IO
 
 from ..proc import Runner
 from .parsable import SlurmParseError, parse_float, parse_int, rows
@@ -24,8 +25,19 @@ from .parsable import SlurmParseError, parse_float, parse_int, rows
 ARGV = ("sshare", "-a", "-l", "--parsable2")
 JSON_ARGV = ("sshare", "-a", "--json")
 # The -l column list under Fair Tree (the default when no -o is given).
-LONG_FIELDS = ("Account", "User", "RawShares", "NormShares", "RawUsage", "NormUsage", "EffectvUsage",
-               "FairShare", "LevelFS", "GrpTRESMins", "TRESRunMins")
+LONG_FIELDS = (
+    "Account",
+    "User",
+    "RawShares",
+    "NormShares",
+    "RawUsage",
+    "NormUsage",
+    "EffectvUsage",
+    "FairShare",
+    "LevelFS",
+    "GrpTRESMins",
+    "TRESRunMins",
+)
 
 
 @dataclass(frozen=True)
@@ -90,7 +102,9 @@ def _row(f: list[str], col: dict[str, int], stack: list[str], number: int, sourc
     if user is None:
         del stack[depth:]
         if len(stack) != depth:
-            raise SlurmParseError(f"{source} row {number}: account {name!r} is indented {depth} but its parent is missing")
+            raise SlurmParseError(
+                f"{source} row {number}: account {name!r} is indented {depth} but its parent is missing"
+            )
         parent = stack[-1] if stack else None
         stack.append(name)
     else:
@@ -103,10 +117,17 @@ def _row(f: list[str], col: dict[str, int], stack: list[str], number: int, sourc
         return parse_float(f[col[key]]) if key in col else None
 
     return ShareRow(
-        account=name, user=user, parent=parent, depth=depth,
-        raw_shares=None if raw in ("", "parent") else int(raw), shares_parent=raw == "parent",
-        norm_shares=num("normshares"), raw_usage=parse_int(f[col["rawusage"]]),
-        effective_usage=num("effectvusage"), fairshare=num("fairshare"), level_fs=num("levelfs"),
+        account=name,
+        user=user,
+        parent=parent,
+        depth=depth,
+        raw_shares=None if raw in ("", "parent") else int(raw),
+        shares_parent=raw == "parent",
+        norm_shares=num("normshares"),
+        raw_usage=parse_int(f[col["rawusage"]]),
+        effective_usage=num("effectvusage"),
+        fairshare=num("fairshare"),
+        level_fs=num("levelfs"),
     )
 
 
@@ -140,12 +161,18 @@ def _json_row(item: dict, depth: dict[str, int]) -> ShareRow:
     if not is_user:
         depth[name] = level
     return ShareRow(
-        account=parent if is_user else name, user=name if is_user else None,
-        parent=parent, depth=level,
-        raw_shares=None if shares in (None, _USE_PARENT) else int(shares), shares_parent=shares == _USE_PARENT,
-        norm_shares=_num(item.get("shares_normalized")), raw_usage=item.get("usage"),
-        effective_usage=_num(item.get("effective_usage")), fairshare=_num(fs.get("factor")) if is_user else None,
-        level_fs=_num(fs.get("level")), exact_usage=True,
+        account=parent if is_user else name,
+        user=name if is_user else None,
+        parent=parent,
+        depth=level,
+        raw_shares=None if shares in (None, _USE_PARENT) else int(shares),
+        shares_parent=shares == _USE_PARENT,
+        norm_shares=_num(item.get("shares_normalized")),
+        raw_usage=item.get("usage"),
+        effective_usage=_num(item.get("effective_usage")),
+        fairshare=_num(fs.get("factor")) if is_user else None,
+        level_fs=_num(fs.get("level")),
+        exact_usage=True,
     )
 
 

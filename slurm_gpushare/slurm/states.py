@@ -14,7 +14,7 @@ gives the same answer.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 # Flags set by a drain (``scontrol update state=drain``); DRAINED/DRAINING are sinfo's names for DRAIN
 # without/with jobs still running.
@@ -23,10 +23,26 @@ DRAINED = frozenset({"DRAIN", "DRAINED", "DRAINING"})
 # Base states and flags under which a node starts no job: down, drained, failed, not responding, in a
 # maintenance reservation, powered down or powering down, rebooting, not yet configured (FUTURE), unknown to
 # slurmctld, or registered with a configuration that does not match slurm.conf (INVALID_REG; sinfo: INVAL).
-UNAVAILABLE = DRAINED | frozenset({
-    "DOWN", "FAIL", "FAILING", "NOT_RESPONDING", "FUTURE", "UNKNOWN", "INVALID", "INVALID_REG", "INVAL",
-    "MAINTENANCE", "MAINT", "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN", "REBOOT_REQUESTED", "REBOOT_ISSUED",
-})
+UNAVAILABLE = DRAINED | frozenset(
+    {
+        "DOWN",
+        "FAIL",
+        "FAILING",
+        "NOT_RESPONDING",
+        "FUTURE",
+        "UNKNOWN",
+        "INVALID",
+        "INVALID_REG",
+        "INVAL",
+        "MAINTENANCE",
+        "MAINT",
+        "POWERED_DOWN",
+        "POWERING_DOWN",
+        "POWER_DOWN",
+        "REBOOT_REQUESTED",
+        "REBOOT_ISSUED",
+    }
+)
 
 
 def unavailable(states: Iterable[str]) -> bool:

@@ -65,7 +65,21 @@ from dataclasses import dataclass, field, replace
 from . import constraint
 from .parse import BadRequest, Gres, Other, parse_field
 from .routes import find_route, routed
-from .tables import FIELDS, JOIN, KINDS, NO_VAL, NO_VAL16, PER, GroupCaps, Tables, TierCaps, code, merged, message, offers
+from .tables import (
+    FIELDS,
+    JOIN,
+    KINDS,
+    NO_VAL,
+    NO_VAL16,
+    PER,
+    GroupCaps,
+    Tables,
+    TierCaps,
+    code,
+    merged,
+    message,
+    offers,
+)
 
 
 @dataclass(frozen=True)
@@ -111,7 +125,9 @@ class Decision:
         return None
 
 
-def decide(t: Tables, job: Mapping[str, str | None], modify: bool = False, current_partition: str | None = None) -> Decision:
+def decide(
+    t: Tables, job: Mapping[str, str | None], modify: bool = False, current_partition: str | None = None
+) -> Decision:
     """Decide on a job given as job_submit's fields (tres_per_*, partition).
 
     ``modify``: the fields are an update of an existing job (slurm_job_modify):
@@ -227,7 +243,9 @@ def check_mixed(requests: list[Gres]) -> Violation | None:
     kinds = [k for k in KINDS if any(r.name == k for r in requests)]
     if len(kinds) < 2:
         return None
-    return Violation(code("mixed", kinds=JOIN["kinds_code"].join(kinds)), message("mixed", kinds=JOIN["kinds"].join(kinds)))
+    return Violation(
+        code("mixed", kinds=JOIN["kinds_code"].join(kinds)), message("mixed", kinds=JOIN["kinds"].join(kinds))
+    )
 
 
 def _count(value, unset: int) -> int | None:
@@ -285,12 +303,21 @@ def check_constraint(t: Tables, con: constraint.Constraint, requests: list[Gres]
         return []
     groups = _groups(t, allowed)
     if not groups:
-        return [violation("constraint_none", constraint=con.text, models=t.texts["model_features"],
-                          example=t.texts["constraint_example"])]
+        return [
+            violation(
+                "constraint_none",
+                constraint=con.text,
+                models=t.texts["model_features"],
+                example=t.texts["constraint_example"],
+            )
+        ]
     caps = merged("", groups)
     offered = JOIN["offers"].join(offers(caps.gpu, caps.shared))
-    return [violation("constraint_request", key=r.key, constraint=con.text, models=_models(t, groups), offers=offered)
-            for r in requests if not serves(caps, r)]
+    return [
+        violation("constraint_request", key=r.key, constraint=con.text, models=_models(t, groups), offers=offered)
+        for r in requests
+        if not serves(caps, r)
+    ]
 
 
 def _unknown_feature(t: Tables, name: str) -> Violation:
@@ -316,14 +343,15 @@ def _place(t: Tables, job, parsed, modify, current_partition, route=None, allowe
     """
     requests = [e for entries in parsed.values() for e in entries if isinstance(e, Gres)]
     to = ",".join(route.tiers) if route and route.tiers else None  # a class route names the tiers
-    tiers, partition = job_tiers(t, job.get("partition") or to or (current_partition if modify else None), requests, modify,
-                                 allowed)
+    tiers, partition = job_tiers(
+        t, job.get("partition") or to or (current_partition if modify else None), requests, modify, allowed
+    )
     partition = partition or to
     types = {x for tier in tiers for x in within(tier, allowed).gpu}
     fields: dict[str, str] = {}
     for name, entries in parsed.items():
         new = [_typed(e, types) if t.set_gpu_type and len(types) == 1 else e for e in entries]
-        if any(isinstance(e, Gres) and (e.alias or e is not o) for e, o in zip(new, entries)):
+        if any(isinstance(e, Gres) and (e.alias or e is not o) for e, o in zip(new, entries, strict=False)):
             fields[name] = ",".join(e.text(t.prefix) if isinstance(e, Gres) else e.raw for e in new)
     return Decision(True, (), partition, fields, tier_qos(job, tiers, modify))
 
@@ -349,8 +377,9 @@ def within(tier: TierCaps, allowed: frozenset[str] | None) -> TierCaps:
     return merged(tier.name, [g for g in tier.groups if g.name in allowed])
 
 
-def job_tiers(t: Tables, partition: str | None, requests: list[Gres], modify: bool,
-              allowed: frozenset[str] | None = None) -> tuple[list[TierCaps], str | None]:
+def job_tiers(
+    t: Tables, partition: str | None, requests: list[Gres], modify: bool, allowed: frozenset[str] | None = None
+) -> tuple[list[TierCaps], str | None]:
     """The tiers the job can run in, and the partition to set (None: leave it)."""
     if partition:
         tiers = [t.tier(p) for p in partition.split(",")]

@@ -121,8 +121,15 @@ ISOLATION = {
 NO_VAL = 0xFFFFFFFE
 NO_VAL16 = 0xFFFE
 # How lists inside messages are joined (both languages read these).
-JOIN = {"kinds_code": "+", "kinds": " and ", "matches": " or ", "lines": "\n", "changes": ", ", "log_codes": "; ",
-        "offers": ", "}
+JOIN = {
+    "kinds_code": "+",
+    "kinds": " and ",
+    "matches": " or ",
+    "lines": "\n",
+    "changes": ", ",
+    "log_codes": "; ",
+    "offers": ", ",
+}
 
 
 def message(which: str, /, **values) -> str:
@@ -228,8 +235,10 @@ def tier_gpu_types(tier: TierView, groups: tuple[Group, ...] | None = None) -> t
 
 
 def group_caps(tier: TierView) -> tuple[GroupCaps, ...]:
-    return tuple(GroupCaps(g.name, g.model_feature, g.features, tier_gpu_types(tier, (g,)), shared_caps((g,)))
-                 for g in tier.groups)
+    return tuple(
+        GroupCaps(g.name, g.model_feature, g.features, tier_gpu_types(tier, (g,)), shared_caps((g,)))
+        for g in tier.groups
+    )
 
 
 def merged(name: str, groups) -> TierCaps:
@@ -279,7 +288,9 @@ def build_tables(site: Site) -> Tables:
         aliases=aliases,
         tiers=routing_order(tiers),
         routes=build_routes(site),
-        mig_types=tuple(sorted({x for g in site.groups for slot in g.gpus if slot.mode == "mig" for x in slot.mig_types()})),
+        mig_types=tuple(
+            sorted({x for g in site.groups for slot in g.gpus if slot.mode == "mig" for x in slot.mig_types()})
+        ),
         features=site.features,
         model_features=site.model_features,
     )

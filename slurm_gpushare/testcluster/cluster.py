@@ -16,16 +16,24 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import GpushareError
 from ..atomic import atomic_write
+from ..errors import GpushareError
 from ..policy import Site, load_file
 from ..proc import CommandError, Result, run
 from ..render import render_all
 from ..slurm import commands
 from ..slurm.client import CliClient
 from ..slurm.parsable import parse_scontrol_oneliners  # noqa: F401  (tests import it from here)
-from .compose import (CGROUP_V1_CONTROLLERS, EXPORTER_PORT, EXPORTER_TLS_DIR, PROMETHEUS_PORT, nodes, nodes_compose,
-                      project_cgroup, prometheus_config)
+from .compose import (
+    CGROUP_V1_CONTROLLERS,
+    EXPORTER_PORT,
+    EXPORTER_TLS_DIR,
+    PROMETHEUS_PORT,
+    nodes,
+    nodes_compose,
+    project_cgroup,
+    prometheus_config,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER_DIR = REPO / "docker"
@@ -125,7 +133,9 @@ class TestCluster:
             prom = self.workdir / "prometheus.yml"
             atomic_write(prom, prometheus_config(site, site.cluster.controller, exporter_tls=bool(self.exporter_tls)))
         tls = str(self.exporter_tls) if self.exporter_tls else None
-        atomic_write(self.workdir / "nodes.yml", nodes_compose(site, str(prom) if prom else None, tls, self.cgroup_parent))
+        atomic_write(
+            self.workdir / "nodes.yml", nodes_compose(site, str(prom) if prom else None, tls, self.cgroup_parent)
+        )
 
     @property
     def cgroup_parent(self) -> str | None:
@@ -140,8 +150,13 @@ class TestCluster:
 
     @property
     def env(self) -> dict[str, str]:
-        return {**os.environ, "GPUSHARE_CONF_DIR": str(self.conf_dir), "GPUSHARE_POLICY_FILE": str(self.policy),
-                "SLURM_SUITE": self.suite, "COMPOSE_PROJECT_NAME": self.project}
+        return {
+            **os.environ,
+            "GPUSHARE_CONF_DIR": str(self.conf_dir),
+            "GPUSHARE_POLICY_FILE": str(self.policy),
+            "SLURM_SUITE": self.suite,
+            "COMPOSE_PROJECT_NAME": self.project,
+        }
 
     def compose_argv(self, *args: str) -> list[str]:
         argv = ["docker-compose", "-p", self.project]
@@ -190,7 +205,9 @@ class TestCluster:
         self.compose("run", "--rm", "--no-deps", "config", timeout=120)
         self.client().reconfigure()
 
-    def oneoff_slurmd(self, node: str, env: dict[str, str], args: tuple[str, ...] = ("-G",), timeout: float = 120) -> Result:
+    def oneoff_slurmd(
+        self, node: str, env: dict[str, str], args: tuple[str, ...] = ("-G",), timeout: float = 120
+    ) -> Result:
         """Start a throw-away copy of ``node`` (no registration: `slurmd -G` parses gres.conf and exits)."""
         flags = [f"-e{k}={v}" for k, v in env.items()]
         return self.compose("run", "--rm", "--no-deps", *flags, node, "slurmd", *args, timeout=timeout, check=False)
@@ -207,17 +224,24 @@ class TestCluster:
                 continue
             bad = {n: s for n, s in last.items() if any(f.startswith(("DRAIN", "INVAL", "FAIL")) for f in s["flags"])}
             if bad:
-                raise ClusterError("nodes drained or invalid: " + "; ".join(f"{n}: {s['state']} Reason={s['reason']}" for n, s in bad.items()))
+                raise ClusterError(
+                    "nodes drained or invalid: "
+                    + "; ".join(f"{n}: {s['state']} Reason={s['reason']}" for n, s in bad.items())
+                )
             if set(last) >= set(self.nodes()) and all(s["base"] == "IDLE" for s in last.values()):
                 return last
             time.sleep(1)
-        raise ClusterError(f"nodes not idle after {timeout:.0f} s: " + "; ".join(f"{n}: {s['state']} Reason={s['reason']}" for n, s in last.items()))
+        raise ClusterError(
+            f"nodes not idle after {timeout:.0f} s: "
+            + "; ".join(f"{n}: {s['state']} Reason={s['reason']}" for n, s in last.items())
+        )
 
     def node_states(self) -> dict[str, dict]:
         return {n.name: _node_state(n) for n in self.client(timeout=30).nodes()}
 
     def slurm_runner(self, service: str = "slurmctld", user: str | None = None):
         """A Runner that runs argv inside ``service`` (docker-compose exec): the Slurm client's way in."""
+
         def exec_runner(argv, *, input=None, timeout=60.0, check=True, env=None):
             return self.exec(service, list(argv), user=user, input=input, timeout=timeout, check=check)
 
@@ -228,8 +252,16 @@ class TestCluster:
         return CliClient(self.slurm_runner(service, user), timeout=timeout)
 
     # ---- commands in the cluster ----------------------------------------
-    def exec(self, service: str, argv: list[str], *, user: str | None = None, input: str | None = None,
-             timeout: float = 60, check: bool = True) -> Result:
+    def exec(
+        self,
+        service: str,
+        argv: list[str],
+        *,
+        user: str | None = None,
+        input: str | None = None,
+        timeout: float = 60,
+        check: bool = True,
+    ) -> Result:
         args = ["exec", "-T"]
         if user:
             args += ["-u", user]
@@ -262,17 +294,37 @@ class TestCluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             recs = self.sacct(job_id)
-            if recs and recs[0]["State"].split()[0] not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING", "CONFIGURING"):
+            if recs and recs[0]["State"].split()[0] not in (
+                "PENDING",
+                "RUNNING",
+                "REQUEUED",
+                "COMPLETING",
+                "CONFIGURING",
+            ):
                 return recs[0]
             time.sleep(1)
         raise ClusterError(f"job {job_id} not finished after {timeout:.0f} s: {self.job(job_id)}")
 
-    SACCT_FIELDS = ("JobID", "User", "Account", "Partition", "State", "ExitCode", "NodeList", "Start", "End",
-                    "ElapsedRaw", "AllocTRES", "ReqTRES")
+    SACCT_FIELDS = (
+        "JobID",
+        "User",
+        "Account",
+        "Partition",
+        "State",
+        "ExitCode",
+        "NodeList",
+        "Start",
+        "End",
+        "ElapsedRaw",
+        "AllocTRES",
+        "ReqTRES",
+    )
 
     def sacct(self, job_id: int | None = None, extra: list[str] | None = None) -> list[dict]:
         out = self.slurm(commands.sacct_jobs(self.SACCT_FIELDS, job_id, extra)).stdout
-        return [dict(zip(self.SACCT_FIELDS, line.split("|"))) for line in out.splitlines() if line.strip()]
+        return [
+            dict(zip(self.SACCT_FIELDS, line.split("|"), strict=False)) for line in out.splitlines() if line.strip()
+        ]
 
     EXPORTER_LOG = "/var/log/gpushare-exporter.log"
 
@@ -284,9 +336,17 @@ class TestCluster:
             args.append(f"--web.config.file={EXPORTER_TLS_DIR}/web-config.yml")
         else:  # Prometheus scrapes it from its own container over the cluster network
             args.append("--web.insecure-plain-http")
-        self.compose("exec", "-d", "-T", "slurmctld", "bash", "-c",
-                     f"exec gpushare exporter --policy {shlex.quote(policy)} {' '.join(map(shlex.quote, args))} "
-                     f">>{self.EXPORTER_LOG} 2>&1", timeout=60)
+        self.compose(
+            "exec",
+            "-d",
+            "-T",
+            "slurmctld",
+            "bash",
+            "-c",
+            f"exec gpushare exporter --policy {shlex.quote(policy)} {' '.join(map(shlex.quote, args))} "
+            f">>{self.EXPORTER_LOG} 2>&1",
+            timeout=60,
+        )
 
     def prometheus_api(self, path: str, params: dict[str, str] | None = None, timeout: float = 30) -> dict:
         """GET Prometheus's HTTP API (``/api/v1/<path>``) inside its container; the decoded JSON.
@@ -297,12 +357,16 @@ class TestCluster:
 
         url = f"http://localhost:{PROMETHEUS_PORT}/api/v1/{path}" + (f"?{urlencode(params)}" if params else "")
         # wget prints the body of an HTTP error too (--content-on-error): Prometheus's error JSON.
-        res = self.exec("prometheus", ["wget", "-q", "--content-on-error", "-O", "-", url], timeout=timeout, check=False)
+        res = self.exec(
+            "prometheus", ["wget", "-q", "--content-on-error", "-O", "-", url], timeout=timeout, check=False
+        )
         try:
             doc = json.loads(res.stdout)
         except ValueError:
-            raise ClusterError(f"Prometheus {path} {params}: no JSON answer (wget exit {res.returncode}): "
-                               f"{res.stdout[:300]!r} {res.stderr[:300]!r}") from None
+            raise ClusterError(
+                f"Prometheus {path} {params}: no JSON answer (wget exit {res.returncode}): "
+                f"{res.stdout[:300]!r} {res.stderr[:300]!r}"
+            ) from None
         if doc.get("status") != "success":
             raise ClusterError(f"Prometheus {path} {params}: {doc.get('errorType')}: {doc.get('error')}")
         return doc["data"]
@@ -340,8 +404,13 @@ def _options(opts: dict) -> list[str]:
 def _node_state(node) -> dict:
     """A ``slurm.model.Node`` as the tests read it: State=/Reason=/Gres= as scontrol prints them."""
     base = node.base_state
-    return {"state": "+".join(node.state), "base": base, "flags": set(node.flags) | ({base} if base == "DOWN" else set()),
-            "reason": node.reason, "gres": ",".join(f"{k}:{v}" for k, v in node.gres.items())}
+    return {
+        "state": "+".join(node.state),
+        "base": base,
+        "flags": set(node.flags) | ({base} if base == "DOWN" else set()),
+        "reason": node.reason,
+        "gres": ",".join(f"{k}:{v}" for k, v in node.gres.items()),
+    }
 
 
 def quote(argv: list[str]) -> str:

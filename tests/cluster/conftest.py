@@ -28,7 +28,8 @@ from tests.conftest import ROOT
 POLICY = ROOT / "etc" / "small-lab.yaml"
 # Under pytest-xdist the session cluster is per worker: its project ends in -gw0, -gw1, ...
 PROJECT = os.environ.get("GPUSHARE_TEST_PROJECT", "gpusharetest") + (
-    f"-{os.environ['PYTEST_XDIST_WORKER']}" if os.environ.get("PYTEST_XDIST_WORKER") else "")
+    f"-{os.environ['PYTEST_XDIST_WORKER']}" if os.environ.get("PYTEST_XDIST_WORKER") else ""
+)
 # Appended to the compose project of every module's own cluster (own_cluster): two test runs side by side
 # (.ci/run runs the Slurm 26.05 subset beside the 24.11 tier) then never share a project.
 PROJECT_SUFFIX = os.environ.get("GPUSHARE_PROJECT_SUFFIX", "")
@@ -59,11 +60,27 @@ def pytest_collection_modifyitems(items):
 
 
 # Cluster modules, longest first (their durations in CI): the order xdist hands them out in.
-LONGEST = ("test_soak.py", "test_node_runtime.py", "test_metrics.py", "test_placement_fidelity.py",
-           "test_accounting.py", "test_live_planner.py", "test_install_plain_slurm.py", "test_node_health.py",
-           "test_mig_growth.py", "test_live_apply_crash.py", "test_mps_multiprocess.py", "test_small_lab.py",
-           "test_foreign_drain.py", "test_interactive_drain.py", "test_mps_control_link.py", "test_bad_journal.py",
-           "test_submission.py", "test_slurm_client.py", "test_mps_tenants.py")
+LONGEST = (
+    "test_soak.py",
+    "test_node_runtime.py",
+    "test_metrics.py",
+    "test_placement_fidelity.py",
+    "test_accounting.py",
+    "test_live_planner.py",
+    "test_install_plain_slurm.py",
+    "test_node_health.py",
+    "test_mig_growth.py",
+    "test_live_apply_crash.py",
+    "test_mps_multiprocess.py",
+    "test_small_lab.py",
+    "test_foreign_drain.py",
+    "test_interactive_drain.py",
+    "test_mps_control_link.py",
+    "test_bad_journal.py",
+    "test_submission.py",
+    "test_slurm_client.py",
+    "test_mps_tenants.py",
+)
 
 
 def _docker_problem() -> str | None:
@@ -212,12 +229,16 @@ def wait_quiet(c: TestCluster, timeout: float = 180) -> None:
         if quiet and not unrecorded:
             return
         assert time.monotonic() < deadline, (
-            f"cluster not quiet after {timeout:.0f} s: queue {queue!r}, nodes {states}, ends not in slurmdbd {unrecorded}")
+            f"cluster not quiet after {timeout:.0f} s: queue {queue!r}, nodes {states}, ends not in slurmdbd {unrecorded}"
+        )
         time.sleep(1)
 
 
 def unrecorded_ends(c: TestCluster, running: frozenset[int] = frozenset()) -> list[str]:
     """Jobs of the last day whose end slurmdbd has not stored (End=Unknown in sacct), but for ``running``."""
     out = c.slurm(["sacct", "-a", "-X", "-n", "-P", "-o", "JobID,End", "-S", "now-1days"]).stdout
-    return [line for line in out.splitlines()
-            if line.endswith("|Unknown") and int(line.split("|")[0].split("_")[0]) not in running]
+    return [
+        line
+        for line in out.splitlines()
+        if line.endswith("|Unknown") and int(line.split("|")[0].split("_")[0]) not in running
+    ]

@@ -41,7 +41,7 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -55,8 +55,17 @@ from slurm_gpushare.slurm.sacct import FIELDS
 POLICY_IN_CLUSTER = "/etc/gpushare/policy.yaml"
 SLURM_CONF = "/etc/slurm/slurm.conf"
 LAST_DECAY = "/var/spool/slurm/ctld/priority_last_decay_ran"  # StateSaveLocation of the rendered slurm.conf
-FINAL = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
-         "DEADLINE")
+FINAL = (
+    "COMPLETED",
+    "CANCELLED",
+    "FAILED",
+    "TIMEOUT",
+    "OUT_OF_MEMORY",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+)
 SACCT_FORMAT = ",".join(FIELDS)
 
 
@@ -92,8 +101,16 @@ MIX = (
 # Accounts beyond the policy's, for a tree with every Fair Tree case: a FairShare=parent account
 # (chem-sim), a FairShare=parent user (chem/dave), a user with 2 shares (chem/alice).
 EXTRA_ASSOCS = (
-    ("add", "account", "chem", "cluster=lab", "parent=root", "fairshare=20", "description=test_accounting",
-     "qos=normal,batch,scavenger"),  # the tier QOS job_submit gives every job
+    (
+        "add",
+        "account",
+        "chem",
+        "cluster=lab",
+        "parent=root",
+        "fairshare=20",
+        "description=test_accounting",
+        "qos=normal,batch,scavenger",
+    ),  # the tier QOS job_submit gives every job
     ("add", "account", "chem-sim", "cluster=lab", "parent=chem", "fairshare=parent", "description=test_accounting"),
     ("add", "user", "alice", "account=chem", "cluster=lab", "fairshare=2"),
     ("add", "user", "carol", "account=chem", "cluster=lab"),
@@ -133,7 +150,7 @@ def utc_now(cluster) -> int:
 
 
 def iso(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def wait_for(what: str, probe, timeout: float, interval: float = 2.0):
@@ -150,7 +167,11 @@ def wait_for(what: str, probe, timeout: float, interval: float = 2.0):
 
 def squeue(cluster) -> list[dict]:
     out = cluster.slurm(["squeue", "-h", "-o", "%i|%u|%a|%T|%r"]).stdout
-    return [dict(zip(("id", "user", "account", "state", "reason"), ln.split("|"))) for ln in out.splitlines() if ln]
+    return [
+        dict(zip(("id", "user", "account", "state", "reason"), ln.split("|"), strict=False))
+        for ln in out.splitlines()
+        if ln
+    ]
 
 
 def wait_queue_empty(cluster, timeout: float = 300) -> None:
@@ -169,7 +190,7 @@ def sacct_json(cluster, ids) -> str:
 
 def sacct_rows(text: str, fmt: str = SACCT_FORMAT) -> list[dict]:
     names = fmt.split(",")
-    return [dict(zip(names, ln.split("|"))) for ln in text.splitlines() if ln]
+    return [dict(zip(names, ln.split("|"), strict=False)) for ln in text.splitlines() if ln]
 
 
 def gpushare_in_cluster(cluster, *args: str, check: bool = True):
@@ -222,9 +243,12 @@ def test_jobs_beyond_the_gpu_quota_are_held_with_assoc_grp_gres(cluster, record)
     physics = next(t for t in cluster.site.policy.tenants if t.name == "physics")
     quota = physics.quota.gpu
     assert quota == 2
-    jobs = [cluster.sbatch("sleep 300\n", user="alice", account="physics", gres="gpu:1", output="/dev/null")
-            for _ in range(quota + 1)]
+    jobs = [
+        cluster.sbatch("sleep 300\n", user="alice", account="physics", gres="gpu:1", output="/dev/null")
+        for _ in range(quota + 1)
+    ]
     try:
+
         def held():
             q = {int(r["id"]): r for r in squeue(cluster)}
             states = [q.get(j, {}).get("state") for j in jobs]
@@ -243,8 +267,11 @@ def test_jobs_beyond_the_gpu_quota_are_held_with_assoc_grp_gres(cluster, record)
         assert rows[-1]["Start"] == "Unknown" and rows[-1]["AllocTRES"] == ""
     finally:
         cluster.slurm(["scancel", *map(str, jobs)])
-    wait_for("quota jobs cancelled", lambda: all(
-        r["State"].split()[0] in FINAL for r in sacct_rows(sacct_text(cluster, jobs))) or None, 120)
+    wait_for(
+        "quota jobs cancelled",
+        lambda: all(r["State"].split()[0] in FINAL for r in sacct_rows(sacct_text(cluster, jobs))) or None,
+        120,
+    )
     text = sacct_text(cluster, jobs)
     record.save("sacct-quota-cancelled.parsable2", text)
     rows = sacct_rows(text)
@@ -294,7 +321,7 @@ def mix(cluster, record):
             return recs if len(recs) == len(MIX) + 1 and all(r["State"].split()[0] in FINAL for r in recs) else None
 
         recs = wait_for("the job mix finished", done, 420, interval=3)
-        until = max(int(datetime.fromisoformat(r["End"]).replace(tzinfo=timezone.utc).timestamp()) for r in recs) + 2
+        until = max(int(datetime.fromisoformat(r["End"]).replace(tzinfo=UTC).timestamp()) for r in recs) + 2
         wait_for("the clock past the last job", lambda: utc_now(cluster) >= until or None, 30, interval=1)
         m = Mix(ids, recs, since, until)
         _record_mix(cluster, record, m)
@@ -315,7 +342,7 @@ def _record_mix(cluster, record, m: Mix) -> None:
         "cluster": "the dockerized test cluster (docker/), policy etc/small-lab.yaml, TZ=UTC",
         "window": {"since": iso(m.since), "until": iso(m.until)},
         "extra_associations": [" ".join(("sacctmgr", "-i", *a)) for a in EXTRA_ASSOCS],
-        "jobs": [{"job_id": i, **asdict(j)} for i, j in zip(m.ids, MIX)],
+        "jobs": [{"job_id": i, **asdict(j)} for i, j in zip(m.ids, MIX, strict=False)],
     }
     record.save("recorded.json", json.dumps(meta, indent=2) + "\n")
 
@@ -360,16 +387,45 @@ KEYS = {"account": lambda j: j.account, "user": lambda j: j.user, "gpu-kind": la
 
 @pytest.mark.parametrize("by", ["account", "user", "gpu-kind"])
 def test_usage_live_in_the_cluster_matches_hand_computation(cluster, mix, by):
-    res = gpushare_in_cluster(cluster, "usage", "--by", by, "--format", "json", "--since", iso(mix.since),
-                              "--until", iso(mix.until), "--tz", "UTC", "--policy", POLICY_IN_CLUSTER)
+    res = gpushare_in_cluster(
+        cluster,
+        "usage",
+        "--by",
+        by,
+        "--format",
+        "json",
+        "--since",
+        iso(mix.since),
+        "--until",
+        iso(mix.until),
+        "--tz",
+        "UTC",
+        "--policy",
+        POLICY_IN_CLUSTER,
+    )
     _assert_usage(json.loads(res.stdout), by, _expected(mix, KEYS[by]))
 
 
 @pytest.mark.parametrize("name", ["sacct-mix.parsable2", "sacct-mix.v0.0.42.json"])
 @pytest.mark.parametrize("by", ["account", "user"])
 def test_usage_from_recorded_sacct_matches_hand_computation(cluster, mix, record, name, by):
-    res = gpushare_here("usage", "--by", by, "--format", "json", "--since", iso(mix.since), "--until", iso(mix.until),
-                        "--tz", "UTC", "--sacct-file", str(record.path / name), "--policy", str(cluster.policy))
+    res = gpushare_here(
+        "usage",
+        "--by",
+        by,
+        "--format",
+        "json",
+        "--since",
+        iso(mix.since),
+        "--until",
+        iso(mix.until),
+        "--tz",
+        "UTC",
+        "--sacct-file",
+        str(record.path / name),
+        "--policy",
+        str(cluster.policy),
+    )
     assert res.exit_code == 0, res.output
     _assert_usage(json.loads(res.output), by, _expected(mix, KEYS[by]))
 
@@ -384,7 +440,9 @@ def _reconfigure(cluster, calc_period: str) -> None:
         res = cluster.slurm(["scontrol", "show", "config"], check=False)
         return res.returncode == 0 and any(
             ln.split("=", 1)[0].strip() == "PriorityCalcPeriod" and ln.split("=", 1)[1].strip() == calc_period
-            for ln in res.stdout.splitlines() if "=" in ln)
+            for ln in res.stdout.splitlines()
+            if "=" in ln
+        )
 
     wait_for(f"slurmctld back with PriorityCalcPeriod={calc_period}", up, 120)
 
@@ -415,10 +473,15 @@ def shares(cluster, mix, record):
         wait_for("a priority calculation after the mix", lambda: last_decay(cluster) >= mix.until or None, 150)
         text = cluster.slurm(["sshare", "-a", "-l", "--parsable2"]).stdout
         doc = cluster.slurm(["sshare", "-a", "-l", "--json"]).stdout
-        live = {flag: gpushare_in_cluster(cluster, "fairshare", "--check", "--format", "json", *flag, check=False)
-                for flag in ((), ("--json-sshare",))}
-    return {"text": record.save("sshare.parsable2", text), "json": record.save("sshare.v0.0.42.json", doc),
-            "live": live}
+        live = {
+            flag: gpushare_in_cluster(cluster, "fairshare", "--check", "--format", "json", *flag, check=False)
+            for flag in ((), ("--json-sshare",))
+        }
+    return {
+        "text": record.save("sshare.parsable2", text),
+        "json": record.save("sshare.v0.0.42.json", doc),
+        "live": live,
+    }
 
 
 def test_usage_reached_sshare(shares, mix):
@@ -481,8 +544,10 @@ def test_level_fs_and_fairshare_equal_sshare_for_every_association(shares, kind)
 
 def test_jobs_run_under_their_tier_qos(cluster):
     """job_submit sets the tier's QOS, and the associations may use it: the tier's UsageFactor applies."""
-    jobs = {part: cluster.sbatch("true\n", user="carol", account="biology", partition=part, output="/dev/null")
-            for part in ("batch", "scavenger")}
+    jobs = {
+        part: cluster.sbatch("true\n", user="carol", account="biology", partition=part, output="/dev/null")
+        for part in ("batch", "scavenger")
+    }
     for part, job in jobs.items():
         assert cluster.wait(job)["State"] == "COMPLETED"
         qos = cluster.slurm(["sacct", "-X", "-n", "-P", "-j", str(job), "-o", "QOS"]).stdout.strip()

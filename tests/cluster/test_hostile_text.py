@@ -30,9 +30,11 @@ USER, ACCOUNT = "bob", "physics"
 FAIRSHARE = "gpushare_fairshare_"  # moves whenever slurmctld's decay thread runs (alice's jobs run): not compared
 VICTIM = "alice"
 ALLOC = "cpu=1,mem=2000M,node=1,billing=400,gres/gpu=4,gres/gpu:l40s=4"
-FORGED = ("999|999|N/A|RUNNING|None|alice|physics|batch|batch|gres/gpu:l40s:4|1796288833|lab-excl01|" + ALLOC + "|x",
-          "999 gres/gpu:l40s:4",
-          "999|alice|physics|batch|COMPLETED|1796288833|1796290000||1167|" + ALLOC + "|" + ALLOC + "|normal")
+FORGED = (
+    "999|999|N/A|RUNNING|None|alice|physics|batch|batch|gres/gpu:l40s:4|1796288833|lab-excl01|" + ALLOC + "|x",
+    "999 gres/gpu:l40s:4",
+    "999|alice|physics|batch|COMPLETED|1796288833|1796290000||1167|" + ALLOC + "|" + ALLOC + "|normal",
+)
 
 
 def hostile(tag: str, size: int = 0) -> str:
@@ -53,10 +55,17 @@ def _view(client, site, now):
 
 def _exported(client, site):
     metrics = SlurmCollector(client, site).scrape()
-    skip = {"gpushare_exporter_scrape_duration_seconds", "gpushare_exporter_snapshot_timestamp_seconds",
-            "gpushare_exporter_read_duration_seconds", "gpushare_exporter_slurm_reads"}
-    return {m.name: sorted((tuple(sorted(s.labels.items())), s.value) for s in m.samples)
-            for m in metrics if m.name not in skip and not m.name.startswith(FAIRSHARE)}
+    skip = {
+        "gpushare_exporter_scrape_duration_seconds",
+        "gpushare_exporter_snapshot_timestamp_seconds",
+        "gpushare_exporter_read_duration_seconds",
+        "gpushare_exporter_slurm_reads",
+    }
+    return {
+        m.name: sorted((tuple(sorted(s.labels.items())), s.value) for s in m.samples)
+        for m in metrics
+        if m.name not in skip and not m.name.startswith(FAIRSHARE)
+    }
 
 
 def _gpushare(cluster, *args) -> str:
@@ -70,8 +79,10 @@ def _jobs(jobs, ignore=()) -> dict:
 @pytest.fixture(scope="module")
 def alice_running(cluster):
     """alice's whole L40S on lab-excl01 and a shard, running (cancelled afterwards)."""
-    jobs = [cluster.sbatch("sleep 600", user=VICTIM, account="physics", gres="gpu:l40s:1", nodelist="lab-excl01"),
-            cluster.sbatch("sleep 600", user=VICTIM, account="physics", gres="shard:1")]
+    jobs = [
+        cluster.sbatch("sleep 600", user=VICTIM, account="physics", gres="gpu:l40s:1", nodelist="lab-excl01"),
+        cluster.sbatch("sleep 600", user=VICTIM, account="physics", gres="shard:1"),
+    ]
     wait_for("alice's jobs running", lambda: all(cluster.job(j).get("JobState") == "RUNNING" for j in jobs), 120)
     yield jobs
     cluster.slurm(["scancel", *map(str, jobs)], check=False)
@@ -82,11 +93,27 @@ def test_held_jobs_with_hostile_text_change_no_reader(cluster, alice_running):
     client = cluster.client(timeout=120)
     now = time.time()
     window = _window(cluster)
-    before = {"jobs": _jobs(client.jobs()), "summaries": _jobs(client.job_summaries()), "view": _view(client, site, now),
-              "exported": _exported(client, site), "inside": _inside(cluster, window)}
+    before = {
+        "jobs": _jobs(client.jobs()),
+        "summaries": _jobs(client.job_summaries()),
+        "view": _view(client, site, now),
+        "exported": _exported(client, site),
+        "inside": _inside(cluster, window),
+    }
     cluster.exec("slurmctld", ["mkdir", "-p", DIRECTORY], user=USER)
-    held = [cluster.sbatch("true", user=USER, account=ACCOUNT, hold=True, gres="gpu:l40s:1", chdir=DIRECTORY,
-                           output="/dev/null", **{k.replace("-", "_"): v for k, v in NAMES.items()}) for _ in range(2)]
+    held = [
+        cluster.sbatch(
+            "true",
+            user=USER,
+            account=ACCOUNT,
+            hold=True,
+            gres="gpu:l40s:1",
+            chdir=DIRECTORY,
+            output="/dev/null",
+            **{k.replace("-", "_"): v for k, v in NAMES.items()},
+        )
+        for _ in range(2)
+    ]
     try:
         client = cluster.client(timeout=120)
         jobs = client.jobs()
@@ -124,18 +151,47 @@ def _inside(cluster, window, held=()) -> dict:
     policy = ("--policy", "/etc/gpushare/policy.yaml")
     out: dict = {}
     text = _gpushare(cluster, "exporter", *policy, "--once")
-    out["exporter"] = sorted(line for line in text.splitlines()
-                             if (('user="alice"' in line and not line.startswith(FAIRSHARE)) or "part_up" in line or "last_scrape_success" in line
-                                 or "skipped_records" in line) and not line.startswith("#"))
-    dump = json.loads(_gpushare(cluster, "slurm", "dump", "--part", "jobs", "--part", "job-summaries", "--part", "usage",
-                                "--since", window[0], "--until", window[1]))
+    out["exporter"] = sorted(
+        line
+        for line in text.splitlines()
+        if (
+            ('user="alice"' in line and not line.startswith(FAIRSHARE))
+            or "part_up" in line
+            or "last_scrape_success" in line
+            or "skipped_records" in line
+        )
+        and not line.startswith("#")
+    )
+    dump = json.loads(
+        _gpushare(
+            cluster,
+            "slurm",
+            "dump",
+            "--part",
+            "jobs",
+            "--part",
+            "job-summaries",
+            "--part",
+            "usage",
+            "--since",
+            window[0],
+            "--until",
+            window[1],
+        )
+    )
     for part in ("jobs", "job-summaries"):
         assert all(j["gres_alloc"] == {} for j in dump[part] if j["job_id"] in held), part
-        out[part] = sorted((j["job_id"], j["user"], j["account"], j["state"], json.dumps(j["gres_alloc"], sort_keys=True))
-                           for j in dump[part] if j["job_id"] not in held)
+        out[part] = sorted(
+            (j["job_id"], j["user"], j["account"], j["state"], json.dumps(j["gres_alloc"], sort_keys=True))
+            for j in dump[part]
+            if j["job_id"] not in held
+        )
     out["usage-records"] = dump["usage"]
-    out["usage"] = json.loads(_gpushare(cluster, "usage", "--by", "user", "--format", "json", "--since", window[0],
-                                        "--until", window[1], *policy))
+    out["usage"] = json.loads(
+        _gpushare(
+            cluster, "usage", "--by", "user", "--format", "json", "--since", window[0], "--until", window[1], *policy
+        )
+    )
     for command in (("fairshare", *policy), ("live", "report", *policy, "--json")):
         res = cluster.slurm(["gpushare", *command], timeout=120, check=False)
         out[command[0]] = (res.returncode, "Traceback" in res.stderr)

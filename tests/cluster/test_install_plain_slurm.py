@@ -118,7 +118,7 @@ PartitionName=batch Nodes=gpu-a01,gpu-s01,gpu-m01 Default=YES MaxTime=1-00:00:00
 SITE_FILES = {
     "slurm.conf": SITE_SLURM_CONF,
     "gres.conf": "AutoDetect=off\nNodeName=gpu-a01 Name=gpu File=/dev/nvidia[0-1]\n"
-                 "NodeName=gpu-s01 Name=gpu File=/dev/nvidia0\nNodeName=gpu-m01 Name=gpu File=/dev/nvidia0\n",
+    "NodeName=gpu-s01 Name=gpu File=/dev/nvidia0\nNodeName=gpu-m01 Name=gpu File=/dev/nvidia0\n",
     "cgroup.conf": "CgroupPlugin=autodetect\nConstrainCores=yes\nConstrainDevices=yes\nConstrainRAMSpace=yes\n",
 }
 
@@ -147,10 +147,13 @@ def run_block(c: TestCluster, block: ClusterBlock) -> list[str]:
         if service != "slurmctld":
             env["GPUSHARE_FAKE_NVML"] = FAKE
         flags = [f"-e{k}={v}" for k, v in env.items()]
-        done = c.compose("exec", "-T", *flags, service, "bash", "-euo", "pipefail", "-c", block.script,
-                         timeout=600, check=False)
-        assert done.returncode == 0, (f"{block.id} (node={block.node}) failed on {service}: exit {done.returncode}\n"
-                                      f"$ {block.script}\n{done.stdout}\n{done.stderr}")
+        done = c.compose(
+            "exec", "-T", *flags, service, "bash", "-euo", "pipefail", "-c", block.script, timeout=600, check=False
+        )
+        assert done.returncode == 0, (
+            f"{block.id} (node={block.node}) failed on {service}: exit {done.returncode}\n"
+            f"$ {block.script}\n{done.stdout}\n{done.stderr}"
+        )
     return where
 
 
@@ -162,15 +165,35 @@ def wheelhouse(c: TestCluster, work: Path) -> Path:
     run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(ROOT)], timeout=600)
     (wheel,) = out.glob("slurm_gpushare-*.whl")
     env = []
-    ca = os.environ.get("PIP_CERT") or run([sys.executable, "-m", "pip", "config", "get", "global.cert"],
-                                           check=False, timeout=60).stdout.strip()
+    ca = (
+        os.environ.get("PIP_CERT")
+        or run([sys.executable, "-m", "pip", "config", "get", "global.cert"], check=False, timeout=60).stdout.strip()
+    )
     if ca and Path(ca).is_file():
         shutil.copy(ca, out / "pip-ca.pem")
         env = ["-e", "PIP_CERT=/wheels/pip-ca.pem"]
-    script = ("python3 -m venv /tmp/v && /tmp/v/bin/pip wheel -q --disable-pip-version-check -w /wheels "
-              f"'/wheels/{wheel.name}[nvml]'")
-    run(["docker", "run", "--rm", "--network", "host", "-v", f"{out}:/wheels", *env, "--entrypoint", "bash", c.image,
-         "-c", script], timeout=900)
+    script = (
+        "python3 -m venv /tmp/v && /tmp/v/bin/pip wheel -q --disable-pip-version-check -w /wheels "
+        f"'/wheels/{wheel.name}[nvml]'"
+    )
+    run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "host",
+            "-v",
+            f"{out}:/wheels",
+            *env,
+            "--entrypoint",
+            "bash",
+            c.image,
+            "-c",
+            script,
+        ],
+        timeout=900,
+    )
     (out / "pip-ca.pem").unlink(missing_ok=True)
     return out
 
@@ -196,8 +219,15 @@ def fake_gpus(c: TestCluster, work: Path) -> None:
 
 @pytest.fixture(scope="module")
 def plain_cluster():
-    yield from own_cluster("install", PROJECT, lambda work: _write(work / "policy.yaml", POLICY),
-                           "GPUSHARE_INSTALL_KEEP", accounts=False, plain=True, conf_files=SITE_FILES)
+    yield from own_cluster(
+        "install",
+        PROJECT,
+        lambda work: _write(work / "policy.yaml", POLICY),
+        "GPUSHARE_INSTALL_KEEP",
+        accounts=False,
+        plain=True,
+        conf_files=SITE_FILES,
+    )
 
 
 def _write(path: Path, text: str) -> Path:
@@ -209,8 +239,9 @@ def _write(path: Path, text: str) -> Path:
 def installed(plain_cluster):
     c = plain_cluster
     for service in ("slurmctld", NODES[0]):
-        found = c.exec(service, ["bash", "-c", "command -v gpushare; ls -d /opt/gpushare /etc/gpushare/node.yaml"],
-                       check=False)
+        found = c.exec(
+            service, ["bash", "-c", "command -v gpushare; ls -d /opt/gpushare /etc/gpushare/node.yaml"], check=False
+        )
         assert found.returncode != 0 and "gpushare" not in found.stdout, (service, found.stdout)
     work = Path(tempfile.mkdtemp(prefix="gpushare-install-"))
     try:
@@ -222,8 +253,11 @@ def installed(plain_cluster):
     ran = {b.id: run_block(c, b) for b in install}
     c.wait_idle(timeout=240)
     try:
-        wait_for("the GPU nodes to register the policy's GRES", lambda: "mps:a30:100" in c.node_states()["gpu-m01"]["gres"],
-                 180)
+        wait_for(
+            "the GPU nodes to register the policy's GRES",
+            lambda: "mps:a30:100" in c.node_states()["gpu-m01"]["gres"],
+            180,
+        )
     except AssertionError as exc:
         raise AssertionError(f"{exc}: {c.node_states()}\n{c.scontrol('show', 'node').stdout}") from None
     return c, ran
@@ -255,8 +289,11 @@ def test_slurm_runs_the_site_conf_with_the_gpu_part_included(installed):
     assert config["TaskProlog"] == "/usr/local/bin/gpushare-task-prolog", config
     assert set(config["GresTypes"].split(",")) == {"gpu", "mps", "shard"}
     gres = {n: set(s["gres"].split(",")) for n, s in c.node_states().items()}
-    assert gres == {"gpu-a01": {"gpu:l40s:2"}, "gpu-s01": {"gpu:l40s:1", "shard:l40s:4"},
-                    "gpu-m01": {"gpu:a30:1", "mps:a30:100"}}, gres
+    assert gres == {
+        "gpu-a01": {"gpu:l40s:2"},
+        "gpu-s01": {"gpu:l40s:1", "shard:l40s:4"},
+        "gpu-m01": {"gpu:a30:1", "mps:a30:100"},
+    }, gres
 
 
 def show_config(c: TestCluster) -> dict[str, str]:
@@ -285,16 +322,26 @@ def test_a_job_job_submit_accepts_lands_where_its_gres_are(installed):
 
 def test_a_job_job_submit_refuses_gets_its_message(installed):
     c, _ = installed
-    done = c.exec("slurmctld", ["sbatch", "--account=physics", "--gres=shard:2", "--output=/dev/null"], user="alice",
-                  input="#!/bin/bash\ntrue\n", check=False)
+    done = c.exec(
+        "slurmctld",
+        ["sbatch", "--account=physics", "--gres=shard:2", "--output=/dev/null"],
+        user="alice",
+        input="#!/bin/bash\ntrue\n",
+        check=False,
+    )
     assert done.returncode != 0, done.stdout
     assert "2 shards are not 2 GPUs" in done.stderr and "--gres=shard:1" in done.stderr, done.stderr
 
 
 def test_an_mps_job_gets_its_share_from_the_node_hooks(installed):
     c, _ = installed
-    job = submit(c, ENV_SCRIPT + "pgrep -c -f '[n]vidia-cuda-mps-control -d' | sed 's/^/DAEMONS=/'\n",
-                 "carol", "biology", "mps:25")
+    job = submit(
+        c,
+        ENV_SCRIPT + "pgrep -c -f '[n]vidia-cuda-mps-control -d' | sed 's/^/DAEMONS=/'\n",
+        "carol",
+        "biology",
+        "mps:25",
+    )
     rec = c.wait(job, timeout=240)
     assert rec["State"] == "COMPLETED" and rec["NodeList"] == "gpu-m01", rec
     env = dict(line.split("=", 1) for line in c.read_shared(f"install-{job}.out").splitlines() if "=" in line)
@@ -303,9 +350,11 @@ def test_an_mps_job_gets_its_share_from_the_node_hooks(installed):
     assert env["DAEMONS"] == "1", env
 
     def clean():
-        left = c.exec("gpu-m01", ["bash", "-c", "ls /var/lib/gpushare/jobs; pgrep -f '[n]vidia-cuda-mps-control -d'"],
-                      check=False).stdout.split()
+        left = c.exec(
+            "gpu-m01", ["bash", "-c", "ls /var/lib/gpushare/jobs; pgrep -f '[n]vidia-cuda-mps-control -d'"], check=False
+        ).stdout.split()
         return not left
+
     wait_for("gpu-m01 without journals or MPS daemons after the job", clean, 90)
 
 
@@ -337,15 +386,27 @@ def start_unit(c: TestCluster, name: str, log: str) -> None:
     user = keys.get("User", ["root"])[0]
     env = " ".join(shlex.quote(e) for e in keys.get("Environment", []))
     c.exec("slurmctld", ["bash", "-c", f"install -m 0644 -o {user} /dev/null {log}"])
-    c.compose("exec", "-d", "-T", "-u", user, "slurmctld", "bash", "-c",
-              f"echo $$ > /tmp/{name}.pid; exec env {env} {command} >>{log} 2>&1", timeout=60)
+    c.compose(
+        "exec",
+        "-d",
+        "-T",
+        "-u",
+        user,
+        "slurmctld",
+        "bash",
+        "-c",
+        f"echo $$ > /tmp/{name}.pid; exec env {env} {command} >>{log} 2>&1",
+        timeout=60,
+    )
 
 
 def stop_unit(c: TestCluster, name: str, log: str) -> str:
     """SIGTERM to the process started for ``name`` (by its pid); its log once it has ended."""
     pid = c.exec("slurmctld", ["cat", f"/tmp/{name}.pid"]).stdout.strip()
     c.exec("slurmctld", ["kill", "-TERM", pid], check=False)
-    wait_for(f"{name} (pid {pid}) to end", lambda: c.exec("slurmctld", ["kill", "-0", pid], check=False).returncode != 0, 120)
+    wait_for(
+        f"{name} (pid {pid}) to end", lambda: c.exec("slurmctld", ["kill", "-0", pid], check=False).returncode != 0, 120
+    )
     return c.exec("slurmctld", ["cat", log]).stdout
 
 
@@ -361,8 +422,14 @@ def test_the_exporter_unit_serves_the_clusters_gpus(installed):
     start_unit(c, "gpushare-exporter.service", log)
     try:
         text = wait_for("the exporter's /metrics", lambda: metrics(c), 120)
-        line = next((l for l in text.splitlines() if l.startswith("gpushare_gres_configured{") and 'node="gpu-m01"' in l
-                     and 'gres="mps"' in l), None)
+        line = next(
+            (
+                l
+                for l in text.splitlines()
+                if l.startswith("gpushare_gres_configured{") and 'node="gpu-m01"' in l and 'gres="mps"' in l
+            ),
+            None,
+        )
         assert line is not None and line.endswith(" 100.0"), text[:2000]
         assert re.search(r"^gpushare_exporter_last_scrape_success 1\.0$", text, re.M), text[:2000]
     finally:
@@ -393,9 +460,11 @@ def test_zz_rollback_gives_back_the_sites_own_cluster(installed):
     assert c.exec("slurmctld", ["cat", "/etc/slurm/slurm.conf"]).stdout == SITE_SLURM_CONF
     assert c.exec("slurmctld", ["cat", "/etc/slurm/gres.conf"]).stdout == SITE_FILES["gres.conf"]
     c.wait_idle(timeout=240)
+
     def as_the_site_had_them():
         gres = {n: s["gres"] for n, s in c.node_states().items()}
         return all("gpu:" in g and "mps" not in g and "shard" not in g and "l40s" not in g for g in gres.values())
+
     wait_for("the nodes' GRES as the site had them (untyped gpu only)", as_the_site_had_them, 180)
     config = show_config(c)
     assert config.get("JobSubmitPlugins", "(null)") == "(null)" and config.get("Prolog", "(null)") == "(null)", config

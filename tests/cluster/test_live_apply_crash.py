@@ -23,8 +23,22 @@ import pytest
 import yaml
 
 from tests.cluster.conftest import own_cluster, wait_for
-from tests.cluster.test_live_planner import (APPLY, LIVE, LOCK, NODE, SPARE, T3G, live_policy, locks, node, once,
-                                             phase, relayout_jobs, state, submit)
+from tests.cluster.test_live_planner import (
+    APPLY,
+    LIVE,
+    LOCK,
+    NODE,
+    SPARE,
+    T3G,
+    live_policy,
+    locks,
+    node,
+    once,
+    phase,
+    relayout_jobs,
+    state,
+    submit,
+)
 from tests.cluster.test_node_runtime import MAKE_CAPS
 
 PROJECT = os.environ.get("GPUSHARE_LIVECRASH_PROJECT", "livecrash")
@@ -45,8 +59,9 @@ exec sleep 600
 
 @pytest.fixture(scope="module")
 def crash_cluster():
-    yield from own_cluster("livecrash", PROJECT, lambda work: live_policy(work / "live.yaml"),
-                           "GPUSHARE_LIVECRASH_KEEP")
+    yield from own_cluster(
+        "livecrash", PROJECT, lambda work: live_policy(work / "live.yaml"), "GPUSHARE_LIVECRASH_KEEP"
+    )
 
 
 def sh(c, line: str, check: bool = True) -> str:
@@ -56,11 +71,21 @@ def sh(c, line: str, check: bool = True) -> str:
 def start_applier(c) -> None:
     real = sh(c, "command -v sbatch").strip()
     sh(c, f"mkdir -p {SHIM_DIR} && rm -f {SUBMITTED}")
-    c.exec("slurmctld", ["bash", "-c", f"cat >{SHIM_DIR}/sbatch && chmod 755 {SHIM_DIR}/sbatch"],
-           input=SHIM.format(real=real, mark=SUBMITTED))
-    c.compose("exec", "-d", "-T", "slurmctld", "bash", "-c",
-              f"echo $$ >{APPLIER_PID}; PATH={SHIM_DIR}:$PATH exec {' '.join(APPLY)} >{APPLIER_LOG} 2>&1",
-              timeout=60)
+    c.exec(
+        "slurmctld",
+        ["bash", "-c", f"cat >{SHIM_DIR}/sbatch && chmod 755 {SHIM_DIR}/sbatch"],
+        input=SHIM.format(real=real, mark=SUBMITTED),
+    )
+    c.compose(
+        "exec",
+        "-d",
+        "-T",
+        "slurmctld",
+        "bash",
+        "-c",
+        f"echo $$ >{APPLIER_PID}; PATH={SHIM_DIR}:$PATH exec {' '.join(APPLY)} >{APPLIER_LOG} 2>&1",
+        timeout=60,
+    )
 
 
 def alive(c, pid: int) -> bool:
@@ -74,12 +99,20 @@ def test_killed_after_submitting_the_relayout_job_the_next_run_finishes_the_chan
     c.scontrol("update", f"nodename={SPARE}", "state=drain", "reason=test: out for repair")
     pending = [submit(c, T3G, 5, user=u, account=a) for u, a in (("carol", "biology"), ("alice", "physics"))]
     wait_for("the 3g jobs to pend", lambda: all(c.job(j).get("JobState") == "PENDING" for j in pending), timeout=60)
-    wait_for("a scheduling pass to give them their reason", lambda: all(
-        c.job(j).get("Reason") not in (None, "None") for j in pending), timeout=60, every=0.5)
+    wait_for(
+        "a scheduling pass to give them their reason",
+        lambda: all(c.job(j).get("Reason") not in (None, "None") for j in pending),
+        timeout=60,
+        every=0.5,
+    )
 
     start_applier(c)
-    mark = wait_for("the relayout job's submission", lambda: sh(c, f"cat {SUBMITTED} 2>/dev/null || true").split(),
-                    timeout=120, every=0.5)
+    mark = wait_for(
+        "the relayout job's submission",
+        lambda: sh(c, f"cat {SUBMITTED} 2>/dev/null || true").split(),
+        timeout=120,
+        every=0.5,
+    )
     job, shim = int(mark[0]), int(mark[1])
     applier = int(sh(c, f"cat {APPLIER_PID}").strip())
     sh(c, f"kill -KILL {applier}")
@@ -117,5 +150,7 @@ def test_killed_after_submitting_the_relayout_job_the_next_run_finishes_the_chan
     for j in pending:
         r = c.wait(j, timeout=180)
         assert (r["State"], r["ExitCode"]) == ("COMPLETED", "0:0"), r
-    print(f"KILLED MID-CHANGE: applier pid {applier} killed after submitting job {job}; the next runs found it and "
-          f"recorded the change done; scenario {time.monotonic() - t0:.0f} s")
+    print(
+        f"KILLED MID-CHANGE: applier pid {applier} killed after submitting job {job}; the next runs found it and "
+        f"recorded the change done; scenario {time.monotonic() - t0:.0f} s"
+    )

@@ -76,8 +76,12 @@ for name in os.listdir('/dev/nvidia-caps'):
 def live_policy(path: Path) -> Path:
     raw = yaml.safe_load(POLICY.read_text())
     mig = next(g for g in raw["node_groups"] if g["name"] == "lab-mig")
-    spare = {**mig, "name": "lab-mig3", "nodes": SPARE,
-             "sharing": [{"gpus": 0, "mode": "mig", "layout": ["3g.20gb", "2g.10gb", "1g.5gb"]}]}
+    spare = {
+        **mig,
+        "name": "lab-mig3",
+        "nodes": SPARE,
+        "sharing": [{"gpus": 0, "mode": "mig", "layout": ["3g.20gb", "2g.10gb", "1g.5gb"]}],
+    }
     # the L40S nodes for the mode change: lab-excl01 (2 exclusive), lab-shard01 (1 GPU in 4 shards)
     l40s = [g for g in raw["node_groups"] if g["name"] in ("lab-excl", "lab-shard")]
     raw["node_groups"] = [mig, spare] + l40s
@@ -85,8 +89,15 @@ def live_policy(path: Path) -> Path:
         tier["node_groups"] = ["lab-mig", "lab-mig3"] + [g["name"] for g in l40s]
     raw["submission"]["aliases"].pop("half", None)  # an mps alias, and no mps node is left
     raw["billing"]["gpu_weights"] = {"A100-SXM4-40GB": 100}
-    raw["live"] = {"enabled": True, "min_pending": 0, "min_dwell": MIN_DWELL, "min_benefit_jobs": 1,
-                   "max_draining": 1, "max_wait": 240, "change_cost": 60}
+    raw["live"] = {
+        "enabled": True,
+        "min_pending": 0,
+        "min_dwell": MIN_DWELL,
+        "min_benefit_jobs": 1,
+        "max_draining": 1,
+        "max_wait": 240,
+        "change_cost": 60,
+    }
     text = "# small-lab.yaml, MIG nodes only, live planner on (tests/cluster/test_live_planner.py)\n"
     path.write_text(text + yaml.safe_dump(raw, sort_keys=False))
     return path
@@ -101,8 +112,14 @@ def live_cluster():
 
 
 def submit(c, gres: str, seconds: int, user: str = "carol", account: str = "biology", limit: int = 1) -> int:
-    return c.sbatch(f"sleep {seconds}\necho done\n", user=user, account=account, output="/shared/live-%j.out",
-                    gres=f"gpu:{gres}:1", time=limit)
+    return c.sbatch(
+        f"sleep {seconds}\necho done\n",
+        user=user,
+        account=account,
+        output="/shared/live-%j.out",
+        gres=f"gpu:{gres}:1",
+        time=limit,
+    )
 
 
 def held_until(go: str, most: int) -> str:
@@ -127,7 +144,7 @@ def phase(c, name: str = NODE) -> str:
 def relayout_jobs(c) -> list[dict]:
     fields = ["JobID", "State", "ExitCode", "Start", "End", "ElapsedRaw"]
     out = c.slurm(["sacct", "-a", "-X", "-n", "-P", f"--name={LOCK}", "-S", "now-1days", "-o", ",".join(fields)]).stdout
-    return [dict(zip(fields, line.split("|"))) for line in out.splitlines() if line.strip()]
+    return [dict(zip(fields, line.split("|"), strict=False)) for line in out.splitlines() if line.strip()]
 
 
 def locks(c) -> list[str]:
@@ -138,12 +155,14 @@ def locks(c) -> list[str]:
 def diagnose(c, name: str = NODE) -> str:
     """What a failed wait on the relayout job needs to be read: the jobs Slurm has on the node and named for the
     lock, the relayout jobs' logs, the node's journals and its record."""
-    script = (f"squeue -a -w {name} -o '%A %T %u %b %R'; squeue -a --name={LOCK} -o '%A %T %R %S'; "
-              f"scontrol show reservation {LOCK}; "
-              f"for f in /var/log/slurm/{LOCK}-*.log; do echo \"== $f\"; tail -n 30 \"$f\"; done; "
-              "ls -l /var/lib/gpushare/jobs /run/gpushare 2>&1 | head -40")
+    script = (
+        f"squeue -a -w {name} -o '%A %T %u %b %R'; squeue -a --name={LOCK} -o '%A %T %R %S'; "
+        f"scontrol show reservation {LOCK}; "
+        f'for f in /var/log/slurm/{LOCK}-*.log; do echo "== $f"; tail -n 30 "$f"; done; '
+        "ls -l /var/lib/gpushare/jobs /run/gpushare 2>&1 | head -40"
+    )
     here = c.exec(name, ["bash", "-c", script], check=False)
-    ctld = c.slurm(["bash", "-c", f"squeue -a -o '%A %T %u %b %N %R'; sinfo -N -o '%N %T %E'"], check=False)
+    ctld = c.slurm(["bash", "-c", "squeue -a -o '%A %T %u %b %N %R'; sinfo -N -o '%N %T %E'"], check=False)
     return f"---- {name} ----\n{here.stdout}{here.stderr}---- slurmctld ----\n{ctld.stdout}{ctld.stderr}"
 
 
@@ -154,9 +173,17 @@ def once(c) -> str:
 
 
 def start_loop(c, tag: str) -> None:
-    c.compose("exec", "-d", "-T", "slurmctld", "bash", "-c",
-              f"echo $$ >/run/gpushare-live-{tag}.pid; exec {' '.join(APPLY)} --every 3 "
-              f">>/var/log/gpushare-live-{tag}.log 2>&1", timeout=60)
+    c.compose(
+        "exec",
+        "-d",
+        "-T",
+        "slurmctld",
+        "bash",
+        "-c",
+        f"echo $$ >/run/gpushare-live-{tag}.pid; exec {' '.join(APPLY)} --every 3 "
+        f">>/var/log/gpushare-live-{tag}.log 2>&1",
+        timeout=60,
+    )
 
 
 def stop_loop(c, tag: str) -> str:
@@ -181,11 +208,14 @@ def test_pending_3g_jobs_get_lab_mig01_relaid_out_when_its_1g_job_ends(live_clus
     go = "/shared/live-go-1g"
     c.exec("slurmctld", ["rm", "-f", go])
     # runs until the lock is seen below (a fixed 90 s outlived the setup on a loaded machine; 40 s did not once)
-    running = c.sbatch(held_until(go, 170), user="carol", account="biology", output="/shared/live-%j.out",
-                       gres=f"gpu:{T1G}:1", time=3)
+    running = c.sbatch(
+        held_until(go, 170), user="carol", account="biology", output="/shared/live-%j.out", gres=f"gpu:{T1G}:1", time=3
+    )
     wait_for(f"job {running} running", lambda: c.job(running).get("JobState") == "RUNNING", timeout=90)
-    pending = [submit(c, T3G, 5, user=u, account=a)
-               for u, a in (("carol", "biology"), ("dave", "biology-imaging"), ("alice", "physics"))]
+    pending = [
+        submit(c, T3G, 5, user=u, account=a)
+        for u, a in (("carol", "biology"), ("dave", "biology-imaging"), ("alice", "physics"))
+    ]
     wait_for("the 3g jobs to pend", lambda: all(c.job(j).get("JobState") == "PENDING" for j in pending), timeout=60)
     time.sleep(3)  # a scheduling pass gives them their reason
     reasons = {j: c.job(j).get("Reason") for j in pending}
@@ -222,19 +252,26 @@ def test_pending_3g_jobs_get_lab_mig01_relaid_out_when_its_1g_job_ends(live_clus
     assert len(jobs) == 1 and jobs[0]["State"] == "COMPLETED", jobs
     assert not locks(c)
     assert sum(state(c)["counts"].get(NODE, {}).values()) == 1
-    assert any("holds the node" in t or "under relayout" in t or "relayout already started" in t
-               or "another planner recorded a change" in t for t in logs.values()), "neither planner saw the other's lock"
+    assert any(
+        "holds the node" in t
+        or "under relayout" in t
+        or "relayout already started" in t
+        or "another planner recorded a change" in t
+        for t in logs.values()
+    ), "neither planner saw the other's lock"
     after = node(c)
     print(f"{NODE} after: {after}")
     assert T3G in after["gres"] and not after["flags"] & {"DRAIN", "INVAL", "DOWN"}
     log = c.exec(NODE, ["bash", "-c", f"cat /var/log/slurm/{LOCK}-{jobs[0]['JobID']}.log"]).stdout
     print(f"relayout job log:\n{log}")
     assert f"node {NODE}: resumed" in log
-    print(f"CHANGE COST (relayout job elapsed: drain, MIG apply, gres include, scontrol reconfigure, "
-          f"re-registration, resume): {jobs[0]['ElapsedRaw']} s; lock -> relayout submitted (the 1g job ending): "
-          f"{record['submitted_at'] - record['locked_at']:.1f} s; submitted -> recorded done (job start, the job, "
-          f"the next planner run): {record['ended_at'] - record['submitted_at']:.1f} s; scenario "
-          f"{time.monotonic() - t0:.0f} s")
+    print(
+        f"CHANGE COST (relayout job elapsed: drain, MIG apply, gres include, scontrol reconfigure, "
+        f"re-registration, resume): {jobs[0]['ElapsedRaw']} s; lock -> relayout submitted (the 1g job ending): "
+        f"{record['submitted_at'] - record['locked_at']:.1f} s; submitted -> recorded done (job start, the job, "
+        f"the next planner run): {record['ended_at'] - record['submitted_at']:.1f} s; scenario "
+        f"{time.monotonic() - t0:.0f} s"
+    )
 
 
 def test_demand_alternating_faster_than_min_dwell_changes_nothing_more(live_cluster):
@@ -265,11 +302,17 @@ def test_pending_shard_jobs_turn_an_idle_exclusive_gpu_into_shards(live_cluster)
     go = "/shared/live-go-shard"
     c.exec("slurmctld", ["rm", "-f", go])
     # they hold lab-shard01 until the mode change is done (released below)
-    running = [c.sbatch(held_until(go, 110), user=u, account=a, output="/shared/live-%j.out", gres="shard:1",
-                        time=2, nodelist=shard) for u, a in users]
+    running = [
+        c.sbatch(
+            held_until(go, 110), user=u, account=a, output="/shared/live-%j.out", gres="shard:1", time=2, nodelist=shard
+        )
+        for u, a in users
+    ]
     wait_for("the shard jobs to run", lambda: all(c.job(j).get("JobState") == "RUNNING" for j in running), timeout=90)
-    pending = [c.sbatch("sleep 5\necho done\n", user=u, account=a, output="/shared/live-%j.out", gres="shard:1",
-                        time=1) for u, a in users]
+    pending = [
+        c.sbatch("sleep 5\necho done\n", user=u, account=a, output="/shared/live-%j.out", gres="shard:1", time=1)
+        for u, a in users
+    ]
     wait_for("the shard jobs to pend", lambda: all(c.job(j).get("JobState") == "PENDING" for j in pending), timeout=60)
     time.sleep(3)
     print("shard jobs pending:", {j: c.job(j).get("Reason") for j in pending})
@@ -278,6 +321,7 @@ def test_pending_shard_jobs_turn_an_idle_exclusive_gpu_into_shards(live_cluster)
     assert f"{excl} has 0 GPU jobs running: mode change GPU 0 exclusive -> shard (4 replicas)" in report, report
     out = once(c)  # no GPU job on lab-excl01: locked and the relayout job submitted in this one run
     print(out)
+
     def ended() -> bool:  # a planner run records the relayout job's end
         print(once(c))
         return phase(c, excl) in ("done", "failed", "gave_up", "lost")
@@ -285,8 +329,7 @@ def test_pending_shard_jobs_turn_an_idle_exclusive_gpu_into_shards(live_cluster)
     wait_for("the mode change to be done", ended, timeout=240, every=3)
     record = state(c)["current"][excl]
     print("change record:", json.dumps(record, indent=1))
-    log = c.exec(excl, ["bash", "-c", f"cat /var/log/slurm/gpushare-relayout-{excl}-{record['job']}.log"],
-                 check=False)
+    log = c.exec(excl, ["bash", "-c", f"cat /var/log/slurm/gpushare-relayout-{excl}-{record['job']}.log"], check=False)
     print(f"relayout job log:\n{log.stdout}{log.stderr}")
     print(f"{excl}: {node(c, excl)}")
     assert record["phase"] == "done", record
@@ -295,8 +338,11 @@ def test_pending_shard_jobs_turn_an_idle_exclusive_gpu_into_shards(live_cluster)
     print(f"{excl} after: {after}")
     assert "shard" in after["gres"] and not after["flags"] & {"DRAIN", "INVAL", "DOWN"}, after
     # lab-shard01 is freed once every pending job has started (on lab-excl01's new shards)
-    wait_for("the pending shard jobs to start", lambda: all(c.job(j).get("JobState") != "PENDING" for j in pending),
-             timeout=120)
+    wait_for(
+        "the pending shard jobs to start",
+        lambda: all(c.job(j).get("JobState") != "PENDING" for j in pending),
+        timeout=120,
+    )
     release(c, go)
     for j in pending + running:
         r = c.wait(j, timeout=180)
@@ -304,8 +350,20 @@ def test_pending_shard_jobs_turn_an_idle_exclusive_gpu_into_shards(live_cluster)
     assert {c.sacct(j)[0]["NodeList"] for j in pending} == {excl}, [c.sacct(j) for j in pending]
     for j in running:
         assert len(c.sacct(j, extra=["--duplicates"])) == 1  # never requeued by the other node's reconfigure
-    out = c.slurm(["sacct", "-a", "-X", "-n", "-P", f"--name=gpushare-relayout-{excl}", "-S", "now-1days",
-                   "-o", "JobID,State,ExitCode,ElapsedRaw"]).stdout
+    out = c.slurm(
+        [
+            "sacct",
+            "-a",
+            "-X",
+            "-n",
+            "-P",
+            f"--name=gpushare-relayout-{excl}",
+            "-S",
+            "now-1days",
+            "-o",
+            "JobID,State,ExitCode,ElapsedRaw",
+        ]
+    ).stdout
     print("relayout jobs:", out)
     assert len(out.split()) == 1 and "|COMPLETED|0:0|" in out, out
     print(f"MODE CHANGE: relayout job {out.strip()}; scenario {time.monotonic() - t0:.0f} s")
@@ -321,11 +379,19 @@ def test_a_blocked_two_gpu_job_raises_the_weight_of_the_node_it_needs(live_clust
     assert weight(c, excl) == 1
     go = "/shared/live-go-small"
     c.exec("slurmctld", ["rm", "-f", go])
-    small = c.sbatch(held_until(go, 55), user="carol", account="biology", output="/shared/live-%j.out",
-                     gres="gpu:l40s:1", time=1, nodelist=excl)  # holds one GPU until released below
+    small = c.sbatch(
+        held_until(go, 55),
+        user="carol",
+        account="biology",
+        output="/shared/live-%j.out",
+        gres="gpu:l40s:1",
+        time=1,
+        nodelist=excl,
+    )  # holds one GPU until released below
     wait_for(f"job {small} running", lambda: c.job(small).get("JobState") == "RUNNING", timeout=90)
-    large = c.sbatch("sleep 3\necho done\n", user="alice", account="physics", output="/shared/live-%j.out",
-                     gres="gpu:l40s:2", time=1)
+    large = c.sbatch(
+        "sleep 3\necho done\n", user="alice", account="physics", output="/shared/live-%j.out", gres="gpu:l40s:2", time=1
+    )
     wait_for(f"job {large} to pend", lambda: c.job(large).get("JobState") == "PENDING", timeout=60)
     time.sleep(3)
     print(f"job {large}:", c.job(large).get("Reason"))

@@ -36,14 +36,16 @@ import pytest
 import yaml
 
 from slurm_gpushare.testcluster.cluster import TestCluster
-from slurm_gpushare.testcluster.compose import EXPORTER_PORT, EXPORTER_TLS_DIR, EXPORTER_USER, PROMETHEUS_TLS_DIR
+from slurm_gpushare.testcluster.compose import EXPORTER_PORT, EXPORTER_USER, PROMETHEUS_TLS_DIR
 from tests import tlsfiles
 from tests.cluster.conftest import MIG_INCLUDE, POLICY, own_cluster, wait_for, wait_quiet
 
-PROJECT = os.environ.get("GPUSHARE_METRICS_PROJECT", os.environ.get("GPUSHARE_TEST_PROJECT", "gpusharetest") + "-metrics")
+PROJECT = os.environ.get(
+    "GPUSHARE_METRICS_PROJECT", os.environ.get("GPUSHARE_TEST_PROJECT", "gpusharetest") + "-metrics"
+)
 NODES = ("lab-excl01", "lab-shard01", "lab-mig01", "lab-mps01")
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"  # Debian node_exporter's default textfile directory
-DCGM_DIR = "/var/lib/dcgm-exporter/job-mapping"     # what dcgm-exporter's --hpc-job-mapping-dir would name
+DCGM_DIR = "/var/lib/dcgm-exporter/job-mapping"  # what dcgm-exporter's --hpc-job-mapping-dir would name
 EXPORTER_LOG = TestCluster.EXPORTER_LOG
 
 # GPU-equivalents by hand, from the small lab's hardware: a 1g.5gb slice is 1/7 of an A100-40GB,
@@ -72,7 +74,9 @@ def metrics_policy(path: Path) -> Path:
     """etc/small-lab.yaml with the node metrics on: the textfile directory and the dcgm job-mapping directory."""
     raw = yaml.safe_load(POLICY.read_text())
     raw["cluster"]["metrics"] = {"textfile_dir": TEXTFILE_DIR, "dcgm_job_mapping_dir": DCGM_DIR}
-    path.write_text("# small-lab.yaml with node metrics on (tests/cluster/test_metrics.py)\n" + yaml.safe_dump(raw, sort_keys=False))
+    path.write_text(
+        "# small-lab.yaml with node metrics on (tests/cluster/test_metrics.py)\n" + yaml.safe_dump(raw, sort_keys=False)
+    )
     return path
 
 
@@ -84,16 +88,27 @@ def exporter_tls(where: Path, password: str) -> Path:
     exporter, prom = where / "exporter", where / "prometheus"
     exporter.mkdir()
     prom.mkdir()
-    for src, dst in ((tls.server_cert, exporter / "server.crt"), (tls.server_key, exporter / "server.key"),
-                     (tls.ca, exporter / "clients-ca.crt"), (tls.ca, prom / "ca.crt"),
-                     (tls.client_cert, prom / "client.crt"), (tls.client_key, prom / "client.key")):
+    for src, dst in (
+        (tls.server_cert, exporter / "server.crt"),
+        (tls.server_key, exporter / "server.key"),
+        (tls.ca, exporter / "clients-ca.crt"),
+        (tls.ca, prom / "ca.crt"),
+        (tls.client_cert, prom / "client.crt"),
+        (tls.client_key, prom / "client.key"),
+    ):
         dst.write_text(src.read_text())
     (prom / "password").write_text(password)
-    web = {"tls_server_config": {"cert_file": "server.crt", "key_file": "server.key",  # relative to the file
-                                 "client_auth_type": "RequireAndVerifyClientCert", "client_ca_file": "clients-ca.crt",
-                                 "client_allowed_sans": ["prometheus"]},
-           "http_server_config": {"headers": {"X-Content-Type-Options": "nosniff"}},
-           "basic_auth_users": {EXPORTER_USER: bcrypt.hashpw(password.encode(), bcrypt.gensalt(10)).decode()}}
+    web = {
+        "tls_server_config": {
+            "cert_file": "server.crt",
+            "key_file": "server.key",  # relative to the file
+            "client_auth_type": "RequireAndVerifyClientCert",
+            "client_ca_file": "clients-ca.crt",
+            "client_allowed_sans": ["prometheus"],
+        },
+        "http_server_config": {"headers": {"X-Content-Type-Options": "nosniff"}},
+        "basic_auth_users": {EXPORTER_USER: bcrypt.hashpw(password.encode(), bcrypt.gensalt(10)).decode()},
+    }
     (exporter / "web-config.yml").write_text(yaml.safe_dump(web))
     for path in where.rglob("*"):
         path.chmod(0o755 if path.is_dir() else 0o644)  # read through bind mounts by the prometheus user
@@ -104,9 +119,14 @@ def exporter_tls(where: Path, password: str) -> Path:
 def metrics_cluster():
     tls = Path(tempfile.mkdtemp(prefix="gpushare-metrics-tls-"))
     try:
-        yield from own_cluster("metrics", PROJECT, lambda work: metrics_policy(work / "small-lab-metrics.yaml"),
-                               "GPUSHARE_METRICS_KEEP", prometheus=True,
-                               exporter_tls=exporter_tls(tls, PASSWORD))
+        yield from own_cluster(
+            "metrics",
+            PROJECT,
+            lambda work: metrics_policy(work / "small-lab-metrics.yaml"),
+            "GPUSHARE_METRICS_KEEP",
+            prometheus=True,
+            exporter_tls=exporter_tls(tls, PASSWORD),
+        )
     finally:
         if os.environ.get("GPUSHARE_METRICS_KEEP") != "1":
             shutil.rmtree(tls, ignore_errors=True)
@@ -120,7 +140,7 @@ def values(c: TestCluster, query: str, labels: tuple[str, ...], at: float | None
     out = {}
     for s in c.promql(query, at=at):
         key = tuple(s["metric"].get(k, "") for k in labels)
-        assert key not in out, f"{query}: two series for {dict(zip(labels, key))}"
+        assert key not in out, f"{query}: two series for {dict(zip(labels, key, strict=False))}"
         out[key] = float(s["value"][1])
     return out
 
@@ -128,17 +148,22 @@ def values(c: TestCluster, query: str, labels: tuple[str, ...], at: float | None
 def scrape_after(c: TestCluster, t: float, timeout: float = 90) -> tuple[float, float]:
     """(scrape time, read time) of a controller-exporter scrape serving a snapshot whose read of Slurm began
     after ``t`` and read every part; both from the one scrape (the queries are evaluated at one instant)."""
+
     def probe():
         at = time.time()
-        ok = c.promql("timestamp(gpushare_exporter_last_scrape_success) and gpushare_exporter_last_scrape_success == 1",
-                      at=at)
+        ok = c.promql(
+            "timestamp(gpushare_exporter_last_scrape_success) and gpushare_exporter_last_scrape_success == 1", at=at
+        )
         read = c.promql("gpushare_exporter_snapshot_timestamp_seconds", at=at)
         if ok and read and float(read[0]["value"][1]) > t:
             return float(ok[0]["value"][1]), float(read[0]["value"][1])
         return None
 
-    return wait_for(f"a successful gpushare exporter read of Slurm after {t:.1f} (log {EXPORTER_LOG} in slurmctld)",
-                    probe, timeout=timeout)
+    return wait_for(
+        f"a successful gpushare exporter read of Slurm after {t:.1f} (log {EXPORTER_LOG} in slurmctld)",
+        probe,
+        timeout=timeout,
+    )
 
 
 def gres_key(spec: str) -> tuple[str, str, int]:
@@ -179,8 +204,11 @@ def scontrol_gres(c: TestCluster) -> dict[tuple[str, str, str], tuple[int, int]]
 
 
 def slurm_view(c: TestCluster) -> dict:
-    return {"running": squeue(c, "RUNNING", "%i|%a|%u|%b|%N"), "pending": squeue(c, "PENDING", "%i|%b|%r|%V"),
-            "gres": scontrol_gres(c)}
+    return {
+        "running": squeue(c, "RUNNING", "%i|%a|%u|%b|%N"),
+        "pending": squeue(c, "PENDING", "%i|%b|%r|%V"),
+        "gres": scontrol_gres(c),
+    }
 
 
 def consistent_moment(c: TestCluster, attempts: int = 5) -> tuple[dict, float, float]:
@@ -202,8 +230,12 @@ def node_shell(c: TestCluster, node: str, script: str) -> str:
 
 def mapping_files(c: TestCluster, node: str) -> dict[str, set[str]]:
     """dcgm-exporter's job-mapping directory on the node: {file name: job ids in it}."""
-    out = node_shell(c, node, f'cd {DCGM_DIR} 2>/dev/null || exit 0; for f in *; do [ -f "$f" ] || continue; '
-                              'echo "== $f"; cat "$f"; echo; done')
+    out = node_shell(
+        c,
+        node,
+        f'cd {DCGM_DIR} 2>/dev/null || exit 0; for f in *; do [ -f "$f" ] || continue; '
+        'echo "== $f"; cat "$f"; echo; done',
+    )
     files: dict[str, set[str]] = {}
     name = None
     for line in out.splitlines():
@@ -237,21 +269,32 @@ def node_metric(c: TestCluster, name: str, extra: tuple[str, ...] = ()) -> dict[
 def mix(metrics_cluster):
     c = metrics_cluster
     c.start_exporter()
-    wait_for("Prometheus to scrape the exporter and every node_exporter (up == 1)",
-             lambda: sorted(values(c, "up", ("job", "instance")).values()) == [1.0] * (1 + len(NODES)), timeout=120, every=2)
+    wait_for(
+        "Prometheus to scrape the exporter and every node_exporter (up == 1)",
+        lambda: sorted(values(c, "up", ("job", "instance")).values()) == [1.0] * (1 + len(NODES)),
+        timeout=120,
+        every=2,
+    )
     wait_quiet(c)
     baseline = values(c, "sum by (node, hook) (gpushare_node_hook_runs_total)", ("node", "hook"))
     jobs = []
     for user, account, gres, nodelist in MIX:
-        jobs.append(c.sbatch("sleep 900\n", user=user, account=account, gres=gres, nodelist=nodelist, output="/dev/null"))
-    wait_for("every job of the mix running, its prolog done (not CONFIGURING)",
-             lambda: {int(r[0]) for r in squeue(c, "RUNNING", "%i")} >= set(jobs) and not squeue(c, "CONFIGURING", "%i"),
-             timeout=180, every=2)
+        jobs.append(
+            c.sbatch("sleep 900\n", user=user, account=account, gres=gres, nodelist=nodelist, output="/dev/null")
+        )
+    wait_for(
+        "every job of the mix running, its prolog done (not CONFIGURING)",
+        lambda: {int(r[0]) for r in squeue(c, "RUNNING", "%i")} >= set(jobs) and not squeue(c, "CONFIGURING", "%i"),
+        timeout=180,
+        every=2,
+    )
     user, account, gres = PENDING
     pending = c.sbatch("sleep 900\n", user=user, account=account, gres=gres, output="/dev/null")
-    wait_for(f"job {pending} pending on physics' quota",
-             lambda: any(r[0] == str(pending) and r[1].startswith("AssocGrp") for r in squeue(c, "PENDING", "%i|%r")),
-             timeout=60)
+    wait_for(
+        f"job {pending} pending on physics' quota",
+        lambda: any(r[0] == str(pending) and r[1].startswith("AssocGrp") for r in squeue(c, "PENDING", "%i|%r")),
+        timeout=60,
+    )
     nodes_of = {int(r[0]): r[1] for r in squeue(c, "RUNNING", "%i|%N")}
     yield {"jobs": jobs, "pending": pending, "baseline": baseline, "nodes_of": nodes_of}
     c.slurm(["scancel", *map(str, jobs), str(pending)], check=False)
@@ -270,8 +313,9 @@ def test_prometheus_scrapes_the_exporter_and_every_node(metrics_cluster, mix):
 
 def fetch_from_prometheus(c: TestCluster, url: str, *options: str):
     """GET ``url`` with wget inside the Prometheus container (on the cluster network, as Prometheus scrapes)."""
-    return c.exec("prometheus", ["wget", "-S", "-O", "-", "--tries=1", "--timeout=20", *options, url], check=False,
-                  timeout=60)
+    return c.exec(
+        "prometheus", ["wget", "-S", "-O", "-", "--tries=1", "--timeout=20", *options, url], check=False, timeout=60
+    )
 
 
 def test_the_exporter_is_scraped_over_tls_and_refuses_anyone_else(metrics_cluster, mix):
@@ -309,7 +353,9 @@ def test_gpu_equivalents_per_tenant_equal_the_hand_computation_from_squeue(metri
     assert by_tenant == pytest.approx(EXPECTED_TENANTS)  # squeue shows the mix as submitted
     got = values(c, "sum by (tenant) (gpushare_gpu_equivalents_allocated)", ("tenant",), at=ts)
     assert {k[0]: v for k, v in got.items()} == pytest.approx(dict(by_tenant), abs=1e-6), (got, view["running"])
-    got = values(c, "sum by (tenant, user, kind) (gpushare_gpu_equivalents_allocated)", ("tenant", "user", "kind"), at=ts)
+    got = values(
+        c, "sum by (tenant, user, kind) (gpushare_gpu_equivalents_allocated)", ("tenant", "user", "kind"), at=ts
+    )
     assert got == pytest.approx(dict(by_kind), abs=1e-6), (got, view["running"])
 
 
@@ -342,7 +388,9 @@ def test_pending_demand_equals_squeue(metrics_cluster, mix):
     assert len(want) == 1, want
     ((name, gtype, reason),) = want
     assert (name, gtype) == ("gpu", "l40s") and reason.startswith("AssocGrp"), want  # the job over physics' quota
-    assert values(c, "gpushare_jobs_pending", ("gres", "gres_type", "reason"), at=ts) == {k: float(v) for k, v in want.items()}
+    assert values(c, "gpushare_jobs_pending", ("gres", "gres_type", "reason"), at=ts) == {
+        k: float(v) for k, v in want.items()
+    }
     eq = values(c, "gpushare_pending_gpu_equivalents", ("gres", "gres_type", "reason"), at=ts)
     assert eq == pytest.approx({k: FRACTION["gpu", "l40s"] * v for k, v in want.items()})
     age = values(c, "gpushare_pending_oldest_age_seconds", ("gres", "gres_type"), at=ts)
@@ -406,9 +454,11 @@ def test_job_to_gpu_mapping_for_dcgm_while_the_jobs_run(metrics_cluster, mix):
         raise AssertionError(f"dcgm mapping files {seen}, Slurm says {want_files}") from None
 
     labels = ("node", "job_id", "gpu", "mig_uuid", "gpu_instance_id")
-    info = wait_for("gpushare_node_job_gpu_info for every job of the mix",
-                    lambda: (lambda v: v if set(v) == want_info else None)(values(c, "gpushare_node_job_gpu_info", labels)),
-                    timeout=30)
+    info = wait_for(
+        "gpushare_node_job_gpu_info for every job of the mix",
+        lambda: (lambda v: v if set(v) == want_info else None)(values(c, "gpushare_node_job_gpu_info", labels)),
+        timeout=30,
+    )
     assert set(info.values()) == {1.0}
 
 
@@ -416,9 +466,11 @@ def test_drained_node_and_every_dashboard_query_return_series(metrics_cluster, m
     c = metrics_cluster
     c.scontrol("update", f"nodename={DRAIN_NODE}", "state=drain", f"reason={DRAIN_REASON}")
     try:
-        wait_for(f"gpushare_node_drained for {DRAIN_NODE}",
-                 lambda: values(c, "gpushare_node_drained", ("node", "reason")) == {(DRAIN_NODE, DRAIN_REASON): 1.0},
-                 timeout=60)
+        wait_for(
+            f"gpushare_node_drained for {DRAIN_NODE}",
+            lambda: values(c, "gpushare_node_drained", ("node", "reason")) == {(DRAIN_NODE, DRAIN_REASON): 1.0},
+            timeout=60,
+        )
         dash = json.loads(resources.files("slurm_gpushare.metrics").joinpath("dashboard.json").read_text())
         for var in dash["templating"]["list"]:
             if var["type"] != "query":
@@ -432,13 +484,19 @@ def test_drained_node_and_every_dashboard_query_return_series(metrics_cluster, m
         problems = []
         for panel in dash["panels"]:
             for target in panel.get("targets", []):
-                expr = (target["expr"].replace("$__rate_interval", "1m").replace("$__interval", "10s")
-                        .replace("$tenant", ".*").replace("$node", ".*"))
+                expr = (
+                    target["expr"]
+                    .replace("$__rate_interval", "1m")
+                    .replace("$__interval", "10s")
+                    .replace("$tenant", ".*")
+                    .replace("$node", ".*")
+                )
                 if target.get("instant"):
                     result = c.promql(expr)
                 else:
-                    data = c.prometheus_api("query_range", {"query": expr, "start": f"{end - 300:.0f}",
-                                                            "end": f"{end:.0f}", "step": "10"})
+                    data = c.prometheus_api(
+                        "query_range", {"query": expr, "start": f"{end - 300:.0f}", "end": f"{end:.0f}", "step": "10"}
+                    )
                     result = data["result"]
                 if not result:
                     problems.append(f"{panel['title']!r} {target['refId']}: {expr}")
@@ -452,8 +510,12 @@ def test_after_the_jobs_end_hook_counters_moved_and_nothing_is_left(metrics_clus
     jobs, nodes_of, baseline = mix["jobs"], mix["nodes_of"], mix["baseline"]
     c.slurm(["scancel", *map(str, jobs), str(mix["pending"])])
     # the epilogs are done when their runs are counted (below); slurmdbd's records do not matter here
-    wait_for("the mix gone from squeue (none pending, running or completing)",
-             lambda: not squeue(c, "PENDING,RUNNING,CONFIGURING,COMPLETING", "%i"), timeout=120, every=2)
+    wait_for(
+        "the mix gone from squeue (none pending, running or completing)",
+        lambda: not squeue(c, "PENDING,RUNNING,CONFIGURING,COMPLETING", "%i"),
+        timeout=120,
+        every=2,
+    )
     per_node = Counter(nodes_of[j] for j in jobs)
     want = {(n, hook): baseline.get((n, hook), 0.0) + per_node[n] for n in NODES for hook in ("prolog", "epilog")}
 
@@ -461,16 +523,24 @@ def test_after_the_jobs_end_hook_counters_moved_and_nothing_is_left(metrics_clus
         got = values(c, "sum by (node, hook) (gpushare_node_hook_runs_total)", ("node", "hook"))
         return {k: got.get(k, 0.0) for k in want}
 
-    wait_for(f"prolog and epilog runs up by the jobs of each node ({dict(per_node)})", lambda: runs() == want, timeout=60)
+    wait_for(
+        f"prolog and epilog runs up by the jobs of each node ({dict(per_node)})", lambda: runs() == want, timeout=60
+    )
     failures = values(c, "sum by (node, hook) (gpushare_node_hook_failures_total)", ("node", "hook"))
     assert not any(failures.values()), failures
-    wait_for("gpushare_node_journals_present 0 on every node",
-             lambda: node_metric(c, "gpushare_node_journals_present") == {(n,): 0.0 for n in NODES}, timeout=30)
+    wait_for(
+        "gpushare_node_journals_present 0 on every node",
+        lambda: node_metric(c, "gpushare_node_journals_present") == {(n,): 0.0 for n in NODES},
+        timeout=30,
+    )
     for node in NODES:
         on_disk = node_shell(c, node, "ls /var/lib/gpushare/jobs 2>/dev/null | grep -c . || true").strip()
         assert on_disk == "0", f"{node}: journals left: {on_disk}"
-    wait_for("gpushare_node_mps_daemons_running 0 on lab-mps01",
-             lambda: node_metric(c, "gpushare_node_mps_daemons_running").get(("lab-mps01",)) == 0.0, timeout=30)
+    wait_for(
+        "gpushare_node_mps_daemons_running 0 on lab-mps01",
+        lambda: node_metric(c, "gpushare_node_mps_daemons_running").get(("lab-mps01",)) == 0.0,
+        timeout=30,
+    )
     layout = values(c, "gpushare_node_mig_layout_matches_policy", ("node", "gpu"))
     assert layout == {("lab-mig01", "0"): 1.0}, layout
     for node in NODES:

@@ -104,7 +104,9 @@ def growth_policy(path: Path, count: int) -> Path:
 
 @pytest.fixture(scope="module")
 def growth_cluster():
-    yield from own_cluster("growth", PROJECT, lambda work: growth_policy(work / "growth.yaml", 2), "GPUSHARE_GROWTH_KEEP")
+    yield from own_cluster(
+        "growth", PROJECT, lambda work: growth_policy(work / "growth.yaml", 2), "GPUSHARE_GROWTH_KEEP"
+    )
 
 
 # ---- helpers ----------------------------------------------------------------------------
@@ -116,8 +118,9 @@ def node_py(c: TestCluster, *args: str):
 
 
 def submit(c: TestCluster, script: str, user: str = "carol", account: str = "biology") -> int:
-    return c.sbatch(ENV_SCRIPT + script, user=user, account=account, output="/shared/growth-%j.out",
-                    gres=f"gpu:{MIG_TYPE}:1")
+    return c.sbatch(
+        ENV_SCRIPT + script, user=user, account=account, output="/shared/growth-%j.out", gres=f"gpu:{MIG_TYPE}:1"
+    )
 
 
 def job_state(c: TestCluster, job: int) -> str:
@@ -157,7 +160,9 @@ def watch_node(c: TestCluster, want: int, seconds: float = 40) -> tuple[dict, li
 
 
 def slurmd_log(c: TestCluster, pattern: str) -> str:
-    return c.exec(NODE, ["bash", "-c", f"grep -hE '{pattern}' /var/log/slurm/slurmd*.log 2>/dev/null | tail -n 20 || true"]).stdout
+    return c.exec(
+        NODE, ["bash", "-c", f"grep -hE '{pattern}' /var/log/slurm/slurmd*.log 2>/dev/null | tail -n 20 || true"]
+    ).stdout
 
 
 def grow(c: TestCluster, count: int) -> tuple[list[dict], str]:
@@ -170,9 +175,19 @@ def grow(c: TestCluster, count: int) -> tuple[list[dict], str]:
     c.exec(NODE, ["bash", "-c", "cat >/tmp/grown.yaml"], input=grown.read_text())
     c.exec(NODE, ["gpushare", "node", "gres-conf", "--policy", "/tmp/grown.yaml", "--node", NODE, "--fake-nvml", FAKE])
     # The new GI/CI capability device files (nvidia-modprobe on a real node; a missing one makes slurmd exit).
-    c.exec(NODE, ["python3", "/usr/local/lib/gpushare-docker/fake_gpus.py", "--gres-conf", "/etc/slurm/gres.conf", "--node", NODE])
+    c.exec(
+        NODE,
+        [
+            "python3",
+            "/usr/local/lib/gpushare-docker/fake_gpus.py",
+            "--gres-conf",
+            "/etc/slurm/gres.conf",
+            "--node",
+            NODE,
+        ],
+    )
     after = node_py(c, "devices")
-    assert [d["uuid"] for d in after[:len(before)]] == [d["uuid"] for d in before], (before, after)
+    assert [d["uuid"] for d in after[: len(before)]] == [d["uuid"] for d in before], (before, after)
     assert len(after) == count
     return after, c.exec(NODE, ["cat", "/etc/slurm/gres.d/gpushare-mig.conf"]).stdout
 
@@ -202,8 +217,27 @@ def test_grow_mig_layout_in_place_while_a_job_runs(growth_cluster):
     wait_for(f"job {long_job} running", lambda: job_state(c, long_job) == "RUNNING", timeout=90)
     env = wait_for(f"job {long_job}'s environment", lambda: env_of(c, long_job).get("CUDA_VISIBLE_DEVICES"), timeout=90)
     mine = next(d for d in node_py(c, "devices") if d["uuid"] == env)
-    c.exec(NODE, ["gpushare", "node", "fake-nvml", "add-process", "--state", FAKE, "--gpu", "0", "--pid", "4242",
-                  "--gi", str(mine["gi"]), "--ci", str(mine["ci"]), "--used-mib", "1000"])
+    c.exec(
+        NODE,
+        [
+            "gpushare",
+            "node",
+            "fake-nvml",
+            "add-process",
+            "--state",
+            FAKE,
+            "--gpu",
+            "0",
+            "--pid",
+            "4242",
+            "--gi",
+            str(mine["gi"]),
+            "--ci",
+            str(mine["ci"]),
+            "--used-mib",
+            "1000",
+        ],
+    )
 
     # NVML's rules (MIG user guide), as the fake follows them: a busy instance cannot be destroyed ...
     refused = node_py(c, "destroy", str(mine["gi"]), str(mine["ci"]))
@@ -211,8 +245,11 @@ def test_grow_mig_layout_in_place_while_a_job_runs(growth_cluster):
     # ... `gpushare node mig apply` rebuilds a GPU whose multiset differs, so it refuses while busy ...
     grown3 = growth_policy(Path(tempfile.mkdtemp(prefix="gpushare-growth-")) / "g3.yaml", 3)
     c.exec(NODE, ["bash", "-c", "cat >/tmp/grown.yaml"], input=grown3.read_text())
-    apply = c.exec(NODE, ["gpushare", "node", "mig", "apply", "--policy", "/tmp/grown.yaml", "--node", NODE,
-                          "--fake-nvml", FAKE], check=False)
+    apply = c.exec(
+        NODE,
+        ["gpushare", "node", "mig", "apply", "--policy", "/tmp/grown.yaml", "--node", NODE, "--fake-nvml", FAKE],
+        check=False,
+    )
     assert apply.returncode == 1 and "processes are running" in apply.stderr, apply
     # ... but a new GPU instance in the free slices is created beside the busy one: the GPU grows in place.
     devices3, include3 = grow(c, 3)
@@ -231,9 +268,16 @@ def test_grow_mig_layout_in_place_while_a_job_runs(growth_cluster):
     # ... but slurmctld, recovering its jobs, kills the one holding the node's GRES and requeues it.
     killed = ctld_log(c, f"Killing job {long_job}|JobId={long_job} due to|Requeue job JobId={long_job}")
     print("slurmctld log:\n" + killed)
-    assert f"_find_invalid_job_gres_on_node: Killing job {long_job}: gres/gpu count mismatch on node {NODE} (2 != 3)" in killed
+    assert (
+        f"_find_invalid_job_gres_on_node: Killing job {long_job}: gres/gpu count mismatch on node {NODE} (2 != 3)"
+        in killed
+    )
     assert f"Aborting JobId={long_job} due to use of invalid GRES configuration" in killed
-    first = wait_for(f"job {long_job}'s first run ended", lambda: [r for r in runs(c, long_job) if r["State"] == "REQUEUED"], timeout=90)
+    first = wait_for(
+        f"job {long_job}'s first run ended",
+        lambda: [r for r in runs(c, long_job) if r["State"] == "REQUEUED"],
+        timeout=90,
+    )
     print("sacct -D:", *runs(c, long_job), sep="\n  ")
     assert first[0]["End"] != "Unknown"
     out = c.read_shared(f"growth-{long_job}.out")
@@ -241,8 +285,10 @@ def test_grow_mig_layout_in_place_while_a_job_runs(growth_cluster):
     c.slurm(["scancel", str(long_job)])
 
     # With no job on it, the grown node serves three jobs at once, one of them on the new instance.
-    jobs = [submit(c, "sleep 15\n", user=u, account=a)
-            for u, a in (("carol", "biology"), ("dave", "biology-imaging"), ("alice", "physics"))]
+    jobs = [
+        submit(c, "sleep 15\n", user=u, account=a)
+        for u, a in (("carol", "biology"), ("dave", "biology-imaging"), ("alice", "physics"))
+    ]
     wait_for("three jobs running at once", lambda: all(job_state(c, j) == "RUNNING" for j in jobs), timeout=90)
     uuids = {wait_for(f"job {j}'s env", lambda j=j: env_of(c, j).get("CUDA_VISIBLE_DEVICES"), timeout=90) for j in jobs}
     assert uuids == {d["uuid"] for d in devices3}, (uuids, devices3)
@@ -268,12 +314,17 @@ def test_grow_mig_layout_in_place_while_a_job_runs(growth_cluster):
     c.compose("run", "--rm", "--no-deps", "config", timeout=120)
     c.compose("restart", "-t", "10", "slurmctld", timeout=180)
     want = "gres/gpu count reported lower than configured (3 < 4)"
-    rec_ctld = wait_for("the node's drain", lambda: (lambda r: r if want in r["reason"] else None)(node_record(c)), timeout=90)
+    rec_ctld = wait_for(
+        "the node's drain", lambda: (lambda r: r if want in r["reason"] else None)(node_record(c)), timeout=90
+    )
     print("node after restarting slurmctld with the grown slurm.conf:", rec_ctld)
     assert {"DRAIN", "INVALID_REG"} <= rec_ctld["flags"] | set(rec_ctld["state"].split("+")), rec_ctld
     killed2 = ctld_log(c, f"Killing job {job2}|JobId={job2} due to|Requeue job JobId={job2}")
     print("slurmctld log:\n" + killed2)
-    assert f"_find_invalid_job_gres_on_node: Killing job {job2}: gres/gpu count mismatch on node {NODE} (3 != 4)" in killed2
+    assert (
+        f"_find_invalid_job_gres_on_node: Killing job {job2}: gres/gpu count mismatch on node {NODE} (3 != 4)"
+        in killed2
+    )
     assert [r["State"] for r in runs(c, job2)][0] == "REQUEUED"
     assert "second-done" not in c.read_shared(f"growth-{job2}.out")
     print(f"scenario took {time.monotonic() - t0:.0f} s")

@@ -36,8 +36,12 @@ def tenants_policy(path: Path) -> Path:
     group = {"gpu": {"model": "A30-24GB", "count": 1}, "cpus": 8, "memory_mb": 16000}
     raw["node_groups"] = [
         {"name": "lab-mps", "nodes": "lab-mps01", **group, "sharing": [{"gpus": 0, "mode": "mps", "units": 100}]},
-        {"name": "lab-mpsx", "nodes": "lab-mpsx01", **group,
-         "sharing": [{"gpus": 0, "mode": "mps", "units": 100, "compute_mode": "exclusive_process"}]},
+        {
+            "name": "lab-mpsx",
+            "nodes": "lab-mpsx01",
+            **group,
+            "sharing": [{"gpus": 0, "mode": "mps", "units": 100, "compute_mode": "exclusive_process"}],
+        },
     ]
     raw["tiers"] = [
         {"name": "batch", "default": True, "node_groups": ["lab-mps"], "priority": 10, "preempt_mode": "off"},
@@ -45,15 +49,18 @@ def tenants_policy(path: Path) -> Path:
     ]
     raw.pop("submission", None)
     raw["billing"] = {"gpu_weights": {"A30-24GB": 50}, "cpu": 0.0}
-    path.write_text("# two MPS nodes, DEFAULT and EXCLUSIVE_PROCESS (tests/cluster/test_mps_tenants.py)\n"
-                    + yaml.safe_dump(raw, sort_keys=False))
+    path.write_text(
+        "# two MPS nodes, DEFAULT and EXCLUSIVE_PROCESS (tests/cluster/test_mps_tenants.py)\n"
+        + yaml.safe_dump(raw, sort_keys=False)
+    )
     return path
 
 
 @pytest.fixture(scope="module")
 def tenants_cluster():
-    yield from own_cluster("mpstenants", PROJECT, lambda work: tenants_policy(work / "mps-tenants.yaml"),
-                           "GPUSHARE_MPS_TENANTS_KEEP")
+    yield from own_cluster(
+        "mpstenants", PROJECT, lambda work: tenants_policy(work / "mps-tenants.yaml"), "GPUSHARE_MPS_TENANTS_KEEP"
+    )
 
 
 SCRIPT = f"""echo "PCT=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
@@ -70,8 +77,9 @@ sleep 3
 
 
 def submit(c: TestCluster, user: str, account: str, pct: int, partition: str, script: str = SCRIPT) -> int:
-    return c.sbatch(script, user=user, account=account, output="/shared/tenants-%j.out", gres=f"mps:{pct}",
-                    partition=partition)
+    return c.sbatch(
+        script, user=user, account=account, output="/shared/tenants-%j.out", gres=f"mps:{pct}", partition=partition
+    )
 
 
 def finished(c: TestCluster, job: int) -> tuple[dict, dict[str, str]]:
@@ -86,13 +94,19 @@ def node_shell(c: TestCluster, node: str, script: str) -> str:
 
 
 def mps_logs(c: TestCluster, node: str) -> str:
-    return node_shell(c, node, "tail -n 40 /var/log/slurm/gpushare-mps/*/*.log; ps -eo pid,user,args | grep [n]vidia; "
-                               f"ls -l {FAKE}.mps-contexts")
+    return node_shell(
+        c,
+        node,
+        "tail -n 40 /var/log/slurm/gpushare-mps/*/*.log; ps -eo pid,user,args | grep [n]vidia; "
+        f"ls -l {FAKE}.mps-contexts",
+    )
 
 
 def left_behind(c: TestCluster, node: str) -> str:
     """Journals, MPS daemons or servers still on the node (empty when clean)."""
-    return node_shell(c, node, f"ls {STATE}/jobs/*.json 2>/dev/null; pgrep -a -f '[n]vidia-cuda-mps-control' || true").strip()
+    return node_shell(
+        c, node, f"ls {STATE}/jobs/*.json 2>/dev/null; pgrep -a -f '[n]vidia-cuda-mps-control' || true"
+    ).strip()
 
 
 def assert_clean(c: TestCluster, node: str) -> None:
@@ -112,14 +126,20 @@ def overlap(a: dict, b: dict) -> bool:
 
 def test_default_mode_runs_two_users_servers_on_one_gpu_at_once(tenants_cluster):
     c = tenants_cluster
-    assert node_shell(c, "lab-mps01", f"GPUSHARE_FAKE_NVML={FAKE} nvidia-smi --query-gpu=compute_mode "
-                                      "--format=csv,noheader").strip() == "Default"
+    assert (
+        node_shell(
+            c, "lab-mps01", f"GPUSHARE_FAKE_NVML={FAKE} nvidia-smi --query-gpu=compute_mode --format=csv,noheader"
+        ).strip()
+        == "Default"
+    )
     script = SCRIPT.replace(f"sleep {HOLD}\n", BOTH)
     jobs = [submit(c, "alice", "physics", 25, "batch", script), submit(c, "carol", "biology", 25, "batch", script)]
     (ra, ea), (rc, ec) = [finished(c, j) for j in jobs]
     held = (ea["HELD"], ec["HELD"])
     assert held == ("2", "2"), f"two users' servers on one DEFAULT GPU at once, seen {held}: {mps_logs(c, 'lab-mps01')}"
-    assert overlap(ra, rc), f"DEFAULT: the two users' jobs did not overlap: {ra['Start']}-{ra['End']}, {rc['Start']}-{rc['End']}"
+    assert overlap(ra, rc), (
+        f"DEFAULT: the two users' jobs did not overlap: {ra['Start']}-{ra['End']}, {rc['Start']}-{rc['End']}"
+    )
     assert ea["PIPE"] != ec["PIPE"] and ea["PCT"] == ec["PCT"] == "25"
     assert ea["SERVERS"] == ec["SERVERS"] == "1"  # each daemon runs its own user's server
     print(f"\nDEFAULT: alice {ra['Start']}-{ra['End']}, carol {rc['Start']}-{rc['End']}, servers seen at once: {held}")
@@ -128,11 +148,17 @@ def test_default_mode_runs_two_users_servers_on_one_gpu_at_once(tenants_cluster)
 
 def test_exclusive_process_keeps_the_gpu_to_one_user_at_a_time(tenants_cluster):
     c = tenants_cluster
-    assert node_shell(c, "lab-mpsx01", f"GPUSHARE_FAKE_NVML={FAKE} nvidia-smi --query-gpu=compute_mode "
-                                       "--format=csv,noheader").strip() == "Exclusive_Process"
+    assert (
+        node_shell(
+            c, "lab-mpsx01", f"GPUSHARE_FAKE_NVML={FAKE} nvidia-smi --query-gpu=compute_mode --format=csv,noheader"
+        ).strip()
+        == "Exclusive_Process"
+    )
     assert "ExclusiveUser=YES" in c.scontrol("show", "partition", "mpsx").stdout
     go = f"/shared/tenants-go-{os.getpid()}"  # alice's jobs hold the node until the test has seen carol wait
-    hold = SCRIPT.replace(f"sleep {HOLD}\n", f"for i in $(seq 120); do [ -e {go} ] && break; sleep 0.5; done\nsleep 1\n")
+    hold = SCRIPT.replace(
+        f"sleep {HOLD}\n", f"for i in $(seq 120); do [ -e {go} ] && break; sleep 0.5; done\nsleep 1\n"
+    )
     alice = [submit(c, "alice", "physics", 25, "mpsx", hold), submit(c, "alice", "physics", 50, "mpsx", hold)]
     wait_for("alice's two jobs running", lambda: all(c.job(j).get("JobState") == "RUNNING" for j in alice), 90, 0.5)
     carol = submit(c, "carol", "biology", 25, "mpsx")
@@ -142,11 +168,16 @@ def test_exclusive_process_keeps_the_gpu_to_one_user_at_a_time(tenants_cluster):
     c.exec("slurmctld", ["touch", go])
     (r1, e1), (r2, e2), (r3, e3) = [finished(c, j) for j in (*alice, carol)]
     c.exec("slurmctld", ["rm", "-f", go])
-    assert overlap(r1, r2), f"alice's two jobs should share the GPU: {r1['Start']}-{r1['End']}, {r2['Start']}-{r2['End']}"
+    assert overlap(r1, r2), (
+        f"alice's two jobs should share the GPU: {r1['Start']}-{r1['End']}, {r2['Start']}-{r2['End']}"
+    )
     assert e1["PIPE"] == e2["PIPE"] and (e1["PCT"], e2["PCT"]) == ("25", "50")  # one daemon, each job its own limit
     assert not overlap(r1, r3) and not overlap(r2, r3), (
-        f"EXCLUSIVE_PROCESS: carol ran beside alice: {r1['Start']}-{r1['End']}, {r2['Start']}-{r2['End']}, {r3['Start']}-{r3['End']}")
+        f"EXCLUSIVE_PROCESS: carol ran beside alice: {r1['Start']}-{r1['End']}, {r2['Start']}-{r2['End']}, {r3['Start']}-{r3['End']}"
+    )
     assert e3["SERVERS"] == "1" and e3["PIPE"] != e1["PIPE"]
-    print(f"\nEXCLUSIVE_PROCESS: alice {r1['Start']}-{r1['End']} and {r2['Start']}-{r2['End']}, "
-          f"carol {r3['Start']}-{r3['End']} (pending meanwhile: Reason={waiting['Reason']})")
+    print(
+        f"\nEXCLUSIVE_PROCESS: alice {r1['Start']}-{r1['End']} and {r2['Start']}-{r2['End']}, "
+        f"carol {r3['Start']}-{r3['End']} (pending meanwhile: Reason={waiting['Reason']})"
+    )
     assert_clean(c, "lab-mpsx01")

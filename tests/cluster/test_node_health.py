@@ -38,8 +38,10 @@ def health_policy(path: Path) -> Path:
     hooks_policy(path)
     raw = yaml.safe_load(path.read_text())
     raw["cluster"]["health"] = {"program": PROGRAM, "interval": 3600, "node_state": ["ANY"]}
-    path.write_text("# small-lab.yaml with the node hooks and the health check on (tests/cluster/test_node_health.py)\n"
-                    + yaml.safe_dump(raw, sort_keys=False))
+    path.write_text(
+        "# small-lab.yaml with the node hooks and the health check on (tests/cluster/test_node_health.py)\n"
+        + yaml.safe_dump(raw, sort_keys=False)
+    )
     return path
 
 
@@ -57,7 +59,9 @@ def set_interval(c: TestCluster, seconds: int) -> None:
 
     def applied() -> bool:
         res = c.slurm(["scontrol", "show", "config"], check=False)
-        return res.returncode == 0 and re.search(rf"^HealthCheckInterval\s*= {seconds} sec$", res.stdout, re.M) is not None
+        return (
+            res.returncode == 0 and re.search(rf"^HealthCheckInterval\s*= {seconds} sec$", res.stdout, re.M) is not None
+        )
 
     wait_for(f"slurmctld back with HealthCheckInterval={seconds}", applied, 120)
     c.wait_idle(timeout=120)
@@ -80,7 +84,9 @@ def health(c: TestCluster, node: str) -> tuple[int, str, float]:
     return res.returncode, res.stdout + res.stderr, time.monotonic() - start
 
 
-def slurmd_health_runs(c: TestCluster, node: str, count: int, timeout: float, program: str = "gpushare-node-health") -> int:
+def slurmd_health_runs(
+    c: TestCluster, node: str, count: int, timeout: float, program: str = "gpushare-node-health"
+) -> int:
     """Wait on ``node`` until ``count`` runs of the health ``program`` started by its slurmd (an ancestor is the
     pid in /run/slurmd.pid, so runs by docker exec do not count) have started and ended; their number. The
     node's processes are polled every 20 ms (a run takes a good part of a second)."""
@@ -192,35 +198,57 @@ def test_a_killed_prolog_is_healed_by_the_health_check_alone(health_cluster):
         c.exec(node, ["rm", "-f", ready])
         since = c.slurm(["date", "-u", "+%Y-%m-%dT%H:%M:%S"]).stdout.strip()
         killed = []
-        killer = threading.Thread(target=lambda: killed.append(kill_a_hook(c, node, "gpushare-prolog", 90, ready=ready)))
+        killer = threading.Thread(
+            target=lambda: killed.append(kill_a_hook(c, node, "gpushare-prolog", 90, ready=ready))
+        )
         killer.start()
-        wait_for("the prolog killer to poll", lambda: c.exec(node, ["test", "-e", ready], check=False).returncode == 0,
-                 60, every=0.5)
+        wait_for(
+            "the prolog killer to poll",
+            lambda: c.exec(node, ["test", "-e", ready], check=False).returncode == 0,
+            60,
+            every=0.5,
+        )
         job = c.sbatch("true\n", user="carol", account="biology", gres="gpu:l40s:1", nodelist=node, output="/dev/null")
         killer.join()
         assert killed == [True], "no prolog ran on lab-excl01 within 90 s"
         # the drain may last less than a poll (slurmd's next health run may come at once): slurmdbd's record of it
         try:
-            drain = wait_for(f"{node}'s drain after the killed prolog, ended by slurmd's health runs",
-                             lambda: ended_drain(c, node, since), 200, every=2)
+            drain = wait_for(
+                f"{node}'s drain after the killed prolog, ended by slurmd's health runs",
+                lambda: ended_drain(c, node, since),
+                200,
+                every=2,
+            )
         except AssertionError:
-            print(c.slurm(["sacctmgr", "-n", "-P", "list", "event", f"nodes={node}", f"start={since}"], check=False).stdout,
-                  c.exec("slurmctld", ["bash", "-c", f"grep -iE '{node}|drain|prolog' /var/log/slurm/slurmctld.log | "
-                                       "tail -n 30"], check=False).stdout, sep="\n")
+            print(
+                c.slurm(
+                    ["sacctmgr", "-n", "-P", "list", "event", f"nodes={node}", f"start={since}"], check=False
+                ).stdout,
+                c.exec(
+                    "slurmctld",
+                    ["bash", "-c", f"grep -iE '{node}|drain|prolog' /var/log/slurm/slurmctld.log | tail -n 30"],
+                    check=False,
+                ).stdout,
+                sep="\n",
+            )
             raise
         healed = wait_for(f"{node} not drained", lambda: undrained_state(state(c, node)), 60)
         rec = c.wait(job, timeout=240)
         assert rec["State"] == "COMPLETED", rec
         wait_for(f"no journal on {node}", lambda: not journals(c, node), 90)
-    print(f"\nprolog of job {job} SIGKILLed on {node}: drained '{drain['Reason']}' at {drain['Start']}, resumed by the "
-          f"health check alone at {drain['End']} ({healed['state']}); the requeued job {rec['State']}")
+    print(
+        f"\nprolog of job {job} SIGKILLed on {node}: drained '{drain['Reason']}' at {drain['Start']}, resumed by the "
+        f"health check alone at {drain['End']} ({healed['state']}); the requeued job {rec['State']}"
+    )
 
 
 def ended_drain(c: TestCluster, node: str, since: str) -> dict | None:
     """slurmdbd's record of a drain of ``node`` after a prolog failure (``Prolog error``, or our prolog's
     ``gpushare-prolog:`` reason) that began at or after ``since`` (UTC) and has ended."""
-    out = c.slurm(["sacctmgr", "-n", "-P", "list", "event", f"nodes={node}", f"start={since}",
-                   "format=Start,End,State,Reason"], check=False).stdout
+    out = c.slurm(
+        ["sacctmgr", "-n", "-P", "list", "event", f"nodes={node}", f"start={since}", "format=Start,End,State,Reason"],
+        check=False,
+    ).stdout
     for line in out.splitlines():
         start, end, st, reason = (line.split("|", 3) + ["", "", "", ""])[:4]
         prolog = reason == "Prolog error" or reason.startswith("gpushare-prolog:")

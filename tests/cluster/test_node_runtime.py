@@ -16,15 +16,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurm_gpushare.policy import load_file
 from slurm_gpushare.node.relayout import parse_node_gres
+from slurm_gpushare.policy import load_file
 from slurm_gpushare.testcluster.cluster import TestCluster
 from tests.cluster.conftest import POLICY, mig_uuids_by_index, own_cluster, wait_for
 from tests.cluster.tuning import FAST_REQUEUE, tuned
 
 PROJECT = os.environ.get("GPUSHARE_HOOKS_PROJECT", "hooks")
-HOOKS = {"prolog": "/usr/local/sbin/gpushare-prolog", "epilog": "/usr/local/sbin/gpushare-epilog",
-         "task_prolog": "/usr/local/bin/gpushare-task-prolog"}
+HOOKS = {
+    "prolog": "/usr/local/sbin/gpushare-prolog",
+    "epilog": "/usr/local/sbin/gpushare-epilog",
+    "task_prolog": "/usr/local/bin/gpushare-task-prolog",
+}
 STATE = "/var/lib/gpushare"
 FAKE = f"{STATE}/fake-nvml.json"
 ENV_SCRIPT = "env | grep -E '^(CUDA_|SLURM_JOB_GPUS=|SLURM_STEP_GPUS=|GPU_DEVICE_ORDINAL=)' | sort\n"
@@ -43,7 +46,10 @@ def hooks_policy(path: Path) -> Path:
     raw["cluster"]["health"]["interval"] = 3600
     if os.environ.get("GPUSHARE_HOOKS_JOB_SUBMIT") == "0":
         raw["cluster"]["hooks"]["job_submit_lua"] = False
-    path.write_text("# small-lab.yaml with the node hooks on (tests/cluster/test_node_runtime.py)\n" + yaml.safe_dump(raw, sort_keys=False))
+    path.write_text(
+        "# small-lab.yaml with the node hooks on (tests/cluster/test_node_runtime.py)\n"
+        + yaml.safe_dump(raw, sort_keys=False)
+    )
     return path
 
 
@@ -140,8 +146,10 @@ def test_two_concurrent_mig_jobs_see_different_uuids(hooks_cluster):
     c = hooks_cluster
     mig_type = c.site.group("lab-mig").gpus[0].mig_types()[0]
     script = ENV_SCRIPT + "sleep 12\n"
-    jobs = [submit(c, script, user=u, account=a, gres=f"gpu:{mig_type}:1")
-            for u, a in (("carol", "biology"), ("dave", "biology-imaging"))]
+    jobs = [
+        submit(c, script, user=u, account=a, gres=f"gpu:{mig_type}:1")
+        for u, a in (("carol", "biology"), ("dave", "biology-imaging"))
+    ]
     results = [finished(c, j) for j in jobs]
     (s1, e1), (s2, e2) = [(r["Start"], r["End"]) for r, _ in results]
     assert max(s1, s2) < min(e1, e2), f"the MIG jobs did not overlap: {s1}-{e1}, {s2}-{e2}"
@@ -156,15 +164,24 @@ def test_two_concurrent_mig_jobs_see_different_uuids(hooks_cluster):
 # ---- MPS ---------------------------------------------------------------------------------
 
 
-MPS_SCRIPT = ENV_SCRIPT + """echo "PIPE_OWNER=$(stat -c %U "$CUDA_MPS_PIPE_DIRECTORY")"
+MPS_SCRIPT = (
+    ENV_SCRIPT
+    + """echo "PIPE_OWNER=$(stat -c %U "$CUDA_MPS_PIPE_DIRECTORY")"
 echo "PIPE_MODE=$(stat -c %a "$CUDA_MPS_PIPE_DIRECTORY")"
 echo "SERVERS=$(echo get_server_list | nvidia-cuda-mps-control | tr '\\n' ' ')"
 echo "DAEMONS=$(pgrep -c -f '[n]vidia-cuda-mps-control -d')"
 [ -r "$CUDA_MPS_LOG_DIRECTORY/control.log" ] && echo LOG_READABLE=1 || echo LOG_READABLE=0
-""" + "HOLD=${HOLD:-0}\n" + "\n".join([
-    "if [ -n \"${GO:-}\" ]; then",  # held until the test makes the file $GO (HOLD s at most)
-    "  end=$((SECONDS + HOLD)); while [ ! -e \"$GO\" ] && [ $SECONDS -lt $end ]; do sleep 0.2; done",
-    "else sleep $HOLD; fi", ""])
+"""
+    + "HOLD=${HOLD:-0}\n"
+    + "\n".join(
+        [
+            'if [ -n "${GO:-}" ]; then',  # held until the test makes the file $GO (HOLD s at most)
+            '  end=$((SECONDS + HOLD)); while [ ! -e "$GO" ] && [ $SECONDS -lt $end ]; do sleep 0.2; done',
+            "else sleep $HOLD; fi",
+            "",
+        ]
+    )
+)
 
 
 def held(go: str, most: int = 120) -> str:
@@ -189,8 +206,11 @@ def test_mps_job_sees_pipe_dir_percentage_and_memory_limit(hooks_cluster):
     assert env["PIPE_OWNER"] == "carol" and env["PIPE_MODE"] == "700"
     assert env["SERVERS"].split() and env["DAEMONS"] == "1"
     assert env["LOG_READABLE"] == "0"  # the daemon's logs are root's only (docs/admins/mps-security.md)
-    logged = node_shell(c, "lab-mps01", "grep -c 'Cmd:set_default_active_thread_percentage' "
-                                        f"{env['CUDA_MPS_LOG_DIRECTORY']}/control.log").stdout.strip()
+    logged = node_shell(
+        c,
+        "lab-mps01",
+        f"grep -c 'Cmd:set_default_active_thread_percentage' {env['CUDA_MPS_LOG_DIRECTORY']}/control.log",
+    ).stdout.strip()
     assert int(logged) >= 1, logged
     wait_clean(c, "lab-mps01")
     assert mps_daemons(c) == []
@@ -261,20 +281,34 @@ def test_preempted_job_checkpoints_in_its_grace_time_is_requeued_and_resumes(hoo
     assert grace == 15
     low = submit(c, CHECKPOINTING, user="alice", account="physics", gres="mps:100", partition="scavenger")
     log = f"preempt-{low}.log"
-    wait_for("the scavenger job's step to run", lambda: running(c, low) and "start restart=0" in
-             c.exec("slurmctld", ["cat", f"/shared/{log}"], check=False).stdout, 90)
+    wait_for(
+        "the scavenger job's step to run",
+        lambda: (
+            running(c, low) and "start restart=0" in c.exec("slurmctld", ["cat", f"/shared/{log}"], check=False).stdout
+        ),
+        90,
+    )
     wait_for("the scavenger job's MPS daemon", lambda: len(mps_daemons(c)) == 1, 30)
-    wait_for("the step's trap to be set", lambda: "armed" in c.exec("slurmctld", ["cat", f"/shared/{log}"]).stdout.split(), 60,
-             every=0.5)
+    wait_for(
+        "the step's trap to be set",
+        lambda: "armed" in c.exec("slurmctld", ["cat", f"/shared/{log}"]).stdout.split(),
+        60,
+        every=0.5,
+    )
     high = submit(c, "sleep 5\n", user="bob", account="physics", gres="mps:50", partition="batch")
-    wait_for("the checkpoint", lambda: c.exec("slurmctld", ["cat", f"/shared/preempt-{low}.ckpt"],
-                                             check=False).stdout.strip() == "step=7", 60)
+    wait_for(
+        "the checkpoint",
+        lambda: c.exec("slurmctld", ["cat", f"/shared/preempt-{low}.ckpt"], check=False).stdout.strip() == "step=7",
+        60,
+    )
     finished(c, high, timeout=180)
     rec = c.wait(low, timeout=400)  # the requeued job waits for its new begin time (cred_expire + 1 s), then runs again
     assert rec["State"] == "COMPLETED", (rec, c.job(low))
     lines = c.read_shared(log).splitlines()
     starts = [l for l in lines if l.startswith("start ")]
-    assert starts[0].startswith("start restart=0 resume=none") and starts[1].startswith("start restart=1 resume=step=7"), lines
+    assert starts[0].startswith("start restart=0 resume=none") and starts[1].startswith(
+        "start restart=1 resume=step=7"
+    ), lines
     assert any(l.startswith("term-at=") for l in lines), lines
     runs = c.sacct(low, extra=["-D"])
     assert [r["State"].split()[0] for r in runs] in (["REQUEUED", "COMPLETED"], ["PREEMPTED", "COMPLETED"]), runs
@@ -290,7 +324,9 @@ def test_exclusive_job_env_unchanged_but_device_order(hooks_cluster):
     script = ENV_SCRIPT + "/usr/local/bin/gpushare-task-prolog | sed 's/^/TASKPROLOG: /'\n"
     _rec, out = finished(c, submit(c, script, gres="gpu:l40s:1", nodelist="lab-excl01"))
     # The task prolog, run again inside the job, changes one thing only.
-    assert [l for l in out.splitlines() if l.startswith("TASKPROLOG: ")] == ["TASKPROLOG: export CUDA_DEVICE_ORDER=PCI_BUS_ID"], out
+    assert [l for l in out.splitlines() if l.startswith("TASKPROLOG: ")] == [
+        "TASKPROLOG: export CUDA_DEVICE_ORDER=PCI_BUS_ID"
+    ], out
     env = env_of("\n".join(l for l in out.splitlines() if not l.startswith("TASKPROLOG: ")))
     # What Slurm sets for an exclusive GPU (seen with the hooks off), plus CUDA_DEVICE_ORDER only.
     assert set(env) == {"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "SLURM_JOB_GPUS", "CUDA_DEVICE_ORDER"}, env
@@ -305,14 +341,18 @@ def test_forced_prolog_failure_drains_with_readable_reason(hooks_cluster):
     for gpu in (0, 1):  # a stranger's CUDA process on both GPUs: the prolog must refuse
         c.exec("lab-excl01", fake + ["add-process", "--state", FAKE, "--gpu", str(gpu), "--pid", str(4240 + gpu)])
     job = submit(c, "true\n", gres="gpu:l40s:1", nodelist="lab-excl01")
+
     def drained():
         state = c.node_states()["lab-excl01"]
         return state if "DRAIN" in state["flags"] else None
 
     try:
         reason = wait_for("lab-excl01 to drain", drained, 120)["reason"]
-        assert re.match(rf"gpushare-prolog: job {job} on lab-excl01: GPU [01] \(GPU-[0-9a-f-]+\) is busy before the job "
-                        r"starts: processes 424[01]", reason), reason
+        assert re.match(
+            rf"gpushare-prolog: job {job} on lab-excl01: GPU [01] \(GPU-[0-9a-f-]+\) is busy before the job "
+            r"starts: processes 424[01]",
+            reason,
+        ), reason
     finally:
         for gpu in (0, 1):
             c.exec("lab-excl01", fake + ["remove-process", "--state", FAKE, "--pid", str(4240 + gpu)], check=False)
@@ -326,8 +366,12 @@ def test_forced_prolog_failure_drains_with_readable_reason(hooks_cluster):
 
 
 def reconcile(c: TestCluster, node: str, *extra: str):
-    return c.exec(node, ["gpushare", "node", "reconcile", "--policy", "/etc/gpushare/policy.yaml", "--fake-nvml", FAKE,
-                         *extra], check=False, timeout=120)
+    return c.exec(
+        node,
+        ["gpushare", "node", "reconcile", "--policy", "/etc/gpushare/policy.yaml", "--fake-nvml", FAKE, *extra],
+        check=False,
+        timeout=120,
+    )
 
 
 def test_killed_slurmd_mid_job_then_reconcile_leaves_the_node_clean(hooks_cluster):
@@ -347,14 +391,26 @@ def test_killed_slurmd_mid_job_then_reconcile_leaves_the_node_clean(hooks_cluste
     assert journals(c, "lab-mps01") == [] and mps_daemons(c) == []
     # the root-only .aside (where a stopped daemon's dir is moved before its removal) stays, empty
     assert node_shell(c, "lab-mps01", f"ls -A {STATE}/mps {STATE}/mps/.aside").stdout.split() == [
-        f"{STATE}/mps:", ".aside", f"{STATE}/mps/.aside:"]
+        f"{STATE}/mps:",
+        ".aside",
+        f"{STATE}/mps/.aside:",
+    ]
 
 
 def test_reconcile_cleans_what_an_interrupted_prolog_left(hooks_cluster):
     """A prolog whose slurmd died right after it ran leaves a journal and a daemon for a job Slurm does not run."""
     c = hooks_cluster
-    env = ["env", "-i", "SLURM_JOB_ID=999999", "SLURM_JOB_UID=2003", "SLURM_JOB_GID=2000", "SLURMD_NODENAME=lab-mps01",
-           "SLURM_JOB_GPUS=0", "CUDA_VISIBLE_DEVICES=0", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40"]
+    env = [
+        "env",
+        "-i",
+        "SLURM_JOB_ID=999999",
+        "SLURM_JOB_UID=2003",
+        "SLURM_JOB_GID=2000",
+        "SLURMD_NODENAME=lab-mps01",
+        "SLURM_JOB_GPUS=0",
+        "CUDA_VISIBLE_DEVICES=0",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40",
+    ]
     c.exec("lab-mps01", env + [HOOKS["prolog"]])
     assert journals(c, "lab-mps01") == ["999999.json"] and len(mps_daemons(c)) == 1
     dry = reconcile(c, "lab-mps01", "--dry-run")
@@ -399,8 +455,22 @@ def test_relayout_changes_the_mig_layout_and_the_node_returns_with_new_counts(ho
     c.compose("run", "--rm", "--no-deps", "config", timeout=120)
     c.exec("slurmctld", ["tee", "/shared/relayout-policy.yaml"], input=new_policy.read_text())
     c.exec("lab-mig01", ["python3", "-c", MAKE_CAPS])
-    res = c.exec("lab-mig01", ["gpushare", "node", "relayout", "--policy", "/shared/relayout-policy.yaml",
-                               "--fake-nvml", FAKE, "--timeout", "300"], check=False, timeout=700)
+    res = c.exec(
+        "lab-mig01",
+        [
+            "gpushare",
+            "node",
+            "relayout",
+            "--policy",
+            "/shared/relayout-policy.yaml",
+            "--fake-nvml",
+            FAKE,
+            "--timeout",
+            "300",
+        ],
+        check=False,
+        timeout=700,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "node lab-mig01: resumed" in res.stdout
     state = c.node_states()["lab-mig01"]

@@ -29,10 +29,10 @@ import yaml
 from slurm_gpushare.planner.demand import from_pods
 from slurm_gpushare.planner.frompolicy import SubmitRouter, sim_cluster, spec_models
 from slurm_gpushare.planner.plan import plan
+from slurm_gpushare.policy import load_file
 from slurm_gpushare.sim.cluster import GPU_MILLI, Pod
 from slurm_gpushare.sim.slurmmodel import SlurmState
 from slurm_gpushare.sim.trace import TRACE_DIR, load_pods
-from slurm_gpushare.policy import load_file
 from slurm_gpushare.testcluster.cluster import TestCluster
 from tests.cluster.conftest import POLICY, own_cluster, wait_quiet
 
@@ -100,8 +100,21 @@ def simulated(site, pods: list[Pod]) -> list[tuple | None]:
 def sbatch_argv(pod: Pod) -> list[str]:
     """What a user submits for this pod (the same request the simulator's router builds): a spec of one GRES type
     of the lab asks for that type; a spec of GPU models asks for them as --constraint over the nodes' features."""
-    argv = ["sbatch", "--parsable", "-A", ACCOUNT, "-c", str(pod.cpu_milli // 1000), f"--mem={pod.memory_mib}",
-            "-t", "60", "-o", "/dev/null", "-J", pod.name]
+    argv = [
+        "sbatch",
+        "--parsable",
+        "-A",
+        ACCOUNT,
+        "-c",
+        str(pod.cpu_milli // 1000),
+        f"--mem={pod.memory_mib}",
+        "-t",
+        "60",
+        "-o",
+        "/dev/null",
+        "-J",
+        pod.name,
+    ]
     models = spec_models(pod.gpu_spec)
     constraint = [f"--constraint={'|'.join(models)}"] if models else []
     if pod.num_gpu and pod.gpu_milli < GPU_MILLI:
@@ -144,19 +157,19 @@ def _expand(text: str) -> list[int]:
 # Runs inside the slurmctld container as the submitting user: one `docker exec` for the whole sample
 # instead of several per job. argv lists come as JSON on stdin; one JSON line per job comes back:
 # {"state": "RUNNING"|"PENDING"|"REFUSED", "job": id, "detail": `scontrol -d show job` text or sbatch's stderr}.
-REPLAY = r"""
+REPLAY = rf"""
 import json, subprocess, sys, time
 def out(argv):
     return subprocess.run(argv, capture_output=True, text=True)
 for argv in json.load(sys.stdin):
     res = out(argv)
     if res.returncode != 0:
-        print(json.dumps({"state": "REFUSED", "job": None, "detail": res.stderr.strip()}), flush=True)
+        print(json.dumps({{"state": "REFUSED", "job": None, "detail": res.stderr.strip()}}), flush=True)
         continue
     job = res.stdout.strip().split(";")[0]
-    deadline = time.monotonic() + %(wait)s
+    deadline = time.monotonic() + {SETTLE_S}
     while True:
-        state, _, reason = out(["squeue", "-h", "-j", job, "-o", "%%T|%%r"]).stdout.strip().partition("|")
+        state, _, reason = out(["squeue", "-h", "-j", job, "-o", "%T|%r"]).stdout.strip().partition("|")
         if state == "RUNNING" or (state == "PENDING" and reason not in ("None", "")) or time.monotonic() > deadline:
             break
         time.sleep(0.1)
@@ -165,16 +178,21 @@ for argv in json.load(sys.stdin):
     else:
         out(["scancel", job])
         detail = state + " " + reason
-    print(json.dumps({"state": state, "job": job, "detail": detail}), flush=True)
-""" % {"wait": SETTLE_S}
+    print(json.dumps({{"state": state, "job": job, "detail": detail}}), flush=True)
+"""
 
 
 def replayed(c: TestCluster, pods: list[Pod]) -> list[tuple | None]:
     """Submit each pod once, in order; keep what starts, cancel what pends (inside the controller container)."""
     argvs = [sbatch_argv(p) for p in pods]
     try:
-        res = c.exec("slurmctld", ["python3", "-c", REPLAY], user=USER, input=json.dumps(argvs),
-                     timeout=60 + len(pods) * SETTLE_S)
+        res = c.exec(
+            "slurmctld",
+            ["python3", "-c", REPLAY],
+            user=USER,
+            input=json.dumps(argvs),
+            timeout=60 + len(pods) * SETTLE_S,
+        )
     finally:
         c.slurm(["scancel", "-u", USER], check=False)
     lines = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
@@ -188,8 +206,11 @@ def replayed(c: TestCluster, pods: list[Pod]) -> list[tuple | None]:
 
 
 def compare(pods: list[Pod], sim: list, real: list) -> list[str]:
-    return [f"{p.name} ({sbatch_argv(p)[5:-2]}): simulator {s}, Slurm {r}"
-            for p, s, r in zip(pods, sim, real, strict=True) if s != r]
+    return [
+        f"{p.name} ({sbatch_argv(p)[5:-2]}): simulator {s}, Slurm {r}"
+        for p, s, r in zip(pods, sim, real, strict=True)
+        if s != r
+    ]
 
 
 # ---- the tests ---------------------------------------------------------------------------------
@@ -204,7 +225,8 @@ def _check(c: TestCluster, site, pods: list[Pod]) -> None:
     kinds = {r[1] for r in placed}
     assert sim == real, "simulator and Slurm disagree:\n" + "\n".join(compare(pods, sim, real))
     assert len(placed) >= 8 and {"gpu", "mps"} <= kinds and len(placed) < len(pods), (
-        f"the sample exercised too little: {len(placed)} of {len(pods)} placed, GRES kinds {kinds}")
+        f"the sample exercised too little: {len(placed)} of {len(pods)} placed, GRES kinds {kinds}"
+    )
 
 
 def test_simulator_places_a_trace_sample_as_slurm_does_on_the_small_lab(cluster):
@@ -232,19 +254,23 @@ def test_jobs_for_several_gpu_models_land_only_on_those_models(cluster):
     real = replayed(cluster, pods)
     wait_quiet(cluster)
     assert sim == real, "simulator and Slurm disagree:\n" + "\n".join(compare(pods, sim, real))
-    wrong = [(p.gpu_spec, r) for p, r in zip(pods, real) if r and p.num_gpu
-             and model_of[r[0]] not in spec_models(p.gpu_spec)]
+    wrong = [
+        (p.gpu_spec, r)
+        for p, r in zip(pods, real, strict=False)
+        if r and p.num_gpu and model_of[r[0]] not in spec_models(p.gpu_spec)
+    ]
     assert wrong == [], f"jobs on a model their constraint does not allow: {wrong}"
-    placed = [(p, r) for p, r in zip(pods, real) if r and p.num_gpu]
+    placed = [(p, r) for p, r in zip(pods, real, strict=False) if r and p.num_gpu]
     several = [r for p, r in placed if "|" in p.gpu_spec]
     shares = [r for p, r in placed if p.gpu_milli < GPU_MILLI]
     models = {model_of[r[0]] for _p, r in placed}
     assert len(several) >= 4 and shares and len(models) >= 2, (
         f"the sample exercised too little: {len(placed)} GPU jobs placed, {len(several)} with several models, "
-        f"{len(shares)} shares, models {models}")
+        f"{len(shares)} shares, models {models}"
+    )
     # refusals are the product's own, at submission: a share whose models offer no MPS (CONSTRAINT mps)
     router = SubmitRouter(site)
-    refused = [p for p, r in zip(pods, real) if r is None and router(p) is None]
+    refused = [p for p, r in zip(pods, real, strict=False) if r is None and router(p) is None]
     assert all(router.refusal(p)[0].startswith("CONSTRAINT") for p in refused), [router.refusal(p) for p in refused]
 
 
@@ -271,4 +297,3 @@ def test_simulator_places_a_trace_sample_as_slurm_does_on_a_planned_policy(plann
     site = load_file(path)
     assert site.policy != load_file(POLICY).policy, "the planner changed nothing: this would repeat the small-lab test"
     _check(c, site, trace_sample(seed=PLANNED_SEED))
-

@@ -30,8 +30,10 @@ def test_replicas_change_is_picked_up(cluster):
         cluster.reconfigure(changed)
         _wait_shards(cluster, 2)
         cluster.wait_idle(timeout=120)  # no node drained
-        jobs = [cluster.sbatch("sleep 1\n", user="carol", account="biology", gres="shard:1", output="/dev/null")
-                for _ in range(2)]
+        jobs = [
+            cluster.sbatch("sleep 1\n", user="carol", account="biology", gres="shard:1", output="/dev/null")
+            for _ in range(2)
+        ]
         assert all(cluster.wait(j)["State"] == "COMPLETED" for j in jobs)
     finally:
         # the shared cluster as the other modules expect it, also after a failure above

@@ -51,15 +51,27 @@ def frozen_moment(cluster):
     since = int(cluster.slurm(["date", "+%s"]).stdout) - 60
     # a finished two-task array first: its last task keeps the array's job id, and sacct names it ARRAY_TASK;
     # both backends' usage records must carry it (pyslurm's reader once named it by the bare id and lost its TRES)
-    array = cluster.sbatch("sleep 2\n", user="alice", account="physics", output="/dev/null", gres="shard:1",
-                           array="0-1", nodelist="lab-shard01")
-    wait_for("the array's two tasks to end in slurmdbd",
-             lambda: len([r for r in cluster.sacct(array) if r["End"] not in ("", "Unknown")]) == 2, timeout=90)
+    array = cluster.sbatch(
+        "sleep 2\n",
+        user="alice",
+        account="physics",
+        output="/dev/null",
+        gres="shard:1",
+        array="0-1",
+        nodelist="lab-shard01",
+    )
+    wait_for(
+        "the array's two tasks to end in slurmdbd",
+        lambda: len([r for r in cluster.sacct(array) if r["End"] not in ("", "Unknown")]) == 2,
+        timeout=90,
+    )
     jobs = {}
     for what, (opts, _) in RUNNING.items():
         jobs[what] = cluster.sbatch("sleep 600\n", user="alice", account="physics", output="/dev/null", **opts)
-    held = [cluster.sbatch("true\n", user="bob", account="physics", gres="gpu:1", hold=True, output="/dev/null")
-            for _ in range(3)]
+    held = [
+        cluster.sbatch("true\n", user="bob", account="physics", gres="gpu:1", hold=True, output="/dev/null")
+        for _ in range(3)
+    ]
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         states = {j.job_id: j.state for j in cluster.client().jobs()}
@@ -128,14 +140,25 @@ def test_both_backends_read_the_same(cluster, frozen):
 
 def test_job_summaries_are_the_jobs_without_device_indexes(cluster, frozen):
     """squeue --Format (what the exporter polls) against squeue --json, on this Slurm version, same moment."""
-    out = cluster.slurm(["gpushare", "slurm", "dump", "--slurm-backend", "cli", "--part", "jobs",
-                         "--part", "job-summaries"], timeout=120).stdout
+    out = cluster.slurm(
+        ["gpushare", "slurm", "dump", "--slurm-backend", "cli", "--part", "jobs", "--part", "job-summaries"],
+        timeout=120,
+    ).stdout
     doc = json.loads(out)
     # the summaries read neither device indexes nor EndTime and Priority (the live planner's, from --json), nor
     # the job's name (text its user chooses: docs/admins/slurm-client.md)
-    strip = lambda jobs: [{**j, "end_time": None, "priority": None, "name": None,  # noqa: E731
-                           "gres_alloc": {n: {k: {**u, "indexes": None} for k, u in use.items()}
-                                          for n, use in j["gres_alloc"].items()}} for j in jobs]
+    strip = lambda jobs: [
+        {
+            **j,
+            "end_time": None,
+            "priority": None,
+            "name": None,  # noqa: E731
+            "gres_alloc": {
+                n: {k: {**u, "indexes": None} for k, u in use.items()} for n, use in j["gres_alloc"].items()
+            },
+        }
+        for j in jobs
+    ]
     assert strip(doc["job-summaries"]) == strip(doc["jobs"])
     running = [j for j in doc["job-summaries"] if j["state"] == "RUNNING"]
     assert len(running) >= len(RUNNING) and all(j["gres_alloc"] for j in running), running
@@ -144,8 +167,11 @@ def test_job_summaries_are_the_jobs_without_device_indexes(cluster, frozen):
 def _usage_window(cluster, frozen) -> tuple[str, str]:
     """From a day back to just before the frozen jobs were submitted, once slurmdbd has every earlier end."""
     since, jobs, held = frozen
-    wait_for("slurmdbd to store every ended job's end",
-             lambda: not unrecorded_ends(cluster, frozenset([*jobs.values(), *held])), timeout=60)
+    wait_for(
+        "slurmdbd to store every ended job's end",
+        lambda: not unrecorded_ends(cluster, frozenset([*jobs.values(), *held])),
+        timeout=60,
+    )
     stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))  # noqa: E731
     return stamp(since - 86400), stamp(since)
 
@@ -154,8 +180,20 @@ def test_usage_through_pyslurm_equals_the_cli(cluster, frozen):
     if _has_pyslurm(cluster) is None:
         pytest.skip(f"no pyslurm in the {cluster.suite} image")
     start, end = _usage_window(cluster, frozen)
-    args = ["gpushare", "usage", "--since", start, "--until", end, "--tz", "UTC",
-            "--format", "json", "--policy", "/etc/gpushare/policy.yaml"]
+    args = [
+        "gpushare",
+        "usage",
+        "--since",
+        start,
+        "--until",
+        end,
+        "--tz",
+        "UTC",
+        "--format",
+        "json",
+        "--policy",
+        "/etc/gpushare/policy.yaml",
+    ]
     cli = json.loads(cluster.slurm([*args, "--slurm-backend", "cli"], timeout=120).stdout)
     py = json.loads(cluster.slurm([*args, "--slurm-backend", "pyslurm"], timeout=120).stdout)
     assert py == cli
@@ -165,7 +203,18 @@ def test_fairshare_through_pyslurm(cluster, frozen):
     if _has_pyslurm(cluster) is None:
         pytest.skip(f"no pyslurm in the {cluster.suite} image")
     _, end = _usage_window(cluster, frozen)
-    fs = ["gpushare", "fairshare", "--gpu-usage", "--until", end, "--tz", "UTC", "--format", "json",
-          "--policy", "/etc/gpushare/policy.yaml"]
+    fs = [
+        "gpushare",
+        "fairshare",
+        "--gpu-usage",
+        "--until",
+        end,
+        "--tz",
+        "UTC",
+        "--format",
+        "json",
+        "--policy",
+        "/etc/gpushare/policy.yaml",
+    ]
     out = cluster.slurm([*fs, "--slurm-backend", "pyslurm"], timeout=120)
     assert json.loads(out.stdout)

@@ -123,18 +123,26 @@ def _intervals(cluster, jobs):
 
 
 def test_two_jobs_needing_the_same_gpus_do_not_overlap(cluster):
-    jobs = [cluster.sbatch("sleep 4\n", user="bob", account="physics", gres="gpu:2", nodelist="lab-excl01",
-                           output="/dev/null") for _ in range(2)]
+    jobs = [
+        cluster.sbatch(
+            "sleep 4\n", user="bob", account="physics", gres="gpu:2", nodelist="lab-excl01", output="/dev/null"
+        )
+        for _ in range(2)
+    ]
     (s1, e1), (s2, e2) = sorted(_intervals(cluster, jobs))
     assert s2 >= e1, f"jobs overlapped: {s1}-{e1} and {s2}-{e2}"
 
 
 def test_shards_of_one_gpu_run_at_once(cluster):
     replicas = cluster.site.group("lab-shard").gpus[0].replicas
-    jobs = [cluster.sbatch("sleep 8\n", user="carol", account="biology", gres="shard:1", output="/dev/null")
-            for _ in range(replicas)]
+    jobs = [
+        cluster.sbatch("sleep 8\n", user="carol", account="biology", gres="shard:1", output="/dev/null")
+        for _ in range(replicas)
+    ]
     spans = _intervals(cluster, jobs)
-    assert max(s for s, _ in spans) < min(e for _, e in spans), f"{replicas} shard jobs did not all run together: {spans}"
+    assert max(s for s, _ in spans) < min(e for _, e in spans), (
+        f"{replicas} shard jobs did not all run together: {spans}"
+    )
 
 
 @pytest.mark.parametrize("gres", ["gpu:l40s:1", "gpu:a100_40g_1g.5gb:1", "shard:1", "mps:25"])
@@ -149,7 +157,9 @@ def test_billing_follows_the_policy_weights(cluster, gres):
 
 def test_untyped_gpu_request_counts_the_type(cluster):
     """Seen on 24.11/26.05: a node with one GPU type records the typed TRES for an untyped request too."""
-    job = cluster.sbatch("true\n", user="alice", account="physics", gres="gpu:1", nodelist="lab-excl01", output="/dev/null")
+    job = cluster.sbatch(
+        "true\n", user="alice", account="physics", gres="gpu:1", nodelist="lab-excl01", output="/dev/null"
+    )
     assert tres(cluster.wait(job)).get("gres/gpu:l40s") == "1"
 
 
@@ -160,6 +170,8 @@ def test_accounts_and_shares_exist(cluster):
         account, user, shares = line.split("|")[:3]
         rows[account.strip(), user.strip()] = shares  # sshare indents Account by depth
     for tenant in cluster.site.policy.tenants:
-        assert rows[tenant.name, ""] == str(tenant.shares), f"{tenant.name}: sshare RawShares {rows.get((tenant.name, ''))}"
+        assert rows[tenant.name, ""] == str(tenant.shares), (
+            f"{tenant.name}: sshare RawShares {rows.get((tenant.name, ''))}"
+        )
         for user in tenant.users:
             assert (tenant.name, user) in rows, f"{tenant.name}/{user} missing in sshare"

@@ -41,8 +41,17 @@ import yaml
 
 from slurm_gpushare.testcluster.cluster import TestCluster
 from tests.cluster.conftest import own_cluster, wait_for
+from tests.cluster.test_node_runtime import (
+    FAKE,
+    NODES,
+    STATE,
+    hooks_policy,
+    journals,
+    kill_slurmd,
+    mps_daemons,
+    node_shell,
+)
 from tests.cluster.tuning import FAST_REQUEUE, tuned
-from tests.cluster.test_node_runtime import FAKE, NODES, STATE, hooks_policy, journals, kill_slurmd, mps_daemons, node_shell
 
 PROJECT = os.environ.get("GPUSHARE_SOAK_PROJECT", "gpsoak")
 JOBS = int(os.environ.get("GPUSHARE_SOAK_JOBS", "120"))
@@ -106,8 +115,12 @@ PY
 HOSTILE_TEXT = "x\ny|z\t=\"q\" 'w', 1|RUNNING|gpu:l40s:8\nsoak-whole|COMPLETED"
 HOSTILE = {
     "hostile-pipe": ({"gres": "mps:25"}, FILL_PIPE_DIR, "COMPLETED", 6),
-    "hostile-text": ({"gres": "shard:1", "comment": HOSTILE_TEXT, "extra": HOSTILE_TEXT}, "#!/bin/bash\ntrue\n",
-                     "COMPLETED", 6),
+    "hostile-text": (
+        {"gres": "shard:1", "comment": HOSTILE_TEXT, "extra": HOSTILE_TEXT},
+        "#!/bin/bash\ntrue\n",
+        "COMPLETED",
+        6,
+    ),
 }
 
 
@@ -115,9 +128,10 @@ def submit_hostile(c: TestCluster) -> dict[str, int]:
     """The hostile user's jobs, through real sbatch as alice (argument lists: the text reaches Slurm as is)."""
     for kind, (options, script, _state, count) in HOSTILE.items():
         for i in range(count):
-            name = f"soak-{kind}" + (f"|{i}\n\t=\"{HOSTILE_TEXT}" if kind == "hostile-text" else "")
-            c.sbatch(script, user=HOSTILE_USER[0], account=HOSTILE_USER[1], output="/dev/null", job_name=name,
-                     **options)
+            name = f"soak-{kind}" + (f'|{i}\n\t="{HOSTILE_TEXT}' if kind == "hostile-text" else "")
+            c.sbatch(
+                script, user=HOSTILE_USER[0], account=HOSTILE_USER[1], output="/dev/null", job_name=name, **options
+            )
     return {kind: count for kind, (_o, _s, _state, count) in HOSTILE.items()}
 
 
@@ -131,8 +145,9 @@ def kind_of(name: str) -> str | None:
 
 def soak_jobs(c: TestCluster) -> list[dict]:
     """The soak's jobs as sacct records it (JSON: a job's name cannot forge another record)."""
-    out = c.slurm(["sacct", "--json", "-X", "-a", "-S", "now-1days", "-E", "now+1days"], check=False,
-                  timeout=120).stdout
+    out = c.slurm(
+        ["sacct", "--json", "-X", "-a", "-S", "now-1days", "-E", "now+1days"], check=False, timeout=120
+    ).stdout
     try:
         jobs = json.loads(out).get("jobs", [])
     except ValueError:
@@ -151,7 +166,9 @@ def soak_policy(path: Path) -> Path:
     raw["cluster"]["health"] = {"program": HEALTH, "interval": 15, "node_state": ["ANY"]}
     raw["cluster"]["metrics"] = {"textfile_dir": TEXTFILE_DIR, "dcgm_job_mapping_dir": DCGM_DIR}
     raw["submission"]["reject_multi_slice"] = False
-    path.write_text("# small-lab.yaml for the soak (tests/cluster/test_soak.py)\n" + yaml.safe_dump(raw, sort_keys=False))
+    path.write_text(
+        "# small-lab.yaml for the soak (tests/cluster/test_soak.py)\n" + yaml.safe_dump(raw, sort_keys=False)
+    )
     return path
 
 
@@ -186,8 +203,9 @@ def submit_all(c: TestCluster) -> dict[str, int]:
     send()
     # the scavenger jobs hold the MIG slices before the rest arrive, so the batch MIG jobs preempt them (a fast
     # submission once gave the slices to the batch jobs first: nothing preempted)
-    wait_for("the scavenger jobs to run, every one considered by the scheduler", lambda: scavengers_placed(c), 300,
-             every=1)
+    wait_for(
+        "the scavenger jobs to run, every one considered by the scheduler", lambda: scavengers_placed(c), 300, every=1
+    )
     kinds = list(PLAIN.items())
     for i in range(JOBS):
         kind, (options, script, _state) = kinds[i % len(kinds)]
@@ -208,8 +226,7 @@ def scavengers_placed(c: TestCluster) -> bool:
 
 
 def ended(c: TestCluster) -> int:
-    return sum(1 for job in soak_jobs(c)
-               if final_state(job) not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING"))
+    return sum(1 for job in soak_jobs(c) if final_state(job) not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING"))
 
 
 def queue(c: TestCluster) -> list[tuple[int, str, str, str]]:
@@ -264,7 +281,9 @@ def kill_slurmctld(c: TestCluster) -> None:
     """SIGKILL slurmctld; docker starts its container again (restart: on-failure in the compose file, as
     slurmctld.service's Restart=on-failure would), and it recovers the queue from StateSaveLocation."""
     c.exec("slurmctld", ["bash", "-c", "kill -9 $(pgrep -x slurmctld)"], check=False)
-    wait_for("slurmctld to answer again", lambda: "is UP" in c.slurm(["scontrol", "ping"], check=False).stdout, 180, every=2)
+    wait_for(
+        "slurmctld to answer again", lambda: "is UP" in c.slurm(["scontrol", "ping"], check=False).stdout, 180, every=2
+    )
 
 
 def resume_duplicate_jobid(c: TestCluster, resumed: list[str]) -> None:
@@ -286,8 +305,15 @@ def print_stuck_nodes(c) -> None:
     for node, s in sorted(c.node_states().items()):
         print(f"soak: {node} {s['state']} reason={s['reason']!r}")
         if s["base"] != "IDLE" or s["flags"]:
-            print(node_shell(c, node, "grep -iE 'health|prolog|epilog|error|drain' /var/log/slurm/slurmd.log | tail -n 25; "
-                                      f"cat {STATE}/health-heals 2>/dev/null", check=False).stdout)
+            print(
+                node_shell(
+                    c,
+                    node,
+                    "grep -iE 'health|prolog|epilog|error|drain' /var/log/slurm/slurmd.log | tail -n 25; "
+                    f"cat {STATE}/health-heals 2>/dev/null",
+                    check=False,
+                ).stdout
+            )
 
 
 def test_soak_with_faults_heals_without_a_hand(soak_cluster):
@@ -296,9 +322,15 @@ def test_soak_with_faults_heals_without_a_hand(soak_cluster):
     counts = submit_all(c)
     total = sum(counts.values())
     submitted = time.monotonic()
-    wait_for("the running jobs to be cancelled to start", lambda: all(
-        state == "RUNNING" for _i, kind, state, _r in queue(c) if kind == "cancel-running") and any(
-        kind == "cancel-running" for _i, kind, _s, _r in queue(c)), 300, every=2)
+    wait_for(
+        "the running jobs to be cancelled to start",
+        lambda: (
+            all(state == "RUNNING" for _i, kind, state, _r in queue(c) if kind == "cancel-running")
+            and any(kind == "cancel-running" for _i, kind, _s, _r in queue(c))
+        ),
+        300,
+        every=2,
+    )
     for name in ("soak-cancel-running", "soak-cancel-pending"):
         c.slurm(["scancel", "-n", name])
     faults = []
@@ -323,8 +355,12 @@ def test_soak_with_faults_heals_without_a_hand(soak_cluster):
     faults.append(f"a prolog killed on lab-mig01 at {time.monotonic() - start:.0f} s")
     # 5. slurmctld dies (SIGKILL) with jobs still queued, once the killed prolog's drain is over (a kill 4 s after
     # the prolog's lost the requeued job's record in slurmdbd: sacct read it PENDING for good)
-    wait_for("lab-mig01 resumed by the health check", lambda: not any(
-        f.startswith("DRAIN") for f in c.node_states()["lab-mig01"]["flags"]), 300, every=2)
+    wait_for(
+        "lab-mig01 resumed by the health check",
+        lambda: not any(f.startswith("DRAIN") for f in c.node_states()["lab-mig01"]["flags"]),
+        300,
+        every=2,
+    )
     wait_for("60 % of the jobs to end", lambda: ended(c) >= 0.60 * total, 900, every=3)
     pending = len(queue(c))
     kill_slurmctld(c)
@@ -339,13 +375,21 @@ def test_soak_with_faults_heals_without_a_hand(soak_cluster):
     wait_for("the queue to drain", queue_drained, max(600, 2 * total), every=5)
     drained = time.monotonic()
     if resumed:
-        faults.append(f"Slurm drained {', '.join(resumed)} 'Duplicate jobid' after its restart (it allocated again "
-                      "jobs whose allocation the kill had lost while they ran); resumed by the test, as an admin must")
+        faults.append(
+            f"Slurm drained {', '.join(resumed)} 'Duplicate jobid' after its restart (it allocated again "
+            "jobs whose allocation the kill had lost while they ran); resumed by the test, as an admin must"
+        )
     # no command by hand: the health check resumes what Slurm drained after the killed prolog
     try:
-        wait_for("every node idle and not drained", lambda: all(
-            s["base"] == "IDLE" and not any(f.startswith(("DRAIN", "DOWN", "FAIL")) for f in s["flags"])
-            for s in c.node_states().values()), 180, every=3)
+        wait_for(
+            "every node idle and not drained",
+            lambda: all(
+                s["base"] == "IDLE" and not any(f.startswith(("DRAIN", "DOWN", "FAIL")) for f in s["flags"])
+                for s in c.node_states().values()
+            ),
+            180,
+            every=3,
+        )
     except AssertionError:
         print_stuck_nodes(c)
         raise
@@ -365,10 +409,14 @@ def test_soak_with_faults_heals_without_a_hand(soak_cluster):
     for per in finals.values():
         for s, k in per.items():
             states[s] = states.get(s, 0) + k
-    print(f"\nsoak: {total} jobs submitted in {submitted - start:.0f} s, queue drained {drained - start:.0f} s after "
-          f"the first submission ({total / (drained - start):.2f} jobs/s); faults: {'; '.join(faults)}")
-    print(f"soak: final states {states}; jobs that ran more than once (requeued): {requeued}, "
-          f"of them scavenger jobs preempted: {preempted}")
+    print(
+        f"\nsoak: {total} jobs submitted in {submitted - start:.0f} s, queue drained {drained - start:.0f} s after "
+        f"the first submission ({total / (drained - start):.2f} jobs/s); faults: {'; '.join(faults)}"
+    )
+    print(
+        f"soak: final states {states}; jobs that ran more than once (requeued): {requeued}, "
+        f"of them scavenger jobs preempted: {preempted}"
+    )
     print(f"soak: by kind {finals}")
     want = {kind: {state: counts[kind]} for kind, (_o, _s, state) in PLAIN.items()}
     want.update({kind: {state: counts[kind]} for kind, (_o, _s, state, _n) in EXTRA.items()})
@@ -380,23 +428,41 @@ def test_soak_with_faults_heals_without_a_hand(soak_cluster):
         wait_for(f"no journal on {node}", lambda: not journals(c, node), 60)
 
         def left(node=node) -> list[str]:
-            return node_shell(c, node, f"ls -A {STATE}/jobs; ls -A {STATE}/mps/.aside 2>/dev/null; "
-                                       "pgrep -a -f '[n]vidia-cuda-mps' || true").stdout.split()
+            return node_shell(
+                c,
+                node,
+                f"ls -A {STATE}/jobs; ls -A {STATE}/mps/.aside 2>/dev/null; pgrep -a -f '[n]vidia-cuda-mps' || true",
+            ).stdout.split()
 
         # what a hook could not see is the health check's to clean (every 15 s here): two runs, no hand
         try:
             wait_for(f"nothing left on {node}", lambda: left() == [".lock"], 40, every=2)
         except AssertionError:
-            print(node_shell(c, node, "ps -eo pid,ppid,user,etimes,comm,args; for p in $(pgrep -f '[n]vidia-cuda-mps');"
-                                      " do echo $p $(tr '\\0' '\\n' < /proc/$p/environ | grep CUDA_MPS_PIPE); done; "
-                                      "grep -i health /var/log/slurm/slurmd.log | tail -n 20", check=False).stdout)
+            print(
+                node_shell(
+                    c,
+                    node,
+                    "ps -eo pid,ppid,user,etimes,comm,args; for p in $(pgrep -f '[n]vidia-cuda-mps');"
+                    " do echo $p $(tr '\\0' '\\n' < /proc/$p/environ | grep CUDA_MPS_PIPE); done; "
+                    "grep -i health /var/log/slurm/slurmd.log | tail -n 20",
+                    check=False,
+                ).stdout
+            )
             raise AssertionError(f"{node}: {left()}") from None
-        procs = node_shell(c, node, f"python3 -c \"import json; print(sum(len(g['processes']) for g in "
-                                    f"json.load(open('{FAKE}'))['gpus']))\"").stdout.strip()
+        procs = node_shell(
+            c,
+            node,
+            f"python3 -c \"import json; print(sum(len(g['processes']) for g in json.load(open('{FAKE}'))['gpus']))\"",
+        ).stdout.strip()
         assert procs == "0", f"{node}: the fake NVML still lists {procs} processes"
         mapping = node_shell(c, node, f"cat {DCGM_DIR}/* 2>/dev/null || true").stdout.split()
         assert mapping == [], f"{node}: dcgm-exporter mapping still names jobs {mapping}"
         info = node_shell(c, node, f"grep '^gpushare_node_job_gpu_info{{' {TEXTFILE_DIR}/gpushare.prom || true").stdout
         assert info.strip() == "", f"{node}: job info metric left:\n{info}"
-    assert c.exec("lab-mig01", ["gpushare", "node", "mig", "assert", "--policy", "/etc/gpushare/policy.yaml",
-                                "--fake-nvml", FAKE]).returncode == 0
+    assert (
+        c.exec(
+            "lab-mig01",
+            ["gpushare", "node", "mig", "assert", "--policy", "/etc/gpushare/policy.yaml", "--fake-nvml", FAKE],
+        ).returncode
+        == 0
+    )

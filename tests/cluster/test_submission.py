@@ -127,8 +127,9 @@ def rendered_lua(cluster) -> str:
 
 def submit_batch(cluster, batch: list[tuple[str, list[str]]]) -> dict[str, dict]:
     """[(tag, sbatch options)] -> {tag: {rc, stdout, stderr, job}}, all submitted in one exec as alice."""
-    res = cluster.exec("slurmctld", ["python3", "-c", SUBMITTER, json.dumps(batch), SCRIPT], user=USER,
-                       timeout=60 + 5 * len(batch))
+    res = cluster.exec(
+        "slurmctld", ["python3", "-c", SUBMITTER, json.dumps(batch), SCRIPT], user=USER, timeout=60 + 5 * len(batch)
+    )
     out = {}
     for rec in json.loads(res.stdout):
         rec["job"] = int(rec["stdout"].strip().split(";")[0]) if rec["rc"] == 0 else None
@@ -153,14 +154,16 @@ def user_text(stderr: str, rejected: bool) -> str | None:
     prefix = "sbatch: error: " if rejected else "sbatch: "
     if not lines or not all(line.startswith(prefix) for line in lines):
         return None if not lines else "\n".join(lines)
-    return "\n".join(line[len(prefix):] for line in lines) or None
+    return "\n".join(line[len(prefix) :] for line in lines) or None
 
 
 def gres_of(field: str, text: str | None) -> list[tuple]:
     """A tres_per_* string as its requests, whatever the separators: [(name, type, count)] / raw entries."""
     if text in (None, "", "(null)"):
         return []
-    return sorted((e.name, e.type, e.count) if hasattr(e, "count") else ("", e.raw, 0) for e in parse_field(field, text))
+    return sorted(
+        (e.name, e.type, e.count) if hasattr(e, "count") else ("", e.raw, 0) for e in parse_field(field, text)
+    )
 
 
 def scontrol_field(name: str) -> str:
@@ -176,7 +179,7 @@ def cancel_and_drain(cluster, timeout: float = 120) -> None:
     if not ids:
         return
     for i in range(0, len(ids), 200):
-        cluster.slurm(["scancel", *map(str, ids[i:i + 200])], check=False)
+        cluster.slurm(["scancel", *map(str, ids[i : i + 200])], check=False)
     deadline = time.monotonic() + timeout
     left = ids
     while time.monotonic() < deadline:
@@ -220,8 +223,9 @@ def seen(live):
     token = uuid.uuid4().hex[:12]
     wrapped = rendered_lua(live) + DEBUG_WRAPPER
     with installed(live, wrapped):
-        results = submit_batch(live, [(c["id"], BASE + [f"--comment={token}:{c['id']}"] + list(c["options"]))
-                                      for c in CLUSTER_CASES])
+        results = submit_batch(
+            live, [(c["id"], BASE + [f"--comment={token}:{c['id']}"] + list(c["options"])) for c in CLUSTER_CASES]
+        )
         log = live.exec("slurmctld", ["grep", "-F", f"gpushare-debug\t{token}:", LOG], check=False).stdout
     fields: dict[str, dict | None] = {c["id"]: None for c in CLUSTER_CASES}
     for line in log.splitlines():
@@ -259,13 +263,26 @@ def test_real_sbatch_decision(real, live, case):
             assert got == want["fields"][name], f"{case['id']}: {scontrol_field(name)}={got}"
         else:
             # untouched: the same GRES as asked (sbatch's own separators may differ, see FIELD_FORMAT)
-            assert gres_of(name, got) == gres_of(name, decision.fields.get(name, asked.get(name))), \
+            assert gres_of(name, got) == gres_of(name, decision.fields.get(name, asked.get(name))), (
                 f"{case['id']}: {scontrol_field(name)}={got}, asked {asked.get(name)}"
+            )
 
 
-@pytest.mark.parametrize("case", [
-    pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=f"Slurm 24.11 sbatch refuses it itself: {SBATCH_REFUSES[c['id']]}"))
-    if c["id"] in SBATCH_REFUSES else c for c in CLUSTER_CASES], ids=CLUSTER_IDS)
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(
+            c,
+            marks=pytest.mark.xfail(
+                strict=True, reason=f"Slurm 24.11 sbatch refuses it itself: {SBATCH_REFUSES[c['id']]}"
+            ),
+        )
+        if c["id"] in SBATCH_REFUSES
+        else c
+        for c in CLUSTER_CASES
+    ],
+    ids=CLUSTER_IDS,
+)
 def test_real_sbatch_shows_the_user_message(real, case):
     """What sbatch prints is the decision's user message byte for byte (codes and the case's fragment in it)."""
     r, want = real[case["id"]], case["expect"]
@@ -288,13 +305,29 @@ def test_sbatch_refusals_are_sbatchs_own(real, live):
 
 
 # ---- what slurmctld hands job_submit ----------------------------------------------
-@pytest.mark.parametrize("case", [
-    pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=f"sbatch sends {FIELD_FORMAT[c['id']]}, options.py predicts "
-                                             f"{ {k: case_job(c).get(k) for k in FIELD_FORMAT[c['id']]} }"))
-    if c["id"] in FIELD_FORMAT else c for c in CLUSTER_CASES if c["id"] not in SBATCH_REFUSES], ids=lambda c: c["id"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(
+            c,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason=f"sbatch sends {FIELD_FORMAT[c['id']]}, options.py predicts "
+                f"{ {k: case_job(c).get(k) for k in FIELD_FORMAT[c['id']]} }",
+            ),
+        )
+        if c["id"] in FIELD_FORMAT
+        else c
+        for c in CLUSTER_CASES
+        if c["id"] not in SBATCH_REFUSES
+    ],
+    ids=lambda c: c["id"],
+)
 def test_job_submit_gets_the_fields_options_py_predicts(seen, case):
     got = seen["fields"][case["id"]]
-    assert got is not None, f"{case['id']}: no gpushare-debug line (job_submit not called?) {seen['results'][case['id']]}"
+    assert got is not None, (
+        f"{case['id']}: no gpushare-debug line (job_submit not called?) {seen['results'][case['id']]}"
+    )
     assert got == case_job(case)
 
 

@@ -14,8 +14,8 @@ unchanged; only the test cluster's conf dir differs, and its slurm.conf then rea
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from slurm_gpushare.policy import Site, load_file
 from slurm_gpushare.render import render_all

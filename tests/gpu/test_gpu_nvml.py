@@ -43,7 +43,11 @@ def test_names_map_to_catalogue_models(gpus):
     if not known:
         pytest.skip(f"gpu tier: no catalogued model among {sorted({g.name for g in gpus})}")
     for gpu, model in known:
-        assert abs(gpu.memory_mib - model.memory_mib) <= 0.03 * model.memory_mib, (gpu.name, gpu.memory_mib, model.memory_mib)
+        assert abs(gpu.memory_mib - model.memory_mib) <= 0.03 * model.memory_mib, (
+            gpu.name,
+            gpu.memory_mib,
+            model.memory_mib,
+        )
 
 
 def test_mig_mode_query(gpus):
@@ -71,10 +75,20 @@ def test_mig_profiles_match_catalogue(backend, mig_gpus):
                 want = model.profile_for_constant(live.constant)
             except CatalogueError:
                 continue  # a profile the catalogue does not list (e.g. newer drivers' GFX / NO_ME)
-            assert (live.id, live.slice_count, live.instance_count) == (want.profile_id, want.compute_slices, want.max_instances), (want.name, live)
-            assert abs(live.memory_mib - want.memory_mib) <= 0.02 * want.memory_mib, (want.name, live.memory_mib, want.memory_mib)
+            assert (live.id, live.slice_count, live.instance_count) == (
+                want.profile_id,
+                want.compute_slices,
+                want.max_instances,
+            ), (want.name, live)
+            assert abs(live.memory_mib - want.memory_mib) <= 0.02 * want.memory_mib, (
+                want.name,
+                live.memory_mib,
+                want.memory_mib,
+            )
             placements = backend.possible_placements(gpu.index, live.id)
-            assert [(p.start, p.size) for p in placements] == [(s, want.memory_slices) for s in want.placements], want.name
+            assert [(p.start, p.size) for p in placements] == [(s, want.memory_slices) for s in want.placements], (
+                want.name
+            )
 
 
 def test_mig_devices(backend, mig_gpus):

@@ -19,7 +19,8 @@ lupa = pytest.importorskip("lupa", reason="lupa is not installed (pip install -e
 VERSIONS = ("lua51", "lua54")  # Debian's slurmctld links Lua 5.1; current Lua is 5.4
 ESLURM_INVALID_GRES = 2072
 
-FAKE_SLURM = """
+FAKE_SLURM = (
+    """
 gpushare_test = { user = {}, info = {}, error = {} }
 slurm = {
   SUCCESS = 0,
@@ -29,7 +30,9 @@ slurm = {
   log_info = function(fmt, ...) table.insert(gpushare_test.info, string.format(fmt, ...)) end,
   log_error = function(fmt, ...) table.insert(gpushare_test.error, string.format(fmt, ...)) end,
 }
-""" % ESLURM_INVALID_GRES
+"""
+    % ESLURM_INVALID_GRES
+)
 
 
 def runtime(version: str):

@@ -7,19 +7,19 @@ leaves behind (partition, rewritten tres_per_*, qos).
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import pytest
 
 from slurm_gpushare.render.jobsubmit import job_submit_lua
 from slurm_gpushare.submit import FIELDS
 from tests.lua.harness import ESLURM_INVALID_GRES, VERSIONS, Script, codes_of
-from tests.unit.submit_corpus import CASES, IDS, overrides, case_job, check_expectations, python_decision, site_of
+from tests.unit.submit_corpus import CASES, IDS, case_job, check_expectations, overrides, python_decision, site_of
 
 pytestmark = pytest.mark.lua
 
 
-@lru_cache(maxsize=None)
+@cache
 def _script(version: str, policy: str, submission: tuple, slurm_version: str | None) -> Script:
     return Script(version, job_submit_lua(site_of(policy, submission, slurm_version)))
 
@@ -47,8 +47,12 @@ def test_lua_agrees_with_python(case, version):
     assert len(res.user) <= 1
     user = res.user[0] if res.user else None
     assert user == want.user_message
-    expected_job = {**job, **({"partition": want.partition} if want.partition else {}), **want.fields,
-                    **({"qos": want.qos} if want.qos else {})}
+    expected_job = {
+        **job,
+        **({"partition": want.partition} if want.partition else {}),
+        **want.fields,
+        **({"qos": want.qos} if want.qos else {}),
+    }
     assert res.job == expected_job
     routed = res.job.get("partition") if res.job.get("partition") != job.get("partition") else None
     rewritten = {k: v for k, v in res.job.items() if k in FIELDS and v != job.get(k)}

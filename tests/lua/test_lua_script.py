@@ -106,7 +106,9 @@ def test_script_defines_only_the_two_entry_points(version):
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.parametrize("text", ["plain", 'q"uote', "back\\slash", "new\nline", "tab\tnul\0", "del\x7f", "ünï", "]]", "%s"])
+@pytest.mark.parametrize(
+    "text", ["plain", 'q"uote', "back\\slash", "new\nline", "tab\tnul\0", "del\x7f", "ünï", "]]", "%s"]
+)
 def test_lua_string_literals_round_trip(version, text):
     assert runtime(version).eval(lua_string(text)) == text
 
@@ -138,14 +140,65 @@ def test_state_does_not_leak_between_calls(version):
     assert first.job["partition"] == "inference" and "partition" not in second.job
 
 
-TOKENS = ["gres/", "gres:", "gpu", "shard", "mps", "nic", ":", ":", "=", ",", "l40s", "a30", "a100_40g_1g.5gb", "h100",
-          "1", "2", "0", "-1", "1k", "150", "100", "cpu=4", "small", "half", "L40S", "1g.5gb", "$", " ", "%s", "none",
-          "99999999999", "4194304k", "license/x:1", "gpu:", "shard:", "mps:", "gres/gpu:", "gres/shard:", "gres/mps:"]
+TOKENS = [
+    "gres/",
+    "gres:",
+    "gpu",
+    "shard",
+    "mps",
+    "nic",
+    ":",
+    ":",
+    "=",
+    ",",
+    "l40s",
+    "a30",
+    "a100_40g_1g.5gb",
+    "h100",
+    "1",
+    "2",
+    "0",
+    "-1",
+    "1k",
+    "150",
+    "100",
+    "cpu=4",
+    "small",
+    "half",
+    "L40S",
+    "1g.5gb",
+    "$",
+    " ",
+    "%s",
+    "none",
+    "99999999999",
+    "4194304k",
+    "license/x:1",
+    "gpu:",
+    "shard:",
+    "mps:",
+    "gres/gpu:",
+    "gres/shard:",
+    "gres/mps:",
+]
 PARTITIONS = [None, "batch", "scavenger", "debug", "", "batch,scavenger", "training", "inference", "notebook", "serve"]
 
 
-TYPES = ["l40s", "a30", "a100_40g_1g.5gb", "h100", "h100_3g.40gb", "h100_reserved", "small", "half", "inference",
-         "notebook", "quarter", "L40S", "1g.5gb"]
+TYPES = [
+    "l40s",
+    "a30",
+    "a100_40g_1g.5gb",
+    "h100",
+    "h100_3g.40gb",
+    "h100_reserved",
+    "small",
+    "half",
+    "inference",
+    "notebook",
+    "quarter",
+    "L40S",
+    "1g.5gb",
+]
 COUNTS = ["1", "1", "2", "3", "50", "100", "150", "400", "0", "1k"]
 
 
@@ -196,7 +249,11 @@ def test_random_requests_get_the_same_answer_from_python_and_lua(version, exampl
         assert res.error == [], (job, res.error)
         assert res.rc == (0 if want.accepted else ESLURM_INVALID_GRES), (job, want, res.user)
         assert (res.user[0] if res.user else None) == want.user_message, job
-        assert res.job == {**job, **({"partition": want.partition} if want.partition else {}), **want.fields,
-                           **({"qos": want.qos} if want.qos else {})}, job
+        assert res.job == {
+            **job,
+            **({"partition": want.partition} if want.partition else {}),
+            **want.fields,
+            **({"qos": want.qos} if want.qos else {}),
+        }, job
         verdicts.add(want.codes[0].split()[0] if want.codes else ("changed" if want.changes else "ok"))
     assert {"ok", "changed", "BAD_REQUEST", "UNKNOWN_TYPE", "SCOPE", "MIXED"} <= verdicts, verdicts

@@ -34,7 +34,9 @@ def pages() -> list[Path]:
 
 def runnable_blocks(path: Path) -> list[Block]:
     """Every ```sh block right after a `<!-- runnable -->` line; a marker before anything else is an error."""
-    return [Block(name, line, int(m[1] or 0), script) for name, line, m, script in marked_blocks(path, MARKER, "runnable")]
+    return [
+        Block(name, line, int(m[1] or 0), script) for name, line, m, script in marked_blocks(path, MARKER, "runnable")
+    ]
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ def marked_blocks(path: Path, marker: re.Pattern, what: str) -> list[tuple[str, 
         end = next((j for j in range(i + 2, len(lines)) if lines[j].strip() == "```"), None)
         if end is None:
             raise ValueError(f"{where}: the ```sh block after the {what} marker is not closed")
-        found.append((name, i + 1, m, "\n".join(lines[i + 2:end])))
+        found.append((name, i + 1, m, "\n".join(lines[i + 2 : end])))
     return found
 
 

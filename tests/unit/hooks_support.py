@@ -28,16 +28,25 @@ class HookNode:
     def __init__(self, tmp: Path, node: str, policy: Path = ROOT / "etc" / "small-lab.yaml"):
         self.tmp, self.node = tmp, node
         raw = yaml.safe_load(policy.read_text())
-        raw["cluster"]["paths"] = {"slurm_conf_dir": str(tmp / "etc"), "gres_include": str(tmp / "etc" / "gres.d" / "mig.conf"),
-                                   "state_dir": str(tmp / "state"), "log_dir": str(tmp / "log")}
+        raw["cluster"]["paths"] = {
+            "slurm_conf_dir": str(tmp / "etc"),
+            "gres_include": str(tmp / "etc" / "gres.d" / "mig.conf"),
+            "state_dir": str(tmp / "state"),
+            "log_dir": str(tmp / "log"),
+        }
         self.policy = tmp / "policy.yaml"
         self.policy.write_text(yaml.safe_dump(raw))
         self.site = load_file(self.policy)
         group = self.site.group_for_node(node)
         self.slots = group.gpus
         self.state = tmp / "nvml.json"
-        self.fake = FakeNvml.build(self.state, model=group.model.name, count=len(group.gpus),
-                                   mig_enabled=[s.index for s in group.gpus if s.mode == "mig"], seed=node)
+        self.fake = FakeNvml.build(
+            self.state,
+            model=group.model.name,
+            count=len(group.gpus),
+            mig_enabled=[s.index for s in group.gpus if s.mode == "mig"],
+            seed=node,
+        )
         with open_backend(self.state) as backend:
             apply_actions(backend, plan_mig(self.slots, observe(backend)))
             include = node_gres_conf(node, self.slots, backend, read_mig_minors(backend.mig_minors_path))
@@ -53,9 +62,16 @@ class HookNode:
     def state_dir(self) -> Path:
         return self.tmp / "state"
 
-    def env(self, job_id: int, gpus: str | None = None, pct: int | None = None, uid: int | None = None, **extra) -> dict:
-        env = {"SLURM_JOB_ID": str(job_id), "SLURM_JOB_UID": str(os.getuid() if uid is None else uid),
-               "SLURM_JOB_GID": str(os.getgid()), "SLURMD_NODENAME": self.node, "GPUSHARE_NODE_CONFIG": str(self.config)}
+    def env(
+        self, job_id: int, gpus: str | None = None, pct: int | None = None, uid: int | None = None, **extra
+    ) -> dict:
+        env = {
+            "SLURM_JOB_ID": str(job_id),
+            "SLURM_JOB_UID": str(os.getuid() if uid is None else uid),
+            "SLURM_JOB_GID": str(os.getgid()),
+            "SLURMD_NODENAME": self.node,
+            "GPUSHARE_NODE_CONFIG": str(self.config),
+        }
         if gpus is not None:
             env["SLURM_JOB_GPUS"] = env["CUDA_VISIBLE_DEVICES"] = gpus
         if pct is not None:
@@ -74,8 +90,13 @@ class HookNode:
 def stop_daemons(state_dir: Path) -> None:
     """Quit every fake MPS daemon a test left under ``state_dir`` (real processes)."""
     for control in sorted(Path(state_dir).glob("mps/*/pipe/control")):
-        run(list(FAKE_MPS), input="quit\n", env={"CUDA_MPS_PIPE_DIRECTORY": str(control.parent), "PATH": os.defpath},
-            check=False, timeout=10)
+        run(
+            list(FAKE_MPS),
+            input="quit\n",
+            env={"CUDA_MPS_PIPE_DIRECTORY": str(control.parent), "PATH": os.defpath},
+            check=False,
+            timeout=10,
+        )
 
 
 def no_scontrol(argv, **_kw):

@@ -8,7 +8,7 @@ is an edge to ``pkg.name`` when that is a module, else to ``pkg``.
 from __future__ import annotations
 
 import ast
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 PACKAGE = "slurm_gpushare"
@@ -20,7 +20,7 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-@lru_cache(maxsize=None)
+@cache
 def modules() -> dict[str, Path]:
     return {module_name(p): p for p in sorted(SOURCE.rglob("*.py"))}
 
@@ -32,7 +32,7 @@ def _base(name: str, path: Path, level: int) -> str:
     return package
 
 
-@lru_cache(maxsize=None)
+@cache
 def graph() -> dict[str, frozenset[str]]:
     """module -> every module it imports (ours by full name, others by their top-level name)."""
     known = modules()
@@ -116,8 +116,19 @@ def cycles() -> list[list[str]]:
 # imports it: it is for bench/ and tests only, and is left out of the wheel.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli", "hooks"),
-    ("render", "submit", "node", "accounting", "planner", "live", "metrics", "testcluster", "outfiles", "examples",
-     "systemd"),
+    (
+        "render",
+        "submit",
+        "node",
+        "accounting",
+        "planner",
+        "live",
+        "metrics",
+        "testcluster",
+        "outfiles",
+        "examples",
+        "systemd",
+    ),
     ("sim",),
     ("policy", "hardware", "gpu", "slurm", "slurmversion", "sitepolicy"),
     ("proc", "atomic", "errors", "records", ""),

@@ -49,8 +49,9 @@ class FakeCtld:
     def __call__(self, argv, *, input=None, timeout=60.0, check=True, env=None) -> Result:
         argv = tuple(argv)
         self.calls.append(argv)
-        tool = {"scontrol": self._scontrol, "sbatch": self._sbatch, "sacct": self._sacct,
-                "squeue": self._squeue}.get(argv[0])
+        tool = {"scontrol": self._scontrol, "sbatch": self._sbatch, "sacct": self._sacct, "squeue": self._squeue}.get(
+            argv[0]
+        )
         if tool is None:
             raise UnknownCommand(f"not a command the live apply path runs: {argv!r}")
         code, out, err = tool(list(argv[1:]), input, env)
@@ -64,8 +65,17 @@ class FakeCtld:
         if args[:2] == ["create", "reservation"]:
             return self._create(args[2:])
         if args == ["show", "reservation", "--json"]:
-            return 0, json.dumps({"reservations": [self._res_json(n, r) for n, r in self.reservations.items()],
-                                  "errors": [], "warnings": []}), ""
+            return (
+                0,
+                json.dumps(
+                    {
+                        "reservations": [self._res_json(n, r) for n, r in self.reservations.items()],
+                        "errors": [],
+                        "warnings": [],
+                    }
+                ),
+                "",
+            )
         if args[:1] == ["delete"] and len(args) == 2 and args[1].startswith("ReservationName="):
             name = args[1].split("=", 1)[1]
             if name not in self.reservations:
@@ -80,7 +90,7 @@ class FakeCtld:
                 raise UnknownCommand(f"scontrol update reservation {args!r}")
             if name not in self.reservations:
                 return 1, "", "Error updating the reservation: Requested reservation is invalid\n"
-            self.reservations[name]["end"] = self.now + 60 * int(args[2][len("EndTime=now+"):-len("minutes")])
+            self.reservations[name]["end"] = self.now + 60 * int(args[2][len("EndTime=now+") : -len("minutes")])
             return 0, "Reservation updated.\n", ""
         if args[:1] == ["update"] and args[1:2] and args[1].startswith("nodename="):
             opts = dict(a.split("=", 1) for a in args[1:])
@@ -109,15 +119,23 @@ class FakeCtld:
         name = opts["ReservationName"]
         if name in self.reservations:
             return 1, "", "Error creating the reservation: Duplicate reservation name\n"
-        self.reservations[name] = {"node": opts["Nodes"], "start": self.now,
-                                   "end": self.now + 60 * int(opts["Duration"])}
+        self.reservations[name] = {
+            "node": opts["Nodes"],
+            "start": self.now,
+            "end": self.now + 60 * int(opts["Duration"]),
+        }
         return 0, f"Reservation created: {name}\n", ""
 
     @staticmethod
     def _res_json(name, r):
-        return {"name": name, "node_list": r["node"], "flags": ["MAINT", "IGNORE_JOBS", "SPEC_NODES"],
-                "users": "root", "start_time": {"set": True, "infinite": False, "number": int(r["start"])},
-                "end_time": {"set": True, "infinite": False, "number": int(r["end"])}}
+        return {
+            "name": name,
+            "node_list": r["node"],
+            "flags": ["MAINT", "IGNORE_JOBS", "SPEC_NODES"],
+            "users": "root",
+            "start_time": {"set": True, "infinite": False, "number": int(r["start"])},
+            "end_time": {"set": True, "infinite": False, "number": int(r["end"])},
+        }
 
     # ---- sbatch / sacct ----------------------------------------------------------------------
     def _sbatch(self, args, input, env):
@@ -134,27 +152,46 @@ class FakeCtld:
         if opts.get("reservation") not in self.reservations:
             return 1, "", "sbatch: error: Batch job submission failed: Requested reservation is invalid\n"
         self.next_id += 1
-        self.jobs[self.next_id] = FakeJob(self.next_id, opts.get("job-name", ""), opts.get("nodelist", ""),
-                                          opts["reservation"], input, opts, submit=int(self.now))
+        self.jobs[self.next_id] = FakeJob(
+            self.next_id,
+            opts.get("job-name", ""),
+            opts.get("nodelist", ""),
+            opts["reservation"],
+            input,
+            opts,
+            submit=int(self.now),
+        )
         return 0, f"{self.next_id}\n", ""
 
     def user_job(self, name: str, user: str) -> int:
         """A user's job named as the planner names its own (any user may choose a job's name)."""
         self.next_id += 1
-        self.jobs[self.next_id] = FakeJob(self.next_id, name, "", "", "#!/bin/sh\n", {}, user=user,
-                                          submit=int(self.now))
+        self.jobs[self.next_id] = FakeJob(
+            self.next_id, name, "", "", "#!/bin/sh\n", {}, user=user, submit=int(self.now)
+        )
         return self.next_id
 
     def _squeue(self, args, input, env):
         """``squeue --all -h -t all -u USER --name=NAME -o %i|%T|%V`` (the jobs named so, of that user)."""
-        if len(args) != 9 or args[:5] != ["--all", "-h", "-t", "all", "-u"] or not args[6].startswith("--name=") \
-                or args[7:] != ["-o", "%i|%T|%V"]:
+        if (
+            len(args) != 9
+            or args[:5] != ["--all", "-h", "-t", "all", "-u"]
+            or not args[6].startswith("--name=")
+            or args[7:] != ["-o", "%i|%T|%V"]
+        ):
             raise UnknownCommand(f"squeue {args!r}")
         if (env or {}).get("SLURM_TIME_FORMAT") != "%s":
             raise UnknownCommand("squeue without SLURM_TIME_FORMAT=%s: %V would not be epoch seconds")
         name = args[6].split("=", 1)[1]
-        return 0, "".join(f"{j.job_id}|{j.state}|{j.submit}\n" for j in self.jobs.values()
-                          if j.name == name and j.user == args[5] and j.in_squeue), ""
+        return (
+            0,
+            "".join(
+                f"{j.job_id}|{j.state}|{j.submit}\n"
+                for j in self.jobs.values()
+                if j.name == name and j.user == args[5] and j.in_squeue
+            ),
+            "",
+        )
 
     def _sacct(self, args, input, env):
         if args[:4] == ["-a", "-X", "-P", "--noheader"]:
@@ -176,28 +213,49 @@ class FakeCtld:
         (submitted before START too: sacct selects by the time a job was eligible or ran, not by its submission)."""
         import time
 
-        if len(args) != 10 or not args[5].startswith("--name=") or args[6] != "-S" \
-                or args[8:] != ["-o", "JobID,State,Submit"]:
+        if (
+            len(args) != 10
+            or not args[5].startswith("--name=")
+            or args[6] != "-S"
+            or args[8:] != ["-o", "JobID,State,Submit"]
+        ):
             raise UnknownCommand(f"sacct {args!r}")
         if (env or {}).get("SLURM_TIME_FORMAT") != "%s":
             raise UnknownCommand("sacct without SLURM_TIME_FORMAT=%s: Submit would not be epoch seconds")
         time.strptime(args[7], "%Y-%m-%dT%H:%M:%S")  # the form sacct takes; anything else raises
         name = args[5].split("=", 1)[1]
-        return 0, "".join(f"{j.job_id}|{j.state}|{j.submit}\n" for j in self.jobs.values()
-                          if j.name == name and j.user == "root" and j.in_sacct), ""
+        return (
+            0,
+            "".join(
+                f"{j.job_id}|{j.state}|{j.submit}\n"
+                for j in self.jobs.values()
+                if j.name == name and j.user == "root" and j.in_sacct
+            ),
+            "",
+        )
 
     def _history(self, args, env):
         """The live planner's history (slurm/history.py): the jobs that ended in the window, its finished fake
         jobs (the relayout jobs: no GRES) and ``finished`` (jobs the test says ran), as sacct -P prints them."""
-        if len(args) != 10 or args[4] != "-S" or args[6] != "-E" or args[8] != "-o" \
-                or args[9] != "JobID,State,Start,End,NodeList,AllocTRES":
+        if (
+            len(args) != 10
+            or args[4] != "-S"
+            or args[6] != "-E"
+            or args[8] != "-o"
+            or args[9] != "JobID,State,Start,End,NodeList,AllocTRES"
+        ):
             raise UnknownCommand(f"sacct {args!r}")
         if (env or {}).get("SLURM_TIME_FORMAT") != "%s":
             raise UnknownCommand("sacct without SLURM_TIME_FORMAT=%s: its times would not be epoch seconds")
-        lines = [f"{j.job_id}|{j.state}|{j.end - 3}|{j.end}|{j.node}|billing=1,cpu=1,node=1"
-                 for j in self.jobs.values() if j.end]
-        lines += [f"{job_id}|COMPLETED|{int(start)}|{int(end)}|{node}|{tres}"
-                  for job_id, start, end, node, tres in self.finished]
+        lines = [
+            f"{j.job_id}|{j.state}|{j.end - 3}|{j.end}|{j.node}|billing=1,cpu=1,node=1"
+            for j in self.jobs.values()
+            if j.end
+        ]
+        lines += [
+            f"{job_id}|COMPLETED|{int(start)}|{int(end)}|{node}|{tres}"
+            for job_id, start, end, node, tres in self.finished
+        ]
         return 0, "".join(line + "\n" for line in lines), ""
 
     def finish(self, job_id: int, state: str = "COMPLETED", exit_code: str = "0:0") -> None:

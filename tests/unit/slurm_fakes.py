@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-
 from slurm_gpushare.proc import CommandError, Result
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
@@ -51,7 +50,7 @@ class FakeSlurm:
     cluster: str = "lab"
 
     @classmethod
-    def recorded(cls) -> "FakeSlurm":
+    def recorded(cls) -> FakeSlurm:
         """The half-configured small-lab state of tests/data/slurm."""
         fake = cls()
         for line in (DATA / "sacctmgr-assoc-small-lab.parsable2").read_text().splitlines():
@@ -67,8 +66,9 @@ class FakeSlurm:
         argv = tuple(argv)
         self.calls.append(argv)
         self.envs.append(env)
-        tool = {"sacct": self._sacct, "sshare": self._sshare, "sacctmgr": self._sacctmgr,
-                "squeue": self._squeue}.get(argv[0])
+        tool = {"sacct": self._sacct, "sshare": self._sshare, "sacctmgr": self._sacctmgr, "squeue": self._squeue}.get(
+            argv[0]
+        )
         if tool is None:
             raise UnknownCommand(f"not a Slurm command the accounting code may run: {argv!r}")
         code, out, err = tool(list(argv[1:]))
@@ -81,10 +81,13 @@ class FakeSlurm:
 
     def _sacct(self, args):
         # -P: '|' between fields; -p: after each, --delimiter=D instead of '|' (sacct ignores it without -p/-P)
-        delim = args.pop(4)[len("--delimiter="):] if len(args) > 4 and args[4].startswith("--delimiter=") else "|"
+        delim = args.pop(4)[len("--delimiter=") :] if len(args) > 4 and args[4].startswith("--delimiter=") else "|"
         expect = ["-a", "-X", None, "--noheader", "-S", None, "-E", None, "-o", None]
-        if (len(args) != len(expect) or args[2] not in ("-P", "-p")
-                or any(e is not None and a != e for a, e in zip(args, expect))):
+        if (
+            len(args) != len(expect)
+            or args[2] not in ("-P", "-p")
+            or any(e is not None and a != e for a, e in zip(args, expect, strict=False))
+        ):
             raise UnknownCommand(f"sacct {args!r}")
         lo, hi = (datetime.fromisoformat(args[5]).timestamp(), datetime.fromisoformat(args[7]).timestamp())
         fields = args[9].split(",")
@@ -109,10 +112,20 @@ class FakeSlurm:
         def t(v):
             return "Unknown" if v is None else str(v)
 
-        values = {"JobID": job.job_id, "User": job.user, "Account": job.account, "Partition": job.partition,
-                  "State": job.state, "Start": t(job.start), "End": t(job.end), "Elapsed": "",
-                  "ElapsedRaw": str((job.end or job.start or 0) - (job.start or 0)), "AllocTRES": job.alloc_tres,
-                  "ReqTRES": job.alloc_tres, "QOS": job.qos}
+        values = {
+            "JobID": job.job_id,
+            "User": job.user,
+            "Account": job.account,
+            "Partition": job.partition,
+            "State": job.state,
+            "Start": t(job.start),
+            "End": t(job.end),
+            "Elapsed": "",
+            "ElapsedRaw": str((job.end or job.start or 0) - (job.start or 0)),
+            "AllocTRES": job.alloc_tres,
+            "ReqTRES": job.alloc_tres,
+            "QOS": job.qos,
+        }
         unknown = [f for f in fields if f not in values]
         if unknown:
             raise UnknownCommand(f"sacct field(s) {unknown}")
@@ -143,8 +156,11 @@ class FakeSlurm:
     def _show(self, args):
         if args[0] == "assoc" and args[1:3] == ["where", f"cluster={self.cluster}"]:
             if args[3:] == ["format=account,user,qos"]:
-                return 0, "".join(f"{a[0]}|{a[1]}|{','.join(sorted(self.effective_qos(a[0], a[1])))}\n"
-                                  for a in self.assocs), ""
+                return (
+                    0,
+                    "".join(f"{a[0]}|{a[1]}|{','.join(sorted(self.effective_qos(a[0], a[1])))}\n" for a in self.assocs),
+                    "",
+                )
             if args[3:] != ["format=account,user,parentname,fairshare,grptres"]:
                 raise UnknownCommand(f"show assoc {args!r}")
             return 0, "".join("|".join(a) + "\n" for a in self.assocs), ""
@@ -175,7 +191,7 @@ class FakeSlurm:
     def _set_qos(self, key: tuple[str, str], value: str):
         """``qos=a,b`` replaces the list, ``qos+=a`` adds to and ``qos-=a`` takes from what it has now."""
         op = value[0] if value[:1] in "+-" and value[:1] else ""
-        names = frozenset(n for n in value[len(op):].split(",") if n)
+        names = frozenset(n for n in value[len(op) :].split(",") if n)
         if not names or any(n not in self.qos for n in names):
             return 1, "", " Unknown QOS\n"
         have = self.effective_qos(*key)
@@ -188,7 +204,7 @@ class FakeSlurm:
     def _add_account(self, rest):
         name, opts = rest[0], self._opts(rest[1:], {"cluster", "parent", "fairshare", "description"})
         if self._account(name):
-            return 1, "", f" Nothing new added.\n"
+            return 1, "", " Nothing new added.\n"
         if opts.get("cluster") != self.cluster or not self._account(opts.get("parent", "root")):
             return 1, "", " Need a valid cluster and parent\n"
         self.assocs.append([name, "", opts.get("parent", "root"), opts.get("fairshare", "1"), ""])
@@ -208,7 +224,7 @@ class FakeSlurm:
             raise UnknownCommand(f"modify account {rest!r}")
         cut = rest.index("set")
         where = self._opts(rest[1:cut], {"name", "cluster"})
-        changes = self._opts(rest[cut + 1:], {"parent", "fairshare", "grptres", "qos+", "qos-", "qos"})
+        changes = self._opts(rest[cut + 1 :], {"parent", "fairshare", "grptres", "qos+", "qos-", "qos"})
         acct = self._account(where.get("name"))
         if acct is None or where.get("cluster") != self.cluster:
             return 1, "", " Nothing modified\n"
@@ -232,9 +248,10 @@ class FakeSlurm:
             raise UnknownCommand(f"modify user {rest!r}")
         cut = rest.index("set")
         where = self._opts(rest[1:cut], {"name", "account", "cluster"})
-        changes = self._opts(rest[cut + 1:], {"qos+", "qos-", "qos"})
-        if where.get("cluster") != self.cluster or not any(a[0] == where.get("account") and a[1] == where.get("name")
-                                                            for a in self.assocs):
+        changes = self._opts(rest[cut + 1 :], {"qos+", "qos-", "qos"})
+        if where.get("cluster") != self.cluster or not any(
+            a[0] == where.get("account") and a[1] == where.get("name") for a in self.assocs
+        ):
             return 1, "", " Nothing modified\n"
         for key in ("qos", "qos+", "qos-"):
             if key in changes:
@@ -254,7 +271,7 @@ class FakeSlurm:
             raise UnknownCommand(f"modify qos {rest!r}")
         cut = rest.index("set")
         name = self._opts(rest[1:cut], {"name"}).get("name")
-        changes = self._opts(rest[cut + 1:], {"priority", "preemptmode", "usagefactor", "preempt"})
+        changes = self._opts(rest[cut + 1 :], {"priority", "preemptmode", "usagefactor", "preempt"})
         if name not in self.qos:
             return 1, "", " Nothing modified\n"
         q = self.qos[name]
@@ -318,8 +335,20 @@ def squeue_summaries(squeue_json: str, delim: str = "|") -> str:
         array_job, task = num(j.get("array_job_id")) or 0, num(j.get("array_task_id"))
         task_text = str(task) if task is not None else (j.get("array_task_string") or "N/A") if array_job else "N/A"
         alloc = j.get("tres_req_str") if state == "PENDING" else j.get("tres_alloc_str")
-        fields = [j["job_id"], array_job or j["job_id"], task_text, state, j.get("state_reason") or "None",
-                  j.get("user_name", ""), j.get("account", ""), j.get("partition", ""), j.get("qos", ""),
-                  j.get("tres_per_node") or "N/A", num(j.get("submit_time")), j.get("nodes") or "", alloc or ""]
+        fields = [
+            j["job_id"],
+            array_job or j["job_id"],
+            task_text,
+            state,
+            j.get("state_reason") or "None",
+            j.get("user_name", ""),
+            j.get("account", ""),
+            j.get("partition", ""),
+            j.get("qos", ""),
+            j.get("tres_per_node") or "N/A",
+            num(j.get("submit_time")),
+            j.get("nodes") or "",
+            alloc or "",
+        ]
         lines.append("".join(f"{f}{delim}" for f in fields))
     return "".join(line + "\n" for line in lines)

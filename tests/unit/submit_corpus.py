@@ -8,7 +8,7 @@ Shared by every executor of the corpus: the Python decision
 from __future__ import annotations
 
 import dataclasses
-from functools import lru_cache
+from functools import cache
 
 import yaml
 
@@ -18,7 +18,17 @@ from slurm_gpushare.submit import Decision, build_tables, decide, split_options,
 from tests.conftest import ROOT
 
 CASES_FILE = ROOT / "tests" / "cases" / "submit.yaml"
-CODES = ("BAD_REQUEST", "UNKNOWN_TYPE", "MPS_RANGE", "OVER", "SCOPE", "MIXED", "MPS_TASKS", "UNKNOWN_FEATURE", "CONSTRAINT")
+CODES = (
+    "BAD_REQUEST",
+    "UNKNOWN_TYPE",
+    "MPS_RANGE",
+    "OVER",
+    "SCOPE",
+    "MIXED",
+    "MPS_TASKS",
+    "UNKNOWN_FEATURE",
+    "CONSTRAINT",
+)
 
 
 def load_cases() -> list[dict]:
@@ -29,7 +39,7 @@ CASES = load_cases()
 IDS = [c["id"] for c in CASES]
 
 
-@lru_cache(maxsize=None)
+@cache
 def site_of(policy: str = "small-lab", submission: tuple = (), slurm_version: str | None = None) -> Site:
     """The example policy, with submission overrides; an older Slurm only changes the version the tables are for."""
     path = ROOT / "etc" / f"{policy}.yaml"
@@ -61,7 +71,7 @@ def case_job(case: dict) -> dict:
     return {k: v["text"] * v["times"] if isinstance(v, dict) else v for k, v in case["fields"].items()}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _tables(site_key):
     return build_tables(site_of(*site_key))
 
@@ -72,8 +82,9 @@ def python_decision(case: dict) -> Decision:
     return decide(_tables(key), case_job(case), modify is not None, (modify or {}).get("partition"))
 
 
-def check_expectations(case: dict, accepted: bool, codes: list[str], message: str | None, partition, fields: dict,
-                       qos: str | None = None) -> None:
+def check_expectations(
+    case: dict, accepted: bool, codes: list[str], message: str | None, partition, fields: dict, qos: str | None = None
+) -> None:
     """One case's ``expect`` against a decision, however it was reached (Python or Lua)."""
     want = case["expect"]
     assert accepted == want["accept"], f"{case['id']}: accepted={accepted}, message: {message}"

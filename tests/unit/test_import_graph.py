@@ -74,7 +74,11 @@ def test_pure_packages_run_no_commands(package):
     """No module of a pure package imports subprocess or the runner itself (directly: a parser module
     of slurm/ that also holds a query function may be imported for its parser)."""
     found = sorted(
-        f"{m} imports {t}" for m in _in(package) if m not in STILL_RUNS_COMMANDS for t in ig.graph()[m] if t in RUNS_COMMANDS
+        f"{m} imports {t}"
+        for m in _in(package)
+        if m not in STILL_RUNS_COMMANDS
+        for t in ig.graph()[m]
+        if t in RUNS_COMMANDS
     )
     assert found == []
 
@@ -82,7 +86,9 @@ def test_pure_packages_run_no_commands(package):
 def test_the_known_exceptions_are_still_needed():
     for module in STILL_RUNS_COMMANDS:
         if module in ig.graph():
-            assert ig.graph()[module] & set(RUNS_COMMANDS), f"{module} no longer runs commands: drop it from STILL_RUNS_COMMANDS"
+            assert ig.graph()[module] & set(RUNS_COMMANDS), (
+                f"{module} no longer runs commands: drop it from STILL_RUNS_COMMANDS"
+            )
 
 
 def test_the_wheel_leaves_the_harness_out():

@@ -46,6 +46,7 @@ def test_timeout_kills_process_group():
 
 # ---- the posix_spawn path keeps subprocess.run's semantics (proc.py's docstring) ----
 
+
 def _py(code: str) -> list[str]:
     return [sys.executable, "-c", code]
 
@@ -131,7 +132,10 @@ def test_without_pidfd_waits_by_polling(monkeypatch):
         raise OSError(38, "Function not implemented")
 
     monkeypatch.setattr(os, "pidfd_open", no_pidfd)
-    assert run(_py("import sys; sys.stdout.close(); import time; time.sleep(0.2); sys.exit(5)"), check=False).returncode == 5
+    assert (
+        run(_py("import sys; sys.stdout.close(); import time; time.sleep(0.2); sys.exit(5)"), check=False).returncode
+        == 5
+    )
     t0 = time.monotonic()
     with pytest.raises(CommandError, match="timed out after 0.3 s"):
         run(_py("import sys, time; sys.stdout.close(); sys.stderr.close(); time.sleep(30)"), timeout=0.3)
@@ -147,8 +151,10 @@ def test_timeout_keeps_the_output_so_far():
 def test_no_subprocess_import_and_no_descriptor_left_open():
     import subprocess
 
-    code = ("import os, sys; from slurm_gpushare.proc import run; before = len(os.listdir('/proc/self/fd')); "
-            "[run(['true'], input='x') for _ in range(20)]; "
-            "print('subprocess' in sys.modules, len(os.listdir('/proc/self/fd')) - before)")
+    code = (
+        "import os, sys; from slurm_gpushare.proc import run; before = len(os.listdir('/proc/self/fd')); "
+        "[run(['true'], input='x') for _ in range(20)]; "
+        "print('subprocess' in sys.modules, len(os.listdir('/proc/self/fd')) - before)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "0"]

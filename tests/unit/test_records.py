@@ -16,6 +16,7 @@ import pytest
 from slurm_gpushare import records
 from tests.conftest import ROOT
 
+
 class Stdlib:
     """The stdlib under the records module's names: @record is @dataclass(frozen=True)."""
 
@@ -76,8 +77,9 @@ def test_init_defaults_repr_and_post_init(impl):
 
 
 @IMPLS
-@pytest.mark.parametrize("args, kwargs", [((), {}), ((1, "b", {}, 4), {}), ((1,), {"a": 2}), ((1,), {"cache": 3}),
-                                          ((1,), {"nope": 3})])
+@pytest.mark.parametrize(
+    "args, kwargs", [((), {}), ((1, "b", {}, 4), {}), ((1,), {"a": 2}), ((1,), {"cache": 3}), ((1,), {"nope": 3})]
+)
 def test_bad_arguments_are_type_errors(impl, args, kwargs):
     _base, rec, _ordered = make(impl)
     with pytest.raises(TypeError):
@@ -103,7 +105,10 @@ def test_equality_hash_and_order(impl):
     assert hash(rec(1, "y", None)) == hash(rec(1, "y", None))
     assert len({ordered("a", "1"), ordered("a", "1"), ordered("b", "1")}) == 2
     assert sorted([ordered("b", "1"), ordered("a", "2"), ordered("a", "1")]) == [
-        ordered("a", "1"), ordered("a", "2"), ordered("b", "1")]
+        ordered("a", "1"),
+        ordered("a", "2"),
+        ordered("b", "1"),
+    ]
     with pytest.raises(TypeError):
         ordered("a", "1") < ("a", "2")  # noqa: B015
 
@@ -133,6 +138,7 @@ def test_pickle():
 
 def test_no_own_equality():
     with pytest.raises(TypeError, match="__eq__"):
+
         @records.record
         class OwnEq:
             a: int
@@ -143,6 +149,7 @@ def test_no_own_equality():
 
 def test_a_field_without_default_after_one_with_is_refused():
     with pytest.raises(TypeError, match="non-default argument 'b'"):
+
         @records.record
         class Bad:
             a: int = 0
@@ -161,10 +168,12 @@ def test_a_record_is_not_a_dataclass_and_says_so():
 
 def test_the_hooks_modules_load_neither_dataclasses_nor_typing():
     """What the prolog and epilog import on their way (the fake NVML included): not the modules this replaces."""
-    code = ("import sys\n"
-            "import slurm_gpushare.hooks.prolog, slurm_gpushare.hooks.epilog, slurm_gpushare.hooks._common\n"
-            "import slurm_gpushare.node.prolog, slurm_gpushare.node.epilog, slurm_gpushare.node.nodeconfig\n"
-            "import slurm_gpushare.gpu.fakenvml, slurm_gpushare.proc, slurm_gpushare.node.mps\n"
-            "print(' '.join(m for m in ('dataclasses', 'typing', 'inspect') if m in sys.modules))")
+    code = (
+        "import sys\n"
+        "import slurm_gpushare.hooks.prolog, slurm_gpushare.hooks.epilog, slurm_gpushare.hooks._common\n"
+        "import slurm_gpushare.node.prolog, slurm_gpushare.node.epilog, slurm_gpushare.node.nodeconfig\n"
+        "import slurm_gpushare.gpu.fakenvml, slurm_gpushare.proc, slurm_gpushare.node.mps\n"
+        "print(' '.join(m for m in ('dataclasses', 'typing', 'inspect') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.strip() == ""

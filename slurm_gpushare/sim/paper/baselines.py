@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gpustate import GpuKind, milli_kind
 from ..cluster import GPU_MILLI, Pod, SimCluster
+from .gpustate import GpuKind, milli_kind
 
 MAX_SPEC_CPU = 128000  # pkg/type/open-gpu-share/utils/const.go
 MAX_SPEC_GPU = 8000
@@ -198,5 +198,13 @@ class RandomPolicy(_PaperPolicy):
         return True
 
 
-__all__ = ["GPU_MILLI", "BestFit", "PaperState", "RandomPolicy", "best_fit_score", "node_models", "pick_max",
-           "spec_allows"]
+__all__ = [
+    "GPU_MILLI",
+    "BestFit",
+    "PaperState",
+    "RandomPolicy",
+    "best_fit_score",
+    "node_models",
+    "pick_max",
+    "spec_allows",
+]

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..cluster import Pod, SimCluster
 from .baselines import PaperState, pick_max, spec_allows
 from .gpustate import GpuKind, milli_kind
-from ..cluster import Pod, SimCluster
 
 POPULARITY = 95  # percent of pods the target workload's classes must cover
 SCORE_MAX = 100
@@ -81,9 +81,7 @@ class FragMeasure:
         self.kind = kind
         self.total = sum(c.count for c in classes)
         gpu_classes = [c for c in classes if c.num_gpu]
-        acts = [
-            kind.action(Pod("", c.cpu_milli, 0, c.num_gpu, c.gpu_milli, gpu_spec=c.gpu_spec)) for c in gpu_classes
-        ]
+        acts = [kind.action(Pod("", c.cpu_milli, 0, c.num_gpu, c.gpu_milli, gpu_spec=c.gpu_spec)) for c in gpu_classes]
         self.actions = sorted(set(acts))
         host = kind.host[:, self.actions].astype(np.int64)  # [S, M]
         self.H = host
@@ -108,8 +106,9 @@ class FragMeasure:
         """Per node: idle milli T, GPUs able to host each action, idle milli of GPUs that cannot."""
         return self.kind.left[st].sum(axis=1), self.H[st].sum(axis=1), self.P[st].sum(axis=1)
 
-    def value(self, cpu: np.ndarray, T: np.ndarray, cnt: np.ndarray, part: np.ndarray,
-              nodes: np.ndarray | None = None) -> np.ndarray:
+    def value(
+        self, cpu: np.ndarray, T: np.ndarray, cnt: np.ndarray, part: np.ndarray, nodes: np.ndarray | None = None
+    ) -> np.ndarray:
         """Fragmentation x covered pods, for arrays of node states (cpu, T: [C]; cnt, part: [C, M]) of the
         nodes ``nodes`` (their indexes, needed when the measure has models)."""
         b = np.searchsorted(self.cvals, cpu, side="right")

@@ -200,6 +200,6 @@ def profile_from_router(router, model_name: str = A100) -> Callable[[Pod], str]:
         req = router(pod)
         if req is None or req.gres != "gpu" or not req.gres_type.startswith(prefix):
             return big if (req is None or req.gres == "gpu") else covering_profile(model, pod.gpu_milli).name
-        return model.profile(req.gres_type[len(prefix):]).name
+        return model.profile(req.gres_type[len(prefix) :]).name
 
     return profile_of

@@ -18,8 +18,17 @@ import os
 import pytest
 
 from tests.cluster.conftest import own_cluster, wait_for
-from tests.cluster.test_node_runtime import (ENV_SCRIPT, STATE, env_of, finished, hooks_policy, mps_daemons, node_shell,
-                                             submit, wait_clean)
+from tests.cluster.test_node_runtime import (
+    ENV_SCRIPT,
+    STATE,
+    env_of,
+    finished,
+    hooks_policy,
+    mps_daemons,
+    node_shell,
+    submit,
+    wait_clean,
+)
 
 PROJECT = os.environ.get("GPUSHARE_BAD_JOURNAL_PROJECT", "gpsh21badjournal")
 NODE = "lab-mps01"
@@ -29,8 +38,9 @@ GARBAGE = r"\x8b\xff\x00not a journal\xfe"  # printf's escapes: not UTF-8, not J
 
 @pytest.fixture(scope="module")
 def lab():
-    yield from own_cluster("badjournal", PROJECT, lambda work: hooks_policy(work / "small-lab-hooks.yaml"),
-                           "GPUSHARE_BAD_JOURNAL_KEEP")
+    yield from own_cluster(
+        "badjournal", PROJECT, lambda work: hooks_policy(work / "small-lab-hooks.yaml"), "GPUSHARE_BAD_JOURNAL_KEEP"
+    )
 
 
 def jobs_dir(c) -> list[str]:
@@ -39,8 +49,12 @@ def jobs_dir(c) -> list[str]:
 
 def test_an_unrelated_mps_job_runs_and_ends_cleanly_beside_a_bad_journal(lab):
     c = lab
-    node_shell(c, NODE, f"mkdir -p {STATE}/jobs && printf '{GARBAGE}' > {STATE}/jobs/{BAD}.json && "
-                        f"cp {STATE}/jobs/{BAD}.json /root/bad-journal.bytes")
+    node_shell(
+        c,
+        NODE,
+        f"mkdir -p {STATE}/jobs && printf '{GARBAGE}' > {STATE}/jobs/{BAD}.json && "
+        f"cp {STATE}/jobs/{BAD}.json /root/bad-journal.bytes",
+    )
     job = submit(c, ENV_SCRIPT + "sleep 2\n", gres="mps:25")
     rec, out = finished(c, job)  # prolog failed -> requeued/held and never COMPLETED
     assert rec["State"] == "COMPLETED" and rec["NodeList"] == NODE, rec

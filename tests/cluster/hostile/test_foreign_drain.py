@@ -33,7 +33,7 @@ HEALTH = "/usr/local/sbin/gpushare-node-health"
 INTERVAL = 10  # slurmd's health runs, every INTERVAL s (the policy's least; bundled: a minute)
 SCRIPT = f"""#!/bin/sh
 # a site's Prolog: gpushare's, then the site's own check
-{HOOKS['prolog']} || exit $?
+{HOOKS["prolog"]} || exit $?
 if [ -e /etc/site-check-fails ]; then echo "site check: node out of service" >&2; exit 1; fi
 exit 0
 """
@@ -45,15 +45,18 @@ def site_policy(path: Path) -> Path:
     raw["cluster"]["hooks"]["prolog"] = SITE_PROLOG
     raw["cluster"]["health"] = yaml.safe_load(POLICY.read_text())["cluster"]["health"]  # as bundled, but for
     raw["cluster"]["health"]["interval"] = INTERVAL  # the interval: slurmd's own runs are waited for below
-    path.write_text("# small-lab.yaml with a site Prolog around gpushare's (tests/cluster/hostile/test_foreign_drain.py)\n"
-                    + yaml.safe_dump(raw, sort_keys=False))
+    path.write_text(
+        "# small-lab.yaml with a site Prolog around gpushare's (tests/cluster/hostile/test_foreign_drain.py)\n"
+        + yaml.safe_dump(raw, sort_keys=False)
+    )
     return path
 
 
 @pytest.fixture(scope="module")
 def site_lab():
-    yield from own_cluster("foreign", PROJECT, lambda work: site_policy(work / "small-lab-site.yaml"),
-                           "GPUSHARE_FOREIGN_DRAIN_KEEP")
+    yield from own_cluster(
+        "foreign", PROJECT, lambda work: site_policy(work / "small-lab-site.yaml"), "GPUSHARE_FOREIGN_DRAIN_KEEP"
+    )
 
 
 def state(c) -> dict:
@@ -72,7 +75,9 @@ def test_another_scripts_prolog_error_and_an_admin_drain_are_left_drained(site_l
     conf = c.exec("slurmctld", ["scontrol", "show", "config"]).stdout
     assert re.search(rf"^Prolog(\[0\])?\s*= {SITE_PROLOG}$", conf, re.M), conf  # 24.11: Prolog[0] = ...
     assert re.search(rf"^HealthCheckProgram\s*= {HEALTH}$", conf, re.M), conf
-    node_shell(c, NODE, f"cat > {SITE_PROLOG} <<'EOF'\n{SCRIPT}EOF\nchmod 755 {SITE_PROLOG}; touch /etc/site-check-fails")
+    node_shell(
+        c, NODE, f"cat > {SITE_PROLOG} <<'EOF'\n{SCRIPT}EOF\nchmod 755 {SITE_PROLOG}; touch /etc/site-check-fails"
+    )
     job = submit(c, "true\n", gres="shard:1", nodelist=NODE)
     try:
         s = wait_for(f"{NODE} drained by the site check", lambda: drained_state(state(c)), 120)
@@ -84,8 +89,10 @@ def test_another_scripts_prolog_error_and_an_admin_drain_are_left_drained(site_l
         assert runs >= 2, f"{runs} of slurmd's health runs on {NODE} in {6 * INTERVAL} s"
         s = state(c)
         assert "DRAIN" in s["state"] and s["reason"] == "Prolog error", s
-        print(f"\n{NODE} drained 'Prolog error' by the site's own check; health: {out.strip().splitlines()[-1]}; "
-              f"after {runs} of slurmd's health runs: {s['state']}")
+        print(
+            f"\n{NODE} drained 'Prolog error' by the site's own check; health: {out.strip().splitlines()[-1]}; "
+            f"after {runs} of slurmd's health runs: {s['state']}"
+        )
         # an admin's drain is left alone too, its reason kept
         c.scontrol("update", f"nodename={NODE}", "state=resume")
         node_shell(c, NODE, "rm -f /etc/site-check-fails")

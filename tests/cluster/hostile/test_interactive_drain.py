@@ -42,8 +42,10 @@ def name_the_node_as_its_host(c) -> None:
     names a container's address by the container (gpusharetest_lab-excl01_1); on a real cluster it is the
     node's host name. /etc/hosts, read first, gives slurmctld the node's name for it, as a site's DNS does."""
     ip = c.exec("slurmctld", ["bash", "-c", f"getent hosts {NODE} | awk '{{print $1; exit}}'"]).stdout.strip()
-    c.exec("slurmctld", ["bash", "-c", f"cp /etc/hosts /tmp/hosts.orig; {{ echo '{ip} {NODE}'; cat /tmp/hosts.orig; }} "
-                         "> /etc/hosts"])
+    c.exec(
+        "slurmctld",
+        ["bash", "-c", f"cp /etc/hosts /tmp/hosts.orig; {{ echo '{ip} {NODE}'; cat /tmp/hosts.orig; }} > /etc/hosts"],
+    )
     assert c.exec("slurmctld", ["getent", "hosts", ip]).stdout.split()[1:2] == [NODE]
     # slurmctld caches the names of addresses for a minute (getnameinfo cache, Slurm 24.11): a name it cached
     # before the change holds until then. A restarted slurmctld has none (24.11's reconfigure re-executes it).
@@ -56,8 +58,16 @@ def name_the_node_as_its_host(c) -> None:
 def submit_host(c) -> str:
     """The host slurmctld names for a request from the node: a held batch job's AllocNode (the same lookup of the
     peer's address as for salloc's request), the job cancelled at once."""
-    job = node_shell(c, NODE, f"su -s /bin/bash {USER} -c 'sbatch --parsable -H -A {ACCOUNT} -J name-probe "
-                              "-o /dev/null --wrap true'", check=False).stdout.strip().split(";")[0]
+    job = (
+        node_shell(
+            c,
+            NODE,
+            f"su -s /bin/bash {USER} -c 'sbatch --parsable -H -A {ACCOUNT} -J name-probe -o /dev/null --wrap true'",
+            check=False,
+        )
+        .stdout.strip()
+        .split(";")[0]
+    )
     if not job.isdigit():
         return ""  # slurmctld not answering yet
     try:
@@ -72,15 +82,30 @@ def test_an_salloc_job_from_the_node_held_past_the_threshold_never_drains_it(clu
     assert not drained(c)
     name_the_node_as_its_host(c)
     # salloc from the compute node's container, placed on that node; it holds the allocation with no batch script
-    node_shell(c, NODE, f"su -s /bin/bash {USER} -c 'setsid nohup salloc -Q -A {ACCOUNT} -w {NODE} "
-                        "--gres=gpu:l40s:1 -J interactive-on-node sleep 240 </dev/null >/tmp/salloc.out 2>&1 &'")
+    node_shell(
+        c,
+        NODE,
+        f"su -s /bin/bash {USER} -c 'setsid nohup salloc -Q -A {ACCOUNT} -w {NODE} "
+        "--gres=gpu:l40s:1 -J interactive-on-node sleep 240 </dev/null >/tmp/salloc.out 2>&1 &'",
+    )
     job = wait_for("the salloc job to run", lambda: salloc_job(c), 120)
     running = time.monotonic()
     try:
         fields = c.slurm(["squeue", "-h", "-j", str(job), "--Format", "BatchHost:|,BatchFlag:"]).stdout.strip()
         assert fields == f"{NODE}|0", fields  # the premise: batch host = this node, no batch script
-        health = ["gpushare", "node", "health", "--policy", "/etc/gpushare/policy.yaml", "--node", NODE,
-                  "--fake-nvml", FAKE, "--lost-after", str(THRESHOLD)]
+        health = [
+            "gpushare",
+            "node",
+            "health",
+            "--policy",
+            "/etc/gpushare/policy.yaml",
+            "--node",
+            NODE,
+            "--fake-nvml",
+            FAKE,
+            "--lost-after",
+            str(THRESHOLD),
+        ]
         outputs = []
         # the job has run since before `running`: past the threshold from THRESHOLD + 1 s after it
         time.sleep(max(0.0, running + THRESHOLD + 1 - time.monotonic()))
@@ -91,8 +116,10 @@ def test_an_salloc_job_from_the_node_held_past_the_threshold_never_drains_it(clu
             assert "requeue" not in outputs[-1] and not drained(c), outputs[-1]
         assert salloc_job(c) == job  # still running, never requeued
         assert not drained(c), c.node_states()[NODE]
-        print(f"\nsalloc job {job} on {NODE} (batch host {NODE}, batch flag 0): {len(outputs)} health runs with a "
-              f"{THRESHOLD} s threshold, node never drained; last run: {outputs[-1].strip().splitlines()[-1]}")
+        print(
+            f"\nsalloc job {job} on {NODE} (batch host {NODE}, batch flag 0): {len(outputs)} health runs with a "
+            f"{THRESHOLD} s threshold, node never drained; last run: {outputs[-1].strip().splitlines()[-1]}"
+        )
     finally:
         c.slurm(["scancel", str(job)], check=False)
         c.exec("slurmctld", ["bash", "-c", "cat /tmp/hosts.orig > /etc/hosts"], check=False)

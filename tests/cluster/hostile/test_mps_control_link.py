@@ -22,8 +22,18 @@ import pytest
 
 from slurm_gpushare.testcluster.cluster import TestCluster
 from tests.cluster.conftest import own_cluster, wait_for
-from tests.cluster.test_node_runtime import (STATE, env_of, finished, hooks_policy, journals, mps_daemons,
-                                             node_shell, running, submit, wait_clean)
+from tests.cluster.test_node_runtime import (
+    STATE,
+    env_of,
+    finished,
+    hooks_policy,
+    journals,
+    mps_daemons,
+    node_shell,
+    running,
+    submit,
+    wait_clean,
+)
 
 PROJECT = os.environ.get("GPUSHARE_MPS_CONTROL_LINK_PROJECT", "gpsh21mpslink")
 NODE = "lab-mps01"
@@ -49,8 +59,12 @@ ls -l "$CUDA_MPS_PIPE_DIRECTORY/"
 
 @pytest.fixture(scope="module")
 def lab():
-    yield from own_cluster("mpscontrollink", PROJECT, lambda work: hooks_policy(work / "small-lab-hooks.yaml"),
-                           "GPUSHARE_MPS_CONTROL_LINK_KEEP")
+    yield from own_cluster(
+        "mpscontrollink",
+        PROJECT,
+        lambda work: hooks_policy(work / "small-lab-hooks.yaml"),
+        "GPUSHARE_MPS_CONTROL_LINK_KEEP",
+    )
 
 
 def daemon_of(c: TestCluster, pipe: str) -> int:
@@ -85,8 +99,10 @@ def test_attackers_epilog_stops_its_own_daemon_and_not_the_victims(lab):
         assert not alive(c, attacker_daemon), f"alice's daemon {attacker_daemon} outlived her epilog"
         assert len(mps_daemons(c)) == 1, mps_daemons(c)
         assert drained(c) == {}
-        print(f"\nalice listed under {STATE}/mps: {told.get('LISTED') or '(nothing: not listable)'}; "
-              f"carol's daemon {victim_daemon} alive, alice's {attacker_daemon} gone")
+        print(
+            f"\nalice listed under {STATE}/mps: {told.get('LISTED') or '(nothing: not listable)'}; "
+            f"carol's daemon {victim_daemon} alive, alice's {attacker_daemon} gone"
+        )
         c.exec("slurmctld", ["touch", GO])
         _rec, out = finished(c, victim)
         assert env_of(out)["SERVERS"].split(), f"carol's daemon did not answer her job: {out}"

@@ -19,8 +19,16 @@ import pytest
 
 from slurm_gpushare.testcluster.cluster import TestCluster
 from tests.cluster.conftest import own_cluster
-from tests.cluster.test_node_runtime import (ENV_SCRIPT, env_of, finished, hooks_policy, mps_daemons, node_shell,
-                                             submit, wait_clean)
+from tests.cluster.test_node_runtime import (
+    ENV_SCRIPT,
+    env_of,
+    finished,
+    hooks_policy,
+    mps_daemons,
+    node_shell,
+    submit,
+    wait_clean,
+)
 
 PROJECT = os.environ.get("GPUSHARE_MPS_MULTIPROCESS_PROJECT", "gpsh21mpsmp")
 USER, ACCOUNT = "carol", "biology"
@@ -30,8 +38,12 @@ MIG_HINT = "ask for a MIG slice (e.g. --gres=gpu:a100_40g_1g.5gb:1)"
 
 @pytest.fixture(scope="module")
 def lab():
-    yield from own_cluster("mpsmultiprocess", PROJECT, lambda work: hooks_policy(work / "small-lab-hooks.yaml"),
-                           "GPUSHARE_MPS_MULTIPROCESS_KEEP")
+    yield from own_cluster(
+        "mpsmultiprocess",
+        PROJECT,
+        lambda work: hooks_policy(work / "small-lab-hooks.yaml"),
+        "GPUSHARE_MPS_MULTIPROCESS_KEEP",
+    )
 
 
 def refused(c: TestCluster, argv: list[str]) -> str:
@@ -45,12 +57,24 @@ def jobs_of(c: TestCluster, user: str) -> list[str]:
     return c.slurm(["squeue", "-h", "-u", user, "-o", "%i"]).stdout.split()
 
 
-@pytest.mark.parametrize("argv, tasks", [
-    (["sbatch", f"--account={ACCOUNT}", "--gres=mps:50", "--ntasks=2", "--output=/dev/null", "--wrap=true"], 2),
-    (["sbatch", f"--account={ACCOUNT}", "--gres=mps:25", "--ntasks-per-node=3", "--output=/dev/null",
-      "--wrap=true"], 3),
-    (["srun", f"--account={ACCOUNT}", "--gres=mps:50", "-n", "2", "true"], 2),
-])
+@pytest.mark.parametrize(
+    "argv, tasks",
+    [
+        (["sbatch", f"--account={ACCOUNT}", "--gres=mps:50", "--ntasks=2", "--output=/dev/null", "--wrap=true"], 2),
+        (
+            [
+                "sbatch",
+                f"--account={ACCOUNT}",
+                "--gres=mps:25",
+                "--ntasks-per-node=3",
+                "--output=/dev/null",
+                "--wrap=true",
+            ],
+            3,
+        ),
+        (["srun", f"--account={ACCOUNT}", "--gres=mps:50", "-n", "2", "true"], 2),
+    ],
+)
 def test_multi_task_mps_job_is_refused_with_the_reason(lab, argv, tasks):
     c = lab
     told = refused(c, argv)
@@ -58,8 +82,9 @@ def test_multi_task_mps_job_is_refused_with_the_reason(lab, argv, tasks):
     assert WHY in told and f"{tasks} tasks on one node would each get the whole" in told, told
     assert MIG_HINT in told, told
     assert jobs_of(c, USER) == []
-    log = c.exec("slurmctld", ["grep", "-c", f"rejected: MPS_TASKS tasks={tasks}", "/var/log/slurm/slurmctld.log"],
-                 check=False).stdout.strip()
+    log = c.exec(
+        "slurmctld", ["grep", "-c", f"rejected: MPS_TASKS tasks={tasks}", "/var/log/slurm/slurmctld.log"], check=False
+    ).stdout.strip()
     assert log not in ("", "0"), "slurmctld's log has no rejection line"
 
 
@@ -74,6 +99,8 @@ def test_one_task_mps_job_runs_limited_to_its_share(lab):
     # what root told the daemon before its server started: the defaults every client process of it gets
     log = node_shell(c, "lab-mps01", f"grep -h 'Cmd:set_default' {env['CUDA_MPS_LOG_DIRECTORY']}/control.log").stdout
     commands = [line.split("Cmd:", 1)[1].strip() for line in log.splitlines()]
-    assert commands == ["set_default_active_thread_percentage 50", f"set_default_device_pinned_mem_limit 0 {half}M"], out
+    assert commands == ["set_default_active_thread_percentage 50", f"set_default_device_pinned_mem_limit 0 {half}M"], (
+        out
+    )
     wait_clean(c, "lab-mps01")
     assert mps_daemons(c) == []

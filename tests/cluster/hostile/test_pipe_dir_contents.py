@@ -23,7 +23,16 @@ import pytest
 
 from tests.cluster.conftest import own_cluster, wait_for
 from tests.cluster.test_node_health import PROGRAM, health_policy
-from tests.cluster.test_node_runtime import STATE, env_of, finished, journals, mps_daemons, node_shell, submit, wait_clean
+from tests.cluster.test_node_runtime import (
+    STATE,
+    env_of,
+    finished,
+    journals,
+    mps_daemons,
+    node_shell,
+    submit,
+    wait_clean,
+)
 
 PROJECT = os.environ.get("GPUSHARE_TEST_PROJECT", "gpsh31") + "-pipedir"
 NODE = "lab-mps01"
@@ -60,8 +69,9 @@ sleep 600
 
 @pytest.fixture(scope="module")
 def lab():
-    yield from own_cluster("pipedir", PROJECT, lambda work: health_policy(work / "small-lab-health.yaml"),
-                           "GPUSHARE_PIPE_DIR_KEEP")
+    yield from own_cluster(
+        "pipedir", PROJECT, lambda work: health_policy(work / "small-lab-health.yaml"), "GPUSHARE_PIPE_DIR_KEEP"
+    )
 
 
 def drained(c) -> dict[str, list[str]]:
@@ -81,10 +91,18 @@ def test_a_job_that_fills_and_deepens_its_pipe_dir_drains_nothing_and_leaves_not
     filler = submit(c, FILL, user="alice", account="physics", gres="mps:25")
     holder = None
     try:
-        wait_for("alice's pipe dir", lambda: node_shell(c, NODE, f"test -d {key}/pipe/junk", check=False).returncode == 0,
-                 180)
-        holder = c.sbatch(HOLD.replace('"$1"', f"{key}/pipe"), user="alice", account="physics", nodelist=NODE,
-                          output="/shared/hooks-%j.out")
+        wait_for(
+            "alice's pipe dir",
+            lambda: node_shell(c, NODE, f"test -d {key}/pipe/junk", check=False).returncode == 0,
+            180,
+        )
+        holder = c.sbatch(
+            HOLD.replace('"$1"', f"{key}/pipe"),
+            user="alice",
+            account="physics",
+            nodelist=NODE,
+            output="/shared/hooks-%j.out",
+        )
         _rec, out = finished(c, filler, timeout=600)
         told = env_of(out)
         assert told.get("DONE") == "1" and told.get("DEEP") == "1" and told.get("MANY") == "1", out
@@ -100,8 +118,10 @@ def test_a_job_that_fills_and_deepens_its_pipe_dir_drains_nothing_and_leaves_not
         assert left == [".aside"], f"left under {STATE}/mps: {left}"
         assert mps_daemons(c) == [] and journals(c, NODE) == []
         assert node_shell(c, NODE, "sha256sum /etc/shadow /etc/passwd").stdout == shadow
-        print(f"\nfilled: {sorted(k for k, v in told.items() if v == '1')}; pipe fs {told['PIPE_FS']}, "
-              f"journals on {told['STATE_FS']}; epilog and two health runs clean")
+        print(
+            f"\nfilled: {sorted(k for k, v in told.items() if v == '1')}; pipe fs {told['PIPE_FS']}, "
+            f"journals on {told['STATE_FS']}; epilog and two health runs clean"
+        )
     finally:
         if holder is not None:
             c.slurm(["scancel", str(holder)], check=False)

@@ -25,8 +25,17 @@ import os
 import pytest
 
 from tests.cluster.conftest import own_cluster, wait_for
-from tests.cluster.test_node_runtime import (STATE, env_of, finished, hooks_policy, journals, node_shell, running,
-                                             submit, wait_clean)
+from tests.cluster.test_node_runtime import (
+    STATE,
+    env_of,
+    finished,
+    hooks_policy,
+    journals,
+    node_shell,
+    running,
+    submit,
+    wait_clean,
+)
 
 PROJECT = os.environ.get("GPUSHARE_PROC_READS_PROJECT", "gpsh31procreads")
 NODE = "lab-mps01"
@@ -41,16 +50,20 @@ for i in $(seq 480); do [ -e {go} ] && break; sleep 0.5; done
 # alice: the decoy. ``exec -a`` gives it the title (argv[0]); it names itself as the MPS processes are named
 # (comm, as prctl(PR_SET_NAME) does); its environment names carol's pipe dir (her key, g0-u<uid>-p25, can be
 # guessed). (Perl's $0 would overwrite the environment with the title: python3 keeps it.)
-DECOY = """victim={state}/mps/g0-u$(id -u carol)-p25/pipe
+DECOY = (
+    """victim={state}/mps/g0-u$(id -u carol)-p25/pipe
 CUDA_MPS_PIPE_DIRECTORY=$victim bash -c 'exec -a "slurmstepd: [{job}.batch]" /usr/bin/python3 -c "open(\\"/proc/self/comm\\", \\"w\\").write(\\"nvidia-cuda-mps\\"); import time; time.sleep(900)"' </dev/null >/dev/null 2>&1 &
 echo "DECOY=$!"
-""" + HOLD
+"""
+    + HOLD
+)
 
 
 @pytest.fixture(scope="module")
 def lab():
-    yield from own_cluster("procreads", PROJECT, lambda work: hooks_policy(work / "small-lab-hooks.yaml"),
-                           "GPUSHARE_PROC_READS_KEEP")
+    yield from own_cluster(
+        "procreads", PROJECT, lambda work: hooks_policy(work / "small-lab-hooks.yaml"), "GPUSHARE_PROC_READS_KEEP"
+    )
 
 
 def alive(c, pid: int) -> bool:
@@ -75,12 +88,16 @@ def test_a_decoy_posing_as_another_users_mps_server_and_slurmstepd_is_not_read(l
     victim = submit(c, HOLD.format(go=GO), user="carol", account="biology", gres="mps:25")
     try:
         wait_for("carol's MPS job to run", lambda: running(c, victim), 120)
-        attacker = submit(c, DECOY.format(state=STATE, job=victim, go=GO_ALICE), user="alice", account="physics",
-                          gres="mps:25")
+        attacker = submit(
+            c, DECOY.format(state=STATE, job=victim, go=GO_ALICE), user="alice", account="physics", gres="mps:25"
+        )
         wait_for("alice's job to run", lambda: running(c, attacker), 120)
         decoy = wait_for("alice's decoy", lambda: decoy_of(c, attacker), 60)
-        wait_for("the decoy's name", lambda: node_shell(c, NODE, f"cat /proc/{decoy}/comm").stdout.strip()
-                 == "nvidia-cuda-mps", 30)
+        wait_for(
+            "the decoy's name",
+            lambda: node_shell(c, NODE, f"cat /proc/{decoy}/comm").stdout.strip() == "nvidia-cuda-mps",
+            30,
+        )
         state = json.loads(node_shell(c, NODE, f"cat {pipe}/.fake-state.json").stdout)
         servers = [int(p) for p in state["servers"]]
         node_shell(c, NODE, f"kill -9 {state['pid']}")  # carol's daemon dies; her servers outlive it

@@ -45,11 +45,13 @@ def test_inf_against_a_number_is_flagged():
 
 def test_integer_raw_usage_widens_what_is_allowed():
     # True usages 10.6 and 5.4 under 16: sshare prints RawUsage 10 and 5 but U and LevelFS from the real values.
-    text = ("Account|User|RawShares|NormShares|RawUsage|NormUsage|EffectvUsage|FairShare|LevelFS|GrpTRESMins|TRESRunMins\n"
-            "root|||0.000000|16|1.000000|1.000000||||\n"
-            " a||1|1.000000|16|1.000000|1.000000||1.000000||\n"
-            "  a|u1|1|0.500000|10|0.662500|0.662500|0.500000|0.754717||\n"
-            "  a|u2|1|0.500000|5|0.337500|0.337500|1.000000|1.481481||\n")
+    text = (
+        "Account|User|RawShares|NormShares|RawUsage|NormUsage|EffectvUsage|FairShare|LevelFS|GrpTRESMins|TRESRunMins\n"
+        "root|||0.000000|16|1.000000|1.000000||||\n"
+        " a||1|1.000000|16|1.000000|1.000000||1.000000||\n"
+        "  a|u1|1|0.500000|10|0.662500|0.662500|0.500000|0.754717||\n"
+        "  a|u2|1|0.500000|5|0.337500|0.337500|1.000000|1.481481||\n"
+    )
     rows = sshare.parse(io.StringIO(text))
     root = fairtree.tree_from_sshare(rows)
     checks = fairtree.check_against(rows, root, fairtree.compute(root))

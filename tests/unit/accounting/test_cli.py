@@ -14,8 +14,8 @@ import json
 
 from click.testing import CliRunner
 
-from slurm_gpushare.cli.errors import ErrorsToExitCodes
 from slurm_gpushare.cli import accounts, usage
+from slurm_gpushare.cli.errors import ErrorsToExitCodes
 from tests.conftest import ROOT
 from tests.unit.slurm_fakes import DATA, FakeJob, FakeSlurm
 
@@ -46,13 +46,18 @@ def test_usage_json_and_csv_from_json_sacct():
     doc = json.loads(run("usage", *DAY, "--sacct-file", SACCT_JSON, "--by", "gpu-kind", "--format", "json").output)
     assert {r["gpu_kind"]: round(r["gpu_hours"], 3) for r in doc["rows"]}["mps"] == 2.0
     assert doc["window"]["since"] == "2025-03-01T00:00:00+00:00" and doc["total"]["jobs"] == 8
-    rows = list(csv.DictReader(io.StringIO(run("usage", *DAY, "--sacct-file", SACCT, "--format", "csv",
-                                               "--half-life", "7-0").output)))
+    rows = list(
+        csv.DictReader(
+            io.StringIO(run("usage", *DAY, "--sacct-file", SACCT, "--format", "csv", "--half-life", "7-0").output)
+        )
+    )
     assert rows[0]["account"] == "physics" and float(rows[0]["fairshare_gpu_hours"]) < float(rows[0]["gpu_hours"])
 
 
 def test_usage_live_through_the_runner_with_relative_times():
-    fake = FakeSlurm(jobs=[FakeJob("1", "alice", "physics", "batch", T0 - 7200, T0 - 3600, "gres/gpu:l40s=1,gres/gpu=1")])
+    fake = FakeSlurm(
+        jobs=[FakeJob("1", "alice", "physics", "batch", T0 - 7200, T0 - 3600, "gres/gpu:l40s=1,gres/gpu=1")]
+    )
     res = run("usage", "--since", "1d", "--format", "json", runner=fake, clock=lambda: T0)
     assert json.loads(res.output)["rows"][0]["gpu_hours"] == 1.0
     assert fake.calls and fake.calls[0][0] == "sacct"
@@ -75,7 +80,9 @@ def test_fairshare_matches_the_recorded_sshare():
 
 def test_fairshare_check_fails_on_a_difference(tmp_path):
     changed = tmp_path / "sshare.txt"
-    changed.write_text((DATA / "sshare-small-lab.parsable2").read_text().replace("|0.400000|2.000000|", "|0.200000|2.000000|"))
+    changed.write_text(
+        (DATA / "sshare-small-lab.parsable2").read_text().replace("|0.400000|2.000000|", "|0.200000|2.000000|")
+    )
     res = run("fairshare", "--sshare-file", str(changed), "--check")
     assert res.exit_code == 1 and "physics/bob fairshare: ours 0.4 sshare 0.2" in res.output
 
@@ -107,8 +114,15 @@ def test_bad_options_are_clear_errors():
 
 
 def test_accounts_plan_offline_and_unmanaged():
-    res = run("accounts", "plan", LAB, "--assoc-file", str(DATA / "sacctmgr-assoc-small-lab.parsable2"),
-              "--qos-file", str(DATA / "sacctmgr-qos-small-lab.parsable2"))
+    res = run(
+        "accounts",
+        "plan",
+        LAB,
+        "--assoc-file",
+        str(DATA / "sacctmgr-assoc-small-lab.parsable2"),
+        "--qos-file",
+        str(DATA / "sacctmgr-qos-small-lab.parsable2"),
+    )
     lines = res.output.splitlines()
     assert lines[0] == "sacctmgr -i add qos scavenger"  # QOS first: accounts are then given access to them
     assert "sacctmgr -i modify account where name=physics cluster=lab set GrpTRES=gres/gpu=2" in lines
@@ -142,8 +156,11 @@ def test_fairshare_compares_like_with_like_when_raw_usage_moved(tmp_path):
     """Jobs of physics/bob ended after the last PriorityCalcPeriod: RawUsage moved (bob, physics, root by 400000),
     EffectvUsage, LevelFS and FairShare did not. That is a snapshot lag, not a disagreement."""
     text = (DATA / "sshare-small-lab.parsable2").read_text()
-    for old, new in (("root|||0.000000|600000|", "root|||0.000000|1000000|"), (" physics||60|0.594059|400000|", " physics||60|0.594059|800000|"),
-                     ("  physics|bob|1|0.500000|100000|", "  physics|bob|1|0.500000|500000|")):
+    for old, new in (
+        ("root|||0.000000|600000|", "root|||0.000000|1000000|"),
+        (" physics||60|0.594059|400000|", " physics||60|0.594059|800000|"),
+        ("  physics|bob|1|0.500000|100000|", "  physics|bob|1|0.500000|500000|"),
+    ):
         assert old in text
         text = text.replace(old, new)
     moved = tmp_path / "sshare.txt"
@@ -151,7 +168,10 @@ def test_fairshare_compares_like_with_like_when_raw_usage_moved(tmp_path):
     res = run("fairshare", "--sshare-file", str(moved), "--check")
     assert res.exit_code == 0, res.output
     assert "0 differ by more than 1e-06" in res.output
-    assert "RawUsage values moved since slurmctld's last priority calculation" in res.output and "--json-sshare" in res.output
+    assert (
+        "RawUsage values moved since slurmctld's last priority calculation" in res.output
+        and "--json-sshare" in res.output
+    )
     doc = json.loads(run("fairshare", "--sshare-file", str(moved), "--format", "json").stdout)
     assert doc["differ"] == [] and {d["user"] for d in doc["usage_moved_since_calculation"]} >= {"bob"}
     # a real difference is still one: bob's FairShare changed as well

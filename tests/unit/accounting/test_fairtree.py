@@ -41,11 +41,16 @@ def factors(result):
 
 
 def test_levels_and_sub_accounts():
-    root = tree([
-        ("physics", 60, [("physics", "alice", 1, 300.0), ("physics", "bob", 1, 100.0)]),
-        ("biology", 40, [("biology", "carol", 1, 50.0),
-                         ("biology-imaging", 1, [("biology-imaging", "dave", 1, 150.0)])]),
-    ])
+    root = tree(
+        [
+            ("physics", 60, [("physics", "alice", 1, 300.0), ("physics", "bob", 1, 100.0)]),
+            (
+                "biology",
+                40,
+                [("biology", "carol", 1, 50.0), ("biology-imaging", 1, [("biology-imaging", "dave", 1, 150.0)])],
+            ),
+        ]
+    )
     res = compute(root)
     assert res[("physics", "")].level_fs == pytest.approx(0.6 / (400 / 600))  # 0.9
     assert res[("biology", "")].level_fs == pytest.approx(0.4 / (200 / 600))  # 1.2
@@ -67,8 +72,7 @@ def test_equal_level_fs_users_share_a_rank():
 
 
 def test_user_tied_with_account_shares_its_top_rank():
-    root = tree([("p", 1, [("p", "x", 1, 50.0),
-                           ("q", 1, [("q", "q1", 1, 50.0), ("q", "q2", 1, 0.0)])])])
+    root = tree([("p", 1, [("p", "x", 1, 50.0), ("q", 1, [("q", "q1", 1, 50.0), ("q", "q2", 1, 0.0)])])])
     res = compute(root)
     assert res[("p", "x")].level_fs == res[("q", "")].level_fs == pytest.approx(1.0)
     # x sorts first (users ahead of accounts), rank 3; q passes the tie to its first child q2 (LF inf)
@@ -76,8 +80,9 @@ def test_user_tied_with_account_shares_its_top_rank():
 
 
 def _two_tied_accounts():
-    return tree([("a", 1, [("a", "a1", 1, 10.0), ("a", "a2", 1, 0.0)]),
-                 ("b", 1, [("b", "b1", 1, 5.0), ("b", "b2", 1, 5.0)])])
+    return tree(
+        [("a", 1, [("a", "a1", 1, 10.0), ("a", "a2", 1, 0.0)]), ("b", 1, [("b", "b1", 1, 5.0), ("b", "b2", 1, 5.0)])]
+    )
 
 
 def test_tied_accounts_as_slurmctld_ranks_them():
@@ -120,8 +125,7 @@ def test_fairshare_parent_users_rank_first():
 
 
 def test_fairshare_parent_account_lifts_its_children():
-    root = tree([("a", 1, [("a", "a1", 1, 100.0)]),
-                 ("b", None, [("b", "b1", 1, 200.0), ("b", "b2", 1, 0.0)])])
+    root = tree([("a", 1, [("a", "a1", 1, 100.0)]), ("b", None, [("b", "b1", 1, 200.0), ("b", "b2", 1, 0.0)])])
     res = compute(root)
     # b1, b2 rank at root level: S = 1/3 each (a, b1, b2 count; b does not), U against root's 300
     assert res[("b", "b1")].shares_norm == pytest.approx(1 / 3)

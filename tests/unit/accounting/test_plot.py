@@ -15,14 +15,19 @@ import sys
 import pytest
 
 from slurm_gpushare.accounting.timeline import (
-    BucketError, Timeline, bucket_edges, choose_bucket, label, parse_bucket,
+    BucketError,
+    Timeline,
+    bucket_edges,
+    choose_bucket,
+    label,
+    parse_bucket,
 )
 from slurm_gpushare.accounting.usage import aggregate
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.slurm.sacct import JobRecord
 from tests.conftest import ROOT
-from tests.unit.slurm_fakes import DATA
 from tests.unit.accounting.test_cli import LAB, run
+from tests.unit.slurm_fakes import DATA
 
 pytest.importorskip("matplotlib", reason="the plot extra (matplotlib) is in the test extra")
 
@@ -79,7 +84,13 @@ def test_buckets_by_gpu_kind_sum_to_the_kind_totals():
 
 
 def test_edges_fall_on_whole_buckets_of_the_zone():
-    assert bucket_edges(T0 + 1800, T0 + 3 * H + 600, 3600) == (T0 + 1800, T0 + H, T0 + 2 * H, T0 + 3 * H, T0 + 3 * H + 600)
+    assert bucket_edges(T0 + 1800, T0 + 3 * H + 600, 3600) == (
+        T0 + 1800,
+        T0 + H,
+        T0 + 2 * H,
+        T0 + 3 * H,
+        T0 + 3 * H + 600,
+    )
     assert bucket_edges(T0, T0 + 2 * H, 3600) == (T0, T0 + H, T0 + 2 * H)
     edges = bucket_edges(T0, T0 + 3 * 86400, 86400, utc_offset=3600)  # CET, as Europe/Berlin in March
     assert edges[1] == T0 + 86400 - 3600  # midnight in Berlin, not in UTC
@@ -147,8 +158,21 @@ def test_usage_json_without_plot_or_bucket_is_unchanged():
 
 def test_usage_plot_of_an_empty_window_still_draws(tmp_path):
     out = tmp_path / "empty.png"
-    res = run("usage", "--since", "2020-01-01", "--until", "2020-01-02", "--tz", "UTC", "--sacct-file", MIX,
-              "--plot", str(out), "--format", "json")
+    res = run(
+        "usage",
+        "--since",
+        "2020-01-01",
+        "--until",
+        "2020-01-02",
+        "--tz",
+        "UTC",
+        "--sacct-file",
+        MIX,
+        "--plot",
+        str(out),
+        "--format",
+        "json",
+    )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["timeline"]["series"] == {}
     assert f"wrote {out}" in res.stderr and png_size(out) == (900, 480)
@@ -189,6 +213,19 @@ def test_bad_plot_paths_are_named(tmp_path, command):
 def test_bad_bucket_is_an_error(tmp_path):
     res = run("usage", *MIX_WINDOW, "--sacct-file", MIX, "--bucket", "1y", "--format", "json")
     assert res.exit_code == 2 and "--bucket: bucket '1y': use auto or a positive duration" in res.stderr
-    res = run("usage", "--since", "2025-01-01", "--until", "2026-01-01", "--tz", "UTC", "--sacct-file", MIX,
-              "--bucket", "1m", "--plot", str(tmp_path / "u.png"))
+    res = run(
+        "usage",
+        "--since",
+        "2025-01-01",
+        "--until",
+        "2026-01-01",
+        "--tz",
+        "UTC",
+        "--sacct-file",
+        MIX,
+        "--bucket",
+        "1m",
+        "--plot",
+        str(tmp_path / "u.png"),
+    )
     assert res.exit_code == 2 and "use a bucket of at least 6 h" in res.stderr and not (tmp_path / "u.png").exists()

@@ -7,7 +7,7 @@ import dataclasses
 import io
 import json
 import math
-from datetime import timezone
+from datetime import UTC
 
 import pytest
 
@@ -24,7 +24,7 @@ T0 = 1740787200.0
 
 
 def day_by(by):
-    recs = open_records(DATA / "sacct-small-lab.parsable2", tz=timezone.utc)
+    recs = open_records(DATA / "sacct-small-lab.parsable2", tz=UTC)
     return aggregate(LAB, recs, T0, T0 + 86400, by=by)
 
 
@@ -68,7 +68,9 @@ def test_json_writes_infinity_as_text():
 
 
 def test_fairness_per_level():
-    cols, rows, index = report.fairness_rows(LAB, {"physics": 6 * 3600, "biology": 1 * 3600, "biology-imaging": 3 * 3600})
+    cols, rows, index = report.fairness_rows(
+        LAB, {"physics": 6 * 3600, "biology": 1 * 3600, "biology-imaging": 3 * 3600}
+    )
     r = {x["tenant"]: x for x in rows}
     assert r["physics"]["level_usage"] == pytest.approx(0.6) and r["physics"]["ratio"] == pytest.approx(1.0)
     assert r["biology"]["gpu_hours"] == pytest.approx(4.0)  # its own plus biology-imaging's
@@ -78,8 +80,11 @@ def test_fairness_per_level():
 
 def test_fairness_with_a_parent_tenant_and_no_use():
     raw = minimal_policy()
-    raw["tenants"] = [{"name": "a", "shares": 3}, {"name": "b", "shares": "parent"},
-                      {"name": "c", "shares": 1, "parent": "b"}]
+    raw["tenants"] = [
+        {"name": "a", "shares": 3},
+        {"name": "b", "shares": "parent"},
+        {"name": "c", "shares": 1, "parent": "b"},
+    ]
     site = build_site(raw, "t")
     _, rows, index = report.fairness_rows(site, {"a": 3600.0, "c": 3600.0})
     r = {x["tenant"]: x for x in rows}

@@ -6,7 +6,15 @@ import io
 
 import pytest
 
-from slurm_gpushare.accounting.tenants import Current, desired_qos, parse_access, plan, read_current, tres_changes, unmanaged
+from slurm_gpushare.accounting.tenants import (
+    Current,
+    desired_qos,
+    parse_access,
+    plan,
+    read_current,
+    tres_changes,
+    unmanaged,
+)
 from slurm_gpushare.policy import build_site, load_file
 from slurm_gpushare.slurm import sacctmgr
 from tests.conftest import ROOT, minimal_policy
@@ -35,7 +43,16 @@ def test_plan_repairs_the_half_configured_state():
         [*I, "modify", "account", "where", "name=physics", "cluster=lab", "set", "GrpTRES=gres/gpu=2"],
         [*I, "add", "user", "bob", "account=physics", "cluster=lab"],
         [*I, "modify", "account", "where", "name=biology", "cluster=lab", "set", "fairshare=40"],
-        [*I, "add", "account", "biology-imaging", "cluster=lab", "parent=biology", "fairshare=1", "description=biology-imaging"],
+        [
+            *I,
+            "add",
+            "account",
+            "biology-imaging",
+            "cluster=lab",
+            "parent=biology",
+            "fairshare=1",
+            "description=biology-imaging",
+        ],
         [*I, "add", "user", "dave", "account=biology-imaging", "cluster=lab"],
     ]
 
@@ -46,8 +63,11 @@ def test_unmanaged_things_are_listed_not_touched():
 
 
 def empty_cluster(name: str) -> FakeSlurm:
-    return FakeSlurm(assocs=[["root", "", "", "1", ""], ["root", "root", "", "1", ""]],
-                     qos={"normal": ["0", "cluster", "1.000000", ""]}, cluster=name)
+    return FakeSlurm(
+        assocs=[["root", "", "", "1", ""], ["root", "root", "", "1", ""]],
+        qos={"normal": ["0", "cluster", "1.000000", ""]},
+        cluster=name,
+    )
 
 
 @pytest.mark.parametrize("policy", ["small-lab.yaml", "mixed-production.yaml", "mps-inference.yaml"])
@@ -74,17 +94,31 @@ def test_commands_are_argument_lists_for_sacctmgr_only():
     commands = plan(site, Current({"root": sacctmgr.AssocRow("root", None, None, 1)}, frozenset(), {}))
     assert all(isinstance(a, str) for argv in commands for a in argv)
     assert all(argv[:2] == I for argv in commands)
-    assert [*I, "add", "account", "a", "cluster=t", "parent=root", "fairshare=1",
-            "description=Team A; rm -rf / 'quoted' \"x\""] in commands
+    assert [
+        *I,
+        "add",
+        "account",
+        "a",
+        "cluster=t",
+        "parent=root",
+        "fairshare=1",
+        "description=Team A; rm -rf / 'quoted' \"x\"",
+    ] in commands
 
 
 def test_fairshare_parent_parent_change_and_quota_removal():
     raw = minimal_policy()
     raw["tenants"] = [{"name": "a", "shares": 2}, {"name": "b", "shares": "parent", "parent": "a"}]
     site = build_site(raw, "t")
-    current = Current({"root": sacctmgr.AssocRow("root", None, None, 1),
-                       "a": sacctmgr.AssocRow("a", None, "root", 2, {"gres/gpu": 8, "cpu": 100}),
-                       "b": sacctmgr.AssocRow("b", None, "root", 5, {})}, frozenset(), {})
+    current = Current(
+        {
+            "root": sacctmgr.AssocRow("root", None, None, 1),
+            "a": sacctmgr.AssocRow("a", None, "root", 2, {"gres/gpu": 8, "cpu": 100}),
+            "b": sacctmgr.AssocRow("b", None, "root", 5, {}),
+        },
+        frozenset(),
+        {},
+    )
     where = [*I, "modify", "account", "where"]
     assert [c for c in plan(site, current, cluster="c") if c[:5] == where][:3] == [
         [*where, "name=a", "cluster=c", "set", "GrpTRES=gres/gpu=-1"],  # cpu=100 is not ours: left alone
@@ -109,8 +143,9 @@ def test_qos_preempt_lower_preemptable_tiers():
 
 def test_off_reads_back_as_cluster_and_is_not_replanned():
     current = recorded_current()
-    assert not any("name=batch" in argv and any(a.startswith("preemptmode") for a in argv)
-                   for argv in plan(LAB, current))
+    assert not any(
+        "name=batch" in argv and any(a.startswith("preemptmode") for a in argv) for argv in plan(LAB, current)
+    )
 
 
 def managed(site):
@@ -160,4 +195,7 @@ def test_other_qos_an_association_has_are_kept_and_no_access_read_plans_none():
 
 def test_parse_access():
     assert parse_access(["root||normal\n", "physics|alice|batch,normal,scavenger\n", "x|y|\n"]) == {
-        ("root", None): {"normal"}, ("physics", "alice"): {"batch", "normal", "scavenger"}, ("x", "y"): frozenset()}
+        ("root", None): {"normal"},
+        ("physics", "alice"): {"batch", "normal", "scavenger"},
+        ("x", "y"): frozenset(),
+    }

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import itertools
 import math
-from datetime import timezone
+from datetime import UTC
 
 import pytest
 
 from slurm_gpushare.accounting.usage import (
-    GpuConverter, UsageAggregator, aggregate, decay_factor, decayed_seconds,
+    GpuConverter,
+    UsageAggregator,
+    aggregate,
+    decay_factor,
+    decayed_seconds,
 )
 from slurm_gpushare.policy import build_site, load_file
 from slurm_gpushare.slurm.sacct import JobRecord, open_records
@@ -85,8 +89,14 @@ def agg(records, since=T0, until=T0 + DAY, **kw):
 
 
 def test_jobs_are_clipped_to_the_window():
-    a = agg([job("gres/gpu=1", T0 - HOUR, T0 + HOUR), job("gres/gpu=1", T0 + DAY - HOUR, T0 + DAY + 5 * HOUR),
-             job("gres/gpu=1", T0 + 2 * DAY, T0 + 3 * DAY), job("gres/gpu=1", T0 + 10 * HOUR, None)])
+    a = agg(
+        [
+            job("gres/gpu=1", T0 - HOUR, T0 + HOUR),
+            job("gres/gpu=1", T0 + DAY - HOUR, T0 + DAY + 5 * HOUR),
+            job("gres/gpu=1", T0 + 2 * DAY, T0 + 3 * DAY),
+            job("gres/gpu=1", T0 + 10 * HOUR, None),
+        ]
+    )
     assert a.total.gpu_seconds == 2 * HOUR + 14 * HOUR  # two clipped hours, a running job counts to the end
     assert a.total.jobs == 3 and a.outside == 1
 
@@ -97,28 +107,38 @@ def test_jobs_that_never_started_are_outside():
 
 
 def test_recorded_day_by_user_and_account():
-    recs = list(open_records(DATA / "sacct-small-lab.parsable2", tz=timezone.utc))
+    recs = list(open_records(DATA / "sacct-small-lab.parsable2", tz=UTC))
     by_user = agg(recs, by="user")
     hours = {k: round(t.gpu_seconds / HOUR, 6) for k, t in by_user.groups.items()}
     # worked out by hand from the records (README): l40s 2h + untyped 2h clipped + a30 1h clipped, ...
     assert hours == {"alice": 5.0, "bob": round(4 / 7, 6), "carol": 0.5, "dave": 3.0}
     assert by_user.total.billing_seconds == 15 * HOUR and by_user.total.jobs == 8 and by_user.outside == 2
     by_account = agg(recs, by="account")
-    assert {k: round(t.gpu_seconds / HOUR, 6) for k, t in by_account.groups.items()} == \
-        {"physics": round(5 + 4 / 7, 6), "biology": 0.5, "biology-imaging": 3.0}
+    assert {k: round(t.gpu_seconds / HOUR, 6) for k, t in by_account.groups.items()} == {
+        "physics": round(5 + 4 / 7, 6),
+        "biology": 0.5,
+        "biology-imaging": 3.0,
+    }
 
 
 def test_recorded_day_by_gpu_kind_shares_billing():
     recs = list(open_records(DATA / "sacct-small-lab.v0.0.42.json"))
     a = agg(recs, by="gpu-kind")
     kinds = {k: round(t.gpu_seconds / HOUR, 6) for k, t in a.groups.items()}
-    assert kinds == {"gpu:l40s": 3.0, "gpu:a100_40g_1g.5gb": round(4 / 7, 6), "shard": 0.5, "mps": 2.0, "gpu": 2.0,
-                     "gpu:a30": 1.0, "(none)": 0.0}
+    assert kinds == {
+        "gpu:l40s": 3.0,
+        "gpu:a100_40g_1g.5gb": round(4 / 7, 6),
+        "shard": 0.5,
+        "mps": 2.0,
+        "gpu": 2.0,
+        "gpu:a30": 1.0,
+        "(none)": 0.0,
+    }
     assert sum(t.billing_seconds for t in a.groups.values()) == pytest.approx(a.total.billing_seconds)
 
 
 def test_grouping_by_partition_and_assoc():
-    recs = list(open_records(DATA / "sacct-small-lab.parsable2", tz=timezone.utc))
+    recs = list(open_records(DATA / "sacct-small-lab.parsable2", tz=UTC))
     assert set(agg(recs, by="partition").groups) == {"batch", "scavenger"}
     assert ("biology-imaging", "dave") in agg(recs, by="assoc").groups
     with pytest.raises(ValueError, match="cannot group by"):

@@ -47,7 +47,13 @@ def test_render_default_example(tmp_path):
     res = run("render", "--out", str(tmp_path))
     assert res.exit_code == 0, res.output
     assert "bundled example small-lab.yaml" in res.output
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cgroup.conf", "gres.conf", "job_submit.lua", "slurm-gpushare.conf", "slurm.conf"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "cgroup.conf",
+        "gres.conf",
+        "job_submit.lua",
+        "slurm-gpushare.conf",
+        "slurm.conf",
+    ]
 
 
 def test_render_again_is_up_to_date(tmp_path):

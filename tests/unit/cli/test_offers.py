@@ -37,15 +37,24 @@ def test_every_offered_request_is_accepted(path):
 def test_offers_names_models_mig_shards_mps_aliases_and_tiers():
     out = CliRunner().invoke(main, ["offers", "--policy", str(LAB)], catch_exceptions=False).output
     assert out.splitlines()[0] == f"policy: {LAB} (--policy)"
-    for text in ("tier batch (default)", "tier scavenger", "--gres=gpu:a100_40g_1g.5gb:1", "MIG slice 1g.5gb",
-                 "--gres=shard:1", "--gres=mps:25", "--gres=gpu:small:1  is --gres=gpu:a100_40g_1g.5gb:1",
-                 "-p scavenger --gres=gpu:l40s:1", "--constraint='a100_40g|a30|l40s'"):
+    for text in (
+        "tier batch (default)",
+        "tier scavenger",
+        "--gres=gpu:a100_40g_1g.5gb:1",
+        "MIG slice 1g.5gb",
+        "--gres=shard:1",
+        "--gres=mps:25",
+        "--gres=gpu:small:1  is --gres=gpu:a100_40g_1g.5gb:1",
+        "-p scavenger --gres=gpu:l40s:1",
+        "--constraint='a100_40g|a30|l40s'",
+    ):
         assert text in out, text
 
 
 def test_offers_reads_gpushare_policy_from_the_environment():
-    res = CliRunner().invoke(main, ["offers", "--tier", "inference"],
-                             env={"GPUSHARE_POLICY": str(ROOT / "etc" / "mixed-production.yaml")})
+    res = CliRunner().invoke(
+        main, ["offers", "--tier", "inference"], env={"GPUSHARE_POLICY": str(ROOT / "etc" / "mixed-production.yaml")}
+    )
     assert res.exit_code == 0, res.output
     assert "($GPUSHARE_POLICY)" in res.output.splitlines()[0]
     assert "-p inference --gres=gpu:h100_3g.40gb:1" in res.output and "\ntier training" not in res.output

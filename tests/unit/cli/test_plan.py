@@ -71,7 +71,9 @@ def test_plan_from_recorded_sacct_and_squeue(tmp_path):
     assert res.exit_code == 0, res.output
     assert "demand: 2 jobs from sacct:sacct.txt" in res.output
     queue = tmp_path / "q.json"
-    queue.write_text(json.dumps({"jobs": [{"job_id": 1, "job_state": ["PENDING"], "cpus": 4, "tres_per_node": "gres/gpu:2"}]}))
+    queue.write_text(
+        json.dumps({"jobs": [{"job_id": 1, "job_state": ["PENDING"], "cpus": 4, "tres_per_node": "gres/gpu:2"}]})
+    )
     res = CliRunner().invoke(main, ["plan", "--policy", str(policy), "--demand", f"squeue:{queue}", "--no-evaluate"])
     assert res.exit_code == 0, res.output
     assert "whole-GPU jobs by GPU count: 2: 1" in res.output
@@ -105,8 +107,10 @@ def test_plan_reads_a_gzip_compressed_pod_list(tmp_path):
     policy, trace = files(tmp_path)
     packed = tmp_path / "pods.csv.gz"
     packed.write_bytes(gzip.compress(trace.read_bytes()))
-    plain, gz = (CliRunner().invoke(main, ["plan", "--policy", str(policy), "--demand", f"openb:{p}", "--no-evaluate"])
-                 for p in (trace, packed))
+    plain, gz = (
+        CliRunner().invoke(main, ["plan", "--policy", str(policy), "--demand", f"openb:{p}", "--no-evaluate"])
+        for p in (trace, packed)
+    )
     assert gz.exit_code == 0, gz.output
     assert gz.output.replace("pods.csv.gz", "pods.csv") == plain.output
 
@@ -121,10 +125,17 @@ def test_plan_help_explains_sources():
 def test_plan_from_live_sacct_through_the_runner(tmp_path):
     policy, _ = files(tmp_path)
     t0 = 1740787200
-    fake = FakeSlurm(jobs=[FakeJob("1", "alice", "physics", "main", t0 - 7200, t0 - 3600, "cpu=6,gres/mps=47,mem=4G"),
-                           FakeJob("2", "bob", "physics", "main", t0 - 7200, t0 - 3600, "cpu=8,gres/gpu=1,mem=4G")])
-    res = CliRunner().invoke(main, ["plan", "--policy", str(policy), "--demand", "sacct:live", "--days", "1",
-                                    "--no-evaluate"], obj={"runner": fake, "clock": lambda: t0})
+    fake = FakeSlurm(
+        jobs=[
+            FakeJob("1", "alice", "physics", "main", t0 - 7200, t0 - 3600, "cpu=6,gres/mps=47,mem=4G"),
+            FakeJob("2", "bob", "physics", "main", t0 - 7200, t0 - 3600, "cpu=8,gres/gpu=1,mem=4G"),
+        ]
+    )
+    res = CliRunner().invoke(
+        main,
+        ["plan", "--policy", str(policy), "--demand", "sacct:live", "--days", "1", "--no-evaluate"],
+        obj={"runner": fake, "clock": lambda: t0},
+    )
     assert res.exit_code == 0, res.output
     assert "demand: 2 jobs from sacct:live, last 1 days" in res.output
     assert "fractional shares (milli: jobs): 470: 1" in res.output
@@ -138,12 +149,13 @@ def test_units_of_reads_the_sites_gres_as_billing_does():
     from slurm_gpushare.planner.demand import Units
 
     etc = ROOT / "etc"
-    assert units_of(load_file(etc / "small-lab.yaml")) == Units(mps=100, shard=4,
-                                                                type_milli={"a100_40g_1g.5gb": 143})
-    assert units_of(load_file(etc / "mixed-production.yaml")) == Units(mps=100, shard=4,
-                                                                       type_milli={"h100_3g.40gb": 500})
+    assert units_of(load_file(etc / "small-lab.yaml")) == Units(mps=100, shard=4, type_milli={"a100_40g_1g.5gb": 143})
+    assert units_of(load_file(etc / "mixed-production.yaml")) == Units(
+        mps=100, shard=4, type_milli={"h100_3g.40gb": 500}
+    )
     assert units_of(load_file(etc / "planned-lab.yaml")) == Units(
-        mps=100, shard=1, type_milli={"a100_40g_3g.20gb": 500, "a100_40g_1g.10gb": 250})
+        mps=100, shard=1, type_milli={"a100_40g_3g.20gb": 500, "a100_40g_1g.10gb": 250}
+    )
     assert units_of(load_file(etc / "mps-inference.yaml")) == Units(mps=100, shard=1, type_milli={})
 
 
@@ -154,8 +166,22 @@ def test_plan_is_the_same_with_candidates_scored_side_by_side(tmp_path):
     outs = []
     for jobs in ("1", "3"):
         out = tmp_path / f"planned-{jobs}.yaml"
-        res = CliRunner().invoke(main, ["plan", "--policy", str(policy), "--demand", f"openb:{trace}", "--jobs", jobs,
-                                        "--budget", "0", "--out", str(out)])
+        res = CliRunner().invoke(
+            main,
+            [
+                "plan",
+                "--policy",
+                str(policy),
+                "--demand",
+                f"openb:{trace}",
+                "--jobs",
+                jobs,
+                "--budget",
+                "0",
+                "--out",
+                str(out),
+            ],
+        )
         assert res.exit_code == 0, res.output
         outs.append((res.output.replace(out.name, "OUT"), out.read_text()))
     assert outs[0] == outs[1]
@@ -169,8 +195,9 @@ def test_plan_is_the_same_with_candidates_scored_side_by_side(tmp_path):
 
 def test_plan_under_a_spent_budget_keeps_the_best_so_far_and_says_so(tmp_path):
     policy, trace = files(tmp_path)
-    res = CliRunner().invoke(main, ["plan", "--policy", str(policy), "--demand", f"openb:{trace}", "--budget",
-                                    "0.000001"])
+    res = CliRunner().invoke(
+        main, ["plan", "--policy", str(policy), "--demand", f"openb:{trace}", "--budget", "0.000001"]
+    )
     assert res.exit_code == 0, res.output
     assert "the time budget ended the search: the best so far is kept" in res.output
     assert "--budget SECONDS" in CliRunner().invoke(main, ["plan", "--help"]).output

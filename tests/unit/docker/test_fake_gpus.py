@@ -13,8 +13,11 @@ SCRIPT = ROOT / "docker" / "fake_gpus.py"
 
 
 def listed(gres_conf, node) -> list[str]:
-    out = subprocess.run([sys.executable, str(SCRIPT), "--gres-conf", str(gres_conf), "--node", node, "--list"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "--gres-conf", str(gres_conf), "--node", node, "--list"],
+        capture_output=True,
+        text=True,
+    )
     return out.returncode, out.stdout.split(), out.stderr
 
 
@@ -41,8 +44,10 @@ def test_other_nodes_lines_are_ignored(tmp_path):
 
 
 def test_mig_include_is_followed(tmp_path):
-    line = ("NodeName=lab-mig01 Name=gpu Type=a100_40g_1g.5gb "
-            "MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap66,/dev/nvidia-caps/nvidia-cap67\n")
+    line = (
+        "NodeName=lab-mig01 Name=gpu Type=a100_40g_1g.5gb "
+        "MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap66,/dev/nvidia-caps/nvidia-cap67\n"
+    )
     rc, paths, _ = listed(rendered(tmp_path, line), "lab-mig01")
     assert rc == 0
     assert set(paths) == {"/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap66", "/dev/nvidia-caps/nvidia-cap67"}

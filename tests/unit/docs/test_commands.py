@@ -42,5 +42,7 @@ def test_every_option_the_table_names_exists():
 
 
 def test_the_table_reader_sees_a_drift():
-    text = "## Commands\n\n| command | what |\n|---|---|\n| `gpushare validate POLICY` | x |\n| `gpushare nosuch` | y |\n"
+    text = (
+        "## Commands\n\n| command | what |\n|---|---|\n| `gpushare validate POLICY` | x |\n| `gpushare nosuch` | y |\n"
+    )
     assert set(command_table(text)) == {"gpushare validate", "gpushare nosuch"}

@@ -24,10 +24,22 @@ def test_the_install_page_has_a_block_for_every_step_and_role():
     roles = [b.node for b in BLOCKS]
     assert {"all", "controller", "gpu", "mig"} == set(roles), roles
     scripts = "\n".join(b.script for b in BLOCKS)
-    for step in ("pip install 'slurm-gpushare[nvml]'", "gpushare validate", "gpushare render", "Include ",
-                 "gpushare node install", "gpushare node gres-conf", "scontrol reconfigure", "gpushare accounts apply",
-                 "slurm_gpushare.systemd", "gpushare-exporter.service", "gpushare-live.service",
-                 "slurm.conf.before-gpushare slurm.conf", "gpushare node reconcile", "state=resume"):
+    for step in (
+        "pip install 'slurm-gpushare[nvml]'",
+        "gpushare validate",
+        "gpushare render",
+        "Include ",
+        "gpushare node install",
+        "gpushare node gres-conf",
+        "scontrol reconfigure",
+        "gpushare accounts apply",
+        "slurm_gpushare.systemd",
+        "gpushare-exporter.service",
+        "gpushare-live.service",
+        "slurm.conf.before-gpushare slurm.conf",
+        "gpushare node reconcile",
+        "state=resume",
+    ):
         assert step in scripts, step
     rollback = text.splitlines().index("## Rolling back") + 1
     assert [b.node for b in BLOCKS if b.line > rollback] == ["controller", "gpu", "controller"]
@@ -60,8 +72,11 @@ def test_a_cluster_marker_with_an_unknown_role_is_an_error(tmp_path):
 
 def test_node_install_takes_the_fake_nvml_from_the_environment(tmp_path):
     policy = ROOT / "etc" / "small-lab.yaml"
-    done = CliRunner().invoke(main, ["node", "install", "--policy", str(policy), "--root", str(tmp_path)],
-                              env={"GPUSHARE_FAKE_NVML": "/var/lib/fake-nvml/state.json"})
+    done = CliRunner().invoke(
+        main,
+        ["node", "install", "--policy", str(policy), "--root", str(tmp_path)],
+        env={"GPUSHARE_FAKE_NVML": "/var/lib/fake-nvml/state.json"},
+    )
     assert done.exit_code == 0, done.output
     text = (tmp_path / "etc/gpushare/node.yaml").read_text()
     assert "fake_nvml: /var/lib/fake-nvml/state.json" in text.splitlines(), text

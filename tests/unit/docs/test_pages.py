@@ -8,11 +8,17 @@ import re
 from tests.conftest import ROOT
 from tests.unit.docs_support import DOCS
 
-OWN = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "bench" / "RESULTS.md",
-       *sorted(p for p in DOCS.rglob("*.md"))]
+OWN = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "bench" / "RESULTS.md", *sorted(p for p in DOCS.rglob("*.md"))]
 # Paths of the machines the product was built on, and words about how the work was done.
-FORBIDDEN = [r"/work/", r"\.\./shared/", r"readme-L\d", r"\bthis (pass|stop|session)\b", r"\bengineers?\b",
-             r"\bhelpers?' ", r"\bother helpers\b"]
+FORBIDDEN = [
+    r"/work/",
+    r"\.\./shared/",
+    r"readme-L\d",
+    r"\bthis (pass|stop|session)\b",
+    r"\bengineers?\b",
+    r"\bhelpers?' ",
+    r"\bother helpers\b",
+]
 
 
 def test_no_outside_paths_or_work_notes():

@@ -23,10 +23,10 @@ BIN = Path(sys.executable).parent
 
 
 def run(block: Block, cwd: Path) -> subprocess.CompletedProcess:
-    env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(cwd), "LANG": "C.UTF-8", "MPLBACKEND": "Agg",
-           "TZ": "UTC"}
-    return subprocess.run(["bash", "-euo", "pipefail", "-c", block.script], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(cwd), "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "TZ": "UTC"}
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block.script], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.fixture
@@ -40,7 +40,8 @@ def scratch(tmp_path):
 def test_runnable_block(block, scratch):
     done = run(block, scratch)
     assert done.returncode == block.exit, (
-        f"{block.id}: exited {done.returncode}, marked {block.exit}\n$ {block.script}\n{done.stdout}\n{done.stderr}")
+        f"{block.id}: exited {done.returncode}, marked {block.exit}\n$ {block.script}\n{done.stdout}\n{done.stderr}"
+    )
 
 
 def test_the_docs_have_runnable_examples_for_every_reader():

@@ -11,8 +11,10 @@ from slurm_gpushare.cli import main
 from slurm_gpushare.cli.schema import MEANINGS, policy_schema, reference_markdown, schema_json
 from tests.conftest import ROOT
 
-REGEN = ("regenerate: gpushare schema > docs/reference/policy.schema.json && "
-         "gpushare schema --format markdown > docs/reference/policy.md")
+REGEN = (
+    "regenerate: gpushare schema > docs/reference/policy.schema.json && "
+    "gpushare schema --format markdown > docs/reference/policy.md"
+)
 
 
 def test_committed_json_schema_is_current():
@@ -26,10 +28,16 @@ def test_committed_reference_page_is_current():
 def test_every_key_of_the_model_has_a_meaning():
     schema = policy_schema()
     sections = {"Policy": schema, **schema["$defs"]}
-    missing = [f"{model}.{key}" for model, section in sections.items() for key in section.get("properties", {})
-               if f"{model}.{key}" not in MEANINGS]
+    missing = [
+        f"{model}.{key}"
+        for model, section in sections.items()
+        for key in section.get("properties", {})
+        if f"{model}.{key}" not in MEANINGS
+    ]
     assert missing == [], f"add these to MEANINGS in slurm_gpushare/cli/schema.py: {missing}"
-    stale = sorted(k for k in MEANINGS if k.split(".")[1] not in sections.get(k.split(".")[0], {}).get("properties", {}))
+    stale = sorted(
+        k for k in MEANINGS if k.split(".")[1] not in sections.get(k.split(".")[0], {}).get("properties", {})
+    )
     assert stale == [], f"MEANINGS names keys the model does not have: {stale}"
 
 

@@ -18,9 +18,14 @@ pytest.importorskip("mkdocs", reason="mkdocs is in the test extra: pip install -
 
 def test_site_builds_strict(tmp_path):
     site = tmp_path / "site"
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={"PATH": "/usr/bin:/bin", "NO_MKDOCS_2_WARNING": "1", "HOME": str(tmp_path)})
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={"PATH": "/usr/bin:/bin", "NO_MKDOCS_2_WARNING": "1", "HOME": str(tmp_path)},
+    )
     assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
     assert (site / "index.html").is_file()
     cli = (site / "reference" / "cli" / "index.html").read_text()
@@ -28,7 +33,8 @@ def test_site_builds_strict(tmp_path):
     assert (site / "reference" / "policy.schema.json").is_file(), "the JSON Schema is not published with the site"
     assert backslash_pipes_in_code(site) == [], (
         "a code element of the built site shows '\\|' (a table's escaped pipe inside backticks keeps its "
-        "backslash, so the copied command is wrong): write '|' inside backticks")
+        "backslash, so the copied command is wrong): write '|' inside backticks"
+    )
 
 
 _CODE = re.compile(r"<code\b[^>]*>(.*?)</code>", re.DOTALL)
@@ -49,9 +55,9 @@ def test_the_code_check_finds_a_backslash_pipe(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "index.html").write_text(
         "<td><code>--constraint='a30\\|l40s'</code></td><pre><code><span>x</span> \\&#124;</code></pre>"
-        "<td><code>--constraint='a30|l40s'</code> a \\| b</td>")
-    assert backslash_pipes_in_code(tmp_path) == ["a/index.html: --constraint='a30\\|l40s'",
-                                                 "a/index.html: x \\|"]
+        "<td><code>--constraint='a30|l40s'</code> a \\| b</td>"
+    )
+    assert backslash_pipes_in_code(tmp_path) == ["a/index.html: --constraint='a30\\|l40s'", "a/index.html: x \\|"]
 
 
 def test_a_broken_link_fails_the_strict_build(tmp_path):
@@ -65,8 +71,13 @@ def test_a_broken_link_fails_the_strict_build(tmp_path):
     (copy / "bench").mkdir()
     shutil.copy(ROOT / "bench" / "RESULTS.md", copy / "bench" / "RESULTS.md")
     (copy / "docs" / "index.md").write_text((copy / "docs" / "index.md").read_text() + "\n[gone](no-such-page.md)\n")
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "s")],
-                          cwd=copy, capture_output=True, text=True, timeout=600,
-                          env={"PATH": "/usr/bin:/bin", "NO_MKDOCS_2_WARNING": "1", "HOME": str(tmp_path)})
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "s")],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={"PATH": "/usr/bin:/bin", "NO_MKDOCS_2_WARNING": "1", "HOME": str(tmp_path)},
+    )
     assert done.returncode != 0
     assert "no-such-page.md" in done.stdout + done.stderr

@@ -7,7 +7,15 @@ import sys
 
 import pytest
 
-from slurm_gpushare.gpu import GpuError, MigMinorsError, NvmlBackend, Placement, open_backend, parse_mig_minors, read_mig_minors
+from slurm_gpushare.gpu import (
+    GpuError,
+    MigMinorsError,
+    NvmlBackend,
+    Placement,
+    open_backend,
+    parse_mig_minors,
+    read_mig_minors,
+)
 from slurm_gpushare.gpu.fakenvml import FakeNvml
 from slurm_gpushare.gpu.migminors import ci_access_minor, gi_access_minor, mig_minors_text
 from slurm_gpushare.hardware import get_model
@@ -17,7 +25,9 @@ MIG_UUID = re.compile(r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]
 
 @pytest.fixture
 def fake(tmp_path):
-    return FakeNvml.build(tmp_path / "nvml.json", model="A100-SXM4-40GB", count=2, mig_enabled=[0], minors=[3, 1], seed="b")
+    return FakeNvml.build(
+        tmp_path / "nvml.json", model="A100-SXM4-40GB", count=2, mig_enabled=[0], minors=[3, 1], seed="b"
+    )
 
 
 @pytest.fixture
@@ -75,7 +85,10 @@ def test_errors_name_gpu_operation_and_code(backend):
     with pytest.raises(GpuError) as exc:
         backend.create_gpu_instance(0, 9, 2)
     assert exc.value.code == 23 and exc.value.index == 0 and exc.value.uuid == uuid
-    assert str(exc.value) == f"GPU 0 ({uuid}): create GPU instance (profile ID 9) at memory slice 2: NVML_ERROR_INSUFFICIENT_RESOURCES (23)"
+    assert (
+        str(exc.value)
+        == f"GPU 0 ({uuid}): create GPU instance (profile ID 9) at memory slice 2: NVML_ERROR_INSUFFICIENT_RESOURCES (23)"
+    )
     gi = backend.create_gpu_instance(0, 9, 0)
     backend.create_compute_instance(0, gi.id, 2)
     with pytest.raises(GpuError, match=r"destroy GPU instance 1: NVML_ERROR_IN_USE \(19\)"):
@@ -176,17 +189,23 @@ def test_mig_minors_parse():
     assert table == {(1, 2, None): 156, (1, 2, 0): 157}
 
 
-@pytest.mark.parametrize("text, match", [
-    ("gpu0/gi0/access x\n", r"mig-minors:1: expected"),
-    ("config 1\ngpu0/gi0/compute 4\n", r"mig-minors:2: unknown capability 'gpu0/gi0/compute'"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("gpu0/gi0/access x\n", r"mig-minors:1: expected"),
+        ("config 1\ngpu0/gi0/compute 4\n", r"mig-minors:2: unknown capability 'gpu0/gi0/compute'"),
+    ],
+)
 def test_mig_minors_bad_lines_are_errors(text, match):
     with pytest.raises(MigMinorsError, match=match):
         parse_mig_minors(text)
 
 
-@pytest.mark.parametrize("text", [mig_minors_text(), mig_minors_text().replace("\n", " \n", 5) + "\n"],
-                         ids=["as the driver writes it", "other spacing"])
+@pytest.mark.parametrize(
+    "text",
+    [mig_minors_text(), mig_minors_text().replace("\n", " \n", 5) + "\n"],
+    ids=["as the driver writes it", "other spacing"],
+)
 def test_mig_minors_only_some_minors(text):
     """What the prolog asks for: the entries of its capability minors, as the whole table has them."""
     only = frozenset({1, 13, 4321, 4322, 9999})

@@ -37,7 +37,9 @@ def placement(start: int, size: int):
 
 
 def create(nv, index: int, profile_id: int, start: int, size: int):
-    return nv.nvmlDeviceCreateGpuInstanceWithPlacement(nv.nvmlDeviceGetHandleByIndex(index), profile_id, placement(start, size))
+    return nv.nvmlDeviceCreateGpuInstanceWithPlacement(
+        nv.nvmlDeviceGetHandleByIndex(index), profile_id, placement(start, size)
+    )
 
 
 # ---- errors ------------------------------------------------------------------------
@@ -120,11 +122,15 @@ def test_mig_not_supported_on_non_mig_gpu(tmp_path):
 
 def test_profile_not_on_this_gpu_is_not_supported(a100):
     with pytest.raises(fk.NVMLError_NotSupported):  # 8_SLICE: no such profile on A100
-        a100.nvmlDeviceGetGpuInstanceProfileInfo(a100.nvmlDeviceGetHandleByIndex(0), fk.NVML_GPU_INSTANCE_PROFILE_8_SLICE)
+        a100.nvmlDeviceGetGpuInstanceProfileInfo(
+            a100.nvmlDeviceGetHandleByIndex(0), fk.NVML_GPU_INSTANCE_PROFILE_8_SLICE
+        )
 
 
 def test_profile_info_struct(a100):
-    info = a100.nvmlDeviceGetGpuInstanceProfileInfo(a100.nvmlDeviceGetHandleByIndex(0), fk.NVML_GPU_INSTANCE_PROFILE_7_SLICE)
+    info = a100.nvmlDeviceGetGpuInstanceProfileInfo(
+        a100.nvmlDeviceGetHandleByIndex(0), fk.NVML_GPU_INSTANCE_PROFILE_7_SLICE
+    )
     assert (info.id, info.sliceCount, info.instanceCount, info.memorySizeMB) == (0, 7, 1, 40192)
     assert info.version == fk.nvmlGpuInstanceProfileInfo_v2 and info.name == "MIG 7g.40gb"
 
@@ -144,7 +150,9 @@ def test_possible_placements_out_parameters(a100):
 def test_too_small_array_is_insufficient_size(a100):
     dev, count = a100.nvmlDeviceGetHandleByIndex(0), ctypes.c_uint(0)
     with pytest.raises(fk.NVMLError) as exc:
-        a100.nvmlDeviceGetGpuInstancePossiblePlacements(dev, 19, (fk.c_nvmlGpuInstancePlacement_t * 3)(), ctypes.byref(count))
+        a100.nvmlDeviceGetGpuInstancePossiblePlacements(
+            dev, 19, (fk.c_nvmlGpuInstancePlacement_t * 3)(), ctypes.byref(count)
+        )
     assert code(exc) == fk.NVML_ERROR_INSUFFICIENT_SIZE == 7 and count.value == 7
 
 
@@ -306,7 +314,12 @@ def test_processes_on_mig_parent_are_listed_per_mig_device(a100):
     dev = a100.nvmlDeviceGetHandleByIndex(0)
     assert a100.nvmlDeviceGetComputeRunningProcesses(dev) == []  # unprivileged view of the parent
     [proc] = a100.nvmlDeviceGetComputeRunningProcesses(a100.nvmlDeviceGetMigDeviceHandleByIndex(dev, 0))
-    assert (proc.pid, proc.usedGpuMemory, proc.gpuInstanceId, proc.computeInstanceId) == (99, 100 << 20, gi_id(a100, gi), 0)
+    assert (proc.pid, proc.usedGpuMemory, proc.gpuInstanceId, proc.computeInstanceId) == (
+        99,
+        100 << 20,
+        gi_id(a100, gi),
+        0,
+    )
 
 
 def test_processes_on_whole_gpu(a100):
@@ -321,21 +334,30 @@ def test_processes_on_whole_gpu(a100):
 
 
 def test_identity(tmp_path):
-    nv = FakeNvml.build(tmp_path / "s.json", model="H100-SXM5-80GB", count=3, mig_enabled=[], minors=[4, 0, 9], seed="n1")
+    nv = FakeNvml.build(
+        tmp_path / "s.json", model="H100-SXM5-80GB", count=3, mig_enabled=[], minors=[4, 0, 9], seed="n1"
+    )
     nv.nvmlInit()
     dev = nv.nvmlDeviceGetHandleByIndex(2)
     assert nv.nvmlDeviceGetName(dev) == "NVIDIA H100 80GB HBM3"
     assert nv.nvmlDeviceGetMinorNumber(dev) == 9
-    assert nv.nvmlDeviceGetUUID(dev).startswith("GPU-") and nv.nvmlDeviceGetHandleByUUID(nv.nvmlDeviceGetUUID(dev)) == dev
+    assert (
+        nv.nvmlDeviceGetUUID(dev).startswith("GPU-") and nv.nvmlDeviceGetHandleByUUID(nv.nvmlDeviceGetUUID(dev)) == dev
+    )
     assert nv.nvmlDeviceGetPciInfo(dev).busId == "00000000:12:00.0"
     again = FakeNvml.build(tmp_path / "t.json", model="H100-SXM5-80GB", count=3, mig_enabled=[], seed="n1")
     assert json.loads(again.state_path.read_text())["gpus"][2]["uuid"] == nv.nvmlDeviceGetUUID(dev)  # deterministic
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"count": 0}, "1 to 32"), ({"mig_enabled": [9]}, "not among"), ({"minors": [0, 0]}, "distinct"),
-    ({"model": "nope"}, "unknown GPU model"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"count": 0}, "1 to 32"),
+        ({"mig_enabled": [9]}, "not among"),
+        ({"minors": [0, 0]}, "distinct"),
+        ({"model": "nope"}, "unknown GPU model"),
+    ],
+)
 def test_builder_refuses_impossible_nodes(tmp_path, kwargs, match):
     args = {"model": "A100-SXM4-40GB", "count": 2, "mig_enabled": [], **kwargs}
     with pytest.raises(FakeNvmlError, match=match):
@@ -436,11 +458,21 @@ def test_constants_and_error_classes_match_pynvml():
             assert getattr(pynvml, name)().value == value().value, name
 
 
-@pytest.mark.parametrize("name", [
-    "c_nvmlGpuInstancePlacement_t", "c_nvmlComputeInstancePlacement_t", "c_nvmlGpuInstanceProfileInfo_t",
-    "c_nvmlGpuInstanceProfileInfo_v2_t", "c_nvmlComputeInstanceProfileInfo_t", "c_nvmlComputeInstanceProfileInfo_v2_t",
-    "c_nvmlMemory_t", "nvmlPciInfo_t", "c_nvmlSetMemoryLimits_v1_t", "c_nvmlGetMemoryLimits_v1_t",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "c_nvmlGpuInstancePlacement_t",
+        "c_nvmlComputeInstancePlacement_t",
+        "c_nvmlGpuInstanceProfileInfo_t",
+        "c_nvmlGpuInstanceProfileInfo_v2_t",
+        "c_nvmlComputeInstanceProfileInfo_t",
+        "c_nvmlComputeInstanceProfileInfo_v2_t",
+        "c_nvmlMemory_t",
+        "nvmlPciInfo_t",
+        "c_nvmlSetMemoryLimits_v1_t",
+        "c_nvmlGetMemoryLimits_v1_t",
+    ],
+)
 def test_structures_match_pynvml(name):
     pynvml = pytest.importorskip("pynvml")
 
@@ -452,10 +484,17 @@ def test_structures_match_pynvml(name):
 
 def test_info_objects_have_pynvml_attribute_names():
     pynvml = pytest.importorskip("pynvml")
-    for fake_cls, real_cls in ((fk._GpuInstanceInfo, pynvml.c_nvmlGpuInstanceInfo_t),
-                               (fk._ComputeInstanceInfo, pynvml.c_nvmlComputeInstanceInfo_t)):
+    for fake_cls, real_cls in (
+        (fk._GpuInstanceInfo, pynvml.c_nvmlGpuInstanceInfo_t),
+        (fk._ComputeInstanceInfo, pynvml.c_nvmlComputeInstanceInfo_t),
+    ):
         assert [f.name for f in fields(fake_cls)] == [f[0] for f in real_cls._fields_]
-    assert [f[0] for f in pynvml.c_nvmlProcessInfo_t._fields_] == ["pid", "usedGpuMemory", "gpuInstanceId", "computeInstanceId"]
+    assert [f[0] for f in pynvml.c_nvmlProcessInfo_t._fields_] == [
+        "pid",
+        "usedGpuMemory",
+        "gpuInstanceId",
+        "computeInstanceId",
+    ]
 
 
 def test_state_is_readable_by_other_users(a100):

@@ -24,8 +24,15 @@ def cgroups(tmp_path):
 
 
 def fake(tmp_path, cgroups, driver="615.20.01", euid=0, mig=()) -> FakeNvml:
-    FakeNvml.build(tmp_path / "nvml.json", model="A100-SXM4-40GB", count=2, mig_enabled=list(mig), seed="m",
-                   driver=driver, cgroup_root=str(cgroups[0]))
+    FakeNvml.build(
+        tmp_path / "nvml.json",
+        model="A100-SXM4-40GB",
+        count=2,
+        mig_enabled=list(mig),
+        seed="m",
+        driver=driver,
+        cgroup_root=str(cgroups[0]),
+    )
     nv = FakeNvml(tmp_path / "nvml.json", euid=euid)
     nv.nvmlInit()
     return nv
@@ -106,8 +113,14 @@ def test_namespace_must_be_a_cgroup_directory(tmp_path, cgroups, where):
     root, job = cgroups
     (tmp_path / "elsewhere").mkdir()
     (root / "link").symlink_to(job)
-    path = {"missing": root / "job_7", "outside": tmp_path / "elsewhere", "relative": "system.slice",
-            "dotdot": f"{job}/../job_42", "link": root / "link", "none": None}[where]
+    path = {
+        "missing": root / "job_7",
+        "outside": tmp_path / "elsewhere",
+        "relative": "system.slice",
+        "dotdot": f"{job}/../job_42",
+        "link": root / "link",
+        "none": None,
+    }[where]
     nv = fake(tmp_path, cgroups)
     s = fk.c_nvmlSetMemoryLimits_v1_t()
     s.nameSpace, s.softLimit, s.hardLimit = (str(path).encode() if path else None), MIB, MIB
@@ -148,8 +161,11 @@ def test_backend_sets_reads_and_clears_in_mib(tmp_path, cgroups):
 
 def test_backend_errors_name_gpu_cgroup_and_cause(tmp_path, cgroups):
     b = NvmlBackend(fake(tmp_path, cgroups, euid=1000)).init()
-    with pytest.raises(GpuError, match=r"GPU 0 \(GPU-.*\): set memory limit 100 MiB for cgroup .*job_42: "
-                                       r"NVML_ERROR_NO_PERMISSION \(4\): needs root"):
+    with pytest.raises(
+        GpuError,
+        match=r"GPU 0 \(GPU-.*\): set memory limit 100 MiB for cgroup .*job_42: "
+        r"NVML_ERROR_NO_PERMISSION \(4\): needs root",
+    ):
         b.set_memory_limit(0, str(cgroups[1]), 100)
     old = NvmlBackend(fake(tmp_path, cgroups, driver="580.65.06")).init()
     with pytest.raises(GpuError, match="FUNCTION_NOT_FOUND"):

@@ -26,7 +26,9 @@ def test_pynvml_is_imported_without_ctypes_util_and_find_library_still_works():
 
 
 def test_a_ctypes_util_imported_before_is_left_alone():
-    probe = "import ctypes.util, sys\nreal = sys.modules['ctypes.util']\nfrom slurm_gpushare.gpu.backend import " \
-            "_import_pynvml\n_import_pynvml()\nprint(sys.modules['ctypes.util'] is real)"
+    probe = (
+        "import ctypes.util, sys\nreal = sys.modules['ctypes.util']\nfrom slurm_gpushare.gpu.backend import "
+        "_import_pynvml\n_import_pynvml()\nprint(sys.modules['ctypes.util'] is real)"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "True"

@@ -104,11 +104,16 @@ def test_the_clock_changes_nothing_the_hook_writes(clocked, tmp_path):
 
 def test_a_fake_nvml_call_made_inside_another_counts_once(clocked, tmp_path):
     node = clocked("lab-mig01")
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import sitecustomize as s; "
-            "from slurm_gpushare.gpu.fakenvml import FakeNvml; f = FakeNvml(sys.argv[2]); "
-            "f.nvmlInit(); f.nvmlDeviceGetCount(); f.nvmlShutdown(); print(s._SEEN['nvml_n'])")
-    res = run([sys.executable, "-c", code, str(CLOCK), str(node.state)],
-              env={**os.environ, "GPUSHARE_BENCH_DOUBLES": str(tmp_path / "direct")}, timeout=60)
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import sitecustomize as s; "
+        "from slurm_gpushare.gpu.fakenvml import FakeNvml; f = FakeNvml(sys.argv[2]); "
+        "f.nvmlInit(); f.nvmlDeviceGetCount(); f.nvmlShutdown(); print(s._SEEN['nvml_n'])"
+    )
+    res = run(
+        [sys.executable, "-c", code, str(CLOCK), str(node.state)],
+        env={**os.environ, "GPUSHARE_BENCH_DOUBLES": str(tmp_path / "direct")},
+        timeout=60,
+    )
     assert res.stdout.strip() == "3"  # nvmlInit calls nvmlInitWithFlags: that inner call is not counted again
 
 

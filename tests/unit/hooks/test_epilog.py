@@ -53,14 +53,18 @@ def test_the_jobs_leftover_on_its_mig_device_is_killed_a_strangers_is_reported()
 
 def test_unknown_process_on_an_exclusive_gpu_is_a_problem():
     dev = Device(0, 0, "GPU-a", "exclusive")
-    _actions, problems = plan_epilog(journal(devices=[dev]), state([GpuProcess(3, 1, None, None)], {3: None}, mig=False))
+    _actions, problems = plan_epilog(
+        journal(devices=[dev]), state([GpuProcess(3, 1, None, None)], {3: None}, mig=False)
+    )
     assert problems == ["GPU 0 (GPU-a) busy after the job: process 3 (not on this node)"]
 
 
 def test_on_shared_gpus_only_the_jobs_own_processes_matter():
     dev = Device(0, 0, "GPU-a", "shard")
-    actions, problems = plan_epilog(journal(devices=[dev]), state([GpuProcess(3, 1, None, None), GpuProcess(4, 1, None, None)],
-                                                                  {3: 5, 4: 0}, mig=False))
+    actions, problems = plan_epilog(
+        journal(devices=[dev]),
+        state([GpuProcess(3, 1, None, None), GpuProcess(4, 1, None, None)], {3: 5, 4: 0}, mig=False),
+    )
     assert [a.pid for a in actions if isinstance(a, KillProcess)] == [3] and problems == []
 
 
@@ -79,8 +83,11 @@ def test_gpu_gone_from_nvml_is_a_problem():
 
 
 def test_process_jobs_reads_slurm_cgroup_paths(tmp_path):
-    for pid, text in {10: "12:devices:/slurm_n1/uid_5/job_77/step_batch\n", 11: "0::/system.slice/sshd.service\n",
-                      12: "0::/system.slice/slurmstepd.scope/job_8/step_0/user/task_0\n"}.items():
+    for pid, text in {
+        10: "12:devices:/slurm_n1/uid_5/job_77/step_batch\n",
+        11: "0::/system.slice/sshd.service\n",
+        12: "0::/system.slice/slurmstepd.scope/job_8/step_0/user/task_0\n",
+    }.items():
         (tmp_path / str(pid)).mkdir()
         (tmp_path / str(pid) / "cgroup").write_text(text)
     assert process_jobs([10, 11, 12, 13], str(tmp_path)) == {10: 77, 11: 0, 12: 8, 13: None}

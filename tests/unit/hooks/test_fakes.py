@@ -23,7 +23,11 @@ LOG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} Control +\d+\] 
 
 @pytest.fixture
 def mps(tmp_path):
-    env = {"PATH": os.defpath, "CUDA_MPS_PIPE_DIRECTORY": str(tmp_path / "pipe"), "CUDA_MPS_LOG_DIRECTORY": str(tmp_path / "log")}
+    env = {
+        "PATH": os.defpath,
+        "CUDA_MPS_PIPE_DIRECTORY": str(tmp_path / "pipe"),
+        "CUDA_MPS_LOG_DIRECTORY": str(tmp_path / "log"),
+    }
 
     def control(*lines, args=(), check=False):
         return run([*FAKE_MPS, *args], input="".join(f"{x}\n" for x in lines), env=env, check=check, timeout=20)
@@ -69,7 +73,12 @@ def test_daemon_commands_and_state(mps):
 
 def test_unknown_commands_and_arguments_are_refused(mps):
     assert mps(args=["-d"]).returncode == 0
-    for line in ("bogus", "start_server 5", "set_default_device_pinned_mem_limit 0 lots", "set_default_active_thread_percentage 0"):
+    for line in (
+        "bogus",
+        "start_server 5",
+        "set_default_device_pinned_mem_limit 0 lots",
+        "set_default_active_thread_percentage 0",
+    ):
         res = mps(line)
         assert res.returncode == 1 and res.stderr.strip(), line
     assert "this fake supports: get_server_list" in mps("ps").stderr
@@ -105,8 +114,12 @@ def mig_state(tmp_path):
 
 
 def smi(state, *args):
-    return run([sys.executable, str(FAKES / "nvidia-smi"), *args], env={**os.environ, "GPUSHARE_FAKE_NVML": str(state)},
-               check=False, timeout=60)
+    return run(
+        [sys.executable, str(FAKES / "nvidia-smi"), *args],
+        env={**os.environ, "GPUSHARE_FAKE_NVML": str(state)},
+        check=False,
+        timeout=60,
+    )
 
 
 def test_smi_lists_gpus_and_mig_devices(mig_state):
@@ -173,11 +186,24 @@ def _fake_module():
 
 def test_state_file_json_is_what_json_dumps_writes():
     fake = _fake_module()
-    hostile = ['', 'a"b\\c', "tab\tnew\nline\r\x00\x1f\x7f", "é ü", "\u2028\uffff", "\U0001f600 \U00010000", "GPU-0,GPU-1"]
+    hostile = [
+        "",
+        'a"b\\c',
+        "tab\tnew\nline\r\x00\x1f\x7f",
+        "é ü",
+        "\u2028\uffff",
+        "\U0001f600 \U00010000",
+        "GPU-0,GPU-1",
+    ]
     for text in hostile:
         assert fake._json(text) == json.dumps(text)
-    state = {"pid": 123, "servers": {"456": 1000}, "default_active_thread_percentage": 25.0,
-             "default_device_pinned_mem_limit": {k: "6144M" for k in hostile}, "cuda_visible_devices": "GPU-a\"b"}
+    state = {
+        "pid": 123,
+        "servers": {"456": 1000},
+        "default_active_thread_percentage": 25.0,
+        "default_device_pinned_mem_limit": {k: "6144M" for k in hostile},
+        "cuda_visible_devices": 'GPU-a"b',
+    }
     assert fake._json(state) == json.dumps(state) and json.loads(fake._json(state)) == state
     for value in (33.3333333333, 100.0, 0.5, 7, 10**20):
         assert fake._json(value) == json.dumps(value)
@@ -188,17 +214,36 @@ def test_state_file_json_is_what_json_dumps_writes():
 
 def test_memory_limit_check_is_the_regular_expression_it_replaces():
     fake = _fake_module()
-    for value in ("6144M", "1G", "0M", "M", "G", "", "6144", "61.4M", "6144K", "6144m", "-1M", "٣M", "²G", "1 M",
-                  "6144MM", "１M", "12G\n"):
+    for value in (
+        "6144M",
+        "1G",
+        "0M",
+        "M",
+        "G",
+        "",
+        "6144",
+        "61.4M",
+        "6144K",
+        "6144m",
+        "-1M",
+        "٣M",
+        "²G",
+        "1 M",
+        "6144MM",
+        "１M",
+        "12G\n",
+    ):
         assert fake._mem_limit(value) == bool(re.fullmatch(r"[0-9]+[MG]", value)), value
 
 
 def test_client_and_daemon_paths_import_only_c_modules(tmp_path):
     """A client start and a daemon's serving need neither json, re, socket nor signal's Python layer (each
     costs a -I -S interpreter 19-31 M instructions); the server registry and NVML state are read with json."""
-    code = (f"import sys; sys.path.insert(0, {str(FAKES)!r}); import fake_mps_control as f; "
-            "f._daemon_modules(); d = f.Daemon(); d.handle('set_default_device_pinned_mem_limit 0 6144M'); d.save(); "
-            "print(sorted(m for m in ('json', 're', 'socket', 'signal', 'enum') if m in sys.modules))")
+    code = (
+        f"import sys; sys.path.insert(0, {str(FAKES)!r}); import fake_mps_control as f; "
+        "f._daemon_modules(); d = f.Daemon(); d.handle('set_default_device_pinned_mem_limit 0 6144M'); d.save(); "
+        "print(sorted(m for m in ('json', 're', 'socket', 'signal', 'enum') if m in sys.modules))"
+    )
     env = {"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path), "CUDA_MPS_LOG_DIRECTORY": str(tmp_path), "PATH": os.defpath}
     res = run([sys.executable, "-I", "-S", "-c", code], env=env)
     assert res.stdout.strip() == "[]"

@@ -30,28 +30,40 @@ BASE = {"SLURM_JOB_ID": "17", "SLURM_JOB_UID": "2001", "SLURM_JOB_GID": "2000", 
 
 
 def test_job_from_prolog_env_as_observed():
-    job = job_from_env({**BASE, "SLURM_JOB_GPUS": "0,1", "CUDA_VISIBLE_DEVICES": "0,1", "SLURM_JOB_COMMENT": "$(reboot)"})
-    assert (job.job_id, job.uid, job.gid, job.node, job.gpu_indexes, job.mps_percentage) == (17, 2001, 2000, "lab-mig01", (0, 1), None)
+    job = job_from_env(
+        {**BASE, "SLURM_JOB_GPUS": "0,1", "CUDA_VISIBLE_DEVICES": "0,1", "SLURM_JOB_COMMENT": "$(reboot)"}
+    )
+    assert (job.job_id, job.uid, job.gid, job.node, job.gpu_indexes, job.mps_percentage) == (
+        17,
+        2001,
+        2000,
+        "lab-mig01",
+        (0, 1),
+        None,
+    )
     mps = job_from_env({**BASE, "SLURM_JOB_GPUS": "0", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25"})
     assert mps.mps_percentage == 25
     assert job_from_env({**BASE, "CUDA_VISIBLE_DEVICES": "3"}).gpu_indexes == (3,)
     assert job_from_env(BASE).gpu_indexes == ()
 
 
-@pytest.mark.parametrize("name, value, message", [
-    ("SLURM_JOB_ID", "0", "SLURM_JOB_ID='0' is not a decimal id"),
-    ("SLURM_JOB_ID", "12 ; id", "is not a decimal id"),
-    ("SLURM_JOB_UID", "-1", "SLURM_JOB_UID='-1' is not a decimal id"),
-    ("SLURM_JOB_UID", "99999999999", "is not a decimal id"),
-    ("SLURM_JOB_UID", "4294967295", "out of range"),
-    ("SLURMD_NODENAME", "../etc", "is not a node name"),
-    ("SLURM_JOB_GPUS", "0,,1", "is not a comma-separated list of GRES indexes"),
-    ("SLURM_JOB_GPUS", "MIG-abc", "is not a comma-separated list"),
-    ("SLURM_JOB_GPUS", "1,1", "lists an index twice"),
-    ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "0", "is not a whole percentage 1-100"),
-    ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "101", "is not a whole percentage 1-100"),
-    ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "25.5", "is not a whole percentage 1-100"),
-])
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("SLURM_JOB_ID", "0", "SLURM_JOB_ID='0' is not a decimal id"),
+        ("SLURM_JOB_ID", "12 ; id", "is not a decimal id"),
+        ("SLURM_JOB_UID", "-1", "SLURM_JOB_UID='-1' is not a decimal id"),
+        ("SLURM_JOB_UID", "99999999999", "is not a decimal id"),
+        ("SLURM_JOB_UID", "4294967295", "out of range"),
+        ("SLURMD_NODENAME", "../etc", "is not a node name"),
+        ("SLURM_JOB_GPUS", "0,,1", "is not a comma-separated list of GRES indexes"),
+        ("SLURM_JOB_GPUS", "MIG-abc", "is not a comma-separated list"),
+        ("SLURM_JOB_GPUS", "1,1", "lists an index twice"),
+        ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "0", "is not a whole percentage 1-100"),
+        ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "101", "is not a whole percentage 1-100"),
+        ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "25.5", "is not a whole percentage 1-100"),
+    ],
+)
 def test_bad_values_are_named(name, value, message):
     with pytest.raises(HookInputError, match=message.replace("(", r"\(").replace(")", r"\)")):
         job_from_env({**BASE, name: value})
@@ -70,7 +82,8 @@ def test_missing_variables_say_where_this_runs():
 def test_records_follow_line_order_includes_and_ranges(tmp_path):
     (tmp_path / "gres.d").mkdir()
     (tmp_path / "gres.d" / "mig.conf").write_text(
-        "NodeName=n1 Name=gpu Type=x MultipleFiles=/dev/nvidia2,/dev/nvidia-caps/nvidia-cap300,/dev/nvidia-caps/nvidia-cap301\n")
+        "NodeName=n1 Name=gpu Type=x MultipleFiles=/dev/nvidia2,/dev/nvidia-caps/nvidia-cap300,/dev/nvidia-caps/nvidia-cap301\n"
+    )
     (tmp_path / "gres.conf").write_text(
         "AutoDetect=off\n"
         "NodeName=n1 Name=gpu Type=b File=/dev/nvidia1\n"
@@ -78,11 +91,16 @@ def test_records_follow_line_order_includes_and_ranges(tmp_path):
         "NodeName=n[1-2] Name=gpu Type=a File=/dev/nvidia[3-4]  # comment\n"
         "NodeName=n1 Name=mps Count=100 File=/dev/nvidia1\n"
         "Include gres.d/mig.conf\n"
-        "NodeName=n1 Name=gpu Type=c \\\n  File=/dev/nvidia0\n")
+        "NodeName=n1 Name=gpu Type=c \\\n  File=/dev/nvidia0\n"
+    )
     records = gpu_records(tmp_path / "gres.conf", "n1")
-    assert [r.files for r in records] == [("/dev/nvidia1",), ("/dev/nvidia3",), ("/dev/nvidia4",),
-                                          ("/dev/nvidia2", "/dev/nvidia-caps/nvidia-cap300", "/dev/nvidia-caps/nvidia-cap301"),
-                                          ("/dev/nvidia0",)]
+    assert [r.files for r in records] == [
+        ("/dev/nvidia1",),
+        ("/dev/nvidia3",),
+        ("/dev/nvidia4",),
+        ("/dev/nvidia2", "/dev/nvidia-caps/nvidia-cap300", "/dev/nvidia-caps/nvidia-cap301"),
+        ("/dev/nvidia0",),
+    ]
     assert [r.index for r in records] == [0, 1, 2, 3, 4] and records[4].source.endswith("gres.conf:7")
 
 
@@ -103,9 +121,16 @@ def test_expand():
 
 
 def test_config_is_strict():
-    assert parse_config("# c\npolicy: /p.yaml\nfake_nvml: '/f.json'\n", "n") == {"policy": "/p.yaml", "fake_nvml": "/f.json"}
-    for text, message in [("polcy: /p\n", "KEY one of policy, fake_nvml, spec_cache"), ("policy: p.yaml\n", "not an absolute path"),
-                          ("policy: /a\npolicy: /b\n", "given twice"), ("policy: /a/../etc/shadow\n", "not an absolute path")]:
+    assert parse_config("# c\npolicy: /p.yaml\nfake_nvml: '/f.json'\n", "n") == {
+        "policy": "/p.yaml",
+        "fake_nvml": "/f.json",
+    }
+    for text, message in [
+        ("polcy: /p\n", "KEY one of policy, fake_nvml, spec_cache"),
+        ("policy: p.yaml\n", "not an absolute path"),
+        ("policy: /a\npolicy: /b\n", "given twice"),
+        ("policy: /a/../etc/shadow\n", "not an absolute path"),
+    ]:
         with pytest.raises(NodeConfigError, match=message):
             parse_config(text, "node.yaml")
 
@@ -150,7 +175,9 @@ def test_spec_cache_follows_the_policy_file(tmp_path):
 
 def test_journal_store_round_trip_and_atomic_files(tmp_path):
     store = JournalStore(tmp_path)
-    journal = Journal(5, 1, 1, "n", "ready", (Device(0, 0, "GPU-a", "exclusive"),), None, {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+    journal = Journal(
+        5, 1, 1, "n", "ready", (Device(0, 0, "GPU-a", "exclusive"),), None, {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    )
     store.write(journal)
     assert store.read(5) == journal and store.job_ids() == [5]
     assert oct(os.stat(store.path(5)).st_mode & 0o777) == "0o600"  # root's only (issue 21 part 5)

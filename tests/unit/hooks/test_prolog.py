@@ -29,9 +29,15 @@ def cap(gi: int, ci: int | None = None) -> int:
 
 
 def mig_node(modes=None, records=None) -> NodeLayout:
-    records = records or [GresRecord(i, "a100_40g_1g.5gb", ("/dev/nvidia0", f"/dev/nvidia-caps/nvidia-cap{cap(gi)}",
-                                                            f"/dev/nvidia-caps/nvidia-cap{cap(gi, 0)}"), f"g:{i}")
-                          for i, gi in enumerate(range(7, 14))]
+    records = records or [
+        GresRecord(
+            i,
+            "a100_40g_1g.5gb",
+            ("/dev/nvidia0", f"/dev/nvidia-caps/nvidia-cap{cap(gi)}", f"/dev/nvidia-caps/nvidia-cap{cap(gi, 0)}"),
+            f"g:{i}",
+        )
+        for i, gi in enumerate(range(7, 14))
+    ]
     minors = {cap(gi): (0, gi, None) for gi in range(15)} | {cap(gi, 0): (0, gi, 0) for gi in range(15)}
     return NodeLayout("n1", modes or {0: "mig"}, tuple(records), minors, "/var/lib/gpushare", "/var/log/slurm")
 
@@ -72,15 +78,21 @@ def test_mig_records_are_taken_in_slurm_order_not_minor_order():
 
 
 def test_busy_mig_instance_is_refused():
-    busy = ObservedGpu(0, "GPU-a", 0, 40960, True, tuple(A100_MIG), (GpuProcess(4242, 10, 9, 0), GpuProcess(99, 1, 8, 0)))
-    with pytest.raises(PrologRefused, match=r"job 5 on n1: MIG device MIG-0009 .* busy before the job starts: processes 4242$"):
+    busy = ObservedGpu(
+        0, "GPU-a", 0, 40960, True, tuple(A100_MIG), (GpuProcess(4242, 10, 9, 0), GpuProcess(99, 1, 8, 0))
+    )
+    with pytest.raises(
+        PrologRefused, match=r"job 5 on n1: MIG device MIG-0009 .* busy before the job starts: processes 4242$"
+    ):
         plan_prolog(job([2]), mig_node(), live(busy))
     plan_prolog(job([0]), mig_node(), live(busy))  # another instance's process is no concern of GI 7
 
 
 def test_missing_instance_is_layout_drift():
     gone = ObservedGpu(0, "GPU-a", 0, 40960, True, tuple(d for d in A100_MIG if d.gi_id != 9))
-    with pytest.raises(PrologRefused, match="GPU instance 9 compute instance 0, which does not exist: the MIG layout drifted"):
+    with pytest.raises(
+        PrologRefused, match="GPU instance 9 compute instance 0, which does not exist: the MIG layout drifted"
+    ):
         plan_prolog(job([2]), mig_node(), live(gone))
 
 
@@ -94,7 +106,9 @@ def test_gres_conf_that_disagrees_with_the_policy_is_refused():
 def test_index_beyond_gres_conf_and_bad_files_are_refused():
     with pytest.raises(PrologRefused, match="GRES index 9: gres.conf declares only 7 gpu record"):
         plan_prolog(job([9]), mig_node(), live(MIG_GPU))
-    bad = [GresRecord(0, "t", ("/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap66", "/dev/nvidia-caps/nvidia-cap76"), "g:0")]
+    bad = [
+        GresRecord(0, "t", ("/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap66", "/dev/nvidia-caps/nvidia-cap76"), "g:0")
+    ]
     with pytest.raises(PrologRefused, match="are not the GI and CI access capabilities of one GPU instance"):
         plan_prolog(job([0]), mig_node(records=bad), live(MIG_GPU))
     odd = [GresRecord(0, "t", ("/dev/tty0",), "g:0")]
@@ -133,7 +147,9 @@ def test_shard_gpu_is_shared_so_processes_are_fine():
 
 
 def test_whole_gpu_of_an_mps_gpu_must_not_be_held_by_mps_jobs():
-    holder = Journal(3, 2002, 2000, "n1", "ready", plan_prolog(job([0], 50, job_id=3), whole_node("mps"), live(A30))[0].devices)
+    holder = Journal(
+        3, 2002, 2000, "n1", "ready", plan_prolog(job([0], 50, job_id=3), whole_node("mps"), live(A30))[0].devices
+    )
     with pytest.raises(PrologRefused, match=r"allocated whole but jobs 3 still hold it"):
         plan_prolog(job([0]), whole_node("mps"), live(A30, journals={3: holder}))
     journal, _ = plan_prolog(job([0]), whole_node("mps"), live(A30))
@@ -155,8 +171,11 @@ def test_mps_job_gets_a_daemon_with_its_limits():
     assert daemon.pipe_dir == "/var/lib/gpushare/mps/g0-u2001-p25/pipe"
     assert daemon.log_dir == "/var/log/slurm/gpushare-mps/g0-u2001-p25"
     assert journal.env == {
-        "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_MPS_PIPE_DIRECTORY": daemon.pipe_dir, "CUDA_MPS_LOG_DIRECTORY": daemon.log_dir,
-        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=6144MB",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_MPS_PIPE_DIRECTORY": daemon.pipe_dir,
+        "CUDA_MPS_LOG_DIRECTORY": daemon.log_dir,
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=6144MB",
     }
     assert journal.devices[0].visible == "GPU-m"
     assert [type(a) for a in actions] == [WriteJournal, StartMps, WriteJournal] and actions[1].daemon == daemon
@@ -168,13 +187,17 @@ def test_mps_daemon_that_answers_is_reused():
 
 
 def test_mps_keys_separate_users_and_percentages():
-    keys = {plan_prolog(job([0], pct, uid=uid), whole_node("mps"), live(A30))[0].mps.key
-            for uid, pct in ((2001, 25), (2002, 25), (2001, 50))}
+    keys = {
+        plan_prolog(job([0], pct, uid=uid), whole_node("mps"), live(A30))[0].mps.key
+        for uid, pct in ((2001, 25), (2002, 25), (2001, 50))
+    }
     assert keys == {"g0-u2001-p25", "g0-u2002-p25", "g0-u2001-p50"}
 
 
 def test_percentage_without_an_mps_gpu_is_refused():
-    with pytest.raises(PrologRefused, match="CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 but none of GRES indexes 0 is an MPS GPU"):
+    with pytest.raises(
+        PrologRefused, match="CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 but none of GRES indexes 0 is an MPS GPU"
+    ):
         plan_prolog(job([0], 25), whole_node("exclusive"), live(A30))
 
 
@@ -274,9 +297,11 @@ def test_hook_process_runs_without_the_cyclic_collector():
     import subprocess
     import sys
 
-    code = ("import atexit, gc; from slurm_gpushare.hooks._common import guarded; seen = []; "
-            "guarded('t', lambda env: seen.append(gc.isenabled()), environ={'X': '1'}); "
-            "guarded('t', lambda env: seen.append(gc.isenabled())); "
-            "before = gc.get_freeze_count(); atexit._run_exitfuncs(); print(seen, before, gc.get_freeze_count() > 0)")
+    code = (
+        "import atexit, gc; from slurm_gpushare.hooks._common import guarded; seen = []; "
+        "guarded('t', lambda env: seen.append(gc.isenabled()), environ={'X': '1'}); "
+        "guarded('t', lambda env: seen.append(gc.isenabled())); "
+        "before = gc.get_freeze_count(); atexit._run_exitfuncs(); print(seen, before, gc.get_freeze_count() > 0)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["[True,", "False]", "0", "True"]

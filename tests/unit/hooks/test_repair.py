@@ -3,10 +3,10 @@ squeue as these commands use them; anything else raises) on the fake NVML."""
 
 from __future__ import annotations
 
-import os
 import json
-import time
+import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -48,11 +48,28 @@ class FakeSlurm:
         n = self.node
         if argv == ["scontrol", "show", "node", n, "--json"]:
             state = sorted(self.flags, key=lambda f: f != "IDLE")
-            return self._ok(json.dumps({"nodes": [{"name": n, "architecture": "x86_64", "gres": self.gres,
-                                                   "state": state, "reason": self.reason}]}))
-        if argv[:3] == ["scontrol", "update", f"nodename={n}"] and argv[3] == "state=drain" and argv[4].startswith("reason="):
+            return self._ok(
+                json.dumps(
+                    {
+                        "nodes": [
+                            {
+                                "name": n,
+                                "architecture": "x86_64",
+                                "gres": self.gres,
+                                "state": state,
+                                "reason": self.reason,
+                            }
+                        ]
+                    }
+                )
+            )
+        if (
+            argv[:3] == ["scontrol", "update", f"nodename={n}"]
+            and argv[3] == "state=drain"
+            and argv[4].startswith("reason=")
+        ):
             self.flags.add("DRAIN")
-            self.reason = argv[4][len("reason="):]
+            self.reason = argv[4][len("reason=") :]
             return self._ok("")
         if argv == ["scontrol", "update", f"nodename={n}", "state=resume"]:
             self.flags.discard("DRAIN")
@@ -70,13 +87,17 @@ class FakeSlurm:
                     del self.finish_after[job]
             if argv[-1] == "%A":
                 return self._ok("".join(f"{j}\n" for j in self.jobs))
-            delim = argv[5].split(",")[0][len("JobID:"):]  # commands.gpu_jobs_on_node: the delimiter after each field
+            delim = argv[5].split(",")[0][len("JobID:") :]  # commands.gpu_jobs_on_node: the delimiter after each field
             assert argv[5] == f"JobID:{delim},tres-per-node:{delim}" and len(delim) > 8
             return self._ok("".join(f"{j}{delim}{t}{delim}\n" for j, t in self.jobs.items()))
         if argv == ["squeue", "-w", n, "-h", "-t", "RUNNING", "--Format", "JobID:|,StartTime:|,BatchHost:|,BatchFlag:"]:
             assert env and env.get("SLURM_TIME_FORMAT") == "%s", "start times are read as epoch seconds"
-            return self._ok("".join(f"{j}|{self.started.get(j, int(time.time()))}|{n}|{int(j not in self.interactive)}\n"
-                                    for j in self.jobs))
+            return self._ok(
+                "".join(
+                    f"{j}|{self.started.get(j, int(time.time()))}|{n}|{int(j not in self.interactive)}\n"
+                    for j in self.jobs
+                )
+            )
         if argv[:2] == ["scontrol", "requeue"] and len(argv) == 3 and int(argv[2]) in self.jobs:
             self.jobs.pop(int(argv[2]))
             self.requeued.append(int(argv[2]))
@@ -115,19 +136,33 @@ def test_reconcile_undoes_orphans_keeps_running_jobs_and_stops_unnamed_daemons(m
     # a daemon nobody's journal names (a prolog killed before it wrote its journal)
     lost = mps_node.state_dir / "mps" / "g0-u9-p10" / "pipe"
     lost.mkdir(parents=True)
-    run(list(FAKE_MPS) + ["-d"], env={"CUDA_MPS_PIPE_DIRECTORY": str(lost), "CUDA_MPS_LOG_DIRECTORY": str(mps_node.tmp / "log"),
-                                      "PATH": os.defpath}, timeout=20)
+    run(
+        list(FAKE_MPS) + ["-d"],
+        env={
+            "CUDA_MPS_PIPE_DIRECTORY": str(lost),
+            "CUDA_MPS_LOG_DIRECTORY": str(mps_node.tmp / "log"),
+            "PATH": os.defpath,
+        },
+        timeout=20,
+    )
     journals = store.all()
     slurm = FakeSlurm("lab-mps01", "gpu:a30:1,mps:a30:100", jobs={1: "gres/mps:25"})
     with mps_node.backend() as backend:
-        plan = plan_reconcile(journals, running_jobs(slurm, "lab-mps01"), observe_reconcile(journals, backend),
-                              daemon_dirs(str(mps_node.state_dir)), store.stray_temporaries())
+        plan = plan_reconcile(
+            journals,
+            running_jobs(slurm, "lab-mps01"),
+            observe_reconcile(journals, backend),
+            daemon_dirs(str(mps_node.state_dir)),
+            store.stray_temporaries(),
+        )
         assert plan.kept == [1] and sorted(plan.orphans) == [2, 3]
         assert not any(isinstance(a, QuitMps) for a in plan.orphans[2])  # job 1 still uses that daemon
         assert [a.daemon.key for a in plan.orphans[3] if isinstance(a, QuitMps)] == [journals[3].mps.key]
         assert [a.daemon.key for a in plan.daemons] == ["g0-u9-p10"]
         lines = plan.lines("lab-mps01")
-        assert lines[0] == "node lab-mps01: job 1 runs, journal kept" and any("remove half-written file" in x for x in lines)
+        assert lines[0] == "node lab-mps01: job 1 runs, journal kept" and any(
+            "remove half-written file" in x for x in lines
+        )
         assert execute_reconcile(plan, store, mps_node.mps, Killer(backend), journals) == []
     assert mps_node.journals() == ["1.json"] and not stray.exists()
     assert mps_node.mps.alive(journals[1].mps) and not mps_node.mps.alive(journals[3].mps)
@@ -161,8 +196,19 @@ def mig_node(tmp_path):
 
 def relayout(node: HookNode, site, slurm: FakeSlurm, clock: Clock, backend, **kw) -> Relayout:
     kw.setdefault("missing", lambda text: [])  # the device files of the new instances (made by the driver)
-    return Relayout(site, "lab-mig01", backend, SlurmNode(slurm, "lab-mig01"), JournalStore(node.state_dir),
-                    timeout=30, poll=1, say=lambda line: None, sleep=clock.sleep, clock=clock, **kw)
+    return Relayout(
+        site,
+        "lab-mig01",
+        backend,
+        SlurmNode(slurm, "lab-mig01"),
+        JournalStore(node.state_dir),
+        timeout=30,
+        poll=1,
+        say=lambda line: None,
+        sleep=clock.sleep,
+        clock=clock,
+        **kw,
+    )
 
 
 def include_types(node: HookNode) -> list[str]:
@@ -171,15 +217,21 @@ def include_types(node: HookNode) -> list[str]:
 
 def test_relayout_changes_layout_include_and_slurm_then_resumes(mig_node):
     site = relayout_policy(mig_node, "all-3g.20gb")
-    slurm = FakeSlurm("lab-mig01", "gpu:a100_40g_1g.5gb:7", mig_node.tmp / "etc" / "gres.d" / "mig.conf",
-                      jobs={8: "gres/gpu:a100_40g_1g.5gb:1", 9: "N/A"})
+    slurm = FakeSlurm(
+        "lab-mig01",
+        "gpu:a100_40g_1g.5gb:7",
+        mig_node.tmp / "etc" / "gres.d" / "mig.conf",
+        jobs={8: "gres/gpu:a100_40g_1g.5gb:1", 9: "N/A"},
+    )
     slurm.finish_after = {8: 2}
     clock = Clock()
     with mig_node.backend() as backend:
         done = relayout(mig_node, site, slurm, clock, backend).run()
     assert parse_node_gres(slurm.gres) == {("gpu", "a100_40g_3g.20gb"): 2} and "DRAIN" not in slurm.flags
     assert include_types(mig_node) == ["a100_40g_3g.20gb"] * 2
-    steps = [c[3] if c[:2] == ["scontrol", "update"] else c[1] for c in slurm.calls if c[0] == "scontrol" and c[1] != "show"]
+    steps = [
+        c[3] if c[:2] == ["scontrol", "update"] else c[1] for c in slurm.calls if c[0] == "scontrol" and c[1] != "show"
+    ]
     assert steps == ["state=drain", "reconfigure", "state=resume"]
     assert done[0] == "node lab-mig01: drained" and done[-1] == "node lab-mig01: resumed"
     assert any("destroy GPU instance" in line for line in done) and clock.now >= 2  # it waited for job 8, not job 9
@@ -191,8 +243,12 @@ def test_relayout_changes_layout_include_and_slurm_then_resumes(mig_node):
 
 def test_relayout_times_out_waiting_for_jobs_and_leaves_the_node_drained(mig_node):
     site = relayout_policy(mig_node, "all-3g.20gb")
-    slurm = FakeSlurm("lab-mig01", "gpu:a100_40g_1g.5gb:7", mig_node.tmp / "etc" / "gres.d" / "mig.conf",
-                      jobs={8: "gres/gpu:a100_40g_1g.5gb:1"})
+    slurm = FakeSlurm(
+        "lab-mig01",
+        "gpu:a100_40g_1g.5gb:7",
+        mig_node.tmp / "etc" / "gres.d" / "mig.conf",
+        jobs={8: "gres/gpu:a100_40g_1g.5gb:1"},
+    )
     with mig_node.backend() as backend, pytest.raises(RelayoutError, match="relayout failed, node left drained"):
         relayout(mig_node, site, slurm, Clock(), backend).run()
     assert "DRAIN" in slurm.flags
@@ -232,8 +288,12 @@ def test_missing_devices_checks_char_devices(tmp_path):
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev" / "nvidia0").write_text("")  # a plain file is no device
     text = "NodeName=n Name=gpu MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap[12-13]\nNodeName=n Name=gpu File=/dev/null\n"
-    assert missing_devices(text, str(tmp_path)) == ["/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap12",
-                                                    "/dev/nvidia-caps/nvidia-cap13", "/dev/null"]
+    assert missing_devices(text, str(tmp_path)) == [
+        "/dev/nvidia0",
+        "/dev/nvidia-caps/nvidia-cap12",
+        "/dev/nvidia-caps/nvidia-cap13",
+        "/dev/null",
+    ]
     assert missing_devices("NodeName=n Name=gpu File=/dev/null\n") == []
 
 

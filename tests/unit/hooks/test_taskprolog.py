@@ -24,7 +24,7 @@ def task(node: HookNode, job_id: int, **env) -> tuple[int, str, str]:
 
 def exported(text: str) -> dict[str, str]:
     assert all(line.startswith("export ") for line in text.splitlines()), text
-    return dict(line[len("export "):].split("=", 1) for line in text.splitlines())
+    return dict(line[len("export ") :].split("=", 1) for line in text.splitlines())
 
 
 @pytest.fixture
@@ -39,7 +39,10 @@ def mig(tmp_path):
 def test_mig_job_gets_its_mig_uuids_in_slurms_order(mig):
     rc, out, _ = task(mig, 7, SLURM_JOB_GPUS="1,4", CUDA_VISIBLE_DEVICES="0,1")
     assert rc == 0
-    assert exported(out) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": f"{mig.uuids[1]},{mig.uuids[4]}"}
+    assert exported(out) == {
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_VISIBLE_DEVICES": f"{mig.uuids[1]},{mig.uuids[4]}",
+    }
 
 
 def test_step_gets_only_its_devices(mig):
@@ -68,7 +71,9 @@ def test_mps_job_gets_pipe_dir_limits_and_the_gpu(tmp_path):
         with node.backend() as backend:
             uuid = backend.gpu(0).uuid
         assert rc == 0 and env["CUDA_VISIBLE_DEVICES"] == uuid
-        assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=12288MB" and env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+        assert (
+            env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=12288MB" and env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+        )
         assert env["CUDA_MPS_PIPE_DIRECTORY"] == f"{node.state_dir}/mps/g0-u{os.getuid()}-p50/pipe"
     finally:
         stop_daemons(node.state_dir)
@@ -117,9 +122,17 @@ def test_state_dir_comes_from_the_node_config_or_the_default(mig, tmp_path):
 def test_task_prolog_imports_almost_nothing():
     """It runs on every task start: no dataclasses, JSON, YAML, pydantic, NVML or policy code."""
     code = "import sys; import slurm_gpushare.hooks.taskprolog; print(' '.join(sorted(sys.modules)))"
-    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
+    loaded = set(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    )
     heavy = {"dataclasses", "yaml", "pydantic", "click", "ctypes", "hostlist", "jinja2", "inspect", "json"}
     assert not loaded & heavy, loaded & heavy
     ours = {m for m in loaded if m.startswith("slurm_gpushare")}
-    assert ours == {"slurm_gpushare", "slurm_gpushare.hooks", "slurm_gpushare.hooks.taskprolog", "slurm_gpushare.node",
-                    "slurm_gpushare.node.paths", "slurm_gpushare.node.taskprolog"}
+    assert ours == {
+        "slurm_gpushare",
+        "slurm_gpushare.hooks",
+        "slurm_gpushare.hooks.taskprolog",
+        "slurm_gpushare.node",
+        "slurm_gpushare.node.paths",
+        "slurm_gpushare.node.taskprolog",
+    }

@@ -18,8 +18,14 @@ from slurm_gpushare.live.change import Change, LayoutStep, ModeStep
 from slurm_gpushare.live.report import Proposal
 from slurm_gpushare.live.state import Record, State, StateError, StateFile
 from slurm_gpushare.slurm.cli_backend import CliClient
-from slurm_gpushare.slurm.reservations import (JobEnd, LockHeld, ReservationError, Reservations, lock_name,
-                                               relayout_script)
+from slurm_gpushare.slurm.reservations import (
+    JobEnd,
+    LockHeld,
+    ReservationError,
+    Reservations,
+    lock_name,
+    relayout_script,
+)
 from tests.conftest import ROOT
 from tests.unit.live_fakes import FakeCtld
 from tests.unit.slurm_fakes import UnknownCommand
@@ -36,8 +42,17 @@ def test_create_lock_is_one_reservation_named_for_the_node():
     ctld = FakeCtld()
     res = Reservations(ctld)
     assert res.create_lock(NODE, 3601) == "gpushare-relayout-lab-mig01"
-    assert ctld.calls[-1] == ("scontrol", "create", "reservation", "ReservationName=gpushare-relayout-lab-mig01",
-                              "Nodes=lab-mig01", "StartTime=now", "Duration=61", "Users=root", "Flags=MAINT,IGNORE_JOBS")
+    assert ctld.calls[-1] == (
+        "scontrol",
+        "create",
+        "reservation",
+        "ReservationName=gpushare-relayout-lab-mig01",
+        "Nodes=lab-mig01",
+        "StartTime=now",
+        "Duration=61",
+        "Users=root",
+        "Flags=MAINT,IGNORE_JOBS",
+    )
     with pytest.raises(LockHeld, match="another planner holds the node"):
         res.create_lock(NODE, 60)
     assert [r.node for r in res.locks()] == [NODE]
@@ -76,25 +91,49 @@ def test_relayout_job_is_a_fixed_script_in_the_lock_with_no_environment():
     ctld = FakeCtld()
     res = Reservations(ctld)
     res.create_lock(NODE, 600)
-    job = res.submit_relayout(NODE, "/etc/slurm/gpushare-live.yaml", log="/var/log/slurm/relayout-%j.log",
-                              time_limit_s=1320, partition="batch", node_config="/etc/gpushare/node.yaml")
+    job = res.submit_relayout(
+        NODE,
+        "/etc/slurm/gpushare-live.yaml",
+        log="/var/log/slurm/relayout-%j.log",
+        time_limit_s=1320,
+        partition="batch",
+        node_config="/etc/gpushare/node.yaml",
+    )
     fake = ctld.jobs[job]
-    assert fake.options == {"reservation": "gpushare-relayout-lab-mig01", "nodelist": NODE,
-                            "job-name": "gpushare-relayout-lab-mig01", "output": "/var/log/slurm/relayout-%j.log",
-                            "export": "NIL", "time": "22", "nodes": "1", "ntasks": "1", "partition": "batch",
-                            "qos": "normal"}
+    assert fake.options == {
+        "reservation": "gpushare-relayout-lab-mig01",
+        "nodelist": NODE,
+        "job-name": "gpushare-relayout-lab-mig01",
+        "output": "/var/log/slurm/relayout-%j.log",
+        "export": "NIL",
+        "time": "22",
+        "nodes": "1",
+        "ntasks": "1",
+        "partition": "batch",
+        "qos": "normal",
+    }
     lines = fake.script.splitlines()
     assert lines[0] == "#!/bin/sh"
-    assert lines[-1] == ("exec gpushare node relayout --policy /etc/slurm/gpushare-live.yaml --node lab-mig01 "
-                         "--node-config /etc/gpushare/node.yaml")
+    assert lines[-1] == (
+        "exec gpushare node relayout --policy /etc/slurm/gpushare-live.yaml --node lab-mig01 "
+        "--node-config /etc/gpushare/node.yaml"
+    )
     assert "$" not in fake.script.replace("$PATH", "")  # nothing expanded from any environment
 
 
-@pytest.mark.parametrize("node, policy", [
-    ("lab;reboot", "/etc/slurm/live.yaml"), ("-n", "/etc/slurm/live.yaml"), ("a b", "/etc/slurm/live.yaml"),
-    (NODE, "relative.yaml"), (NODE, "/etc/slurm/../shadow"), (NODE, "/etc/slurm/live.yaml; reboot"),
-    (NODE, "/etc/$(reboot)"), ("x" * 64, "/etc/slurm/live.yaml"),
-])
+@pytest.mark.parametrize(
+    "node, policy",
+    [
+        ("lab;reboot", "/etc/slurm/live.yaml"),
+        ("-n", "/etc/slurm/live.yaml"),
+        ("a b", "/etc/slurm/live.yaml"),
+        (NODE, "relative.yaml"),
+        (NODE, "/etc/slurm/../shadow"),
+        (NODE, "/etc/slurm/live.yaml; reboot"),
+        (NODE, "/etc/$(reboot)"),
+        ("x" * 64, "/etc/slurm/live.yaml"),
+    ],
+)
 def test_hostile_node_names_and_paths_are_refused(node, policy):
     with pytest.raises(ReservationError, match="expected"):
         relayout_script(policy, node)
@@ -117,8 +156,11 @@ def test_job_end_reads_sacct_in_epoch_seconds():
 
 
 def change(phase="waiting", node=NODE, steps=((0, ALL_1G, THREE_G),), modes=(), **kw) -> Record:
-    what = Change(node, modes=tuple(ModeStep(*m) for m in modes)) if modes else \
-        Change(node, tuple(LayoutStep(*step) for step in steps))
+    what = (
+        Change(node, modes=tuple(ModeStep(*m) for m in modes))
+        if modes
+        else Change(node, tuple(LayoutStep(*step) for step in steps))
+    )
     return Record(what, phase=phase, **{"locked_at": 1000.0, **kw})
 
 
@@ -150,8 +192,11 @@ def test_relayout_change_follows_its_job():
     failed = one(c, ends={55: JobEnd(55, "FAILED", "1:0", 1090, NODE)})
     assert (failed.ok, failed.drain) == (False, "gpushare relayout failed: job 55 ended FAILED exit 1:0")
     # the relayout drained the node with its own reason: kept, not replaced
-    own = one(c, ends={55: JobEnd(55, "FAILED", "1:0", 1090, NODE)},
-              nodes={NODE: (("IDLE", "DRAIN"), "gpushare relayout failed: MIG layout still differs")})
+    own = one(
+        c,
+        ends={55: JobEnd(55, "FAILED", "1:0", 1090, NODE)},
+        nodes={NODE: (("IDLE", "DRAIN"), "gpushare relayout failed: MIG layout still differs")},
+    )
     assert (own.ok, own.drain) == (False, None)
     # a job accounting never heard of, long after: failed, not waited for forever
     lost = one(c, now=1050.0 + 1320 + d.NO_RECORD_GRACE + 1)
@@ -164,9 +209,12 @@ def test_a_change_left_by_a_run_that_stopped_is_taken_on_or_back():
     assert isinstance(d.next_steps(1100.0, state, frozenset({NODE}), {}, {}, {}, (), 600, 1320)[0], d.Adopt)
     assert isinstance(d.next_steps(1100.0, state, frozenset(), {}, {}, {}, (), 600, 1320)[0], d.Drop)
     state.put(change("submitting", prior={"layouts": {}, "modes": {}}))
-    assert d.next_steps(1100.0, state, frozenset({NODE}), {}, {}, {}, (), 600, 1320, found={NODE: (9, 7)}) == \
-        [d.Found(NODE, 7)]
-    assert d.next_steps(1100.0, state, frozenset({NODE}), {}, {}, {}, (), 600, 1320, found={NODE: ()}) == [d.StartRelayout(NODE)]
+    assert d.next_steps(1100.0, state, frozenset({NODE}), {}, {}, {}, (), 600, 1320, found={NODE: (9, 7)}) == [
+        d.Found(NODE, 7)
+    ]
+    assert d.next_steps(1100.0, state, frozenset({NODE}), {}, {}, {}, (), 600, 1320, found={NODE: ()}) == [
+        d.StartRelayout(NODE)
+    ]
     assert isinstance(d.next_steps(1100.0, state, frozenset(), {}, {}, {}, (), 600, 1320)[0], d.Lost)
 
 
@@ -190,7 +238,9 @@ def P(node: str, steps=((0, ALL_1G, THREE_G),), line="3 jobs wait for a100_40g_3
 def test_proposals_on_nodes_in_flight_are_not_taken_twice():
     state = State()
     state.put(change(node="lab-mig02"))
-    acts = d.next_steps(1100.0, state, frozenset({"lab-mig02"}), {}, {}, {}, (P("lab-mig02"), P(NODE), P(NODE)), 600, 1320)
+    acts = d.next_steps(
+        1100.0, state, frozenset({"lab-mig02"}), {}, {}, {}, (P("lab-mig02"), P(NODE), P(NODE)), 600, 1320
+    )
     assert acts == [d.StartRelayout("lab-mig02"), d.Take(P(NODE))]
 
 
@@ -496,8 +546,9 @@ def test_a_proposal_of_two_gpus_is_recorded_and_relaid_out_in_one_job(tmp_path):
     from slurm_gpushare.policy.document import with_layouts
 
     raw = yaml.safe_load(admin_policy(tmp_path).read_text())
-    raw["node_groups"][0].update(gpu={"model": "A100-SXM4-40GB", "count": 2},
-                                 sharing=[{"gpus": "0-1", "mode": "mig", "layout": "all-1g.5gb"}])
+    raw["node_groups"][0].update(
+        gpu={"model": "A100-SXM4-40GB", "count": 2}, sharing=[{"gpus": "0-1", "mode": "mig", "layout": "all-1g.5gb"}]
+    )
     policy = tmp_path / "two-gpus.yaml"
     policy.write_text(yaml.safe_dump(raw, sort_keys=False))
     ctld = FakeCtld()
@@ -510,35 +561,77 @@ def test_a_proposal_of_two_gpus_is_recorded_and_relaid_out_in_one_job(tmp_path):
     assert len(ctld.jobs) == 1  # one relayout job for both GPUs
     state = live.store.read()
     assert state.current[NODE].change.layouts == ((0, ALL_1G, THREE_G), (1, ALL_1G, seven))
-    assert state.current[NODE].change.new_layouts == {0: THREE_G, 1: seven} and state.layouts == {NODE: {0: THREE_G, 1: seven}}
+    assert state.current[NODE].change.new_layouts == {0: THREE_G, 1: seven} and state.layouts == {
+        NODE: {0: THREE_G, 1: seven}
+    }
     written = yaml.safe_load(live.policy_file.read_text())
-    assert [(e["gpus"], tuple(e["layout"])) for e in written["node_groups"][0]["sharing"]] == [(0, THREE_G),
-                                                                                               (1, seven)]
+    assert [(e["gpus"], tuple(e["layout"])) for e in written["node_groups"][0]["sharing"]] == [(0, THREE_G), (1, seven)]
     node_line = (tmp_path / "etc-slurm" / "slurm-gpushare.conf").read_text().split("NodeName=lab-mig01")[1]
     assert "7g.40gb:1" in node_line.splitlines()[0] and "3g.20gb:1" in node_line.splitlines()[0]
 
 
-V1_RECORD = {"node": NODE, "gpu": 0, "old_layout": list(ALL_1G), "new_layout": list(THREE_G), "phase": "done",
-             "locked_at": 1000.0, "line": "3 jobs wait", "job": 5, "submitted_at": 1010.0, "ended_at": 1500.0,
-             "result": "relayout job 5 COMPLETED", "planner": "h:1", "prior": {"layouts": {}, "modes": {}}}
+V1_RECORD = {
+    "node": NODE,
+    "gpu": 0,
+    "old_layout": list(ALL_1G),
+    "new_layout": list(THREE_G),
+    "phase": "done",
+    "locked_at": 1000.0,
+    "line": "3 jobs wait",
+    "job": 5,
+    "submitted_at": 1010.0,
+    "ended_at": 1500.0,
+    "result": "relayout job 5 COMPLETED",
+    "planner": "h:1",
+    "prior": {"layouts": {}, "modes": {}},
+}
 
 
 def test_a_state_file_of_format_1_reads_as_the_same_records(tmp_path):
     """Format 1 kept a change as first-GPU fields (gpu, old_layout, new_layout), ``changes`` (every GPU, or none
     for one GPU) and ``modes`` with the old mode as text; it is read into the same records, and written as 2."""
-    two = {**V1_RECORD, "node": "lab-mig02", "changes": [[0, list(ALL_1G), list(THREE_G)], [1, list(ALL_1G), ["7g.40gb"]]]}
-    modes = {**V1_RECORD, "node": "lab-excl01", "gpu": 1, "old_layout": ["exclusive"], "new_layout": ["mps (100 units)"],
-             "changes": [[1, ["exclusive"], ["mps (100 units)"]]], "modes": [[1, "exclusive", {"mode": "mps", "units": 100}]],
-             "phase": "waiting", "job": None, "submitted_at": None, "ended_at": None, "result": "", "prior": None}
-    doc = {"format": "gpushare-live-state/1", "current": {NODE: V1_RECORD, "lab-mig02": two, "lab-excl01": modes},
-           "layouts": {NODE: {"0": list(THREE_G)}}, "modes": {}, "weights": {"lab-mig02": 3},
-           "history": [V1_RECORD], "counts": {NODE: {"done": 1}}}
+    two = {
+        **V1_RECORD,
+        "node": "lab-mig02",
+        "changes": [[0, list(ALL_1G), list(THREE_G)], [1, list(ALL_1G), ["7g.40gb"]]],
+    }
+    modes = {
+        **V1_RECORD,
+        "node": "lab-excl01",
+        "gpu": 1,
+        "old_layout": ["exclusive"],
+        "new_layout": ["mps (100 units)"],
+        "changes": [[1, ["exclusive"], ["mps (100 units)"]]],
+        "modes": [[1, "exclusive", {"mode": "mps", "units": 100}]],
+        "phase": "waiting",
+        "job": None,
+        "submitted_at": None,
+        "ended_at": None,
+        "result": "",
+        "prior": None,
+    }
+    doc = {
+        "format": "gpushare-live-state/1",
+        "current": {NODE: V1_RECORD, "lab-mig02": two, "lab-excl01": modes},
+        "layouts": {NODE: {"0": list(THREE_G)}},
+        "modes": {},
+        "weights": {"lab-mig02": 3},
+        "history": [V1_RECORD],
+        "counts": {NODE: {"done": 1}},
+    }
     store = StateFile(tmp_path / "s.json")
     store.path.write_text(json.dumps(doc))
     state = store.read()
-    assert state.current[NODE] == change("done", line="3 jobs wait", job=5, submitted_at=1010.0, ended_at=1500.0,
-                                         result="relayout job 5 COMPLETED", planner="h:1",
-                                         prior={"layouts": {}, "modes": {}})
+    assert state.current[NODE] == change(
+        "done",
+        line="3 jobs wait",
+        job=5,
+        submitted_at=1010.0,
+        ended_at=1500.0,
+        result="relayout job 5 COMPLETED",
+        planner="h:1",
+        prior={"layouts": {}, "modes": {}},
+    )
     assert state.current["lab-mig02"].change.new_layouts == {0: THREE_G, 1: ("7g.40gb",)}
     excl = state.current["lab-excl01"]
     assert excl.change.modes == ((1, {"mode": "exclusive"}, {"mode": "mps", "units": 100}),) and excl.in_flight
@@ -553,8 +646,14 @@ def test_a_format_1_record_with_a_field_of_another_format_is_refused(tmp_path):
     store.path.write_text(json.dumps({"format": "gpushare-live-state/1", "current": {NODE: {**V1_RECORD, "x": 1}}}))
     with pytest.raises(StateError, match=r"unknown keys \['x'\]"):
         store.read()
-    store.path.write_text(json.dumps({"format": "gpushare-live-state/1",
-                                      "current": {NODE: {**V1_RECORD, "modes": [[0, "mps (lots)", {"mode": "mps"}]]}}}))
+    store.path.write_text(
+        json.dumps(
+            {
+                "format": "gpushare-live-state/1",
+                "current": {NODE: {**V1_RECORD, "modes": [[0, "mps (lots)", {"mode": "mps"}]]}},
+            }
+        )
+    )
     with pytest.raises(StateError, match="is not a GPU mode as the live planner writes one"):
         store.read()
 
@@ -571,8 +670,18 @@ def test_unknown_commands_are_refused_by_the_fake():
 
 
 def test_gpu_jobs_by_node_counts_only_gpu_mps_shard():
-    snap = Snap(0, (Running(1, "a", {"gpu:x": 1}), Running(2, "a", {"shard": 2}), Running(3, "b", {"license": 1}),
-                    Running(4, "b", {"mps": 0})), {}, {}, frozenset())
+    snap = Snap(
+        0,
+        (
+            Running(1, "a", {"gpu:x": 1}),
+            Running(2, "a", {"shard": 2}),
+            Running(3, "b", {"license": 1}),
+            Running(4, "b", {"mps": 0}),
+        ),
+        {},
+        {},
+        frozenset(),
+    )
     assert gpu_jobs_by_node(snap) == {"a": (1, 2)}
 
 
@@ -603,8 +712,9 @@ def test_relayout_refuses_a_policy_the_node_hooks_do_not_follow(tmp_path):
     other.write_text(admin.read_text())
     cfg.write_text(f"policy: {admin}\n")  # no live_policy: the hooks follow the admin's policy
     cfg.chmod(0o644)
-    res = CliRunner().invoke(main, ["node", "relayout", "--policy", str(other), "--node", NODE,
-                                    "--node-config", str(cfg)])
+    res = CliRunner().invoke(
+        main, ["node", "relayout", "--policy", str(other), "--node", NODE, "--node-config", str(cfg)]
+    )
     assert res.exit_code == 1, res.output
     assert f"the node hooks follow {admin}, not --policy {other}" in res.output
 
@@ -630,8 +740,12 @@ def test_the_real_planner_proposes_and_the_apply_path_locks_relays_out_and_rende
     from slurm_gpushare.slurm.model import GresUse, Job, Node
 
     raw = yaml.safe_load(admin_policy(tmp_path).read_text())
-    spare = {**raw["node_groups"][0], "name": "lab-mig3", "nodes": "lab-mig02",
-             "sharing": [{"gpus": 0, "mode": "mig", "layout": ["3g.20gb", "2g.10gb", "1g.5gb"]}]}
+    spare = {
+        **raw["node_groups"][0],
+        "name": "lab-mig3",
+        "nodes": "lab-mig02",
+        "sharing": [{"gpus": 0, "mode": "mig", "layout": ["3g.20gb", "2g.10gb", "1g.5gb"]}],
+    }
     raw["node_groups"].append(spare)
     for tier in raw["tiers"]:
         tier["node_groups"] = ["lab-mig", "lab-mig3"]
@@ -643,18 +757,41 @@ def test_the_real_planner_proposes_and_the_apply_path_locks_relays_out_and_rende
 
     def job(i, state, gres, node="", reason="None"):
         alloc = {node: {gres: GresUse(1, (0,))}} if node else {}
-        return Job(i, None, None, f"j{i}", "carol", "biology", "batch", "normal", state, reason, node,
-                   {gres: 1}, alloc, now - 60, now + 100 if node else None, 100)
+        return Job(
+            i,
+            None,
+            None,
+            f"j{i}",
+            "carol",
+            "biology",
+            "batch",
+            "normal",
+            state,
+            reason,
+            node,
+            {gres: 1},
+            alloc,
+            now - 60,
+            now + 100 if node else None,
+            100,
+        )
 
     jobs = [job(1, "RUNNING", f"gpu:{'a100_40g_1g.5gb'}", NODE)] + [
-        job(i, "PENDING", "gpu:a100_40g_3g.20gb", reason="ReqNodeNotAvail") for i in (2, 3, 4)]
+        job(i, "PENDING", "gpu:a100_40g_3g.20gb", reason="ReqNodeNotAvail") for i in (2, 3, 4)
+    ]
 
     def mig_node(name, gres, state=("MIXED",), reason=""):
         return Node(name, state, reason, gres, {}, (), (), 1, ("batch",), 8, 0, 16000, 0)
 
-    nodes = [mig_node(NODE, {"gpu:a100_40g_1g.5gb": 7}),
-             mig_node("lab-mig02", {"gpu:a100_40g_3g.20gb": 1, "gpu:a100_40g_2g.10gb": 1, "gpu:a100_40g_1g.5gb": 1},
-                      ("IDLE", "DRAIN"), "out for repair")]
+    nodes = [
+        mig_node(NODE, {"gpu:a100_40g_1g.5gb": 7}),
+        mig_node(
+            "lab-mig02",
+            {"gpu:a100_40g_3g.20gb": 1, "gpu:a100_40g_2g.10gb": 1, "gpu:a100_40g_1g.5gb": 1},
+            ("IDLE", "DRAIN"),
+            "out for repair",
+        ),
+    ]
     live = LiveApply(policy, FakeClient(ctld, jobs, nodes), Reservations(ctld), clock=Clock(ctld))
     first = live.run_once()
     assert [p.node for p in first.plan.proposals] == [NODE], first.plan.report()
@@ -669,7 +806,10 @@ def test_the_real_planner_proposes_and_the_apply_path_locks_relays_out_and_rende
     assert relayout.options["partition"] == "batch"
     written = yaml.safe_load(live.policy_file.read_text())
     assert written["node_groups"][0]["sharing"][-1]["layout"] == list(new)
-    assert "gpu:a100_40g_3g.20gb" in (tmp_path / "etc-slurm" / "slurm-gpushare.conf").read_text().split("NodeName=lab-mig01")[1].splitlines()[0]
+    assert (
+        "gpu:a100_40g_3g.20gb"
+        in (tmp_path / "etc-slurm" / "slurm-gpushare.conf").read_text().split("NodeName=lab-mig01")[1].splitlines()[0]
+    )
 
 
 def test_a_layout_the_policy_refuses_ends_the_attempt_and_releases_the_lock(world):
@@ -686,12 +826,15 @@ def test_a_layout_the_policy_refuses_ends_the_attempt_and_releases_the_lock(worl
     assert any("does not fit" in line for line in report.lines)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["plan", "--apply", "--demand", "openb:x.csv"], "No such option '--apply'"),  # the static plan: its own only
-    (["live", "report", "--every", "5"], "No such option '--every'"),
-    (["live", "apply"], "live.enabled is false"),
-    (["plan", "--live", "--apply"], "live.enabled is false"),  # the alias of `live apply`, for one release
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["plan", "--apply", "--demand", "openb:x.csv"], "No such option '--apply'"),  # the static plan: its own only
+        (["live", "report", "--every", "5"], "No such option '--every'"),
+        (["live", "apply"], "live.enabled is false"),
+        (["plan", "--live", "--apply"], "live.enabled is false"),  # the alias of `live apply`, for one release
+    ],
+)
 def test_live_apply_options_are_checked(tmp_path, args, message):
     from click.testing import CliRunner
 
@@ -707,7 +850,9 @@ def test_a_change_is_layouts_or_modes_and_round_trips():
         Change(NODE)
     with pytest.raises(ValueError, match="MIG layouts or sharing modes"):
         Change(NODE, (LayoutStep(0, ALL_1G, THREE_G),), (ModeStep(1, {"mode": "exclusive"}, {"mode": "mps"}),))
-    three = Change(NODE, (LayoutStep(0, ALL_1G, THREE_G), LayoutStep(1, ALL_1G, THREE_G), LayoutStep(3, ALL_1G, ALL_1G)))
+    three = Change(
+        NODE, (LayoutStep(0, ALL_1G, THREE_G), LayoutStep(1, ALL_1G, THREE_G), LayoutStep(3, ALL_1G, ALL_1G))
+    )
     assert three.text() == f"GPUs 0-1 to {'+'.join(THREE_G)} and GPU 3 to {'+'.join(ALL_1G)}"
     assert Change.from_json(json.loads(json.dumps(three.to_json()))) == three
     mps = Change(NODE, modes=(ModeStep(1, {"mode": "exclusive"}, {"mode": "mps", "units": 100}),))

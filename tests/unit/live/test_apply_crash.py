@@ -17,15 +17,25 @@ import yaml
 from slurm_gpushare.live.apply import LiveApply
 from slurm_gpushare.slurm.cli_backend import CliClient
 from slurm_gpushare.slurm.reservations import Reservations, lock_name
-from tests.unit.live_fakes import FakeCtld
 from tests.unit.live.test_apply import ALL_1G, NODE, THREE_G, Clock, FakePlanner, P, Plan, admin_policy
+from tests.unit.live_fakes import FakeCtld
 
 # Every step of one change of a node with no GPU job, in order: the first run takes the node and submits the
 # relayout job; the run after the job has ended records it done. test_the_steps_are_these checks the list.
-STEPS = ("state:locking", "scontrol create reservation", "state:waiting", "state:submitting", "live policy",
-         "configuration", "scontrol update reservation", "sbatch", "state:relayout", "scontrol delete reservation",
-         "state:done")
-BEFORE_SBATCH = STEPS[:STEPS.index("sbatch")]
+STEPS = (
+    "state:locking",
+    "scontrol create reservation",
+    "state:waiting",
+    "state:submitting",
+    "live policy",
+    "configuration",
+    "scontrol update reservation",
+    "sbatch",
+    "state:relayout",
+    "scontrol delete reservation",
+    "state:done",
+)
+BEFORE_SBATCH = STEPS[: STEPS.index("sbatch")]
 
 
 class Crash(BaseException):
@@ -224,11 +234,13 @@ def test_the_job_of_the_nodes_last_change_is_not_taken_for_this_ones(crashing):
     ctld.finish(earlier)
     res.delete_lock(NODE)
     state = State()
-    state.put(change("done", steps=((0, THREE_G, ALL_1G),), job=earlier, locked_at=ctld.now - 9000,
-                     ended_at=ctld.now - 7200))
+    state.put(
+        change("done", steps=((0, THREE_G, ALL_1G),), job=earlier, locked_at=ctld.now - 9000, ended_at=ctld.now - 7200)
+    )
     StateFile(applier().store.path).write(state)
-    planner.plan = lambda site, snap, doc: Plan(tuple(planner.proposals) if snap.changes[NODE] <
-                                                          ctld.now - 3600 else ())
+    planner.plan = lambda site, snap, doc: Plan(
+        tuple(planner.proposals) if snap.changes[NODE] < ctld.now - 3600 else ()
+    )
     crasher.at = "state:submitting"
     with pytest.raises(Crash):
         applier().run_once()

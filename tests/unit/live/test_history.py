@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_gpushare.live.view import RecentJob, recent_from_records, view_from_client
 from slurm_gpushare.live.plan import plan_live
+from slurm_gpushare.live.view import RecentJob, recent_from_records, view_from_client
 from slurm_gpushare.proc import Result
 from slurm_gpushare.slurm.cli_backend import CliClient
 from slurm_gpushare.slurm.history import FinishedJob, history_argv, parse_history
@@ -18,6 +18,7 @@ HOUR = 3600.0
 
 
 # ---- the query and its parser --------------------------------------------------------------------
+
 
 def test_history_argv_asks_for_every_allocation_of_the_window_with_its_nodes():
     argv = history_argv(NOW - 6 * HOUR, NOW)
@@ -32,7 +33,7 @@ def test_parse_history_keeps_only_jobs_that_ran_and_ended():
         f"101|COMPLETED|{NOW - 600:.0f}|{NOW - 60:.0f}|m01|billing=14,cpu=1,gres/gpu:a100_40g_1g.5gb=1,gres/gpu=1",
         f"102|CANCELLED by 0|{NOW - 900:.0f}|{NOW - 800:.0f}|m[01-02]|cpu=2,gres/mps=50|",  # --parsable's '|'
         f"103|RUNNING|{NOW - 60:.0f}|Unknown|m01|cpu=1,gres/gpu=1",  # still running
-        f"104|PENDING|Unknown|Unknown|None assigned|",  # never started
+        "104|PENDING|Unknown|Unknown|None assigned|",  # never started
         f"105|CANCELLED by 1000|None|{NOW - 30:.0f}|None assigned|",  # cancelled while pending
         f"101.batch|COMPLETED|{NOW - 600:.0f}|{NOW - 60:.0f}|m01|cpu=1",  # a step (sacct -X prints none anyway)
         f"106|COMPLETED|{NOW - 60:.0f}|{NOW + 30:.0f}|m01|gres/gpu=1",  # ended after the window
@@ -71,12 +72,16 @@ def test_the_client_reads_the_history_with_epoch_times():
 
 
 def test_recent_from_records_one_per_node_gpu_jobs_only():
-    recs = [FinishedJob("1", "COMPLETED", 1.0, 2.0, ("m01", "m02"), {"gpu:a100_40g_1g.5gb": 1, "gpu": 1}),
-            FinishedJob("2", "COMPLETED", 1.0, 2.0, ("e01",), {}),  # no GRES: a CPU job
-            FinishedJob("3", "FAILED", 1.0, 2.0, ("s01",), {"shard": 2, "gpu": 0})]
+    recs = [
+        FinishedJob("1", "COMPLETED", 1.0, 2.0, ("m01", "m02"), {"gpu:a100_40g_1g.5gb": 1, "gpu": 1}),
+        FinishedJob("2", "COMPLETED", 1.0, 2.0, ("e01",), {}),  # no GRES: a CPU job
+        FinishedJob("3", "FAILED", 1.0, 2.0, ("s01",), {"shard": 2, "gpu": 0}),
+    ]
     assert recent_from_records(recs) == (
-        RecentJob("1", "m01", {T1: 1}, 1.0, 2.0), RecentJob("1", "m02", {T1: 1}, 1.0, 2.0),
-        RecentJob("3", "s01", {"shard": 2}, 1.0, 2.0))
+        RecentJob("1", "m01", {T1: 1}, 1.0, 2.0),
+        RecentJob("1", "m02", {T1: 1}, 1.0, 2.0),
+        RecentJob("3", "s01", {"shard": 2}, 1.0, 2.0),
+    )
 
 
 def test_snapshot_reads_the_policys_window_through_the_client():
@@ -93,6 +98,7 @@ def test_snapshot_reads_the_policys_window_through_the_client():
 
 
 # ---- the decision -----------------------------------------------------------------------------------
+
 
 def ran(n, gres=T1, node="m01", hours_ago=1.0):
     """n jobs of ``gres`` that ran on ``node`` and ended ``hours_ago``."""
@@ -112,8 +118,10 @@ def test_a_change_that_would_strand_the_recent_mix_is_held():
     assert plan.proposals == ()
     (h,) = plan.held
     assert (h.node, h.change.new_layouts) == ("m01", {0: ("3g.20gb", "3g.20gb")})
-    assert h.why.startswith("the last 6 h ran 40 jobs of a100_40g_1g.5gb (6.7 expected within min_dwell 60 min; "
-                            "the change keeps 0 of 7): it would strand 6.7 of them against the 2 pending job(s)")
+    assert h.why.startswith(
+        "the last 6 h ran 40 jobs of a100_40g_1g.5gb (6.7 expected within min_dwell 60 min; "
+        "the change keeps 0 of 7): it would strand 6.7 of them against the 2 pending job(s)"
+    )
     assert "net -4.7; min_benefit_jobs is 1" in h.why
 
 
@@ -136,8 +144,10 @@ def test_some_recent_demand_is_subtracted_from_the_benefit_and_said():
     # keeps 4 1g.5gb starts 1 3g and strands 3/7: 0.57: 3g+3g is still the better one
     (p,) = plan_live(one_node(), with_history(ran(6))).proposals
     assert p.change.new_layouts == {0: ("3g.20gb", "3g.20gb")} and p.benefit == pytest.approx(1.0)
-    assert p.line.endswith("; history: the last 6 h ran 6 jobs of a100_40g_1g.5gb (1.0 expected within min_dwell "
-                           "60 min; the change keeps 0 of 7): 1.0 stranded, net benefit 1.0")
+    assert p.line.endswith(
+        "; history: the last 6 h ran 6 jobs of a100_40g_1g.5gb (1.0 expected within min_dwell "
+        "60 min; the change keeps 0 of 7): 1.0 stranded, net benefit 1.0"
+    )
     # a larger min_benefit_jobs holds it, and says the history is why
     (h,) = plan_live(one_node(min_benefit_jobs=2), with_history(ran(6))).held
     assert "it would strand 1.0 of them against the 2 pending job(s) it lets start (net 1.0" in h.why
@@ -150,15 +160,19 @@ def test_history_picks_a_layout_that_keeps_some_of_the_recent_type():
     (h,) = plan_live(one_node(), with_history(ran(12), pend=pending(1), running=())).held
     (new,) = h.change.new_layouts.values()
     assert "3g.20gb" in new and new.count("1g.5gb") == 4
-    assert "the change keeps 4 of 7): it would strand 0.9 of them against the 1 pending job(s) it lets start " \
-           "(net 0.1; min_benefit_jobs is 1)" in h.why
+    assert (
+        "the change keeps 4 of 7): it would strand 0.9 of them against the 1 pending job(s) it lets start "
+        "(net 0.1; min_benefit_jobs is 1)" in h.why
+    )
 
 
 def test_the_report_shows_the_history_by_type_and_node():
     plan = plan_live(one_node(), with_history(ran(6) + ran(2, node="m02") + ran(3, gres=T3)))
     assert plan.history == ("a100_40g_1g.5gb: 8 job(s) (m01 6, m02 2)", "a100_40g_3g.20gb: 3 job(s) (m01 3)")
     report = plan.report()
-    assert report[report.index("history (GPU jobs ended within live.history_window, by type):") + 1] == \
-        "  a100_40g_1g.5gb: 8 job(s) (m01 6, m02 2)"
+    assert (
+        report[report.index("history (GPU jobs ended within live.history_window, by type):") + 1]
+        == "  a100_40g_1g.5gb: 8 job(s) (m01 6, m02 2)"
+    )
     assert plan.to_dict()["history"] == list(plan.history)
     assert not any(line.startswith("history") for line in plan_live(one_node(), with_history(())).report())

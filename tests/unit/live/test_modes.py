@@ -13,10 +13,10 @@ import yaml
 
 from slurm_gpushare.errors import PolicyError
 from slurm_gpushare.live import modes as livemodes
-from slurm_gpushare.live.view import ClusterView, NodeView, PendingJob, RecentJob, RunningJob
-from slurm_gpushare.policy.document import mode_text, with_modes
 from slurm_gpushare.live.plan import plan_live
+from slurm_gpushare.live.view import ClusterView, NodeView, PendingJob, RecentJob, RunningJob
 from slurm_gpushare.policy import build_site
+from slurm_gpushare.policy.document import mode_text, with_modes
 
 ROOT = Path(__file__).resolve().parents[3]
 NOW = 1_800_000_000.0
@@ -39,10 +39,12 @@ def shard_jobs(n, count=2, first=100, age=1500.0, priority=10):
 
 
 def nodes(**extra):
-    out = {EXCL: NodeView(EXCL, ("IDLE",), "", {"gpu:l40s": 2}),
-           SHARD: NodeView(SHARD, ("MIXED",), "", {"gpu:l40s": 1, "shard:l40s": 4}),
-           "lab-mig01": NodeView("lab-mig01", ("IDLE",), "", {"gpu:a100_40g_1g.5gb": 7}),
-           "lab-mps01": NodeView("lab-mps01", ("IDLE",), "", {"gpu:a30": 1, "mps": 100})}
+    out = {
+        EXCL: NodeView(EXCL, ("IDLE",), "", {"gpu:l40s": 2}),
+        SHARD: NodeView(SHARD, ("MIXED",), "", {"gpu:l40s": 1, "shard:l40s": 4}),
+        "lab-mig01": NodeView("lab-mig01", ("IDLE",), "", {"gpu:a100_40g_1g.5gb": 7}),
+        "lab-mps01": NodeView("lab-mps01", ("IDLE",), "", {"gpu:a30": 1, "mps": 100}),
+    }
     out.update(extra)
     return out
 
@@ -55,6 +57,7 @@ def snap(pending, running=FULL_SHARD, history=(), **kw):
 
 
 # ---- what a GPU may become -------------------------------------------------------------------------
+
 
 def test_a_gpu_may_take_the_modes_the_site_uses_on_its_model():
     s = lab()
@@ -83,19 +86,26 @@ def test_starts_on_an_empty_node():
 
 # ---- the plan ------------------------------------------------------------------------------------------
 
+
 def test_pending_shard_jobs_turn_idle_exclusive_gpus_into_shards():
     plan = plan_live(lab(), snap(shard_jobs(4)))
     (p,) = plan.proposals
     assert p.node == EXCL and p.change.layouts == ()
     assert p.change.new_modes == {0: {"mode": "shard", "replicas": 4}, 1: {"mode": "shard", "replicas": 4}}
-    assert p.change.modes == ((0, {"mode": "exclusive"}, {"mode": "shard", "replicas": 4}),
-                              (1, {"mode": "exclusive"}, {"mode": "shard", "replicas": 4}))
+    assert p.change.modes == (
+        (0, {"mode": "exclusive"}, {"mode": "shard", "replicas": 4}),
+        (1, {"mode": "exclusive"}, {"mode": "shard", "replicas": 4}),
+    )
     assert (p.change.first(), p.benefit, p.must_finish) == (("exclusive", "shard (4 replicas)"), 4, ())
-    assert p.line == ("4 jobs have waited 25 min for shard; lab-excl01 has 0 GPU jobs running: mode change GPU 0 "
-                      "exclusive -> shard (4 replicas), GPU 1 exclusive -> shard (4 replicas) lets 4 start; cost: no "
-                      "GPU job on the node + 2 min drain and re-registration")
-    assert any(line.startswith("shard: 4 pending") and "4 blocked (a GPU mode change can serve it)" in line
-               for line in plan.demand)
+    assert p.line == (
+        "4 jobs have waited 25 min for shard; lab-excl01 has 0 GPU jobs running: mode change GPU 0 "
+        "exclusive -> shard (4 replicas), GPU 1 exclusive -> shard (4 replicas) lets 4 start; cost: no "
+        "GPU job on the node + 2 min drain and re-registration"
+    )
+    assert any(
+        line.startswith("shard: 4 pending") and "4 blocked (a GPU mode change can serve it)" in line
+        for line in plan.demand
+    )
 
 
 def test_two_shard_jobs_need_one_gpu_only():
@@ -133,8 +143,11 @@ def test_the_recent_whole_gpu_mix_keeps_a_gpu_exclusive():
     plan = plan_live(lab(), snap(shard_jobs(4), history=ran))
     assert plan.proposals == ()
     (h,) = plan.held
-    assert h.node == EXCL and h.change.modes and "the last 6 h ran 24 jobs of l40s (4.0 expected within min_dwell 60 min" \
-        in h.why
+    assert (
+        h.node == EXCL
+        and h.change.modes
+        and "the last 6 h ran 24 jobs of l40s (4.0 expected within min_dwell 60 min" in h.why
+    )
     # 12 of them (2 expected): one GPU strands 1, both 2: both to shards start 4, net 2 (better than one, net 1)
     (p,) = plan_live(lab(), snap(shard_jobs(4), history=ran[:12])).proposals
     assert len(p.change.modes) == 2 and p.benefit == pytest.approx(2.0)
@@ -144,15 +157,25 @@ def test_the_recent_whole_gpu_mix_keeps_a_gpu_exclusive():
 def test_never_mps_and_shard_on_one_node():
     # an L40S node with MPS beside the shard one: L40S GPUs may now be exclusive, shard (4) or mps (100)
     d = lab_doc()
-    d["node_groups"].append({"name": "lab-l40s-mps", "nodes": "lab-lmps01", "gpu": {"model": "L40S", "count": 1},
-                             "cpus": 8, "memory_mb": 16000, "sharing": [{"gpus": 0, "mode": "mps", "units": 100}]})
+    d["node_groups"].append(
+        {
+            "name": "lab-l40s-mps",
+            "nodes": "lab-lmps01",
+            "gpu": {"model": "L40S", "count": 1},
+            "cpus": 8,
+            "memory_mb": 16000,
+            "sharing": [{"gpus": 0, "mode": "mps", "units": 100}],
+        }
+    )
     for tier in d["tiers"]:
         tier["node_groups"].append("lab-l40s-mps")
     d["billing"]["gpu_weights"]["A30-24GB"] = 100  # one GRES/mps weight per partition: the A30's MPS units too
     s = build_site(d, "lab+mps")
     mps = tuple(PendingJob(300 + i, "mps", 50, 1500.0, 20, "Resources", "batch") for i in range(2))
-    full_mps = (RunningJob(30, "lab-lmps01", {"mps": 100}, NOW + 60), RunningJob(31, "lab-mps01", {"mps": 100},
-                                                                                  NOW + 60))
+    full_mps = (
+        RunningJob(30, "lab-lmps01", {"mps": 100}, NOW + 60),
+        RunningJob(31, "lab-mps01", {"mps": 100}, NOW + 60),
+    )
     extra = {"lab-lmps01": NodeView("lab-lmps01", ("MIXED",), "", {"gpu:l40s": 1, "mps": 100})}
     plan = plan_live(s, snap(shard_jobs(2) + mps, running=FULL_SHARD + full_mps, **extra))
     (p,) = plan.proposals
@@ -168,27 +191,33 @@ def test_never_mps_and_shard_on_one_node():
 
 # ---- with_modes ----------------------------------------------------------------------------------------
 
+
 def test_with_modes_splits_the_node_out_and_validates():
     d = lab_doc()
     d["node_groups"][0]["nodes"] = "lab-excl[01-02]"
     out = with_modes(d, EXCL, {1: {"mode": "shard", "replicas": 4}})
     groups = {g["name"]: g for g in out["node_groups"]}
     assert groups["lab-excl"]["nodes"] == "lab-excl02"
-    assert groups["lab-excl-lab-excl01"]["sharing"] == [{"gpus": 0, "mode": "exclusive"},
-                                                        {"gpus": 1, "mode": "shard", "replicas": 4}]
+    assert groups["lab-excl-lab-excl01"]["sharing"] == [
+        {"gpus": 0, "mode": "exclusive"},
+        {"gpus": 1, "mode": "shard", "replicas": 4},
+    ]
     assert "lab-excl-lab-excl01" in out["tiers"][0]["node_groups"]
     assert d["node_groups"][0]["nodes"] == "lab-excl[01-02]"  # the input is not changed
     site = build_site(out, "live")
     assert site.group_for_node(EXCL).gres == {("gpu", "l40s"): 2, ("shard", ""): 4}
 
 
-@pytest.mark.parametrize("node, modes, says", [
-    ("lab-mig01", {0: {"mode": "exclusive"}}, "shared by MIG"),
-    (EXCL, {0: {"mode": "mig", "layout": "all-1g.5gb"}}, "MIG mode is never changed"),
-    (EXCL, {2: {"mode": "exclusive"}}, "has 2 GPU(s), 0-1"),
-    ("nowhere", {0: {"mode": "exclusive"}}, "in no node group"),
-    (EXCL, {}, "no GPU mode given"),
-])
+@pytest.mark.parametrize(
+    "node, modes, says",
+    [
+        ("lab-mig01", {0: {"mode": "exclusive"}}, "shared by MIG"),
+        (EXCL, {0: {"mode": "mig", "layout": "all-1g.5gb"}}, "MIG mode is never changed"),
+        (EXCL, {2: {"mode": "exclusive"}}, "has 2 GPU(s), 0-1"),
+        ("nowhere", {0: {"mode": "exclusive"}}, "in no node group"),
+        (EXCL, {}, "no GPU mode given"),
+    ],
+)
 def test_with_modes_refuses(node, modes, says):
     with pytest.raises(ValueError, match=re.escape(says)):
         with_modes(lab_doc(), node, modes)
@@ -200,19 +229,20 @@ def test_with_modes_refuses_what_the_policy_refuses():
 
 
 def test_mode_text():
-    assert [mode_text(e) for e in ({"mode": "exclusive"}, {"mode": "mps", "units": 100},
-                                   {"mode": "shard", "replicas": 4})] == \
-        ["exclusive", "mps (100 units)", "shard (4 replicas)"]
+    assert [
+        mode_text(e) for e in ({"mode": "exclusive"}, {"mode": "mps", "units": 100}, {"mode": "shard", "replicas": 4})
+    ] == ["exclusive", "mps (100 units)", "shard (4 replicas)"]
 
 
 # ---- carried out: the apply path with the real planner --------------------------------------------------
+
 
 def test_a_mode_change_is_locked_written_rendered_and_relaid_out(tmp_path):
     from slurm_gpushare.live.apply import LiveApply
     from slurm_gpushare.slurm.model import GresUse, Job, Node
     from slurm_gpushare.slurm.reservations import Reservations, lock_name
-    from tests.unit.live_fakes import FakeCtld
     from tests.unit.live.test_apply import Clock, FakeClient
+    from tests.unit.live_fakes import FakeCtld
 
     raw = lab_doc(min_pending=0, max_wait=600)
     raw["cluster"]["paths"] = {"slurm_conf_dir": str(tmp_path / "etc-slurm")}
@@ -223,9 +253,24 @@ def test_a_mode_change_is_locked_written_rendered_and_relaid_out(tmp_path):
 
     def job(i, state, gres, node="", count=1):
         alloc = {node: {gres: GresUse(count, (0,))}} if node else {}
-        return Job(i, None, None, f"j{i}", "carol", "biology", "batch", "normal", state,
-                   "None" if node else "Resources", node, {gres: count}, alloc, now - 60,
-                   now + 100 if node else None, 100)
+        return Job(
+            i,
+            None,
+            None,
+            f"j{i}",
+            "carol",
+            "biology",
+            "batch",
+            "normal",
+            state,
+            "None" if node else "Resources",
+            node,
+            {gres: count},
+            alloc,
+            now - 60,
+            now + 100 if node else None,
+            100,
+        )
 
     jobs = [job(1, "RUNNING", "gpu:l40s", EXCL), job(2, "RUNNING", "shard:l40s", SHARD, 4)]
     jobs += [job(i, "PENDING", "shard", count=2) for i in (3, 4)]

@@ -13,12 +13,11 @@ from click.testing import CliRunner
 from slurm_gpushare.cli import main
 from slurm_gpushare.errors import PolicyError
 from slurm_gpushare.hardware import check_layout, get_model
-from slurm_gpushare.live.view import (ClusterView, NodeView, PendingJob, RunningJob, live_policy_path,
-                                      view_from_client)
-from slurm_gpushare.policy.document import with_layout, with_layouts
 from slurm_gpushare.live.catalogue import candidate_layouts
 from slurm_gpushare.live.plan import plan_live
+from slurm_gpushare.live.view import ClusterView, NodeView, PendingJob, RunningJob, live_policy_path, view_from_client
 from slurm_gpushare.policy import build_site
+from slurm_gpushare.policy.document import with_layout, with_layouts
 from slurm_gpushare.proc import Result
 from slurm_gpushare.render.files import render_all
 from slurm_gpushare.slurm import commands
@@ -33,14 +32,29 @@ POLICY = {
     "version": 1,
     "cluster": {"name": "t", "slurm_version": "24.11", "controller": "ctl"},
     "node_groups": [
-        {"name": "mig", "nodes": "m[01-02]", "gpu": {"model": "A100-SXM4-40GB", "count": 2}, "cpus": 16,
-         "memory_mb": 64000, "sharing": [{"gpus": "0-1", "mode": "mig", "layout": "all-1g.5gb"}]},
+        {
+            "name": "mig",
+            "nodes": "m[01-02]",
+            "gpu": {"model": "A100-SXM4-40GB", "count": 2},
+            "cpus": 16,
+            "memory_mb": 64000,
+            "sharing": [{"gpus": "0-1", "mode": "mig", "layout": "all-1g.5gb"}],
+        },
         {"name": "excl", "nodes": "e01", "gpu": {"model": "L40S", "count": 2}, "cpus": 16, "memory_mb": 64000},
     ],
-    "tiers": [{"name": "batch", "node_groups": ["mig", "excl"], "default": True},
-              {"name": "night", "node_groups": ["mig"]}],
-    "live": {"enabled": True, "min_pending": 300, "min_dwell": 3600, "min_benefit_jobs": 1, "max_draining": 1,
-             "max_wait": 3600, "change_cost": 120},
+    "tiers": [
+        {"name": "batch", "node_groups": ["mig", "excl"], "default": True},
+        {"name": "night", "node_groups": ["mig"]},
+    ],
+    "live": {
+        "enabled": True,
+        "min_pending": 300,
+        "min_dwell": 3600,
+        "min_benefit_jobs": 1,
+        "max_draining": 1,
+        "max_wait": 3600,
+        "change_cost": 120,
+    },
 }
 
 
@@ -57,8 +71,11 @@ def site(**live):
 def one_node(**live):
     """One MIG node (m01) with one A100 laid out 7x1g.5gb."""
     d = doc(**live)
-    d["node_groups"][0].update(nodes="m01", gpu={"model": "A100-SXM4-40GB", "count": 1},
-                               sharing=[{"gpus": 0, "mode": "mig", "layout": "all-1g.5gb"}])
+    d["node_groups"][0].update(
+        nodes="m01",
+        gpu={"model": "A100-SXM4-40GB", "count": 1},
+        sharing=[{"gpus": 0, "mode": "mig", "layout": "all-1g.5gb"}],
+    )
     return build_site(d, "test")
 
 
@@ -80,18 +97,24 @@ RUNNING_1G = (RunningJob(12, "m01", {T1: 1}, NOW + 200), RunningJob(13, "m01", {
 
 # ---- the decision ------------------------------------------------------------------------------
 
+
 def test_3g_jobs_pending_on_a_7x1g_node_relayout_once_its_1g_jobs_end():
     plan = plan_live(one_node(), snap(pending(9), RUNNING_1G))
     assert plan.held == ()
     (p,) = plan.proposals
-    assert p.change.layouts == ((0, ("1g.5gb",) * 7, ("3g.20gb", "3g.20gb")),) and p.node == "m01"  # the catalogue's only layout with two 3g.20gb
+    assert (
+        p.change.layouts == ((0, ("1g.5gb",) * 7, ("3g.20gb", "3g.20gb")),) and p.node == "m01"
+    )  # the catalogue's only layout with two 3g.20gb
     assert p.starts == {"a100_40g_3g.20gb": 2} and p.benefit == 2
     assert p.must_finish == (12, 13) and p.ready_in_s == 230 and p.cost_s == 230 + 120
-    assert p.line == ("9 jobs have waited 25 min for a100_40g_3g.20gb; m01 GPU 0 has 5 of 7 1g.5gb slices idle: "
-                      "relayout to 3g.20gb+3g.20gb lets 2 start; cost: jobs 12,13 must finish (the last ends in 4 min) "
-                      "+ 2 min drain and re-registration")
-    assert any(line.startswith("a100_40g_3g.20gb: 9 pending, 9 for >= 5 min") and "9 blocked" in line
-               for line in plan.demand)
+    assert p.line == (
+        "9 jobs have waited 25 min for a100_40g_3g.20gb; m01 GPU 0 has 5 of 7 1g.5gb slices idle: "
+        "relayout to 3g.20gb+3g.20gb lets 2 start; cost: jobs 12,13 must finish (the last ends in 4 min) "
+        "+ 2 min drain and re-registration"
+    )
+    assert any(
+        line.startswith("a100_40g_3g.20gb: 9 pending, 9 for >= 5 min") and "9 blocked" in line for line in plan.demand
+    )
     assert "proposals:" in plan.report() and json.dumps(plan.to_dict())
 
 
@@ -168,15 +191,19 @@ def test_demand_alternating_faster_than_the_dwell_changes_a_node_once():
     """Every 10 minutes for two hours the demand flips between 1g.5gb and 3g.20gb jobs; each proposal is carried
     out (the live policy gets the layout, the change is recorded): the node changes once per min_dwell."""
     live_doc, changes, made, held = doc(), {}, [], {}
-    live_doc["node_groups"][0].update(nodes="m01", gpu={"model": "A100-SXM4-40GB", "count": 1},
-                                      sharing=[{"gpus": 0, "mode": "mig", "layout": "all-1g.5gb"}])
+    live_doc["node_groups"][0].update(
+        nodes="m01",
+        gpu={"model": "A100-SXM4-40GB", "count": 1},
+        sharing=[{"gpus": 0, "mode": "mig", "layout": "all-1g.5gb"}],
+    )
     for step in range(12):
         now = NOW + 600 * step
         s = build_site(live_doc, "live")
         gres = {k: v for (n, t), v in s.group_for_node("m01").gres.items() for k in [f"{n}:{t}"]}
         kind = T3 if step % 2 == 0 else T1
-        plan = plan_live(s, snap(pending(9, kind, first=1000 * step), nodes={"m01": node(gres=gres)},
-                                 changes=changes, now=now))
+        plan = plan_live(
+            s, snap(pending(9, kind, first=1000 * step), nodes={"m01": node(gres=gres)}, changes=changes, now=now)
+        )
         held[now - NOW] = list(plan.held)
         for p in plan.proposals:
             (layout,) = p.change.new_layouts.values()
@@ -187,7 +214,7 @@ def test_demand_alternating_faster_than_the_dwell_changes_a_node_once():
     # at 4200 s (the first 1g demand after min_dwell) back to 1g; the 3g demand after it is held again
     assert [(t - NOW, layout) for t, layout in made] == [(0, ("3g.20gb", "3g.20gb")), (4200, ("1g.5gb",) * 7)]
     assert held[600] and all("min_dwell is 60 min" in h.why for h in held[600] + held[4800])
-    assert all(b - a >= 3600 for (a, _), (b, _) in zip(made, made[1:]))
+    assert all(b - a >= 3600 for (a, _), (b, _) in zip(made, made[1:], strict=False))
 
 
 def test_max_draining_counts_locked_and_relayout_drained_nodes_per_tier():
@@ -240,15 +267,15 @@ def test_one_proposal_per_node_even_with_two_mig_gpus():
     # counted again for m02
     assert [p.benefit for p in plan.proposals] == [4, 4]
     plan = plan_live(site(max_draining=5), snap(pending(6), nodes=nodes))
-    assert [(p.node, p.benefit, list(p.change.gpus)) for p in plan.proposals] == [("m01", 4, [0, 1]),
-                                                                                          ("m02", 2, [0])]
+    assert [(p.node, p.benefit, list(p.change.gpus)) for p in plan.proposals] == [("m01", 4, [0, 1]), ("m02", 2, [0])]
 
 
 def two_gpu_node(layouts, **live):
     """One MIG node (m01) with two A100s, GPU i laid out ``layouts[i]``."""
     d = doc(**live)
-    d["node_groups"][0].update(nodes="m01", sharing=[{"gpus": i, "mode": "mig", "layout": list(lay)}
-                                                     for i, lay in enumerate(layouts)])
+    d["node_groups"][0].update(
+        nodes="m01", sharing=[{"gpus": i, "mode": "mig", "layout": list(lay)} for i, lay in enumerate(layouts)]
+    )
     s = build_site(d, "test")
     gres = {f"{n}:{t}": c for (n, t), c in s.group_for_node("m01").gres.items()}
     return d, s, {"m01": node("m01", gres)}
@@ -263,9 +290,11 @@ def test_both_gpus_of_a_node_change_in_one_proposal():
     assert p.change.new_layouts == {0: three, 1: three} and p.change.modes == ()
     assert p.benefit == 4 and p.starts == {"a100_40g_3g.20gb": 4}
     assert p.must_finish == (12, 13) and p.cost_s == 230 + 120  # one drain for both
-    assert p.line == ("9 jobs have waited 25 min for a100_40g_3g.20gb; m01 GPUs 0-1 have 12 of 14 1g.5gb slices "
-                      "idle: relayout GPUs 0-1 to 3g.20gb+3g.20gb lets 4 start; cost: jobs 12,13 must finish (the "
-                      "last ends in 4 min) + 2 min drain and re-registration")
+    assert p.line == (
+        "9 jobs have waited 25 min for a100_40g_3g.20gb; m01 GPUs 0-1 have 12 of 14 1g.5gb slices "
+        "idle: relayout GPUs 0-1 to 3g.20gb+3g.20gb lets 4 start; cost: jobs 12,13 must finish (the "
+        "last ends in 4 min) + 2 min drain and re-registration"
+    )
     # the policy the apply side writes: both GPUs, one node, valid
     live = with_layouts(d, "m01", p.change.new_layouts)
     assert build_site(live, "t").group_for_node("m01").gres[("gpu", "a100_40g_3g.20gb")] == 4
@@ -296,8 +325,7 @@ def test_mixed_demand_gets_a_different_layout_per_gpu():
     mixed = ("3g.20gb",) + ("1g.5gb",) * 4
     assert p.change.layouts == ((0, ("1g.5gb",) * 7, ("3g.20gb", "3g.20gb")), (1, ("1g.5gb",) * 7, mixed))
     assert p.benefit == 3 and p.starts == {"a100_40g_3g.20gb": 3}
-    assert ("relayout GPU 0 to 3g.20gb+3g.20gb and GPU 1 to 3g.20gb+1g.5gb+1g.5gb+1g.5gb+1g.5gb lets 3 start"
-            in p.line)
+    assert "relayout GPU 0 to 3g.20gb+3g.20gb and GPU 1 to 3g.20gb+1g.5gb+1g.5gb+1g.5gb+1g.5gb lets 3 start" in p.line
 
 
 def test_a_refused_set_of_layouts_keeps_what_the_policy_needs():
@@ -319,15 +347,21 @@ def test_a_refused_set_of_layouts_keeps_what_the_policy_needs():
 
 def test_a_layout_the_policy_refuses_is_not_proposed():
     d = doc()
-    d["node_groups"][0].update(nodes="m01", gpu={"model": "A100-SXM4-40GB", "count": 1},
-                               sharing=[{"gpus": 0, "mode": "mig", "layout": "all-1g.5gb"}])
+    d["node_groups"][0].update(
+        nodes="m01",
+        gpu={"model": "A100-SXM4-40GB", "count": 1},
+        sharing=[{"gpus": 0, "mode": "mig", "layout": "all-1g.5gb"}],
+    )
     d["submission"] = {"aliases": {"small": T1}}  # the site names 1g.5gb: it must stay somewhere
     plan = plan_live(build_site(d, "t"), snap(pending(9)))
     (p,) = plan.proposals
     (new,) = p.change.new_layouts.values()
     assert "1g.5gb" in new and new.count("3g.20gb") == 1
     (h,) = plan.held  # the better layout, and why the policy refuses it
-    assert tuple(h.change.new_layouts.values()) == (("3g.20gb", "3g.20gb"),) and "would let 2 pending job(s) start" in h.why
+    assert (
+        tuple(h.change.new_layouts.values()) == (("3g.20gb", "3g.20gb"),)
+        and "would let 2 pending job(s) start" in h.why
+    )
     assert "submission.aliases.small" in h.why
 
 
@@ -342,13 +376,16 @@ def test_candidate_layouts_are_the_catalogues_full_layouts():
 
 # ---- with_layout -------------------------------------------------------------------------------
 
+
 def test_with_layout_splits_the_node_out_and_renders_it_alone():
     before = render_all(site())["slurm.conf"]
     d = with_layout(doc(), "m01", 1, ("3g.20gb", "3g.20gb"))
     groups = {g["name"]: g for g in d["node_groups"]}
     assert groups["mig"]["nodes"] == "m02" and groups["mig-m01"]["nodes"] == "m01"
-    assert groups["mig-m01"]["sharing"] == [{"gpus": 0, "mode": "mig", "layout": "all-1g.5gb"},
-                                            {"gpus": 1, "mode": "mig", "layout": ["3g.20gb", "3g.20gb"]}]
+    assert groups["mig-m01"]["sharing"] == [
+        {"gpus": 0, "mode": "mig", "layout": "all-1g.5gb"},
+        {"gpus": 1, "mode": "mig", "layout": ["3g.20gb", "3g.20gb"]},
+    ]
     assert [t["node_groups"] for t in d["tiers"]] == [["mig", "mig-m01", "excl"], ["mig", "mig-m01"]]
     after = render_all(build_site(d, "live"))["slurm.conf"]
 
@@ -356,7 +393,7 @@ def test_with_layout_splits_the_node_out_and_renders_it_alone():
         return next(line for line in text.splitlines() if line.startswith(f"NodeName={name} "))
 
     assert "Gres=gpu:a100_40g_1g.5gb:7,gpu:a100_40g_3g.20gb:2 " in node_line(after, "m01")
-    assert node_line(after, "m02")[len("NodeName=m02"):] == node_line(before, "m[01-02]")[len("NodeName=m[01-02]"):]
+    assert node_line(after, "m02")[len("NodeName=m02") :] == node_line(before, "m[01-02]")[len("NodeName=m[01-02]") :]
     assert node_line(after, "e01") == node_line(before, "e01")
     assert d is not POLICY and POLICY["node_groups"][0]["nodes"] == "m[01-02]"  # the input is not changed
 
@@ -381,6 +418,7 @@ def test_with_layout_refuses_what_it_cannot_do():
 
 # ---- the policy's live: section -----------------------------------------------------------------
 
+
 def test_live_defaults_and_path():
     d = doc()
     del d["live"]
@@ -390,19 +428,22 @@ def test_live_defaults_and_path():
     assert live_policy_path(site(policy_file="/srv/live.yaml")) == "/srv/live.yaml"
 
 
-@pytest.mark.parametrize("key, value, says", [
-    ("min_benefit_jobs", 0, "live.min_benefit_jobs"),
-    ("max_draining", 0, "live.max_draining"),
-    ("min_dwell", -1, "live.min_dwell"),
-    ("dwell", 5, "unknown key; allowed here: change_cost, enabled, history_window, max_draining"),
-    ("history", 3600, "unknown key; allowed here: change_cost, enabled, history_window"),
-    ("history_window", -1, "live.history_window"),
-    ("history_window", 8 * 86400, "live.history_window"),
-    ("history_window", "6h", "live.history_window"),
-    ("modes", "sometimes", "live.modes"),
-    ("policy_file", "live.yaml", "live.policy_file"),
-    ("policy_file", "/etc/slurm/../x.yaml", "no '..'"),
-])
+@pytest.mark.parametrize(
+    "key, value, says",
+    [
+        ("min_benefit_jobs", 0, "live.min_benefit_jobs"),
+        ("max_draining", 0, "live.max_draining"),
+        ("min_dwell", -1, "live.min_dwell"),
+        ("dwell", 5, "unknown key; allowed here: change_cost, enabled, history_window, max_draining"),
+        ("history", 3600, "unknown key; allowed here: change_cost, enabled, history_window"),
+        ("history_window", -1, "live.history_window"),
+        ("history_window", 8 * 86400, "live.history_window"),
+        ("history_window", "6h", "live.history_window"),
+        ("modes", "sometimes", "live.modes"),
+        ("policy_file", "live.yaml", "live.policy_file"),
+        ("policy_file", "/etc/slurm/../x.yaml", "no '..'"),
+    ],
+)
 def test_live_section_is_strict(key, value, says):
     with pytest.raises(PolicyError) as err:
         site(**{key: value})
@@ -411,15 +452,27 @@ def test_live_section_is_strict(key, value, says):
 
 # ---- reading Slurm, and the CLI ------------------------------------------------------------------
 
+
 def _t(value):
     return {"set": value is not None, "infinite": False, "number": value or 0}
 
 
 def _job(job_id, state, gres, node="", end=None, age=1500, reason="None", priority=10):
-    j = {"job_id": job_id, "job_state": [state], "state_reason": reason, "partition": "batch", "name": "j",
-         "user_name": "alice", "account": "physics", "qos": "normal", "nodes": node,
-         "tres_per_node": f"gres/{gres}:1", "submit_time": _t(int(NOW - age)), "end_time": _t(end),
-         "priority": _t(priority)}
+    j = {
+        "job_id": job_id,
+        "job_state": [state],
+        "state_reason": reason,
+        "partition": "batch",
+        "name": "j",
+        "user_name": "alice",
+        "account": "physics",
+        "qos": "normal",
+        "nodes": node,
+        "tres_per_node": f"gres/{gres}:1",
+        "submit_time": _t(int(NOW - age)),
+        "end_time": _t(end),
+        "priority": _t(priority),
+    }
     if state == "RUNNING":
         j["gres_detail"] = [f"{gres}:1(IDX:{job_id % 7})"]
         j["job_resources"] = {"nodes": {"allocation": [{"name": node}]}}
@@ -437,9 +490,11 @@ class SqueueScontrol:
     raises."""
 
     def __init__(self, jobs, nodes, reservations=(), history=()):
-        self.answers = {tuple(commands.SQUEUE_JSON): json.dumps({"jobs": jobs}),
-                        tuple(commands.NODES_JSON): json.dumps({"nodes": nodes}),
-                        tuple(commands.RESERVATIONS_JSON): json.dumps({"reservations": list(reservations)})}
+        self.answers = {
+            tuple(commands.SQUEUE_JSON): json.dumps({"jobs": jobs}),
+            tuple(commands.NODES_JSON): json.dumps({"nodes": nodes}),
+            tuple(commands.RESERVATIONS_JSON): json.dumps({"reservations": list(reservations)}),
+        }
         self.history = list(history)
         self.calls = []
 
@@ -448,8 +503,9 @@ class SqueueScontrol:
         self.calls.append(argv)
         if argv[:1] == ("sacct",):
             window = history_argv(0, 1)
-            if len(argv) != len(window) or [a for i, a in enumerate(argv) if i not in (6, 8)] != \
-                    [a for i, a in enumerate(window) if i not in (6, 8)]:
+            if len(argv) != len(window) or [a for i, a in enumerate(argv) if i not in (6, 8)] != [
+                a for i, a in enumerate(window) if i not in (6, 8)
+            ]:
                 raise AssertionError(f"not the live planner's history query: {argv}")
             if (env or {}).get("SLURM_TIME_FORMAT") != "%s":
                 raise AssertionError("sacct without SLURM_TIME_FORMAT=%s: its times would not be epoch seconds")
@@ -485,53 +541,74 @@ def write_policy(tmp_path, d):
 
 def test_plan_live_cli_prints_demand_proposals_and_held(tmp_path):
     d = doc()
-    d["node_groups"][0].update(nodes="m01", gpu={"model": "A100-SXM4-40GB", "count": 1},
-                               sharing=[{"gpus": 0, "mode": "mig", "layout": "all-1g.5gb"}])
+    d["node_groups"][0].update(
+        nodes="m01",
+        gpu={"model": "A100-SXM4-40GB", "count": 1},
+        sharing=[{"gpus": 0, "mode": "mig", "layout": "all-1g.5gb"}],
+    )
     policy = write_policy(tmp_path, d)
     runner = cluster()
-    res = CliRunner().invoke(main, ["live", "report", "--policy", str(policy), "--slurm-backend", "cli"],
-                             obj={"runner": runner, "clock": lambda: NOW})
+    res = CliRunner().invoke(
+        main,
+        ["live", "report", "--policy", str(policy), "--slurm-backend", "cli"],
+        obj={"runner": runner, "clock": lambda: NOW},
+    )
     assert res.exit_code == 0, res.output
     out = res.output
     assert f"policy: {policy}\n" in out and "limits: min_pending 300 s, min_dwell 3600 s" in out
-    assert "history: 0 GPU job(s) ended in the last 21600 s (live.history_window); modes: planned; weights: planned\n" in out
+    assert (
+        "history: 0 GPU job(s) ended in the last 21600 s (live.history_window); modes: planned; weights: planned\n"
+        in out
+    )
     assert "  a100_40g_3g.20gb: 9 pending, 9 for >= 5 min for resources (oldest 25 min); 0 fit idle" in out
     assert "  gpu:l40s: 1 pending, 0 for >= 5 min" in out
-    assert ("  9 jobs have waited 25 min for a100_40g_3g.20gb; m01 GPU 0 has 5 of 7 1g.5gb slices idle: relayout "
-            "to 3g.20gb+3g.20gb lets 2 start; cost: jobs 12,13 must finish (the last ends in 4 min)") in out
+    assert (
+        "  9 jobs have waited 25 min for a100_40g_3g.20gb; m01 GPU 0 has 5 of 7 1g.5gb slices idle: relayout "
+        "to 3g.20gb+3g.20gb lets 2 start; cost: jobs 12,13 must finish (the last ends in 4 min)"
+    ) in out
     assert {c for c in runner.calls if c[0] != "sacct"} <= {
-        tuple(commands.SQUEUE_JSON), tuple(commands.NODES_JSON), tuple(commands.RESERVATIONS_JSON)}  # reads only
+        tuple(commands.SQUEUE_JSON),
+        tuple(commands.NODES_JSON),
+        tuple(commands.RESERVATIONS_JSON),
+    }  # reads only
     assert [c[:2] for c in runner.calls if c[0] == "sacct"] == [("sacct", "-a")]  # the history, once
 
-    res = CliRunner().invoke(main, ["live", "report", "--json", "--policy", str(policy)],
-                             obj={"runner": cluster(), "clock": lambda: NOW})
+    res = CliRunner().invoke(
+        main, ["live", "report", "--json", "--policy", str(policy)], obj={"runner": cluster(), "clock": lambda: NOW}
+    )
     assert res.exit_code == 0, res.output
     got = json.loads(res.output)
     assert got["policy"] == str(policy) and got["held"] == []
-    assert [(p["node"], p["new_layout"], p["must_finish"]) for p in got["proposals"]] == \
-        [("m01", ["3g.20gb", "3g.20gb"], [12, 13])]
+    assert [(p["node"], p["new_layout"], p["must_finish"]) for p in got["proposals"]] == [
+        ("m01", ["3g.20gb", "3g.20gb"], [12, 13])
+    ]
 
 
 def test_plan_live_cli_plans_on_the_live_policy_when_it_exists(tmp_path):
     d = doc()
-    d["node_groups"][0].update(nodes="m01", gpu={"model": "A100-SXM4-40GB", "count": 1},
-                               sharing=[{"gpus": 0, "mode": "mig", "layout": "all-1g.5gb"}])
+    d["node_groups"][0].update(
+        nodes="m01",
+        gpu={"model": "A100-SXM4-40GB", "count": 1},
+        sharing=[{"gpus": 0, "mode": "mig", "layout": "all-1g.5gb"}],
+    )
     policy = write_policy(tmp_path, d)
     live = with_layout(yaml.safe_load(policy.read_text()), "m01", 0, ("3g.20gb", "3g.20gb"))
     (tmp_path / "gpushare-live.yaml").write_text(yaml.safe_dump(live, sort_keys=False))
-    res = CliRunner().invoke(main, ["live", "--policy", str(policy)],
-                             obj={"runner": cluster(), "clock": lambda: NOW})
+    res = CliRunner().invoke(main, ["live", "--policy", str(policy)], obj={"runner": cluster(), "clock": lambda: NOW})
     assert res.exit_code == 0, res.output
     assert "(the live policy)" in res.output
     # Slurm still has 7x1g.5gb, the live policy 2x3g.20gb: a change is under way, the planner leaves m01 alone
     assert "held: m01" in res.output and "Slurm has Gres gpu:a100_40g_1g.5gb:7, the policy" in res.output
 
 
-@pytest.mark.parametrize("args, says", [
-    ([], "Missing option '--demand'"),
-    (["--live", "--demand", "openb:x.csv"], "No such option '--demand'"),  # the alias runs `live report`
-    (["--json", "--demand", "openb:x.csv"], "No such option '--json'"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        ([], "Missing option '--demand'"),
+        (["--live", "--demand", "openb:x.csv"], "No such option '--demand'"),  # the alias runs `live report`
+        (["--json", "--demand", "openb:x.csv"], "No such option '--json'"),
+    ],
+)
 def test_plan_options_that_do_not_go_together(tmp_path, args, says):
     policy = write_policy(tmp_path, doc())
     res = CliRunner().invoke(main, ["plan", "--policy", str(policy), *args])
@@ -542,32 +619,48 @@ def test_plan_live_cli_sees_a_relayout_lock(tmp_path):
     """A gpushare-relayout-<node> reservation (another planner's lock, read by the apply side's read_state):
     the node is under relayout, the report proposes nothing for it."""
     d = doc()
-    d["node_groups"][0].update(nodes="m01", gpu={"model": "A100-SXM4-40GB", "count": 1},
-                               sharing=[{"gpus": 0, "mode": "mig", "layout": "all-1g.5gb"}])
+    d["node_groups"][0].update(
+        nodes="m01",
+        gpu={"model": "A100-SXM4-40GB", "count": 1},
+        sharing=[{"gpus": 0, "mode": "mig", "layout": "all-1g.5gb"}],
+    )
     policy = write_policy(tmp_path, d)
-    lock = {"name": "gpushare-relayout-m01", "node_list": "m01", "flags": ["MAINT", "IGNORE_JOBS"],
-            "start_time": _t(int(NOW - 60)), "end_time": _t(int(NOW + 4200)), "users": "root"}
-    res = CliRunner().invoke(main, ["live", "--policy", str(policy)],
-                             obj={"runner": cluster([lock]), "clock": lambda: NOW})
+    lock = {
+        "name": "gpushare-relayout-m01",
+        "node_list": "m01",
+        "flags": ["MAINT", "IGNORE_JOBS"],
+        "start_time": _t(int(NOW - 60)),
+        "end_time": _t(int(NOW + 4200)),
+        "users": "root",
+    }
+    res = CliRunner().invoke(
+        main, ["live", "--policy", str(policy)], obj={"runner": cluster([lock]), "clock": lambda: NOW}
+    )
     assert res.exit_code == 0, res.output
     assert "proposals:\n  none\n" in res.output and "held: m01: under relayout" in res.output
 
 
 def test_plan_live_is_live_report_with_a_deprecation_note_on_stderr(tmp_path):
     d = doc()
-    d["node_groups"][0].update(nodes="m01", gpu={"model": "A100-SXM4-40GB", "count": 1},
-                               sharing=[{"gpus": 0, "mode": "mig", "layout": "all-1g.5gb"}])
+    d["node_groups"][0].update(
+        nodes="m01",
+        gpu={"model": "A100-SXM4-40GB", "count": 1},
+        sharing=[{"gpus": 0, "mode": "mig", "layout": "all-1g.5gb"}],
+    )
     policy = write_policy(tmp_path, d)
     outputs = []
     for args in (["plan", "--live"], ["live", "report"], ["live"]):
         for extra in ([], ["--json"]):
-            res = CliRunner().invoke(main, [*args, *extra, "--policy", str(policy)],
-                                     obj={"runner": cluster(), "clock": lambda: NOW})
+            res = CliRunner().invoke(
+                main, [*args, *extra, "--policy", str(policy)], obj={"runner": cluster(), "clock": lambda: NOW}
+            )
             assert res.exit_code == 0, res.output
             outputs.append((res.stdout, res.stderr))
     (alias, alias_json), reports = outputs[:2], outputs[2:]
-    assert alias[1] == alias_json[1] == "gpushare plan --live is deprecated and goes in the next release: use " \
-                                         "gpushare live report\n"
+    assert (
+        alias[1] == alias_json[1] == "gpushare plan --live is deprecated and goes in the next release: use "
+        "gpushare live report\n"
+    )
     assert [out for out, _err in reports] == [alias[0], alias_json[0]] * 2 and all(not e for _o, e in reports)
     assert "proposals:\n  9 jobs have waited 25 min" in alias[0] and json.loads(alias_json[0])["proposals"]
 

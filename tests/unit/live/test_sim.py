@@ -12,8 +12,15 @@ from slurm_gpushare.live.sim import SimJob, simulate, site_doc
 from slurm_gpushare.sim.trace import parse_pod_times, parse_pods
 
 ALL_1G = ("1g.5gb",) * 7
-LIVE = {"enabled": True, "min_pending": 300, "min_dwell": 3600, "min_benefit_jobs": 1, "max_draining": 1,
-        "max_wait": 3600, "change_cost": 120}
+LIVE = {
+    "enabled": True,
+    "min_pending": 300,
+    "min_dwell": 3600,
+    "min_benefit_jobs": 1,
+    "max_draining": 1,
+    "max_wait": 3600,
+    "change_cost": 120,
+}
 
 
 def one_gpu(layout, live=LIVE):
@@ -47,14 +54,18 @@ def test_fifo_per_type_a_blocked_type_does_not_block_another():
 
 def shifted():
     """A 7 x 1g.5gb GPU whose 1g job runs until 1000; two 3g jobs arrive at 0, a 1g job at 600."""
-    return [SimJob(1, 0, 1000, "1g.5gb"), SimJob(2, 0, 2000, "3g.20gb"), SimJob(3, 0, 2000, "3g.20gb"),
-            SimJob(4, 600, 100, "1g.5gb")]
+    return [
+        SimJob(1, 0, 1000, "1g.5gb"),
+        SimJob(2, 0, 2000, "3g.20gb"),
+        SimJob(3, 0, 2000, "3g.20gb"),
+        SimJob(4, 600, 100, "1g.5gb"),
+    ]
 
 
 def test_a_shifted_mix_makes_the_live_planner_relayout_and_the_3g_jobs_start():
     r = simulate(one_gpu(ALL_1G), shifted(), horizon=5000, live=True, interval=300)
     assert r.relayouts == 1
-    (t, node, gpu, layout), = r.changes
+    ((t, node, gpu, layout),) = r.changes
     assert (node, gpu) == ("sim01", 0) and layout.count("3g.20gb") == 2
     # locked at 300 (the jobs have pended min_pending), the 1g job ends at 1000 untouched, the next loop run
     # (1200) starts the relayout, change_cost later the node has its new layout and the 3g jobs start
@@ -73,8 +84,10 @@ def test_one_relayout_changes_every_gpu_of_the_node_that_should_change():
     jobs = [SimJob(1, 0, 1000, "1g.5gb")] + [SimJob(2 + i, 0, 2000, "3g.20gb") for i in range(4)]
     r = simulate(doc, jobs, horizon=6000, live=True, interval=300)
     assert (r.relayouts, r.gpu_changes) == (1, 2)
-    assert [(t, n, g, lay) for t, n, g, lay in r.changes] == [(1320, "sim01", 0, ("3g.20gb", "3g.20gb")),
-                                                               (1320, "sim01", 1, ("3g.20gb", "3g.20gb"))]
+    assert [(t, n, g, lay) for t, n, g, lay in r.changes] == [
+        (1320, "sim01", 0, ("3g.20gb", "3g.20gb")),
+        (1320, "sim01", 1, ("3g.20gb", "3g.20gb")),
+    ]
     assert [r.waits[j] for j in range(2, 6)] == [1320] * 4
 
 
@@ -96,8 +109,15 @@ def test_every_change_of_a_proposal_goes_through_with_layouts_in_one_set():
         return with_layouts(doc, node, layouts)
 
     doc = site_doc(1, [ALL_1G, ALL_1G], cpus=64, memory_mb=100_000, live=LIVE)
-    r = simulate(doc, [], horizon=1000, live=True, interval=300,
-                 decide=lambda site, view: Plan((prop,) if view.now == 300 else ()), with_layouts=record)
+    r = simulate(
+        doc,
+        [],
+        horizon=1000,
+        live=True,
+        interval=300,
+        decide=lambda site, view: Plan((prop,) if view.now == 300 else ()),
+        with_layouts=record,
+    )
     assert calls == [("sim01", {0: ("7g.40gb",), 1: ("3g.20gb", "3g.20gb")})]
     assert (r.relayouts, r.gpu_changes) == (1, 2)
 
@@ -123,10 +143,12 @@ def alternating(hours: int, block: int = 1200):
 
 def test_min_dwell_limits_changes_of_a_node():
     hours = 8
-    slow = simulate(one_gpu(ALL_1G, {**LIVE, "min_dwell": 3600}), alternating(hours), horizon=hours * 3600,
-                    live=True, interval=300)
-    fast = simulate(one_gpu(ALL_1G, {**LIVE, "min_dwell": 0}), alternating(hours), horizon=hours * 3600,
-                    live=True, interval=300)
+    slow = simulate(
+        one_gpu(ALL_1G, {**LIVE, "min_dwell": 3600}), alternating(hours), horizon=hours * 3600, live=True, interval=300
+    )
+    fast = simulate(
+        one_gpu(ALL_1G, {**LIVE, "min_dwell": 0}), alternating(hours), horizon=hours * 3600, live=True, interval=300
+    )
     times = [t for t, *_ in slow.changes]
     assert slow.relayouts >= 2  # the demand does move the planner
     assert all(b - a >= 3600 for a, b in itertools.pairwise(times))
@@ -138,8 +160,14 @@ def test_a_decision_that_proposes_nothing_changes_nothing():
     class Nothing:
         proposals = ()
 
-    r = simulate(one_gpu(ALL_1G), shifted(), horizon=5000, live=True, decide=lambda site, snap: Nothing(),
-                 with_layouts=lambda *a: pytest.fail("with_layouts called without a proposal"))
+    r = simulate(
+        one_gpu(ALL_1G),
+        shifted(),
+        horizon=5000,
+        live=True,
+        decide=lambda site, snap: Nothing(),
+        with_layouts=lambda *a: pytest.fail("with_layouts called without a proposal"),
+    )
     assert r.relayouts == 0 and r.plan_calls == 16  # a run every 300 s before 5000
 
 
@@ -163,8 +191,10 @@ def test_trace_pool_runtime_is_deletion_minus_scheduled_capped_and_none_when_nev
 
 def test_trace_jobs_are_seeded_and_follow_the_phase_mix():
     pool = livesim.TracePool({"1g.5gb": ((2, 10, 600.0),), "3g.20gb": ((4, 20, 1200.0), (4, 20, None))})
-    phases = (livesim.Phase("A", 2, (("1g.5gb", 0.9), ("3g.20gb", 0.1))),
-              livesim.Phase("B", 2, (("1g.5gb", 0.1), ("3g.20gb", 0.9))))
+    phases = (
+        livesim.Phase("A", 2, (("1g.5gb", 0.9), ("3g.20gb", 0.1))),
+        livesim.Phase("B", 2, (("1g.5gb", 0.1), ("3g.20gb", 0.9))),
+    )
     a = livesim.trace_jobs(pool, phases, gpus=8, seed=5)
     assert a == livesim.trace_jobs(pool, phases, gpus=8, seed=5)
     assert a != livesim.trace_jobs(pool, phases, gpus=8, seed=6)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from slurm_gpushare.live.view import ClusterView, NodeView, PendingJob, RunningJob
 from slurm_gpushare.live.plan import plan_live
+from slurm_gpushare.live.view import ClusterView, NodeView, PendingJob, RunningJob
 from slurm_gpushare.policy import build_site
 from slurm_gpushare.slurm import commands
 
@@ -18,8 +18,9 @@ L40S = "gpu:l40s"
 DOC = {
     "version": 1,
     "cluster": {"name": "t", "slurm_version": "24.11", "controller": "ctl"},
-    "node_groups": [{"name": "excl", "nodes": "e[01-02]", "gpu": {"model": "L40S", "count": 2}, "cpus": 16,
-                     "memory_mb": 64000}],
+    "node_groups": [
+        {"name": "excl", "nodes": "e[01-02]", "gpu": {"model": "L40S", "count": 2}, "cpus": 16, "memory_mb": 64000}
+    ],
     "tiers": [{"name": "batch", "node_groups": ["excl"], "default": True}],
     "live": {"enabled": True, "min_pending": 300},
 }
@@ -53,19 +54,25 @@ def test_a_blocked_two_gpu_job_keeps_the_node_that_frees_first():
     plan = plan_live(site(), snap(big()))
     (w,) = plan.weights
     assert (w.node, w.old, w.new, w.jobs) == ("e01", 1, 2, (100,))
-    assert w.line == ("job 100 has waited 30 min for 2 x l40s on one node; e01 can hold it (its GPU jobs 1 end in "
-                      "2 min): weight 1 -> 2, above e02 (1), so new small l40s jobs go there first; cost: none "
-                      "(scontrol update, no drain; slurm.conf's weight comes back at the next reconfigure)")
+    assert w.line == (
+        "job 100 has waited 30 min for 2 x l40s on one node; e01 can hold it (its GPU jobs 1 end in "
+        "2 min): weight 1 -> 2, above e02 (1), so new small l40s jobs go there first; cost: none "
+        "(scontrol update, no drain; slurm.conf's weight comes back at the next reconfigure)"
+    )
     assert "weights:" in plan.report() and plan.to_dict()["weights"][0]["new"] == 2
     assert plan.proposals == ()  # a weight is no relayout
-    assert any(line.startswith("gpu:l40s: 1 pending") and "node weights can keep small jobs off" in line
-               for line in plan.demand)
+    assert any(
+        line.startswith("gpu:l40s: 1 pending") and "node weights can keep small jobs off" in line
+        for line in plan.demand
+    )
 
 
 def test_one_node_per_blocked_large_job():
     running = SMALL + (RunningJob(3, "e03", {L40S: 1}, NOW + 50),)
-    (a, b) = plan_live(site("e[01-03]"), ClusterView(NOW, big(2), running, {
-        "e01": view("e01"), "e02": view("e02"), "e03": view("e03")})).weights
+    (a, b) = plan_live(
+        site("e[01-03]"),
+        ClusterView(NOW, big(2), running, {"e01": view("e01"), "e02": view("e02"), "e03": view("e03")}),
+    ).weights
     # e03 frees first (50 s), then e01 (100 s): one kept for each blocked job; e02 takes the small jobs
     assert [(x.node, x.new) for x in (a, b)] == [("e01", 2), ("e03", 2)]
 
@@ -96,12 +103,13 @@ def test_the_weight_command_is_slurms_node_update():
 
 # ---- the apply path ------------------------------------------------------------------------------------
 
+
 def test_apply_sets_the_weight_through_the_client_and_puts_it_back(tmp_path: Path):
     from slurm_gpushare.live.apply import LiveApply
     from slurm_gpushare.slurm.model import GresUse, Job, Node
     from slurm_gpushare.slurm.reservations import Reservations
-    from tests.unit.live_fakes import FakeCtld
     from tests.unit.live.test_apply import Clock, FakeClient
+    from tests.unit.live_fakes import FakeCtld
 
     d = copy.deepcopy(DOC)
     d["cluster"]["paths"] = {"slurm_conf_dir": str(tmp_path / "etc-slurm")}
@@ -113,15 +121,29 @@ def test_apply_sets_the_weight_through_the_client_and_puts_it_back(tmp_path: Pat
 
     def job(i, state, count, node=""):
         alloc = {node: {L40S: GresUse(count, (0,))}} if node else {}
-        return Job(i, None, None, f"j{i}", "carol", "biology", "batch", "normal", state,
-                   "None" if node else "Resources", node, {L40S: count}, alloc, now - 60, now + 100 if node else None,
-                   100)
+        return Job(
+            i,
+            None,
+            None,
+            f"j{i}",
+            "carol",
+            "biology",
+            "batch",
+            "normal",
+            state,
+            "None" if node else "Resources",
+            node,
+            {L40S: count},
+            alloc,
+            now - 60,
+            now + 100 if node else None,
+            100,
+        )
 
     jobs = [job(1, "RUNNING", 1, "e01"), job(2, "RUNNING", 1, "e02"), job(3, "PENDING", 2)]
 
     def node(name):
-        return Node(name, ("MIXED",), "", {L40S: 2}, {}, (), (), ctld.weights.get(name, 1), ("batch",), 16, 1,
-                    64000, 0)
+        return Node(name, ("MIXED",), "", {L40S: 2}, {}, (), (), ctld.weights.get(name, 1), ("batch",), 16, 1, 64000, 0)
 
     class Client(FakeClient):
         def nodes(self):

@@ -12,12 +12,20 @@ from importlib import resources
 from slurm_gpushare.metrics import collect
 
 # The node textfile's metric names (metrics/textfile.py, written by the node hooks) and the exporter's own.
-NODE_METRICS = {"gpushare_node_hook_runs_total", "gpushare_node_hook_failures_total",
-                "gpushare_node_hook_last_duration_seconds", "gpushare_node_mps_daemons_running",
-                "gpushare_node_journals_present", "gpushare_node_mig_layout_matches_policy",
-                "gpushare_node_job_gpu_info"}
-EXPORTER_OWN = {"gpushare_exporter_scrape_duration_seconds", "gpushare_exporter_scrape_errors_total",
-                "gpushare_exporter_last_scrape_success"}
+NODE_METRICS = {
+    "gpushare_node_hook_runs_total",
+    "gpushare_node_hook_failures_total",
+    "gpushare_node_hook_last_duration_seconds",
+    "gpushare_node_mps_daemons_running",
+    "gpushare_node_journals_present",
+    "gpushare_node_mig_layout_matches_policy",
+    "gpushare_node_job_gpu_info",
+}
+EXPORTER_OWN = {
+    "gpushare_exporter_scrape_duration_seconds",
+    "gpushare_exporter_scrape_errors_total",
+    "gpushare_exporter_last_scrape_success",
+}
 
 
 def dashboard() -> dict:
@@ -53,8 +61,17 @@ def test_datasource_is_a_variable_never_a_fixed_uid():
 
 def test_panels_cover_what_the_issue_asks():
     titles = " | ".join(p["title"].lower() for p in panels(dashboard()))
-    for words in ("by tenant", "free units vs pending", "stranded", "oldest pending", "drained", "hook failures",
-                  "journals", "mps", "mig layout"):
+    for words in (
+        "by tenant",
+        "free units vs pending",
+        "stranded",
+        "oldest pending",
+        "drained",
+        "hook failures",
+        "journals",
+        "mps",
+        "mig layout",
+    ):
         assert words in titles, (words, titles)
     tenant = next(p for p in panels(dashboard()) if p["title"] == "GPU-equivalents by tenant")
     assert tenant["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"] == "normal"

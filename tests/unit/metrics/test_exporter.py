@@ -40,10 +40,14 @@ class Recorded:
     def __init__(self, where: Path, fail: tuple[str, ...] = ()):
         # the exporter reads squeue --Format (commands.job_summaries); the recordings have squeue --json of
         # the moment, which FakeSlurm prints as real squeue does (slurm_fakes.squeue_summaries, test_summaries.py)
-        self.answers = {tuple(commands.SQUEUE_JSON): (where / "squeue.json").read_text(),
-                        tuple(commands.NODES_JSON): (where / "scontrol-show-node.json").read_text()}
+        self.answers = {
+            tuple(commands.SQUEUE_JSON): (where / "squeue.json").read_text(),
+            tuple(commands.NODES_JSON): (where / "scontrol-show-node.json").read_text(),
+        }
         self.slurm = FakeSlurm(cluster="lab", squeue_json=(where / "squeue.json").read_text())
-        self.slurm.assocs = [ln.split("|") for ln in (REC24 / "sacctmgr-assoc-policy.parsable2").read_text().splitlines()]
+        self.slurm.assocs = [
+            ln.split("|") for ln in (REC24 / "sacctmgr-assoc-policy.parsable2").read_text().splitlines()
+        ]
         self.slurm.sshare_text = (REC24 / "sshare.parsable2").read_text()
         self.fail = set(fail)
 
@@ -66,8 +70,10 @@ def _site():
 def scrape(where: Path = REC24, fail: tuple[str, ...] = (), collector: SlurmCollector | None = None):
     collector = collector or SlurmCollector(CliClient(Recorded(where, fail)), _site(), clock=lambda: NOW)
     text = exposition(registry_for(collector))
-    return {f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples}
-            for f in text_string_to_metric_families(text)}, text
+    return {
+        f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples}
+        for f in text_string_to_metric_families(text)
+    }, text
 
 
 def sample(fams, name, **labels):
@@ -76,18 +82,21 @@ def sample(fams, name, **labels):
 
 # ---- the recorded mix ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("where", RECORDINGS, ids=[p.name for p in RECORDINGS])
 def test_gpu_equivalents_of_the_running_mix(where):
     fams, _ = scrape(where)
     got = fams["gpushare_gpu_equivalents_allocated"]
     lab = dict(tenant="physics", user="alice", tier="batch")
-    assert got == pytest.approx({
-        tuple(sorted({**lab, "kind": "whole", "gres_type": "l40s"}.items())): 1.0,
-        tuple(sorted({**lab, "kind": "mig", "gres_type": "a100_40g_1g.5gb"}.items())): 1 / 7,
-        # gres_detail says 'shard:1' and 'mps:25'; the type is the one the policy gives those nodes' GPUs
-        tuple(sorted({**lab, "kind": "shard", "gres_type": "l40s"}.items())): 0.25,
-        tuple(sorted({**lab, "kind": "mps", "gres_type": "a30"}.items())): 0.25,
-    })
+    assert got == pytest.approx(
+        {
+            tuple(sorted({**lab, "kind": "whole", "gres_type": "l40s"}.items())): 1.0,
+            tuple(sorted({**lab, "kind": "mig", "gres_type": "a100_40g_1g.5gb"}.items())): 1 / 7,
+            # gres_detail says 'shard:1' and 'mps:25'; the type is the one the policy gives those nodes' GPUs
+            tuple(sorted({**lab, "kind": "shard", "gres_type": "l40s"}.items())): 0.25,
+            tuple(sorted({**lab, "kind": "mps", "gres_type": "a30"}.items())): 0.25,
+        }
+    )
 
 
 @pytest.mark.parametrize("where", RECORDINGS, ids=[p.name for p in RECORDINGS])
@@ -107,8 +116,10 @@ def test_supply_per_node_as_scontrol_says(where):
         assert sample(fams, "gpushare_gres_allocated", **labels) == used
         assert sample(fams, "gpushare_gres_free", **labels) == free
     assert len(fams["gpushare_gres_configured"]) == len(want)
-    assert fams["gpushare_node_info"] == {tuple(sorted(dict(node=n, state="MIXED", reason="").items())): 1.0
-                                          for n in ("lab-excl01", "lab-mig01", "lab-mps01", "lab-shard01")}
+    assert fams["gpushare_node_info"] == {
+        tuple(sorted(dict(node=n, state="MIXED", reason="").items())): 1.0
+        for n in ("lab-excl01", "lab-mig01", "lab-mps01", "lab-shard01")
+    }
     assert fams["gpushare_node_drained"] == {}
 
 
@@ -127,8 +138,10 @@ def test_stranded_units_of_the_mix():
     units fit no pending job, so they are stranded."""
     fams, _ = scrape()
     got = {k: v for k, v in fams["gpushare_stranded_units"].items() if v}
-    assert got == {tuple(sorted(dict(node="lab-shard01", gres="shard", gres_type="l40s").items())): 3.0,
-                   tuple(sorted(dict(node="lab-mps01", gres="mps", gres_type="a30").items())): 75.0}
+    assert got == {
+        tuple(sorted(dict(node="lab-shard01", gres="shard", gres_type="l40s").items())): 3.0,
+        tuple(sorted(dict(node="lab-mps01", gres="mps", gres_type="a30").items())): 75.0,
+    }
     assert len(fams["gpushare_stranded_units"]) == 6  # every GRES of every available node, 0 where nothing is stuck
 
 
@@ -149,12 +162,13 @@ def test_own_metrics_on_a_good_scrape():
     fams, text = scrape()
     assert fams["gpushare_exporter_last_scrape_success"] == {(): 1.0}
     assert set(fams["gpushare_exporter_scrape_errors"].values()) == {0.0}
-    assert "gpushare_exporter_scrape_errors_total{part=\"jobs\"} 0.0" in text
+    assert 'gpushare_exporter_scrape_errors_total{part="jobs"} 0.0' in text
     assert fams["gpushare_exporter_scrape_duration_seconds"][()] >= 0
     assert "job_id" not in text and "jobid" not in text.lower()
 
 
 # ---- a part failing ------------------------------------------------------------------------------
+
 
 def test_a_failed_part_is_counted_and_the_rest_still_exported():
     collector = SlurmCollector(CliClient(Recorded(REC24, fail=("sshare",))), _site(), clock=lambda: NOW)
@@ -181,27 +195,42 @@ def test_without_jobs_the_job_families_are_left_out_and_quota_has_no_use():
 
 # ---- the CLI ---------------------------------------------------------------------------------------
 
+
 def test_cli_once_prints_one_exposition():
-    res = CliRunner().invoke(main, ["exporter", "--policy", str(examples.example()), "--once",
-                                    "--slurm-backend", "cli"],
-                             obj={"runner": Recorded(REC24), "clock": lambda: NOW}, catch_exceptions=False)
+    res = CliRunner().invoke(
+        main,
+        ["exporter", "--policy", str(examples.example()), "--once", "--slurm-backend", "cli"],
+        obj={"runner": Recorded(REC24), "clock": lambda: NOW},
+        catch_exceptions=False,
+    )
     assert res.exit_code == 0, res.output
     names = {f.name for f in text_string_to_metric_families(res.output)}
-    assert {"gpushare_gpu_equivalents_allocated", "gpushare_gres_free", "gpushare_stranded_units",
-            "gpushare_quota_used", "gpushare_exporter_scrape_errors"} <= names
+    assert {
+        "gpushare_gpu_equivalents_allocated",
+        "gpushare_gres_free",
+        "gpushare_stranded_units",
+        "gpushare_quota_used",
+        "gpushare_exporter_scrape_errors",
+    } <= names
 
 
 def test_cli_once_fails_when_a_part_could_not_be_read():
-    res = CliRunner().invoke(main, ["exporter", "--policy", str(examples.example()), "--once"],
-                             obj={"runner": Recorded(REC24, fail=("sacctmgr",)), "clock": lambda: NOW})
+    res = CliRunner().invoke(
+        main,
+        ["exporter", "--policy", str(examples.example()), "--once"],
+        obj={"runner": Recorded(REC24, fail=("sacctmgr",)), "clock": lambda: NOW},
+    )
     assert res.exit_code == 1
     assert "could not read associations" in res.output and "gpushare_gres_free{" in res.output
 
 
 def test_cli_refuses_a_bad_listen_address():
     for flag in ("--web.listen-address", "--listen"):  # --listen: the former name, still accepted
-        res = CliRunner().invoke(main, ["exporter", "--policy", str(examples.example()), flag, "0.0.0.0:http"],
-                                 obj={"runner": Recorded(REC24)})
+        res = CliRunner().invoke(
+            main,
+            ["exporter", "--policy", str(examples.example()), flag, "0.0.0.0:http"],
+            obj={"runner": Recorded(REC24)},
+        )
         assert res.exit_code == 2 and "ADDR:PORT" in res.output and flag in res.output
 
 
@@ -215,10 +244,36 @@ def test_parse_listen():
 
 # ---- the pure rules on built jobs and nodes --------------------------------------------------------
 
-def _job(job_id, state, gres_request, *, gres_alloc=None, nodes="", partition="batch", account="biology",
-         user="carol", reason="None", submit_time=None):
-    return Job(job_id, None, None, "j", user, account, partition, "normal", state, reason, nodes,
-               gres_request, gres_alloc or {}, submit_time)
+
+def _job(
+    job_id,
+    state,
+    gres_request,
+    *,
+    gres_alloc=None,
+    nodes="",
+    partition="batch",
+    account="biology",
+    user="carol",
+    reason="None",
+    submit_time=None,
+):
+    return Job(
+        job_id,
+        None,
+        None,
+        "j",
+        user,
+        account,
+        partition,
+        "normal",
+        state,
+        reason,
+        nodes,
+        gres_request,
+        gres_alloc or {},
+        submit_time,
+    )
 
 
 def _node(name, gres, alloc, state=("MIXED",), reason="", partitions=("batch", "scavenger")):
@@ -234,14 +289,18 @@ def test_a_backend_without_per_node_allocations_counts_the_request_on_every_node
 
 def test_a_free_small_slice_no_pending_job_fits_is_stranded():
     """A free 1g.5gb while every pending job asks 3g.20gb or two whole GPUs; a drained node is left out."""
-    mig = _node("m1", {"gpu:a100_40g_1g.5gb": 2, "gpu:a100_40g_3g.20gb": 1},
-                {"gpu": 2, "gpu:a100_40g_1g.5gb": 1})  # the 3g.20gb has no typed entry: the untyped rest is its
+    mig = _node(
+        "m1", {"gpu:a100_40g_1g.5gb": 2, "gpu:a100_40g_3g.20gb": 1}, {"gpu": 2, "gpu:a100_40g_1g.5gb": 1}
+    )  # the 3g.20gb has no typed entry: the untyped rest is its
     whole = _node("w1", {"gpu:l40s": 2}, {"gpu": 1, "gpu:l40s": 1})
     drained = _node("d1", {"gpu:l40s": 2}, {}, state=("IDLE", "DRAIN"), reason="bad gpu")
     jobs = [_job(9, "PENDING", {"gpu:a100_40g_3g.20gb": 1}), _job(10, "PENDING", {"gpu:l40s": 2})]
     fam = collect.stranded([mig, whole, drained], jobs)
-    assert fam.samples == {("m1", "gpu", "a100_40g_1g.5gb"): 1, ("m1", "gpu", "a100_40g_3g.20gb"): 0,
-                           ("w1", "gpu", "l40s"): 1}
+    assert fam.samples == {
+        ("m1", "gpu", "a100_40g_1g.5gb"): 1,
+        ("m1", "gpu", "a100_40g_3g.20gb"): 0,
+        ("w1", "gpu", "l40s"): 1,
+    }
     assert collect.node_allocated(mig, "gpu:a100_40g_3g.20gb", None) == 1
     # with nothing pending, free capacity is idle, not stranded
     assert set(collect.stranded([mig, whole], []).samples.values()) == {0}
@@ -258,11 +317,15 @@ def test_a_free_small_slice_no_pending_job_fits_is_stranded():
 def test_quota_counts_sub_accounts():
     from slurm_gpushare.slurm.sacctmgr import AssocRow
 
-    assocs = [AssocRow("biology", None, "root", 40, {"gres/gpu": 4, "gres/shard": 8, "cpu": 64}),
-              AssocRow("biology-imaging", None, "biology", 1, {})]
-    jobs = [_job(1, "RUNNING", {}, gres_alloc={"n1": {"gpu:l40s": GresUse(2, (0, 1))}}, account="biology-imaging"),
-            _job(2, "RUNNING", {}, gres_alloc={"n2": {"shard": GresUse(3)}}),
-            _job(3, "PENDING", {"gpu": 1})]
+    assocs = [
+        AssocRow("biology", None, "root", 40, {"gres/gpu": 4, "gres/shard": 8, "cpu": 64}),
+        AssocRow("biology-imaging", None, "biology", 1, {}),
+    ]
+    jobs = [
+        _job(1, "RUNNING", {}, gres_alloc={"n1": {"gpu:l40s": GresUse(2, (0, 1))}}, account="biology-imaging"),
+        _job(2, "RUNNING", {}, gres_alloc={"n2": {"shard": GresUse(3)}}),
+        _job(3, "PENDING", {"gpu": 1}),
+    ]
     used, limit = collect.quota(assocs, jobs)
     assert used.samples == {("biology", "gres/gpu"): 2, ("biology", "gres/shard"): 3}  # no use figure for cpu
     assert limit.samples == {("biology", "cpu"): 64, ("biology", "gres/gpu"): 4, ("biology", "gres/shard"): 8}

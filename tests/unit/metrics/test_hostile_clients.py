@@ -22,9 +22,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from slurm_gpushare import examples
 from slurm_gpushare.cli import main
+from slurm_gpushare.metrics import exporter as exp
 from slurm_gpushare.metrics import webconfig
 from slurm_gpushare.metrics.defaults import DEFAULT_LISTEN
-from slurm_gpushare.metrics import exporter as exp
 from slurm_gpushare.metrics.exporter import Exporter, SlurmCollector, exposition, parse_listen, registry_for
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.slurm.cli_backend import CliClient
@@ -35,8 +35,10 @@ HOSTILE_TIMEOUTS = ("0.000001", "1e-300", "-5", "0", "nan", "inf", "-inf", "junk
 
 
 def families(body: str) -> dict[str, dict[tuple, float]]:
-    return {f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples}
-            for f in text_string_to_metric_families(body)}
+    return {
+        f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples}
+        for f in text_string_to_metric_families(body)
+    }
 
 
 def slurm_view(body: str) -> dict[str, dict[tuple, float]]:
@@ -45,6 +47,7 @@ def slurm_view(body: str) -> dict[str, dict[tuple, float]]:
 
 
 # ---- headers of one scrape ---------------------------------------------------------------------------------
+
 
 def test_a_tiny_scrape_timeout_does_not_make_others_see_a_partial_read(stacks):
     """A scrape that gives itself a microsecond begins the read; it gets 503, the read still reads every part,
@@ -66,8 +69,13 @@ def test_a_tiny_scrape_timeout_does_not_make_others_see_a_partial_read(stacks):
 @pytest.mark.parametrize("header", HOSTILE_TIMEOUTS)
 def test_hostile_scrape_timeouts_leave_every_part_read(stacks, header):
     s = stacks(limit=10.0)
-    status, _h, _body = s.get(headers={"X-Prometheus-Scrape-Timeout-Seconds": header,
-                                       "Accept": "text/plain;;;" + "x" * 1000, "Accept-Encoding": "br, *;q=0"})
+    status, _h, _body = s.get(
+        headers={
+            "X-Prometheus-Scrape-Timeout-Seconds": header,
+            "Accept": "text/plain;;;" + "x" * 1000,
+            "Accept-Encoding": "br, *;q=0",
+        }
+    )
     assert status in (200, 503)
     _wait_until("the read finished", lambda: not s.snapshot._reading)
     assert s.gate.timeouts == [10.0] * 4  # every command of the read with its own limit, none skipped
@@ -82,6 +90,7 @@ def test_budget_of_a_value_that_is_no_finite_positive_number_is_the_default_wait
 
 
 # ---- a failed part keeps its last good value ---------------------------------------------------------
+
 
 class Failing(Recorded):
     """The recordings; a command named in ``failing`` (changed between reads) exits 1."""
@@ -99,8 +108,14 @@ def test_a_failed_part_serves_its_last_good_value_with_its_age_and_counts_the_fa
     good = families(exposition(registry_for(collector)))
     runner.failing, clock[0] = ("sshare", "squeue"), NOW + 30
     later = families(exposition(registry_for(collector)))
-    for name in ("gpushare_fairshare_level_fs", "gpushare_fairshare_factor", "gpushare_gpu_equivalents_allocated",
-                 "gpushare_jobs_pending", "gpushare_stranded_units", "gpushare_quota_used"):
+    for name in (
+        "gpushare_fairshare_level_fs",
+        "gpushare_fairshare_factor",
+        "gpushare_gpu_equivalents_allocated",
+        "gpushare_jobs_pending",
+        "gpushare_stranded_units",
+        "gpushare_quota_used",
+    ):
         assert later[name] == good[name], name
     part = lambda p: (("part", p),)  # noqa: E731
     assert later["gpushare_exporter_part_up"][part("sshare")] == 0.0
@@ -118,8 +133,9 @@ def test_a_failed_part_serves_its_last_good_value_with_its_age_and_counts_the_fa
 
 
 def test_a_part_never_read_has_no_age_and_no_families():
-    collector = SlurmCollector(CliClient(Recorded(REC24, fail=("sshare",))), load_file(examples.example()),
-                               clock=lambda: NOW)
+    collector = SlurmCollector(
+        CliClient(Recorded(REC24, fail=("sshare",))), load_file(examples.example()), clock=lambda: NOW
+    )
     fams = families(exposition(registry_for(collector)))
     assert "gpushare_fairshare_level_fs" not in fams
     assert (("part", "sshare"),) not in fams["gpushare_exporter_part_age_seconds"]
@@ -127,6 +143,7 @@ def test_a_part_never_read_has_no_age_and_no_families():
 
 
 # ---- password checks ----------------------------------------------------------------------------------
+
 
 class SlowCheck:
     """A fake bcrypt.checkpw: the right password is PASSWORD; while ``hold`` is clear, a check of ``slow`` waits
@@ -196,8 +213,10 @@ def test_failed_attempts_never_evict_a_good_login():
     auth, check = make_auth(size=4, failed_size=8)
     assert auth.verdict(GOOD, "10.0.0.1") == webconfig.AuthVerdict.OK
     for i in range(500):  # every guess a new password from a new address (no client limit reached)
-        assert auth.verdict(basic("prometheus", f"guess-{i}")["Authorization"], f"10.1.{i // 250}.{i % 250}") \
+        assert (
+            auth.verdict(basic("prometheus", f"guess-{i}")["Authorization"], f"10.1.{i // 250}.{i % 250}")
             == webconfig.AuthVerdict.DENIED
+        )
     runs = check.runs
     assert auth.verdict(GOOD, "10.0.0.1") == webconfig.AuthVerdict.OK
     assert check.runs == runs  # still cached: no second bcrypt for the good login
@@ -215,12 +234,15 @@ def test_a_client_that_keeps_failing_gets_429_and_its_cached_login_still_passes(
     auth, check = make_auth(failures=webconfig.ClientFailures(burst=3, interval=10.0, clock=lambda: clock[0]))
     exporter = Exporter(None, auth=auth)
     assert auth.verdict(GOOD, "10.0.0.9") == webconfig.AuthVerdict.OK
-    statuses = [exporter.respond("/", {"Authorization": basic("prometheus", f"g{i}")["Authorization"]},
-                                 "10.0.0.9")[0] for i in range(6)]
+    statuses = [
+        exporter.respond("/", {"Authorization": basic("prometheus", f"g{i}")["Authorization"]}, "10.0.0.9")[0]
+        for i in range(6)
+    ]
     assert statuses == [401, 401, 401, 429, 429, 429]
     assert check.runs == 4  # the good login and three guesses: no bcrypt once limited
-    status, headers, _ = exporter.respond("/", {"Authorization": basic("prometheus", "g9")["Authorization"]},
-                                          "10.0.0.9")
+    status, headers, _ = exporter.respond(
+        "/", {"Authorization": basic("prometheus", "g9")["Authorization"]}, "10.0.0.9"
+    )
     assert status == 429 and headers["Retry-After"] == "10"
     assert exporter.respond("/", {"Authorization": GOOD}, "10.0.0.9")[0] == 200  # cached: passes
     assert exporter.respond("/", {"Authorization": basic("prometheus", "g0")["Authorization"]}, "10.0.0.8")[0] == 401
@@ -231,8 +253,9 @@ def test_a_client_that_keeps_failing_gets_429_and_its_cached_login_still_passes(
 
 def test_clients_without_a_login_cannot_use_up_the_rate_limit(stacks):
     out: list = []
-    web = webconfig.parse({"basic_auth_users": {"prometheus": HASH}, "rate_limit": {"interval": "1h", "burst": 2}},
-                          Path("."), out)
+    web = webconfig.parse(
+        {"basic_auth_users": {"prometheus": HASH}, "rate_limit": {"interval": "1h", "burst": 2}}, Path("."), out
+    )
     assert out == []
     s = stacks(web)
     for hdrs in ({}, basic("prometheus", "wrong"), {"Authorization": "Basic !!!"}) * 3:
@@ -241,6 +264,7 @@ def test_clients_without_a_login_cannot_use_up_the_rate_limit(stacks):
 
 
 # ---- where it listens -----------------------------------------------------------------------------------
+
 
 def test_the_default_listen_address_is_this_host_only():
     addr, _port = parse_listen(DEFAULT_LISTEN)
@@ -255,8 +279,9 @@ def _tls_web(tmp_path) -> webconfig.WebConfig:
     from tests import tlsfiles
 
     tls = tlsfiles.make(tmp_path)
-    return webconfig.WebConfig(webconfig.TlsConfig(tls.server_cert.read_text(), tls.server_key.read_text()),
-                               {}, {}, 0.0, 0)
+    return webconfig.WebConfig(
+        webconfig.TlsConfig(tls.server_cert.read_text(), tls.server_key.read_text()), {}, {}, 0.0, 0
+    )
 
 
 def test_beyond_loopback_only_with_tls_or_when_plain_http_is_asked_for(tmp_path):
@@ -276,8 +301,11 @@ def test_cli_refuses_a_non_loopback_address_without_tls(monkeypatch):
     monkeypatch.setattr(exp.ExporterServer, "serve_forever", served)
     monkeypatch.setattr(exp.ExporterServer, "server_bind", lambda self: None)  # nothing bound, whatever happens
     for listen in (":9877", "0.0.0.0:9877", "[::]:9877"):
-        res = CliRunner().invoke(main, ["exporter", "--policy", str(examples.example()),
-                                        "--web.listen-address", listen], obj={"runner": Recorded(REC24)})
+        res = CliRunner().invoke(
+            main,
+            ["exporter", "--policy", str(examples.example()), "--web.listen-address", listen],
+            obj={"runner": Recorded(REC24)},
+        )
         assert res.exit_code == 2, res.output
         out = " ".join(res.output.split())
         assert "is not a loopback address" in out and "--web.insecure-plain-http" in out

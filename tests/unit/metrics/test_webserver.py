@@ -25,8 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from slurm_gpushare import examples
 from slurm_gpushare.cli import main
 from slurm_gpushare.metrics import webconfig
-from slurm_gpushare.metrics.exporter import (CommandTimeouts, Exporter, ExporterServer, SharedSnapshot,
-                                             SlurmCollector)
+from slurm_gpushare.metrics.exporter import CommandTimeouts, Exporter, ExporterServer, SharedSnapshot, SlurmCollector
 from slurm_gpushare.metrics.webconfig import BasicAuth, WebConfigError
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.proc import CommandError
@@ -71,8 +70,9 @@ class Gate:
 class Stack:
     """A served exporter: the gate, the shared snapshot, the server; ``get`` makes one request."""
 
-    def __init__(self, web=None, *, interval=15.0, held=False, limit=10.0, clock=None, context=None, auth=None,
-                 read_budget=None):
+    def __init__(
+        self, web=None, *, interval=15.0, held=False, limit=10.0, clock=None, context=None, auth=None, read_budget=None
+    ):
         self.gate = Gate(held)
         monotonic = {"monotonic": clock} if clock else {}  # one clock for the snapshot and the commands' deadline
         self.timeouts = CommandTimeouts(self.gate, limit, **monotonic)
@@ -146,23 +146,38 @@ def problems(tmp_path: Path, doc: dict | str) -> str:
 
 # ---- the web configuration file ----------------------------------------------------------------------
 
+
 def test_unknown_keys_are_refused_naming_the_key_and_what_is_accepted(tmp_path, tls):
-    report = problems(tmp_path, {"tls_server_config": {"cert_file": str(tls.server_cert), "key_file": str(tls.server_key),
-                                                       "certfile": "x"},
-                                 "basic_auth": {"u": HASH}})
-    assert "basic_auth: unknown key in the file; accepted: tls_server_config, http_server_config, basic_auth_users, " \
-           "rate_limit" in report
+    report = problems(
+        tmp_path,
+        {
+            "tls_server_config": {"cert_file": str(tls.server_cert), "key_file": str(tls.server_key), "certfile": "x"},
+            "basic_auth": {"u": HASH},
+        },
+    )
+    assert (
+        "basic_auth: unknown key in the file; accepted: tls_server_config, http_server_config, basic_auth_users, "
+        "rate_limit" in report
+    )
     assert "tls_server_config.certfile: unknown key in tls_server_config; accepted: cert_file, key_file" in report
     assert report.startswith(f"--web.config.file {tmp_path / 'web-config.yml'}: 2 problem(s)")
 
 
 def test_every_problem_at_once_each_with_its_key(tmp_path, tls):
-    report = problems(tmp_path, {
-        "tls_server_config": {"cert_file": "missing.crt", "client_auth_type": "RequestClientCert",
-                              "min_version": "TLS14", "cipher_suites": ["TLS_AES_128_GCM_SHA256"]},
-        "http_server_config": {"headers": {"X-Frame-Options": "allow", "Server": "x"}},
-        "basic_auth_users": {"prometheus": "plain-text-password"},
-        "rate_limit": {"interval": "soon", "burst": 0}})
+    report = problems(
+        tmp_path,
+        {
+            "tls_server_config": {
+                "cert_file": "missing.crt",
+                "client_auth_type": "RequestClientCert",
+                "min_version": "TLS14",
+                "cipher_suites": ["TLS_AES_128_GCM_SHA256"],
+            },
+            "http_server_config": {"headers": {"X-Frame-Options": "allow", "Server": "x"}},
+            "basic_auth_users": {"prometheus": "plain-text-password"},
+            "rate_limit": {"interval": "soon", "burst": 0},
+        },
+    )
     for line in (
         f"tls_server_config.cert_file: cannot read {tmp_path / 'missing.crt'}",
         "tls_server_config.key_file: missing: TLS needs key_file (or key inline)",
@@ -181,19 +196,36 @@ def test_every_problem_at_once_each_with_its_key(tmp_path, tls):
 def test_client_ca_and_client_auth_type_go_together(tmp_path, tls):
     base = {"cert_file": str(tls.server_cert), "key_file": str(tls.server_key)}
     assert "client_auth_type: a client CA is configured" in problems(
-        tmp_path, {"tls_server_config": {**base, "client_ca_file": str(tls.ca)}})
+        tmp_path, {"tls_server_config": {**base, "client_ca_file": str(tls.ca)}}
+    )
     assert "client_ca_file: client_auth_type RequireAndVerifyClientCert needs the CA" in problems(
-        tmp_path, {"tls_server_config": {**base, "client_auth_type": "RequireAndVerifyClientCert"}})
+        tmp_path, {"tls_server_config": {**base, "client_auth_type": "RequireAndVerifyClientCert"}}
+    )
     assert "client_allowed_sans: needs client_auth_type RequireAndVerifyClientCert" in problems(
-        tmp_path, {"tls_server_config": {**base, "client_auth_type": "VerifyClientCertIfGiven",
-                                         "client_ca_file": str(tls.ca), "client_allowed_sans": ["x"]}})
+        tmp_path,
+        {
+            "tls_server_config": {
+                **base,
+                "client_auth_type": "VerifyClientCertIfGiven",
+                "client_ca_file": str(tls.ca),
+                "client_allowed_sans": ["x"],
+            }
+        },
+    )
 
 
 def test_relative_files_are_read_from_the_config_directory_and_an_empty_file_is_plain_http(tmp_path, tls):
     for src in (tls.server_cert, tls.server_key):
         (tmp_path / src.name).write_text(src.read_text())
-    web = webconfig.load(web_file(tmp_path, {"tls_server_config": {"cert_file": "server.crt", "key_file": "server.key"},
-                                             "basic_auth_users": {"prometheus": HASH}}))
+    web = webconfig.load(
+        web_file(
+            tmp_path,
+            {
+                "tls_server_config": {"cert_file": "server.crt", "key_file": "server.key"},
+                "basic_auth_users": {"prometheus": HASH},
+            },
+        )
+    )
     assert web.tls.cert == tls.server_cert.read_text() and web.users == {"prometheus": HASH}
     assert "PRIVATE KEY" not in repr(web) and HASH not in repr(web)  # no secret in a log line
     empty = webconfig.load(web_file(tmp_path, ""))
@@ -201,15 +233,19 @@ def test_relative_files_are_read_from_the_config_directory_and_an_empty_file_is_
 
 
 def test_a_key_that_does_not_match_the_certificate_is_refused(tmp_path, tls):
-    report = problems(tmp_path, {"tls_server_config": {"cert_file": str(tls.server_cert),
-                                                       "key_file": str(tls.client_key)}})
+    report = problems(
+        tmp_path, {"tls_server_config": {"cert_file": str(tls.server_cert), "key_file": str(tls.client_key)}}
+    )
     assert "tls_server_config: the certificate and key do not load" in report
 
 
 def test_cli_refuses_a_bad_web_config_before_serving(tmp_path):
     path = web_file(tmp_path, {"basic_auth_users": {"prometheus": HASH}, "tls_config": {}})
-    res = CliRunner().invoke(main, ["exporter", "--policy", str(examples.example()), "--web.config.file", str(path)],
-                             obj={"runner": Recorded(REC24)})
+    res = CliRunner().invoke(
+        main,
+        ["exporter", "--policy", str(examples.example()), "--web.config.file", str(path)],
+        obj={"runner": Recorded(REC24)},
+    )
     assert res.exit_code == 1
     assert "tls_config: unknown key in the file; accepted: tls_server_config" in res.output
 
@@ -225,9 +261,14 @@ def test_help_names_the_flags_and_the_default_port():
 
 # ---- TLS ---------------------------------------------------------------------------------------------
 
+
 def _tls_web(tmp_path, tls, **extra) -> webconfig.WebConfig:
-    return webconfig.load(web_file(tmp_path, {"tls_server_config": {
-        "cert_file": str(tls.server_cert), "key_file": str(tls.server_key), **extra}}))
+    return webconfig.load(
+        web_file(
+            tmp_path,
+            {"tls_server_config": {"cert_file": str(tls.server_cert), "key_file": str(tls.server_key), **extra}},
+        )
+    )
 
 
 def test_tls_scrape_verified_against_the_ca_and_plain_http_gets_nothing(tmp_path, tls, stacks):
@@ -241,8 +282,13 @@ def test_tls_scrape_verified_against_the_ca_and_plain_http_gets_nothing(tmp_path
 
 
 def test_client_certificates_required_and_verified(tmp_path, tls, stacks):
-    web = _tls_web(tmp_path, tls, client_auth_type="RequireAndVerifyClientCert", client_ca_file=str(tls.ca),
-                   client_allowed_sans=["prometheus"])
+    web = _tls_web(
+        tmp_path,
+        tls,
+        client_auth_type="RequireAndVerifyClientCert",
+        client_ca_file=str(tls.ca),
+        client_allowed_sans=["prometheus"],
+    )
     s = stacks(web)
     assert s.get(context=client_context(tls, cert=True))[0] == 200
     with pytest.raises((ssl.SSLError, ConnectionError, http.client.HTTPException)):
@@ -250,8 +296,13 @@ def test_client_certificates_required_and_verified(tmp_path, tls, stacks):
 
 
 def test_client_allowed_sans_turns_away_another_client(tmp_path, tls, stacks):
-    web = _tls_web(tmp_path, tls, client_auth_type="RequireAndVerifyClientCert", client_ca_file=str(tls.ca),
-                   client_allowed_sans=["grafana"])
+    web = _tls_web(
+        tmp_path,
+        tls,
+        client_auth_type="RequireAndVerifyClientCert",
+        client_ca_file=str(tls.ca),
+        client_allowed_sans=["grafana"],
+    )
     s = stacks(web)
     with pytest.raises((ssl.SSLError, ConnectionError, http.client.HTTPException)):
         s.get(context=client_context(tls, cert=True))
@@ -268,6 +319,7 @@ def test_a_client_that_never_handshakes_blocks_no_one(tmp_path, tls, stacks):
 
 # ---- basic auth ----------------------------------------------------------------------------------------
 
+
 def _auth_web(**extra) -> webconfig.WebConfig:
     raw = {"basic_auth_users": {"prometheus": HASH}, **extra}
     out: list = []
@@ -280,8 +332,13 @@ def test_basic_auth_accepts_the_user_and_answers_401_otherwise(stacks):
     s = stacks(_auth_web(http_server_config={"headers": {"X-Content-Type-Options": "nosniff"}}))
     status, headers, body = s.get(headers=basic("prometheus", PASSWORD))
     assert status == 200 and "gpushare_gres_free{" in body and headers["X-Content-Type-Options"] == "nosniff"
-    for hdrs in ({}, basic("prometheus", "wrong"), basic("grafana", PASSWORD), {"Authorization": "Bearer x"},
-                 {"Authorization": "Basic !!!"}):
+    for hdrs in (
+        {},
+        basic("prometheus", "wrong"),
+        basic("grafana", PASSWORD),
+        {"Authorization": "Bearer x"},
+        {"Authorization": "Basic !!!"},
+    ):
         status, headers, body = s.get(headers=hdrs)
         assert status == 401, hdrs
         assert headers["WWW-Authenticate"].startswith("Basic") and "gpushare" not in body.replace("gpushare exp", "")
@@ -320,6 +377,7 @@ def test_rate_limit_answers_429_past_the_burst():
 
 
 # ---- one read of Slurm for every scrape ------------------------------------------------------------------
+
 
 def _concurrent(stack: Stack, n: int, headers=None) -> list:
     results: list = [None] * n
@@ -388,6 +446,7 @@ def test_scrapers_that_disconnect_leave_no_slurm_command_behind(stacks):
 
 # ---- timeouts -------------------------------------------------------------------------------------------
 
+
 def test_each_command_gets_the_smaller_of_its_limit_and_the_time_left():
     seen = []
     clock = [100.0]
@@ -452,8 +511,10 @@ def test_a_snapshot_is_rendered_once_per_format_whatever_the_number_of_scrapes(s
         release.wait(30)
         return b"text"
 
-    threads = [threading.Thread(target=s.snapshot.render, args=(metrics, generation, encoder, "text/plain", False))
-               for _ in range(10)]
+    threads = [
+        threading.Thread(target=s.snapshot.render, args=(metrics, generation, encoder, "text/plain", False))
+        for _ in range(10)
+    ]
     for t in threads:
         t.start()
     _wait_until("the first rendering under way", lambda: calls)

@@ -13,7 +13,6 @@ import resource
 import stat
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -102,9 +101,13 @@ def test_a_file_another_process_keeps_open_in_the_tree_does_not_stop_the_removal
     root = tmp_path / "mps"
     pipe = root / "g0-u1-p50" / "pipe"
     (pipe / "busy").mkdir(parents=True)
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; f = open('held', 'w'); "
-                               "print('ready', flush=True); sys.stdin.read()"],
-                              cwd=pipe / "busy", stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; f = open('held', 'w'); print('ready', flush=True); sys.stdin.read()"],
+        cwd=pipe / "busy",
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline() == "ready\n"
         set_aside(str(root / "g0-u1-p50"), str(root))
@@ -137,5 +140,3 @@ def test_a_tree_moved_out_while_it_is_walked_is_left_not_followed(tmp_path, monk
     assert (elsewhere / "keep").exists()
     monkeypatch.undo()
     assert sweep(str(root)) == []
-
-

@@ -24,7 +24,9 @@ def run(*args, env=None):
 def lab_mig(tmp_path):
     """The small lab's MIG node: one A100-40GB in MIG mode, no instances yet."""
     state = tmp_path / "nvml.json"
-    res = run("fake-nvml", "init", "--state", state, "--model", "A100-SXM4-40GB", "--count", 1, "--mig", "0", "--seed", "lab")
+    res = run(
+        "fake-nvml", "init", "--state", state, "--model", "A100-SXM4-40GB", "--count", 1, "--mig", "0", "--seed", "lab"
+    )
     assert res.exit_code == 0, res.output
     return state
 
@@ -60,7 +62,10 @@ def test_init_refuses_bad_input(tmp_path):
 def test_assert_apply_assert(lab_mig):
     res = lab("mig", "assert", state=lab_mig)
     assert res.exit_code == 1
-    assert "node lab-mig01: MIG layout differs" in res.stdout and "GPU 0: have no MIG instances, want 1g.5gb x7" in res.stdout
+    assert (
+        "node lab-mig01: MIG layout differs" in res.stdout
+        and "GPU 0: have no MIG instances, want 1g.5gb x7" in res.stdout
+    )
     assert "using fake NVML state" in res.stderr
 
     before = lab_mig.read_text()

@@ -29,7 +29,9 @@ def slurm_conf_gpu_types(site, node: str) -> Counter:
     hostlist = site.group_for_node(node).hostlist
     line = next(line for line in slurm_conf(site).splitlines() if line.startswith(f"NodeName={hostlist} "))
     gres = re.search(r"Gres=(\S+)", line).group(1)
-    return Counter({t: int(n) for name, t, n in (g.split(":") for g in gres.split(",") if g.count(":") == 2) if name == "gpu"})
+    return Counter(
+        {t: int(n) for name, t, n in (g.split(":") for g in gres.split(",") if g.count(":") == 2) if name == "gpu"}
+    )
 
 
 @pytest.fixture
@@ -53,7 +55,11 @@ def test_two_3g_on_minor_0_golden(a100):
 
 
 def test_uses_device_minor_not_index_and_orders_by_start(tmp_path):
-    slots = slots_for("A100-SXM4-40GB", 2, [{"gpus": 0, "mode": "exclusive"}, {"gpus": 1, "mode": "mig", "layout": ["1g.5gb", "1g.5gb", "2g.10gb"]}])
+    slots = slots_for(
+        "A100-SXM4-40GB",
+        2,
+        [{"gpus": 0, "mode": "exclusive"}, {"gpus": 1, "mode": "mig", "layout": ["1g.5gb", "1g.5gb", "2g.10gb"]}],
+    )
     fake = FakeNvml.build(tmp_path / "nvml.json", model="A100-SXM4-40GB", count=2, mig_enabled=[1], minors=[1, 6])
     with open_backend(fake.state_path) as backend:
         make_layout(backend, 1, [(19, 6, 0), (14, 2, 1), (19, 0, 0)])  # created out of order
@@ -61,9 +67,12 @@ def test_uses_device_minor_not_index_and_orders_by_start(tmp_path):
         text = node_gres_conf("n1", slots, backend, read_mig_minors(backend.mig_minors_path))
     lines = gres_lines(text)
     assert [t for _n, t, _f in lines] == ["a100_40g_1g.5gb", "a100_40g_2g.10gb", "a100_40g_1g.5gb"]  # by start 0, 2, 6
-    for (_n, _t, files), start in zip(lines, (0, 2, 6)):
+    for (_n, _t, files), start in zip(lines, (0, 2, 6), strict=False):
         gi = gis[start]
-        assert files == f"/dev/nvidia6,/dev/nvidia-caps/nvidia-cap{gi_access_minor(6, gi)},/dev/nvidia-caps/nvidia-cap{ci_access_minor(6, gi, 0)}"
+        assert (
+            files
+            == f"/dev/nvidia6,/dev/nvidia-caps/nvidia-cap{gi_access_minor(6, gi)},/dev/nvidia-caps/nvidia-cap{ci_access_minor(6, gi, 0)}"
+        )
 
 
 def test_types_equal_what_slurm_conf_declares(tmp_path):
@@ -76,7 +85,11 @@ def test_types_equal_what_slurm_conf_declares(tmp_path):
     lines = gres_lines(text)
     assert [f.split(",")[0] for _n, _t, f in lines] == ["/dev/nvidia4"] * 2 + ["/dev/nvidia5"] * 2
     declared = slurm_conf_gpu_types(site, "h100-02")
-    assert Counter(t for _n, t, _f in lines) == Counter({t: declared[t] for t in declared if "_3g." in t}) == Counter({"h100_3g.40gb": 4})
+    assert (
+        Counter(t for _n, t, _f in lines)
+        == Counter({t: declared[t] for t in declared if "_3g." in t})
+        == Counter({"h100_3g.40gb": 4})
+    )
 
 
 def test_small_lab_mig_node_matches_rendered_slurm_conf(tmp_path):

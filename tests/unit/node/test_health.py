@@ -24,8 +24,8 @@ from slurm_gpushare.node.journal import JournalStore
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.policy.model import Health
 from slurm_gpushare.render import render_all
-from tests.unit.hooks_support import ROOT, HookNode, no_scontrol
 from tests.unit.hooks.test_repair import FakeSlurm
+from tests.unit.hooks_support import ROOT, HookNode, no_scontrol
 
 # ---- the decision (pure) -------------------------------------------------------------------
 
@@ -42,10 +42,18 @@ OURS = f"{PREFIX} device files missing: /dev/nvidia1"
         (("IDLE", "DRAIN"), "admin", [], Leave("healthy; drained by someone else (admin), not resumed")),
         (("IDLE", "DRAIN"), "", [], Leave("healthy; drained by someone else (no reason), not resumed")),
         (("IDLE",), "", ["device files missing: /dev/nvidia1"], Drain(OURS)),
-        (("IDLE", "DRAIN"), "admin", ["device files missing: /dev/nvidia1"],
-         Leave("drained by someone else (admin); left drained, reason kept")),
-        (("IDLE", "DRAIN"), OURS, ["device files missing: /dev/nvidia1"],
-         Leave("already drained by the health check for the same reason")),
+        (
+            ("IDLE", "DRAIN"),
+            "admin",
+            ["device files missing: /dev/nvidia1"],
+            Leave("drained by someone else (admin); left drained, reason kept"),
+        ),
+        (
+            ("IDLE", "DRAIN"),
+            OURS,
+            ["device files missing: /dev/nvidia1"],
+            Leave("already drained by the health check for the same reason"),
+        ),
         (("IDLE", "DRAIN"), OURS, ["GPU layout: GPU 0: x"], Drain(f"{PREFIX} GPU layout: GPU 0: x")),
     ],
 )
@@ -59,10 +67,17 @@ def test_drain_reason_is_printable_and_bounded():
 
 
 def test_findings_problems_name_devices_layout_and_failed_repairs_but_not_notes():
-    f = Findings(missing_devices=["/dev/nvidia1", "/dev/nvidia-caps/nvidia-cap12"], layout=["GPU 0: have a, want b"],
-                 unrepaired=["MPS daemon k will not quit"], notes=["MPS daemon k2 does not answer"])
-    assert f.problems() == ["device files missing: /dev/nvidia1, /dev/nvidia-caps/nvidia-cap12",
-                            "GPU layout: GPU 0: have a, want b", "not repaired: MPS daemon k will not quit"]
+    f = Findings(
+        missing_devices=["/dev/nvidia1", "/dev/nvidia-caps/nvidia-cap12"],
+        layout=["GPU 0: have a, want b"],
+        unrepaired=["MPS daemon k will not quit"],
+        notes=["MPS daemon k2 does not answer"],
+    )
+    assert f.problems() == [
+        "device files missing: /dev/nvidia1, /dev/nvidia-caps/nvidia-cap12",
+        "GPU layout: GPU 0: have a, want b",
+        "not repaired: MPS daemon k will not quit",
+    ]
 
 
 # ---- policy and render ---------------------------------------------------------------------
@@ -71,9 +86,14 @@ def test_findings_problems_name_devices_layout_and_failed_repairs_but_not_notes(
 def test_health_policy_is_strict_and_off_by_default():
     assert Health().program is None and Health().node_state == ["ANY"]
     assert Health(program="/usr/local/sbin/gpushare-node-health", node_state=["IDLE", "MIXED", "CYCLE"]).interval == 300
-    for bad, match in (({"node_state": ["BUSY"]}, "NONDRAINED_IDLE"), ({"node_state": ["CYCLE"]}, "at least one"),
-                       ({"node_state": ["ANY", "IDLE"]}, "ANY already covers IDLE"), ({"interval": 0}, "greater"),
-                       ({"program": "relative/path"}, "pattern"), ({"every": 5}, "Extra")):
+    for bad, match in (
+        ({"node_state": ["BUSY"]}, "NONDRAINED_IDLE"),
+        ({"node_state": ["CYCLE"]}, "at least one"),
+        ({"node_state": ["ANY", "IDLE"]}, "ANY already covers IDLE"),
+        ({"interval": 0}, "greater"),
+        ({"program": "relative/path"}, "pattern"),
+        ({"every": 5}, "Extra"),
+    ):
         with pytest.raises(ValidationError, match=match):
             Health(**bad)
 
@@ -85,12 +105,18 @@ def test_render_health_lines_only_when_on(tmp_path):
     path.write_text(yaml.safe_dump(raw))
     off = "\n".join(render_all(load_file(path)).values())
     assert "HealthCheck" not in off
-    raw["cluster"]["health"] = {"program": "/usr/local/sbin/gpushare-node-health", "interval": 120,
-                                "node_state": ["IDLE", "MIXED", "CYCLE"]}
+    raw["cluster"]["health"] = {
+        "program": "/usr/local/sbin/gpushare-node-health",
+        "interval": 120,
+        "node_state": ["IDLE", "MIXED", "CYCLE"],
+    }
     path.write_text(yaml.safe_dump(raw))
     on = "\n".join(render_all(load_file(path)).values())
-    for line in ("HealthCheckProgram=/usr/local/sbin/gpushare-node-health", "HealthCheckInterval=120",
-                 "HealthCheckNodeState=IDLE,MIXED,CYCLE"):
+    for line in (
+        "HealthCheckProgram=/usr/local/sbin/gpushare-node-health",
+        "HealthCheckInterval=120",
+        "HealthCheckNodeState=IDLE,MIXED,CYCLE",
+    ):
         assert f"\n{line}\n" in on
 
 
@@ -114,8 +140,13 @@ def all_devices(path: str) -> bool:
 
 def run(node: HookNode, slurm: FakeSlurm, is_device=all_devices, mps=None):
     lines: list[str] = []
-    report = health_hook.health({"SLURMD_NODENAME": node.node, "GPUSHARE_NODE_CONFIG": str(node.config)}, runner=slurm,
-                                mps=mps or node.mps, is_device=is_device, out=lines.append)
+    report = health_hook.health(
+        {"SLURMD_NODENAME": node.node, "GPUSHARE_NODE_CONFIG": str(node.config)},
+        runner=slurm,
+        mps=mps or node.mps,
+        is_device=is_device,
+        out=lines.append,
+    )
     return report, lines
 
 
@@ -204,7 +235,10 @@ def test_a_repair_that_fails_drains(excl_node):
     slurm = FakeSlurm("lab-excl01", "gpu:l40s:2")
     report, _ = run(excl_node, slurm, mps=FailingMps())
     assert isinstance(report.decision, Drain)
-    assert slurm.reason.startswith(f"{PREFIX} not repaired: MPS control daemon g0-u9-p10 ") and "will not quit" in slurm.reason
+    assert (
+        slurm.reason.startswith(f"{PREFIX} not repaired: MPS control daemon g0-u9-p10 ")
+        and "will not quit" in slurm.reason
+    )
 
 
 def test_dead_mps_daemon_of_a_running_job_is_a_note_not_a_drain(mps_node):
@@ -221,8 +255,11 @@ def test_main_exits_1_with_one_line_when_slurm_cannot_be_asked(excl_node, capsys
     def broken(argv, **kw):
         raise GpushareError("squeue: cannot reach slurmctld")
 
-    code = health_hook.main({"SLURMD_NODENAME": "lab-excl01", "GPUSHARE_NODE_CONFIG": str(excl_node.config)},
-                            runner=broken, is_device=all_devices)
+    code = health_hook.main(
+        {"SLURMD_NODENAME": "lab-excl01", "GPUSHARE_NODE_CONFIG": str(excl_node.config)},
+        runner=broken,
+        is_device=all_devices,
+    )
     assert code == 1 and "gpushare-node-health: " in capsys.readouterr().err
 
 
@@ -234,8 +271,19 @@ def test_cli_dry_run_prints_the_drain_it_would_do_and_changes_nothing(excl_node,
 
     slurm = FakeSlurm("lab-excl01", "gpu:l40s:2")
     monkeypatch.setattr(slurm_gpushare.proc, "run", slurm)
-    result = CliRunner().invoke(node_cli, ["health", "--policy", str(excl_node.policy), "--node", "lab-excl01",
-                                           "--fake-nvml", str(excl_node.state), "--dry-run"])
+    result = CliRunner().invoke(
+        node_cli,
+        [
+            "health",
+            "--policy",
+            str(excl_node.policy),
+            "--node",
+            "lab-excl01",
+            "--fake-nvml",
+            str(excl_node.state),
+            "--dry-run",
+        ],
+    )
     assert result.exit_code == 0, result.output
     missing = [p for p in ("/dev/nvidia0", "/dev/nvidia1") if not device_ok(p)]  # this host's real /dev
     if missing:
@@ -249,52 +297,128 @@ def test_cli_dry_run_prints_the_drain_it_would_do_and_changes_nothing(excl_node,
 
 
 PROLOG_ERR, EPILOG_ERR = frozenset({"Prolog error"}), frozenset({"Epilog error"})
-NOT_OURS = ("drained by Slurm (Prolog error), not attributed to the gpushare prolog: another Prolog script runs here "
-            "and no journal shows ours unfinished; left drained for an admin")
+NOT_OURS = (
+    "drained by Slurm (Prolog error), not attributed to the gpushare prolog: another Prolog script runs here "
+    "and no journal shows ours unfinished; left drained for an admin"
+)
 
 
 @pytest.mark.parametrize(
     "reason, user, problems, heals, attributed, expected",
     [
-        ("Prolog error", "slurm", [], 0, PROLOG_ERR,
-         Resume("Prolog error", by="Slurm after a hook failure, cleaned up since")),
-        ("Epilog error", "slurm", [], 2, EPILOG_ERR,
-         Resume("Epilog error", by="Slurm after a hook failure, cleaned up since")),
+        (
+            "Prolog error",
+            "slurm",
+            [],
+            0,
+            PROLOG_ERR,
+            Resume("Prolog error", by="Slurm after a hook failure, cleaned up since"),
+        ),
+        (
+            "Epilog error",
+            "slurm",
+            [],
+            2,
+            EPILOG_ERR,
+            Resume("Epilog error", by="Slurm after a hook failure, cleaned up since"),
+        ),
         # a generic Prolog / Epilog error not attributed to our hooks: another script's failure, left alone
         ("Prolog error", "slurm", [], 0, frozenset(), Leave(NOT_OURS)),
         ("Prolog error", "slurm", [], 0, EPILOG_ERR, Leave(NOT_OURS)),
-        ("Epilog error", "slurm", [], 0, PROLOG_ERR,
-         Leave(NOT_OURS.replace("Prolog", "Epilog").replace("prolog", "epilog"))),
+        (
+            "Epilog error",
+            "slurm",
+            [],
+            0,
+            PROLOG_ERR,
+            Leave(NOT_OURS.replace("Prolog", "Epilog").replace("prolog", "epilog")),
+        ),
         ("Prolog error", "slurm", ["device files missing: /dev/nvidia1"], 0, frozenset(), Leave(NOT_OURS)),
         # launch failures, not a script's: healed as before
-        ("batch job complete failure", "slurm", [], 0, frozenset(),
-         Resume("batch job complete failure", by="Slurm after a hook failure, cleaned up since")),
-        ("Prolog error", "slurm", [], 3, PROLOG_ERR,
-         Leave("healthy, but drained by Slurm (Prolog error) and resumed 3 times in the last hour: left drained for "
-               "an admin")),
+        (
+            "batch job complete failure",
+            "slurm",
+            [],
+            0,
+            frozenset(),
+            Resume("batch job complete failure", by="Slurm after a hook failure, cleaned up since"),
+        ),
+        (
+            "Prolog error",
+            "slurm",
+            [],
+            3,
+            PROLOG_ERR,
+            Leave(
+                "healthy, but drained by Slurm (Prolog error) and resumed 3 times in the last hour: left drained for "
+                "an admin"
+            ),
+        ),
         # an admin who typed the same words is still an admin
-        ("Prolog error", "root", [], 0, PROLOG_ERR, Leave("healthy; drained by someone else (Prolog error), not resumed")),
-        ("Kill task failed", "slurm", [], 0, frozenset(),
-         Leave("healthy; drained by someone else (Kill task failed), not resumed")),
-        ("Prolog error", "slurm", ["device files missing: /dev/nvidia1"], 0, PROLOG_ERR,
-         Leave("drained by someone else (Prolog error); left drained, reason kept")),
+        (
+            "Prolog error",
+            "root",
+            [],
+            0,
+            PROLOG_ERR,
+            Leave("healthy; drained by someone else (Prolog error), not resumed"),
+        ),
+        (
+            "Kill task failed",
+            "slurm",
+            [],
+            0,
+            frozenset(),
+            Leave("healthy; drained by someone else (Kill task failed), not resumed"),
+        ),
+        (
+            "Prolog error",
+            "slurm",
+            ["device files missing: /dev/nvidia1"],
+            0,
+            PROLOG_ERR,
+            Leave("drained by someone else (Prolog error); left drained, reason kept"),
+        ),
         # the reason our own root hooks set before failing (slurmctld keeps it when it drains the node)
-        ("gpushare-prolog: MPS daemon g0-u5-p25: could not start", "root", [], 0, frozenset(),
-         Resume("gpushare-prolog: MPS daemon g0-u5-p25: could not start", by="a failed gpushare hook, cleaned up since")),
-        ("gpushare-epilog: job 7: process 42 survived SIGKILL", "root", [], 3, frozenset(),
-         Leave("healthy, but drained by Slurm (gpushare-epilog: job 7: process 42 survived SIGKILL) and resumed 3 "
-               "times in the last hour: left drained for an admin")),
-        ("gpushare-prolog: x", "alice", [], 0, frozenset(),
-         Leave("healthy; drained by someone else (gpushare-prolog: x), not resumed")),
+        (
+            "gpushare-prolog: MPS daemon g0-u5-p25: could not start",
+            "root",
+            [],
+            0,
+            frozenset(),
+            Resume(
+                "gpushare-prolog: MPS daemon g0-u5-p25: could not start", by="a failed gpushare hook, cleaned up since"
+            ),
+        ),
+        (
+            "gpushare-epilog: job 7: process 42 survived SIGKILL",
+            "root",
+            [],
+            3,
+            frozenset(),
+            Leave(
+                "healthy, but drained by Slurm (gpushare-epilog: job 7: process 42 survived SIGKILL) and resumed 3 "
+                "times in the last hour: left drained for an admin"
+            ),
+        ),
+        (
+            "gpushare-prolog: x",
+            "alice",
+            [],
+            0,
+            frozenset(),
+            Leave("healthy; drained by someone else (gpushare-prolog: x), not resumed"),
+        ),
     ],
 )
-def test_plan_health_heals_our_hook_failure_drains_a_bounded_number_of_times(reason, user, problems, heals, attributed,
-                                                                           expected):
+def test_plan_health_heals_our_hook_failure_drains_a_bounded_number_of_times(
+    reason, user, problems, heals, attributed, expected
+):
     assert plan_health(("IDLE", "DRAIN"), reason, problems, user, heals, attributed) == expected
 
 
 def test_heal_log_keeps_the_last_hour_and_survives_a_bad_file(tmp_path):
-    from slurm_gpushare.node.health import record_heal, recent_heals
+    from slurm_gpushare.node.health import recent_heals, record_heal
 
     log = tmp_path / "health-heals"
     assert recent_heals(log) == []
@@ -320,8 +444,13 @@ def test_lost_jobs_are_the_old_running_ones_without_a_slurmstepd():
 def test_stepd_jobs_reads_slurmstepd_titles(tmp_path):
     from slurm_gpushare.node.health import stepd_jobs
 
-    for pid, title in ((10, b"slurmstepd: [466.batch]\0"), (11, b"slurmstepd: [467.extern]\0"),
-                       (12, b"/usr/bin/python3\0slurmstepd: [9.batch]\0"), (13, b""), (14, b"slurmstepd: [468.0]\0")):
+    for pid, title in (
+        (10, b"slurmstepd: [466.batch]\0"),
+        (11, b"slurmstepd: [467.extern]\0"),
+        (12, b"/usr/bin/python3\0slurmstepd: [9.batch]\0"),
+        (13, b""),
+        (14, b"slurmstepd: [468.0]\0"),
+    ):
         (tmp_path / str(pid)).mkdir()
         (tmp_path / str(pid) / "cmdline").write_bytes(title)
         (tmp_path / str(pid) / "status").write_text("Uid:\t0\t0\t0\t0\n")  # root's (test_procscan: others')
@@ -342,6 +471,8 @@ def test_a_lost_launch_is_requeued_and_a_fresh_job_is_not(excl_node, monkeypatch
     slurm.started = {41: int(_time.time()) - 600}  # 42 started just now: its launch may still be under way
     report, _ = run(excl_node, slurm)
     assert slurm.requeued == [41]
-    assert any(line.startswith("job 41: running for Slurm since ") and "launch lost" in line
-               for line in report.findings.repaired), report.findings.repaired
+    assert any(
+        line.startswith("job 41: running for Slurm since ") and "launch lost" in line
+        for line in report.findings.repaired
+    ), report.findings.repaired
     assert not isinstance(report.decision, Drain)

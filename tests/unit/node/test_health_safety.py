@@ -18,8 +18,8 @@ from slurm_gpushare.node import health as health_mod
 from slurm_gpushare.node.health import Drain, Leave, Resume
 from slurm_gpushare.node.journal import Journal, JournalStore
 from slurm_gpushare.proc import CommandError, Result
-from tests.unit.hooks_support import no_scontrol
 from tests.unit.hooks.test_repair import FakeSlurm
+from tests.unit.hooks_support import no_scontrol
 from tests.unit.node.test_health import excl_node, run, updates  # noqa: F401  (excl_node: a fixture)
 
 BATCH_ONLY = "Only batch jobs are accepted or processed"  # slurm_strerror(ESLURM_BATCH_ONLY)
@@ -50,8 +50,12 @@ class SiteSlurm(FakeSlurm):
         if argv == ["scontrol", "show", "config"]:
             self.calls.append(argv)
             # Slurm 24.11: one Prolog[N] line per program, or "Prolog = (null)"
-            lines = [f"{k:<24}= (null)\n" if v == "(null)" else
-                     "".join(f"{k + f'[{i}]':<24}= {p}\n" for i, p in enumerate(v.split(","))) for k, v in self.config.items()]
+            lines = [
+                f"{k:<24}= (null)\n"
+                if v == "(null)"
+                else "".join(f"{k + f'[{i}]':<24}= {p}\n" for i, p in enumerate(v.split(",")))
+                for k, v in self.config.items()
+            ]
             return Result(tuple(argv), 0, "".join(lines), "")
         if argv[:2] == ["scontrol", "requeue"] and len(argv) == 3:
             job = int(argv[2])
@@ -120,8 +124,10 @@ def test_a_job_that_ended_after_the_first_read_is_not_requeued(excl_node, no_ste
 def our_prolog(tmp_path, name="gpushare-prolog", module="slurm_gpushare.hooks.prolog") -> str:
     """A console script as pip writes it for our hook."""
     path = tmp_path / name
-    path.write_text(f"#!/opt/gpushare/bin/python3\nimport re\nimport sys\nfrom {module} import main\n"
-                    "if __name__ == '__main__':\n    sys.exit(main())\n")
+    path.write_text(
+        f"#!/opt/gpushare/bin/python3\nimport re\nimport sys\nfrom {module} import main\n"
+        "if __name__ == '__main__':\n    sys.exit(main())\n"
+    )
     return str(path)
 
 
@@ -271,14 +277,24 @@ def test_a_journal_written_while_slurm_is_asked_is_not_taken_for_an_orphan(excl_
 def test_batch_jobs_started_keeps_only_batch_jobs_whose_batch_host_is_the_node():
     from slurm_gpushare.slurm.cli_backend import CliClient, SlurmClientError
 
-    out = ("61|1000|lab-excl01|1\n"  # sbatch, its script runs here
-           "62|1000|lab-excl01|0\n"  # salloc from lab-excl01: the submit host shows as batch host
-           "63|1000|lab-mig01|1\n"  # a batch job whose script runs on another node of its allocation
-           "\n")
+    out = (
+        "61|1000|lab-excl01|1\n"  # sbatch, its script runs here
+        "62|1000|lab-excl01|0\n"  # salloc from lab-excl01: the submit host shows as batch host
+        "63|1000|lab-mig01|1\n"  # a batch job whose script runs on another node of its allocation
+        "\n"
+    )
 
     def squeue(argv, **kw):
-        assert argv == ["squeue", "-w", "lab-excl01", "-h", "-t", "RUNNING", "--Format",
-                        "JobID:|,StartTime:|,BatchHost:|,BatchFlag:"]
+        assert argv == [
+            "squeue",
+            "-w",
+            "lab-excl01",
+            "-h",
+            "-t",
+            "RUNNING",
+            "--Format",
+            "JobID:|,StartTime:|,BatchHost:|,BatchFlag:",
+        ]
         return Result(tuple(argv), 0, out, "")
 
     assert CliClient(squeue).batch_jobs_started("lab-excl01") == {61: 1000}
@@ -290,13 +306,17 @@ def test_batch_jobs_started_keeps_only_batch_jobs_whose_batch_host_is_the_node()
 def test_hook_programs_reads_prolog_and_epilog_from_show_config():
     from slurm_gpushare.slurm.cli_backend import CliClient
 
-    text = ("Configuration data as of 2026-01-01T00:00:00\nPriorityType            = priority/multifactor\n"
-            "Prolog[0]               = /usr/local/sbin/gpushare-prolog\nPrologEpilogTimeout     = 65534\n"
-            "PrologFlags             = Alloc,Contain\nEpilog[0]               = /etc/slurm/site-epilog\n"
-            "Epilog[1]               = /usr/local/sbin/gpushare-epilog\nEpilogMsgTime           = 2000 usec\n")
+    text = (
+        "Configuration data as of 2026-01-01T00:00:00\nPriorityType            = priority/multifactor\n"
+        "Prolog[0]               = /usr/local/sbin/gpushare-prolog\nPrologEpilogTimeout     = 65534\n"
+        "PrologFlags             = Alloc,Contain\nEpilog[0]               = /etc/slurm/site-epilog\n"
+        "Epilog[1]               = /usr/local/sbin/gpushare-epilog\nEpilogMsgTime           = 2000 usec\n"
+    )
     client = CliClient(lambda argv, **kw: Result(tuple(argv), 0, text, ""))
-    assert client.hook_programs() == {"Prolog": ["/usr/local/sbin/gpushare-prolog"],
-                                      "Epilog": ["/etc/slurm/site-epilog", "/usr/local/sbin/gpushare-epilog"]}
+    assert client.hook_programs() == {
+        "Prolog": ["/usr/local/sbin/gpushare-prolog"],
+        "Epilog": ["/etc/slurm/site-epilog", "/usr/local/sbin/gpushare-epilog"],
+    }
     text = "Prolog                  = (null)\nEpilog                  = /usr/local/sbin/gpushare-epilog\n"  # older form
     assert client.hook_programs() == {"Prolog": [], "Epilog": ["/usr/local/sbin/gpushare-epilog"]}
 
@@ -306,8 +326,9 @@ def test_an_unfinished_hook_recorded_is_read_back_at_once_and_kept_an_hour(tmp_p
     from slurm_gpushare.node.health import note_unfinished, unfinished_hooks
 
     path = tmp_path / "health-unfinished-hooks"
-    note_unfinished(path, [Journal(52, 0, 0, "lab-excl01", "ending"), Journal(53, 0, 0, "lab-excl01", "ready")],
-                    now=1000.6)
+    note_unfinished(
+        path, [Journal(52, 0, 0, "lab-excl01", "ending"), Journal(53, 0, 0, "lab-excl01", "ready")], now=1000.6
+    )
     assert unfinished_hooks(path, now=1000.6) == [(1000.0, "epilog", 52)]  # a ready journal is no evidence
     assert unfinished_hooks(path, now=1000.0 + health_mod.HEAL_WINDOW_S) == []
     path.write_text("garbage\n1000 prolog x\n")

@@ -34,8 +34,9 @@ def policy(tmp_path) -> Path:
     """The small lab with its metrics directories set and a state dir of its own."""
     raw = yaml.safe_load(SMALL_LAB.read_text())
     raw["cluster"].setdefault("paths", {})["state_dir"] = "/var/lib/gpushare-test"
-    raw["cluster"].setdefault("metrics", {}).update(textfile_dir="/var/lib/node-exporter/textfile",
-                                                    dcgm_job_mapping_dir="/run/gpushare/dcgm-job-mapping")
+    raw["cluster"].setdefault("metrics", {}).update(
+        textfile_dir="/var/lib/node-exporter/textfile", dcgm_job_mapping_dir="/run/gpushare/dcgm-job-mapping"
+    )
     path = tmp_path / "policy.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
@@ -51,10 +52,16 @@ def tree(root: Path) -> dict[str, tuple[int, str | None]]:
 
 
 def paths(root: Path):
-    return {"config": root / "etc/gpushare/node.yaml", "task": root / "usr/local/bin/gpushare-task-prolog",
-            "prolog": root / "usr/local/sbin/gpushare-prolog", "epilog": root / "usr/local/sbin/gpushare-epilog",
-            "state": root / "var/lib/gpushare-test", "textfile": root / "var/lib/node-exporter/textfile",
-            "dcgm": root / "run/gpushare/dcgm-job-mapping", "health": root / "usr/local/sbin/gpushare-node-health"}
+    return {
+        "config": root / "etc/gpushare/node.yaml",
+        "task": root / "usr/local/bin/gpushare-task-prolog",
+        "prolog": root / "usr/local/sbin/gpushare-prolog",
+        "epilog": root / "usr/local/sbin/gpushare-epilog",
+        "state": root / "var/lib/gpushare-test",
+        "textfile": root / "var/lib/node-exporter/textfile",
+        "dcgm": root / "run/gpushare/dcgm-job-mapping",
+        "health": root / "usr/local/sbin/gpushare-node-health",
+    }
 
 
 def mode(path: Path) -> int:
@@ -68,8 +75,16 @@ def test_fresh_install_writes_everything_with_its_mode(tmp_path, policy):
     p = paths(root)
     for name in p:
         assert f"created: {p[name]}:" in result.output
-    assert {n: mode(p[n]) for n in p} == {"config": 0o644, "task": 0o755, "prolog": 0o755, "epilog": 0o755,
-                                          "state": 0o711, "textfile": 0o755, "dcgm": 0o755, "health": 0o755}
+    assert {n: mode(p[n]) for n in p} == {
+        "config": 0o644,
+        "task": 0o755,
+        "prolog": 0o755,
+        "epilog": 0o755,
+        "state": 0o711,
+        "textfile": 0o755,
+        "dcgm": 0o755,
+        "health": 0o755,
+    }
     if os.geteuid() == 0:
         assert all((p[n].lstat().st_uid, p[n].lstat().st_gid) == (0, 0) for n in p)
     config = read_config(p["config"], root_hook=os.geteuid() == 0)
@@ -77,8 +92,12 @@ def test_fresh_install_writes_everything_with_its_mode(tmp_path, policy):
     for name, module in (("task", "node.taskprolog"), ("prolog", "hooks.prolog"), ("epilog", "hooks.epilog")):
         lines = p[name].read_text().splitlines()
         assert lines[0] == f"#!{sys.executable} -IS" and lines[1] == inst.MARK and inst.ours(p[name].read_text())
-        assert lines[3:] == ["import sys", f"sys.path.extend({DIRS!r})", f"from slurm_gpushare.{module} import main",
-                             "raise SystemExit(main())"]
+        assert lines[3:] == [
+            "import sys",
+            f"sys.path.extend({DIRS!r})",
+            f"from slurm_gpushare.{module} import main",
+            "raise SystemExit(main())",
+        ]
 
 
 def test_installed_task_prolog_runs(tmp_path, policy):
@@ -107,8 +126,10 @@ def test_foreign_file_is_refused_and_named_the_rest_installed(tmp_path, policy):
     p["config"].write_text("policy: /somewhere/else.yaml\n")
     result = invoke("--policy", policy, "--root", root)
     assert result.exit_code == 1
-    assert (f"refused: {p['config']}: node config (not written by gpushare node install: move it away or merge it "
-            "by hand, or run again with --force to replace it)") in result.output
+    assert (
+        f"refused: {p['config']}: node config (not written by gpushare node install: move it away or merge it "
+        "by hand, or run again with --force to replace it)"
+    ) in result.output
     assert p["config"].read_text() == "policy: /somewhere/else.yaml\n"
     assert p["task"].exists() and p["state"].is_dir()
 
@@ -230,8 +251,10 @@ def test_the_packages_console_script_at_the_path_is_kept(tmp_path, policy):
     root = tmp_path / "root"
     console = paths(root)["health"]
     console.parent.mkdir(parents=True)
-    console.write_text("#!/opt/gpushare/bin/python3\n# -*- coding: utf-8 -*-\nimport re\nimport sys\n"
-                       f"{inst.entry(inst.HEALTH)}\nif __name__ == '__main__':\n    sys.exit(main())\n")
+    console.write_text(
+        "#!/opt/gpushare/bin/python3\n# -*- coding: utf-8 -*-\nimport re\nimport sys\n"
+        f"{inst.entry(inst.HEALTH)}\nif __name__ == '__main__':\n    sys.exit(main())\n"
+    )
     os.chmod(console, 0o755)
     before = console.read_text()
     result = invoke("--policy", policy, "--root", root)
@@ -268,19 +291,34 @@ def test_node_config_names_the_live_policy_when_the_live_planner_is_on(tmp_path,
 
 def test_import_dirs_are_what_site_adds_in_order_once_each():
     bare = ["/usr/lib/python313.zip", "/usr/lib/python3.13", "/usr/lib/python3.13/lib-dynload"]
-    with_site = [*bare, "/opt/g/lib/python3.13/site-packages", "", "/src/checkout", "/opt/g/lib/python3.13/site-packages"]
+    with_site = [
+        *bare,
+        "/opt/g/lib/python3.13/site-packages",
+        "",
+        "/src/checkout",
+        "/opt/g/lib/python3.13/site-packages",
+    ]
     assert inst.import_dirs(bare, with_site, "/src/checkout/slurm_gpushare") == [
-        "/opt/g/lib/python3.13/site-packages", "/src/checkout"]
+        "/opt/g/lib/python3.13/site-packages",
+        "/src/checkout",
+    ]
     assert inst.import_dirs(bare, with_site, "/usr/lib/python3.13/slurm_gpushare") == [
-        "/opt/g/lib/python3.13/site-packages", "/src/checkout"]  # found on the bare path: fine too
+        "/opt/g/lib/python3.13/site-packages",
+        "/src/checkout",
+    ]  # found on the bare path: fine too
 
 
 def test_a_package_reached_only_through_an_import_hook_is_refused():
     """An editable install whose .pth installs a finder: under -S nothing would import it, so the prolog would
     fail every job; install says so instead of writing scripts that cannot run."""
-    with pytest.raises(ValueError, match=r"slurm_gpushare is imported from /src/x/slurm_gpushare through an import "
-                                         r"hook \(a \.pth file\), which the hook scripts \(python -S\) skip"):
-        inst.import_dirs(["/usr/lib/python3.13"], ["/usr/lib/python3.13", "/opt/g/site-packages"], "/src/x/slurm_gpushare")
+    with pytest.raises(
+        ValueError,
+        match=r"slurm_gpushare is imported from /src/x/slurm_gpushare through an import "
+        r"hook \(a \.pth file\), which the hook scripts \(python -S\) skip",
+    ):
+        inst.import_dirs(
+            ["/usr/lib/python3.13"], ["/usr/lib/python3.13", "/opt/g/site-packages"], "/src/x/slurm_gpushare"
+        )
 
 
 def test_probe_finds_this_interpreters_import_dirs():
@@ -293,8 +331,11 @@ def test_probe_finds_this_interpreters_import_dirs():
 
 @pytest.mark.parametrize("bad", ["lib/site-packages", "/opt/my env/site-packages", "/opt/x'y", "/opt/a/../b"])
 def test_an_import_dir_that_would_need_quoting_is_refused(bad):
-    with pytest.raises(ValueError, match=rf"/usr/bin/python3's import path has {re.escape(repr(bad))}, not an absolute "
-                                         r"path of letters, digits and _\./\+-"):
+    with pytest.raises(
+        ValueError,
+        match=rf"/usr/bin/python3's import path has {re.escape(repr(bad))}, not an absolute "
+        r"path of letters, digits and _\./\+-",
+    ):
         inst.script_wants(python="/usr/bin/python3", import_dirs=["/opt/ok", bad], prolog="/usr/sbin/p")
 
 
@@ -320,9 +361,11 @@ def test_prolog_and_epilog_off_in_the_policy_are_not_installed(tmp_path, policy)
 def console_script(path: Path, module: str) -> str:
     """pip's console script for ``module``'s main (as pip writes it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("#!/opt/gpushare/bin/python3\n# -*- coding: utf-8 -*-\nimport re\nimport sys\n"
-                    f"from {module} import main\nif __name__ == '__main__':\n"
-                    "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n    sys.exit(main())\n")
+    path.write_text(
+        "#!/opt/gpushare/bin/python3\n# -*- coding: utf-8 -*-\nimport re\nimport sys\n"
+        f"from {module} import main\nif __name__ == '__main__':\n"
+        "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n    sys.exit(main())\n"
+    )
     os.chmod(path, 0o755)
     return path.read_text()
 
@@ -341,7 +384,9 @@ def test_a_link_to_the_console_script_is_replaced_the_script_kept(tmp_path, poli
     assert result.exit_code == 0 and f"would update: {link}: " in result.output and link.is_symlink()
     result = invoke("--policy", policy, "--root", root)
     assert result.exit_code == 0, result.output
-    assert f"updated: {link}: " in result.output and "a link to a script that runs the same entry point" in result.output
+    assert (
+        f"updated: {link}: " in result.output and "a link to a script that runs the same entry point" in result.output
+    )
     assert not link.is_symlink() and inst.ours(link.read_text()) and mode(link) == 0o755
     assert console.read_text() == before
     assert f"unchanged: {link}: " in invoke("--policy", policy, "--root", root).output
@@ -400,7 +445,8 @@ def test_the_hook_scripts_run_without_site(tmp_path):
     """-S for real: a script with the same two first lines reports no site module and no .pth processing."""
     script = inst.hook_script(sys.executable, DIRS, inst.PROLOG).replace(
         inst.entry(inst.PROLOG) + "\nraise SystemExit(main())\n",
-        "import slurm_gpushare.hooks.prolog\nprint('site' in sys.modules, sys.flags.isolated, sys.flags.no_site)\n")
+        "import slurm_gpushare.hooks.prolog\nprint('site' in sys.modules, sys.flags.isolated, sys.flags.no_site)\n",
+    )
     path = tmp_path / "probe"
     path.write_text(script)
     os.chmod(path, 0o755)

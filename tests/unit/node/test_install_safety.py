@@ -47,12 +47,25 @@ def venv(tmp_path) -> dict[str, Path]:
     for f in (site / "slurm_gpushare" / "__init__.py", site / "slurm_gpushare" / "hooks" / "prolog.py"):
         f.write_text("")
         f.chmod(0o644)
-    for d in (tmp_path / "opt", top, top / "bin", top / "lib", site, site / "slurm_gpushare",
-              site / "slurm_gpushare" / "hooks"):
+    for d in (
+        tmp_path / "opt",
+        top,
+        top / "bin",
+        top / "lib",
+        site,
+        site / "slurm_gpushare",
+        site / "slurm_gpushare" / "hooks",
+    ):
         d.chmod(0o755)
     tmp_path.chmod(0o755)
-    return {"top": top, "python": top / "bin" / "python", "real": real, "site": site,
-            "package": site / "slurm_gpushare", "prolog": site / "slurm_gpushare" / "hooks" / "prolog.py"}
+    return {
+        "top": top,
+        "python": top / "bin" / "python",
+        "real": real,
+        "site": site,
+        "package": site / "slurm_gpushare",
+        "prolog": site / "slurm_gpushare" / "hooks" / "prolog.py",
+    }
 
 
 def problems(venv, trust) -> list[str]:
@@ -113,7 +126,8 @@ def test_a_missing_import_directory_is_judged_by_its_parents(tmp_path, venv):
     assert inst.path_problems(str(missing), "import directory", trust_below(tmp_path)) == []
     (venv["top"] / "lib").chmod(0o777)
     assert inst.path_problems(str(missing), "import directory", trust_below(tmp_path)) == [
-        f"import directory {missing}: {venv['top'] / 'lib'} is writable by its group or others (mode 0777)"]
+        f"import directory {missing}: {venv['top'] / 'lib'} is writable by its group or others (mode 0777)"
+    ]
 
 
 def test_this_interpreter_is_probed_for_every_import_directory():

@@ -95,20 +95,35 @@ def test_all_sets_an_unreadable_journal_aside_and_reads_the_others(tmp_path, cap
     assert moved.startswith("2.json.bad-") and os.path.dirname(aside.path) == str(store.dir)
     assert open(aside.path, "rb").read() == GARBAGE  # kept for the admin, as it was
     assert "2.json" not in names(store) and store.job_ids() == [1, 3]
-    assert capsys.readouterr().err == f"gpushare journal: {aside.path}: unreadable journal of job 2 (not UTF-8 text), set aside\n"
+    assert (
+        capsys.readouterr().err
+        == f"gpushare journal: {aside.path}: unreadable journal of job 2 (not UTF-8 text), set aside\n"
+    )
     assert [a.path for a in store.set_aside()] == [aside.path]
     with store.locked():
         assert sorted(store.all()) == [1, 3] and len(store.quarantined) == 1  # once set aside, gone from the way
 
 
-@pytest.mark.parametrize("data, reason", [
-    (b"{not json", "not JSON"),
-    (b"[1, 2]", "unreadable journal"),
-    (json.dumps({"format": "gpushare-journal/9", "state": "ready"}).encode(), "format 'gpushare-journal/9' is not one of gpushare-journal/1"),
-    (json.dumps({**journal(2).to_json(), "state": "odd"}).encode(), "state 'odd' is not one of preparing, ready, ending"),
-    (json.dumps({**journal(2).to_json(), "job_id": 3}).encode(), "names job 3, not 2"),
-    (json.dumps({k: v for k, v in journal(2).to_json().items() if k != "uid"}).encode(), "unreadable journal ('uid')"),
-])
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (b"{not json", "not JSON"),
+        (b"[1, 2]", "unreadable journal"),
+        (
+            json.dumps({"format": "gpushare-journal/9", "state": "ready"}).encode(),
+            "format 'gpushare-journal/9' is not one of gpushare-journal/1",
+        ),
+        (
+            json.dumps({**journal(2).to_json(), "state": "odd"}).encode(),
+            "state 'odd' is not one of preparing, ready, ending",
+        ),
+        (json.dumps({**journal(2).to_json(), "job_id": 3}).encode(), "names job 3, not 2"),
+        (
+            json.dumps({k: v for k, v in journal(2).to_json().items() if k != "uid"}).encode(),
+            "unreadable journal ('uid')",
+        ),
+    ],
+)
 def test_each_kind_of_bad_journal_is_set_aside_with_its_reason(tmp_path, data, reason):
     store = store_with(tmp_path, {2: data})
     with store.locked():
@@ -145,8 +160,11 @@ def test_without_the_lock_a_bad_journal_is_skipped_and_left_in_place(tmp_path):
 def test_the_jobs_own_bad_journal_raises_naming_the_file_once_set_aside(tmp_path):
     store = store_with(tmp_path, {2: b"{not json"})
     with store.locked():
-        with pytest.raises(JournalError, match=r"2\.json\.bad-[0-9TZ]+: unreadable journal of job 2 \(not JSON.*"
-                                               r"set aside; what the job holds on the GPUs is unknown"):
+        with pytest.raises(
+            JournalError,
+            match=r"2\.json\.bad-[0-9TZ]+: unreadable journal of job 2 \(not JSON.*"
+            r"set aside; what the job holds on the GPUs is unknown",
+        ):
             store.read(2)
         assert store.read(2) is None  # a rerun finds nothing to undo
 
@@ -217,8 +235,12 @@ def test_the_epilog_of_the_job_whose_journal_is_bad_drains_naming_the_file(mps_n
     daemon = JournalStore(mps_node.state_dir).read(62).mps
     JournalStore(mps_node.state_dir).path(62).write_bytes(GARBAGE)
     calls = []
-    assert epilog_hook.main(env, runner=lambda argv, **kw: calls.append(argv) or Result(tuple(argv), 0, "", ""),
-                            mps=mps_node.mps) == 1
+    assert (
+        epilog_hook.main(
+            env, runner=lambda argv, **kw: calls.append(argv) or Result(tuple(argv), 0, "", ""), mps=mps_node.mps
+        )
+        == 1
+    )
     err = capsys.readouterr().err
     assert "gpushare-epilog: " in err and "62.json.bad-" in err and "what the job holds on the GPUs is unknown" in err
     assert calls and calls[0][:3] == ["scontrol", "update", "nodename=lab-mps01"] and "62.json.bad-" in calls[0][-1]
@@ -237,8 +259,17 @@ def test_a_journal_written_by_the_previous_version_reads(tmp_path):
         found = store.all()
     assert store.quarantined == []
     old = found[812]
-    assert old.mps == MpsDaemon("g0-u1001-p25", (0,), ("GPU-3c1a6f1e-0000-4000-8000-000000000001",), 1001, 1001, 25,
-                                (12288,), "/var/lib/gpushare/mps/g0-u1001-p25/pipe", "/var/log/gpushare/mps/g0-u1001-p25")
+    assert old.mps == MpsDaemon(
+        "g0-u1001-p25",
+        (0,),
+        ("GPU-3c1a6f1e-0000-4000-8000-000000000001",),
+        1001,
+        1001,
+        25,
+        (12288,),
+        "/var/lib/gpushare/mps/g0-u1001-p25/pipe",
+        "/var/log/gpushare/mps/g0-u1001-p25",
+    )
     assert old.devices[0].visible == "GPU-3c1a6f1e-0000-4000-8000-000000000001" and old.state == "ready"
     store.write(old.with_state("ending"))  # the epilog's rewrite
     assert store.read(812) == old.with_state("ending")

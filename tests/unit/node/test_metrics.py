@@ -19,8 +19,8 @@ from slurm_gpushare.hooks import epilog as epilog_hook
 from slurm_gpushare.hooks import prolog as prolog_hook
 from slurm_gpushare.metrics import dcgmjobs, textfile
 from slurm_gpushare.node.journal import JournalStore
-from slurm_gpushare.node.observed import ObservedGpu
 from slurm_gpushare.node.nodeconfig import GpuSpec
+from slurm_gpushare.node.observed import ObservedGpu
 from slurm_gpushare.policy import build_site
 from tests.unit.hooks_support import ROOT, HookNode, no_scontrol, stop_daemons
 
@@ -31,8 +31,10 @@ def metered(tmp: Path, name: str, textfile_dir: str | None = "prom", mapping_dir
     """A test node whose policy turns the node metrics on (directories under tmp)."""
     node = HookNode(tmp, name)
     raw = yaml.safe_load(node.policy.read_text())
-    raw["cluster"]["metrics"] = {"textfile_dir": textfile_dir and str(tmp / textfile_dir),
-                                 "dcgm_job_mapping_dir": mapping_dir and str(tmp / mapping_dir)}
+    raw["cluster"]["metrics"] = {
+        "textfile_dir": textfile_dir and str(tmp / textfile_dir),
+        "dcgm_job_mapping_dir": mapping_dir and str(tmp / mapping_dir),
+    }
     node.policy.write_text(yaml.safe_dump(raw))
     node.prom, node.dcgm = tmp / (textfile_dir or "-") / "gpushare.prom", tmp / (mapping_dir or "-")
     return node
@@ -71,8 +73,19 @@ def test_whole_gpu_prolog_writes_its_mapping_file_and_metrics(tmp_path):
     assert run_prolog(node, 7, "1") == 0
     assert mapping(node) == {"1": "7\n"}
     uuid = JournalStore(node.state_dir).read(7).devices[0].gpu_uuid
-    assert value(node.prom, "gpushare_node_job_gpu_info", job_id=7, gpu=1, uuid=uuid, mig_uuid="", gpu_instance_id="",
-                 compute_instance_id="") == 1
+    assert (
+        value(
+            node.prom,
+            "gpushare_node_job_gpu_info",
+            job_id=7,
+            gpu=1,
+            uuid=uuid,
+            mig_uuid="",
+            gpu_instance_id="",
+            compute_instance_id="",
+        )
+        == 1
+    )
     assert value(node.prom, "gpushare_node_hook_runs_total", hook="prolog", result="ok") == 1
     assert value(node.prom, "gpushare_node_hook_runs_total", hook="epilog", result="ok") == 0
     assert value(node.prom, "gpushare_node_journals_present") == 1
@@ -89,8 +102,19 @@ def test_mig_slice_maps_to_gpu_dot_gpu_instance_and_the_info_metric_names_it(tmp
     (dev,) = JournalStore(node.state_dir).read(8).devices
     assert dev.mig_uuid and isinstance(dev.gi, int)
     assert mapping(node) == {f"0.{dev.gi}": "8\n"}  # never the parent GPU's file
-    assert value(node.prom, "gpushare_node_job_gpu_info", job_id=8, gpu=0, uuid=dev.gpu_uuid, mig_uuid=dev.mig_uuid,
-                 gpu_instance_id=dev.gi, compute_instance_id=dev.ci) == 1
+    assert (
+        value(
+            node.prom,
+            "gpushare_node_job_gpu_info",
+            job_id=8,
+            gpu=0,
+            uuid=dev.gpu_uuid,
+            mig_uuid=dev.mig_uuid,
+            gpu_instance_id=dev.gi,
+            compute_instance_id=dev.ci,
+        )
+        == 1
+    )
     assert value(node.prom, "gpushare_node_mig_layout_matches_policy", gpu=0) == 1
     assert run_epilog(node, 8, "2") == 0
     assert mapping(node) == {}
@@ -175,9 +199,14 @@ def test_reconcile_repairs_a_stale_and_a_missing_mapping_entry(tmp_path, monkeyp
     result = CliRunner().invoke(node_cli, args)
     assert result.exit_code == 0, result.output
     assert mapping(node) == {"0": "21\n22\n"}
-    assert f"{node.dcgm / '0'}: removed job(s) 99" in result.output and f"{node.dcgm / '0'}: added job(s) 22" in result.output
+    assert (
+        f"{node.dcgm / '0'}: removed job(s) 99" in result.output
+        and f"{node.dcgm / '0'}: added job(s) 22" in result.output
+    )
     assert f"{node.dcgm / '3'}: removed job(s) 98" in result.output
-    assert value(node.prom, "gpushare_node_hook_runs_total", hook="reconcile", result="ok") == 1  # the dry run not counted
+    assert (
+        value(node.prom, "gpushare_node_hook_runs_total", hook="reconcile", result="ok") == 1
+    )  # the dry run not counted
     again = CliRunner().invoke(node_cli, args)
     assert "nothing to reconcile" in again.output and mapping(node) == {"0": "21\n22\n"}
 
@@ -229,11 +258,17 @@ def test_health_check_with_an_unusable_mapping_dir_notes_it_and_does_not_drain(t
     node.dcgm.write_text("a file where the directory should be\n")  # root writes anywhere: a file stops it
     slurm = FakeSlurm("lab-excl01", "gpu:l40s:2")
     lines: list[str] = []
-    report = health_hook.health({"SLURMD_NODENAME": node.node, "GPUSHARE_NODE_CONFIG": str(node.config)}, runner=slurm,
-                                mps=node.mps, is_device=lambda _p: True, out=lines.append)
+    report = health_hook.health(
+        {"SLURMD_NODENAME": node.node, "GPUSHARE_NODE_CONFIG": str(node.config)},
+        runner=slurm,
+        mps=node.mps,
+        is_device=lambda _p: True,
+        out=lines.append,
+    )
     assert str(report.decision) == "healthy" and not any(c[:2] == ["scontrol", "update"] for c in slurm.calls)
-    assert any(line.startswith(f"node lab-excl01: note: dcgm job mapping {node.dcgm} not repaired: ")
-               for line in lines), lines
+    assert any(
+        line.startswith(f"node lab-excl01: note: dcgm job mapping {node.dcgm} not repaired: ") for line in lines
+    ), lines
     assert value(node.prom, "gpushare_node_journals_present") == 0  # the textfile is still written
 
 
@@ -272,18 +307,38 @@ def test_concurrent_increments_are_not_lost(tmp_path):
 
 
 def test_textfile_parses_with_every_family_typed(tmp_path):
-    snap = textfile.NodeObservation(journals_present=2, mps_daemons_running=1, mig={0: True, 1: False},
-                             jobs=[textfile.JobDevice(5, 0, 'GPU-"x"\\y', "MIG-1", 3, 0), textfile.JobDevice(6, 1, "GPU-b")])
+    snap = textfile.NodeObservation(
+        journals_present=2,
+        mps_daemons_running=1,
+        mig={0: True, 1: False},
+        jobs=[textfile.JobDevice(5, 0, 'GPU-"x"\\y', "MIG-1", 3, 0), textfile.JobDevice(6, 1, "GPU-b")],
+    )
     path = textfile.record(tmp_path, tmp_path / "prom", "reconcile", "ok", None, 1.5, snap)
     families = {f.name: f.type for f in prometheus_parser.text_string_to_metric_families(path.read_text())}
     assert families == {
-        "gpushare_node_hook_runs": "counter", "gpushare_node_hook_failures": "counter",
-        "gpushare_node_hook_last_duration_seconds": "gauge", "gpushare_node_hook_last_run_timestamp_seconds": "gauge",
-        "gpushare_node_mps_daemons_running": "gauge", "gpushare_node_journals_present": "gauge",
-        "gpushare_node_mig_layout_matches_policy": "gauge", "gpushare_node_job_gpu_info": "gauge",
-        "gpushare_node_dcgm_mapping_errors": "counter"}
-    assert value(path, "gpushare_node_job_gpu_info", job_id=5, gpu=0, uuid='GPU-"x"\\y', mig_uuid="MIG-1",
-                 gpu_instance_id=3, compute_instance_id=0) == 1
+        "gpushare_node_hook_runs": "counter",
+        "gpushare_node_hook_failures": "counter",
+        "gpushare_node_hook_last_duration_seconds": "gauge",
+        "gpushare_node_hook_last_run_timestamp_seconds": "gauge",
+        "gpushare_node_mps_daemons_running": "gauge",
+        "gpushare_node_journals_present": "gauge",
+        "gpushare_node_mig_layout_matches_policy": "gauge",
+        "gpushare_node_job_gpu_info": "gauge",
+        "gpushare_node_dcgm_mapping_errors": "counter",
+    }
+    assert (
+        value(
+            path,
+            "gpushare_node_job_gpu_info",
+            job_id=5,
+            gpu=0,
+            uuid='GPU-"x"\\y',
+            mig_uuid="MIG-1",
+            gpu_instance_id=3,
+            compute_instance_id=0,
+        )
+        == 1
+    )
     assert value(path, "gpushare_node_mig_layout_matches_policy", gpu=1) == 0
     runs = [k for k in samples(path) if k[0] == "gpushare_node_hook_runs_total"]
     assert len(runs) == len(textfile.HOOKS) * len(textfile.RESULTS)  # all at 0 from the start
@@ -291,7 +346,9 @@ def test_textfile_parses_with_every_family_typed(tmp_path):
 
 def test_update_refuses_unbounded_labels():
     with pytest.raises(ValueError, match="reason 'disk full at /x'"):
-        textfile.update(textfile.empty_state(), "prolog", "failed", "disk full at /x", 0.1, 0.0, textfile.NodeObservation())
+        textfile.update(
+            textfile.empty_state(), "prolog", "failed", "disk full at /x", 0.1, 0.0, textfile.NodeObservation()
+        )
     with pytest.raises(ValueError, match="hook 'taskprolog'"):
         textfile.update(textfile.empty_state(), "taskprolog", "ok", None, 0.1, 0.0, textfile.NodeObservation())
 
@@ -360,14 +417,20 @@ def _policy_problems(metrics: dict) -> str:
     return ""
 
 
-@pytest.mark.parametrize("metrics, fragment", [
-    ({"textfile_dir": "var/lib/x"}, "cluster.metrics.textfile_dir: String should match pattern"),
-    ({"dcgm_job_mapping_dir": "/run/$HOME"}, "cluster.metrics.dcgm_job_mapping_dir: String should match pattern"),
-    ({"textfile_dir": "/"}, "textfile_dir: '/' is the root directory"),
-    ({"dcgm_job_mapping_dir": "/run/../etc"}, "dcgm_job_mapping_dir: '/run/../etc' climbs with '..'"),
-    ({"textfile_dir": "/x", "dcgm_job_mapping_dir": "/x/"}, "textfile_dir and dcgm_job_mapping_dir are the same directory"),
-    ({"textfile": "/x"}, "cluster.metrics.textfile: unknown key; allowed here: dcgm_job_mapping_dir, textfile_dir"),
-])
+@pytest.mark.parametrize(
+    "metrics, fragment",
+    [
+        ({"textfile_dir": "var/lib/x"}, "cluster.metrics.textfile_dir: String should match pattern"),
+        ({"dcgm_job_mapping_dir": "/run/$HOME"}, "cluster.metrics.dcgm_job_mapping_dir: String should match pattern"),
+        ({"textfile_dir": "/"}, "textfile_dir: '/' is the root directory"),
+        ({"dcgm_job_mapping_dir": "/run/../etc"}, "dcgm_job_mapping_dir: '/run/../etc' climbs with '..'"),
+        (
+            {"textfile_dir": "/x", "dcgm_job_mapping_dir": "/x/"},
+            "textfile_dir and dcgm_job_mapping_dir are the same directory",
+        ),
+        ({"textfile": "/x"}, "cluster.metrics.textfile: unknown key; allowed here: dcgm_job_mapping_dir, textfile_dir"),
+    ],
+)
 def test_policy_metrics_errors_name_the_field(metrics, fragment):
     assert fragment in _policy_problems(metrics)
 
@@ -377,6 +440,13 @@ def test_policy_metrics_reach_the_node_spec(tmp_path):
     assert run_prolog(node, 1, "0") == 0
     spec = yaml.safe_load((node.config.parent / "node-spec.json").read_text())
     assert (spec["textfile_dir"], spec["dcgm_job_mapping_dir"]) == (str(tmp_path / "prom"), str(tmp_path / "dcgm"))
-    assert _policy_problems({"textfile_dir": "/var/lib/prometheus/node-exporter",
-                             "dcgm_job_mapping_dir": "/run/gpushare/dcgm-job-mapping"}) == ""
+    assert (
+        _policy_problems(
+            {
+                "textfile_dir": "/var/lib/prometheus/node-exporter",
+                "dcgm_job_mapping_dir": "/run/gpushare/dcgm-job-mapping",
+            }
+        )
+        == ""
+    )
     stop_daemons(node.state_dir)

@@ -31,7 +31,9 @@ def slots_for(model: str, count: int, sharing: list[dict]):
 
 
 def a100_slots(layout):
-    return slots_for("A100-SXM4-40GB", 2, [{"gpus": 0, "mode": "mig", "layout": layout}, {"gpus": 1, "mode": "exclusive"}])
+    return slots_for(
+        "A100-SXM4-40GB", 2, [{"gpus": 0, "mode": "mig", "layout": layout}, {"gpus": 1, "mode": "exclusive"}]
+    )
 
 
 @pytest.fixture
@@ -84,8 +86,12 @@ def test_3g_x2_to_1g_x7_on_a100(node):
     assert differences(slots, state) == ["GPU 0: have 3g.20gb x2, want 1g.5gb x7"]
     actions = plan_mig(slots, state)
     gi_ids = [s.gi.id for s in state[0].instances]
-    assert actions[:4] == [DestroyCi(0, gi_ids[0], 0), DestroyCi(0, gi_ids[1], 0),
-                           DestroyGi(0, gi_ids[0], "3g.20gb"), DestroyGi(0, gi_ids[1], "3g.20gb")]
+    assert actions[:4] == [
+        DestroyCi(0, gi_ids[0], 0),
+        DestroyCi(0, gi_ids[1], 0),
+        DestroyGi(0, gi_ids[0], "3g.20gb"),
+        DestroyGi(0, gi_ids[1], "3g.20gb"),
+    ]
     assert [(type(a), a.profile, a.start) for a in actions[4:]] == [(CreateGi, "1g.5gb", s) for s in range(7)]
     assert converge(backend, slots) == ([], [])
     assert [g.start for g in backend.gpu_instances(0)] == list(range(7))
@@ -128,11 +134,16 @@ def test_matching_profiles_with_wrong_cis_only_redo_the_cis(node):
     empty = state[0].instances[1].gi.id
     slots = a100_slots(["3g.20gb", "3g.20gb"])
     assert differences(slots, state) == [
-        (f"GPU 0: GI {split} (3g.20gb) has 3 compute instance(s); GI {empty} (3g.20gb) has 0 compute instance(s), "
-         "want one full compute instance per GPU instance")
+        (
+            f"GPU 0: GI {split} (3g.20gb) has 3 compute instance(s); GI {empty} (3g.20gb) has 0 compute instance(s), "
+            "want one full compute instance per GPU instance"
+        )
     ]
     assert plan_mig(slots, state) == [
-        DestroyCi(0, split, 0), DestroyCi(0, split, 1), DestroyCi(0, split, 2), CreateCi(0, split, "3g.20gb", 2),
+        DestroyCi(0, split, 0),
+        DestroyCi(0, split, 1),
+        DestroyCi(0, split, 2),
+        CreateCi(0, split, "3g.20gb", 2),
         CreateCi(0, empty, "3g.20gb", 2),
     ]
     assert converge(backend, slots) == ([], [])
@@ -150,7 +161,9 @@ def test_refuses_with_processes_naming_gpu_and_pids(node):
     uuid = backend.gpus()[0].uuid
     with pytest.raises(MigRefused) as exc:
         plan_mig(a100_slots("all-1g.5gb"), observe(backend))
-    assert exc.value.reasons == [f"GPU 0 ({uuid}): processes are running on it (PIDs 815, 4711); its MIG layout cannot change under them"]
+    assert exc.value.reasons == [
+        f"GPU 0 ({uuid}): processes are running on it (PIDs 815, 4711); its MIG layout cannot change under them"
+    ]
     assert exc.value.exit_code == 1
 
 
@@ -170,7 +183,9 @@ def test_busy_hook(node):
 
 def test_refuses_when_mig_disabled_and_never_changes_it(node):
     _fake, backend = node
-    slots = slots_for("A100-SXM4-40GB", 2, [{"gpus": 1, "mode": "mig", "layout": ["7g.40gb"]}, {"gpus": 0, "mode": "exclusive"}])
+    slots = slots_for(
+        "A100-SXM4-40GB", 2, [{"gpus": 1, "mode": "mig", "layout": ["7g.40gb"]}, {"gpus": 0, "mode": "exclusive"}]
+    )
     state = observe(backend)
     assert "GPU 1: MIG mode is disabled, want 7g.40gb x1" in differences(slots, state)
     with pytest.raises(MigRefused) as exc:
@@ -183,7 +198,11 @@ def test_refuses_when_mig_disabled_and_never_changes_it(node):
 def test_pending_mig_mode_is_named(node):
     fake, backend = node
     fake.set_mig_mode(1, current=False, pending=True)
-    slots = slots_for("A100-SXM4-40GB", 2, [{"gpus": 0, "mode": "mig", "layout": ["7g.40gb"]}, {"gpus": 1, "mode": "mig", "layout": ["7g.40gb"]}])
+    slots = slots_for(
+        "A100-SXM4-40GB",
+        2,
+        [{"gpus": 0, "mode": "mig", "layout": ["7g.40gb"]}, {"gpus": 1, "mode": "mig", "layout": ["7g.40gb"]}],
+    )
     with pytest.raises(MigRefused, match="enabling is pending"):
         plan_mig(slots, observe(backend))
 
@@ -213,7 +232,9 @@ def test_apply_stops_at_the_first_nvml_failure(node):
     make_layout(backend, 0, [(0, 0, 4)])
     actions = plan_mig(a100_slots("all-1g.5gb"), observe(backend))
     fake.add_process(0, 31337, gi=0, ci=0)
-    with pytest.raises(GpuError, match=r"GPU 0 \(GPU-.*\): destroy compute instance 0 in GPU instance 0: NVML_ERROR_IN_USE"):
+    with pytest.raises(
+        GpuError, match=r"GPU 0 \(GPU-.*\): destroy compute instance 0 in GPU instance 0: NVML_ERROR_IN_USE"
+    ):
         apply_actions(backend, actions)
     assert [g.profile_id for g in backend.gpu_instances(0)] == [0]
 
@@ -221,6 +242,8 @@ def test_apply_stops_at_the_first_nvml_failure(node):
 def test_actions_read_as_sentences():
     assert str(DestroyCi(2, 1, 0)) == "GPU 2: destroy compute instance 0 of GPU instance 1"
     assert str(DestroyGi(2, 1, "3g.20gb")) == "GPU 2: destroy GPU instance 1 (3g.20gb)"
-    assert str(CreateGi(2, "1g.5gb", 19, 6, 0)) == "GPU 2: create 1g.5gb at memory slice 6 with one full compute instance"
+    assert (
+        str(CreateGi(2, "1g.5gb", 19, 6, 0)) == "GPU 2: create 1g.5gb at memory slice 6 with one full compute instance"
+    )
     with pytest.raises(TypeError, match="not a MIG action"):
         apply_actions(None, ["destroy everything"])

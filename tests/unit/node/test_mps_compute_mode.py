@@ -23,8 +23,8 @@ from slurm_gpushare.policy import build_site
 from slurm_gpushare.proc import run
 from slurm_gpushare.render import render_all
 from tests.conftest import minimal_policy
-from tests.unit.hooks_support import FAKE_MPS, FAKES, no_scontrol
 from tests.unit.hooks.test_prolog import job, live, whole_node
+from tests.unit.hooks_support import FAKE_MPS, FAKES, no_scontrol
 from tests.unit.policy.test_policy import one, problems
 
 # ---- fake NVML and backend ---------------------------------------------------------------
@@ -68,20 +68,29 @@ def test_backend_reads_and_sets_compute_mode_by_name(nvml):
         assert backend.compute_mode(0) == "DEFAULT"
         backend.set_compute_mode(0, "EXCLUSIVE_PROCESS")
         assert backend.compute_mode(0) == "EXCLUSIVE_PROCESS"
-        with pytest.raises(GpuError, match=r"GPU 1 \(GPU-.*\): set compute mode EXCLUSIVE_PROCESS: NVML_ERROR_NOT_SUPPORTED"):
+        with pytest.raises(
+            GpuError, match=r"GPU 1 \(GPU-.*\): set compute mode EXCLUSIVE_PROCESS: NVML_ERROR_NOT_SUPPORTED"
+        ):
             backend.set_compute_mode(1, "EXCLUSIVE_PROCESS")
         with pytest.raises(GpuError, match="unknown compute mode; known: DEFAULT, EXCLUSIVE_THREAD, PROHIBITED"):
             backend.set_compute_mode(0, "SHARED")
 
 
 def smi(state, *args):
-    return run([sys.executable, str(FAKES / "nvidia-smi"), *args], env={**os.environ, "GPUSHARE_FAKE_NVML": str(state)},
-               check=False, timeout=60)
+    return run(
+        [sys.executable, str(FAKES / "nvidia-smi"), *args],
+        env={**os.environ, "GPUSHARE_FAKE_NVML": str(state)},
+        check=False,
+        timeout=60,
+    )
 
 
 def test_fake_nvidia_smi_sets_and_shows_the_compute_mode(nvml):
     res = smi(nvml.state_path, "-i", "0", "-c", "3")
-    assert res.returncode == 0 and res.stdout == "Set compute mode to EXCLUSIVE_PROCESS for GPU 00000000:10:00.0.\nAll done.\n"
+    assert (
+        res.returncode == 0
+        and res.stdout == "Set compute mode to EXCLUSIVE_PROCESS for GPU 00000000:10:00.0.\nAll done.\n"
+    )
     res = smi(nvml.state_path, "-i", "0", "-c", "EXCLUSIVE_PROCESS")
     assert res.stdout.startswith("Compute mode is already set to EXCLUSIVE_PROCESS for GPU")
     out = smi(nvml.state_path, "--query-gpu=index,compute_mode", "--format=csv,noheader").stdout
@@ -105,9 +114,13 @@ def gpu_node(tmp_path):
     started = []
 
     def daemon(name: str):
-        env = {"PATH": os.defpath, "CUDA_MPS_PIPE_DIRECTORY": str(tmp_path / name / "pipe"),
-               "CUDA_MPS_LOG_DIRECTORY": str(tmp_path / name / "log"), "CUDA_VISIBLE_DEVICES": uuid,
-               "GPUSHARE_FAKE_NVML": str(fake.state_path)}
+        env = {
+            "PATH": os.defpath,
+            "CUDA_MPS_PIPE_DIRECTORY": str(tmp_path / name / "pipe"),
+            "CUDA_MPS_LOG_DIRECTORY": str(tmp_path / name / "log"),
+            "CUDA_VISIBLE_DEVICES": uuid,
+            "GPUSHARE_FAKE_NVML": str(fake.state_path),
+        }
 
         def control(*lines, args=()):
             return run([*FAKE_MPS, *args], input="".join(f"{x}\n" for x in lines), env=env, check=False, timeout=20)
@@ -156,7 +169,9 @@ def test_exclusive_process_lets_one_server_hold_the_gpu(gpu_node):
     assert b(f"start_server -uid {os.getuid()}").returncode == 0
     assert servers(b, 0) == []
     control_log = (b.log / "control.log").read_text()
-    assert "Server encountered a fatal exception. Shutting down" in control_log and "exited with status 1" in control_log
+    assert (
+        "Server encountered a fatal exception. Shutting down" in control_log and "exited with status 1" in control_log
+    )
     server_log = (b.log / "server.log").read_text()
     assert f"compute mode EXCLUSIVE_PROCESS (held by server {held[0]})" in server_log
     assert "Failed to start : all CUDA-capable devices are busy or unavailable" in server_log
@@ -189,10 +204,20 @@ def mps_policy(policy, compute_mode=None, tiers=None):
     sharing = {"gpus": "0-3", "mode": "mps", "units": 100}
     if compute_mode is not None:
         sharing["compute_mode"] = compute_mode
-    policy["node_groups"].append({"name": "m", "nodes": "mps-01", "gpu": {"model": "A30-24GB", "count": 4},
-                                  "cpus": 16, "memory_mb": 64000, "sharing": [sharing]})
-    policy["tiers"] = tiers or [{"name": "batch", "node_groups": ["g"], "default": True},
-                                {"name": "infer", "node_groups": ["m"]}]
+    policy["node_groups"].append(
+        {
+            "name": "m",
+            "nodes": "mps-01",
+            "gpu": {"model": "A30-24GB", "count": 4},
+            "cpus": 16,
+            "memory_mb": 64000,
+            "sharing": [sharing],
+        }
+    )
+    policy["tiers"] = tiers or [
+        {"name": "batch", "node_groups": ["g"], "default": True},
+        {"name": "infer", "node_groups": ["m"]},
+    ]
     return policy
 
 
@@ -215,11 +240,16 @@ def test_exclusive_process_renders_exclusive_user_on_its_tiers_only(policy):
 
 def test_tier_mixing_exclusive_process_mps_with_other_groups_is_refused(policy):
     tiers = [{"name": "batch", "node_groups": ["g", "m"], "default": True}]
-    one(mps_policy(policy, "exclusive_process", tiers), "tiers[0].node_groups",
-        "tier 'batch' mixes node groups m (MPS in compute_mode exclusive_process")
+    one(
+        mps_policy(policy, "exclusive_process", tiers),
+        "tiers[0].node_groups",
+        "tier 'batch' mixes node groups m (MPS in compute_mode exclusive_process",
+    )
     found = next(p for p in problems(mps_policy(minimal_policy(), "exclusive_process", tiers)) if "mixes" in p)
     assert "with g, which ExclusiveUser would also keep to one user per node" in found
-    assert "give m tiers of their own (only exclusive_process MPS groups), or set their compute_mode to default" in found
+    assert (
+        "give m tiers of their own (only exclusive_process MPS groups), or set their compute_mode to default" in found
+    )
 
 
 def test_compute_mode_is_for_mps_and_takes_two_values(policy):
@@ -238,15 +268,21 @@ A30_EP = ObservedGpu(0, "GPU-m", 0, 24576, False, compute_mode="EXCLUSIVE_PROCES
 def test_default_mode_gives_each_user_and_percentage_a_daemon():
     a30 = ObservedGpu(0, "GPU-m", 0, 24576, False, compute_mode="DEFAULT")
     first = plan_prolog(job([0], 25, job_id=1), whole_node("mps"), live(a30))[0]
-    other = plan_prolog(job([0], 50, job_id=2, uid=2002), whole_node("mps"), live(a30, journals={1: first},
-                                                                                 alive={first.mps.key}))[0]
+    other = plan_prolog(
+        job([0], 50, job_id=2, uid=2002), whole_node("mps"), live(a30, journals={1: first}, alive={first.mps.key})
+    )[0]
     assert (first.mps.key, other.mps.key) == ("g0-u2001-p25", "g0-u2002-p50")
 
 
 def test_prohibited_gpu_refuses_naming_node_gpu_mode_and_fix():
-    with pytest.raises(PrologRefused, match=r"GPU 0 \(GPU-m\) on n1: compute mode PROHIBITED lets no MPS server start; "
-                                            r"set DEFAULT or EXCLUSIVE_PROCESS .*\(nvidia-smi -i 0 -c DEFAULT\)"):
-        plan_prolog(job([0], 25), whole_node("mps"), live(ObservedGpu(0, "GPU-m", 0, 24576, False, compute_mode="PROHIBITED")))
+    with pytest.raises(
+        PrologRefused,
+        match=r"GPU 0 \(GPU-m\) on n1: compute mode PROHIBITED lets no MPS server start; "
+        r"set DEFAULT or EXCLUSIVE_PROCESS .*\(nvidia-smi -i 0 -c DEFAULT\)",
+    ):
+        plan_prolog(
+            job([0], 25), whole_node("mps"), live(ObservedGpu(0, "GPU-m", 0, 24576, False, compute_mode="PROHIBITED"))
+        )
 
 
 def test_exclusive_process_one_daemon_per_user_at_100_with_client_limits():
@@ -256,8 +292,9 @@ def test_exclusive_process_one_daemon_per_user_at_100_with_client_limits():
     assert first.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=6144MB"
     assert any(isinstance(a, StartMps) for a in actions)
     # the same user's job at another percentage shares the daemon that holds the GPU
-    second, actions = plan_prolog(job([0], 50, job_id=2), whole_node("mps"),
-                                  live(A30_EP, journals={1: first}, alive={first.mps.key}))
+    second, actions = plan_prolog(
+        job([0], 50, job_id=2), whole_node("mps"), live(A30_EP, journals={1: first}, alive={first.mps.key})
+    )
     assert second.mps.key == first.mps.key and not any(isinstance(a, StartMps) for a in actions)
     assert second.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
     assert second.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=12288MB"
@@ -265,11 +302,17 @@ def test_exclusive_process_one_daemon_per_user_at_100_with_client_limits():
 
 def test_exclusive_process_refuses_a_second_users_daemon_naming_the_holder():
     first = plan_prolog(job([0], 25, job_id=1), whole_node("mps"), live(A30_EP))[0]
-    with pytest.raises(PrologRefused, match=r"compute mode EXCLUSIVE_PROCESS allows one MPS server and MPS daemon "
-                                            r"g0-u2001-p100 \(uid 2001, job 1\) holds it, so the server for uid 2002 "
-                                            r"cannot start: .*ExclusiveUser=YES"):
-        plan_prolog(job([0], 25, job_id=2, uid=2002), whole_node("mps"),
-                    live(A30_EP, journals={1: first}, alive={first.mps.key}))
+    with pytest.raises(
+        PrologRefused,
+        match=r"compute mode EXCLUSIVE_PROCESS allows one MPS server and MPS daemon "
+        r"g0-u2001-p100 \(uid 2001, job 1\) holds it, so the server for uid 2002 "
+        r"cannot start: .*ExclusiveUser=YES",
+    ):
+        plan_prolog(
+            job([0], 25, job_id=2, uid=2002),
+            whole_node("mps"),
+            live(A30_EP, journals={1: first}, alive={first.mps.key}),
+        )
     # a holder whose daemon no longer answers is not in the way (the prolog starts a fresh one)
     journal, _ = plan_prolog(job([0], 25, job_id=2, uid=2002), whole_node("mps"), live(A30_EP, journals={1: first}))
     assert journal.mps.key == "g0-u2002-p100"
@@ -284,8 +327,14 @@ def test_prolog_hook_reads_the_live_compute_mode(mps_node):
     with mps_node.backend() as backend:
         backend.set_compute_mode(0, "PROHIBITED")
     calls = []
-    assert prolog_hook.main(mps_node.env(12, "0", 25, uid=os.getuid() + 1), runner=lambda argv, **kw: calls.append(argv) or
-                            no_scontrol(argv, **kw), mps=mps_node.mps) == 1
+    assert (
+        prolog_hook.main(
+            mps_node.env(12, "0", 25, uid=os.getuid() + 1),
+            runner=lambda argv, **kw: calls.append(argv) or no_scontrol(argv, **kw),
+            mps=mps_node.mps,
+        )
+        == 1
+    )
     assert any("compute mode PROHIBITED lets no MPS server start" in " ".join(c) for c in calls), calls
 
 
@@ -299,7 +348,8 @@ def test_health_names_an_mps_gpu_whose_compute_mode_is_not_the_policys(mps_node)
         backend.set_compute_mode(0, "EXCLUSIVE_PROCESS")
         uuid = backend.gpu(0).uuid
         assert check_compute_modes(slots, backend) == [
-            f"GPU 0 ({uuid}) is EXCLUSIVE_PROCESS, policy default: nvidia-smi -i 0 -c DEFAULT"]
+            f"GPU 0 ({uuid}) is EXCLUSIVE_PROCESS, policy default: nvidia-smi -i 0 -c DEFAULT"
+        ]
 
 
 def test_fake_state_records_compute_mode(nvml):

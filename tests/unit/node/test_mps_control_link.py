@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pytest
 
+from slurm_gpushare.gpu.backend import GpuProcess
 from slurm_gpushare.hooks import epilog as epilog_hook
 from slurm_gpushare.hooks import prolog as prolog_hook
-from slurm_gpushare.gpu.backend import GpuProcess
 from slurm_gpushare.node.epilog import Killer, plan_epilog
 from slurm_gpushare.node.journal import Device, Journal, JournalStore
-from slurm_gpushare.node.observed import ObservedGpu, ObservedState
 from slurm_gpushare.node.mps import MpsControl, answers
+from slurm_gpushare.node.observed import ObservedGpu, ObservedState
 from slurm_gpushare.proc import run
 from tests.unit.hooks_support import FAKE_MPS, FAKES, HookNode, no_scontrol, stop_daemons
 

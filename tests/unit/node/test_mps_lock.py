@@ -265,9 +265,9 @@ def test_reconcile_kills_a_server_that_outlived_its_daemon_and_pipe_dir(node):
     key a journal still names is left to that job's hooks."""
     import shutil
 
-    from slurm_gpushare.node.reconcile import daemon_dirs, execute_reconcile, mps_processes_under, plan_reconcile
     from slurm_gpushare.node.epilog import Killer
     from slurm_gpushare.node.observed import ObservedState
+    from slurm_gpushare.node.reconcile import daemon_dirs, execute_reconcile, mps_processes_under, plan_reconcile
 
     daemon = start_serve_and_kill_job_1(node)
     orphans = list(node.orphans)
@@ -277,11 +277,14 @@ def test_reconcile_kills_a_server_that_outlived_its_daemon_and_pipe_dir(node):
     shutil.rmtree(Path(daemon.pipe_dir).parent)
     found = mps_processes_under(str(node.state_dir))
     assert sorted(found) == sorted(orphans) and set(found.values()) == {daemon.pipe_dir}
-    kept = plan_reconcile({}, set(), ObservedState({}, {}, frozenset(), {}), daemon_dirs(str(node.state_dir)), [],
-                          found)
+    kept = plan_reconcile(
+        {}, set(), ObservedState({}, {}, frozenset(), {}), daemon_dirs(str(node.state_dir)), [], found
+    )
     assert [a.pid for a in kept.processes] == sorted(orphans)
-    assert any(f"kill MPS process {orphans[0]} (pipe {daemon.pipe_dir}): no journal names its daemon" in line
-               for line in kept.lines("lab-mps01"))
+    assert any(
+        f"kill MPS process {orphans[0]} (pipe {daemon.pipe_dir}): no journal names its daemon" in line
+        for line in kept.lines("lab-mps01")
+    )
     # while a journal names the key, the server is its job's hooks' to handle
     named = {61: journal}
     assert plan_reconcile(named, {61}, ObservedState({}, named, frozenset(), {}), {}, [], found).processes == []

@@ -13,8 +13,17 @@ from slurm_gpushare.gpu.fakenvml import FakeNvml
 from slurm_gpushare.hooks import prolog as prolog_hook
 from slurm_gpushare.node import mpsmem
 from slurm_gpushare.node.journal import JournalStore
-from slurm_gpushare.node.mpsmem import (NOTHING, MemoryLimits, SetMemoryLimit, cgroup_problem, job_cgroup,
-                                        make_job_cgroup, offered, plan_memory_limits, refusal_value)
+from slurm_gpushare.node.mpsmem import (
+    NOTHING,
+    MemoryLimits,
+    SetMemoryLimit,
+    cgroup_problem,
+    job_cgroup,
+    make_job_cgroup,
+    offered,
+    plan_memory_limits,
+    refusal_value,
+)
 from tests.unit.hooks_support import HookNode, stop_daemons
 
 A30_MIB = 24576
@@ -45,12 +54,16 @@ def test_nothing_for_a_job_without_mps():
 def test_a_node_that_puts_no_job_in_a_cgroup_v2_is_a_note():
     plan = plan_memory_limits(7, (0,), 25, {0: 24576}, True, "/cg/job_7", None, "no cgroup v2 mounted at /cg")
     assert plan.actions == () and plan.refusal is None and plan.code is None
-    assert plan.note == ("job 7: GPU memory limit not set: no cgroup v2 mounted at /cg; the job's processes are held "
-                         "only by MPS's per-process limits")
+    assert plan.note == (
+        "job 7: GPU memory limit not set: no cgroup v2 mounted at /cg; the job's processes are held "
+        "only by MPS's per-process limits"
+    )
 
 
 def test_an_unusable_cgroup_refuses_the_job():
-    plan = plan_memory_limits(7, (0,), 25, {0: 24576}, True, "/cg/job_7", "the job's cgroup /cg/job_7 is a symbolic link")
+    plan = plan_memory_limits(
+        7, (0,), 25, {0: 24576}, True, "/cg/job_7", "the job's cgroup /cg/job_7 is a symbolic link"
+    )
     assert plan.actions == () and plan.note is None and plan.code == "cgroup-unusable:/cg/job_7"
     assert plan.refusal.startswith("job 7: GPU memory limit not set: the job's cgroup /cg/job_7 is a symbolic link")
     assert plan.refusal.endswith("rather than run with MPS's per-process limits only")
@@ -98,8 +111,9 @@ def test_offered_needs_cgroup_v2_and_slurms_scope(tree, tmp_path):
     assert offered(str(tmp_path)).startswith(f"no cgroup v2 mounted at {tmp_path}")
     (root / "system.slice" / "slurmstepd.scope" / "job_42").rmdir()
     (root / "system.slice" / "slurmstepd.scope").rmdir()
-    assert offered(str(root)) == (f"no Slurm cgroup/v2 scope {root}/system.slice/slurmstepd.scope (Slurm puts no job "
-                                  "in a cgroup v2 here)")
+    assert offered(str(root)) == (
+        f"no Slurm cgroup/v2 scope {root}/system.slice/slurmstepd.scope (Slurm puts no job in a cgroup v2 here)"
+    )
 
 
 def test_make_job_cgroup_makes_it_as_slurm_does_or_takes_it(tree):
@@ -163,7 +177,9 @@ def test_prolog_on_a_node_without_slurms_cgroup_scope_runs_the_job_and_says_why(
     assert prolog_hook.main(mps_node.env(11, "0", 25), runner=no_scontrol, mps=mps_node.mps) == 0
     err = capsys.readouterr().err
     assert f"gpushare-prolog: job 11: GPU memory limit not set: no Slurm cgroup/v2 scope {scope}" in err
-    assert not os.path.exists(scope) and all("memory_limits" not in g for g in json.loads(mps_node.state.read_text())["gpus"])
+    assert not os.path.exists(scope) and all(
+        "memory_limits" not in g for g in json.loads(mps_node.state.read_text())["gpus"]
+    )
     assert "GPUSHARE_REFUSE" not in JournalStore(mps_node.state_dir).task_path(11).read_text()
 
 

@@ -20,7 +20,6 @@ import pytest
 from slurm_gpushare.gpu.fakenvml import FakeNvml
 from slurm_gpushare.hooks import prolog as prolog_hook
 from slurm_gpushare.node import mpsmem, taskprolog
-from slurm_gpushare.node.journal import JournalStore
 from tests.unit.hooks_support import HookNode, stop_daemons
 
 A30_MIB = 24576
@@ -45,7 +44,11 @@ def extern_step(root, job_id: int):
 
 def task(node: HookNode, job_id: int) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    env = {"SLURM_JOB_ID": str(job_id), "GPUSHARE_NODE_CONFIG": str(node.config), "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25"}
+    env = {
+        "SLURM_JOB_ID": str(job_id),
+        "GPUSHARE_NODE_CONFIG": str(node.config),
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
+    }
     return taskprolog.main(env, out, err), out.getvalue(), err.getvalue()
 
 

@@ -174,7 +174,9 @@ def test_the_daemon_is_identified_by_its_pid_file_and_executable(tmp_path, monke
 
     stub = str(FAKES / "nvidia-cuda-mps-control")  # a script: the kernel runs its interpreter
     assert mps_mod.command_executables((stub,)) == {
-        os.path.realpath(stub), os.path.realpath(shutil.which("python3", path=mps_mod.SAFE_PATH))}
+        os.path.realpath(stub),
+        os.path.realpath(shutil.which("python3", path=mps_mod.SAFE_PATH)),
+    }
     node = HookNode(tmp_path, "lab-mps01")
     try:
         assert prolog_hook.main(node.env(94, "0", 25, uid=USER), runner=no_scontrol, mps=node.mps) == 0
@@ -242,7 +244,9 @@ def test_a_full_mps_directory_refuses_the_job_not_the_node(tmp_path, monkeypatch
 
         out, err = io.StringIO(), io.StringIO()
         assert task_hook.main(node.env(94, "0", 25, uid=USER), out=out, err=err) == 1
-        assert out.getvalue().startswith("print gpushare-task-prolog: job 94 is not run on this node: there was no room")
+        assert out.getvalue().startswith(
+            "print gpushare-task-prolog: job 94 is not run on this node: there was no room"
+        )
         assert "export" not in out.getvalue()
         assert epilog_hook.main(node.env(94, "0", 25, uid=USER), runner=scontrol, mps=node.mps) == 0
         assert prolog_hook.main(node.env(95, "0", 25, uid=USER), runner=scontrol, mps=node.mps) == 0

@@ -32,8 +32,17 @@ SLEEP_NAME = os.path.basename(os.path.realpath(SLEEP))  # "sleep" (or a multi-ca
 PIPE = "/var/lib/gpushare/mps/g0-u{uid}-p25/pipe"
 
 
-def entry(proc: Path, pid: int, uid: int, comm: str = "nvidia-cuda-mps", exe: str = "/usr/bin/python3",
-          environ: bytes | None = None, cmdline: bytes | None = None, start: int = 5000, uids=None) -> Path:
+def entry(
+    proc: Path,
+    pid: int,
+    uid: int,
+    comm: str = "nvidia-cuda-mps",
+    exe: str = "/usr/bin/python3",
+    environ: bytes | None = None,
+    cmdline: bytes | None = None,
+    start: int = 5000,
+    uids=None,
+) -> Path:
     """A fake /proc/PID: stat (state S, start time field 22), status (Uid line), comm, an exe link and,
     where given, environ and cmdline (None: a FIFO, whose open blocks)."""
     d = proc / str(pid)
@@ -102,8 +111,9 @@ def test_the_daemons_users_processes_are_read_and_no_other_users(tmp_path):
     assert procscan.leftover_processes(pipe, str(tmp_path)) == [201]
     assert procscan.mps_processes(str(tmp_path)) == {}  # no user named: root's processes only
     records, complete = procscan.mps_records(str(tmp_path), (USER,))
-    assert complete and records == {201: {"pid": 201, "start": 5000, "uid": USER, "exe": "/usr/bin/python3",
-                                          "pipe": pipe}}
+    assert complete and records == {
+        201: {"pid": 201, "start": 5000, "uid": USER, "exe": "/usr/bin/python3", "pipe": pipe}
+    }
     # a user with a daemon of their own (reconcile trusts every key's user) may name another key's pipe dir:
     # read, but not taken for that key's
     records, _ = procscan.mps_records(str(tmp_path), (USER, USER + 1))
@@ -133,8 +143,9 @@ def test_a_trusted_process_whose_read_stalls_holds_the_scan_only_until_its_deadl
     """Owner checks keep users' processes out, but a root process can stall too: the scan runs in a child
     that is killed at the deadline, and the caller goes on with what it had (and knows it is partial)."""
     entry(tmp_path, 301, ROOT, environ=None)
-    records, complete = guarded(lambda: procscan.mps_records(str(tmp_path), timeout=0.2),
-                                [tmp_path / "301" / "environ"])
+    records, complete = guarded(
+        lambda: procscan.mps_records(str(tmp_path), timeout=0.2), [tmp_path / "301" / "environ"]
+    )
     assert records == {} and complete is False
 
 
@@ -147,6 +158,7 @@ def test_the_scan_child_keeps_no_descriptor_of_the_callers(tmp_path):
     os.set_inheritable(fd, True)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
+
         def work(emit):
             for name in os.listdir("/proc/self/fd"):
                 try:
@@ -206,8 +218,10 @@ def test_a_real_process_titled_slurmstepd_is_not_counted():
 def test_slurmstepd_scan_that_stalls_or_has_no_binary_knows_nothing(tmp_path):
     """Unknown is None, never an empty set: an empty set would make every old batch job a lost launch."""
     entry(tmp_path, 20, 0, comm="slurmstepd", exe=STEPD, cmdline=None)  # root's, and its read stalls
-    assert guarded(lambda: procscan.cmdlines((STEPD,), 0, str(tmp_path), timeout=0.2),
-                   [tmp_path / "20" / "cmdline"]) is None
+    assert (
+        guarded(lambda: procscan.cmdlines((STEPD,), 0, str(tmp_path), timeout=0.2), [tmp_path / "20" / "cmdline"])
+        is None
+    )
     assert stepd_jobs(tmp_path, ()) is None
 
 

@@ -57,8 +57,11 @@ def setup(node):
 def test_a_relayout_while_another_holds_the_node_touches_nothing(mig_node):  # noqa: F811
     site, slurm, lock = setup(mig_node)
     with Holder(lock) as other, mig_node.backend() as backend:
-        with pytest.raises(RelayoutError, match=rf"another `gpushare node relayout` \(pid {other.proc.pid}\) has "
-                                                rf"held {lock} for 30 s; the node was not touched"):
+        with pytest.raises(
+            RelayoutError,
+            match=rf"another `gpushare node relayout` \(pid {other.proc.pid}\) has "
+            rf"held {lock} for 30 s; the node was not touched",
+        ):
             relayout(mig_node, site, slurm, Clock(), backend).run()
     assert slurm.calls == [] and "DRAIN" not in slurm.flags  # not drained, not even asked about
     assert parse_node_gres(slurm.gres) == {("gpu", "a100_40g_1g.5gb"): 7}
@@ -68,6 +71,7 @@ def test_a_relayout_waits_for_the_other_then_finds_what_is_left_to_do(mig_node):
     site, slurm, lock = setup(mig_node)
     clock, lines = Clock(), []
     with Holder(lock) as other, mig_node.backend() as backend:
+
         def sleep(seconds):  # the other relayout ends while this one waits
             other.stop()
             clock.sleep(seconds)

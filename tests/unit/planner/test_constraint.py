@@ -7,38 +7,51 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from slurm_gpushare.sim.arrivals import Arrivals
-from slurm_gpushare.sim.engine import replay
-from slurm_gpushare.planner.frompolicy import SubmitRouter, sim_cluster, spec_models
 from bench.scenarios import uniform
-from slurm_gpushare.sim.cluster import Pod, SimCluster, SimGpu, SimNode, SlurmRequest
-from slurm_gpushare.sim.slurmmodel import SlurmPolicy, SlurmState
+from slurm_gpushare.planner.frompolicy import SubmitRouter, sim_cluster, spec_models
 from slurm_gpushare.policy import build_site
+from slurm_gpushare.sim.arrivals import Arrivals
+from slurm_gpushare.sim.cluster import Pod, SimCluster, SimGpu, SimNode, SlurmRequest
+from slurm_gpushare.sim.engine import replay
+from slurm_gpushare.sim.slurmmodel import SlurmPolicy, SlurmState
 
 
 def trace_cluster() -> SimCluster:
     """Four trace nodes, two GPUs each: T4, V100M16, V100M32, T4 (as trace.load_cluster gives them)."""
     models = ["T4", "V100M16", "V100M32", "T4"]
-    return SimCluster(tuple(SimNode(f"n{i}", 32, 128000, tuple(SimGpu("exclusive", m) for _ in range(2)))
-                            for i, m in enumerate(models)))
+    return SimCluster(
+        tuple(
+            SimNode(f"n{i}", 32, 128000, tuple(SimGpu("exclusive", m) for _ in range(2))) for i, m in enumerate(models)
+        )
+    )
 
 
 def pod(spec: str, milli: int = 1000, gpus: int = 1) -> Pod:
     return Pod("p", 2000, 1024, gpus, milli, "", spec)
 
 
-@pytest.mark.parametrize("spec, models", [
-    ("", []), ("|", []), ("V100M16", ["v100m16"]), ("V100M16|V100M32", ["v100m16", "v100m32"]),
-    ("|T4||T4|", ["t4"]),
-])
+@pytest.mark.parametrize(
+    "spec, models",
+    [
+        ("", []),
+        ("|", []),
+        ("V100M16", ["v100m16"]),
+        ("V100M16|V100M32", ["v100m16", "v100m32"]),
+        ("|T4||T4|", ["t4"]),
+    ],
+)
 def test_spec_models(spec, models):
     assert spec_models(spec) == models
 
 
 def test_a_spec_of_several_models_becomes_a_constraint_and_is_accepted():
     sim, router, site = uniform(trace_cluster(), "S1")
-    assert {n.name: n.features for n in sim.nodes} == {"n0": ("t4",), "n1": ("v100m16",), "n2": ("v100m32",),
-                                                         "n3": ("t4",)}
+    assert {n.name: n.features for n in sim.nodes} == {
+        "n0": ("t4",),
+        "n1": ("v100m16",),
+        "n2": ("v100m32",),
+        "n3": ("t4",),
+    }
     job = router.job(pod("V100M16|V100M32"))
     assert (job["tres_per_node"], job["features"]) == ("gres/gpu:1", "v100m16|v100m32")
     req = router(pod("V100M16|V100M32"))
@@ -98,9 +111,18 @@ def test_refusals_are_counted_per_job_with_their_reason():
 
 def test_the_mig_type_spec_of_the_fidelity_sample_stays_a_typed_gres():
     raw = {
-        "version": 1, "cluster": {"name": "t", "slurm_version": "24.11", "controller": "ctl"},
-        "node_groups": [{"name": "mig", "nodes": "a1", "gpu": {"model": "A100-SXM4-40GB", "count": 1}, "cpus": 8,
-                         "memory_mb": 16000, "sharing": [{"gpus": 0, "mode": "mig", "layout": "all-1g.5gb"}]}],
+        "version": 1,
+        "cluster": {"name": "t", "slurm_version": "24.11", "controller": "ctl"},
+        "node_groups": [
+            {
+                "name": "mig",
+                "nodes": "a1",
+                "gpu": {"model": "A100-SXM4-40GB", "count": 1},
+                "cpus": 8,
+                "memory_mb": 16000,
+                "sharing": [{"gpus": 0, "mode": "mig", "layout": "all-1g.5gb"}],
+            }
+        ],
         "tiers": [{"name": "t", "node_groups": ["mig"], "default": True}],
     }
     router = SubmitRouter(build_site(raw, "t"))
@@ -116,5 +138,6 @@ def test_the_plan_report_counts_refused_jobs_with_their_reason():
     pods = [pod("A10")] * 3 + [pod("V100M16|V100M32")] * 5 + [pod("G2|A10", milli=500)]
     lines = stranded_lines(from_pods(pods, "t"), site)
     refused = [x for x in lines if "refused at submission" in x]
-    assert refused == ["  (refused): 4 jobs (3.5 GPUs) would be refused at submission: UNKNOWN_FEATURE a10 4, "
-                       "UNKNOWN_FEATURE g2 1"], lines
+    assert refused == [
+        "  (refused): 4 jobs (3.5 GPUs) would be refused at submission: UNKNOWN_FEATURE a10 4, UNKNOWN_FEATURE g2 1"
+    ], lines

@@ -20,10 +20,10 @@ import yaml
 from click.testing import CliRunner
 
 from slurm_gpushare.cli import main
-from slurm_gpushare.sim.arrivals import arrival_sequence
 from slurm_gpushare.planner.demand import Demand, RequestClass
 from slurm_gpushare.planner.evaluate import evaluator
 from slurm_gpushare.planner.plan import Knobs, plan
+from slurm_gpushare.sim.arrivals import arrival_sequence
 from slurm_gpushare.sim.cluster import Pod
 
 HANG_S = 60  # far above any case here (each takes well under a second); only a hang reaches it
@@ -165,8 +165,12 @@ def random_demand(rng: random.Random) -> Demand:
     counts: dict[RequestClass, int] = {}
     for _ in range(1 if rng.random() < 0.2 else rng.randint(1, 5)):
         kind = rng.choice(kinds)
-        gpus, milli = {"cpu": (0, 0), "fraction": (1, rng.choice(SHARES)), "whole": (1, 1000),
-                       "multi": (rng.choice([2, 4, 8]), 1000)}[kind]
+        gpus, milli = {
+            "cpu": (0, 0),
+            "fraction": (1, rng.choice(SHARES)),
+            "whole": (1, 1000),
+            "multi": (rng.choice([2, 4, 8]), 1000),
+        }[kind]
         cls = RequestClass(gpus, milli, rng.choice([1, 2, 4, 8, 16]), rng.choice([1024, 8192]))
         counts[cls] = counts.get(cls, 0) + rng.randint(1, 30)
     return Demand("generated", counts)

@@ -66,10 +66,22 @@ def test_cpus_per_gpu_counts_gpu_jobs_only():
     [
         ("", "t.csv: empty file; an openb pod list starts with a header row"),
         ("name,cpu_milli,memory_mib,num_gpu\n", "line 1: missing column(s) gpu_milli"),
-        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1,1,x\n", "line 2, column gpu_milli: 'x' is not an integer from 0 to 1000"),
-        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1,1,1200\n", "line 2, column gpu_milli: 1200 is out of range"),
-        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1,2,500\n", "line 2, column gpu_milli: 500 with num_gpu 2; accepted: 1000"),
-        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,-5,1,1,500\n", "line 2, column cpu_milli: -5 is out of range; accepted: an integer >= 0"),
+        (
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1,1,x\n",
+            "line 2, column gpu_milli: 'x' is not an integer from 0 to 1000",
+        ),
+        (
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1,1,1200\n",
+            "line 2, column gpu_milli: 1200 is out of range",
+        ),
+        (
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1,2,500\n",
+            "line 2, column gpu_milli: 500 with num_gpu 2; accepted: 1000",
+        ),
+        (
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,-5,1,1,500\n",
+            "line 2, column cpu_milli: -5 is out of range; accepted: an integer >= 0",
+        ),
     ],
 )
 def test_openb_errors_name_line_and_field(text, fragment):
@@ -113,13 +125,27 @@ def test_sacct_shares_need_units():
 
 
 def test_pending_queue_from_squeue_json():
-    doc = {"jobs": [
-        {"job_id": 7, "job_state": ["PENDING"], "cpus": {"set": True, "number": 6}, "memory_per_node": {"set": True, "number": 12288},
-         "tres_per_node": "gres/mps:47", "qos": "be"},
-        {"job_id": 8, "job_state": ["PENDING"], "cpus": {"set": True, "number": 4}, "memory_per_cpu": {"set": True, "number": 1024},
-         "tres_per_node": "gres/gpu:a100_40g:2", "qos": "ls"},
-        {"job_id": 9, "job_state": ["RUNNING"], "cpus": 1, "tres_per_node": "gres/gpu:1"},
-    ]}
+    doc = {
+        "jobs": [
+            {
+                "job_id": 7,
+                "job_state": ["PENDING"],
+                "cpus": {"set": True, "number": 6},
+                "memory_per_node": {"set": True, "number": 12288},
+                "tres_per_node": "gres/mps:47",
+                "qos": "be",
+            },
+            {
+                "job_id": 8,
+                "job_state": ["PENDING"],
+                "cpus": {"set": True, "number": 4},
+                "memory_per_cpu": {"set": True, "number": 1024},
+                "tres_per_node": "gres/gpu:a100_40g:2",
+                "qos": "ls",
+            },
+            {"job_id": 9, "job_state": ["RUNNING"], "cpus": 1, "tres_per_node": "gres/gpu:1"},
+        ]
+    }
     d = from_squeue_json(json.dumps(doc), Units(), "q.json")
     assert d.counts == {RequestClass(1, 470, 6, 12288, "be"): 1, RequestClass(2, 1000, 4, 4096, "ls", "a100_40g"): 1}
 
@@ -151,7 +177,9 @@ def test_report_lines_name_kinds_and_qos():
 
 
 def test_one_openb_reader_serves_the_trace_and_the_demand(tmp_path):
-    text = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,extra\np0,1500,10,1,470,,LS,x\np1,100,1,0,0,,BE,y\n"
+    text = (
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,extra\np0,1500,10,1,470,,LS,x\np1,100,1,0,0,,BE,y\n"
+    )
     path = tmp_path / "p.csv"
     path.write_text(text)
     assert tuple(read_openb(text, str(path))) == load_pods(path)

@@ -7,12 +7,12 @@ import copy
 
 import pytest
 
+from bench.scenarios import trace_policy
 from slurm_gpushare.errors import PolicyError
 from slurm_gpushare.planner.frompolicy import SubmitRouter, sim_cluster
-from bench.scenarios import trace_policy
-from slurm_gpushare.sim.cluster import Pod, SimCluster, SimGpu, SimNode, SlurmRequest
 from slurm_gpushare.policy import build_site
 from slurm_gpushare.render import render_all
+from slurm_gpushare.sim.cluster import Pod, SimCluster, SimGpu, SimNode, SlurmRequest
 from slurm_gpushare.submit import build_tables, decide
 
 
@@ -22,12 +22,28 @@ def two_pools() -> dict:
         "version": 1,
         "cluster": {"name": "t", "slurm_version": "24.11", "controller": "ctl"},
         "node_groups": [
-            {"name": "excl", "nodes": "e[1-2]", "gpu": {"model": "L40S", "count": 2}, "cpus": 16, "memory_mb": 64000,
-             "weight": 5},
-            {"name": "mps", "nodes": "m1", "gpu": {"model": "A30-24GB", "count": 2}, "cpus": 32, "memory_mb": 128000,
-             "weight": 1, "sharing": [{"gpus": "0-1", "mode": "mps", "units": 100}]},
+            {
+                "name": "excl",
+                "nodes": "e[1-2]",
+                "gpu": {"model": "L40S", "count": 2},
+                "cpus": 16,
+                "memory_mb": 64000,
+                "weight": 5,
+            },
+            {
+                "name": "mps",
+                "nodes": "m1",
+                "gpu": {"model": "A30-24GB", "count": 2},
+                "cpus": 32,
+                "memory_mb": 128000,
+                "weight": 1,
+                "sharing": [{"gpus": "0-1", "mode": "mps", "units": 100}],
+            },
         ],
-        "tiers": [{"name": "whole", "node_groups": ["excl"], "default": True}, {"name": "shared", "node_groups": ["mps"]}],
+        "tiers": [
+            {"name": "whole", "node_groups": ["excl"], "default": True},
+            {"name": "shared", "node_groups": ["mps"]},
+        ],
     }
 
 
@@ -35,11 +51,26 @@ def mig_pools() -> dict:
     """A100s: one group in the balanced MIG layout, one exclusive; mps shares are rounded to slices."""
     raw = two_pools()
     raw["node_groups"] = [
-        {"name": "mig", "nodes": "a1", "gpu": {"model": "A100-SXM4-40GB", "count": 2}, "cpus": 16, "memory_mb": 64000,
-         "sharing": [{"gpus": "0-1", "mode": "mig", "layout": "all-balanced"}]},
-        {"name": "whole", "nodes": "a2", "gpu": {"model": "A100-SXM4-40GB", "count": 2}, "cpus": 16, "memory_mb": 64000},
+        {
+            "name": "mig",
+            "nodes": "a1",
+            "gpu": {"model": "A100-SXM4-40GB", "count": 2},
+            "cpus": 16,
+            "memory_mb": 64000,
+            "sharing": [{"gpus": "0-1", "mode": "mig", "layout": "all-balanced"}],
+        },
+        {
+            "name": "whole",
+            "nodes": "a2",
+            "gpu": {"model": "A100-SXM4-40GB", "count": 2},
+            "cpus": 16,
+            "memory_mb": 64000,
+        },
     ]
-    raw["tiers"] = [{"name": "whole", "node_groups": ["whole"], "default": True}, {"name": "slices", "node_groups": ["mig"]}]
+    raw["tiers"] = [
+        {"name": "whole", "node_groups": ["whole"], "default": True},
+        {"name": "slices", "node_groups": ["mig"]},
+    ]
     raw["submission"] = {"routes": [{"match": {"gres": "mps"}, "tiers": ["slices", "whole"], "round_to": "mig"}]}
     return raw
 
@@ -75,8 +106,13 @@ def test_router_goes_through_the_submission_decision():
     assert r(pod(1000, gpus=2, cpu=12500)) == SlurmRequest(("whole",), 13, 1024, "gpu", "l40s", 2)
     # no GPU: no GRES, the default tier
     assert r(pod(0, gpus=0)) == SlurmRequest(("whole",), 4, 1024)
-    assert r.job(pod(471)) == {"tres_per_node": "gres/mps:48", "partition": None, "qos": None, "min_cpus": "4",
-                               "features": None}
+    assert r.job(pod(471)) == {
+        "tres_per_node": "gres/mps:48",
+        "partition": None,
+        "qos": None,
+        "min_cpus": "4",
+        "features": None,
+    }
 
 
 def test_router_refuses_what_the_product_refuses():
@@ -90,8 +126,13 @@ def test_router_refuses_what_the_product_refuses():
 
 @pytest.mark.parametrize(
     "milli, gtype",
-    [(110, "a100_40g_1g.5gb"), (230, "a100_40g_2g.10gb"), (470, "a100_40g_3g.20gb"), (500, "a100_40g_3g.20gb"),
-     (810, "a100_40g")],
+    [
+        (110, "a100_40g_1g.5gb"),
+        (230, "a100_40g_2g.10gb"),
+        (470, "a100_40g_3g.20gb"),
+        (500, "a100_40g_3g.20gb"),
+        (810, "a100_40g"),
+    ],
 )
 def test_mps_shares_round_up_to_the_smallest_covering_slice(milli, gtype):
     # balanced layout: 3g.20gb (50 %), 2g.10gb (28 %), 1g.5gb (14 %); 810 needs a whole GPU
@@ -114,11 +155,13 @@ def test_rounding_is_shown_to_the_user_as_a_change():
 def test_routes_match_qos_and_cpus():
     raw = two_pools()
     raw["tiers"].append({"name": "cpu", "node_groups": ["mps"]})
-    raw["submission"] = {"routes": [
-        {"match": {"gres": "none"}, "tiers": ["cpu"]},
-        {"match": {"gres": "gpu", "max_gpus": 1, "min_cpus": 9}, "tiers": ["cpu", "whole"]},
-        {"match": {"gres": "gpu", "qos": ["LS"]}, "tiers": ["whole"]},
-    ]}
+    raw["submission"] = {
+        "routes": [
+            {"match": {"gres": "none"}, "tiers": ["cpu"]},
+            {"match": {"gres": "gpu", "max_gpus": 1, "min_cpus": 9}, "tiers": ["cpu", "whole"]},
+            {"match": {"gres": "gpu", "qos": ["LS"]}, "tiers": ["whole"]},
+        ]
+    }
     t = build_tables(build_site(raw, "t"))
     assert decide(t, {"tres_per_node": None}).partition == "cpu"
     assert decide(t, {"tres_per_node": "gres/gpu:1", "min_cpus": "12"}).partition == "cpu,whole"
@@ -136,19 +179,34 @@ def problems(raw) -> list[str]:
 @pytest.mark.parametrize(
     "change, expected",
     [
-        (lambda r: r["node_groups"][0].update(weight=0), "node_groups[0].weight: Input should be greater than or equal to 1"),
-        (lambda r: r["submission"]["routes"][0]["tiers"].append("nope"),
-         "submission.routes[0].tiers[2]: 'nope' is not a tier; known: slices, whole"),
-        (lambda r: r["submission"]["routes"][0]["match"].update(gres="gpu"),
-         "submission.routes[0].round_to: rounding to a MIG slice applies to gres: mps"),
-        (lambda r: r["submission"]["routes"][0]["match"].update(min_gpus=2),
-         "submission.routes[0].match: min_gpus / max_gpus apply to gres: gpu only"),
-        (lambda r: r["submission"]["routes"][0].update(tiers=["whole"]),
-         "submission.routes[0].round_to: no GPU on the route's tiers runs MIG"),
-        (lambda r: r["submission"]["routes"][0]["match"].update(gres="tpu"),
-         "submission.routes[0].match.gres: Input should be 'none', 'gpu', 'mps' or 'shard'"),
-        (lambda r: r["submission"]["routes"][0]["match"].update(qos=["bad qos"]),
-         "submission.routes[0].match.qos[0]: 'bad qos' is not a QOS name"),
+        (
+            lambda r: r["node_groups"][0].update(weight=0),
+            "node_groups[0].weight: Input should be greater than or equal to 1",
+        ),
+        (
+            lambda r: r["submission"]["routes"][0]["tiers"].append("nope"),
+            "submission.routes[0].tiers[2]: 'nope' is not a tier; known: slices, whole",
+        ),
+        (
+            lambda r: r["submission"]["routes"][0]["match"].update(gres="gpu"),
+            "submission.routes[0].round_to: rounding to a MIG slice applies to gres: mps",
+        ),
+        (
+            lambda r: r["submission"]["routes"][0]["match"].update(min_gpus=2),
+            "submission.routes[0].match: min_gpus / max_gpus apply to gres: gpu only",
+        ),
+        (
+            lambda r: r["submission"]["routes"][0].update(tiers=["whole"]),
+            "submission.routes[0].round_to: no GPU on the route's tiers runs MIG",
+        ),
+        (
+            lambda r: r["submission"]["routes"][0]["match"].update(gres="tpu"),
+            "submission.routes[0].match.gres: Input should be 'none', 'gpu', 'mps' or 'shard'",
+        ),
+        (
+            lambda r: r["submission"]["routes"][0]["match"].update(qos=["bad qos"]),
+            "submission.routes[0].match.qos[0]: 'bad qos' is not a QOS name",
+        ),
     ],
 )
 def test_new_keys_are_validated_with_their_path(change, expected):
@@ -188,7 +246,10 @@ def test_declared_gpu_model_is_a_whole_gpu_model():
     "decl, expected",
     [
         ({"name": "L40S", "memory_mb": 1}, "gpu_models[0].name: 'L40S' is already in the catalogue"),
-        ({"name": "X1", "memory_mb": 1, "slurm_type": "l40s"}, "gpu_models[0].slurm_type: GPU type 'l40s' already names L40S"),
+        (
+            {"name": "X1", "memory_mb": 1, "slurm_type": "l40s"},
+            "gpu_models[0].slurm_type: GPU type 'l40s' already names L40S",
+        ),
         ({"name": "X1", "memory_mb": 0}, "gpu_models[0].memory_mb: Input should be greater than or equal to 1"),
         ({"name": "X 1", "memory_mb": 1}, "gpu_models[0].name: String should match pattern"),
     ],

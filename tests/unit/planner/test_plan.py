@@ -47,8 +47,19 @@ def cluster(*groups) -> dict:
 
 @pytest.mark.parametrize(
     "milli, profile",
-    [(50, "1g.5gb"), (140, "1g.5gb"), (142, "1g.10gb"), (150, "1g.10gb"), (250, "1g.10gb"), (280, "2g.10gb"), (470, "3g.20gb"),
-     (500, "3g.20gb"), (550, "4g.20gb"), (580, "7g.40gb"), (1000, "7g.40gb")],
+    [
+        (50, "1g.5gb"),
+        (140, "1g.5gb"),
+        (142, "1g.10gb"),
+        (150, "1g.10gb"),
+        (250, "1g.10gb"),
+        (280, "2g.10gb"),
+        (470, "3g.20gb"),
+        (500, "3g.20gb"),
+        (550, "4g.20gb"),
+        (580, "7g.40gb"),
+        (1000, "7g.40gb"),
+    ],
 )
 def test_covering_slice_is_the_smallest_billed_share_at_least_the_request(milli, profile):
     assert covering(A100, milli) == profile
@@ -78,12 +89,17 @@ def test_every_packed_layout_is_valid_and_full():
 def test_fill_packing_uses_every_compute_slice_where_greedy_leaves_one():
     need = Counter({"3g.20gb": 2, "2g.10gb": 4})
     # greedy: 3g+3g (6 of 7 compute slices), then the 2g.10gb on a GPU of their own: 3 GPUs
-    assert pack(A100, need) == [("3g.20gb", "3g.20gb"), ("2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb"),
-                                ("2g.10gb", "1g.5gb", "1g.5gb", "1g.5gb", "1g.5gb", "1g.5gb")]
+    assert pack(A100, need) == [
+        ("3g.20gb", "3g.20gb"),
+        ("2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb"),
+        ("2g.10gb", "1g.5gb", "1g.5gb", "1g.5gb", "1g.5gb", "1g.5gb"),
+    ]
     # fill: each 3g.20gb with two 2g.10gb, 7 of 7 compute and 8 of 8 memory slices: the known best, 2 GPUs
     assert pack(A100, need, fill=True) == [("3g.20gb", "2g.10gb", "2g.10gb")] * 2
     # with nothing to mix in, fill packs as greedy does (the memory-bound best)
-    assert pack(A100, Counter({"3g.20gb": 4, "1g.10gb": 4}), fill=True) == pack(A100, Counter({"3g.20gb": 4, "1g.10gb": 4}))
+    assert pack(A100, Counter({"3g.20gb": 4, "1g.10gb": 4}), fill=True) == pack(
+        A100, Counter({"3g.20gb": 4, "1g.10gb": 4})
+    )
 
 
 def test_allowed_types_bound_rounding_and_top_up():
@@ -155,7 +171,11 @@ def test_s1_plan_pools_modes_and_routes():
     frac = next(g for g in site.groups if g.name == "big-frac")
     assert len(frac.nodes) == 2
     assert [r["match"] for r in result.policy["submission"]["routes"]] == [
-        {"gres": "mps"}, {"gres": "none"}, {"gres": "gpu", "max_gpus": 1, "min_cpus": 40}, {"gres": "gpu"}]
+        {"gres": "mps"},
+        {"gres": "none"},
+        {"gres": "gpu", "max_gpus": 1, "min_cpus": 40},
+        {"gres": "gpu"},
+    ]
     # the CPU-rich pool (4 GPUs, 208 CPUs) keeps 128 CPUs after the CPU-only jobs: enough for the two
     # 40-CPU jobs, not for the six 8-CPU ones too (6 GPUs > the 2 left), so the threshold is 39
     # weights: fewer GPUs per node first in the whole-GPU pools
@@ -168,8 +188,15 @@ def test_s1_plan_renders_and_reports():
     files = render_all(result.site)
     assert any("Weight=" in text for text in files.values())
     text = "\n".join(result.report)
-    for fragment in ("demand: 34 jobs", "supply (base policy)", "planned layout", "tier frac", "fragments",
-                     "route gres=mps -> frac,gpu,cpu", "CPU-rich nodes (rich"):
+    for fragment in (
+        "demand: 34 jobs",
+        "supply (base policy)",
+        "planned layout",
+        "tier frac",
+        "fragments",
+        "route gres=mps -> frac,gpu,cpu",
+        "CPU-rich nodes (rich",
+    ):
         assert fragment in text, fragment
 
 
@@ -196,7 +223,9 @@ def test_evaluate_keeps_the_best_candidate():
 
 
 def test_budget_scores_the_first_candidate_at_least():
-    result = plan(s1_base(), s1_demand(), evaluate=lambda raw: 1.0, candidates=[Knobs(), Knobs(frac_factor=2)], budget_s=0)
+    result = plan(
+        s1_base(), s1_demand(), evaluate=lambda raw: 1.0, candidates=[Knobs(), Knobs(frac_factor=2)], budget_s=0
+    )
     assert len(result.tried) == 1
 
 
@@ -216,8 +245,12 @@ def test_base_policy_is_validated_first():
 def test_candidates_giving_the_same_policy_are_scored_once():
     calls = []
     # without MIG, cpu_jobs 'auto' is 'rich': the same policy as Knobs()
-    plan(s1_base(), s1_demand(), evaluate=lambda raw: calls.append(raw) or 1.0,
-         candidates=[Knobs(), Knobs(cpu_jobs="rich"), Knobs(frac_factor=2.0)])
+    plan(
+        s1_base(),
+        s1_demand(),
+        evaluate=lambda raw: calls.append(raw) or 1.0,
+        candidates=[Knobs(), Knobs(cpu_jobs="rich"), Knobs(frac_factor=2.0)],
+    )
     assert len(calls) == 3  # the policy as given, then two distinct candidates
 
 
@@ -257,8 +290,13 @@ def test_example_policies_plan_mig_into_valid_rendered_policies(policy, which, m
     """Slices on sites with two MIG-capable models (the small lab's A100 and A30; mixed production's MIG GPUs
     and a whole-GPU slice where the packed layouts run out): still valid and rendered."""
     d = MIXED_DEMANDS[which]
-    d = Demand(d.source, {RequestClass(c.num_gpu, c.gpu_milli, c.cpus, c.memory_mib, "LS" if i % 2 else "BE"): n
-                          for i, (c, n) in enumerate(d.counts.items())})
+    d = Demand(
+        d.source,
+        {
+            RequestClass(c.num_gpu, c.gpu_milli, c.cpus, c.memory_mib, "LS" if i % 2 else "BE"): n
+            for i, (c, n) in enumerate(d.counts.items())
+        },
+    )
     result = plan(yaml.safe_load((ETC / policy).read_text()), d, **mig)
     assert render_all(result.site)
     build_site(result.policy, "planned again")
@@ -302,8 +340,10 @@ def test_alias_to_a_vanished_mig_slice_is_remapped_with_a_report_line():
     base, d = lab_mps_everywhere()
     result = plan(base, d)
     assert result.policy["submission"]["aliases"] == {"small": "mps:15", "half": "mps:50"}
-    assert any("alias 'small': gpu:a100_40g_1g.5gb no longer exists" in line and "remapped to mps:15" in line
-               for line in result.report)
+    assert any(
+        "alias 'small': gpu:a100_40g_1g.5gb no longer exists" in line and "remapped to mps:15" in line
+        for line in result.report
+    )
 
 
 def test_alias_with_nothing_left_to_map_to_is_dropped():
@@ -312,7 +352,10 @@ def test_alias_with_nothing_left_to_map_to_is_dropped():
     result = plan(base, demand((1, 1000, 2, 10)))  # whole GPUs only: every GPU exclusive
     assert result.policy["submission"]["aliases"] == {"small": "gpu:a100_40g"}
     text = "\n".join(result.report)
-    assert "alias 'half': mps:50 no longer exists in the planned layout and nothing planned covers 0.50 of a GPU; dropped" in text
+    assert (
+        "alias 'half': mps:50 no longer exists in the planned layout and nothing planned covers 0.50 of a GPU; dropped"
+        in text
+    )
     assert "alias 'slice': shard no longer exists" in text and "dropped" in text
 
 
@@ -349,8 +392,9 @@ def test_with_a_mig_pool_cpu_only_jobs_go_to_the_cpu_rich_pool_first_when_it_can
     base = cluster(("big", "b[1-6]", "A100-SXM4-40GB", 8, 96), ("rich", "r[1-8]", "A100-SXM4-40GB", 2, 104))
 
     def cpu_route(cpu_jobs: int) -> list[str]:
-        d = demand((1, 470, 12, 8, "LS"), (1, 470, 4, 10, "BE"), (1, 1000, 12, 30), (1, 1000, 30, 4),
-                   (0, 0, 16, cpu_jobs))
+        d = demand(
+            (1, 470, 12, 8, "LS"), (1, 470, 4, 10, "BE"), (1, 1000, 12, 30), (1, 1000, 30, 4), (0, 0, 16, cpu_jobs)
+        )
         result = plan(base, d, isolate_qos=["LS"])
         assert {t["name"] for t in result.policy["tiers"]} >= {"mig", "cpu"}
         return next(r["tiers"] for r in result.policy["submission"]["routes"] if r["match"] == {"gres": "none"})
@@ -421,7 +465,9 @@ def test_cpu_heavy_shares_start_in_the_cpu_rich_pool_and_keep_the_shared_nodes_c
     # Slurm's placement on the first sampled order: every share placed, against 90.6 % without the route
     assert dict(heavy.tried)[Knobs(frac_heavy=4)] == 100.0 and dict(plain.tried)[Knobs()] < 91
     assert heavy.score == 100.0 and plain.score < heavy.score  # and on the race's orders
-    assert Knobs(frac_heavy=4) in default_candidates() and Knobs(frac_heavy=2, cpu_order=("cpu",)) in default_candidates()
+    assert (
+        Knobs(frac_heavy=4) in default_candidates() and Knobs(frac_heavy=2, cpu_order=("cpu",)) in default_candidates()
+    )
 
 
 def test_cpu_only_jobs_held_to_the_cpu_rich_pool_say_so():
@@ -439,8 +485,11 @@ def test_first_fit_candidates_give_each_mps_node_its_own_weight_in_order():
     from slurm_gpushare.planner.plan import FIRST_FIT
 
     assert set(FIRST_FIT) <= set(default_candidates()) and set(FIRST_FIT) <= set(default_candidates(isolating=True))
-    result = plan(cluster(("big", "b[1-4]", "L40S", 2, 32)), demand((1, 600, 1, 6), (1, 400, 1, 6)),
-                  candidates=[Knobs(frac_weights="node")])
+    result = plan(
+        cluster(("big", "b[1-4]", "L40S", 2, 32)),
+        demand((1, 600, 1, 6), (1, 400, 1, 6)),
+        candidates=[Knobs(frac_weights="node")],
+    )
     frac = [g for g in result.policy["node_groups"] if "frac" in g["name"]]
     assert [g["nodes"] for g in frac] == ["b1", "b2", "b3", "b4"]
     weights = [g["weight"] for g in frac]
@@ -494,7 +543,6 @@ def test_forked_map_keeps_order_and_runs_in_process_inside_a_worker():
     assert list(forked_map(lambda k: -k, [3, 1, 2], 1)) == [-3, -1, -2]
 
 
-
 def _key(raw: dict) -> str:
     return json.dumps(raw, sort_keys=True)
 
@@ -527,7 +575,7 @@ def _named(base: dict, d: Demand, knobs: list[Knobs]) -> dict:
 
 
 def _orders(first: float, *rest: float) -> dict:
-    return dict(zip((7, 8, 9, 10, 11, 12), (first, *rest)))
+    return dict(zip((7, 8, 9, 10, 11, 12), (first, *rest), strict=False))
 
 
 def test_the_race_corrects_the_first_orders_lucky_winner():
@@ -537,8 +585,12 @@ def test_the_race_corrects_the_first_orders_lucky_winner():
     knobs = [Knobs(), Knobs(frac_factor=0.5), Knobs(frac_factor=2.0)]
     names = _named(base, d, knobs)
     assert sorted(names.values()) == ["given", "k0", "k1", "k2"]  # three distinct candidates
-    table = {"given": _orders(50, 50.1, 49.9, 50, 50.2, 49.8), "k0": _orders(90.3, 89.0, 89.1, 88.9, 89.0, 89.05),
-             "k1": _orders(90.0, 89.5, 89.55, 89.4, 89.5, 89.6), "k2": _orders(70, 71, 69, 70, 70, 70)}
+    table = {
+        "given": _orders(50, 50.1, 49.9, 50, 50.2, 49.8),
+        "k0": _orders(90.3, 89.0, 89.1, 88.9, 89.0, 89.05),
+        "k1": _orders(90.0, 89.5, 89.55, 89.4, 89.5, 89.6),
+        "k2": _orders(70, 71, 69, 70, 70, 70),
+    }
     script = _Scripted(names, table)
     result = plan(base, d, evaluate=script.evaluator, candidates=knobs)
     assert result.knobs == Knobs(frac_factor=0.5)
@@ -571,5 +623,3 @@ def test_a_tie_on_every_order_keeps_the_policy_as_given():
     table = {"given": _orders(90, 91, 92, 93, 94, 95), "k0": _orders(90, 91, 92, 93, 94, 95)}
     result = plan(base, d, evaluate=_Scripted(names, table).evaluator, candidates=[Knobs()])
     assert result.kept_given
-
-

@@ -45,8 +45,14 @@ class Scores:
     def __call__(self, raws, order):
         self.clock += self.delay * len(raws)
         self.calls.append((order, [(r["x"], r["mode"]) for r in raws]))
-        return [90 - 10 * (r["x"] - 1.85) ** 2 + {"a": 0, "b": 0.5, "c": 1.0}[r["mode"]] + order * 0.01
-                + self.noise.get((r["x"], r["mode"], order), 0.0) for r in raws]
+        return [
+            90
+            - 10 * (r["x"] - 1.85) ** 2
+            + {"a": 0, "b": 0.5, "c": 1.0}[r["mode"]]
+            + order * 0.01
+            + self.noise.get((r["x"], r["mode"], order), 0.0)
+            for r in raws
+        ]
 
 
 def test_the_search_finds_an_optimum_outside_its_starting_points():
@@ -77,8 +83,9 @@ def test_a_lucky_first_order_loses_the_race():
 
 def test_the_budget_stops_the_search_with_the_best_so_far():
     scores = Scores(delay=0.02)
-    out = Search(_build, scores, (7, 8), SPACE, budget_s=0.15, now=scores.now).run([K(), K(x=1.1)],
-                                                                                  {"x": 0.5, "mode": "a"}, True)
+    out = Search(_build, scores, (7, 8), SPACE, budget_s=0.15, now=scores.now).run(
+        [K(), K(x=1.1)], {"x": 0.5, "mode": "a"}, True
+    )
     assert out.out_of_time and scores.clock <= 0.15 + 0.02  # at most one score past the budget
     assert out.best.scores  # the best scored so far
     assert out.scored == round(scores.clock / 0.02)
@@ -86,8 +93,9 @@ def test_the_budget_stops_the_search_with_the_best_so_far():
 
 def test_the_given_policy_and_the_first_start_are_scored_even_without_time():
     scores = Scores(delay=1.0)
-    out = Search(_build, scores, (7, 8), SPACE, budget_s=0.0, now=scores.now).run([K(), K(x=1.1)],
-                                                                                 {"x": 0.5, "mode": "a"}, True)
+    out = Search(_build, scores, (7, 8), SPACE, budget_s=0.0, now=scores.now).run(
+        [K(), K(x=1.1)], {"x": 0.5, "mode": "a"}, True
+    )
     assert out.given is not None and 7 in out.given.scores
     assert out.best.knobs in (None, K())
 

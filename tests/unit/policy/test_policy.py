@@ -182,10 +182,21 @@ def test_gpu_index_malformed(policy, gpus):
     one(policy, "node_groups[0].sharing[0].gpus", "")
 
 
-@pytest.mark.parametrize("indexes, text", [
-    ([0], "0"), ([3], "3"), ([0, 1], "0-1"), ([0, 1, 2, 3], "0-3"), ([4, 5], "4-5"), ([0, 2], "0,2"),
-    ([0, 1, 2, 5], "0-2,5"), ([1, 3, 4, 5, 7], "1,3-5,7"), ([5, 0, 1], "0-1,5"), ([2, 2, 3], "2-3"),
-])
+@pytest.mark.parametrize(
+    "indexes, text",
+    [
+        ([0], "0"),
+        ([3], "3"),
+        ([0, 1], "0-1"),
+        ([0, 1, 2, 3], "0-3"),
+        ([4, 5], "4-5"),
+        ([0, 2], "0,2"),
+        ([0, 1, 2, 5], "0-2,5"),
+        ([1, 3, 4, 5, 7], "1,3-5,7"),
+        ([5, 0, 1], "0-1,5"),
+        ([2, 2, 3], "2-3"),
+    ],
+)
 def test_format_indexes_is_the_inverse_of_parse_indexes(indexes, text):
     assert format_indexes(indexes) == text
     assert parse_indexes(text, 8) == sorted(set(indexes))
@@ -230,8 +241,11 @@ def test_tenant_shares_parent_allowed(policy):
 
 
 def test_tenant_unknown_parent_and_cycle(policy):
-    policy["tenants"] = [{"name": "a", "shares": 1, "parent": "b"}, {"name": "b", "shares": 1, "parent": "a"},
-                         {"name": "c", "shares": 1, "parent": "zz"}]
+    policy["tenants"] = [
+        {"name": "a", "shares": 1, "parent": "b"},
+        {"name": "b", "shares": 1, "parent": "a"},
+        {"name": "c", "shares": 1, "parent": "zz"},
+    ]
     found = problems(policy)
     assert any("parent cycle" in p for p in found)
     assert any(p.startswith("tenants[2].parent") and "'zz' is not a tenant" in p for p in found)
@@ -267,8 +281,10 @@ def test_tier_unknown_node_group(policy):
 
 
 def test_two_default_tiers(policy):
-    policy["tiers"] = [{"name": "a", "node_groups": ["g"], "default": True},
-                       {"name": "b", "node_groups": ["g"], "default": True}]
+    policy["tiers"] = [
+        {"name": "a", "node_groups": ["g"], "default": True},
+        {"name": "b", "node_groups": ["g"], "default": True},
+    ]
     one(policy, "tiers[1].default", "only one tier can be the default")
 
 
@@ -278,8 +294,9 @@ def test_tier_gpu_type_must_exist(policy):
 
 
 def test_tier_conflicting_shard_weights(policy):
-    second = dict(policy["node_groups"][0], name="h", nodes="gpu-[03-04]",
-                  sharing=[{"gpus": 3, "mode": "shard", "replicas": 2}])
+    second = dict(
+        policy["node_groups"][0], name="h", nodes="gpu-[03-04]", sharing=[{"gpus": 3, "mode": "shard", "replicas": 2}]
+    )
     policy["node_groups"].append(second)
     policy["tiers"][0]["node_groups"] = ["g", "h"]
     one(policy, "tiers[0]", "GRES/shard would need several billing weights in one partition")
@@ -342,8 +359,13 @@ def test_hostile_hook_path(policy):
 
 
 def test_custom_type_cannot_name_two_models(policy):
-    second = dict(policy["node_groups"][0], name="h", nodes="gpu-[03-04]", gpu={"model": "H100-SXM5-80GB", "count": 1},
-                  sharing=[{"gpus": 0, "mode": "exclusive", "type": "a100_40g"}])
+    second = dict(
+        policy["node_groups"][0],
+        name="h",
+        nodes="gpu-[03-04]",
+        gpu={"model": "H100-SXM5-80GB", "count": 1},
+        sharing=[{"gpus": 0, "mode": "exclusive", "type": "a100_40g"}],
+    )
     policy["node_groups"].append(second)
     one(policy, "node_groups[1].sharing", "GPU type 'a100_40g' is used for both A100-SXM4-40GB and H100-SXM5-80GB")
 
@@ -371,7 +393,10 @@ def _sched_site(scheduler):
 def test_scheduler_parameters_default_and_overrides():
     from slurm_gpushare.render import render_all
 
-    assert _sched_site({}).cluster.scheduler.rendered() == "bf_continue,bf_interval=10,bf_min_age_reserve=300,nohold_on_prolog_fail"
+    assert (
+        _sched_site({}).cluster.scheduler.rendered()
+        == "bf_continue,bf_interval=10,bf_min_age_reserve=300,nohold_on_prolog_fail"
+    )
     site = _sched_site({"parameters": {"bf_interval": 30, "nohold_on_prolog_fail": False, "defer": True}})
     assert site.cluster.scheduler.rendered() == "bf_continue,bf_interval=30,bf_min_age_reserve=300,defer"
     assert "SchedulerParameters=bf_continue,bf_interval=30" in render_all(site)["slurm.conf"]
@@ -379,13 +404,16 @@ def test_scheduler_parameters_default_and_overrides():
     assert none.cluster.scheduler.rendered() == "" and "SchedulerParameters" not in render_all(none)["slurm.conf"]
 
 
-@pytest.mark.parametrize("params, needle", [
-    ({"bf_intervall": 10}, "'bf_intervall' is not a SchedulerParameters option of Slurm 24.11"),
-    ({"defer": 1}, "defer: an option without a value: give true (on) or false (off), not 1"),
-    ({"bf_interval": True}, "bf_interval: a whole number >= 0 (or false to leave it out), not True"),
-    ({"bf_interval": -1}, "bf_interval: a whole number >= 0"),
-    ({"bf_hetjob_prio": "mid"}, "bf_hetjob_prio: min, avg or max (or false), not 'mid'"),
-])
+@pytest.mark.parametrize(
+    "params, needle",
+    [
+        ({"bf_intervall": 10}, "'bf_intervall' is not a SchedulerParameters option of Slurm 24.11"),
+        ({"defer": 1}, "defer: an option without a value: give true (on) or false (off), not 1"),
+        ({"bf_interval": True}, "bf_interval: a whole number >= 0 (or false to leave it out), not True"),
+        ({"bf_interval": -1}, "bf_interval: a whole number >= 0"),
+        ({"bf_hetjob_prio": "mid"}, "bf_hetjob_prio: min, avg or max (or false), not 'mid'"),
+    ],
+)
 def test_scheduler_parameters_refused_with_the_option_named(params, needle):
     with pytest.raises(PolicyError) as err:
         _sched_site({"parameters": params})

@@ -15,7 +15,9 @@ def test_golden(example, version):
     assert sorted(p.name for p in out.iterdir()) == sorted(rendered), f"golden set differs; regenerate: {COMMAND}"
     for name, text in rendered.items():
         want = (out / name).read_text(encoding="utf-8")
-        assert text == want, f"{example.name} {version} {name} differs from {out / name}; if intended, regenerate: {COMMAND}"
+        assert text == want, (
+            f"{example.name} {version} {name} differs from {out / name}; if intended, regenerate: {COMMAND}"
+        )
 
 
 def test_every_example_has_goldens():

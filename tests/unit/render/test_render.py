@@ -9,10 +9,10 @@ import yaml
 
 from slurm_gpushare.policy import build_site, load_file
 from slurm_gpushare.policy.billing import fmt
-from slurm_gpushare.render import header_ok, render_all
-from slurm_gpushare.render.header import COMMENT
 from slurm_gpushare.render import context as ctx
+from slurm_gpushare.render import header_ok, render_all
 from slurm_gpushare.render.env import kv
+from slurm_gpushare.render.header import COMMENT
 from tests.conftest import ROOT
 
 EXAMPLES = sorted((ROOT / "etc").glob("*.yaml"))
@@ -89,15 +89,28 @@ def test_slurm_conf_essentials():
     text = render_all(site_of("small-lab.yaml"))["slurm.conf"]
     assert "GresTypes=gpu,shard\n" in render_all(site_of("mixed-production.yaml"))["slurm.conf"]
     assert "GresTypes=gpu,mps\n" in render_all(site_of("mps-inference.yaml"))["slurm.conf"]
-    for line in ["GresTypes=gpu,mps,shard", "SelectType=select/cons_tres", "PriorityType=priority/multifactor",
-                 "PreemptType=preempt/partition_prio", "PreemptMode=REQUEUE", "SlurmdParameters=config_overrides"]:
+    for line in [
+        "GresTypes=gpu,mps,shard",
+        "SelectType=select/cons_tres",
+        "PriorityType=priority/multifactor",
+        "PreemptType=preempt/partition_prio",
+        "PreemptMode=REQUEUE",
+        "SlurmdParameters=config_overrides",
+    ]:
         assert line + "\n" in text
-    assert "NodeName=lab-mig01 CPUs=8 RealMemory=16000 Gres=gpu:a100_40g_1g.5gb:7 Features=a100_40g State=UNKNOWN\n" in text
+    assert (
+        "NodeName=lab-mig01 CPUs=8 RealMemory=16000 Gres=gpu:a100_40g_1g.5gb:7 Features=a100_40g State=UNKNOWN\n"
+        in text
+    )
     assert "NodeName=lab-shard01 CPUs=8 RealMemory=16000 Gres=gpu:l40s:1,shard:4 Features=l40s State=UNKNOWN\n" in text
     assert "NodeName=lab-mps01 CPUs=8 RealMemory=16000 Gres=gpu:a30:1,mps:100 Features=a30 State=UNKNOWN\n" in text
     assert "SUSPEND" not in text.replace("never suspend", "")
-    for line in ["PrologFlags=Alloc,Contain", "Prolog=/usr/local/sbin/gpushare-prolog",
-                 "Epilog=/usr/local/sbin/gpushare-epilog", "TaskProlog=/usr/local/bin/gpushare-task-prolog"]:
+    for line in [
+        "PrologFlags=Alloc,Contain",
+        "Prolog=/usr/local/sbin/gpushare-prolog",
+        "Epilog=/usr/local/sbin/gpushare-epilog",
+        "TaskProlog=/usr/local/bin/gpushare-task-prolog",
+    ]:
         assert line + "\n" in text  # the small lab runs the node hooks
 
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from slurm_gpushare.sim.arrivals import Arrivals, arrival_sequence, percent_curve
-from slurm_gpushare.sim.paper.baselines import BestFit
-from slurm_gpushare.sim.engine import replay
 from slurm_gpushare.sim.cluster import Pod, SimCluster, SimGpu, SimNode, SlurmRequest
+from slurm_gpushare.sim.engine import replay
+from slurm_gpushare.sim.paper.baselines import BestFit
 from slurm_gpushare.sim.slurmmodel import (
     LL_SHARED_GRES,
     MULTIPLE_SHARING_GRES_PJ,
@@ -43,7 +43,9 @@ def test_trace_loads_nodes_and_pods(tmp_path):
     nodes = tmp_path / "n.csv"
     nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,16000,1024,2,T4\nn1,8000,512,0,\n")
     pods = tmp_path / "p.csv"
-    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos\np0,1500,10,1,470,,LS\np1,100,1,0,0,,BE\n")
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos\np0,1500,10,1,470,,LS\np1,100,1,0,0,,BE\n"
+    )
     cluster = load_cluster(nodes)
     assert [(n.name, n.cpus, n.milli, len(n.gpus)) for n in cluster.nodes] == [("n0", 16, 16000, 2), ("n1", 8, 8000, 0)]
     assert cluster.nodes[0].gpus[0] == SimGpu(mode="exclusive", model="T4")
@@ -276,10 +278,18 @@ def test_slices_occupied_over_all_gpus_by_one_rule_for_every_mode():
     # four A100s: exclusive (a whole job: 7 of 7), MIG 3g+2g+1g+1g (a 3g job: 3), mps 100 units (30 + 20 units:
     # ceil(7 x 0.5) = 4), mps idle (0): 14 of 28 slices over all GPUs; MIG GPUs only: 3 of 7
     g_mig = gpu("mig", mig=("a100_3g", "a100_2g", "a100_1g", "a100_1g"))
-    cluster = SimCluster((node("a", cpus=64, gpus=[gpu(gres_type="a100"), g_mig, gpu("mps", units=100)]),
-                          node("b", cpus=64, gpus=[gpu("mps", units=100)])))
-    requests = {"whole": req("gpu", 1, "a100"), "mig": req("gpu", 1, "a100_3g"), "m30": req("mps", 30),
-                "m20": req("mps", 20)}
+    cluster = SimCluster(
+        (
+            node("a", cpus=64, gpus=[gpu(gres_type="a100"), g_mig, gpu("mps", units=100)]),
+            node("b", cpus=64, gpus=[gpu("mps", units=100)]),
+        )
+    )
+    requests = {
+        "whole": req("gpu", 1, "a100"),
+        "mig": req("gpu", 1, "a100_3g"),
+        "m30": req("mps", 30),
+        "m20": req("mps", 20),
+    }
     pods = tuple(Pod(name, 1000, 1, 1, 1000 if name == "whole" else 300) for name in requests)
     slices = {"a100_3g": 3, "a100_2g": 2, "a100_1g": 1}
     policy = SlurmPolicy("s", lambda p: requests[p.name], mig_slices=slices)
@@ -302,7 +312,11 @@ def test_mps_share_rounds_up_to_slices_once_per_gpu_and_caps_at_seven():
 
 def test_ls_fractional_jobs_off_mig_are_counted():
     cluster = SimCluster((node("a", cpus=64, gpus=[gpu("mps", units=100), gpu("mig", mig=("a100_3g",))]),))
-    pods = (Pod("ls-mps", 1000, 1, 1, 400, qos="LS"), Pod("ls-mig", 1000, 1, 1, 400, qos="LS"), Pod("be", 1000, 1, 1, 400))
+    pods = (
+        Pod("ls-mps", 1000, 1, 1, 400, qos="LS"),
+        Pod("ls-mig", 1000, 1, 1, 400, qos="LS"),
+        Pod("be", 1000, 1, 1, 400),
+    )
 
     def route(p):
         if p.name == "ls-mig":
@@ -321,8 +335,9 @@ def test_node_table_is_sorted_by_name_naturally_not_by_slurm_conf_order():
 
 
 def test_partitions_tried_by_priority_tier_first():
-    cluster = SimCluster((node("a", partitions=("low",)), node("b", partitions=("high",))),
-                         partition_tiers=(("low", 1), ("high", 10)))
+    cluster = SimCluster(
+        (node("a", partitions=("low",)), node("b", partitions=("high",))), partition_tiers=(("low", 1), ("high", 10))
+    )
     assert SlurmState(cluster).choose_node(req(cpus=1, partitions=("low", "high"))) == 1
 
 
@@ -335,7 +350,7 @@ def _consec_pick_reference(ok, weight, cpus):
     if not idx:
         return -1
     sets, cur = [], [idx[0]]
-    for a, b in zip(idx, idx[1:]):
+    for a, b in zip(idx, idx[1:], strict=False):
         if b == a + 1 and weight[a] == weight[b]:
             cur.append(b)
         else:
@@ -366,15 +381,36 @@ def _fits_reference(s: SlurmState, r: SlurmRequest):
 @pytest.mark.parametrize("flags", [frozenset(), frozenset({LL_SHARED_GRES}), frozenset({MULTIPLE_SHARING_GRES_PJ})])
 def test_kept_counts_match_a_fresh_derivation(flags):
     rng = np.random.default_rng(5)
-    kinds = [lambda: gpu("mps", units=100), lambda: gpu("shard", units=4), lambda: gpu(gres_type="a100"),
-             lambda: gpu("mig", mig=("a100_1g", "a100_1g", "a100_3g")), lambda: gpu("mps", units=50)]
+    kinds = [
+        lambda: gpu("mps", units=100),
+        lambda: gpu("shard", units=4),
+        lambda: gpu(gres_type="a100"),
+        lambda: gpu("mig", mig=("a100_1g", "a100_1g", "a100_3g")),
+        lambda: gpu("mps", units=50),
+    ]
     nodes = tuple(
-        node(f"n{i}", cpus=int(rng.integers(4, 17)), weight=int(rng.integers(1, 3)), memory=400,
-             gpus=[kinds[int(k)]() for k in rng.integers(0, len(kinds), size=int(rng.integers(0, 5)))])
-        for i in range(24))
+        node(
+            f"n{i}",
+            cpus=int(rng.integers(4, 17)),
+            weight=int(rng.integers(1, 3)),
+            memory=400,
+            gpus=[kinds[int(k)]() for k in rng.integers(0, len(kinds), size=int(rng.integers(0, 5)))],
+        )
+        for i in range(24)
+    )
     s = SlurmState(SimCluster(nodes, select_flags=flags))
-    asks = [("gpu", 1, ""), ("gpu", 2, ""), ("gpu", 1, "a100"), ("gpu", 1, "a100_1g"), ("gpu", 1, "a100_3g"),
-            ("mps", 30, ""), ("mps", 70, ""), ("shard", 1, ""), ("shard", 3, ""), ("", 0, "")]
+    asks = [
+        ("gpu", 1, ""),
+        ("gpu", 2, ""),
+        ("gpu", 1, "a100"),
+        ("gpu", 1, "a100_1g"),
+        ("gpu", 1, "a100_3g"),
+        ("mps", 30, ""),
+        ("mps", 70, ""),
+        ("shard", 1, ""),
+        ("shard", 3, ""),
+        ("", 0, ""),
+    ]
     placed = refused = 0
     for _ in range(400):
         gres, count, gtype = asks[int(rng.integers(len(asks)))]

@@ -31,10 +31,18 @@ def assert_unique_names(pods):
     assert len(set(names)) == len(names)
 
 
-@pytest.mark.parametrize("mix, field", [
-    (Mix(sharing=0.6), "sharing"), (Mix(sharing=1.0), "sharing"), (Mix(sharing=0.25), "sharing"),
-    (Mix(multi=0.35), "multi"), (Mix(typed=0.2), "typed"), (Mix(cpu=0.05), "cpu"), (Mix(cpu=0.4), "cpu"),
-])
+@pytest.mark.parametrize(
+    "mix, field",
+    [
+        (Mix(sharing=0.6), "sharing"),
+        (Mix(sharing=1.0), "sharing"),
+        (Mix(sharing=0.25), "sharing"),
+        (Mix(multi=0.35), "multi"),
+        (Mix(typed=0.2), "typed"),
+        (Mix(cpu=0.05), "cpu"),
+        (Mix(cpu=0.4), "cpu"),
+    ],
+)
 def test_each_rule_alone_hits_its_target_and_leaves_the_rest_of_the_trace(mix, field):
     pods = generate(mix, seed=7)
     s, t = stats(pods), stats(TRACE)
@@ -44,7 +52,7 @@ def test_each_rule_alone_hits_its_target_and_leaves_the_rest_of_the_trace(mix, f
         assert (s["pods"], s["cpu_only"], s["cpu_only_cpus"]) == (t["pods"], t["cpu_only"], t["cpu_only_cpus"])
     if field == "multi":  # every original pod kept, multi-GPU pods appended
         assert set(TRACE) <= set(pods)
-        assert all(kind(p) == "multi" and p.name.startswith("gen-pod-") for p in pods[len(TRACE):])
+        assert all(kind(p) == "multi" and p.name.startswith("gen-pod-") for p in pods[len(TRACE) :])
     if field == "cpu":  # GPU pods kept, CPU-only pods redrawn
         assert [p for p in pods if p.num_gpu] == [p for p in TRACE if p.num_gpu]
     if field == "typed":  # the same pods, some constrained with the trace's own strings
@@ -83,11 +91,20 @@ def test_a_seed_gives_the_same_workload_and_another_seed_another():
     assert generate(Mix(), 11) == TRACE  # nothing set: the trace as it is
 
 
-@pytest.mark.parametrize("values, field", [
-    ({"sharing": 0.0}, "sharing"), ({"sharing": 1.2}, "sharing"), ({"multi": 1.0}, "multi"),
-    ({"multi": -0.1}, "multi"), ({"typed": 1.5}, "typed"), ({"cpu": 2.5}, "cpu"), ({"cpu": float("nan")}, "cpu"),
-    ({"sharing": "0.5"}, "sharing"), ({"sharing": 0.7, "multi": 0.4}, r"sharing \+ Mix\.multi"),
-])
+@pytest.mark.parametrize(
+    "values, field",
+    [
+        ({"sharing": 0.0}, "sharing"),
+        ({"sharing": 1.2}, "sharing"),
+        ({"multi": 1.0}, "multi"),
+        ({"multi": -0.1}, "multi"),
+        ({"typed": 1.5}, "typed"),
+        ({"cpu": 2.5}, "cpu"),
+        ({"cpu": float("nan")}, "cpu"),
+        ({"sharing": "0.5"}, "sharing"),
+        ({"sharing": 0.7, "multi": 0.4}, r"sharing \+ Mix\.multi"),
+    ],
+)
 def test_a_share_out_of_range_raises_naming_the_field_and_the_range(values, field):
     with pytest.raises(ValueError, match=rf"Mix\.{field}") as e:
         Mix(**values)
@@ -120,8 +137,12 @@ def test_a_rule_the_base_cannot_follow_raises_naming_the_field():
 
 
 def test_a_small_base_and_cluster_are_followed_too():
-    base = (Pod("s", 1000, 10, 1, 500, "BE"), Pod("w", 1000, 10, 1, 1000, "LS"),
-            Pod("m", 4000, 10, 4, 1000, "LS"), Pod("c", 2000, 10, 0, 0, "BE"))
+    base = (
+        Pod("s", 1000, 10, 1, 500, "BE"),
+        Pod("w", 1000, 10, 1, 1000, "LS"),
+        Pod("m", 4000, 10, 4, 1000, "LS"),
+        Pod("c", 2000, 10, 0, 0, "BE"),
+    )
     pods = generate(Mix(cpu=0.5), 1, base=base, cluster_cpus=200)
     assert stats(pods, cluster_cpus=200)["cpu"] == pytest.approx(0.5, abs=TOLERANCE)
 
@@ -154,10 +175,16 @@ def test_the_family_is_deterministic_and_mixes_rules():
             family(1, bad)
 
 
-@pytest.mark.parametrize("workload, mix", [
-    ("gpushare60", Mix(sharing=0.6)), ("gpushare100", Mix(sharing=1.0)), ("multigpu30", Mix(multi=0.3)),
-    ("cpu200", Mix(cpu=0.29)), ("gpuspec25", Mix(typed=0.26)),
-])
+@pytest.mark.parametrize(
+    "workload, mix",
+    [
+        ("gpushare60", Mix(sharing=0.6)),
+        ("gpushare100", Mix(sharing=1.0)),
+        ("multigpu30", Mix(multi=0.3)),
+        ("cpu200", Mix(cpu=0.29)),
+        ("gpuspec25", Mix(typed=0.26)),
+    ],
+)
 def test_the_rules_reproduce_the_published_variants(workload, mix):
     s, pub = stats(generate(mix, seed=42)), stats(load_workload(workload))
     for field in ("sharing", "multi", "typed", "cpu"):

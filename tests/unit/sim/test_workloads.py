@@ -73,7 +73,9 @@ def test_a_file_loads_the_same_plain_or_gzipped_and_names_are_resolved(tmp_path)
 
 
 def test_an_unknown_workload_names_the_accepted_ones():
-    with pytest.raises(TraceError, match=r"'gpushare50': neither a file nor one of the family's names \(accepted: default, cpu050"):
+    with pytest.raises(
+        TraceError, match=r"'gpushare50': neither a file nor one of the family's names \(accepted: default, cpu050"
+    ):
         workload_path("gpushare50")
 
 

@@ -16,8 +16,19 @@ from slurm_gpushare.slurm.model import GresUse, expand_indexes, node_state, pars
 from slurm_gpushare.slurm.pyslurm_backend import assoc_from_pyslurm, job_from_pyslurm, node_from_pyslurm
 
 PACKAGE = Path(__file__).resolve().parents[3] / "slurm_gpushare"
-SLURM_COMMANDS = {"scontrol", "squeue", "sinfo", "sacct", "sacctmgr", "sshare", "sbatch", "srun", "scancel",
-                  "sprio", "sdiag"}
+SLURM_COMMANDS = {
+    "scontrol",
+    "squeue",
+    "sinfo",
+    "sacct",
+    "sacctmgr",
+    "sshare",
+    "sbatch",
+    "srun",
+    "scancel",
+    "sprio",
+    "sdiag",
+}
 
 
 def _argv_heads(tree: ast.AST):
@@ -45,7 +56,9 @@ def test_no_slurm_command_runs_outside_slurm_package():
             continue
         for line, cmd in _argv_heads(ast.parse(path.read_text(), str(path))):
             found.append(f"{rel}:{line}: {cmd}")
-    assert found == [], "Slurm commands built outside slurm_gpushare/slurm/ (use slurm.commands / the client):\n" + "\n".join(found)
+    assert found == [], (
+        "Slurm commands built outside slurm_gpushare/slurm/ (use slurm.commands / the client):\n" + "\n".join(found)
+    )
 
 
 def test_the_scan_sees_what_it_must():
@@ -55,25 +68,42 @@ def test_the_scan_sees_what_it_must():
 
 # ---- parsers ---------------------------------------------------------------------------------
 
+
 def test_gres_strings():
     assert parse_gres_config("gpu:l40s:2,shard:l40s:4(S:0)") == {"gpu:l40s": 2, "shard:l40s": 4}
     assert parse_gres_config("gres/gpu:1") == {"gpu": 1}
     assert parse_gres_config("(null)") == {} and parse_gres_config("") == {}
     assert parse_gres_detail("gpu:l40s:2(IDX:0-1)") == {"gpu:l40s": GresUse(2, (0, 1))}
-    assert parse_gres_detail("gpu:3(IDX:0,2,5),mps:a30:25(25/100)") == {"gpu": GresUse(3, (0, 2, 5)),
-                                                                         "mps:a30": GresUse(25, None)}
+    assert parse_gres_detail("gpu:3(IDX:0,2,5),mps:a30:25(25/100)") == {
+        "gpu": GresUse(3, (0, 2, 5)),
+        "mps:a30": GresUse(25, None),
+    }
     assert parse_gres_detail("gpu:a30:0(IDX:N/A)") == {"gpu:a30": GresUse(0, None)}
     assert expand_indexes("0-2,5") == (0, 1, 2, 5) and expand_indexes("N/A") is None
-    assert node_state("IDLE+DRAIN") == ("IDLE", "DRAIN") and node_state(["MIXED", "DRAIN", "COMPLETING"]) == \
-        ("MIXED", "COMPLETING", "DRAIN")
+    assert node_state("IDLE+DRAIN") == ("IDLE", "DRAIN") and node_state(["MIXED", "DRAIN", "COMPLETING"]) == (
+        "MIXED",
+        "COMPLETING",
+        "DRAIN",
+    )
 
 
-JOB = {"job_id": 36, "name": "wrap", "user_name": "carol", "account": "biology", "partition": "batch", "qos": "batch",
-       "job_state": ["RUNNING"], "state_reason": "None", "nodes": "lab-excl01", "tres_per_node": "gres/gpu:1",
-       "gres_detail": ["gpu:l40s:1(IDX:0)"], "array_job_id": {"set": True, "number": 0},
-       "array_task_id": {"set": False, "number": 0},
-       "job_resources": {"nodes": {"allocation": [{"index": 0, "name": "lab-excl01"}]}},
-       "submit_time": {"set": True, "infinite": False, "number": 1796288833}}
+JOB = {
+    "job_id": 36,
+    "name": "wrap",
+    "user_name": "carol",
+    "account": "biology",
+    "partition": "batch",
+    "qos": "batch",
+    "job_state": ["RUNNING"],
+    "state_reason": "None",
+    "nodes": "lab-excl01",
+    "tres_per_node": "gres/gpu:1",
+    "gres_detail": ["gpu:l40s:1(IDX:0)"],
+    "array_job_id": {"set": True, "number": 0},
+    "array_task_id": {"set": False, "number": 0},
+    "job_resources": {"nodes": {"allocation": [{"index": 0, "name": "lab-excl01"}]}},
+    "submit_time": {"set": True, "infinite": False, "number": 1796288833},
+}
 
 
 def test_job_from_squeue_json():
@@ -89,39 +119,82 @@ def test_job_from_squeue_json():
 
 
 def test_node_from_json():
-    node = node_from_json({"name": "n1", "state": ["IDLE", "DRAIN"], "reason": "r", "gres": "gpu:l40s:2",
-                           "tres_used": "cpu=6,mem=6720M,gres/gpu=1,gres/gpu:l40s=1", "features": ["a"],
-                           "active_features": [], "weight": 5, "partitions": ["batch"], "cpus": 8, "alloc_cpus": 6,
-                           "real_memory": 16000, "alloc_memory": 6720})
+    node = node_from_json(
+        {
+            "name": "n1",
+            "state": ["IDLE", "DRAIN"],
+            "reason": "r",
+            "gres": "gpu:l40s:2",
+            "tres_used": "cpu=6,mem=6720M,gres/gpu=1,gres/gpu:l40s=1",
+            "features": ["a"],
+            "active_features": [],
+            "weight": 5,
+            "partitions": ["batch"],
+            "cpus": 8,
+            "alloc_cpus": 6,
+            "real_memory": 16000,
+            "alloc_memory": 6720,
+        }
+    )
     assert node.state == ("IDLE", "DRAIN") and node.flags == {"DRAIN"} and node.gres == {"gpu:l40s": 2}
     assert node.gres_alloc == {"gpu": 1, "gpu:l40s": 1} and node.weight == 5
 
 
 # ---- the pyslurm backend's conversion: the same model from pyslurm's shapes -------------------
 
+
 def test_pyslurm_job_converts_like_the_cli():
     pj = SimpleNamespace(
-        id=36, array_id=None, array_task_id=None, name="wrap", user_name="carol", account="biology", partition="batch",
-        qos="batch", state="RUNNING", state_reason="None", allocated_nodes="lab-excl01", submit_time=1796288833,
+        id=36,
+        array_id=None,
+        array_task_id=None,
+        name="wrap",
+        user_name="carol",
+        account="biology",
+        partition="batch",
+        qos="batch",
+        state="RUNNING",
+        state_reason="None",
+        allocated_nodes="lab-excl01",
+        submit_time=1796288833,
         gres_per_node={"gres/gpu": 1},  # pyslurm's to_gres_dict keeps the "gres/" of tres_per_node
-        get_resource_layout_per_node=lambda: {"lab-excl01": {"gres": {"gpu:l40s": {"count": 1, "indexes": "0"}}}})
+        get_resource_layout_per_node=lambda: {"lab-excl01": {"gres": {"gpu:l40s": {"count": 1, "indexes": "0"}}}},
+    )
     assert job_from_pyslurm(pj) == job_from_json(JOB)
 
 
 def test_pyslurm_node_and_assoc():
-    pn = SimpleNamespace(name="n1", state="IDLE+DRAIN", reason="r", reason_user="slurm", configured_gres={"gpu:l40s": 2},
-                         allocated_tres={"cpu": "6", "gres/gpu": "1", "gres/gpu:l40s": "1"}, available_features=["a"],
-                         active_features=[], weight=5, partitions=["batch"], total_cpus=8, allocated_cpus=6,
-                         real_memory=16000, allocated_memory=6720)
+    pn = SimpleNamespace(
+        name="n1",
+        state="IDLE+DRAIN",
+        reason="r",
+        reason_user="slurm",
+        configured_gres={"gpu:l40s": 2},
+        allocated_tres={"cpu": "6", "gres/gpu": "1", "gres/gpu:l40s": "1"},
+        available_features=["a"],
+        active_features=[],
+        weight=5,
+        partitions=["batch"],
+        total_cpus=8,
+        allocated_cpus=6,
+        real_memory=16000,
+        allocated_memory=6720,
+    )
     assert node_from_pyslurm(pn).gres_alloc == {"gpu": 1, "gpu:l40s": 1}
     assert node_from_pyslurm(pn).reason_user == "slurm"
-    pa = SimpleNamespace(account="physics", user=None, parent_account="root", shares=0x7FFFFFFF,
-                         group_tres=SimpleNamespace(gres={"gpu": 24}))
+    pa = SimpleNamespace(
+        account="physics",
+        user=None,
+        parent_account="root",
+        shares=0x7FFFFFFF,
+        group_tres=SimpleNamespace(gres={"gpu": 24}),
+    )
     row = assoc_from_pyslurm(pa)
     assert (row.fairshare, row.grp_tres, row.parent) == ("parent", {"gres/gpu": 24}, "root")
 
 
 # ---- the CLI client over a fake runner ----------------------------------------------------------
+
 
 class Replay:
     """A Runner answering known argv with recorded text; anything else raises."""
@@ -138,10 +211,14 @@ class Replay:
 
 
 def test_cli_client_reads_and_changes():
-    runner = Replay({("squeue", "--all", "--json"): json.dumps({"jobs": [JOB]}),
-                     ("squeue", "-w", "n1", "-h", "-o", "%A"): "5\n12\n",
-                     ("scontrol", "update", "nodename=n1", "state=drain", "reason=why"): "",
-                     ("scontrol", "show", "node", "n2", "--json"): json.dumps({"nodes": []})})
+    runner = Replay(
+        {
+            ("squeue", "--all", "--json"): json.dumps({"jobs": [JOB]}),
+            ("squeue", "-w", "n1", "-h", "-o", "%A"): "5\n12\n",
+            ("scontrol", "update", "nodename=n1", "state=drain", "reason=why"): "",
+            ("scontrol", "show", "node", "n2", "--json"): json.dumps({"nodes": []}),
+        }
+    )
     c = CliClient(runner)
     assert [j.job_id for j in c.jobs()] == [36]
     assert c.job_ids_on_node("n1") == {5, 12}
@@ -197,9 +274,11 @@ def test_cli_parser_on_recorded_output(where):
     (client-dump.json: written by the same run, so a parser change that alters the view shows here)."""
     from slurm_gpushare.slurm import commands
 
-    answers = {tuple(commands.SQUEUE_JSON): (where / "squeue.json").read_text(),
-               tuple(commands.NODES_JSON): (where / "scontrol-show-node.json").read_text(),
-               tuple(commands.PARTITIONS_JSON): (where / "scontrol-show-partition.json").read_text()}
+    answers = {
+        tuple(commands.SQUEUE_JSON): (where / "squeue.json").read_text(),
+        tuple(commands.NODES_JSON): (where / "scontrol-show-node.json").read_text(),
+        tuple(commands.PARTITIONS_JSON): (where / "scontrol-show-partition.json").read_text(),
+    }
     view = slurm_client.dump(CliClient(Replay(answers)), parts=("jobs", "nodes", "partitions"))
     view = json.loads(json.dumps(view))
     want = json.loads((where / "client-dump.json").read_text())

@@ -27,7 +27,19 @@ def test_fake_sacctmgr_keeps_state_and_fails_like_sacctmgr():
         fake(["sacctmgr", "-i", "add", "qos", "scavenger"])
     with pytest.raises(CommandError, match="No such account"):
         fake(["sacctmgr", "-i", "add", "user", "x", "account=nope", "cluster=lab"])
-    fake(["sacctmgr", "-i", "modify", "account", "where", "name=physics", "cluster=lab", "set", "GrpTRES=gres/gpu=-1,gres/shard=3"])
+    fake(
+        [
+            "sacctmgr",
+            "-i",
+            "modify",
+            "account",
+            "where",
+            "name=physics",
+            "cluster=lab",
+            "set",
+            "GrpTRES=gres/gpu=-1,gres/shard=3",
+        ]
+    )
     assert fake._account("physics")[4] == "gres/shard=3"
 
 
@@ -37,8 +49,23 @@ def test_fake_sacctmgr_qos_access_is_inherited_and_added_to():
     show = ["sacctmgr", "--noheader", "--parsable2", "show", "assoc", "where", "cluster=lab", "format=account,user,qos"]
     assert "physics|alice|normal\n" in fake(show).stdout
     fake(["sacctmgr", "-i", "modify", "account", "where", "name=physics", "cluster=lab", "set", "qos+=batch,scavenger"])
-    assert "physics|alice|batch,normal,scavenger\n" in fake(show).stdout and "biology|carol|normal\n" in fake(show).stdout
-    fake(["sacctmgr", "-i", "modify", "user", "where", "name=carol", "account=biology", "cluster=lab", "set", "qos=batch"])
+    assert (
+        "physics|alice|batch,normal,scavenger\n" in fake(show).stdout and "biology|carol|normal\n" in fake(show).stdout
+    )
+    fake(
+        [
+            "sacctmgr",
+            "-i",
+            "modify",
+            "user",
+            "where",
+            "name=carol",
+            "account=biology",
+            "cluster=lab",
+            "set",
+            "qos=batch",
+        ]
+    )
     assert "biology|carol|batch\n" in fake(show).stdout
     with pytest.raises(CommandError, match="Unknown QOS"):
         fake(["sacctmgr", "-i", "modify", "account", "where", "name=physics", "cluster=lab", "set", "qos+=nope"])

@@ -46,21 +46,62 @@ NOW_PAD = 3600
 
 # ---- hostile values -----------------------------------------------------------------------------
 
+
 def forged_lines(victim: dict) -> list[str]:
     """Whole records claiming ``victim``'s user and account run job 999 on its node holding 4 GPUs, in every
     line format a reader split on: squeue --Format (summaries, name last), ``-o '%A %b'``, sacct -P usage."""
     node, user, acct = victim["nodes"], victim["user_name"], victim["account"]
     alloc = "cpu=1,mem=2000M,node=1,billing=400,gres/gpu=4,gres/gpu:l40s=4"
-    summary = "|".join(["999", "999", "N/A", "RUNNING", "None", user, acct, "batch", "normal", "gres/gpu:l40s:4",
-                        "1796288833", node, alloc, "forged"])
-    sacct = "|".join(["999", user, acct, "batch", "COMPLETED", "1796288833", "1796290000", "", "1167", alloc,
-                      alloc, "normal"])
-    return [summary, f"999 gres/gpu:l40s:4", sacct, "999|1796288833|" + node + "|1"]
+    summary = "|".join(
+        [
+            "999",
+            "999",
+            "N/A",
+            "RUNNING",
+            "None",
+            user,
+            acct,
+            "batch",
+            "normal",
+            "gres/gpu:l40s:4",
+            "1796288833",
+            node,
+            alloc,
+            "forged",
+        ]
+    )
+    sacct = "|".join(
+        ["999", user, acct, "batch", "COMPLETED", "1796288833", "1796290000", "", "1167", alloc, alloc, "normal"]
+    )
+    return [summary, "999 gres/gpu:l40s:4", sacct, "999|1796288833|" + node + "|1"]
 
 
 def hostile(rng: random.Random, victim: dict) -> str:
-    pieces = ["\n", "\r", "\r\n", "\t", "|", "||", ",", "=", "a=b,c=d", '"', "'", "\\", "\x00", "\udcff\udcfe",
-              "\u00e9", "%s%n", "${IFS}", " ", "(null)", "N/A", "|0123456789abcdef|", "}", "{\"jobs\": []}"]
+    pieces = [
+        "\n",
+        "\r",
+        "\r\n",
+        "\t",
+        "|",
+        "||",
+        ",",
+        "=",
+        "a=b,c=d",
+        '"',
+        "'",
+        "\\",
+        "\x00",
+        "\udcff\udcfe",
+        "\u00e9",
+        "%s%n",
+        "${IFS}",
+        " ",
+        "(null)",
+        "N/A",
+        "|0123456789abcdef|",
+        "}",
+        '{"jobs": []}',
+    ]
     out = [rng.choice(pieces) for _ in range(rng.randint(1, 6))]
     for line in forged_lines(victim):
         if rng.random() < 0.7:
@@ -72,6 +113,7 @@ def hostile(rng: random.Random, victim: dict) -> str:
 
 
 # ---- a faithful fake of the commands, over a recording ----------------------------------------------
+
 
 def c_text(value) -> str:
     """A field as printf prints it: a C string ends at its first NUL."""
@@ -95,7 +137,9 @@ class Cluster:
         if node_reason is not None:
             self.scontrol["nodes"][0]["reason"] = node_reason
         self.slurm = FakeSlurm(cluster="lab")
-        self.slurm.assocs = [ln.split("|") for ln in (REC24 / "sacctmgr-assoc-policy.parsable2").read_text().splitlines()]
+        self.slurm.assocs = [
+            ln.split("|") for ln in (REC24 / "sacctmgr-assoc-policy.parsable2").read_text().splitlines()
+        ]
         self.slurm.sshare_text = (REC24 / "sshare.parsable2").read_text()
 
     @property
@@ -155,16 +199,29 @@ class Cluster:
         state = j["job_state"][0]
         array_job, task = num(j.get("array_job_id")) or 0, num(j.get("array_task_id"))
         values = {
-            "jobid": j["job_id"], "arrayjobid": array_job or j["job_id"],
-            "arraytaskid": str(task) if task is not None else (j.get("array_task_string") or "N/A") if array_job else "N/A",
-            "state": state, "reason": j.get("state_description") or j.get("state_reason") or "None",
-            "username": j.get("user_name", ""), "account": j.get("account", ""), "partition": j.get("partition", ""),
-            "qos": j.get("qos", ""), "tres-per-node": j.get("tres_per_node") or "N/A",
-            "submittime": num(j.get("submit_time")), "starttime": num(j.get("start_time")),
-            "nodelist": j.get("nodes") or "", "batchhost": j.get("batch_host") or "",
+            "jobid": j["job_id"],
+            "arrayjobid": array_job or j["job_id"],
+            "arraytaskid": str(task)
+            if task is not None
+            else (j.get("array_task_string") or "N/A")
+            if array_job
+            else "N/A",
+            "state": state,
+            "reason": j.get("state_description") or j.get("state_reason") or "None",
+            "username": j.get("user_name", ""),
+            "account": j.get("account", ""),
+            "partition": j.get("partition", ""),
+            "qos": j.get("qos", ""),
+            "tres-per-node": j.get("tres_per_node") or "N/A",
+            "submittime": num(j.get("submit_time")),
+            "starttime": num(j.get("start_time")),
+            "nodelist": j.get("nodes") or "",
+            "batchhost": j.get("batch_host") or "",
             "batchflag": int(bool(j.get("batch_flag", True))),
             "tres-alloc": (j.get("tres_req_str") if state == "PENDING" else j.get("tres_alloc_str")) or "",
-            "name": j.get("name", ""), "comment": j.get("comment", ""), "workdir": j.get("current_working_directory", ""),
+            "name": j.get("name", ""),
+            "comment": j.get("comment", ""),
+            "workdir": j.get("current_working_directory", ""),
         }
         out = []
         for item in spec.split(","):
@@ -177,7 +234,7 @@ class Cluster:
     def _sacct(self, args, env):
         delim = "|"
         if any(a.startswith("--delimiter=") for a in args):
-            delim = next(a for a in args if a.startswith("--delimiter="))[len("--delimiter="):]
+            delim = next(a for a in args if a.startswith("--delimiter="))[len("--delimiter=") :]
         ending = "-p" in args
         fields = args[args.index("-o") + 1].split(",")
         assert ("-P" in args) != ending and "-X" in args
@@ -186,9 +243,16 @@ class Cluster:
 
     def _accounted(self) -> list[dict]:
         """sacct's view of the same jobs: the queue's, and each running one again as finished (history)."""
-        done = [{**j, "job_id": j["job_id"] + 1000, "job_state": ["COMPLETED"],
-                 "end_time": {"set": True, "number": num(j["start_time"]) + 60}}
-                for j in self.jobs if j["job_state"][0] == "RUNNING"]
+        done = [
+            {
+                **j,
+                "job_id": j["job_id"] + 1000,
+                "job_state": ["COMPLETED"],
+                "end_time": {"set": True, "number": num(j["start_time"]) + 60},
+            }
+            for j in self.jobs
+            if j["job_state"][0] == "RUNNING"
+        ]
         return list(self.jobs) + done
 
     @staticmethod
@@ -197,63 +261,116 @@ class Cluster:
         start = num(j.get("start_time")) if state != "PENDING" else None
         end = num(j.get("end_time")) if state == "COMPLETED" else None
         alloc = j.get("tres_alloc_str") if state != "PENDING" else ""
-        values = {"JobID": j["job_id"], "User": j.get("user_name"), "Account": j.get("account"),
-                  "Partition": j.get("partition"), "State": state, "Start": start or "Unknown",
-                  "End": end or "Unknown", "Elapsed": "", "ElapsedRaw": (end or start or 0) - (start or 0),
-                  "AllocTRES": alloc or "", "ReqTRES": j.get("tres_req_str") or "", "QOS": j.get("qos"),
-                  "NodeList": j.get("nodes") or "None assigned", "JobName": j.get("name")}
+        values = {
+            "JobID": j["job_id"],
+            "User": j.get("user_name"),
+            "Account": j.get("account"),
+            "Partition": j.get("partition"),
+            "State": state,
+            "Start": start or "Unknown",
+            "End": end or "Unknown",
+            "Elapsed": "",
+            "ElapsedRaw": (end or start or 0) - (start or 0),
+            "AllocTRES": alloc or "",
+            "ReqTRES": j.get("tres_req_str") or "",
+            "QOS": j.get("qos"),
+            "NodeList": j.get("nodes") or "None assigned",
+            "JobName": j.get("name"),
+        }
         return delim.join(c_text(values[f]) for f in fields) + (delim if ending else "") + "\n"
 
 
 # ---- a faked pyslurm over the same cluster --------------------------------------------------------
 
+
 def fake_pyslurm(cluster: Cluster) -> types.ModuleType:
     """pyslurm's objects (pyslurm 24.11 attribute names) over the cluster's JSON; it decodes C strings
     replacing what is not UTF-8."""
+
     def text(v):
         return c_text(v).encode("utf-8", "surrogateescape").decode("utf-8", "replace") if v is not None else None
 
     def job(j):
         state = j["job_state"][0]
         return types.SimpleNamespace(
-            id=j["job_id"], array_id=num(j.get("array_job_id")) or None, array_task_id=num(j.get("array_task_id")),
-            name=text(j.get("name")), user_name=text(j.get("user_name")), account=text(j.get("account")),
-            partition=j.get("partition"), qos=text(j.get("qos")), state=state, state_reason=j.get("state_reason"),
-            allocated_nodes=j.get("nodes") or None, gres_per_node=_gres(j.get("tres_per_node")),
-            submit_time=num(j.get("submit_time")), end_time=num(j.get("end_time")), priority=num(j.get("priority")),
-            get_resource_layout_per_node=lambda: {})
+            id=j["job_id"],
+            array_id=num(j.get("array_job_id")) or None,
+            array_task_id=num(j.get("array_task_id")),
+            name=text(j.get("name")),
+            user_name=text(j.get("user_name")),
+            account=text(j.get("account")),
+            partition=j.get("partition"),
+            qos=text(j.get("qos")),
+            state=state,
+            state_reason=j.get("state_reason"),
+            allocated_nodes=j.get("nodes") or None,
+            gres_per_node=_gres(j.get("tres_per_node")),
+            submit_time=num(j.get("submit_time")),
+            end_time=num(j.get("end_time")),
+            priority=num(j.get("priority")),
+            get_resource_layout_per_node=lambda: {},
+        )
 
     def node(n):
         return types.SimpleNamespace(
-            name=n["name"], state="+".join(n.get("state") or []), reason=text(n.get("reason")),
-            reason_user=n.get("reason_set_by_user"), configured_gres=_gres(n.get("gres")),
+            name=n["name"],
+            state="+".join(n.get("state") or []),
+            reason=text(n.get("reason")),
+            reason_user=n.get("reason_set_by_user"),
+            configured_gres=_gres(n.get("gres")),
             allocated_tres=dict(i.split("=", 1) for i in (n.get("tres_used") or "").split(",") if "=" in i),
             available_features=[f for f in (n.get("features") or []) if f],
-            active_features=[f for f in (n.get("active_features") or []) if f], weight=num(n.get("weight")),
-            partitions=n.get("partitions") or [], total_cpus=num(n.get("cpus")), allocated_cpus=num(n.get("alloc_cpus")),
-            real_memory=num(n.get("real_memory")), allocated_memory=num(n.get("alloc_memory")))
+            active_features=[f for f in (n.get("active_features") or []) if f],
+            weight=num(n.get("weight")),
+            partitions=n.get("partitions") or [],
+            total_cpus=num(n.get("cpus")),
+            allocated_cpus=num(n.get("alloc_cpus")),
+            real_memory=num(n.get("real_memory")),
+            allocated_memory=num(n.get("alloc_memory")),
+        )
 
     def loader(items):
         return types.SimpleNamespace(load=lambda *a: {i: x for i, x in enumerate(items())})
 
-    assoc = [types.SimpleNamespace(account=a[0], user=a[1] or None, parent_account=a[2] or None, cluster="lab",
-                                   shares=int(a[3]) if a[3].isdigit() else 0x7FFFFFFF if a[3] == "parent" else None,
-                                   group_tres=None) for a in cluster.slurm.assocs]
+    assoc = [
+        types.SimpleNamespace(
+            account=a[0],
+            user=a[1] or None,
+            parent_account=a[2] or None,
+            cluster="lab",
+            shares=int(a[3]) if a[3].isdigit() else 0x7FFFFFFF if a[3] == "parent" else None,
+            group_tres=None,
+        )
+        for a in cluster.slurm.assocs
+    ]
     mod = types.ModuleType("pyslurm")
     mod.Jobs = loader(lambda: [job(j) for j in cluster.jobs])
     mod.Nodes = loader(lambda: [node(n) for n in cluster.scontrol["nodes"]])
     mod.Partitions = loader(lambda: [])
+
     def db_job(j):  # pyslurm.db.Job (24.11: no TRES; the client joins them in from sacct)
         state = j["job_state"][0]
         start = num(j.get("start_time")) if state != "PENDING" else None
         end = num(j.get("end_time")) if state == "COMPLETED" else None
-        return types.SimpleNamespace(id=j["job_id"], array_id=None, array_task_id=None, user_name=text(j["user_name"]),
-                                     account=text(j.get("account")), partition=j.get("partition"), state=state,
-                                     start_time=start, end_time=end, elapsed_time=(end or start or 0) - (start or 0),
-                                     qos=text(j.get("qos")))
+        return types.SimpleNamespace(
+            id=j["job_id"],
+            array_id=None,
+            array_task_id=None,
+            user_name=text(j["user_name"]),
+            account=text(j.get("account")),
+            partition=j.get("partition"),
+            state=state,
+            start_time=start,
+            end_time=end,
+            elapsed_time=(end or start or 0) - (start or 0),
+            qos=text(j.get("qos")),
+        )
 
-    mod.db = types.SimpleNamespace(Associations=loader(lambda: assoc), Jobs=loader(lambda: map(db_job, cluster._accounted())),
-                                   JobFilter=lambda **kw: kw)
+    mod.db = types.SimpleNamespace(
+        Associations=loader(lambda: assoc),
+        Jobs=loader(lambda: map(db_job, cluster._accounted())),
+        JobFilter=lambda **kw: kw,
+    )
     return mod
 
 
@@ -274,6 +391,7 @@ def client_for(cluster: Cluster, backend: str, monkeypatch):
 
 # ---- what every reader returns ------------------------------------------------------------------
 
+
 def _jobs(jobs, blank=("name",)) -> list:
     return sorted(((j.to_dict() | {k: "" for k in blank}) for j in jobs), key=lambda d: (d["job_id"], repr(d)))
 
@@ -289,8 +407,10 @@ def observe(client, cluster: Cluster, site, blank=("name",)) -> dict:
         "nodes": lambda: [n.to_dict() | {"reason": ""} for n in client.nodes()],
         "gpu_job_lines": lambda: {n: sorted(client.gpu_job_lines(n)) for n in nodes},
         "batch_jobs_started": lambda: {n: client.batch_jobs_started(n) for n in nodes},
-        "usage": lambda: sorted((r.job_id, r.user, r.partition, r.state, r.start, r.end, r.alloc_tres)
-                                for r in client.usage_source().records(now - 2 * 86400, now)),
+        "usage": lambda: sorted(
+            (r.job_id, r.user, r.partition, r.state, r.start, r.end, r.alloc_tres)
+            for r in client.usage_source().records(now - 2 * 86400, now)
+        ),
         "history": lambda: sorted(map(repr, client.recent_jobs(now - 86400, now))),
         "dump": lambda: _dump(client, now, blank),
         "live_view": lambda: _view(client, site, now),
@@ -307,7 +427,9 @@ def observe(client, cluster: Cluster, site, blank=("name",)) -> dict:
 
 
 def _dump(client, now, blank):
-    view = dump(client, cluster="lab", usage_window=(now - 86400, now), parts=("jobs", "nodes", "associations", "usage"))
+    view = dump(
+        client, cluster="lab", usage_window=(now - 86400, now), parts=("jobs", "nodes", "associations", "usage")
+    )
     view["jobs"] = sorted([j | {k: "" for k in blank} for j in view["jobs"]], key=repr)
     view["nodes"] = [n | {"reason": ""} for n in view["nodes"]]
     return view
@@ -315,8 +437,12 @@ def _dump(client, now, blank):
 
 def _view(client, site, now):
     v = view_from_client(client, site, now)
-    return (v.pending, v.running, {k: n.__class__(n.name, n.state, "", n.gres, n.weight) for k, n in v.nodes.items()},
-            v.history)
+    return (
+        v.pending,
+        v.running,
+        {k: n.__class__(n.name, n.state, "", n.gres, n.weight) for k, n in v.nodes.items()},
+        v.history,
+    )
 
 
 def _exported(client, site, now):
@@ -324,8 +450,12 @@ def _exported(client, site, now):
     node_label = {"gpushare_node_info": "reason"}  # a node's reason is exported as it is: blank the one under test
 
     def labels(m, s):
-        return tuple(sorted((k, "" if node_label.get(m.name) == k and s.labels.get("node") == "lab-excl01" else v)
-                            for k, v in s.labels.items()))
+        return tuple(
+            sorted(
+                (k, "" if node_label.get(m.name) == k and s.labels.get("node") == "lab-excl01" else v)
+                for k, v in s.labels.items()
+            )
+        )
 
     return {m.name: sorted((labels(m, s), s.value) for s in m.samples) for m in metrics}
 
@@ -401,8 +531,24 @@ def test_the_fake_prints_the_recording_as_recorded():
 
     cluster = Cluster(REC24, {})
     assert json.loads(cluster(["squeue", "--all", "--json"]).stdout) == json.loads((REC24 / "squeue.json").read_text())
-    spec = ",".join(f"{f}:|" for f in ("JobID", "ArrayJobID", "ArrayTaskID", "State", "Reason", "UserName", "Account",
-                                       "Partition", "QOS", "tres-per-node", "SubmitTime", "NodeList", "tres-alloc"))
+    spec = ",".join(
+        f"{f}:|"
+        for f in (
+            "JobID",
+            "ArrayJobID",
+            "ArrayTaskID",
+            "State",
+            "Reason",
+            "UserName",
+            "Account",
+            "Partition",
+            "QOS",
+            "tres-per-node",
+            "SubmitTime",
+            "NodeList",
+            "tres-alloc",
+        )
+    )
     out = cluster(["squeue", "--all", "--noheader", "--Format", spec], env={"SLURM_TIME_FORMAT": "%s"}).stdout
     assert out == squeue_summaries((REC24 / "squeue.json").read_text())
 
@@ -414,7 +560,7 @@ def test_a_record_that_does_not_parse_is_skipped_and_counted():
     def garbled(argv, **kw):
         res = real(argv, **kw)
         if "--Format" in argv and "JobID:" in argv[-1] and "tres-alloc" in argv[-1]:
-            delim = argv[-1].split(",")[0][len("JobID:"):]
+            delim = argv[-1].split(",")[0][len("JobID:") :]
             return Result(res.argv, 0, res.stdout + f"not-a-job{delim}\n" + "half a record\n", "")
         return res
 

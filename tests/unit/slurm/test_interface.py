@@ -12,8 +12,7 @@ from slurm_gpushare.slurm.pyslurm_backend import PyslurmClient
 
 
 def _methods(cls) -> dict[str, inspect.Signature]:
-    return {name: inspect.signature(fn) for name, fn in vars(cls).items()
-            if callable(fn) and not name.startswith("_")}
+    return {name: inspect.signature(fn) for name, fn in vars(cls).items() if callable(fn) and not name.startswith("_")}
 
 
 PROTOCOL = _methods(SlurmClient)

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from slurm_gpushare.slurm.parsable import (
-    SlurmParseError, fast_time_parser, format_tres, parse_duration, parse_float, parse_time, parse_tres, rows,
+    SlurmParseError,
+    fast_time_parser,
+    format_tres,
+    parse_duration,
+    parse_float,
+    parse_time,
+    parse_tres,
+    rows,
 )
 
 
@@ -45,13 +52,13 @@ def test_no_time(text):
 
 def test_epoch_and_iso_times():
     assert parse_time("1740787200") == 1740787200.0
-    assert parse_time("2025-03-01T00:00:00", timezone.utc) == 1740787200.0
+    assert parse_time("2025-03-01T00:00:00", UTC) == 1740787200.0
     assert parse_time("2025-03-01T01:00:00", timezone(timedelta(hours=1))) == 1740787200.0
     with pytest.raises(SlurmParseError, match="not a Slurm time"):
         parse_time("yesterday")
 
 
-@pytest.mark.parametrize("tz", [timezone.utc, timezone(timedelta(hours=-5)), ZoneInfo("Europe/Berlin")])
+@pytest.mark.parametrize("tz", [UTC, timezone(timedelta(hours=-5)), ZoneInfo("Europe/Berlin")])
 def test_fast_parser_matches_exact_one(tz):
     fast = fast_time_parser(tz)
     for text in ("2025-03-30T01:30:00", "2025-03-30T03:30:00", "2024-12-31T23:59:59", "Unknown", "1740787200"):
@@ -63,10 +70,20 @@ def test_local_fast_parser_is_this_hosts_zone():
     assert fast_time_parser(None)(text) == datetime.fromisoformat(text).timestamp()
 
 
-@pytest.mark.parametrize("text,seconds", [
-    ("30", 1800), ("01:30", 90), ("00:00:02", 2), ("02:00:00", 7200), ("7-0", 7 * 86400),
-    ("1-02", 93600), ("1-02:03", 93780), ("1-02:03:04", 93784), ("14-00:00:00", 14 * 86400),
-])
+@pytest.mark.parametrize(
+    "text,seconds",
+    [
+        ("30", 1800),
+        ("01:30", 90),
+        ("00:00:02", 2),
+        ("02:00:00", 7200),
+        ("7-0", 7 * 86400),
+        ("1-02", 93600),
+        ("1-02:03", 93780),
+        ("1-02:03:04", 93784),
+        ("14-00:00:00", 14 * 86400),
+    ],
+)
 def test_durations_as_slurm_reads_them(text, seconds):
     assert parse_duration(text) == seconds
 

@@ -13,7 +13,7 @@ import io
 import json
 import math
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from click.testing import CliRunner
@@ -38,7 +38,7 @@ SSHARE_JSON = DATA / "sshare.v0.0.42.json"
 QUOTA_RUNNING = DATA / "sacct-quota-running.parsable2"
 QUOTA_RUNNING_JSON = DATA / "sacct-quota-running.v0.0.42.json"
 QUOTA_CANCELLED = DATA / "sacct-quota-cancelled.parsable2"
-UTC = timezone.utc
+UTC = UTC
 
 
 def ts(text: str) -> float:
@@ -58,8 +58,19 @@ def spec(job_id: str) -> dict:
 
 
 def essence(r: JobRecord):
-    return (r.job_id, r.user, r.account, r.partition, r.state.split()[0], r.start, r.end, r.elapsed, r.tres(),
-            parse_tres(r.req_tres), r.qos)
+    return (
+        r.job_id,
+        r.user,
+        r.account,
+        r.partition,
+        r.state.split()[0],
+        r.start,
+        r.end,
+        r.elapsed,
+        r.tres(),
+        parse_tres(r.req_tres),
+        r.qos,
+    )
 
 
 # ---- sacct ----------------------------------------------------------------------------------------
@@ -100,8 +111,14 @@ def test_sacct_json_drops_the_no_val_energy_count():
 def test_sacct_tres_shapes_of_each_kind_of_gpu():
     by_gres = {spec(r.job_id)["gres"]: r.tres() for r in mix()}
     # A typed request is recorded twice, typed and untyped; billing is a whole number (100 per whole GPU).
-    assert by_gres["gpu:l40s:1"] == {"billing": 100, "cpu": 1, "gres/gpu:l40s": 1, "gres/gpu": 1, "mem": 2000,
-                                     "node": 1}
+    assert by_gres["gpu:l40s:1"] == {
+        "billing": 100,
+        "cpu": 1,
+        "gres/gpu:l40s": 1,
+        "gres/gpu": 1,
+        "mem": 2000,
+        "node": 1,
+    }
     mig = by_gres["gpu:a100_40g_1g.5gb:1"]
     assert mig["gres/gpu:a100_40g_1g.5gb"] == 1 and mig["gres/gpu"] == 1 and mig["billing"] == 14
     # Shards and MPS are recorded untyped only, although the node's Gres= types them (shard:l40s:4, mps:a30:100).
@@ -153,7 +170,7 @@ def by_hand(key: str) -> dict[str, float]:
     """GPU-equivalent seconds per group from the raw sacct lines and recorded.json's fractions."""
     out: dict[str, float] = defaultdict(float)
     for line in SACCT.read_text().splitlines():
-        f = dict(zip(FIELDS, line.split("|")))
+        f = dict(zip(FIELDS, line.split("|"), strict=False))
         job = spec(f["JobID"])
         out[job[key]] += int(f["ElapsedRaw"]) * job["gpus"]
     return dict(out)
@@ -172,9 +189,26 @@ def test_gpu_equivalents_match_the_hand_computation(path, by, key):
 
 def test_usage_cli_gives_the_same_numbers_from_both_formats():
     def run(path):
-        res = CliRunner().invoke(gpushare, ["usage", "--by", "account", "--format", "json", "--tz", "UTC",
-                                            "--since", META["window"]["since"], "--until", META["window"]["until"],
-                                            "--sacct-file", str(path), "--policy", str(POLICY)])
+        res = CliRunner().invoke(
+            gpushare,
+            [
+                "usage",
+                "--by",
+                "account",
+                "--format",
+                "json",
+                "--tz",
+                "UTC",
+                "--since",
+                META["window"]["since"],
+                "--until",
+                META["window"]["until"],
+                "--sacct-file",
+                str(path),
+                "--policy",
+                str(POLICY),
+            ],
+        )
         assert res.exit_code == 0, res.output
         return json.loads(res.output)
 
@@ -189,9 +223,10 @@ def test_usage_cli_gives_the_same_numbers_from_both_formats():
 
 def test_sshare_text_and_json_are_the_same_tree():
     text, js = sshare.read(SSHARE), sshare.read(SSHARE_JSON)
-    assert [(r.key, r.parent, r.depth, r.raw_shares, r.shares_parent, r.raw_usage) for r in text] == \
-        [(r.key, r.parent, r.depth, r.raw_shares, r.shares_parent, r.raw_usage) for r in js]
-    for a, b in zip(text, js):
+    assert [(r.key, r.parent, r.depth, r.raw_shares, r.shares_parent, r.raw_usage) for r in text] == [
+        (r.key, r.parent, r.depth, r.raw_shares, r.shares_parent, r.raw_usage) for r in js
+    ]
+    for a, b in zip(text, js, strict=False):
         for field in ("norm_shares", "effective_usage", "fairshare"):
             x, y = getattr(a, field), getattr(b, field)
             assert (x is None and (y is None or a.parent is None)) or abs(x - y) <= 5e-7, (a.key, field, x, y)

@@ -6,14 +6,23 @@ import io
 import itertools
 import json
 import types
-from datetime import timezone
+from datetime import UTC
 
 import pytest
 
 from slurm_gpushare.slurm.parsable import SlurmParseError
 from slurm_gpushare.slurm.sacct import (
-    FIELDS, FileSource, JobRecord, PyslurmSource, SacctSource, iter_json_array, open_records, parse_json,
-    parse_parsable2, record_from_pyslurm, sacct_argv,
+    FIELDS,
+    FileSource,
+    JobRecord,
+    PyslurmSource,
+    SacctSource,
+    iter_json_array,
+    open_records,
+    parse_json,
+    parse_parsable2,
+    record_from_pyslurm,
+    sacct_argv,
 )
 from tests.unit.slurm_fakes import DATA, FakeJob, FakeSlurm
 
@@ -23,7 +32,7 @@ T0 = 1740787200  # 2025-03-01T00:00:00Z
 
 
 def records(path=PARSABLE):
-    return list(open_records(path, tz=timezone.utc))
+    return list(open_records(path, tz=UTC))
 
 
 def test_recorded_parsable2_fields():
@@ -41,7 +50,18 @@ def test_recorded_parsable2_fields():
 
 def test_json_carries_the_same_jobs():
     def essence(r: JobRecord):
-        return (r.job_id, r.user, r.account, r.partition, r.state.split()[0], r.start, r.end, r.elapsed, r.tres(), r.qos)
+        return (
+            r.job_id,
+            r.user,
+            r.account,
+            r.partition,
+            r.state.split()[0],
+            r.start,
+            r.end,
+            r.elapsed,
+            r.tres(),
+            r.qos,
+        )
 
     assert [essence(r) for r in records(JSON)] == [essence(r) for r in records(PARSABLE)]
 
@@ -51,7 +71,7 @@ def test_parsers_are_generators_that_stream():
         yield PARSABLE.read_text().splitlines(keepends=True)[0]
         raise AssertionError("read past the first job")
 
-    gen = parse_parsable2(lines(), tz=timezone.utc)
+    gen = parse_parsable2(lines(), tz=UTC)
     assert isinstance(gen, types.GeneratorType)
     assert next(gen).job_id == "1001"
 
@@ -90,17 +110,35 @@ def test_json_number_split_across_chunks():
 
 
 def test_json_jobs_anywhere_and_other_members_skipped():
-    doc = {"warnings": [{"description": "x"}], "errors": [], "jobs": [{"job_id": 1}, {"job_id": 2}], "meta": {"a": [1, 2]}}
+    doc = {
+        "warnings": [{"description": "x"}],
+        "errors": [],
+        "jobs": [{"job_id": 1}, {"job_id": 2}],
+        "meta": {"a": [1, 2]},
+    }
     assert [j["job_id"] for j in iter_json_array(io.StringIO(json.dumps(doc)), "jobs")] == [1, 2]
     assert list(iter_json_array(io.StringIO('{"jobs": []}'), "jobs")) == []
     assert list(iter_json_array(io.StringIO('{"meta": {}}'), "jobs")) == []
 
 
 def test_json_older_shapes_and_odd_values():
-    job = {"job_id": 5, "user": "u", "account": "a", "partition": "p", "qos": "normal",
-           "state": {"current": "COMPLETED"}, "array": {"job_id": 0, "task_id": {"set": False, "number": 0}},
-           "time": {"start": {"set": True, "infinite": False, "number": 100}, "end": {"set": False, "number": 0}, "elapsed": 9},
-           "tres": {"allocated": [{"type": "gres", "name": "gpu:l40s", "count": 1}, {"type": "billing", "name": "", "count": 2}]}}
+    job = {
+        "job_id": 5,
+        "user": "u",
+        "account": "a",
+        "partition": "p",
+        "qos": "normal",
+        "state": {"current": "COMPLETED"},
+        "array": {"job_id": 0, "task_id": {"set": False, "number": 0}},
+        "time": {
+            "start": {"set": True, "infinite": False, "number": 100},
+            "end": {"set": False, "number": 0},
+            "elapsed": 9,
+        },
+        "tres": {
+            "allocated": [{"type": "gres", "name": "gpu:l40s", "count": 1}, {"type": "billing", "name": "", "count": 2}]
+        },
+    }
     rec = next(parse_json(io.StringIO(json.dumps({"jobs": [job]}))))
     assert (rec.job_id, rec.start, rec.end, rec.state) == ("5", 100.0, None, "COMPLETED")
     assert rec.tres() == {"gres/gpu:l40s": 1, "billing": 2}
@@ -123,7 +161,7 @@ def test_header_line_and_other_field_orders():
 
 def test_trailing_delimiter_of_parsable_is_accepted_and_wrong_counts_are_not():
     line = PARSABLE.read_text().splitlines()[0]
-    assert next(parse_parsable2([line + "|\n"], tz=timezone.utc)).job_id == "1001"
+    assert next(parse_parsable2([line + "|\n"], tz=UTC)).job_id == "1001"
     with pytest.raises(SlurmParseError, match="line 1"):
         list(parse_parsable2(["1|2|3\n"]))
 
@@ -135,12 +173,14 @@ def test_argv_is_all_users_allocations_in_the_window():
 
 
 def test_live_query_asks_day_by_day_and_counts_each_job_once():
-    fake = FakeSlurm(jobs=[
-        FakeJob("1", "alice", "physics", "batch", T0 + 3600, T0 + 2 * 86400, "gres/gpu=1"),  # spans three days
-        FakeJob("2", "bob", "physics", "batch", T0 + 86400 + 10, T0 + 86400 + 20, "gres/gpu=1"),
-        FakeJob("3", "bob", "physics", "batch", T0 - 3600, T0 + 60, "gres/gpu=1"),  # started before the window
-        FakeJob("4", "carol", "biology", "batch", T0 + 2 * 86400 + 5, None, "gres/gpu=1", "RUNNING"),
-    ])
+    fake = FakeSlurm(
+        jobs=[
+            FakeJob("1", "alice", "physics", "batch", T0 + 3600, T0 + 2 * 86400, "gres/gpu=1"),  # spans three days
+            FakeJob("2", "bob", "physics", "batch", T0 + 86400 + 10, T0 + 86400 + 20, "gres/gpu=1"),
+            FakeJob("3", "bob", "physics", "batch", T0 - 3600, T0 + 60, "gres/gpu=1"),  # started before the window
+            FakeJob("4", "carol", "biology", "batch", T0 + 2 * 86400 + 5, None, "gres/gpu=1", "RUNNING"),
+        ]
+    )
     got = list(SacctSource(fake).records(T0, T0 + 3 * 86400))
     assert sorted(r.job_id for r in got) == ["1", "2", "3", "4"]
     assert len(fake.calls) == 3
@@ -150,7 +190,7 @@ def test_live_query_asks_day_by_day_and_counts_each_job_once():
 
 
 def test_file_source_ignores_the_window_for_clipping_downstream():
-    recs = list(FileSource(PARSABLE, timezone.utc).records(0, 1))
+    recs = list(FileSource(PARSABLE, UTC).records(0, 1))
     assert len(recs) == 10
 
 
@@ -166,9 +206,19 @@ def test_pyslurm_is_optional_and_imported_lazily():
 def test_pyslurm_job_as_record():
     """pyslurm.db.Job's attributes (db/job.pyx, 24.11: no TRES); the TRES come from sacct, by job id.
     Run against real pyslurm by tests/cluster/test_slurm_client.py."""
-    job = types.SimpleNamespace(id=42, array_id=None, array_task_id=None, user_name="alice", account="physics",
-                                partition="batch", state="COMPLETED", start_time=T0, end_time=T0 + 60, elapsed_time=60,
-                                qos="normal")
+    job = types.SimpleNamespace(
+        id=42,
+        array_id=None,
+        array_task_id=None,
+        user_name="alice",
+        account="physics",
+        partition="batch",
+        state="COMPLETED",
+        start_time=T0,
+        end_time=T0 + 60,
+        elapsed_time=60,
+        qos="normal",
+    )
     rec = record_from_pyslurm(job, {"42": ("billing=1,gres/gpu=1,gres/gpu:l40s=1", "gres/gpu=1")})
     assert rec.tres() == {"gres/gpu:l40s": 1, "gres/gpu": 1, "billing": 1}
     assert (rec.job_id, rec.start, rec.end, rec.req_tres) == ("42", float(T0), float(T0 + 60), "gres/gpu=1")
@@ -185,5 +235,5 @@ def test_pyslurm_job_as_record():
 
 def test_many_records_stream_in_constant_memory():
     line = PARSABLE.read_text().splitlines(keepends=True)[0]
-    gen = parse_parsable2(itertools.repeat(line, 10**9), tz=timezone.utc)
+    gen = parse_parsable2(itertools.repeat(line, 10**9), tz=UTC)
     assert sum(1 for _ in itertools.islice(gen, 50000)) == 50000

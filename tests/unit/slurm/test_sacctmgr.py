@@ -22,7 +22,10 @@ def test_assocs_from_recorded_output():
 
 
 def test_qos_from_recorded_output():
-    rows = {q.name: q for q in sacctmgr.parse_qos(io.StringIO("normal|0|cluster|1.000000|\nhi|30|REQUEUE|0.500000|lo,mid\n"))}
+    rows = {
+        q.name: q
+        for q in sacctmgr.parse_qos(io.StringIO("normal|0|cluster|1.000000|\nhi|30|REQUEUE|0.500000|lo,mid\n"))
+    }
     assert rows["normal"].preempt_mode == "cluster" and rows["normal"].preempt == frozenset()
     assert rows["hi"].preempt_mode == "requeue" and rows["hi"].usage_factor == 0.5
     assert rows["hi"].preempt == {"lo", "mid"}

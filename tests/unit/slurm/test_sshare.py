@@ -24,15 +24,23 @@ def test_tree_from_indentation():
     assert rows[("root", "")].parent is None and rows[("root", "")].raw_shares is None
     assert rows[("root", "root")].parent == "root"
     assert rows[("biology-imaging", "")].parent == "biology" and rows[("biology-imaging", "")].depth == 2
-    assert rows[("biology-imaging", "dave")].parent == "biology-imaging" and rows[("biology-imaging", "dave")].depth == 3
+    assert (
+        rows[("biology-imaging", "dave")].parent == "biology-imaging" and rows[("biology-imaging", "dave")].depth == 3
+    )
     assert rows[("physics", "")].parent == "root"
 
 
 def test_values_as_printed():
     rows = by_key(sshare.read(PARSABLE))
     bob = rows[("physics", "bob")]
-    assert (bob.raw_shares, bob.norm_shares, bob.raw_usage, bob.effective_usage, bob.fairshare, bob.level_fs) == \
-        (1, 0.5, 100000, 0.25, 0.4, 2.0)
+    assert (bob.raw_shares, bob.norm_shares, bob.raw_usage, bob.effective_usage, bob.fairshare, bob.level_fs) == (
+        1,
+        0.5,
+        100000,
+        0.25,
+        0.4,
+        2.0,
+    )
     assert math.isinf(rows[("root", "root")].level_fs)
     assert rows[("physics", "")].fairshare is None  # accounts have no factor under Fair Tree
     assert rows[("root", "")].level_fs is None
@@ -41,8 +49,9 @@ def test_values_as_printed():
 
 def test_json_gives_the_same_tree_with_exact_usage():
     a, b = sshare.read(PARSABLE), sshare.read(JSON)
-    assert [(r.key, r.parent, r.depth, r.raw_shares, r.raw_usage) for r in a] == \
-        [(r.key, r.parent, r.depth, r.raw_shares, r.raw_usage) for r in b]
+    assert [(r.key, r.parent, r.depth, r.raw_shares, r.raw_usage) for r in a] == [
+        (r.key, r.parent, r.depth, r.raw_shares, r.raw_usage) for r in b
+    ]
     exact = by_key(b)[("physics", "")]
     assert exact.exact_usage and exact.effective_usage == 400000 / 600000
     assert by_key(b)[("root", "root")].fairshare == 1.0 and math.isinf(by_key(b)[("root", "root")].level_fs)
@@ -56,9 +65,11 @@ def test_parent_shares_and_no_header():
 
 
 def test_json_parent_shares():
-    doc = ('{"shares": {"shares": [{"name": "root", "parent": "", "type": ["ASSOCIATION"], "shares": {"set": false}},'
-           ' {"name": "u", "parent": "root", "type": ["USER"], "shares": {"set": true, "number": 2147483647},'
-           ' "fairshare": {"level": {"set": true, "infinite": true, "number": 0}, "factor": {"set": true, "number": 1.0}}}]}}')
+    doc = (
+        '{"shares": {"shares": [{"name": "root", "parent": "", "type": ["ASSOCIATION"], "shares": {"set": false}},'
+        ' {"name": "u", "parent": "root", "type": ["USER"], "shares": {"set": true, "number": 2147483647},'
+        ' "fairshare": {"level": {"set": true, "infinite": true, "number": 0}, "factor": {"set": true, "number": 1.0}}}]}}'
+    )
     root, u = sshare.parse_json(io.StringIO(doc))
     assert u.shares_parent and u.raw_shares is None and math.isinf(u.level_fs) and u.account == "root"
 

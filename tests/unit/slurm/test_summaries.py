@@ -77,8 +77,10 @@ def test_summary_fields_by_hand():
 
 
 def test_reason_description_is_cut_to_the_reason():
-    line = ("12|12|N/A|PENDING|ReqNodeNotAvail, UnavailableNodes:lab-excl01|dave|bio|batch|batch|gres/gpu:1|"
-            "1796301441||cpu=2,mem=4000M,node=2,billing=28,gres/gpu=2")
+    line = (
+        "12|12|N/A|PENDING|ReqNodeNotAvail, UnavailableNodes:lab-excl01|dave|bio|batch|batch|gres/gpu:1|"
+        "1796301441||cpu=2,mem=4000M,node=2,billing=28,gres/gpu=2"
+    )
     job, nodes = job_from_summary(line.split("|"))
     assert (job.reason, nodes) == ("ReqNodeNotAvail", 2)
 

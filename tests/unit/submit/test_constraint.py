@@ -23,6 +23,7 @@ SMALL_LAB = ROOT / "etc" / "small-lab.yaml"
 
 # ---- the policy: a feature per GPU model, derived, never typed ----------------------------------
 
+
 def test_every_group_has_its_models_feature_first_then_its_own():
     site = load_file(ROOT / "etc" / "mixed-production.yaml")  # lists h100 itself: kept once
     assert [g.features for g in site.groups] == [("h100", "nvlink")]
@@ -54,16 +55,20 @@ def test_a_feature_a_constraint_cannot_name_is_refused(name):
 
 # ---- reading a constraint -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, names, op", [
-    ("a30", ("a30",), "|"),
-    ("a30|l40s", ("a30", "l40s"), "|"),
-    ("[a30|l40s]", ("a30", "l40s"), "|"),
-    ("a30*2|a30", ("a30",), "|"),
-    ("a30&ib", ("a30", "ib"), "&"),
-    ("(a30|l40s)&ib", ("a30", "l40s", "ib"), ""),
-    ("a30||l40s", ("a30", "l40s"), "|"),  # Slurm refuses the empty name itself
-    ("a30*\n", ("a30*\n",), "|"),  # '*count' only at the very end (Lua's '$' is the end of the string)
-])
+
+@pytest.mark.parametrize(
+    "text, names, op",
+    [
+        ("a30", ("a30",), "|"),
+        ("a30|l40s", ("a30", "l40s"), "|"),
+        ("[a30|l40s]", ("a30", "l40s"), "|"),
+        ("a30*2|a30", ("a30",), "|"),
+        ("a30&ib", ("a30", "ib"), "&"),
+        ("(a30|l40s)&ib", ("a30", "l40s", "ib"), ""),
+        ("a30||l40s", ("a30", "l40s"), "|"),  # Slurm refuses the empty name itself
+        ("a30*\n", ("a30*\n",), "|"),  # '*count' only at the very end (Lua's '$' is the end of the string)
+    ],
+)
 def test_read(text, names, op):
     c = read(text)
     assert (c.names, c.op, c.text) == (names, op, text)
@@ -74,18 +79,22 @@ def test_nothing_to_read():
     assert read("a" * 1024) is not None
 
 
-@pytest.mark.parametrize("text, features, allowed", [
-    ("a30|l40s", ("l40s",), True),
-    ("a30|l40s", ("a100_40g",), False),
-    ("a30&ib", ("a30",), False),
-    ("a30&ib", ("ib", "a30"), True),
-    ("(a30|l40s)&ib", (), True),  # not read: Slurm alone decides
-])
+@pytest.mark.parametrize(
+    "text, features, allowed",
+    [
+        ("a30|l40s", ("l40s",), True),
+        ("a30|l40s", ("a100_40g",), False),
+        ("a30&ib", ("a30",), False),
+        ("a30&ib", ("ib", "a30"), True),
+        ("(a30|l40s)&ib", (), True),  # not read: Slurm alone decides
+    ],
+)
 def test_allows(text, features, allowed):
     assert read(text).allows(features) is allowed
 
 
 # ---- the decision --------------------------------------------------------------------------------
+
 
 def test_an_untyped_request_gets_the_one_type_its_allowed_groups_serve():
     t = build_tables(load_file(SMALL_LAB))
@@ -105,12 +114,23 @@ def test_a_constraint_is_read_only_for_gpu_jobs():
 # Python and Lua on generated constraints and requests: the same decision, codes, message and rewrites.
 NAMES = ["l40s", "a30", "a100_40g", "A30", "v100m16", "nvlink", "h100"]
 OPS = ["|", "&", "|", "|"]
-GRES = ["gres/gpu:1", "gres/gpu:2", "gres/mps:50", "gres/shard:1", "gres/gpu:l40s:1", "gres/gpu:a100_40g_1g.5gb:1",
-        "gres/gpu:h100_3g.40gb:1", "gres/gpu:t4:1", "gres/mps:100"]
+GRES = [
+    "gres/gpu:1",
+    "gres/gpu:2",
+    "gres/mps:50",
+    "gres/shard:1",
+    "gres/gpu:l40s:1",
+    "gres/gpu:a100_40g_1g.5gb:1",
+    "gres/gpu:h100_3g.40gb:1",
+    "gres/gpu:t4:1",
+    "gres/mps:100",
+]
 
 
 def _constraint(rng: random.Random) -> str:
-    names = [rng.choice(NAMES) + (f"*{rng.randint(1, 3)}" if rng.random() < 0.1 else "") for _ in range(rng.randint(1, 3))]
+    names = [
+        rng.choice(NAMES) + (f"*{rng.randint(1, 3)}" if rng.random() < 0.1 else "") for _ in range(rng.randint(1, 3))
+    ]
     text = names[0]
     for n in names[1:]:
         text += rng.choice(OPS) + n
@@ -135,8 +155,12 @@ def test_python_and_lua_agree_on_generated_constraints(policy, version):
         res = script.submit(dict(job))
         assert res.rc == (0 if want.accepted else ESLURM_INVALID_GRES), (job, res.user)
         assert (res.user[0] if res.user else None) == want.user_message, job
-        expected = {**job, **({"partition": want.partition} if want.partition else {}), **want.fields,
-                    **({"qos": want.qos} if want.qos else {})}
+        expected = {
+            **job,
+            **({"partition": want.partition} if want.partition else {}),
+            **want.fields,
+            **({"qos": want.qos} if want.qos else {}),
+        }
         assert res.job == expected, job
         outcomes |= {c.split()[0] for c in want.codes} | ({"accepted"} if want.accepted else set())
     assert {"accepted", "UNKNOWN_FEATURE"} <= outcomes

@@ -30,8 +30,8 @@ def lua_uses() -> set[str]:
 def test_every_shared_message_is_used_by_both_python_and_lua():
     shared = set(tb.MESSAGES) | set(tb.CODES)
     assert python_uses() == shared, "messages not used in Python: " + ", ".join(sorted(shared - python_uses()))
-    assert lua_uses() - set(tb.SCRIPT_MESSAGES) == shared, (
-        "messages not used in job_submit.lua: " + ", ".join(sorted(shared - lua_uses()))
+    assert lua_uses() - set(tb.SCRIPT_MESSAGES) == shared, "messages not used in job_submit.lua: " + ", ".join(
+        sorted(shared - lua_uses())
     )
     assert set(tb.SCRIPT_MESSAGES) <= lua_uses()
     assert not set(tb.SCRIPT_MESSAGES) & shared
@@ -63,14 +63,22 @@ def test_the_python_rules_hold_no_text():
             id(node.body[0].value)
             for node in ast.walk(tree)
             if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef))
-            and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
         }
         texts = [
-            n.value for n in ast.walk(tree)
-            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings and _words(n.value) >= 3
+            n.value
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Constant)
+            and isinstance(n.value, str)
+            and id(n) not in docstrings
+            and _words(n.value) >= 3
         ]
         fstrings = [  # Slurm syntax such as f"{name}:{type}" is no message: only words or spaces make one
-            ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr)
+            ast.unparse(n)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.JoinedStr)
             and any(isinstance(c, ast.Constant) and re.search(r"[A-Za-z ]", c.value) for c in n.values)
         ]
         assert texts == [] and fstrings == [], (path.name, texts, fstrings)

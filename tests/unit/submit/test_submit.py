@@ -7,8 +7,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from slurm_gpushare.cli.errors import ErrorsToExitCodes
 from slurm_gpushare.cli.check import check
+from slurm_gpushare.cli.errors import ErrorsToExitCodes
 from slurm_gpushare.policy import build_site, load_file
 from slurm_gpushare.render import header_ok
 from slurm_gpushare.render.jobsubmit import job_submit_lua, lua_string, render_body, to_lua
@@ -25,7 +25,7 @@ from slurm_gpushare.submit import (
 )
 from slurm_gpushare.submit.options import sbatch_lines
 from tests.conftest import ROOT
-from tests.unit.submit_corpus import CASES, case_job, case_site, python_decision, site_of
+from tests.unit.submit_corpus import CASES, case_job, case_site, python_decision
 
 LAB = ROOT / "etc" / "small-lab.yaml"
 PROD = ROOT / "etc" / "mixed-production.yaml"
@@ -95,7 +95,16 @@ def test_largest_count_is_accepted():
 
 
 def test_options_land_where_sbatch_puts_them():
-    argv = ["--gres=gpu:1,shard:2", "--gpus-per-node", "a30:1", "-G", "3", "--gpus-per-socket=1", "--gpus-per-task=2", "-pbatch"]
+    argv = [
+        "--gres=gpu:1,shard:2",
+        "--gpus-per-node",
+        "a30:1",
+        "-G",
+        "3",
+        "--gpus-per-socket=1",
+        "--gpus-per-task=2",
+        "-pbatch",
+    ]
     assert to_job(split_options(argv), "gres/") == {
         "tres_per_node": "gres/gpu:1,gres/shard:2,gres/gpu:a30:1",
         "tres_per_job": "gres/gpu:3",
@@ -106,7 +115,10 @@ def test_options_land_where_sbatch_puts_them():
 
 
 def test_options_before_23_11_use_the_colon_prefix():
-    assert to_job(split_options(["--gres=gpu:1", "--gpus=2"]), "gres:") == {"tres_per_node": "gres:gpu:1", "tres_per_job": "gres:gpu:2"}
+    assert to_job(split_options(["--gres=gpu:1", "--gpus=2"]), "gres:") == {
+        "tres_per_node": "gres:gpu:1",
+        "tres_per_job": "gres:gpu:2",
+    }
 
 
 def test_other_options_and_their_values_are_skipped():
@@ -114,13 +126,16 @@ def test_other_options_and_their_values_are_skipped():
     assert to_job(split_options(argv), "gres/") == {"tres_per_node": "gres/shard:1", "partition": "scavenger"}
 
 
-@pytest.mark.parametrize("argv, fields", [
-    (["-n", "4"], {"num_tasks": "4"}),
-    (["-n4", "--ntasks-per-node=2"], {"num_tasks": "4", "ntasks_per_node": "2"}),
-    (["--ntasks", "3", "-N", "2"], {"num_tasks": "3", "min_nodes": "2"}),
-    (["--nodes=2-4"], {"min_nodes": "2"}),
-    (["-N1-2", "-n", "1"], {"min_nodes": "1", "num_tasks": "1"}),
-])
+@pytest.mark.parametrize(
+    "argv, fields",
+    [
+        (["-n", "4"], {"num_tasks": "4"}),
+        (["-n4", "--ntasks-per-node=2"], {"num_tasks": "4", "ntasks_per_node": "2"}),
+        (["--ntasks", "3", "-N", "2"], {"num_tasks": "3", "min_nodes": "2"}),
+        (["--nodes=2-4"], {"min_nodes": "2"}),
+        (["-N1-2", "-n", "1"], {"min_nodes": "1", "num_tasks": "1"}),
+    ],
+)
 def test_task_layout_options_are_read_as_job_submit_sees_them(argv, fields):
     """MPS_TASKS reads num_tasks, ntasks_per_node and min_nodes: sbatch's -n, --ntasks-per-node and -N (its minimum)."""
     assert to_job(split_options(["--gres=mps:50", *argv]), "gres/") == {"tres_per_node": "gres/mps:50", **fields}
@@ -144,7 +159,7 @@ def test_corpus_options_are_whole_options():
     """YAML splits [--gres=a,b] into two items; every bare item must be the value of the option before it."""
     for case in CASES:
         argv = case.get("options", [])
-        for before, arg in zip(["-x"] + argv, argv):
+        for before, arg in zip(["-x"] + argv, argv, strict=False):
             assert arg.startswith("-") or (before.startswith("-") and "=" not in before), case["id"]
 
 
@@ -163,8 +178,12 @@ def test_tier_gpu_types_narrow_what_a_tier_serves():
 
 def test_shared_caps_take_the_largest_gpu():
     raw = yaml.safe_load(LAB.read_text())
-    small = {**raw["node_groups"][3], "name": "lab-mps-small", "nodes": "lab-mps02",
-             "sharing": [{"gpus": 0, "mode": "mps", "units": 50, "type": "a30_small"}]}
+    small = {
+        **raw["node_groups"][3],
+        "name": "lab-mps-small",
+        "nodes": "lab-mps02",
+        "sharing": [{"gpus": 0, "mode": "mps", "units": 50, "type": "a30_small"}],
+    }
     raw["node_groups"].append(small)
     raw["tiers"].append({"name": "small", "node_groups": ["lab-mps-small"]})
     t = build_tables(build_site(raw, "t"))
@@ -177,10 +196,17 @@ def test_shared_caps_take_the_largest_gpu():
 def test_jobs_without_gpus_only_get_their_tier_qos():
     t = build_tables(load_file(PROD))
     default = t.default_tier.name
-    for job, qos in (({}, default), ({"partition": "debug"}, None), ({"tres_per_task": "cpu=2"}, default),
-                     ({"tres_per_node": "none"}, default), ({"partition": "notebook"}, "notebook"),
-                     ({"partition": "notebook,training"}, "notebook"), ({"partition": "notebook,debug"}, None),
-                     ({"qos": "mine"}, None), ({"qos": ""}, default)):
+    for job, qos in (
+        ({}, default),
+        ({"partition": "debug"}, None),
+        ({"tres_per_task": "cpu=2"}, default),
+        ({"tres_per_node": "none"}, default),
+        ({"partition": "notebook"}, "notebook"),
+        ({"partition": "notebook,training"}, "notebook"),
+        ({"partition": "notebook,debug"}, None),
+        ({"qos": "mine"}, None),
+        ({"qos": ""}, default),
+    ):
         d = decide(t, job)
         assert d.accepted and d.partition is None and not d.fields and d.user_message is None, job
         assert d.qos == qos, job
@@ -193,11 +219,18 @@ def test_qos_is_never_set_on_update():
     assert decide(t, {"partition": "scavenger", "tres_per_node": "gres/shard:1"}).qos == "scavenger"
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c["expect"]["accept"] and "modify" not in c], ids=lambda c: c["id"])
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c["expect"]["accept"] and "modify" not in c], ids=lambda c: c["id"]
+)
 def test_a_changed_job_is_not_changed_again(case):
     """Resubmitting (or requeueing) what gpushare produced must pass as it is: the rewrite is a fixed point."""
     d = python_decision(case)
-    job = {**case_job(case), **({"partition": d.partition} if d.partition else {}), **d.fields, **({"qos": d.qos} if d.qos else {})}
+    job = {
+        **case_job(case),
+        **({"partition": d.partition} if d.partition else {}),
+        **d.fields,
+        **({"qos": d.qos} if d.qos else {}),
+    }
     again = decide(build_tables(case_site(case)), job)
     assert again.accepted and again.partition is None and not again.fields and again.qos is None
 
@@ -226,7 +259,10 @@ def test_job_submit_lua_avoids_what_lua_5_1_lacks():
 
 
 def test_to_lua_sorts_keys_and_quotes_odd_ones():
-    assert to_lua({"b": 1, "a": True, "": "x", "if": [], "a.b": False}) == '{ [""] = "x", a = true, ["a.b"] = false, b = 1, ["if"] = {} }'
+    assert (
+        to_lua({"b": 1, "a": True, "": "x", "if": [], "a.b": False})
+        == '{ [""] = "x", a = true, ["a.b"] = false, b = 1, ["if"] = {} }'
+    )
     assert lua_string('a"b\\c\n') == '"a\\"b\\\\c\\010"'
     with pytest.raises(TypeError):
         to_lua(1.5)
@@ -286,7 +322,11 @@ def test_check_unreadable_script_is_an_error_not_a_verdict(tmp_path):
     assert res.exit_code == 2 and "gpushare: error: cannot read" in res.output
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if "options" in c and not ({"submission", "slurm_version", "modify"} & set(c))], ids=lambda c: c["id"])
+@pytest.mark.parametrize(
+    "case",
+    [c for c in CASES if "options" in c and not ({"submission", "slurm_version", "modify"} & set(c))],
+    ids=lambda c: c["id"],
+)
 def test_check_agrees_with_the_corpus(case):
     policy = ROOT / "etc" / f"{case.get('policy', 'small-lab')}.yaml"
     res = run("--policy", str(policy), "--", *case["options"])

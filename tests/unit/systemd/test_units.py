@@ -28,8 +28,9 @@ from slurm_gpushare.systemd import DIR, UNITS, unit_paths
 from tests.conftest import ROOT
 
 ANALYZE = shutil.which("systemd-analyze")
-HOST_UNITS = next((p for p in (Path("/usr/lib/systemd/system"), Path("/lib/systemd/system"))
-                   if (p / "sysinit.target").exists()), None)
+HOST_UNITS = next(
+    (p for p in (Path("/usr/lib/systemd/system"), Path("/lib/systemd/system")) if (p / "sysinit.target").exists()), None
+)
 
 
 def need_analyze():
@@ -58,8 +59,12 @@ def verify(units: dict[str, str], tmp: Path) -> subprocess.CompletedProcess:
             binary.parent.mkdir(parents=True, exist_ok=True)
             binary.write_text("#!/bin/sh\nexit 0\n")
             binary.chmod(0o755)
-    return subprocess.run([ANALYZE, "verify", "--man=no", f"--root={root}", *(f"/etc/systemd/system/{n}" for n in units)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [ANALYZE, "verify", "--man=no", f"--root={root}", *(f"/etc/systemd/system/{n}" for n in units)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def shipped() -> dict[str, str]:
@@ -70,14 +75,18 @@ def test_the_shipped_units_verify_clean(tmp_path):
     need_analyze()
     done = verify(shipped(), tmp_path)
     assert done.returncode == 0 and not done.stdout.strip() and not done.stderr.strip(), (
-        f"systemd-analyze verify exited {done.returncode}:\n{done.stdout}{done.stderr}")
+        f"systemd-analyze verify exited {done.returncode}:\n{done.stdout}{done.stderr}"
+    )
 
 
-@pytest.mark.parametrize("change, reported", [
-    (("Restart=on-failure", "Restart=sometimes"), "Failed to parse service restart specifier"),
-    (("[Service]", "[Servce]"), "Unknown section 'Servce'"),
-    (("Wants=network-online.target", "Requires=gpushare-no-such.service"), "gpushare-no-such.service"),
-])
+@pytest.mark.parametrize(
+    "change, reported",
+    [
+        (("Restart=on-failure", "Restart=sometimes"), "Failed to parse service restart specifier"),
+        (("[Service]", "[Servce]"), "Unknown section 'Servce'"),
+        (("Wants=network-online.target", "Requires=gpushare-no-such.service"), "gpushare-no-such.service"),
+    ],
+)
 def test_a_broken_unit_is_reported(tmp_path, change, reported):
     need_analyze()
     units = shipped()
@@ -96,8 +105,12 @@ def test_a_missing_executable_fails_verify(tmp_path):
     done = verify(root_units, tmp_path)
     assert done.returncode == 0  # the scratch root gets an executable at every ExecStart path
     (tmp_path / "root/usr/local/bin/gpushare-nope").unlink()
-    again = subprocess.run([ANALYZE, "verify", "--man=no", f"--root={tmp_path / 'root'}",
-                            "/etc/systemd/system/gpushare-exporter.service"], capture_output=True, text=True, timeout=120)
+    again = subprocess.run(
+        [ANALYZE, "verify", "--man=no", f"--root={tmp_path / 'root'}", "/etc/systemd/system/gpushare-exporter.service"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert again.returncode != 0 and "is not executable" in again.stderr, again.stderr
 
 
@@ -120,8 +133,12 @@ def test_each_unit_runs_a_command_the_cli_has():
 
 
 def test_the_units_are_in_the_wheel(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path),
-                    str(ROOT)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (wheel,) = tmp_path.glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"slurm_gpushare/systemd/{u}" for u in UNITS} <= names, sorted(n for n in names if "systemd" in n)

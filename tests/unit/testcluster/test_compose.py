@@ -10,8 +10,15 @@ import yaml
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.proc import Result
 from slurm_gpushare.testcluster.cluster import ClusterError, TestCluster
-from slurm_gpushare.testcluster.compose import (CGROUP_V1_CONTROLLERS, EXPORTER_PORT, NODE_EXPORTER_PORT, PROMETHEUS_IMAGE, nodes,
-                                                nodes_compose, prometheus_config)
+from slurm_gpushare.testcluster.compose import (
+    CGROUP_V1_CONTROLLERS,
+    EXPORTER_PORT,
+    NODE_EXPORTER_PORT,
+    PROMETHEUS_IMAGE,
+    nodes,
+    nodes_compose,
+    prometheus_config,
+)
 from tests.conftest import ROOT
 
 SITE = load_file(ROOT / "etc" / "small-lab.yaml")
@@ -59,8 +66,9 @@ def _cluster_answering(stdout: str, returncode: int = 0, seen: list | None = Non
             seen.append(list(argv))
         return Result(tuple(argv), returncode, stdout, "")
 
-    return TestCluster(ROOT / "etc" / "small-lab.yaml", project="unit", workdir=Path("/nonexistent"), runner=runner,
-                       prometheus=True)
+    return TestCluster(
+        ROOT / "etc" / "small-lab.yaml", project="unit", workdir=Path("/nonexistent"), runner=runner, prometheus=True
+    )
 
 
 def test_promql_asks_prometheus_inside_its_container_and_returns_the_vector():
@@ -69,7 +77,7 @@ def test_promql_asks_prometheus_inside_its_container_and_returns_the_vector():
     c = _cluster_answering(body, seen=seen)
     assert c.promql('sum by (tenant) (x{a="b c"})', at=12.5) == [{"metric": {"tenant": "physics"}, "value": [1, "0.5"]}]
     argv = seen[0]
-    assert argv[argv.index("exec"):argv.index("exec") + 3] == ["exec", "-T", "prometheus"]
+    assert argv[argv.index("exec") : argv.index("exec") + 3] == ["exec", "-T", "prometheus"]
     url = argv[-1]
     assert url.startswith("http://localhost:9090/api/v1/query?") and "time=12.500" in url
     assert "query=sum+by+%28tenant%29+%28x%7Ba%3D%22b+c%22%7D%29" in url  # URL-encoded
@@ -119,8 +127,9 @@ def test_on_a_cgroup_v1_host_each_project_mounts_its_own_cgroup_of_every_hierarc
         node = services["lab-mps01"]
         assert "/sys/fs/cgroup:/sys/fs/cgroup:rw" not in node["volumes"]
         mounts[project] = {v for v in node["volumes"] if v.startswith("/sys/fs/cgroup/")}
-        assert mounts[project] == {f"/sys/fs/cgroup/{ctl}/gpushare-{project}:/sys/fs/cgroup/{ctl}:rw"
-                                   for ctl in CGROUP_V1_CONTROLLERS}
+        assert mounts[project] == {
+            f"/sys/fs/cgroup/{ctl}/gpushare-{project}:/sys/fs/cgroup/{ctl}:rw" for ctl in CGROUP_V1_CONTROLLERS
+        }
         assert node["environment"]["GPUSHARE_CGROUP_PARENT"] == f"gpushare-{project}"
         assert c.cgroup_tops() == [f"gpushare-{project}"]
     assert not {m.split(":")[0] for m in mounts["one"]} & {m.split(":")[0] for m in mounts["two"]}
@@ -145,8 +154,14 @@ def test_images_are_built_once_per_process_for_each_suite_and_kind(tmp_path):
         return Result(tuple(argv), 0, "", "")
 
     def build(**kw):
-        TestCluster(ROOT / "etc" / "small-lab.yaml", project="unit", workdir=tmp_path, runner=runner,
-                    docker_dir=tmp_path / "docker", **kw).build()
+        TestCluster(
+            ROOT / "etc" / "small-lab.yaml",
+            project="unit",
+            workdir=tmp_path,
+            runner=runner,
+            docker_dir=tmp_path / "docker",
+            **kw,
+        ).build()
 
     build(suite="trixie")
     build(suite="trixie")
@@ -158,7 +173,10 @@ def test_images_are_built_once_per_process_for_each_suite_and_kind(tmp_path):
 def test_exporter_tls_scrapes_over_https_with_a_client_certificate_and_basic_auth():
     from slurm_gpushare.testcluster.compose import EXPORTER_TLS_DIR, PROMETHEUS_TLS_DIR
 
-    job = {j["job_name"]: j for j in yaml.safe_load(prometheus_config(SITE, "slurmctld", exporter_tls=True))["scrape_configs"]}
+    job = {
+        j["job_name"]: j
+        for j in yaml.safe_load(prometheus_config(SITE, "slurmctld", exporter_tls=True))["scrape_configs"]
+    }
     gpushare = job["gpushare"]
     assert gpushare["scheme"] == "https" and gpushare["tls_config"]["server_name"] == "slurmctld"
     assert gpushare["tls_config"]["ca_file"] == f"{PROMETHEUS_TLS_DIR}/ca.crt"

@@ -10,13 +10,13 @@ import pytest
 
 from slurm_gpushare.hardware import get_model
 from slurm_gpushare.sim.arrivals import Arrivals, arrival_sequence
-from slurm_gpushare.sim.paper.baselines import BestFit, best_fit_score, pick_max
+from slurm_gpushare.sim.cluster import Pod, SimCluster, SimGpu, SimNode
 from slurm_gpushare.sim.engine import replay
+from slurm_gpushare.sim.paper.baselines import BestFit, best_fit_score, pick_max
 from slurm_gpushare.sim.paper.fgd import FGD, FragMeasure, TaskClass, fgd_score, typical_classes
 from slurm_gpushare.sim.paper.gpustate import covering_profile, mig_kind, milli_kind
-from slurm_gpushare.sim.cluster import Pod, SimCluster, SimGpu, SimNode
-from slurm_gpushare.sim.trace import TRACE_DIR, default_trace
 from slurm_gpushare.sim.paper.whatif import a100_cluster
+from slurm_gpushare.sim.trace import TRACE_DIR, default_trace
 
 CLASSES = (TaskClass(4000, 500, 1, "", count=3), TaskClass(1000, 0, 0, "", count=1))
 
@@ -52,9 +52,11 @@ def test_fgd_score_is_the_truncated_sigmoid():
 
 
 def test_typical_classes_cover_95_percent_most_frequent_first():
-    pods = tuple(Pod(f"a{i}", 1000, 1, 1, 500) for i in range(60)) + tuple(
-        Pod(f"b{i}", 2000, 1, 0, 0) for i in range(36)
-    ) + tuple(Pod(f"c{i}", 3000, 1, 1, 1000) for i in range(4))
+    pods = (
+        tuple(Pod(f"a{i}", 1000, 1, 1, 500) for i in range(60))
+        + tuple(Pod(f"b{i}", 2000, 1, 0, 0) for i in range(36))
+        + tuple(Pod(f"c{i}", 3000, 1, 1, 1000) for i in range(4))
+    )
     classes, covered = typical_classes(pods)
     assert [(c.cpu_milli, c.count) for c in classes] == [(1000, 60), (2000, 36)]
     assert covered == 96

@@ -44,6 +44,7 @@ def frag(classes, cpu_left: int, lefts: list[int]) -> float:
 
 def score(classes, cpu: int, lefts: list[int], pod: Pod) -> tuple[int, int]:
     """(score, GPU index) of ``pod`` on a node: fgd_score.go ``calculateGpuShareFragExtendScore``."""
+
     def sig(after_cpu, after):
         x = (frag(classes, cpu, lefts) - frag(classes, after_cpu, after)) / 1000
         return int(1 / (1 + math.exp(-x)) * 100)
@@ -75,8 +76,20 @@ def cpu_heavy_case(rng: np.random.Generator) -> tuple[SimCluster, tuple[Pod, ...
         SimNode(f"n{i}", cpus, 10**6, tuple(SimGpu(mode="exclusive", model="T4") for _ in range(gpus)))
         for i, (cpus, gpus) in enumerate(shapes * 2)
     )
-    kinds = [(12500, 0, 0), (32000, 0, 0), (8000, 0, 0), (3152, 810, 1), (11300, 1000, 1), (11908, 470, 1),
-             (8000, 470, 1), (18708, 1000, 1), (6000, 250, 1), (40000, 1000, 2), (60000, 1000, 4), (16000, 1000, 1)]
+    kinds = [
+        (12500, 0, 0),
+        (32000, 0, 0),
+        (8000, 0, 0),
+        (3152, 810, 1),
+        (11300, 1000, 1),
+        (11908, 470, 1),
+        (8000, 470, 1),
+        (18708, 1000, 1),
+        (6000, 250, 1),
+        (40000, 1000, 2),
+        (60000, 1000, 4),
+        (16000, 1000, 1),
+    ]
     weights = np.array([8, 6, 4, 10, 8, 4, 4, 3, 3, 2, 1, 3], dtype=float)
     picks = rng.choice(len(kinds), size=200, p=weights / weights.sum())
     pods = []

@@ -12,25 +12,28 @@ import numpy as np
 import pytest
 
 from slurm_gpushare.sim.arrivals import Arrivals
-from slurm_gpushare.sim.paper.baselines import BestFit, PaperState, RandomPolicy, spec_allows
+from slurm_gpushare.sim.cluster import Pod, SimCluster, SimGpu, SimNode
 from slurm_gpushare.sim.engine import replay
+from slurm_gpushare.sim.paper.baselines import BestFit, PaperState, RandomPolicy, spec_allows
 from slurm_gpushare.sim.paper.fgd import FGD, FragMeasure, TaskClass
 from slurm_gpushare.sim.paper.gpustate import milli_kind
-from slurm_gpushare.sim.cluster import Pod, SimCluster, SimGpu, SimNode
 
 
-@pytest.mark.parametrize("spec, model, allowed", [
-    ("", "T4", True),                          # no type asked: any node
-    ("", "", True),
-    ("T4", "T4", True),
-    ("T4", "P100", False),
-    ("V100M16|V100M32", "V100M32", True),      # any of several
-    ("V100M16|V100M32", "V100M3", False),      # whole names only
-    ("V100M16|V100M32|V100M32", "V100M16", True),
-    ("T4", "", False),                         # a node without GPUs
-    ("|", "T4", True),                         # separators only: no type asked
-    ("|T4|", "T4", True),
-])
+@pytest.mark.parametrize(
+    "spec, model, allowed",
+    [
+        ("", "T4", True),  # no type asked: any node
+        ("", "", True),
+        ("T4", "T4", True),
+        ("T4", "P100", False),
+        ("V100M16|V100M32", "V100M32", True),  # any of several
+        ("V100M16|V100M32", "V100M3", False),  # whole names only
+        ("V100M16|V100M32|V100M32", "V100M16", True),
+        ("T4", "", False),  # a node without GPUs
+        ("|", "T4", True),  # separators only: no type asked
+        ("|T4|", "T4", True),
+    ],
+)
 def test_spec_allows_is_the_simulators_rule(spec, model, allowed):
     assert spec_allows(spec, model) is allowed
 
@@ -53,10 +56,12 @@ def placed_nodes(policy, pods, seed=0) -> list[str]:
 
 @pytest.mark.parametrize("make", [FGD, BestFit, RandomPolicy])
 def test_typed_pods_land_only_on_allowed_models(make):
-    pods = (Pod("c", 1000, 1, 2, 1000, gpu_spec="V100M32"),
-            Pod("a", 1000, 1, 1, 1000, gpu_spec="V100M16|V100M32"),
-            Pod("b", 1000, 1, 1, 1000, gpu_spec="V100M16|V100M32"),
-            Pod("d", 1000, 1, 1, 300, gpu_spec="T4"))
+    pods = (
+        Pod("c", 1000, 1, 2, 1000, gpu_spec="V100M32"),
+        Pod("a", 1000, 1, 1, 1000, gpu_spec="V100M16|V100M32"),
+        Pod("b", 1000, 1, 1, 1000, gpu_spec="V100M16|V100M32"),
+        Pod("d", 1000, 1, 1, 300, gpu_spec="T4"),
+    )
     for seed in range(5):
         policy = make()
         placed, _ = placed_nodes(policy, pods, seed)
@@ -68,8 +73,12 @@ def test_typed_pods_land_only_on_allowed_models(make):
 
 @pytest.mark.parametrize("make", [FGD, BestFit, RandomPolicy])
 def test_a_pod_whose_models_are_full_or_absent_is_not_placed(make):
-    pods = (Pod("a", 1000, 1, 2, 1000, gpu_spec="T4"), Pod("b", 1000, 1, 1, 500, gpu_spec="T4"),
-            Pod("c", 1000, 1, 1, 100, gpu_spec="A100"), Pod("cpu", 1000, 1, 0, 0, gpu_spec="A100"))
+    pods = (
+        Pod("a", 1000, 1, 2, 1000, gpu_spec="T4"),
+        Pod("b", 1000, 1, 1, 500, gpu_spec="T4"),
+        Pod("c", 1000, 1, 1, 100, gpu_spec="A100"),
+        Pod("cpu", 1000, 1, 0, 0, gpu_spec="A100"),
+    )
     placed, models = placed_nodes(make(), pods)
     assert placed == 2 and models == ["T4"]  # b finds the T4 node full; c's model is nowhere; cpu asks no GPU
 
