@@ -22,7 +22,7 @@ without that column (``access`` None) plans no QOS access.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..policy import Site
@@ -53,12 +53,8 @@ class Current:
         return cls(accounts, users, {q.name: q for q in qos}, access)
 
 
-def read_current(client: SlurmClient | Callable[..., object], cluster: str) -> Current:
-    """The current state from slurmdbd, QOS access included, through the Slurm client (``slurm.client``;
-    a bare Runner is wrapped in the CLI client)."""
-    from ..slurm.client import as_client
-
-    client = as_client(client)
+def read_current(client: SlurmClient, cluster: str) -> Current:
+    """The current state from slurmdbd, QOS access included, through the Slurm client."""
     return Current.from_rows(client.associations(cluster), client.qos(), client.qos_access(cluster))
 
 

@@ -87,4 +87,6 @@ def _current(ctx, cluster: str, assoc_file: Path | None = None, qos_file: Path |
         assocs = sacctmgr.parse_assocs(io.StringIO(assoc_file.read_text()), source=str(assoc_file))
         qos = sacctmgr.parse_qos(io.StringIO(qos_file.read_text()), source=str(qos_file))
         return Current.from_rows(assocs, qos)
-    return tenants.read_current(get_runner(ctx), cluster)  # live: QOS access included
+    from ..slurm.cli_backend import CliClient
+
+    return tenants.read_current(CliClient(get_runner(ctx)), cluster)  # live: QOS access included

@@ -23,8 +23,7 @@ from ..live.plan import plan_live
 from ..live.report import LivePlan
 from ..live.state import StateFile
 from ..policy import load_file
-from ..slurm.reservations import Reservations
-from .common import SLURM_BACKEND, get_client, get_now, get_runner
+from .common import SLURM_BACKEND, get_client, get_now
 
 POLICY = click.option(
     "--policy",
@@ -41,7 +40,7 @@ def look(ctx: click.Context, policy_path: Path) -> tuple[Observation, LivePlan]:
     """Read Slurm, the reservations and the apply side's state, and plan (report only: nothing changes)."""
     admin = load_file(policy_path)
     store = StateFile(state_path(policy_file_of(admin)))
-    seen = observe(get_client(ctx), Reservations(get_runner(ctx)), admin, policy_path, store, get_now(ctx))
+    seen = observe(get_client(ctx), admin, policy_path, store, get_now(ctx))
     return seen, plan_live(seen.site, seen.view, seen.doc)
 
 
@@ -75,7 +74,7 @@ def report(ctx: click.Context, policy_path: Path, as_json: bool) -> None:
 
 
 def apply(ctx: click.Context, policy_path: Path, every: float | None, as_json: bool) -> None:
-    live = LiveApply(policy_path, get_client(ctx), Reservations(get_runner(ctx)), clock=lambda: get_now(ctx))
+    live = LiveApply(policy_path, get_client(ctx), clock=lambda: get_now(ctx))
     if every is None:
         _show(live.run_once(), as_json)
         return

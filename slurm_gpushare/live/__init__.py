@@ -13,8 +13,9 @@ One run of apply: observe (Slurm's queue and nodes, the gpushare-relayout
 reservations, the shared state file) -> decide (``steps.next_steps``, pure:
 what each change in flight does next, which proposals of
 ``plan.plan_live`` to start) -> execute (``apply``: reservations and the
-root relayout job through ``slurm.reservations``, the live policy and the
-rendered configuration written atomically under the state file's lock).
+root relayout job through the Slurm client (``slurm.relayoutjob`` names
+them), the live policy and the rendered configuration written atomically
+under the state file's lock).
 
 A change of one node goes through these phases, each in the run that sees
 its condition, so a change started by one planner host may be finished by

@@ -24,8 +24,10 @@ from typing import Protocol
 from ..atomic import atomic_write
 from ..errors import GpushareError
 from ..policy import document
+from ..slurm import relayoutjob
+from ..slurm.cli_backend import ReservationError
 from ..slurm.interface import SlurmClient
-from ..slurm.reservations import ReservationError, Reservations, lock_name
+from ..slurm.relayoutjob import lock_name
 from . import steps
 from .observe import ReadView, observe, policy_file_of, state_path
 from .plan import plan_live
@@ -90,7 +92,6 @@ class LiveApply:
 
     admin_policy: Path
     client: SlurmClient
-    reservations: Reservations
     clock: Callable[[], float] = time.time
     node_config: str = DEFAULT_NODE_CONFIG
     relayout_timeout: float = 600.0  # `gpushare node relayout --timeout` default: twice (jobs, registration)
@@ -125,7 +126,6 @@ class LiveApply:
         now = self.clock()
         seen = observe(
             self.client,
-            self.reservations,
             self.admin,
             self.admin_policy,
             self.store,
@@ -137,7 +137,7 @@ class LiveApply:
         state, view = seen.state, seen.view
         plan = report.plan = self.planner.plan(seen.site, view, seen.doc)
         gpu_jobs = gpu_jobs_by_node(view)
-        job_ends = {c.job: self.reservations.job_end(c.job) for c in state.in_flight().values() if c.job is not None}
+        job_ends = {c.job: self.client.job_end(c.job) for c in state.in_flight().values() if c.job is not None}
         found = {n: self._relayout_jobs(c, state) for n, c in state.in_flight().items() if c.phase == "submitting"}
         nodes = {n: (tuple(v.state), v.reason) for n, v in view.nodes.items()}
         actions = steps.next_steps(
@@ -171,7 +171,7 @@ class LiveApply:
             state = self.store.read()
             for node in sorted(set(nodes) - set(state.in_flight())):
                 try:
-                    self.reservations.delete_lock(node)
+                    relayoutjob.delete_lock(self.client, node)
                 except GpushareError as exc:  # a relayout job still in it: "in use"
                     self._say(
                         report, f"{node}: lock {lock_name(node)} has no change recorded and was not deleted: {exc}"
@@ -184,7 +184,7 @@ class LiveApply:
     def _relayout_jobs(self, change: Record, state: State) -> tuple[int, ...]:
         """The root jobs named for the change's node submitted since it began, less the node's earlier changes'."""
         known = {c.job for c in state.history if c.node == change.node and c.job is not None}
-        jobs = self.reservations.relayout_jobs(change.node, change.locked_at - CLOCK_SKEW)
+        jobs = relayoutjob.relayout_jobs(self.client, change.node, change.locked_at - CLOCK_SKEW)
         return tuple(j for j in jobs if j not in known)
 
     # ---- execute --------------------------------------------------------------------------------
@@ -241,7 +241,7 @@ class LiveApply:
             state.put(intent)
             self.store.write(state)
             try:
-                self.reservations.create_lock(p.node, duration)
+                relayoutjob.create_lock(self.client, p.node, duration)
             except ReservationError as exc:  # scontrol answered: no reservation of ours was made
                 state.take_back(p.node)
                 self.store.write(state)
@@ -325,8 +325,9 @@ class LiveApply:
 
     def _submit(self, node: str, state: State) -> int:
         self._write_policy(state)
-        self.reservations.extend_lock(node, self.relayout_limit + SLACK)
-        return self.reservations.submit_relayout(
+        relayoutjob.extend_lock(self.client, node, self.relayout_limit + SLACK)
+        return relayoutjob.submit_relayout(
+            self.client,
             node,
             str(self.policy_file),
             log=self._log(node),
@@ -339,7 +340,7 @@ class LiveApply:
         """Nothing ran on the node: delete the lock (first: a job in it keeps it, and the record, for the next
         run), put the live policy and the configuration back, end the attempt."""
         node = change.node
-        self.reservations.delete_lock(node)
+        relayoutjob.delete_lock(self.client, node)
         state.restore(change)
         self._write_policy(state)
         state.put(replace(change, phase="failed", ended_at=self.clock(), result=f"not started: {exc}"))
@@ -372,7 +373,7 @@ class LiveApply:
                 state.restore(change)
                 self._write_policy(state)
             if delete:
-                self.reservations.delete_lock(node)
+                relayoutjob.delete_lock(self.client, node)
             state.put(replace(change, phase=phase, ended_at=self.clock(), result=why))
             self.store.write(state)
         self._say(report, f"{node}: {phase.replace('_', ' ')}: {why}{'; live policy put back' if put_back else ''}")

@@ -12,20 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol
 
 from ..policy import Site, load_file
 from ..policy.load import parse_yaml
 from ..slurm.interface import SlurmClient
+from ..slurm.relayoutjob import lock_node, locks
 from .state import State, StateFile
 from .view import ClusterView, live_policy_path, view_from_client
-
-
-class Locks(Protocol):
-    """The gpushare-relayout reservations (``slurm.reservations.Reservations.locks``)."""
-
-    def locks(self) -> list: ...
-
 
 ReadView = Callable[[SlurmClient, Site, float, dict, frozenset], ClusterView]
 
@@ -60,7 +53,6 @@ def running_policy(admin: Site, admin_path: Path, policy_file: Path) -> tuple[Si
 
 def observe(
     client: SlurmClient,
-    reservations: Locks,
     admin: Site,
     admin_path: Path,
     store: StateFile,
@@ -74,10 +66,10 @@ def observe(
     Slurm is read; returns those whose lock it deleted (apply releases them, the report leaves them)."""
     site, doc, path = running_policy(admin, admin_path, policy_file or policy_file_of(admin))
     state = store.read()
-    locks = frozenset(r.node for r in reservations.locks())
+    locked = frozenset(lock_node(r) for r in locks(client))
     if release is not None:
-        locks -= release(locks - set(state.in_flight()))
-    view = read_view(client, site, now, state.changes(), locks)
+        locked -= release(locked - set(state.in_flight()))
+    view = read_view(client, site, now, state.changes(), locked)
     if state.weights:  # the nodes whose weight the planner set: it puts the policy's back when done
         view = replace(view, steered=dict(state.weights))
-    return Observation(site, doc, path, state, locks, view)
+    return Observation(site, doc, path, state, locked, view)

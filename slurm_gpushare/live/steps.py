@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..slurm.reservations import JobEnd
+from ..slurm.model import JobEnd
 from .report import Proposal
 from .state import Record, State
 from .view import RELAYOUT_REASON

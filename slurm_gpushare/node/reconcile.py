@@ -23,6 +23,10 @@ from .epilog import plan_epilog, process_jobs
 from .journal import Journal, JournalStore, MpsDaemon
 from .observed import ObservedState, observe_gpus
 
+TYPE_CHECKING = False  # typing costs the node hooks start-up time: for type checkers only
+if TYPE_CHECKING:
+    from ..slurm.interface import SlurmClient
+
 _KEY = re.compile(r"^g[0-9]+(_[0-9]+)*-u[0-9]+-p[0-9]+$")
 
 
@@ -77,13 +81,12 @@ class ReconcilePlan:
         return out
 
 
-def running_jobs(client, node: str) -> set[int]:
-    """Job ids Slurm has on the node, in any state that holds it, through the Slurm client
-    (``slurm.client``; a bare Runner is wrapped in the CLI client)."""
-    from ..slurm.client import SlurmClientError, as_client
+def running_jobs(client: SlurmClient, node: str) -> set[int]:
+    """Job ids Slurm has on the node, in any state that holds it, through the Slurm client."""
+    from ..slurm.cli_backend import SlurmClientError
 
     try:
-        return as_client(client, timeout=30).job_ids_on_node(node)
+        return client.job_ids_on_node(node)
     except SlurmClientError as exc:
         raise ReconcileError(str(exc)) from None
 

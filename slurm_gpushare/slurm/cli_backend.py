@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
@@ -17,19 +18,34 @@ from . import commands
 from .model import (
     GresUse,
     Job,
+    JobEnd,
     Node,
     Partition,
+    Reservation,
     gres_from_tres,
     node_state,
     parse_gres_config,
     parse_gres_detail,
     parse_tres_counts,
 )
-from .parsable import delimited, delimiter, skip
+from .parsable import delimited, delimiter, parse_time, rows, sbatch_job_id, skip
+
+# What scontrol prints when slurmctld refuses a reservation (Slurm 24.11 src/common/slurm_errno.c)
+DUPLICATE = "Duplicate reservation name"  # ESLURM_RESERVATION_NAME_DUP: a create of a name that exists
+INVALID = "Requested reservation is invalid"  # ESLURM_RESERVATION_INVALID: a delete of a name that does not exist
 
 
 class SlurmClientError(GpushareError):
     exit_code = 1
+
+
+class ReservationError(SlurmClientError):
+    """slurmctld refused to create, change or delete a reservation (its answer in the message)."""
+
+
+class ReservationExists(ReservationError):
+    """A reservation of that name exists: slurmctld creates a named reservation atomically, and a second create of
+    the name fails (24.11 src/slurmctld/reservation.c ``create_resv``: ESLURM_RESERVATION_NAME_DUP)."""
 
 
 class CliClient:
@@ -47,8 +63,10 @@ class CliClient:
         self.runner, self.timeout, self.env = runner, timeout, env
         self.skipped: Counter[str] = Counter()
 
-    def _run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None):
-        kwargs = {"env": self.env} if self.env is not None else {}
+    def _run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = None, input: str | None = None):
+        kwargs: dict = {"env": self.env} if self.env is not None else {}
+        if input is not None:
+            kwargs["input"] = input
         return self.runner(list(argv), timeout=timeout or self.timeout, check=check, **kwargs)
 
     def _epoch_env(self) -> dict[str, str]:
@@ -178,7 +196,80 @@ class CliClient:
 
         return SacctSource(self.runner, skipped=self.skipped)
 
+    def reservations(self) -> list[Reservation]:
+        """Every reservation slurmctld holds (``scontrol show reservation --json``)."""
+        return self._each(
+            reservation_from_json,
+            self._json(commands.RESERVATIONS_JSON, "reservations"),
+            "scontrol show reservation --json",
+        )
+
+    def job_end(self, job_id: int) -> JobEnd | None:
+        """The job as accounting has it (``sacct -j``, times in epoch seconds); None: slurmdbd has no record of
+        it yet."""
+        argv = commands.sacct_jobs(commands.JOB_END_FIELDS, int(job_id))
+        text = self.runner(argv, timeout=self.timeout, check=True, env=self._epoch_env()).stdout
+        for job, state, exit_code, end, nodes in rows(text.splitlines(), len(commands.JOB_END_FIELDS), "sacct -j"):
+            if job == str(job_id):
+                when = parse_time(end)
+                return JobEnd(int(job_id), state.split()[0] if state else "", exit_code, _whole(when), nodes)
+        return None
+
+    def root_jobs_named(self, name: str, since: float) -> list[int]:
+        """Ids of root's jobs named ``name`` submitted at or after ``since`` (epoch s), from slurmctld (squeue: a
+        job just submitted, before slurmdbd has it) and from accounting (sacct: a job already gone from
+        slurmctld's memory, MinJobAge after its end). Only root's: any user may name a job so, none may submit
+        one as root."""
+        env = self._epoch_env()
+        queued = self.runner(commands.root_jobs_named(name), timeout=self.timeout, check=True, env=env).stdout
+        start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since))
+        argv = commands.root_jobs_named_since(name, start)
+        accounted = self.runner(argv, timeout=self.timeout, check=True, env=env).stdout
+        found: set[int] = set()
+        for source, text in (("squeue", queued), ("sacct", accounted)):
+            lines = (line.strip() for line in text.splitlines())
+            for job, _state, submit in rows(lines, 3, f"{source} of the jobs named {name} (job id|state|submit)"):
+                if not job.isdigit():
+                    raise SlurmClientError(f"{source} of the jobs named {name}: {job!r} is not a job id")
+                if submit.isdigit() and int(submit) >= since:
+                    found.add(int(job))
+        return sorted(found)
+
     # ---- changes -----------------------------------------------------------------------------
+    def create_reservation(self, name: str, node: str, minutes: int) -> None:
+        """Root's reservation ``name`` of ``node`` from now for ``minutes``, flags MAINT and IGNORE_JOBS
+        (``commands.create_reservation``). ReservationExists when the name is taken; ReservationError when
+        slurmctld refuses it otherwise."""
+        res = self._run(commands.create_reservation(name, node, minutes), check=False)
+        if res.returncode == 0:
+            return
+        text = _answer(res)
+        if DUPLICATE.lower() in text.lower():
+            raise ReservationExists(f"reservation {name} exists")
+        raise ReservationError(f"cannot create reservation {name}: {text}")
+
+    def delete_reservation(self, name: str) -> bool:
+        """Delete the reservation; False when it was not there (ended, or deleted by someone else)."""
+        res = self._run(commands.delete_reservation(name), check=False)
+        if res.returncode == 0:
+            return True
+        text = _answer(res)
+        if INVALID.lower() in text.lower():
+            return False
+        raise ReservationError(f"cannot delete reservation {name}: {text}")
+
+    def extend_reservation(self, name: str, minutes: int) -> None:
+        """Make the reservation end ``minutes`` from now (``EndTime=now+<minutes>minutes``)."""
+        self._run(commands.update_reservation_end(name, minutes))
+
+    def submit_batch(self, options: Sequence[str], script: str) -> int:
+        """``sbatch --parsable <options>`` with ``script`` on its standard input; the job id."""
+        res = self._run(commands.sbatch(list(options)), input=script)
+        job = sbatch_job_id(res.stdout)
+        if job is None:
+            raise SlurmClientError(f"sbatch printed {res.stdout.strip()!r}, not a job id")
+        return job
+
     def drain(self, node: str, reason: str, *, check: bool = True) -> None:
         self._run(commands.drain(node, reason), check=check)
 
@@ -232,9 +323,13 @@ class CliClient:
         return sacctmgr.apply(self.runner, plan)
 
 
-def as_client(client_or_runner, **kw) -> CliClient:
-    """A client as given, or a bare Runner wrapped in the CLI client (callers that predate the client)."""
-    return client_or_runner if isinstance(client_or_runner, CliClient) else CliClient(client_or_runner, **kw)
+def _answer(res) -> str:
+    """What a refusing command printed (its exit status when it printed nothing)."""
+    return (res.stderr + res.stdout).strip() or f"exit {res.returncode}"
+
+
+def _whole(seconds: float | None) -> int | None:
+    return int(seconds) if seconds is not None else None
 
 
 # ---- JSON -> model (data_parser v0.0.42 on 24.11, v0.0.44 on 26.05) ------------------------------
@@ -391,4 +486,19 @@ def partition_from_json(p: dict) -> Partition:
         priority_tier=int(_num((p.get("priority") or {}).get("tier")) or 0),
         total_nodes=int(_num((p.get("nodes") or {}).get("total")) or 0),
         total_cpus=int(_num((p.get("cpus") or {}).get("total")) or 0),
+    )
+
+
+def reservation_from_json(r: dict) -> Reservation:
+    flags = r.get("flags") or []
+    if isinstance(flags, str):
+        flags = flags.split(",")
+    start, end = _num(r.get("start_time")), _num(r.get("end_time"))
+    return Reservation(
+        name=r.get("name") or "",
+        nodes=r.get("node_list") or "",
+        start=int(start) if start else None,
+        end=int(end) if end else None,
+        flags=tuple(sorted(str(f) for f in flags)),
+        users=r.get("users") or "",
     )

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ..proc import Runner, run
 from . import commands
-from .cli_backend import CliClient, SlurmClientError, as_client  # noqa: F401  (the interface's names)
+from .cli_backend import CliClient, SlurmClientError  # noqa: F401  (the interface's names)
 from .interface import SlurmClient
 from .model import gres_from_tres
 

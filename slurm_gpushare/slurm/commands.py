@@ -105,6 +105,9 @@ def srun(options: list[str], argv: list[str]) -> list[str]:
     return ["srun", *options, *argv]
 
 
+JOB_END_FIELDS = ("JobID", "State", "ExitCode", "End", "NodeList")  # CliClient.job_end (SLURM_TIME_FORMAT=%s)
+
+
 def sacct_jobs(fields: tuple[str, ...], job_id: int | None = None, extra: list[str] | None = None) -> list[str]:
     argv = ["sacct", "-a", "-X", "-P", "-n", "-o", ",".join(fields)]
     return argv + (["-j", str(job_id)] if job_id is not None else []) + list(extra or [])
@@ -115,7 +118,7 @@ def node_health_shell(node_expr: str) -> str:
     return f"scontrol -o show node {node_expr} | grep -qE 'State=(IDLE|MIXED|ALLOCATED|COMPLETING)'"
 
 
-# ---- the live planner's lock and relayout job (slurm/reservations.py) -----------------------------------
+# ---- reservations, batch jobs and their ends (the client's, for the live planner's lock and relayout job) -------
 
 RESERVATIONS_JSON = ("scontrol", "show", "reservation", "--json")
 

@@ -1,7 +1,10 @@
 """``SlurmClient``: what the rest of the product may ask of Slurm, whichever backend answers.
 
 Consumers (metrics, accounting, the CLI, the live planner, the node's health
-check and relayout) type their client as ``SlurmClient``; ``CliClient`` and
+check and relayout) type their client as ``SlurmClient``. Jobs, nodes,
+partitions and reservations are its entities side by side, as in pyslurm;
+the live planner's lock is a reservation and its relayout job a batch job
+(``relayoutjob`` names both). ``CliClient`` and
 ``PyslurmClient`` (``client.make_client``) satisfy it, and so does a test's
 client over a fake runner. A typing Protocol only: importing this module
 costs the hook path nothing beyond ``typing``.
@@ -15,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from ..proc import Result
     from .history import FinishedJob
-    from .model import Job, Node, Partition
+    from .model import Job, JobEnd, Node, Partition, Reservation
     from .sacct import JobSource
     from .sacctmgr import AssocRow, QosRow
     from .sshare import ShareRow
@@ -59,7 +62,21 @@ class SlurmClient(Protocol):
 
     def hook_programs(self) -> dict[str, list[str]]: ...
 
+    def reservations(self) -> list[Reservation]: ...
+
+    def job_end(self, job_id: int) -> JobEnd | None: ...
+
+    def root_jobs_named(self, name: str, since: float) -> list[int]: ...
+
     # ---- changes -------------------------------------------------------------------------------
+    def create_reservation(self, name: str, node: str, minutes: int) -> None: ...
+
+    def delete_reservation(self, name: str) -> bool: ...
+
+    def extend_reservation(self, name: str, minutes: int) -> None: ...
+
+    def submit_batch(self, options: Sequence[str], script: str) -> int: ...
+
     def drain(self, node: str, reason: str, *, check: bool = True) -> None: ...
 
     def set_weight(self, node: str, weight: int) -> None: ...

@@ -90,6 +90,61 @@ class Partition:
         return asdict(self)
 
 
+# sacct base states of a job that has ended (the first word of State: "CANCELLED by 0" is CANCELLED)
+ENDED = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "REVOKED",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A reservation as slurmctld holds it (``scontrol show reservation --json``; pyslurm's reservation)."""
+
+    name: str
+    nodes: str  # Slurm's node list
+    start: int | None  # epoch seconds (None: Slurm did not say)
+    end: int | None
+    flags: tuple[str, ...]  # sorted: ("IGNORE_JOBS", "MAINT", "SPEC_NODES")
+    users: str  # comma-separated, as Slurm prints them
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class JobEnd:
+    """A job as accounting (sacct) last recorded it: ``state`` PENDING/RUNNING/... or an ended state (its base
+    state), exit code 'N:S', end in epoch seconds (None while it runs), the nodes it ran on."""
+
+    job_id: int
+    state: str
+    exit_code: str
+    end: int | None
+    node: str
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "COMPLETED" and self.exit_code == "0:0"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
 def node_state(parts) -> tuple[str, ...]:
     """Slurm's node state ('MIXED+DRAIN' or ['MIXED', 'DRAIN']) as (base, *sorted flags)."""
     if isinstance(parts, str):

@@ -46,6 +46,13 @@ def rows(lines: Iterable[str], ncols: int, source: str = "output") -> Iterator[l
         yield fields
 
 
+def sbatch_job_id(text: str) -> int | None:
+    """The job id ``sbatch --parsable`` printed (``123``, or ``123;cluster`` on a federation); None for anything
+    else."""
+    word = text.strip().split(";")[0]
+    return int(word) if word.isdigit() else None
+
+
 def delimiter() -> str:
     """A field delimiter no job can put in its own text: ``|``, 16 random hex digits, ``|``; new for every command.
 

@@ -6,17 +6,19 @@ succeed in a child process: in a process without a reachable slurm.conf,
 
 Reads: jobs (``pyslurm.Jobs``; but a job's per-node GRES and GPU indexes: pyslurm 24.11
 does not unpack a job's resource layout, so ``gres_alloc`` stays empty; seen on 24.11.5), nodes (``pyslurm.Nodes``), partitions,
-associations (``pyslurm.db.Associations``) and sacct records
-(``pyslurm.db.Jobs``, ``sacct.PyslurmSource``). pyslurm 24.11 has no
+associations (``pyslurm.db.Associations``), sacct records
+(``pyslurm.db.Jobs``, ``sacct.PyslurmSource``) and reservations (``pyslurm.reservation``: in 24.11
+the only reservation API is that deprecated class, over slurm_load_reservations). pyslurm 24.11 has no
 sshare and its QOS lacks priority and preemption, so those, the QOS access
-lists and every change (drain, resume, reconfigure, sacctmgr) go through the
+lists, a job's end and root's jobs by name (sacct and squeue, as ``recent_jobs``) and every change
+(drain, resume, reconfigure, sacctmgr, creating, extending and deleting a reservation, sbatch) go through the
 CLI backend this class extends: one place that changes Slurm.
 """
 
 from __future__ import annotations
 
 from .cli_backend import CliClient
-from .model import GresUse, Job, Node, Partition, expand_indexes, gres_from_tres, node_state
+from .model import GresUse, Job, Node, Partition, Reservation, expand_indexes, gres_from_tres, node_state
 from .sacctmgr import AssocRow
 
 FS_USE_PARENT = 0x7FFFFFFF  # SLURMDB_FS_USE_PARENT: FairShare=parent
@@ -54,6 +56,11 @@ class PyslurmClient(CliClient):
 
     def partitions(self) -> list[Partition]:
         return self._each(partition_from_pyslurm, list(self.pyslurm.Partitions.load().values()), "pyslurm.Partitions")
+
+    def reservations(self) -> list[Reservation]:
+        """slurmctld's reservations through ``pyslurm.reservation().get()`` (name -> its fields)."""
+        found = self.pyslurm.reservation().get()
+        return self._each(reservation_from_pyslurm, list(found.items()), "pyslurm.reservation")
 
     def associations(self, cluster: str | None = None):
         db = self.pyslurm.db
@@ -144,6 +151,22 @@ def partition_from_pyslurm(p) -> Partition:
         priority_tier=int(p.priority_tier or 0),
         total_nodes=int(p.total_nodes or 0),
         total_cpus=int(p.total_cpus or 0),
+    )
+
+
+def reservation_from_pyslurm(item: tuple[str, dict]) -> Reservation:
+    """One entry of pyslurm 24.11's ``reservation().get()``: its name and a dict of node_list, start_time and
+    end_time (epoch seconds, 0 when unset), flags (Slurm's text, 'MAINT,IGNORE_JOBS,SPEC_NODES') and users (a
+    list)."""
+    name, r = item
+    flags = (r.get("flags") or "").split(",")
+    return Reservation(
+        name=name,
+        nodes=r.get("node_list") or "",
+        start=int(r["start_time"]) if r.get("start_time") else None,
+        end=int(r["end_time"]) if r.get("end_time") else None,
+        flags=tuple(sorted(f for f in flags if f)),
+        users=",".join(r.get("users") or []),
     )
 
 

@@ -1,4 +1,4 @@
-"""A stateful fake of the Slurm commands the live planner's apply path runs (slurm/reservations.py).
+"""A stateful fake of the Slurm commands the live planner's apply path runs (through the client, slurm/relayoutjob.py).
 
 ``FakeCtld`` is a Runner: scontrol create/show/delete/update reservation,
 scontrol update of a node (drain), sbatch --parsable (a script on stdin) and

@@ -17,6 +17,7 @@ from slurm_gpushare.accounting.tenants import (
 )
 from slurm_gpushare.policy import build_site, load_file
 from slurm_gpushare.slurm import sacctmgr
+from slurm_gpushare.slurm.cli_backend import CliClient
 from tests.conftest import ROOT, minimal_policy
 from tests.unit.slurm_fakes import DATA, FakeSlurm
 
@@ -31,7 +32,7 @@ def recorded_current() -> Current:
 
 
 def read_back(fake: FakeSlurm) -> Current:
-    return read_current(fake, fake.cluster)
+    return read_current(CliClient(fake), fake.cluster)
 
 
 def test_plan_repairs_the_half_configured_state():

@@ -1,4 +1,5 @@
-"""The live planner's apply path: Slurm operations (slurm/reservations.py), the pure next step (live/steps.py),
+"""The live planner's apply path: its lock and relayout job through the Slurm client (slurm/relayoutjob.py), the pure
+next step (live/steps.py),
 the shared state file (live/state.py) and one run end to end against a stateful fake of Slurm (live/apply.py)."""
 
 from __future__ import annotations
@@ -17,15 +18,10 @@ from slurm_gpushare.live.apply import LiveApply, LiveApplyError, gpu_jobs_by_nod
 from slurm_gpushare.live.change import Change, LayoutStep, ModeStep
 from slurm_gpushare.live.report import Proposal
 from slurm_gpushare.live.state import Record, State, StateError, StateFile
-from slurm_gpushare.slurm.cli_backend import CliClient
-from slurm_gpushare.slurm.reservations import (
-    JobEnd,
-    LockHeld,
-    ReservationError,
-    Reservations,
-    lock_name,
-    relayout_script,
-)
+from slurm_gpushare.slurm import relayoutjob
+from slurm_gpushare.slurm.cli_backend import CliClient, ReservationError
+from slurm_gpushare.slurm.model import JobEnd
+from slurm_gpushare.slurm.relayoutjob import LockHeld, lock_name, lock_node, relayout_script
 from tests.conftest import ROOT
 from tests.unit.live_fakes import FakeCtld
 from tests.unit.slurm_fakes import UnknownCommand
@@ -35,13 +31,13 @@ ALL_1G = ("1g.5gb",) * 7
 THREE_G = ("3g.20gb", "2g.10gb", "1g.5gb")
 
 
-# ---- slurm/reservations.py --------------------------------------------------------------------
+# ---- slurm/relayoutjob.py over the client -------------------------------------------------------
 
 
 def test_create_lock_is_one_reservation_named_for_the_node():
     ctld = FakeCtld()
-    res = Reservations(ctld)
-    assert res.create_lock(NODE, 3601) == "gpushare-relayout-lab-mig01"
+    client = CliClient(ctld)
+    assert relayoutjob.create_lock(client, NODE, 3601) == "gpushare-relayout-lab-mig01"
     assert ctld.calls[-1] == (
         "scontrol",
         "create",
@@ -54,8 +50,8 @@ def test_create_lock_is_one_reservation_named_for_the_node():
         "Flags=MAINT,IGNORE_JOBS",
     )
     with pytest.raises(LockHeld, match="another planner holds the node"):
-        res.create_lock(NODE, 60)
-    assert [r.node for r in res.locks()] == [NODE]
+        relayoutjob.create_lock(client, NODE, 60)
+    assert [lock_node(r) for r in relayoutjob.locks(client)] == [NODE]
 
 
 def test_create_lock_other_failures_are_not_taken_for_a_held_lock():
@@ -64,34 +60,35 @@ def test_create_lock_other_failures_are_not_taken_for_a_held_lock():
 
         return Result(tuple(argv), 1, "", "Error creating the reservation: Invalid node name specified\n")
 
-    with pytest.raises(ReservationError, match="Invalid node name") as exc:
-        Reservations(runner).create_lock(NODE, 60)
+    with pytest.raises(ReservationError, match="node lab-mig01: cannot create reservation .*Invalid node name") as exc:
+        relayoutjob.create_lock(CliClient(runner), NODE, 60)
     assert not isinstance(exc.value, LockHeld)
 
 
 def test_locks_lists_only_gpushare_reservations_and_reads_their_times():
     ctld = FakeCtld()
     ctld.reservations["admin-maint"] = {"node": "lab-excl01", "start": 1, "end": 2}
-    Reservations(ctld).create_lock(NODE, 120)
-    locks = Reservations(ctld).locks()
+    relayoutjob.create_lock(CliClient(ctld), NODE, 120)
+    locks = relayoutjob.locks(CliClient(ctld))
     assert [(r.name, r.nodes, r.end - r.start) for r in locks] == [(lock_name(NODE), NODE, 120)]
     assert "MAINT" in locks[0].flags
 
 
 def test_delete_lock_says_whether_it_was_there():
     ctld = FakeCtld()
-    res = Reservations(ctld)
-    res.create_lock(NODE, 60)
-    assert res.delete_lock(NODE) is True
-    assert res.delete_lock(NODE) is False
+    client = CliClient(ctld)
+    relayoutjob.create_lock(client, NODE, 60)
+    assert relayoutjob.delete_lock(client, NODE) is True
+    assert relayoutjob.delete_lock(client, NODE) is False
     assert ctld.calls[-1] == ("scontrol", "delete", "ReservationName=gpushare-relayout-lab-mig01")
 
 
 def test_relayout_job_is_a_fixed_script_in_the_lock_with_no_environment():
     ctld = FakeCtld()
-    res = Reservations(ctld)
-    res.create_lock(NODE, 600)
-    job = res.submit_relayout(
+    client = CliClient(ctld)
+    relayoutjob.create_lock(client, NODE, 600)
+    job = relayoutjob.submit_relayout(
+        client,
         NODE,
         "/etc/slurm/gpushare-live.yaml",
         log="/var/log/slurm/relayout-%j.log",
@@ -141,15 +138,15 @@ def test_hostile_node_names_and_paths_are_refused(node, policy):
 
 def test_job_end_reads_sacct_in_epoch_seconds():
     ctld = FakeCtld()
-    res = Reservations(ctld)
-    res.create_lock(NODE, 600)
-    job = res.submit_relayout(NODE, "/etc/slurm/live.yaml", log="/var/log/r.log", time_limit_s=60)
-    assert res.job_end(job) == JobEnd(job, "PENDING", "0:0", None, NODE)
+    client = CliClient(ctld)
+    relayoutjob.create_lock(client, NODE, 600)
+    job = relayoutjob.submit_relayout(client, NODE, "/etc/slurm/live.yaml", log="/var/log/r.log", time_limit_s=60)
+    assert client.job_end(job) == JobEnd(job, "PENDING", "0:0", None, NODE)
     ctld.finish(job, "FAILED", "1:0")
-    end = res.job_end(job)
+    end = client.job_end(job)
     assert (end.ended, end.ok, end.end) == (True, False, int(ctld.now))
     ctld.jobs[job].in_sacct = False
-    assert res.job_end(job) is None
+    assert client.job_end(job) is None
 
 
 # ---- live/steps.py ----------------------------------------------------------------------------
@@ -399,7 +396,7 @@ class Clock:
 def world(tmp_path):
     ctld = FakeCtld()
     planner = FakePlanner()
-    live = LiveApply(admin_policy(tmp_path), CliClient(ctld), Reservations(ctld), clock=Clock(ctld), planner=planner)
+    live = LiveApply(admin_policy(tmp_path), CliClient(ctld), clock=Clock(ctld), planner=planner)
     return live, ctld, planner
 
 
@@ -494,7 +491,7 @@ class LocksFirst:
 def test_a_lock_made_by_someone_else_while_this_run_takes_the_node_is_left_alone(world):
     live, ctld, planner = world
     planner.proposals = (P(NODE),)
-    live.reservations = Reservations(LocksFirst(ctld))
+    live.client = CliClient(LocksFirst(ctld))
     report = live.run_once()
     assert any("another planner holds the node" in line for line in report.lines)
     assert live.store.read().current == {} and not ctld.jobs  # the intent taken back: no record, nothing counted
@@ -503,12 +500,12 @@ def test_a_lock_made_by_someone_else_while_this_run_takes_the_node_is_left_alone
 
 def test_a_lock_no_change_owns_is_deleted_unless_a_job_runs_in_it(world):
     live, ctld, planner = world
-    res = Reservations(ctld)
-    res.create_lock(NODE, 600)  # a run that deleted its change's record, then stopped
+    client = CliClient(ctld)
+    relayoutjob.create_lock(client, NODE, 600)  # a run that deleted its change's record, then stopped
     report = live.run_once()
     assert not ctld.reservations and any("no change in flight owns it" in line for line in report.lines)
-    res.create_lock(NODE, 600)
-    job = res.submit_relayout(NODE, "/etc/slurm/live.yaml", log="/var/log/r.log", time_limit_s=60)
+    relayoutjob.create_lock(client, NODE, 600)
+    job = relayoutjob.submit_relayout(client, NODE, "/etc/slurm/live.yaml", log="/var/log/r.log", time_limit_s=60)
     report = live.run_once()
     assert lock_name(NODE) in ctld.reservations and ctld.jobs[job].state == "PENDING"
     assert any("has no change recorded and was not deleted" in line and "in use" in line for line in report.lines)
@@ -556,7 +553,7 @@ def test_a_proposal_of_two_gpus_is_recorded_and_relaid_out_in_one_job(tmp_path):
     planner.with_layouts = with_layouts  # the product's: the node's group split out, validated
     seven = ("7g.40gb",)
     planner.proposals = (P(NODE, ((0, ALL_1G, THREE_G), (1, ALL_1G, seven))),)
-    live = LiveApply(policy, CliClient(ctld), Reservations(ctld), clock=Clock(ctld), planner=planner)
+    live = LiveApply(policy, CliClient(ctld), clock=Clock(ctld), planner=planner)
     live.run_once()
     assert len(ctld.jobs) == 1  # one relayout job for both GPUs
     state = live.store.read()
@@ -661,7 +658,7 @@ def test_a_format_1_record_with_a_field_of_another_format_is_refused(tmp_path):
 def test_apply_needs_live_enabled(tmp_path):
     ctld = FakeCtld()
     with pytest.raises(LiveApplyError, match="live.enabled is false"):
-        LiveApply(admin_policy(tmp_path, enabled=False), CliClient(ctld), Reservations(ctld), planner=FakePlanner())
+        LiveApply(admin_policy(tmp_path, enabled=False), CliClient(ctld), planner=FakePlanner())
 
 
 def test_unknown_commands_are_refused_by_the_fake():
@@ -792,7 +789,7 @@ def test_the_real_planner_proposes_and_the_apply_path_locks_relays_out_and_rende
             "out for repair",
         ),
     ]
-    live = LiveApply(policy, FakeClient(ctld, jobs, nodes), Reservations(ctld), clock=Clock(ctld))
+    live = LiveApply(policy, FakeClient(ctld, jobs, nodes), clock=Clock(ctld))
     first = live.run_once()
     assert [p.node for p in first.plan.proposals] == [NODE], first.plan.report()
     (new,) = first.plan.proposals[0].change.new_layouts.values()

@@ -15,8 +15,9 @@ import pytest
 import yaml
 
 from slurm_gpushare.live.apply import LiveApply
+from slurm_gpushare.slurm import relayoutjob
 from slurm_gpushare.slurm.cli_backend import CliClient
-from slurm_gpushare.slurm.reservations import Reservations, lock_name
+from slurm_gpushare.slurm.relayoutjob import lock_name
 from tests.unit.live.test_apply import ALL_1G, NODE, THREE_G, Clock, FakePlanner, P, Plan, admin_policy
 from tests.unit.live_fakes import FakeCtld
 
@@ -111,7 +112,7 @@ def crashing(tmp_path, monkeypatch):
 
     def applier() -> LiveApply:
         slurm = CrashingSlurm(ctld, crasher)
-        live = LiveApply(policy, CliClient(slurm), Reservations(slurm), clock=Clock(ctld), planner=planner)
+        live = LiveApply(policy, CliClient(slurm), clock=Clock(ctld), planner=planner)
         write_state = live.store.write
 
         def state_then(state):
@@ -228,11 +229,11 @@ def test_the_job_of_the_nodes_last_change_is_not_taken_for_this_ones(crashing):
     from tests.unit.live.test_apply import change
 
     applier, ctld, planner, crasher = crashing
-    res = Reservations(ctld)
-    res.create_lock(NODE, 600)
-    earlier = res.submit_relayout(NODE, "/etc/slurm/live.yaml", log="/var/log/r.log", time_limit_s=60)
+    client = CliClient(ctld)
+    relayoutjob.create_lock(client, NODE, 600)
+    earlier = relayoutjob.submit_relayout(client, NODE, "/etc/slurm/live.yaml", log="/var/log/r.log", time_limit_s=60)
     ctld.finish(earlier)
-    res.delete_lock(NODE)
+    relayoutjob.delete_lock(client, NODE)
     state = State()
     state.put(
         change("done", steps=((0, THREE_G, ALL_1G),), job=earlier, locked_at=ctld.now - 9000, ended_at=ctld.now - 7200)

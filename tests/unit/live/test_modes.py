@@ -240,7 +240,7 @@ def test_mode_text():
 def test_a_mode_change_is_locked_written_rendered_and_relaid_out(tmp_path):
     from slurm_gpushare.live.apply import LiveApply
     from slurm_gpushare.slurm.model import GresUse, Job, Node
-    from slurm_gpushare.slurm.reservations import Reservations, lock_name
+    from slurm_gpushare.slurm.relayoutjob import lock_name
     from tests.unit.live.test_apply import Clock, FakeClient
     from tests.unit.live_fakes import FakeCtld
 
@@ -280,7 +280,7 @@ def test_a_mode_change_is_locked_written_rendered_and_relaid_out(tmp_path):
 
     view = nodes()
     slurm_nodes = [node(n, v.gres) for n, v in view.items()]
-    live = LiveApply(policy, FakeClient(ctld, jobs, slurm_nodes), Reservations(ctld), clock=Clock(ctld))
+    live = LiveApply(policy, FakeClient(ctld, jobs, slurm_nodes), clock=Clock(ctld))
     first = live.run_once()
     (p,) = first.plan.proposals
     assert p.node == EXCL and p.change.new_modes == {0: {"mode": "shard", "replicas": 4}}, first.plan.report()

@@ -107,7 +107,6 @@ def test_the_weight_command_is_slurms_node_update():
 def test_apply_sets_the_weight_through_the_client_and_puts_it_back(tmp_path: Path):
     from slurm_gpushare.live.apply import LiveApply
     from slurm_gpushare.slurm.model import GresUse, Job, Node
-    from slurm_gpushare.slurm.reservations import Reservations
     from tests.unit.live.test_apply import Clock, FakeClient
     from tests.unit.live_fakes import FakeCtld
 
@@ -149,7 +148,7 @@ def test_apply_sets_the_weight_through_the_client_and_puts_it_back(tmp_path: Pat
         def nodes(self):
             return [node("e01"), node("e02")]
 
-    live = LiveApply(policy, Client(ctld, jobs, []), Reservations(ctld), clock=Clock(ctld))
+    live = LiveApply(policy, Client(ctld, jobs, []), clock=Clock(ctld))
     first = live.run_once()
     assert ctld.weights == {"e01": 2}, first.lines
     assert ("scontrol", "update", "nodename=e01", "weight=2") in ctld.calls
