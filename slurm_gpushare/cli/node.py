@@ -201,13 +201,14 @@ def _reconcile(policy_path, node_name, fake_state, dry_run: bool, seen: dict) ->
     from ..node.mps import MpsControl, mps_lock
     from ..node.reconcile import execute_reconcile, plan_for_node, running_jobs
     from ..proc import run
+    from ..slurm.cli_backend import CliClient
 
     site, name, slots = _target(policy_path, node_name)
     seen["site"] = site
     store = JournalStore(site.cluster.paths.state_dir)
     with _backend(fake_state) as backend, store.locked(), mps_lock(site.cluster.paths.state_dir):
         journals = store.all()
-        running = running_jobs(run, name)
+        running = running_jobs(CliClient(run, timeout=30), name)
         plan = plan_for_node(journals, running, backend, site.cluster.paths.state_dir, store)
         live = observe(backend, [s.index for s in slots])
         plan.drift = differences(slots, live)
@@ -371,8 +372,9 @@ def relayout(
     The policy's slurm.conf (new GRES counts) must be in place on the nodes and
     the controller before this runs: the restart makes slurmctld read it."""
     from ..node.journal import JournalStore
-    from ..node.relayout import Relayout, SlurmNode
+    from ..node.relayout import Relayout
     from ..proc import run
+    from ..slurm.cli_backend import CliClient
 
     if node_config is not None:
         fake_state = _follows(Path(node_config), Path(policy_path), fake_state)
@@ -382,7 +384,7 @@ def relayout(
             site,
             name,
             backend,
-            SlurmNode(run, name),
+            CliClient(run, timeout=60),
             JournalStore(site.cluster.paths.state_dir),
             restart=restart,
             pid_file=Path(slurmd_pid_file),

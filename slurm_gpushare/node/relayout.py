@@ -1,11 +1,16 @@
 """`gpushare node relayout`: change a node's MIG layout without Slurm scheduling onto a moving target.
 
-The workflow, each step checked before the next:
+Observe, plan, execute, as the prolog and reconcile: ``observe_relayout``
+reads the node (its MIG state through the GPU backend, the gres include on
+disk and the one the live state gives, the node as Slurm has it);
+``plan_relayout`` (pure) says what differs and which steps follow;
+``execute_relayout`` carries the steps out, each one that waits re-reading
+what it waits for. The steps, each checked before the next:
 
 1. compare: live layout vs policy, the gres include on disk vs what it
    would be now, the GRES Slurm has for the node vs the policy's; all equal:
    nothing to do, the node is not touched;
-2. drain the node (``scontrol update state=drain``, reason naming relayout);
+2. drain the node (``scontrol update state=drain``, reason ``DRAIN_REASON``);
 3. wait until no job holding GPUs runs on it (``squeue -w``; and no journal
    of such a job is left), up to a timeout;
 4. apply the layout (``mig.plan_mig``: refused while processes run), check
@@ -24,8 +29,28 @@ The workflow, each step checked before the next:
    INVAL, then resume it and check the drain is gone.
 
 Any failure after step 2 leaves the node drained, its reason replaced by
-"gpushare relayout failed: <what happened>". No shell, no restart command
-taken from the user: Slurm is reached through the Slurm client only.
+"gpushare relayout failed: <what happened>"; when even that drain fails, the
+error names both. No shell, no restart command taken from the user: Slurm
+is reached through the Slurm client only.
+
+A crash (the process killed at any point) converges by re-observation, the
+alternative ARCHITECTURE's reliability rules allow to an intent journal:
+every side effect leaves a trace the next run observes before it plans, and
+the first one records the intent. The drain is made first and carries
+``DRAIN_REASON``: Slurm keeps it, and its reason names the relayout as the
+drain's owner; a MIG action is NVML's state, from which the next run's
+``plan_mig`` starts; the include is written atomically; the reconfigure
+shows in the GRES Slurm registers; the resume in the node's state. So a run
+killed after any step leaves either a difference (the next run drains
+again, an idempotent step, and goes on from what it finds) or, once Slurm
+has the new counts, a node in sync but drained with ``DRAIN_REASON``: the
+next run finishes that one (waits for the registration, resumes). A node
+drained with any other reason (an admin's, a failed relayout's) is left as
+it is by a run that finds nothing to change. The node-local lock (below)
+makes the reading safe: while a run holds it no other relayout acts on the
+node, so a drain with ``DRAIN_REASON`` it finds is one a dead run left.
+tests/unit/node/test_relayout_crash.py kills a run after each side effect
+and checks that the next run converges.
 
 One relayout at a time on a node: the whole workflow holds an exclusive
 ``flock`` on ``<state_dir>/relayout.lock`` (root's directory; opened without
@@ -42,14 +67,27 @@ import os
 import re
 import signal
 import time
+from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import GpushareError
 
+if TYPE_CHECKING:
+    from ..gpu.backend import NvmlBackend
+    from ..policy.site import GpuSlot, Group, Site
+    from ..slurm.interface import SlurmClient
+    from ..slurm.model import Node
+    from .journal import JournalStore
+    from .mig import GpuState
+
 GPU_GRES = re.compile(r"(^|,)(gres/)?(gpu|mps|shard)[:=]")
 LOCK_NAME = "relayout.lock"  # in the node's state_dir
+DRAIN_REASON = "gpushare relayout: changing the MIG layout"  # the intent, kept by Slurm with the drain
+FAILED_REASON = "gpushare relayout failed: "
+UNREGISTERED = frozenset({"INVAL", "NOT_RESPONDING", "DOWN"})
 
 
 class RelayoutError(GpushareError):
@@ -69,56 +107,27 @@ def parse_node_gres(text: str) -> dict[tuple[str, str], int]:
     return out
 
 
+def gres_counts(gres: Mapping[str, int]) -> dict[tuple[str, str], int]:
+    """A node's GRES as the Slurm client reads them ({'gpu:l40s': 2, 'shard:l40s': 4}) as the policy counts
+    them ({(name, type): count}, shared GRES untyped): what ``parse_node_gres`` makes of Slurm's Gres= text."""
+    out: dict[tuple[str, str], int] = {}
+    for key, count in gres.items():
+        parts = key.split(":")
+        if parts[0] in ("(null)", ""):
+            continue
+        gtype = parts[1] if len(parts) == 2 and parts[0] == "gpu" else ""
+        out[parts[0], gtype] = out.get((parts[0], gtype), 0) + count
+    return out
+
+
 def fmt_gres(gres: dict[tuple[str, str], int]) -> str:
     return ",".join(f"{n}:{t}:{c}" if t else f"{n}:{c}" for (n, t), c in sorted(gres.items())) or "(none)"
 
 
-@dataclass
-class SlurmNode:
-    """The few Slurm calls relayout needs, through the Slurm client (``slurm.client``; a bare
-    Runner is wrapped in the CLI client)."""
-
-    runner: object
-    name: str
-    timeout: float = 60
-
-    @property
-    def client(self):
-        from ..slurm.client import as_client
-
-        return as_client(self.runner, timeout=self.timeout)
-
-    def record(self) -> dict:
-        """Gres=, State= and Reason= of the node, as scontrol names them (``scontrol show node --json``)."""
-        from ..slurm.client import SlurmClientError
-
-        try:
-            node = self.client.node(self.name)
-        except SlurmClientError as exc:
-            raise RelayoutError(str(exc)) from None
-        return {
-            "Gres": ",".join(f"{k}:{v}" for k, v in node.gres.items()),
-            "State": "+".join(node.state),
-            "Reason": node.reason,
-        }
-
-    def state_flags(self) -> set[str]:
-        return set(self.record().get("State", "").replace("*", "").split("+"))
-
-    def drain(self, reason: str) -> None:
-        self.client.drain(self.name, reason[:200])
-
-    def resume(self) -> None:
-        self.client.resume(self.name)
-
-    def gpu_jobs(self) -> list[int]:
-        """Jobs on the node that hold GPUs (gpu, mps or shard in their TRES per node)."""
-        return sorted(
-            int(job) for job, tres in self.client.gpu_job_lines(self.name) if job.isdigit() and GPU_GRES.search(tres)
-        )
-
-    def reconfigure(self) -> None:
-        self.client.reconfigure()
+def shown(node: Node) -> str:
+    """The node as Slurm shows it, for an error: Gres=, State= and Reason=."""
+    gres = ",".join(f"{k}:{v}" for k, v in node.gres.items())
+    return f"Gres={gres} State={'+'.join(node.state)} Reason={node.reason}"
 
 
 def missing_devices(gres_text: str, root: str = "/") -> list[str]:
@@ -130,7 +139,7 @@ def missing_devices(gres_text: str, root: str = "/") -> list[str]:
     from .gresindex import expand
 
     missing = []
-    for key, value in re.findall(r"\b(MultipleFiles|Files?)=(\S+)", gres_text):
+    for _key, value in re.findall(r"\b(MultipleFiles|Files?)=(\S+)", gres_text):
         for path in expand(value):
             try:
                 ok = stat.S_ISCHR(os.stat(os.path.join(root, path.lstrip("/"))).st_mode)
@@ -165,196 +174,314 @@ def sighup_slurmd(pid_file: Path, name: str = "slurmd", uid: int = 0) -> None:
         )
 
 
+# ---- observe ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the policy says the node is: its GPUs, the GRES Slurm must register, where its include lives."""
+
+    node: str
+    slots: tuple[GpuSlot, ...]
+    gres: dict[tuple[str, str], int]
+    include: Path
+
+    @classmethod
+    def of(cls, site: Site, node: str) -> Target:
+        group: Group = site.group_for_node(node)
+        return cls(node, tuple(group.gpus), dict(group.gres), Path(site.cluster.paths.gres_include))
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One look at the node. ``include_now``: the include the live MIG state gives; None while the MIG layout
+    differs from the policy (no include can be written for it then)."""
+
+    mig: Mapping[int, GpuState]
+    include_on_disk: str
+    include_now: str | None
+    slurm: Node
+
+
+def include_text(target: Target, backend: NvmlBackend) -> str:
+    """The gres include of the node's live MIG state (``gresconf.node_gres_conf``)."""
+    from ..gpu import read_mig_minors
+    from .gresconf import node_gres_conf
+
+    minors = read_mig_minors(backend.mig_minors_path) if any(s.mode == "mig" for s in target.slots) else {}
+    return node_gres_conf(target.node, target.slots, backend, minors)
+
+
+def slurm_node(client: SlurmClient, name: str) -> Node:
+    from ..slurm.cli_backend import SlurmClientError
+
+    try:
+        return client.node(name)
+    except SlurmClientError as exc:
+        raise RelayoutError(str(exc)) from None
+
+
+def observe_relayout(target: Target, backend: NvmlBackend, client: SlurmClient) -> NodeView:
+    from .mig import differences, observe
+
+    mig = observe(backend, [s.index for s in target.slots])
+    try:
+        on_disk = target.include.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        on_disk = ""
+    now = None if differences(target.slots, mig) else include_text(target, backend)
+    return NodeView(mig, on_disk, now, slurm_node(client, target.node))
+
+
+# ---- plan (pure) ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Drain:
+    reason: str = DRAIN_REASON
+
+
+@dataclass(frozen=True)
+class WaitForJobs:
+    pass
+
+
+@dataclass(frozen=True)
+class ApplyMig:
+    pass
+
+
+@dataclass(frozen=True)
+class WriteInclude:
+    pass
+
+
+@dataclass(frozen=True)
+class Restart:
+    method: str  # "reconfigure" or "sighup"
+
+
+@dataclass(frozen=True)
+class WaitRegistered:
+    pass
+
+
+@dataclass(frozen=True)
+class Resume:
+    pass
+
+
+Step = Drain | WaitForJobs | ApplyMig | WriteInclude | Restart | WaitRegistered | Resume
+
+
+@dataclass(frozen=True)
+class RelayoutPlan:
+    differences: tuple[str, ...]  # what differs from the policy (none: in sync)
+    steps: tuple[Step, ...]  # none: nothing to do
+    unfinished: bool = False  # in sync, but drained by a relayout that did not finish: only registered and resumed
+
+
+def differences(target: Target, view: NodeView) -> list[str]:
+    """What differs now ([] when the node already is as the policy says)."""
+    from .mig import differences as mig_differences
+
+    found = mig_differences(target.slots, view.mig)
+    if found:
+        return found
+    if view.include_on_disk != view.include_now:
+        found.append(f"{target.include} differs from the live MIG state")
+    have = gres_counts(view.slurm.gres)
+    if have != target.gres:
+        found.append(f"Slurm has Gres={fmt_gres(have)}, the policy says {fmt_gres(target.gres)}")
+    return found
+
+
+def drained_by_relayout(node: Node) -> bool:
+    """Drained with the reason a relayout drains with: a relayout that did not finish (its process killed)."""
+    return "DRAIN" in node.state and node.reason.startswith(DRAIN_REASON)
+
+
+def plan_relayout(target: Target, view: NodeView, restart: str = "reconfigure") -> RelayoutPlan:
+    if restart not in ("reconfigure", "sighup"):
+        raise RelayoutError(f"unknown restart method {restart!r}; use reconfigure or sighup")
+    found = tuple(differences(target, view))
+    if found:
+        steps = (Drain(), WaitForJobs(), ApplyMig(), WriteInclude(), Restart(restart), WaitRegistered(), Resume())
+        return RelayoutPlan(found, steps)
+    if drained_by_relayout(view.slurm):
+        return RelayoutPlan((), (WaitRegistered(), Resume()), unfinished=True)
+    return RelayoutPlan((), ())
+
+
+# ---- execute ----------------------------------------------------------------------------------------
+
+
 @dataclass
 class Relayout:
-    """One run for one node. ``backend`` is open; ``store`` the node's journals."""
+    """One run for one node: under the node-local lock, observe, plan, execute. ``backend`` is open; ``store``
+    the node's journals; ``client`` the Slurm client made at the entry point."""
 
-    site: object
+    site: Site
     node: str
-    backend: object
-    slurm: SlurmNode
-    store: object
+    backend: NvmlBackend
+    client: SlurmClient
+    store: JournalStore
     restart: str = "reconfigure"
     pid_file: Path = Path("/run/slurmd.pid")
     timeout: float = 600
     poll: float = 2.0
-    say: object = print
-    sleep: object = time.sleep
-    clock: object = time.monotonic
-    missing: object = None  # gres text -> device files not present (default: missing_devices)
+    say: Callable[[str], None] = print
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+    missing: Callable[[str], list[str]] = missing_devices  # gres text -> the device files it names not present
     lock_path: Path | None = None  # the node-local lock (default: <state_dir>/relayout.lock)
-
-    @property
-    def group(self):
-        return self.site.group_for_node(self.node)
-
-    def include_text(self) -> str:
-        from ..gpu import read_mig_minors
-        from .gresconf import node_gres_conf
-
-        slots = self.group.gpus
-        minors = read_mig_minors(self.backend.mig_minors_path) if any(s.mode == "mig" for s in slots) else {}
-        return node_gres_conf(self.node, slots, self.backend, minors)
-
-    def in_sync(self) -> list[str]:
-        """What differs now ([] when the node already is as the policy says)."""
-        from .mig import differences, observe
-
-        slots = self.group.gpus
-        found = differences(slots, observe(self.backend, [s.index for s in slots]))
-        if found:
-            return found
-        include = Path(self.site.cluster.paths.gres_include)
-        try:
-            on_disk = include.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            on_disk = ""
-        if on_disk != self.include_text():
-            found.append(f"{include} differs from the live MIG state")
-        have = parse_node_gres(self.slurm.record().get("Gres", ""))
-        if have != self.group.gres:
-            found.append(f"Slurm has Gres={fmt_gres(have)}, the policy says {fmt_gres(self.group.gres)}")
-        return found
 
     def run(self) -> list[str]:
         """The whole workflow under the node-local lock; returns what was done. RelayoutError leaves the node
         drained, unless the lock stayed held by another run (then nothing was touched)."""
         path = Path(self.lock_path or Path(self.site.cluster.paths.state_dir) / LOCK_NAME)
         with node_lock(path, self.node, self.timeout, self.clock, self.sleep, self.poll, self.say):
-            return self._run()
+            target = Target.of(self.site, self.node)
+            plan = plan_relayout(target, observe_relayout(target, self.backend, self.client), self.restart)
+            return execute_relayout(plan, target, self)
 
-    def _run(self) -> list[str]:
-        todo = self.in_sync()
-        if not todo:
-            return [f"node {self.node}: layout, gres include and Slurm's GRES match the policy; nothing to do"]
-        for line in todo:
-            self.say(f"node {self.node}: {line}")
-        self.slurm.drain("gpushare relayout: changing the MIG layout")
-        try:
-            return self._after_drain()
-        except GpushareError as exc:
-            self._fail(str(exc))
-            raise RelayoutError(f"node {self.node}: relayout failed, node left drained: {exc}") from None
 
-    def _fail(self, why: str) -> None:
-        try:
-            self.slurm.drain(f"gpushare relayout failed: {why}")
-        except GpushareError:
-            pass
+def execute_relayout(plan: RelayoutPlan, target: Target, run: Relayout) -> list[str]:
+    node = target.node
+    if not plan.steps:
+        return [f"node {node}: layout, gres include and Slurm's GRES match the policy; nothing to do"]
+    for line in plan.differences:
+        run.say(f"node {node}: {line}")
+    if plan.unfinished:
+        run.say(f"node {node}: in sync, still drained by a relayout that did not finish: finishing it")
+    done: list[str] = []
+    try:
+        for step in plan.steps:
+            done += STEPS[type(step)](step, target, run)
+    except GpushareError as exc:
+        fail(run, node, str(exc))
+        raise RelayoutError(f"node {node}: relayout failed, node left drained: {exc}") from None
+    return done
 
-    def _after_drain(self) -> list[str]:
-        done = [f"node {self.node}: drained"]
-        self._wait_for_jobs()
-        done.append(f"node {self.node}: no GPU jobs left")
-        done += self._apply()
-        include = Path(self.site.cluster.paths.gres_include)
-        from ..atomic import atomic_write
 
-        text = self.include_text()
-        missing = (self.missing or missing_devices)(text)
-        if missing:
+def fail(run: Relayout, node: str, why: str) -> None:
+    """Drain the node with the failure's reason; an error naming both when Slurm refuses even that."""
+    try:
+        run.client.drain(node, (FAILED_REASON + why)[:200])
+    except GpushareError as exc:
+        raise RelayoutError(
+            f"node {node}: relayout failed: {why}; and the node could not be drained with that reason: {exc}"
+        ) from None
+
+
+def do_drain(step: Drain, target: Target, run: Relayout) -> list[str]:
+    run.client.drain(target.node, step.reason[:200])
+    return [f"node {target.node}: drained"]
+
+
+def wait_for_jobs(step: WaitForJobs, target: Target, run: Relayout) -> list[str]:
+    deadline = run.clock() + run.timeout
+    while True:
+        jobs = {int(j) for j, tres in run.client.gpu_job_lines(target.node) if j.isdigit() and GPU_GRES.search(tres)}
+        jobs |= {j for j, jr in run.store.all().items() if jr.devices or jr.mps}
+        if not jobs:
+            return [f"node {target.node}: no GPU jobs left"]
+        if run.clock() > deadline:
             raise RelayoutError(
-                f"the new gres include names device files that do not exist: {', '.join(missing)} "
-                "(slurmd would exit after 20 s); create them (nvidia-modprobe) and run relayout again"
+                f"timed out after {run.timeout:g} s waiting for GPU jobs {', '.join(map(str, sorted(jobs)))} to end"
             )
-        atomic_write(include, text)
-        done.append(f"node {self.node}: wrote {include}")
-        self._restart()
-        done.append(f"node {self.node}: slurmd re-read its configuration ({self.restart})")
-        self._wait_registered()
-        done.append(f"node {self.node}: registered Gres={fmt_gres(self.group.gres)}")
-        if not self._resume():
-            done.append(f"node {self.node}: not drained any more after the reconfigure: nothing to resume")
-            return done
-        self._wait_resumed()
-        done.append(f"node {self.node}: resumed")
-        return done
+        run.say(f"node {target.node}: waiting for GPU jobs {', '.join(map(str, sorted(jobs)))}")
+        run.sleep(run.poll)
 
-    def _deadline(self) -> float:
-        return self.clock() + self.timeout
 
-    def _wait_for_jobs(self) -> None:
-        deadline = self._deadline()
-        while True:
-            jobs = set(self.slurm.gpu_jobs())
-            jobs |= {j for j, jr in self.store.all().items() if jr.devices or jr.mps}
-            if not jobs:
-                return
-            if self.clock() > deadline:
-                raise RelayoutError(
-                    f"timed out after {self.timeout:g} s waiting for GPU jobs "
-                    f"{', '.join(map(str, sorted(jobs)))} to end"
-                )
-            self.say(f"node {self.node}: waiting for GPU jobs {', '.join(map(str, sorted(jobs)))}")
-            self.sleep(self.poll)
+def apply_mig(step: ApplyMig, target: Target, run: Relayout) -> list[str]:
+    from .mig import apply_actions, observe, plan_mig
+    from .mig import differences as mig_differences
 
-    def _apply(self) -> list[str]:
-        from .mig import apply_actions, differences, observe, plan_mig
+    indexes = [s.index for s in target.slots]
+    actions = plan_mig(target.slots, observe(run.backend, indexes))
+    apply_actions(run.backend, actions)
+    left = mig_differences(target.slots, observe(run.backend, indexes))
+    if left:
+        raise RelayoutError("MIG layout still differs after apply: " + "; ".join(left))
+    return [f"node {target.node}: {a}" for a in actions]
 
-        slots, indexes = self.group.gpus, [s.index for s in self.group.gpus]
-        actions = plan_mig(slots, observe(self.backend, indexes))
-        apply_actions(self.backend, actions)
-        left = differences(slots, observe(self.backend, indexes))
-        if left:
-            raise RelayoutError("MIG layout still differs after apply: " + "; ".join(left))
-        return [f"node {self.node}: {a}" for a in actions]
 
-    def _restart(self) -> None:
-        if self.restart == "reconfigure":
-            self.slurm.reconfigure()
-        elif self.restart == "sighup":
-            sighup_slurmd(self.pid_file)
-        else:
-            raise RelayoutError(f"unknown restart method {self.restart!r}; use reconfigure or sighup")
+def write_include(step: WriteInclude, target: Target, run: Relayout) -> list[str]:
+    from ..atomic import atomic_write
 
-    def _wait_registered(self) -> None:
-        deadline, want, last = self._deadline(), self.group.gres, {}
-        while True:
-            rec = self.slurm.record()
-            last = rec
-            flags = set(rec.get("State", "").replace("*", "").split("+"))
-            if parse_node_gres(rec.get("Gres", "")) == want and not flags & {"INVAL", "NOT_RESPONDING", "DOWN"}:
-                if "reported lower" not in rec.get("Reason", ""):
-                    return
-            if self.clock() > deadline:
-                raise RelayoutError(
-                    f"the node did not register Gres={fmt_gres(want)} within {self.timeout:g} s: "
-                    f"Slurm shows Gres={rec.get('Gres', '?')} State={rec.get('State', '?')} "
-                    f"Reason={last.get('Reason', '')}"
-                )
-            self.sleep(self.poll)
+    text = include_text(target, run.backend)
+    missing = run.missing(text)
+    if missing:
+        raise RelayoutError(
+            f"the new gres include names device files that do not exist: {', '.join(missing)} "
+            "(slurmd would exit after 20 s); create them (nvidia-modprobe) and run relayout again"
+        )
+    atomic_write(target.include, text)
+    return [f"node {target.node}: wrote {target.include}"]
 
-    def _resume(self) -> bool:
-        """Resume the node; False when it turned out undrained. Seen on 24.11 (tests/cluster/test_live_planner.py,
-        an exclusive GPU turned into shards): `state=resume` right after the re-registration failed "Invalid node
-        state specified" on a node shown drained; it is retried until the timeout, the node's state in the error."""
-        from ..errors import GpushareError
 
-        deadline = self._deadline()
-        while True:
-            if "DRAIN" not in self.slurm.state_flags():  # `state=resume` of an undrained node is refused
-                return False
-            try:
-                self.slurm.resume()
-                return True
-            except GpushareError as exc:
-                rec = self.slurm.record()
-                if "Invalid node state" not in str(exc) or self.clock() > deadline:
-                    raise RelayoutError(
-                        f"{exc} (Slurm shows State={rec.get('State', '?')} Reason={rec.get('Reason', '')})"
-                    ) from None
-                self.say(f"node {self.node}: resume refused ({exc}); State={rec.get('State', '?')}: trying again")
-                self.sleep(self.poll)
+def restart(step: Restart, target: Target, run: Relayout) -> list[str]:
+    if step.method == "reconfigure":
+        run.client.reconfigure()
+    else:
+        sighup_slurmd(run.pid_file)
+    return [f"node {target.node}: slurmd re-read its configuration ({step.method})"]
 
-    def _wait_resumed(self) -> None:
-        deadline = self._deadline()
-        while "DRAIN" in self.slurm.state_flags():
-            if self.clock() > deadline:
-                raise RelayoutError(
-                    f"the node is still drained {self.timeout:g} s after resume: "
-                    f"{self.slurm.record().get('Reason', '')}"
-                )
-            self.sleep(self.poll)
+
+def wait_registered(step: WaitRegistered, target: Target, run: Relayout) -> list[str]:
+    deadline = run.clock() + run.timeout
+    while True:
+        node = slurm_node(run.client, target.node)
+        if gres_counts(node.gres) == target.gres and not set(node.state) & UNREGISTERED:
+            if "reported lower" not in node.reason:
+                return [f"node {target.node}: registered Gres={fmt_gres(target.gres)}"]
+        if run.clock() > deadline:
+            raise RelayoutError(
+                f"the node did not register Gres={fmt_gres(target.gres)} within {run.timeout:g} s: "
+                f"Slurm shows {shown(node)}"
+            )
+        run.sleep(run.poll)
+
+
+def resume(step: Resume, target: Target, run: Relayout) -> list[str]:
+    """Resume the node, unless it turned out undrained. Seen on 24.11 (tests/cluster/test_live_planner.py, an
+    exclusive GPU turned into shards): `state=resume` right after the re-registration failed "Invalid node state
+    specified" on a node shown drained; it is retried until the timeout, the node's state in the error."""
+    deadline = run.clock() + run.timeout
+    while True:
+        if "DRAIN" not in slurm_node(run.client, target.node).state:  # `state=resume` of an undrained node is refused
+            return [f"node {target.node}: not drained any more after the reconfigure: nothing to resume"]
+        try:
+            run.client.resume(target.node)
+            break
+        except GpushareError as exc:
+            node = slurm_node(run.client, target.node)
+            if "Invalid node state" not in str(exc) or run.clock() > deadline:
+                raise RelayoutError(f"{exc} (Slurm shows State={'+'.join(node.state)} Reason={node.reason})") from None
+            run.say(f"node {target.node}: resume refused ({exc}); State={'+'.join(node.state)}: trying again")
+            run.sleep(run.poll)
+    return wait_resumed(target, run)
+
+
+def wait_resumed(target: Target, run: Relayout) -> list[str]:
+    deadline = run.clock() + run.timeout
+    while "DRAIN" in (node := slurm_node(run.client, target.node)).state:
+        if run.clock() > deadline:
+            raise RelayoutError(f"the node is still drained {run.timeout:g} s after resume: {node.reason}")
+        run.sleep(run.poll)
+    return [f"node {target.node}: resumed"]
+
+
+STEPS: dict[type, Callable] = {
+    Drain: do_drain,
+    WaitForJobs: wait_for_jobs,
+    ApplyMig: apply_mig,
+    WriteInclude: write_include,
+    Restart: restart,
+    WaitRegistered: wait_registered,
+    Resume: resume,
+}
 
 
 @contextmanager

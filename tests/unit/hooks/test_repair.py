@@ -23,9 +23,10 @@ from slurm_gpushare.node.reconcile import (
     plan_reconcile,
     running_jobs,
 )
-from slurm_gpushare.node.relayout import Relayout, RelayoutError, SlurmNode, fmt_gres, missing_devices, parse_node_gres
+from slurm_gpushare.node.relayout import Relayout, RelayoutError, fmt_gres, missing_devices, parse_node_gres
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.proc import Result, run
+from slurm_gpushare.slurm.cli_backend import CliClient
 from tests.unit.hooks_support import FAKE_MPS, HookNode, no_scontrol
 
 
@@ -150,7 +151,7 @@ def test_reconcile_undoes_orphans_keeps_running_jobs_and_stops_unnamed_daemons(m
     with mps_node.backend() as backend:
         plan = plan_reconcile(
             journals,
-            running_jobs(slurm, "lab-mps01"),
+            running_jobs(CliClient(slurm), "lab-mps01"),
             observe_reconcile(journals, backend),
             daemon_dirs(str(mps_node.state_dir)),
             store.stray_temporaries(),
@@ -170,9 +171,9 @@ def test_reconcile_undoes_orphans_keeps_running_jobs_and_stops_unnamed_daemons(m
 
 
 def test_running_jobs_parses_squeue_and_refuses_garbage():
-    assert running_jobs(FakeSlurm("n1", "", jobs={5: "", 12: ""}), "n1") == {5, 12}
+    assert running_jobs(CliClient(FakeSlurm("n1", "", jobs={5: "", 12: ""})), "n1") == {5, 12}
     with pytest.raises(ReconcileError, match="unexpected job id"):
-        running_jobs(lambda argv, **kw: Result(tuple(argv), 0, "5\nJOBID\n", ""), "n1")
+        running_jobs(CliClient(lambda argv, **kw: Result(tuple(argv), 0, "5\nJOBID\n", "")), "n1")
 
 
 # ---- relayout -------------------------------------------------------------------------------
@@ -200,7 +201,7 @@ def relayout(node: HookNode, site, slurm: FakeSlurm, clock: Clock, backend, **kw
         site,
         "lab-mig01",
         backend,
-        SlurmNode(slurm, "lab-mig01"),
+        CliClient(slurm, timeout=60),
         JournalStore(node.state_dir),
         timeout=30,
         poll=1,

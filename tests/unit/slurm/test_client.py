@@ -288,3 +288,136 @@ def test_cli_parser_on_recorded_output(where):
     assert kinds >= {"gpu"}, kinds
     assert all(isinstance(j["submit_time"], int) and j["submit_time"] > 1.7e9 for j in view["jobs"])
     assert any(j["state"] == "PENDING" for j in view["jobs"]) and any(j["state"] == "RUNNING" for j in view["jobs"])
+
+
+# ---- reservations, batch jobs and their ends: the same answers from each backend ---------------------------
+
+RESERVATION = {
+    "name": "gpushare-relayout-lab-mig01",
+    "node_list": "lab-mig01",
+    "flags": ["MAINT", "IGNORE_JOBS", "SPEC_NODES"],
+    "users": "root",
+    "start_time": {"set": True, "infinite": False, "number": 1796288833},
+    "end_time": {"set": True, "infinite": False, "number": 1796292433},
+}
+
+
+class Answers:
+    """A Runner answering argv by its first words (exit code, stdout, stderr); records argv, input and env."""
+
+    def __init__(self, answers: dict[tuple, tuple[int, str, str]]):
+        self.answers, self.calls = answers, []
+
+    def __call__(self, argv, *, input=None, timeout=60.0, check=True, env=None):
+        from slurm_gpushare.proc import CommandError
+
+        argv = tuple(argv)
+        self.calls.append((argv, input, (env or {}).get("SLURM_TIME_FORMAT")))
+        match = [k for k in self.answers if argv[: len(k)] == k]
+        if not match:
+            raise AssertionError(f"unexpected command {argv}")
+        res = Result(argv, *self.answers[max(match, key=len)])
+        if check and res.returncode:
+            raise CommandError(res)
+        return res
+
+
+def test_cli_reservations_are_read_from_json():
+    from slurm_gpushare.slurm import commands
+    from slurm_gpushare.slurm.model import Reservation
+
+    runner = Answers({tuple(commands.RESERVATIONS_JSON): (0, json.dumps({"reservations": [RESERVATION, {}]}), "")})
+    client = CliClient(runner)
+    got = client.reservations()
+    flags = ("IGNORE_JOBS", "MAINT", "SPEC_NODES")
+    assert got[0] == Reservation("gpushare-relayout-lab-mig01", "lab-mig01", 1796288833, 1796292433, flags, "root")
+    assert got[1].name == "" and got[1].start is None  # an empty record reads as empty, nothing invented
+
+
+def test_pyslurm_reservations_are_the_clis():
+    """pyslurm 24.11's reservation().get(): name -> fields (epoch times, flags as Slurm's text, users a list)."""
+    from slurm_gpushare.slurm.cli_backend import reservation_from_json
+    from slurm_gpushare.slurm.pyslurm_backend import PyslurmClient
+
+    got = {
+        "gpushare-relayout-lab-mig01": {
+            "node_list": "lab-mig01",
+            "flags": "MAINT,IGNORE_JOBS,SPEC_NODES",
+            "users": ["root"],
+            "start_time": 1796288833,
+            "end_time": 1796292433,
+            "accounts": None,
+        }
+    }
+    client = object.__new__(PyslurmClient)  # without `import pyslurm` (it reads slurm.conf at import)
+    CliClient.__init__(client, Replay({}))
+    client.pyslurm = SimpleNamespace(reservation=lambda: SimpleNamespace(get=lambda: got))
+    assert client.reservations() == [reservation_from_json(RESERVATION)]
+
+
+def test_cli_reservation_changes_say_what_slurmctld_answered():
+    from slurm_gpushare.slurm.cli_backend import ReservationError, ReservationExists
+
+    create = ("scontrol", "create", "reservation")
+    client = CliClient(Answers({create: (0, "Reservation created: r\n", "")}))
+    client.create_reservation("r", "n1", 5)
+    assert client.runner.calls[-1][0] == (
+        *create,
+        "ReservationName=r",
+        "Nodes=n1",
+        "StartTime=now",
+        "Duration=5",
+        "Users=root",
+        "Flags=MAINT,IGNORE_JOBS",
+    )
+    dup = CliClient(Answers({create: (1, "", "Error creating the reservation: Duplicate reservation name\n")}))
+    with pytest.raises(ReservationExists, match="reservation r exists"):
+        dup.create_reservation("r", "n1", 5)
+    bad = CliClient(Answers({create: (1, "", "Error creating the reservation: Invalid node name specified\n")}))
+    with pytest.raises(ReservationError, match="cannot create reservation r: .*Invalid node name") as exc:
+        bad.create_reservation("r", "nope", 5)
+    assert not isinstance(exc.value, ReservationExists)
+    gone = ("scontrol", "delete")
+    assert CliClient(Answers({gone: (0, "", "")})).delete_reservation("r") is True
+    invalid = "delete_reservation ReservationName=r: Requested reservation is invalid\n"
+    assert CliClient(Answers({gone: (1, "", invalid)})).delete_reservation("r") is False
+    with pytest.raises(ReservationError, match="Requested reservation is in use"):
+        CliClient(Answers({gone: (1, "", "Requested reservation is in use\n")})).delete_reservation("r")
+    client = CliClient(Answers({("scontrol", "update"): (0, "Reservation updated.\n", "")}))
+    client.extend_reservation("r", 7)
+    assert client.runner.calls[-1][0] == ("scontrol", "update", "ReservationName=r", "EndTime=now+7minutes")
+
+
+def test_cli_submit_batch_gives_the_script_on_stdin_and_reads_the_job_id():
+    client = CliClient(Answers({("sbatch",): (0, "4242;lab\n", "")}))
+    assert client.submit_batch(["--job-name=x"], "#!/bin/sh\ntrue\n") == 4242
+    assert client.runner.calls[-1][:2] == (("sbatch", "--parsable", "--job-name=x"), "#!/bin/sh\ntrue\n")
+    with pytest.raises(SlurmClientError, match="not a job id"):
+        CliClient(Answers({("sbatch",): (0, "Submitted batch job 5\n", "")})).submit_batch([], "#!/bin/sh\n")
+
+
+def test_cli_root_jobs_named_merges_squeue_and_sacct_since_a_time():
+    runner = Answers(
+        {
+            ("squeue",): (0, "7|PENDING|1000\n5|RUNNING|900\n", ""),
+            ("sacct",): (0, "6|COMPLETED|1001\n7|PENDING|1000\n", ""),
+        }
+    )
+    assert CliClient(runner).root_jobs_named("gpushare-relayout-n1", 1000) == [6, 7]
+    assert [fmt for _, _, fmt in runner.calls] == ["%s", "%s"]  # epoch seconds on both
+    assert runner.calls[0][0][-3:] == ("--name=gpushare-relayout-n1", "-o", "%i|%T|%V")
+    bad = Answers({("squeue",): (0, "x|PENDING|1000\n", ""), ("sacct",): (0, "", "")})
+    with pytest.raises(SlurmClientError, match="'x' is not a job id"):
+        CliClient(bad).root_jobs_named("gpushare-relayout-n1", 0)
+
+
+def test_cli_job_end_reads_sacct_in_epoch_seconds():
+    from slurm_gpushare.slurm.model import JobEnd
+
+    runner = Answers({("sacct",): (0, "12|CANCELLED by 0|0:15|1796292433|lab-mig01\n", "")})
+    end = CliClient(runner).job_end(12)
+    assert end == JobEnd(12, "CANCELLED", "0:15", 1796292433, "lab-mig01") and end.ended and not end.ok
+    assert runner.calls[-1][0][-2:] == ("-j", "12") and runner.calls[-1][2] == "%s"
+    running = CliClient(Answers({("sacct",): (0, "12|RUNNING|0:0|Unknown|lab-mig01\n", "")})).job_end(12)
+    assert running == JobEnd(12, "RUNNING", "0:0", None, "lab-mig01") and not running.ended
+    assert CliClient(Answers({("sacct",): (0, "", "")})).job_end(12) is None
