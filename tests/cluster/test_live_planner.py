@@ -45,7 +45,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurm_gpushare.slurm.reservations import LockHeld, Reservations
+from slurm_gpushare.slurm.relayoutjob import LockHeld, create_lock
 from tests.cluster.conftest import POLICY, own_cluster, wait_for
 from tests.cluster.test_node_runtime import MAKE_CAPS
 
@@ -231,7 +231,7 @@ def test_pending_3g_jobs_get_lab_mig01_relaid_out_when_its_1g_job_ends(live_clus
     assert c.job(running).get("JobState") == "RUNNING"  # the lock does not touch the running job
     # a third would-be holder: Slurm 24.11 refuses the same name ("Duplicate reservation name"), read as LockHeld
     with pytest.raises(LockHeld):
-        Reservations(c.slurm_runner()).create_lock(NODE, 60)
+        create_lock(c.client(), NODE, 60)
     release(c, go)  # the 1g job ends: the lock's holder relays the node out
     wait_for("the relayout to be done", lambda: phase(c) in ("done", "failed", "gave_up", "lost"), timeout=300, every=2)
     record = state(c)["current"][NODE]
