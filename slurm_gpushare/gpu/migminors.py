@@ -10,6 +10,7 @@ Pure: parsing and the closed-form table, no GPU access.
 
 from __future__ import annotations
 
+import os
 import re
 
 from ..errors import GpushareError

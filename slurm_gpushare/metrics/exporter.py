@@ -89,7 +89,7 @@ class SlurmCollector:
                 value = readers[part]()
                 self.good[part] = (value, self.clock())
                 ok[part] = True
-            except Exception as exc:  # noqa: BLE001 - any failure of one part: count it, serve its last good value
+            except Exception as exc:  # any failure of one part: count it, serve its last good value
                 log.warning(
                     "gpushare exporter: reading %s from Slurm failed (%s); serving its last good read", part, exc
                 )
@@ -347,7 +347,7 @@ class SharedSnapshot:
             if self.timeouts is not None:
                 self.timeouts.deadline = deadline
             metrics = self.collector.scrape()
-        except Exception:  # noqa: BLE001 - the server keeps serving the last snapshot; the log says why
+        except Exception:  # the server keeps serving the last snapshot; the log says why
             log.exception("gpushare exporter: reading Slurm failed")
         finally:
             if self.timeouts is not None:
@@ -452,7 +452,7 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 30  # seconds a connection may idle or dawdle over a request: a stalled client is dropped
     server_version = "gpushare-exporter"
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:  # http.server's name
         status, headers, body = self.server.exporter.respond(self.path, self.headers, self.client_address[0])
         try:
             self.send_response(status)
@@ -464,7 +464,7 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:  # the scraper went away: nothing of ours is left running for it
             self.close_connection = True
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's signature
+    def log_message(self, format: str, *args) -> None:  # http.server's signature
         log.debug("%s %s", self.address_string(), format % args)
 
 

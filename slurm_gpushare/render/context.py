@@ -84,7 +84,8 @@ def partition_lines(site: Site) -> list[dict]:
                 # now, requeue (or cancel) when it runs out (Slurm 24.11 interfaces/preempt.c)
                 attrs.append(("GraceTime", spec.grace_time))
         if tier.exclusive_user:
-            # MPS GPUs in EXCLUSIVE_PROCESS hold one MPS server, so one user's jobs, at a time (slurm.conf(5) ExclusiveUser)
+            # MPS GPUs in EXCLUSIVE_PROCESS hold one MPS server, so one user's jobs, at a time (slurm.conf(5)
+            # ExclusiveUser)
             attrs.append(("ExclusiveUser", "YES"))
         if spec.allow_accounts:
             attrs.append(("AllowAccounts", ",".join(spec.allow_accounts)))

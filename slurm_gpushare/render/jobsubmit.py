@@ -29,7 +29,8 @@ PROGRAM = "job_submit.lua"  # the static program, a file of the slurm_gpushare.s
 PRELUDE = "job_submit.prelude.lua.j2"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _KEYWORDS = frozenset(
-    "and break do else elseif end false for function goto if in local nil not or repeat return then true until while".split()
+    "and break do else elseif end false for function goto if in local nil not or repeat return then true until "
+    "while".split()
 )
 
 

@@ -23,7 +23,7 @@ from ..proc import CommandError, Result, run
 from ..render import render_all
 from ..slurm import commands
 from ..slurm.client import CliClient
-from ..slurm.parsable import parse_scontrol_oneliners  # noqa: F401  (tests import it from here)
+from ..slurm.parsable import parse_scontrol_oneliners  # tests import it from here
 from .compose import (
     CGROUP_V1_CONTROLLERS,
     EXPORTER_PORT,
