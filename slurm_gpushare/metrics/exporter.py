@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
@@ -81,7 +82,7 @@ class SlurmCollector:
             "sshare": self.client.sshare,
             "associations": lambda: self.client.associations(self.site.cluster.name),
         }
-        got: dict[str, object] = {}
+        got: dict[str, Any] = {}  # each part's own type (collect.SlurmRead's fields)
         ok: dict[str, bool] = {}
         for part in PARTS:
             start = self.timer()
@@ -451,6 +452,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = 30  # seconds a connection may idle or dawdle over a request: a stalled client is dropped
     server_version = "gpushare-exporter"
+    server: ExporterServer  # the server that made this handler: its exporter answers
 
     def do_GET(self) -> None:  # http.server's name
         status, headers, body = self.server.exporter.respond(self.path, self.headers, self.client_address[0])

@@ -54,7 +54,7 @@ def node_lines(site: Site) -> list[dict]:
             "ThreadsPerCore": spec.threads_per_core,
             "RealMemory": spec.memory_mb,
         }
-        attrs = [(k, v) for k, v in hw.items() if v is not None]
+        attrs: list[tuple[str, object]] = [(k, v) for k, v in hw.items() if v is not None]
         attrs.append(("Gres", gres_string(g)))
         # the GPU model's feature (its Slurm type) and the policy's own: --constraint=a30|l40s picks GPU models
         attrs.append(("Features", ",".join(g.features)))
