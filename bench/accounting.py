@@ -27,10 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from slurm_gpushare.accounting.usage import aggregate  # noqa: E402
-from slurm_gpushare.examples import example  # noqa: E402
-from slurm_gpushare.policy import load_file  # noqa: E402
-from slurm_gpushare.slurm.sacct import parse_json, parse_parsable2  # noqa: E402
+from slurm_gpushare.accounting.usage import aggregate
+from slurm_gpushare.examples import example
+from slurm_gpushare.policy import load_file
+from slurm_gpushare.slurm.sacct import parse_json, parse_parsable2
 
 UTC = UTC
 SINCE = datetime(2025, 3, 1, tzinfo=UTC).timestamp()
@@ -150,19 +150,23 @@ def main() -> None:
         json_s, jn = timed(lambda: sum(1 for _ in parse_json(open(jpath, "rb"))))
     rate = n / agg_s
     print(
-        f"records: {n:,} parsable2 ({size / 1e6:.0f} MB, generated in {gen_s:.1f} s), {jn:,} JSON ({jsize / 1e6:.0f} MB)"
+        f"records: {n:,} parsable2 ({size / 1e6:.0f} MB, generated in {gen_s:.1f} s), "
+        f"{jn:,} JSON ({jsize / 1e6:.0f} MB)"
     )
     print(f"baseline read + split('|')      : {base_s:6.2f} s  {n / base_s:12,.0f} rec/s")
     print(
-        f"parse to JobRecord              : {parse_s:6.2f} s  {n / parse_s:12,.0f} rec/s  ({parse_s / base_s:.2f}x baseline)"
+        f"parse to JobRecord              : {parse_s:6.2f} s  {n / parse_s:12,.0f} rec/s  "
+        f"({parse_s / base_s:.2f}x baseline)"
     )
     print(f"parse + GPU-eq by account       : {agg_s:6.2f} s  {rate:12,.0f} rec/s  ({agg_s / base_s:.2f}x baseline)")
     print(
-        f"parse + by gpu-kind, decayed    : {kind_s:6.2f} s  {n / kind_s:12,.0f} rec/s  ({kind_s / base_s:.2f}x baseline)"
+        f"parse + by gpu-kind, decayed    : {kind_s:6.2f} s  {n / kind_s:12,.0f} rec/s  "
+        f"({kind_s / base_s:.2f}x baseline)"
     )
     print(f"parse --json (streamed)         : {json_s:6.2f} s  {jn / json_s:12,.0f} rec/s")
     print(
-        f"total {agg.total.gpu_seconds / 3600:,.0f} GPU-eq h over {len(agg.groups)} accounts, {agg.outside:,} outside the window"
+        f"total {agg.total.gpu_seconds / 3600:,.0f} GPU-eq h over {len(agg.groups)} accounts, "
+        f"{agg.outside:,} outside the window"
     )
     print(f"peak traced memory (parse+agg)  : {peak / 2**10:6.1f} KiB")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

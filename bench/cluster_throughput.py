@@ -70,7 +70,8 @@ def worker():
                 errors.append(p.stderr.strip())
 
 def queued():
-    p = subprocess.run(["squeue", "-h", "-u", cfg["user"], "-n", cfg["name"], "-o", "%i"], capture_output=True, text=True)
+    argv = ["squeue", "-h", "-u", cfg["user"], "-n", cfg["name"], "-o", "%i"]
+    p = subprocess.run(argv, capture_output=True, text=True)
     return None if p.returncode else len(p.stdout.split())
 
 t0 = time.monotonic()
@@ -122,8 +123,10 @@ class Figures:
     def lines(self) -> list[str]:
         what = " ".join(self.options) or "(no GRES)"
         out = [
-            f"{self.label}: {self.jobs} x sbatch --wrap true {what}{' --hold' if self.hold else ''}, {self.parallel} submitter(s)",
-            f"  submitted {self.submitted}, failed {self.failed}, in {self.submit_s:.2f} s: {self.rate:.1f} submissions/s",
+            f"{self.label}: {self.jobs} x sbatch --wrap true {what}{' --hold' if self.hold else ''}, {self.parallel} "
+            "submitter(s)",
+            f"  submitted {self.submitted}, failed {self.failed}, in {self.submit_s:.2f} s: {self.rate:.1f} "
+            "submissions/s",
             f"  sbatch latency ms: p50 {self.pct(0.5):.1f}  p90 {self.pct(0.9):.1f}  p99 {self.pct(0.99):.1f}  "
             f"mean {statistics.fmean(self.latencies) * 1000 if self.latencies else float('nan'):.1f}",
         ]
@@ -388,7 +391,8 @@ def turnover(
     for h in hooks:
         if "product" in scheds and "slurm" in scheds:
             print(
-                f"  ratio scheduler product/slurm, hooks {'on' if h else 'off'}: {med[(h, 'product')] / med[(h, 'slurm')]:.2f}"
+                f"  ratio scheduler product/slurm, hooks {'on' if h else 'off'}: "
+                f"{med[(h, 'product')] / med[(h, 'slurm')]:.2f}"
             )
 
 

@@ -17,7 +17,9 @@ Both runs start from the static planner's layout for phase A (livesim.static_lay
 phase A's running instances by Little's law, every node alike). "static" never changes it; "live" runs the
 product's planner (live/plan.py plan_live, the policy's live: limits given here) every ``--interval`` s and
 carries its proposals out as `gpushare live apply` does (lock, wait for the node's GPU jobs, change_cost of drain,
-every GPU of the proposal in that one drain: with_layouts). Each ``--variant`` adds a live run whose limits differ from the others' by the keys given. Figures per seed and their mean: pending time (mean, p95; a job still pending at the end counts
+every GPU of the proposal in that one drain: with_layouts). Each ``--variant`` adds a live run whose limits differ
+from the others' by the keys given. Figures per seed and their mean: pending time (mean, p95; a job still pending at
+the end counts
 until the end), GPU allocation (occupied MIG compute slices / 7 x GPUs, time-averaged over the run), jobs
 finished, jobs not started, relayouts (node changes) and GPU layout changes; the ratio live / static; wall time
 and max RSS.
@@ -35,8 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from slurm_gpushare.live import sim as livesim
-from slurm_gpushare.sim.trace import load_pod_times, load_pods
+from slurm_gpushare.live import sim as livesim  # noqa: E402 - after the checkout is put on sys.path
+from slurm_gpushare.sim.trace import load_pod_times, load_pods  # noqa: E402
 
 TRACE = Path("/work/shared/data/gpu-trace/openb_pod_list_default.csv")
 if not TRACE.exists():

@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from slurm_gpushare.live.plan import plan_live  # noqa: E402
-from slurm_gpushare.live.view import ClusterView, NodeView, PendingJob, RecentJob, RunningJob  # noqa: E402
-from slurm_gpushare.policy import build_site  # noqa: E402
+from slurm_gpushare.live.plan import plan_live
+from slurm_gpushare.live.view import ClusterView, NodeView, PendingJob, RecentJob, RunningJob
+from slurm_gpushare.policy import build_site
 
 T1, T3 = "gpu:a100_40g_1g.5gb", "gpu:a100_40g_3g.20gb"
 NOW = 1_800_000_000.0

@@ -414,7 +414,10 @@ def report_mode(mode: str, got: Measured) -> tuple[float, ...]:
     print(f"    {'  the same, console scripts':34s} {p(console_pe)}  (the scripts save {saved:.1f} ms)")
     print(f"    {'prolog+epilog, timed wall':34s} {p(got.timed_wall)}  (timing wrappers {wall - plain:+.1f} ms)")
     kinds = ", ".join(f"{k} {statistics.median(got.doubles[k]):.1f}" for k in DOUBLES)
-    counts = f"{statistics.median(got.doubles['n_mps']):g} client starts, {statistics.median(got.doubles['n_nvml']):g} NVML calls"
+    counts = (
+        f"{statistics.median(got.doubles['n_mps']):g} client starts, "
+        f"{statistics.median(got.doubles['n_nvml']):g} NVML calls"
+    )
     print(f"      {'test doubles':32s} {p(got.double_sums)}  (p50s: {kinds}; {counts} per job)")
     product = got.product
     print(f"      {'product own':32s} {p(product)}  ({statistics.median(product) / m50:4.1f}x baseline)")
@@ -436,7 +439,8 @@ def report_mode(mode: str, got: Measured) -> tuple[float, ...]:
         )
     own = statistics.median(product)
     print(
-        f"    product's own prolog+epilog p50 {own:.1f} ms: <= {TARGET_MS:g} {'met' if own <= TARGET_MS else 'not met'}, "
+        f"    product's own prolog+epilog p50 {own:.1f} ms: <= {TARGET_MS:g} "
+        f"{'met' if own <= TARGET_MS else 'not met'}, "
         f"<= {LOADED_TARGET_MS:g} {'met' if own <= LOADED_TARGET_MS else 'not met'}"
     )
     return (
@@ -483,8 +487,8 @@ def main(argv=None) -> None:
     print(f"start: {load()}, nice {os.nice(0)}")
     base = [timed([sys.executable, "-c", "pass"], {}) for _ in range(args.runs)]
     print(
-        f"node hooks, {args.runs} jobs per mode (and as many timed), wall ms per process (python {sys.version.split()[0]}, "
-        f"{os.cpu_count()} CPUs), node metrics {'on' if args.metrics else 'off'}:"
+        f"node hooks, {args.runs} jobs per mode (and as many timed), wall ms per process "
+        f"(python {sys.version.split()[0]}, {os.cpu_count()} CPUs), node metrics {'on' if args.metrics else 'off'}:"
     )
     print(f"  {'baseline: python -c pass':34s} {p(base)}")
     print(f"  {'a C client from a hook: /bin/true':34s} {p(native_floor(args.runs))}  (proc.run: spawn, exec, reap)")
@@ -493,7 +497,8 @@ def main(argv=None) -> None:
         this, other = compare(mode, args.runs, args.against.resolve())
         a, b = statistics.median(this), statistics.median(other)
         print(
-            f"  {mode:10s} prolog+epilog p50 per job: {args.against} {b:6.1f}, this tree {a:6.1f} ({(a - b) / b * 100:+.0f} %)"
+            f"  {mode:10s} prolog+epilog p50 per job: {args.against} {b:6.1f}, this tree {a:6.1f} "
+            f"({(a - b) / b * 100:+.0f} %)"
         )
     rows = [
         (mode, report_mode(mode, bench_mode(mode, args.runs, args.metrics)))
@@ -508,8 +513,9 @@ def main(argv=None) -> None:
         print("|---|--:|--:|--:|--:|--:|--:|:-:|:-:|--:|--:|")
         for mode, (m50, plain, doubles, own, own95, with_import, c50, own_cpu) in rows:
             print(
-                f"| {mode} | {m50:.1f} | {plain:.1f} | {doubles:.1f} | **{own:.1f}** | {own95:.1f} | {with_import:.1f} | "
-                f"{'met' if own <= TARGET_MS else 'not met'} | {'met' if own <= LOADED_TARGET_MS else 'not met'} "
+                f"| {mode} | {m50:.1f} | {plain:.1f} | {doubles:.1f} | **{own:.1f}** | {own95:.1f} | "
+                f"{with_import:.1f} | {'met' if own <= TARGET_MS else 'not met'} "
+                f"| {'met' if own <= LOADED_TARGET_MS else 'not met'} "
                 f"| {c50:.1f} | {own_cpu:.1f} |"
             )
     print(f"end: {load()}")

@@ -77,17 +77,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import scenarios  # noqa: E402
-from bench import workloads as generator  # noqa: E402
-from slurm_gpushare.planner.evaluate import forked_map  # noqa: E402
-from slurm_gpushare.sim.arrivals import arrival_sequence  # noqa: E402
-from slurm_gpushare.sim.engine import replay  # noqa: E402
-from slurm_gpushare.sim.paper import whatif  # noqa: E402
-from slurm_gpushare.sim.paper.baselines import BestFit, RandomPolicy  # noqa: E402
-from slurm_gpushare.sim.paper.fgd import FGD  # noqa: E402
-from slurm_gpushare.sim.paper.gpustate import covering_profile, mig_kind  # noqa: E402
-from slurm_gpushare.sim.slurmmodel import SlurmPolicy, uniform_router, with_uniform_mps  # noqa: E402
-from slurm_gpushare.sim.trace import (  # noqa: E402
+from bench import scenarios
+from bench import workloads as generator
+from slurm_gpushare.planner.evaluate import forked_map
+from slurm_gpushare.sim.arrivals import arrival_sequence
+from slurm_gpushare.sim.engine import replay
+from slurm_gpushare.sim.paper import whatif
+from slurm_gpushare.sim.paper.baselines import BestFit, RandomPolicy
+from slurm_gpushare.sim.paper.fgd import FGD
+from slurm_gpushare.sim.paper.gpustate import covering_profile, mig_kind
+from slurm_gpushare.sim.slurmmodel import SlurmPolicy, uniform_router, with_uniform_mps
+from slurm_gpushare.sim.trace import (
     TRACE_DIR,
     WORKLOADS,
     load_cluster,
@@ -292,7 +292,8 @@ def refused_line(probes: list[dict]) -> str:
 
 def report(scenario: str, seeds: list[int], rows: dict, pub) -> None:
     print(
-        f"\n{scenario}: mean allocation ratio (%) over seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), 100 % / 130 % arrived"
+        f"\n{scenario}: mean allocation ratio (%) over seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), "
+        "100 % / 130 % arrived"
     )
     for name, row in rows.items():
         a100 = mean([v[0] for v in row["per_seed"].values()])

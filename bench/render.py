@@ -21,8 +21,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from slurm_gpushare.policy import load_bytes  # noqa: E402
-from slurm_gpushare.render import render_all  # noqa: E402
+from slurm_gpushare.policy import load_bytes
+from slurm_gpushare.render import render_all
 
 SHAPES = [
     (
@@ -92,7 +92,7 @@ def main() -> None:
     args = ap.parse_args()
     data = generate(args.nodes, args.group_size)
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    parse_s, _ = timed(lambda: yaml.load(data, Loader=loader), args.repeat)  # noqa: S506
+    parse_s, _ = timed(lambda: yaml.load(data, Loader=loader), args.repeat)
     validate_s, site = timed(lambda: load_bytes(data, "generated.yaml"), args.repeat)
     render_s, files = timed(lambda: render_all(site), args.repeat)
     tracemalloc.start()
@@ -103,12 +103,14 @@ def main() -> None:
     gpus = sum(len(g.nodes) * len(g.gpus) for g in site.groups)
     size = sum(len(t) for t in files.values())
     print(
-        f"policy: {nodes} nodes, {gpus} GPUs, {len(site.groups)} node groups, {len(site.tiers)} tiers, {len(data) / 1e6:.2f} MB YAML"
+        f"policy: {nodes} nodes, {gpus} GPUs, {len(site.groups)} node groups, {len(site.tiers)} tiers, "
+        f"{len(data) / 1e6:.2f} MB YAML"
     )
     print(f"baseline yaml.safe_load : {parse_s * 1000:8.1f} ms")
     print(f"validate (load+rules)   : {validate_s * 1000:8.1f} ms  ({validate_s / parse_s:.2f}x baseline)")
     print(
-        f"render (4 files)        : {render_s * 1000:8.1f} ms  ({render_s / parse_s:.2f}x baseline), {size / 1e3:.0f} kB output"
+        f"render (4 files)        : {render_s * 1000:8.1f} ms  ({render_s / parse_s:.2f}x baseline), "
+        f"{size / 1e3:.0f} kB output"
     )
     print(f"peak traced memory      : {peak / 2**20:8.1f} MiB (validate + render)")
     print(f"max RSS of this process : {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:8.1f} MiB")

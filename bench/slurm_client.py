@@ -89,9 +89,7 @@ def live(submit: int) -> None:
 
     if submit:
         # held jobs in one sbatch per 500 (as a loop in one shell: a docker exec per job costs seconds)
-        script = (
-            "for i in $(seq %d); do sbatch -H -A physics --wrap true -o /dev/null -J bench >/dev/null; done" % submit
-        )
+        script = f"for i in $(seq {submit}); do sbatch -H -A physics --wrap true -o /dev/null -J bench >/dev/null; done"
         t = time.perf_counter()
         subprocess.run(["su", "alice", "-c", script], check=True)
         print(f"submitted {submit} held jobs in {time.perf_counter() - t:.0f} s")
@@ -101,7 +99,7 @@ def live(submit: int) -> None:
             print(f"pyslurm: {pyslurm_problem()}")
             continue
         client = make_client(backend)
-        secs, peak, (jobs, nodes) = measure(lambda: (client.jobs(), client.nodes()))
+        secs, peak, (jobs, nodes) = measure(lambda client=client: (client.jobs(), client.nodes()))
         results[backend] = secs
         print(
             f"live {backend}: {len(jobs)} jobs + {len(nodes)} nodes in {secs:.3f} s, peak {peak / 2**20:.1f} MiB "
@@ -161,7 +159,7 @@ def grow(project: str, n_nodes: int, n_jobs: int) -> None:
         # slurmctld reads gres.conf (its Include of the node-local MIG file too) when nodes change
         sh(
             "touch /etc/slurm/gres.d/gpushare-mig.conf && printf '%s\\n' "
-            + " ".join(f"'{l}'" for l in lines)
+            + " ".join(f"'{line}'" for line in lines)
             + " >> /etc/slurm/slurm.conf"
         )
         subprocess.run(["docker", "restart", ctl], check=True, capture_output=True)

@@ -1,6 +1,7 @@
 """How far a static Slurm configuration gets on the paper's workloads: an oracle search beside the planner and FGD.
 
-    python bench/static_bound.py [--workloads gpushare80,multigpu50] [--seeds 42,43] [--rounds 2] [--jobs 2] [--json out.json]
+    python bench/static_bound.py [--workloads gpushare80,multigpu50] [--seeds 42,43] [--rounds 2] [--jobs 2] \
+        [--json out.json]
     python bench/static_bound.py --generated SEED [--count 10] [--seeds 42,43]   # on bench/workloads.py's workloads
 
 The planner chooses one static configuration (node groups split into pools,

@@ -10,11 +10,8 @@ import os
 import stat  # loaded by os already: free
 from contextlib import contextmanager
 
-if False:  # typing only: pathlib costs a hook ~17 M instructions (it imports re, urllib.parse, fnmatch)
-    from pathlib import Path
 
-
-def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
+def atomic_write(path: str | os.PathLike[str], text: str, mode: int = 0o644) -> None:
     """Write ``text`` to ``path`` atomically with permissions ``mode`` (mkstemp alone makes 0600).
 
     The mode is set on the open descriptor (``fchmod``), not by name: a name swapped for a link between the
@@ -113,7 +110,7 @@ def _create_temp(path: str) -> tuple[int, str]:
 
 
 @contextmanager
-def flocked(lock_file: Path):
+def flocked(lock_file: str | os.PathLike[str]):
     """Hold an exclusive flock on ``lock_file`` (created 0600, its directory too) for the ``with`` block."""
     import fcntl
 

@@ -42,7 +42,7 @@ def write_all(files: dict[str, str], out: Path, force: bool = False) -> list[str
 
 
 def unified_diff(files: dict[str, str], against: Path) -> str:
-    chunks = []
+    chunks: list[str] = []
     for name, text in files.items():
         target = against / name
         old = target.read_text(encoding="utf-8", errors="replace") if target.exists() else ""

@@ -19,7 +19,7 @@ locale's encoding; universal newlines), but an undecodable byte read as U+FFFD.
 
 from __future__ import annotations
 
-import _signal  # the C module: signal's Python layer imports enum
+import _signal  # type: ignore[import-not-found]  # the C module (signal's Python layer imports enum): no stub
 import os
 import select
 import sys
@@ -104,6 +104,7 @@ def run(
     out, err = _text(child.output[0], encoding), _text(child.output[1], encoding)
     if not done:
         raise CommandError(Result(argv, -9, out, err), f"timed out after {timeout:g} s")
+    assert child.returncode is not None  # done: the child was reaped
     result = Result(argv, child.returncode, out, err)
     if check and child.returncode != 0:
         raise CommandError(result)
@@ -119,7 +120,7 @@ def _text_encoding() -> str:
     return _locale.getencoding()
 
 
-def _text(data: bytes, encoding: str) -> str:
+def _text(data: bytes | bytearray, encoding: str) -> str:
     """As subprocess decodes text output (universal newlines), but a byte that does not decode reads as U+FFFD:
     commands print text that users chose (a job's name may be any bytes), and one such byte must not make the
     whole output unreadable."""
@@ -130,7 +131,8 @@ class _Child:
     """One started command: its pid, our ends of its pipes, what it wrote, its exit status."""
 
     def __init__(self, argv: tuple[str, ...], env: dict[str, str], stdin_pipe: bool):
-        self.argv, self.pid, self.returncode = argv, 0, None
+        self.argv, self.pid = argv, 0
+        self.returncode: int | None = None
         self.output = (bytearray(), bytearray())
         self.fds: dict[int, int] = {}  # our end -> 0 (child's stdin), 1 (stdout), 2 (stderr)
         self.pidfd = -1
@@ -146,7 +148,7 @@ class _Child:
                 r, w = _pipe()
                 theirs.append(w)
                 self.fds[r] = stream
-            actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(theirs)]
+            actions: list[tuple[int, ...]] = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(theirs)]
             actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inherited_fds()]
             self.pid = _spawn(argv, env, actions)
         except BaseException:
@@ -164,6 +166,7 @@ class _Child:
         """Feed ``data`` to stdin, read stdout and stderr until both end, then collect the exit status;
         False if ``deadline`` (monotonic) passed first. As subprocess, the child is reaped only after its
         output ended, so until then its pid (the group that ``kill_group`` kills) cannot be reused."""
+        data = data or b""  # none: stdin is closed below, never written
         poller = select.poll()
         offset, exited = 0, False
         for fd, stream in list(self.fds.items()):
@@ -219,6 +222,7 @@ class _Child:
         while not self.reap(block=deadline is None):
             if _passed(deadline):
                 return False
+            assert deadline is not None  # without one, reap blocks until it has the status
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
             pause = min(pause * 2, 0.05)
         return True
@@ -303,7 +307,8 @@ def _spawn(argv: tuple[str, ...], env: dict[str, str], actions: list) -> int:
     an error names ``argv[0]`` as subprocess's does."""
     exe = argv[0]
     candidates = [exe] if os.path.dirname(exe) else [os.path.join(d, exe) for d in os.get_exec_path(env)]
-    first_error = last = None
+    first_error: OSError | None = None
+    last: OSError | None = None
     for path in candidates:
         try:
             return os.posix_spawn(
@@ -313,5 +318,5 @@ def _spawn(argv: tuple[str, ...], env: dict[str, str], actions: list) -> int:
             last = exc
         except OSError as exc:  # e.g. not executable: reported unless a later entry runs
             first_error = first_error or exc
-    exc = first_error or last or FileNotFoundError(2, os.strerror(2))
-    raise type(exc)(exc.errno, exc.strerror, exe)
+    error = first_error or last or FileNotFoundError(2, os.strerror(2))
+    raise type(error)(error.errno, error.strerror, exe)

@@ -19,6 +19,19 @@ raises ``FrozenInstanceError`` (an AttributeError). ``replace`` and
 use this module's ``replace`` and ``fields``.
 """
 
+from __future__ import annotations
+
+# The type checker reads ``@record`` as a dataclass (PEP 681); typing is imported only by it, never at run time
+# (the hooks' start-up budget: tests/unit/hooks/test_import_sets.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, dataclass_transform
+else:
+
+    def dataclass_transform(**_):
+        return lambda decorated: decorated
+
+
 _MISSING = object()
 
 
@@ -40,7 +53,8 @@ class Field:
         return f"Field(name={self.name!r})"
 
 
-def field(*, default=_MISSING, default_factory=_MISSING, init=True, repr=True, compare=True, hash=None) -> Field:
+def field(*, default=_MISSING, default_factory=_MISSING, init=True, repr=True, compare=True, hash=None) -> Any:
+    """A field's options, as dataclasses.field (typed as the field's value, as dataclasses.field is)."""
     return Field(default, default_factory, init, repr, compare, hash)
 
 
@@ -63,6 +77,7 @@ def replace(record, /, **changes):
     return type(record)(**changes)
 
 
+@dataclass_transform(frozen_default=True, field_specifiers=(field, Field))
 def record(cls=None, /, *, order: bool = False):
     """``@record`` or ``@record(order=True)``: a frozen record class, see the module docstring."""
 
@@ -95,7 +110,7 @@ def _make(cls, order: bool):
     if order:
         methods.update(_ordering(tuple(f.name for f in all_fields if f.compare)))
     _install(cls, methods)
-    cls.__match_args__ = tuple(f.name for f in init)
+    cls.__match_args__ = tuple(f.name for f in init)  # type: ignore[misc]  # set on the class, as dataclasses does
     cls.__record_fields__ = all_fields
     return cls
 

@@ -337,12 +337,12 @@ def check_against(
     nodes = {a.key: a for a in root.walk()}
     exact = {r.key for r in rows if r.exact_usage}
 
-    def rel(a: Assoc, p: Assoc) -> float:
+    def rel_to(a: Assoc, p: Assoc) -> float:
         if a.key not in exact:
             return _usage_precision(a, p)
         return usage_abs / a.efctv if usage_abs and a.efctv else 0.0
 
-    rel_of = {a: rel(a, p) for a, p in fs_parent.items()}
+    rel_of = {a: rel_to(a, p) for a, p in fs_parent.items()}
     slack = _rank_slack(root, fs_children, {a: result[a.key].level_fs for a in fs_parent}, rel_of)
     users = sum(1 for a in root.walk() if a.is_user)
     out = []

@@ -151,7 +151,9 @@ def fairness_png(
     parents = [r["tenant"] for r in rows if r["level_share"] is None]
     fig = Figure(figsize=SIZE, dpi=DPI, layout="constrained")
     ax = fig.add_subplot()
-    x, ticks, tick_labels, width = 0.0, [], [], 0.38
+    x, width = 0.0, 0.38
+    ticks: list[float] = []
+    tick_labels: list[str] = []
     share_c, use_c = _colours(2)
     for n, (level, members) in enumerate(sorted(levels.items(), key=lambda kv: (kv[0] != "root", kv[0]))):
         first = x

@@ -180,7 +180,7 @@ def fairshare_rows(
     theirs: Mapping[Key, Any] | None = None,
 ) -> tuple[list[Column], list[dict]]:
     """The tree, one row per association, depth-first, with sshare's values and the checks beside ours."""
-    bad = {}
+    bad: dict[Key, list[str]] = {}
     for c in checks:
         if not c.ok:
             bad.setdefault(c.key, []).append(c.field)

@@ -97,8 +97,8 @@ def desired_accounts(site: Site) -> list[AccountSpec]:
 
 def _depth(name: str, parent: Mapping[str, str | None]) -> int:
     depth = 0
-    while parent.get(name):
-        name, depth = parent[name], depth + 1
+    while up := parent.get(name):
+        name, depth = up, depth + 1
     return depth
 
 

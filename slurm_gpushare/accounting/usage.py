@@ -18,7 +18,7 @@ identical job shapes of a real cluster are converted once.
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -69,7 +69,7 @@ class GpuConverter:
 
     def convert_tres(self, partition: str, tres: Mapping[str, float]) -> AllocationGpus:
         fr = self.fractions(partition)
-        kinds: Counter[str] = Counter()
+        kinds: defaultdict[str, float] = defaultdict(int)  # as a Counter, but of GPU-equivalents
         unknown: list[str] = []
         typed = 0.0
         for name, count in tres.items():

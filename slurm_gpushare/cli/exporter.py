@@ -111,7 +111,8 @@ def exporter(ctx, policy, listen, listen_old, web_config, insecure, read_interva
 
     \b
     Examples:
-      gpushare exporter --policy /etc/gpushare/policy.yaml --web.listen-address :9877 --web.config.file /etc/gpushare/web.yml
+      gpushare exporter --policy /etc/gpushare/policy.yaml --web.listen-address :9877 \
+          --web.config.file /etc/gpushare/web.yml
       gpushare exporter --policy etc/small-lab.yaml --slurm-backend pyslurm
       gpushare exporter --policy etc/small-lab.yaml --once
     """

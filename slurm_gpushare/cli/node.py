@@ -268,7 +268,7 @@ def _reconcile_metrics(seen: dict, error, reason: str | None, duration: float, d
             duration,
             snapshot,
         )
-    except Exception as exc:  # noqa: BLE001 - the repair's outcome is what counts
+    except Exception as exc:  # the repair's outcome is what counts
         click.echo(
             f"gpushare node reconcile: metrics file in {site.cluster.metrics.textfile_dir} not written: "
             f"{type(exc).__name__}: {exc}",

@@ -92,7 +92,8 @@ MEANINGS = {
     "NodeGroup.sockets": "Sockets",
     "NodeGroup.cores_per_socket": "CoresPerSocket",
     "NodeGroup.threads_per_core": "ThreadsPerCore",
-    "NodeGroup.features": "node Features besides the GPU model's own (its Slurm type, given to every node); names a --constraint can hold",
+    "NodeGroup.features": "node Features besides the GPU model's own (its Slurm type, given to every node); "
+    "names a --constraint can hold",
     "NodeGroup.sharing": "how each GPU or GPU range is shared; GPUs not listed are exclusive",
     "NodeGroup.weight": "slurm.conf Weight (unset: Slurm's 1); lower weights are used first",
     "Quota.gpu": "GrpTRES gres/gpu: whole GPUs and MIG slices at once",

@@ -257,7 +257,8 @@ def fairness(ctx, since, until, fmt, sacct_file, policy, tz, plot):
     "adds",
     multiple=True,
     metavar="ACCOUNT[:USER]=HOURS",
-    help="What if ACCOUNT (or one of its users) used HOURS more: GPU-equivalent hours with --gpu-usage, else billing-unit hours.",
+    help="What if ACCOUNT (or one of its users) used HOURS more: GPU-equivalent hours with --gpu-usage, "
+    "else billing-unit hours.",
 )
 @click.option("--since", help="With --gpu-usage: sacct window start (default: five half-lives before --until).")
 @_UNTIL

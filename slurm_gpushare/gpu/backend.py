@@ -213,7 +213,7 @@ class NvmlBackend:
     def _uuid_for_error(self, index: int | None) -> str | None:
         """The GPU's UUID for an error message, or None when even that cannot be read."""
         if index is None or index in self._uuids:
-            return self._uuids.get(index)
+            return None if index is None else self._uuids[index]
         try:
             return self._uuid(index)
         except GpuError:

@@ -41,7 +41,7 @@ from .migminors import mig_minors_text
 TYPE_CHECKING = False  # typing costs every node hook a few ms at start-up: for type checkers only
 if TYPE_CHECKING:
     from pathlib import Path
-    from typing import ClassVar
+    from typing import ClassVar, NoReturn
 
 # ---- constants: names and values as in pynvml (NVML-H) ----------------------
 
@@ -368,7 +368,7 @@ class _Mig:
     serial: int
 
 
-def _fail(code: int):
+def _fail(code: int) -> NoReturn:
     raise NVMLError(code)
 
 
@@ -479,7 +479,7 @@ def _process_object(proc: dict, gi: int, ci: int):
     )
 
 
-def _write_json(path: Path, data: dict) -> None:
+def _write_json(path: str | os.PathLike[str], data: dict) -> None:
     # 0644: other users' processes (task prolog, jobs) read GPU state too.
     atomic_write(path, json.dumps(data, indent=1, sort_keys=True), 0o644)
 

@@ -10,9 +10,14 @@ Pure: parsing and the closed-form table, no GPU access.
 
 from __future__ import annotations
 
+import os
 import re
 
 from ..errors import GpushareError
+
+TYPE_CHECKING = False  # typing costs every node hook a few ms at start-up: for type checkers only
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 MIG_MINORS = "/proc/driver/nvidia-caps/mig-minors"  # a str: pathlib costs every node hook ~17 M instructions
 
@@ -60,7 +65,7 @@ def parse_mig_minors(text: str, source: str = "mig-minors", only: frozenset[int]
         if not only:
             return {}
         wanted = re.compile(r"^.* (?:{})$".format("|".join(map(str, sorted(only)))), re.MULTILINE)
-        lines = ((text.count("\n", 0, m.start()) + 1, m[0]) for m in wanted.finditer(text))
+        lines: Iterable[tuple[int, str]] = ((text.count("\n", 0, m.start()) + 1, m[0]) for m in wanted.finditer(text))
     else:
         lines = enumerate(text.splitlines(), 1)
     table: dict[MinorKey, int] = {}

@@ -263,7 +263,8 @@ _MODELS = (
         multiprocessors=108,
         pci_device_ids=(),
         mig_profiles=_profiles(_SHAPES_8, _A100_40),
-        source="MIG-SP (profiles: the A100 40GB ones); MIG-GS (values, as A100-SXM4-40GB); OUT (name, memory); SPEC (SMs)",
+        source="MIG-SP (profiles: the A100 40GB ones); MIG-GS (values, as A100-SXM4-40GB); OUT (name, memory); "
+        "SPEC (SMs)",
         note="same GA100 chip and MIG profiles as A100-SXM4-40GB (MIG-SP lists A100 40GB without form factor); "
         "its PCI ID 0x20F110DE stays in A100-SXM4-40GB's MPARTED group; 40960 MiB with recent drivers, "
         "40536 MiB seen with R470 (OUT)",

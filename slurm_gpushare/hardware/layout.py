@@ -3,7 +3,8 @@
 The suite decides placements itself instead of letting the driver pick: the
 driver places instances greedily in creation order, and some valid layouts
 fail in the wrong order (NVIDIA MIG User Guide, "Getting Started with MIG",
-known issue: `-cgi 19,19,14,9` fails, `9,19,14,19` works). A small exact search over memory-slice starts answers both "is it
+known issue: `-cgi 19,19,14,9` fails, `9,19,14,19` works). A small exact search over memory-slice starts answers
+both "is it
 valid" and "where", in an order that is also safe for drivers that choose
 placements themselves (largest first).
 """

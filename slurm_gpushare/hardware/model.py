@@ -8,6 +8,8 @@ fails at import instead of producing a layout the driver would refuse.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ..records import field, record
 
 # NVML_GPU_INSTANCE_PROFILE_* / NVML_COMPUTE_INSTANCE_PROFILE_* values for the
@@ -27,7 +29,7 @@ class CatalogueError(ValueError):
     """
 
 
-def known(kind: str, names: object) -> str:
+def known(kind: str, names: Iterable[object]) -> str:
     """Format 'known <kind>: a, b, c' for error messages."""
     listed = ", ".join(str(n) for n in names)
     return f"known {kind}: {listed}" if listed else f"known {kind}: (none)"
@@ -179,8 +181,8 @@ def _profile_problems(model: GpuModel) -> list[str]:
         f"duplicate {what} {dup}"
         for what, values in (
             ("profile name", [p.name.lower() for p in model.mig_profiles]),
-            ("NVML constant", [p.nvml_constant for p in model.mig_profiles]),
-            ("profile ID", [p.profile_id for p in model.mig_profiles]),
+            ("NVML constant", [str(p.nvml_constant) for p in model.mig_profiles]),
+            ("profile ID", [str(p.profile_id) for p in model.mig_profiles]),
         )
         for dup in sorted({v for v in values if values.count(v) > 1}, key=str)
     ]

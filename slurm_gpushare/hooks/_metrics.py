@@ -16,7 +16,7 @@ def after_run(label: str, hook: str, seen: dict, error: BaseException | None, du
     if spec.dcgm_job_mapping_dir is not None:
         try:
             _dcgm(hook, seen, error, spec.dcgm_job_mapping_dir)
-        except Exception as exc:  # noqa: BLE001 - metrics never fail a job
+        except Exception as exc:  # metrics never fail a job
             dcgm_errors = 1
             print(
                 f"{label}: dcgm-exporter job mapping in {spec.dcgm_job_mapping_dir} not updated: "
@@ -26,7 +26,7 @@ def after_run(label: str, hook: str, seen: dict, error: BaseException | None, du
     if spec.textfile_dir is not None:
         try:
             _textfile(hook, seen, error, duration, spec, dcgm_errors)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             print(
                 f"{label}: metrics file in {spec.textfile_dir} not written: {type(exc).__name__}: {exc}",
                 file=sys.stderr,

@@ -418,7 +418,7 @@ def live_policy_text(doc: dict, admin: Path, state: State) -> str:
 
     changed = (
         ", ".join(
-            f"{n} GPU {g}: {'+'.join(l)}" for n, gl in sorted(state.layouts.items()) for g, l in sorted(gl.items())
+            f"{n} GPU {g}: {'+'.join(lay)}" for n, gl in sorted(state.layouts.items()) for g, lay in sorted(gl.items())
         )
         or "none"
     )

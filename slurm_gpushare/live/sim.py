@@ -1,7 +1,8 @@
 """The live planner's loop in a simulator with departures: a static MIG layout against `plan_live`. Pure.
 
 Data in (a policy document, jobs; ``trace_pool`` takes pods and times the caller read with ``trace``),
-figures out. Every node is an A100-SXM4-40GB MIG node of one policy document; the site, the live limits (the policy's ``live:``
+figures out. Every node is an A100-SXM4-40GB MIG node of one policy document; the site, the live limits (the
+policy's ``live:``
 section) and the layouts come from that document, and every change goes through the product's
 ``policy.document.with_layouts`` and ``policy.build_site``, so the planner that decides is the product's own.
 
@@ -71,7 +72,8 @@ class SimJob:
 
 @dataclass(frozen=True)
 class Phase:
-    """``hours`` of arrivals whose MIG profiles are drawn with these weights, ``load`` x the cluster's slices offered."""
+    """``hours`` of arrivals whose MIG profiles are drawn with these weights, ``load`` x the cluster's slices
+    offered."""
 
     name: str
     hours: float

@@ -160,7 +160,7 @@ class State:
     def node_entries(self, node: str) -> dict:
         """The node's entries of ``layouts`` and ``modes`` as JSON (``Record.prior``)."""
         return {
-            "layouts": {str(g): list(l) for g, l in sorted(self.layouts.get(node, {}).items())},
+            "layouts": {str(g): list(lay) for g, lay in sorted(self.layouts.get(node, {}).items())},
             "modes": {str(g): dict(e) for g, e in sorted(self.modes.get(node, {}).items())},
         }
 
@@ -181,7 +181,7 @@ class State:
         if change.prior is None:
             return
         node = change.node
-        layouts = {int(g): tuple(l) for g, l in (change.prior.get("layouts") or {}).items()}
+        layouts = {int(g): tuple(lay) for g, lay in (change.prior.get("layouts") or {}).items()}
         modes = {int(g): dict(e) for g, e in (change.prior.get("modes") or {}).items()}
         for table, entries in ((self.layouts, layouts), (self.modes, modes)):
             if entries:
@@ -201,7 +201,9 @@ class State:
         return {
             "format": FORMAT,
             "current": {n: c.to_json() for n, c in sorted(self.current.items())},
-            "layouts": {n: {str(g): list(l) for g, l in sorted(gl.items())} for n, gl in sorted(self.layouts.items())},
+            "layouts": {
+                n: {str(g): list(lay) for g, lay in sorted(gl.items())} for n, gl in sorted(self.layouts.items())
+            },
             "modes": {n: {str(g): dict(e) for g, e in sorted(ge.items())} for n, ge in sorted(self.modes.items())},
             "weights": dict(sorted(self.weights.items())),
             "history": [c.to_json() for c in self.history],
@@ -212,11 +214,12 @@ class State:
     def from_json(cls, doc, source: str = "live state") -> State:
         if not isinstance(doc, dict) or doc.get("format") not in (FORMAT, FORMAT_1):
             raise StateError(
-                f"{source}: not a {FORMAT} (or {FORMAT_1}) file (format {doc.get('format') if isinstance(doc, dict) else '?'!r}); "
+                f"{source}: not a {FORMAT} (or {FORMAT_1}) file (format "
+                f"{doc.get('format') if isinstance(doc, dict) else '?'!r}); "
                 "move it away to start afresh"
             )
         try:
-            layouts = {n: {int(g): tuple(l) for g, l in gl.items()} for n, gl in (doc.get("layouts") or {}).items()}
+            layouts = {n: {int(g): tuple(lay) for g, lay in gl.items()} for n, gl in (doc.get("layouts") or {}).items()}
             modes = {n: {int(g): dict(e) for g, e in ge.items()} for n, ge in (doc.get("modes") or {}).items()}
             weights = {str(n): int(w) for n, w in (doc.get("weights") or {}).items()}
         except (AttributeError, ValueError, TypeError) as exc:

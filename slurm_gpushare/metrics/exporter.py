@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
@@ -81,7 +82,7 @@ class SlurmCollector:
             "sshare": self.client.sshare,
             "associations": lambda: self.client.associations(self.site.cluster.name),
         }
-        got: dict[str, object] = {}
+        got: dict[str, Any] = {}  # each part's own type (collect.SlurmRead's fields)
         ok: dict[str, bool] = {}
         for part in PARTS:
             start = self.timer()
@@ -89,7 +90,7 @@ class SlurmCollector:
                 value = readers[part]()
                 self.good[part] = (value, self.clock())
                 ok[part] = True
-            except Exception as exc:  # noqa: BLE001 - any failure of one part: count it, serve its last good value
+            except Exception as exc:  # any failure of one part: count it, serve its last good value
                 log.warning(
                     "gpushare exporter: reading %s from Slurm failed (%s); serving its last good read", part, exc
                 )
@@ -347,7 +348,7 @@ class SharedSnapshot:
             if self.timeouts is not None:
                 self.timeouts.deadline = deadline
             metrics = self.collector.scrape()
-        except Exception:  # noqa: BLE001 - the server keeps serving the last snapshot; the log says why
+        except Exception:  # the server keeps serving the last snapshot; the log says why
             log.exception("gpushare exporter: reading Slurm failed")
         finally:
             if self.timeouts is not None:
@@ -451,8 +452,9 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = 30  # seconds a connection may idle or dawdle over a request: a stalled client is dropped
     server_version = "gpushare-exporter"
+    server: ExporterServer  # the server that made this handler: its exporter answers
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:  # http.server's name
         status, headers, body = self.server.exporter.respond(self.path, self.headers, self.client_address[0])
         try:
             self.send_response(status)
@@ -464,7 +466,7 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:  # the scraper went away: nothing of ours is left running for it
             self.close_connection = True
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's signature
+    def log_message(self, format: str, *args) -> None:  # http.server's signature
         log.debug("%s %s", self.address_string(), format % args)
 
 

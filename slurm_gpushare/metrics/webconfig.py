@@ -133,12 +133,12 @@ def load(path: str | Path) -> WebConfig:
         raw = {}  # an empty file: plain HTTP without auth, as the toolkit reads it
     problems: list[Problem] = []
     config = parse(raw, path.parent, problems)
-    if not problems and config.tls is not None:
+    if config is not None and not problems and config.tls is not None:
         try:
             ssl_context(config.tls)  # the certificate, key and client CA load together
         except WebConfigError as exc:
             problems += exc.problems
-    if problems:
+    if config is None or problems:
         raise WebConfigError(source, problems)
     return config
 

@@ -63,7 +63,8 @@ def _gpu_lines(node: str, slot: GpuSlot, gpu: GpuState, devices, minors: Mapping
         uuid = uuids.get((inst.gi.id, ci.id))
         if uuid is None:
             raise GresConfError(
-                f"node {node}: {gpu.label}: NVML lists no MIG device for GPU instance {inst.gi.id} compute instance {ci.id}"
+                f"node {node}: {gpu.label}: NVML lists no MIG device for GPU instance {inst.gi.id} compute instance "
+                f"{ci.id}"
             )
         gres_type = slot.model.mig_slurm_type(gi_profile_name(slot.model, inst.gi))
         types.append(gres_type)
@@ -90,5 +91,6 @@ def _check_types(node: str, slot: GpuSlot, gpu: GpuState, types: list[str]) -> N
     want = Counter(slot.mig_types())
     if Counter(types) != want:
         raise GresConfError(
-            f"node {node}: {gpu.label}: live MIG types {sorted(types)} differ from slurm.conf's {sorted(want.elements())}"
+            f"node {node}: {gpu.label}: live MIG types {sorted(types)} differ from slurm.conf's "
+            f"{sorted(want.elements())}"
         )

@@ -637,7 +637,8 @@ def run_health(
 
 
 def recent_heals(path: Path, now: float | None = None) -> list[float]:
-    """Times (epoch seconds) of the resumes of Slurm's hook-failure drains in the last hour; a bad file counts as none."""
+    """Times (epoch seconds) of the resumes of Slurm's hook-failure drains in the last hour; a bad file counts as
+    none."""
     import time
 
     now = time.time() if now is None else now

@@ -206,7 +206,10 @@ class SetAside:
 
     def doubt(self) -> str:
         """The drain reason's part: names the file first (a reason is cut at 200 characters), then the doubt."""
-        return f"{self.path}: unreadable journal of job {self.job_id}, set aside; what the job holds on the GPUs is unknown"
+        return (
+            f"{self.path}: unreadable journal of job {self.job_id}, set aside; "
+            "what the job holds on the GPUs is unknown"
+        )
 
 
 class JournalStore:

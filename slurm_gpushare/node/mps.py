@@ -86,7 +86,10 @@ def check_paths(daemon: MpsDaemon) -> str | None:
     """Why the daemon's socket path cannot work (None if it can)."""
     control = f"{daemon.pipe_dir}/control"
     if len(control) > _SOCKET_MAX:
-        return f"MPS control socket path {control} is {len(control)} characters; a unix socket allows {_SOCKET_MAX}: shorten cluster.paths.state_dir"
+        return (
+            f"MPS control socket path {control} is {len(control)} characters; a unix socket allows {_SOCKET_MAX}: "
+            "shorten cluster.paths.state_dir"
+        )
     return None
 
 

@@ -282,7 +282,8 @@ def mps_env(daemon: MpsDaemon, percentage: int | None = None, gpu_memory_mib: tu
         "CUDA_MPS_PIPE_DIRECTORY": daemon.pipe_dir,
         "CUDA_MPS_LOG_DIRECTORY": daemon.log_dir,
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct),
-        # client side, CUDA_VISIBLE_DEVICES syntax with =limit (NVIDIA MPS docs, "Environment Variables"): the daemon's GPU ordinals
+        # client side, CUDA_VISIBLE_DEVICES syntax with =limit (NVIDIA MPS docs, "Environment Variables"): the
+        # daemon's GPU ordinals
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": ",".join(f"{i}={mib}MB" for i, mib in enumerate(limits)),
     }
 

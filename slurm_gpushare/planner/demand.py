@@ -306,7 +306,8 @@ def _num(value) -> float | None:
 
 
 def _gres_tres(text: str, where: str) -> dict[str, float]:
-    """squeue's tres_per_node/tres_per_job ('gres/gpu:a100:2', 'gres/mps:47') as TRES counts, by the submission grammar."""
+    """squeue's tres_per_node/tres_per_job ('gres/gpu:a100:2', 'gres/mps:47') as TRES counts, by the submission
+    grammar."""
     from ..submit.parse import BadRequest, Gres, parse_field
 
     out: dict[str, float] = {}

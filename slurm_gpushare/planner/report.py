@@ -79,7 +79,8 @@ def stranded_lines(demand: Demand, site: Site) -> list[str]:
         asked_gpus, asked_cpus = row["gpus"] * scale, row["cpus"] * scale
         short = ""
         if asked_gpus and cpus < asked_cpus:
-            short = f"; CPU-bound: {asked_cpus - cpus:.0f} CPUs short, strands about {gpus * (1 - cpus / asked_cpus):.0f} GPUs"
+            stranded = gpus * (1 - cpus / asked_cpus)
+            short = f"; CPU-bound: {asked_cpus - cpus:.0f} CPUs short, strands about {stranded:.0f} GPUs"
         lines.append(
             f"  {name}: {row['jobs']} job classes' jobs first routed here, asking {asked_gpus:.1f} of {gpus} GPUs and "
             f"{asked_cpus:.0f} of {cpus} CPUs{short}"

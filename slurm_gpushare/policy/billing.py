@@ -79,7 +79,8 @@ def tier_weights(
     problems = [
         Problem(
             path,
-            f"GRES/{kind} would need several billing weights in one partition ({', '.join(fmt(w) for w in sorted(ws))}): "
+            f"GRES/{kind} would need several billing weights in one partition "
+            f"({', '.join(fmt(w) for w in sorted(ws))}): "
             "Slurm has one weight per TRES per partition; give these GPUs the same replicas/units/model weight "
             "or put their node groups in separate tiers",
         )
@@ -89,7 +90,8 @@ def tier_weights(
     problems += [
         Problem(
             path,
-            f"GRES/{kind} has different weights on different models ({', '.join(fmt(w) for w in sorted(ws))}); give each model its own type",
+            f"GRES/{kind} has different weights on different models ({', '.join(fmt(w) for w in sorted(ws))}); give "
+            "each model its own type",
         )
         for kind, ws in sorted(seen.items())
         if len(ws) > 1 and kind.startswith("gpu:")

@@ -97,7 +97,7 @@ def _with_entries(site_doc: dict, node: str, entries: dict[int, dict], check, wh
     ``check(gpu, its present entry or None, group)`` raises ValueError for a GPU that may not change so."""
     doc = copy.deepcopy(site_doc)
     groups = doc.get("node_groups") or []
-    for i, group in enumerate(groups):
+    for i, group in enumerate(groups):  # noqa: B007 - i, the found group's index, is used after the loop
         nodes = expand_hostlist(str(group.get("nodes", "")))
         if node in nodes:
             break

@@ -238,7 +238,8 @@ def _make_slot(sharing: Sharing, path, model: GpuModel, problems) -> GpuSlot | N
             problems.append(
                 Problem(
                     f"{path}.replicas",
-                    f"{replicas} is not allowed: replicas must be >= 2 (one replica is an exclusive GPU) and <= {MAX_REPLICAS}",
+                    f"{replicas} is not allowed: replicas must be >= 2 (one replica is an exclusive GPU) and <= "
+                    f"{MAX_REPLICAS}",
                 )
             )
         return None if len(problems) > before else GpuSlot(0, mode, model, slurm_type, replicas=replicas)
@@ -250,7 +251,8 @@ def _make_slot(sharing: Sharing, path, model: GpuModel, problems) -> GpuSlot | N
             problems.append(
                 Problem(
                     f"{path}.units",
-                    f"{units} units do not give whole percentages per unit; allowed: {', '.join(map(str, MPS_UNITS))} (divisors of 100)",
+                    f"{units} units do not give whole percentages per unit; allowed: {', '.join(map(str, MPS_UNITS))} "
+                    "(divisors of 100)",
                 )
             )
         return (
@@ -310,14 +312,16 @@ def _check_mode_mix(slots: list[GpuSlot], path, version: SlurmVersion, problems)
         problems.append(
             Problem(
                 path,
-                "mps and shard on the same node are not supported by Slurm (one shared GRES per node); put them in separate node groups",
+                "mps and shard on the same node are not supported by Slurm (one shared GRES per node); put them in "
+                "separate node groups",
             )
         )
     if "mig" in modes and modes & {"mps", "shard"} and version < MIG_WITH_SHARED_FIXED:
         problems.append(
             Problem(
                 path,
-                f"MIG together with {'/'.join(sorted(modes & {'mps', 'shard'}))} on one node constrains the wrong MIG devices before Slurm 23.02.7 (Bug 17482); upgrade or split the node group",
+                f"MIG together with {'/'.join(sorted(modes & {'mps', 'shard'}))} on one node constrains the wrong MIG "
+                "devices before Slurm 23.02.7 (Bug 17482); upgrade or split the node group",
             )
         )
 

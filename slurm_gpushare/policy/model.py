@@ -284,7 +284,7 @@ class RouteMatch(Strict):
 
 
 class Route(Strict):
-    """Class routing: jobs that ``match`` (and name no partition) go to ``tiers``; mps requests may be rounded to MIG."""
+    """Class routing: jobs that ``match`` (and name no partition) go to ``tiers``; mps requests may be rounded to MIG."""  # noqa: E501 the policy schema's description (docs/reference/policy.schema.json), kept on one line
 
     match: RouteMatch
     tiers: list[str] = []

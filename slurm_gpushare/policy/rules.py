@@ -98,7 +98,8 @@ def build_tiers(policy: Policy, groups: list[Group]) -> tuple[list[TierView], li
             problems.append(
                 Problem(
                     f"{path}.preempt_mode",
-                    "'suspend' is not allowed for GPU jobs: suspended jobs keep their GRES; use requeue or cancel (or off)",
+                    "'suspend' is not allowed for GPU jobs: suspended jobs keep their GRES; use requeue or "
+                    "cancel (or off)",
                 )
             )
         elif mode not in PREEMPT_MODES:
@@ -112,7 +113,8 @@ def build_tiers(policy: Policy, groups: list[Group]) -> tuple[list[TierView], li
             problems.append(
                 Problem(
                     f"{path}.grace_time",
-                    "applies to jobs preempted from this tier, and its preempt_mode is off; set preempt_mode to requeue or cancel, or remove grace_time",
+                    "applies to jobs preempted from this tier, and its preempt_mode is off; set preempt_mode to "
+                    "requeue or cancel, or remove grace_time",
                 )
             )
         for j, name in enumerate(tier.node_groups):

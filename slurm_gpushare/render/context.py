@@ -54,7 +54,7 @@ def node_lines(site: Site) -> list[dict]:
             "ThreadsPerCore": spec.threads_per_core,
             "RealMemory": spec.memory_mb,
         }
-        attrs = [(k, v) for k, v in hw.items() if v is not None]
+        attrs: list[tuple[str, object]] = [(k, v) for k, v in hw.items() if v is not None]
         attrs.append(("Gres", gres_string(g)))
         # the GPU model's feature (its Slurm type) and the policy's own: --constraint=a30|l40s picks GPU models
         attrs.append(("Features", ",".join(g.features)))
@@ -84,7 +84,8 @@ def partition_lines(site: Site) -> list[dict]:
                 # now, requeue (or cancel) when it runs out (Slurm 24.11 interfaces/preempt.c)
                 attrs.append(("GraceTime", spec.grace_time))
         if tier.exclusive_user:
-            # MPS GPUs in EXCLUSIVE_PROCESS hold one MPS server, so one user's jobs, at a time (slurm.conf(5) ExclusiveUser)
+            # MPS GPUs in EXCLUSIVE_PROCESS hold one MPS server, so one user's jobs, at a time (slurm.conf(5)
+            # ExclusiveUser)
             attrs.append(("ExclusiveUser", "YES"))
         if spec.allow_accounts:
             attrs.append(("AllowAccounts", ",".join(spec.allow_accounts)))

@@ -38,4 +38,4 @@ def header_ok(text: str, comment: str = "#") -> bool:
         return False
     hash_line = "#" + lines[3][len(comment) :] if comment != "#" else lines[3]
     m = _BODY_RE.match(hash_line)
-    return bool(m) and hashlib.sha256(lines[4].encode()).hexdigest() == m[1]
+    return m is not None and hashlib.sha256(lines[4].encode()).hexdigest() == m[1]

@@ -29,7 +29,8 @@ PROGRAM = "job_submit.lua"  # the static program, a file of the slurm_gpushare.s
 PRELUDE = "job_submit.prelude.lua.j2"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _KEYWORDS = frozenset(
-    "and break do else elseif end false for function goto if in local nil not or repeat return then true until while".split()
+    "and break do else elseif end false for function goto if in local nil not or repeat return then true until "
+    "while".split()
 )
 
 
@@ -57,26 +58,7 @@ def lua_data(t: Tables) -> dict:
         "shared": t.shared,
         "aliases": {k: {"name": a.name, "type": a.type, "per": a.per} for k, a in t.aliases.items()},
         "texts": dict(t.texts),
-        "tiers": [
-            {
-                "name": x.name,
-                "is_default": x.is_default,
-                "gpu": list(x.gpu),
-                "gpu_set": {g: True for g in x.gpu},
-                "shared": x.shared,
-                "groups": [
-                    {
-                        "name": g.name,
-                        "model": g.model,
-                        "feature_set": {f: True for f in g.features},
-                        "gpu": list(g.gpu),
-                        "shared": g.shared,
-                    }
-                    for g in x.groups
-                ],
-            }
-            for x in t.tiers
-        ],
+        "tiers": _lua_tiers(t),
         "feature_set": {f: True for f in t.features},
         "model_features": list(t.model_features),
         "tier_index": {x.name: i + 1 for i, x in enumerate(t.tiers)},
@@ -95,6 +77,29 @@ def lua_data(t: Tables) -> dict:
             for r in t.routes
         ],
     }
+
+
+def _lua_tiers(t: Tables) -> list[dict]:
+    return [
+        {
+            "name": x.name,
+            "is_default": x.is_default,
+            "gpu": list(x.gpu),
+            "gpu_set": {g: True for g in x.gpu},
+            "shared": x.shared,
+            "groups": [
+                {
+                    "name": g.name,
+                    "model": g.model,
+                    "feature_set": {f: True for f in g.features},
+                    "gpu": list(g.gpu),
+                    "shared": g.shared,
+                }
+                for g in x.groups
+            ],
+        }
+        for x in t.tiers
+    ]
 
 
 def lua_function(template: str) -> str:

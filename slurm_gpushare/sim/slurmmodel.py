@@ -6,7 +6,8 @@ model implements; file and function named for each):
 Node choice (src/plugins/topology/common/eval_nodes.c ``_eval_nodes_consec``,
 the default when no topology plugin, LLN, pack_serial_at_end or SPREAD_JOB
 applies): the nodes that can run the job are grouped into sets of
-*consecutive* nodes (in slurmctld's node table order: by name, naturally sorted, not slurm.conf's order) of equal Weight; the set with the
+*consecutive* nodes (in slurmctld's node table order: by name, naturally sorted, not slurm.conf's order) of equal
+Weight; the set with the
 lowest Weight wins; among equal Weights the first set with enough CPUs, then
 any set with fewer CPUs in total (tightest fit); inside the chosen set a
 one-node job takes the node with the fewest available CPUs, the first among

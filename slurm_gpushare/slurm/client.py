@@ -27,6 +27,7 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..proc import Runner, run
 from . import commands
@@ -116,6 +117,15 @@ def make_client(backend: str | None = None, runner: Runner = run, environ=None) 
 
         return PyslurmClient(runner)
     return CliClient(runner)
+
+
+# Every backend is held to the interface by the type checker (mypy in .ci/run): a backend that lacks one of
+# SlurmClient's methods, or answers with another signature, fails there. pyslurm_backend is not imported at run
+# time here (``import pyslurm`` may end the process).
+if TYPE_CHECKING:
+    from .pyslurm_backend import PyslurmClient
+
+    _BACKENDS: tuple[type[SlurmClient], ...] = (CliClient, PyslurmClient)
 
 
 _PROBE = "import pyslurm; print(pyslurm.__version__, '%d.%d' % pyslurm.slurm_api_version()[:2])"

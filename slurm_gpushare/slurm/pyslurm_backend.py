@@ -5,8 +5,8 @@ succeed in a child process: in a process without a reachable slurm.conf,
 ``import pyslurm`` stops the interpreter (a C-level fatal in slurm_init).
 
 Reads: jobs (``pyslurm.Jobs``; but a job's per-node GRES and GPU indexes: pyslurm 24.11
-does not unpack a job's resource layout, so ``gres_alloc`` stays empty; seen on 24.11.5), nodes (``pyslurm.Nodes``), partitions,
-associations (``pyslurm.db.Associations``), sacct records
+does not unpack a job's resource layout, so ``gres_alloc`` stays empty; seen on 24.11.5), nodes
+(``pyslurm.Nodes``), partitions, associations (``pyslurm.db.Associations``), sacct records
 (``pyslurm.db.Jobs``, ``sacct.PyslurmSource``) and reservations (``pyslurm.reservation``: in 24.11
 the only reservation API is that deprecated class, over slurm_load_reservations). pyslurm 24.11 has no
 sshare and its QOS lacks priority and preemption, so those, the QOS access

@@ -59,7 +59,8 @@ MESSAGES = {
     "one GPU can give, and Slurm takes a shared request from one GPU. Ask for whole GPUs instead, e.g. --gres=gpu:1",
     "scope": "{name} in {field} is requested per {unit}, so a job with several {unit}s on a node holds several "
     "slices of the same GPU (reject_multi_slice); ask per node instead, e.g. --gres={name}:{n}",
-    "over_shard": "{n} shards are not {n} GPUs: they are {n} time slices of the same GPU, one device reserved {n} times, "
+    "over_shard": "{n} shards are not {n} GPUs: they are {n} time slices of the same GPU, "
+    "one device reserved {n} times, "
     "and the job gets no more of it than with one. Ask for --gres=shard:1, or for whole GPUs with --gres=gpu:1",
     "mixed": "one job cannot combine {kinds}: it gets whole GPUs or MIG slices (gpu), or shards, or an MPS "
     "share, one kind only (Slurm refuses the mix); submit separate jobs",

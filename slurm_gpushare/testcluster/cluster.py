@@ -19,11 +19,11 @@ from pathlib import Path
 from ..atomic import atomic_write
 from ..errors import GpushareError
 from ..policy import Site, load_file
-from ..proc import CommandError, Result, run
+from ..proc import CommandError, Result, Runner, run
 from ..render import render_all
 from ..slurm import commands
 from ..slurm.client import CliClient
-from ..slurm.parsable import parse_scontrol_oneliners  # noqa: F401  (tests import it from here)
+from ..slurm.parsable import parse_scontrol_oneliners  # tests import it from here
 from .compose import (
     CGROUP_V1_CONTROLLERS,
     EXPORTER_PORT,
@@ -93,7 +93,7 @@ class TestCluster:
     suite: str = os.environ.get("SLURM_SUITE", "trixie")
     workdir: Path = field(default_factory=lambda: Path("/tmp/gpushare-testcluster"))
     docker_dir: Path = DOCKER_DIR
-    runner: object = run
+    runner: Runner = run
     # A Prometheus server in the project (service ``prometheus``), scraping the
     # controller exporter and every node's node_exporter.
     prometheus: bool = False

@@ -9,6 +9,8 @@ node_exporter (its scrape configuration is ``prometheus_config``). Pure.
 
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
 
 from ..policy import Site
@@ -55,7 +57,7 @@ def cgroup_volumes(parent: str | None) -> list[str]:
 def node_service(
     node: str, cgroups: bool, cgroup_parent: str | None = None, state_dir: str = "/var/lib/gpushare"
 ) -> dict:
-    service = {
+    service: dict[str, Any] = {
         "image": IMAGE,
         "init": True,
         "hostname": node,
@@ -102,7 +104,7 @@ def prometheus_config(site: Site, controller: str = "slurmctld", exporter_tls: b
     ``exporter_tls`` the exporter is scraped over HTTPS, verified against the
     test CA, with a client certificate and basic auth (files under
     PROMETHEUS_TLS_DIR)."""
-    exporter = {
+    exporter: dict[str, Any] = {
         "job_name": "gpushare",
         "scrape_interval": EXPORTER_SCRAPE_INTERVAL,
         "scrape_timeout": EXPORTER_SCRAPE_INTERVAL,
@@ -143,7 +145,7 @@ def prometheus_config(site: Site, controller: str = "slurmctld", exporter_tls: b
 
 def prometheus_service(config_path: str, tls_dir: str | None = None) -> dict:
     """The Prometheus server: on the cluster network only (tests query it inside its container)."""
-    service = {
+    service: dict[str, Any] = {
         "image": PROMETHEUS_IMAGE,
         "init": True,
         "hostname": "prometheus",

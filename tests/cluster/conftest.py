@@ -229,7 +229,8 @@ def wait_quiet(c: TestCluster, timeout: float = 180) -> None:
         if quiet and not unrecorded:
             return
         assert time.monotonic() < deadline, (
-            f"cluster not quiet after {timeout:.0f} s: queue {queue!r}, nodes {states}, ends not in slurmdbd {unrecorded}"
+            f"cluster not quiet after {timeout:.0f} s: queue {queue!r}, nodes {states}, ends not in slurmdbd "
+            f"{unrecorded}"
         )
         time.sleep(1)
 

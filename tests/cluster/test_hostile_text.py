@@ -2,7 +2,8 @@
 
 An ordinary user (bob, physics) submits held jobs whose ``--job-name``, ``--comment``, ``--extra`` and
 ``--chdir`` (a directory of that name, made by bob) hold newlines, carriage returns, tabs, ``|``, ``,``,
-``=``, quotes, long text (as long as sbatch takes) and whole forged records in the line formats the readers used to split on: a
+``=``, quotes, long text (as long as sbatch takes) and whole forged records in the line formats the readers used to
+split on: a
 job summary claiming alice runs job 999 on lab-excl01 holding 4 L40S, an ``squeue -o '%A %b'`` line and a
 ``sacct -P`` usage line saying the same. Then every reader is run again and compared with its answer
 before the held jobs existed, alice's two running jobs unchanged: the client's jobs and job summaries (host

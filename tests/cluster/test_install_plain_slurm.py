@@ -411,7 +411,10 @@ def stop_unit(c: TestCluster, name: str, log: str) -> str:
 
 
 def metrics(c: TestCluster) -> str:
-    code = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:9877/metrics', timeout=20).read().decode())"
+    code = (
+        "import urllib.request; "
+        "print(urllib.request.urlopen('http://127.0.0.1:9877/metrics', timeout=20).read().decode())"
+    )
     done = c.exec("slurmctld", ["python3", "-c", code], check=False)
     return done.stdout if done.returncode == 0 else ""
 
@@ -424,9 +427,9 @@ def test_the_exporter_unit_serves_the_clusters_gpus(installed):
         text = wait_for("the exporter's /metrics", lambda: metrics(c), 120)
         line = next(
             (
-                l
-                for l in text.splitlines()
-                if l.startswith("gpushare_gres_configured{") and 'node="gpu-m01"' in l and 'gres="mps"' in l
+                line
+                for line in text.splitlines()
+                if line.startswith("gpushare_gres_configured{") and 'node="gpu-m01"' in line and 'gres="mps"' in line
             ),
             None,
         )

@@ -6,7 +6,8 @@ textfile and the dcgm mapping) with a Prometheus server (``TestCluster(prometheu
 prometheus scraping ``gpushare exporter`` on slurmctld:9877 every 5 s and each node's
 prometheus-node-exporter every 2 s). The exporter is scraped as on a production network: HTTPS with a
 certificate of a throwaway CA made here, a client certificate it requires and verifies, and basic auth
-with a bcrypt hash (its --web.config.file); every scrape series below came through that. The module starts ``gpushare exporter`` in slurmctld, then runs
+with a bcrypt hash (its --web.config.file); every scrape series below came through that. The module starts
+``gpushare exporter`` in slurmctld, then runs
 a mix of whole-GPU, MIG, shard and MPS jobs of two tenants (plus one job pending on physics' quota),
 and compares what Prometheus answers with what Slurm says at the same moment: the exporter's read of
 Slurm (its snapshot, shared by the scrapes of one --slurm.read-interval) began after one read of squeue /

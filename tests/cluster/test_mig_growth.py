@@ -68,7 +68,8 @@ b = open_backend(sys.argv[1])
 op = sys.argv[2]
 if op == "devices":
     starts = {g.id: g.start for g in b.gpu_instances(0)}
-    print(json.dumps([{"uuid": d.uuid, "gi": d.gi_id, "ci": d.ci_id, "start": starts[d.gi_id]} for d in b.mig_devices(0)]))
+    devices = [{"uuid": d.uuid, "gi": d.gi_id, "ci": d.ci_id, "start": starts[d.gi_id]} for d in b.mig_devices(0)]
+    print(json.dumps(devices))
 elif op == "grow":
     start = int(sys.argv[3])
     p = get_model("A100-SXM4-40GB").profile("1g.5gb")
@@ -209,7 +210,7 @@ def test_grow_mig_layout_in_place_while_a_job_runs(growth_cluster):
     t0 = time.monotonic()
     assert gpu_count(node_record(c)) == 2
     include_before = c.exec(NODE, ["cat", "/etc/slurm/gres.d/gpushare-mig.conf"]).stdout
-    old_lines = [l for l in include_before.splitlines() if l.startswith("NodeName=")]
+    old_lines = [line for line in include_before.splitlines() if line.startswith("NodeName=")]
     assert len(old_lines) == 2
 
     # A long job on one instance, with a pretend CUDA process on it.
@@ -253,7 +254,7 @@ def test_grow_mig_layout_in_place_while_a_job_runs(growth_cluster):
     assert apply.returncode == 1 and "processes are running" in apply.stderr, apply
     # ... but a new GPU instance in the free slices is created beside the busy one: the GPU grows in place.
     devices3, include3 = grow(c, 3)
-    new_lines = [l for l in include3.splitlines() if l.startswith("NodeName=")]
+    new_lines = [line for line in include3.splitlines() if line.startswith("NodeName=")]
     assert new_lines[:2] == old_lines and len(new_lines) == 3, include3
     print("include after growth:\n" + include3)
     c.exec(NODE, ["gpushare", "node", "fake-nvml", "remove-process", "--state", FAKE, "--pid", "4242"])

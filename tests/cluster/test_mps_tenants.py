@@ -173,7 +173,8 @@ def test_exclusive_process_keeps_the_gpu_to_one_user_at_a_time(tenants_cluster):
     )
     assert e1["PIPE"] == e2["PIPE"] and (e1["PCT"], e2["PCT"]) == ("25", "50")  # one daemon, each job its own limit
     assert not overlap(r1, r3) and not overlap(r2, r3), (
-        f"EXCLUSIVE_PROCESS: carol ran beside alice: {r1['Start']}-{r1['End']}, {r2['Start']}-{r2['End']}, {r3['Start']}-{r3['End']}"
+        f"EXCLUSIVE_PROCESS: carol ran beside alice: {r1['Start']}-{r1['End']}, {r2['Start']}-{r2['End']}, "
+        f"{r3['Start']}-{r3['End']}"
     )
     assert e3["SERVERS"] == "1" and e3["PIPE"] != e1["PIPE"]
     print(

@@ -266,9 +266,11 @@ def test_killed_mps_daemon_is_replaced_by_the_next_job_without_a_drain(hooks_clu
 # (SLURM_RESTART_COUNT=1) it resumes from the checkpoint.
 CHECKPOINTING = r"""#SBATCH --requeue
 log=/shared/preempt-$SLURM_JOB_ID.log ck=/shared/preempt-$SLURM_JOB_ID.ckpt
-echo "start restart=${SLURM_RESTART_COUNT:-0} resume=$(cat $ck 2>/dev/null || echo none) daemons=$(pgrep -c -f '[n]vidia-cuda-mps-control -d')" >> $log
+echo "start restart=${SLURM_RESTART_COUNT:-0} resume=$(cat $ck 2>/dev/null || echo none) \
+daemons=$(pgrep -c -f '[n]vidia-cuda-mps-control -d')" >> $log
 [ -f $ck ] && exit 0
-srun bash -c "trap 'echo step=7 > $ck; echo term-at=\$(date +%s) >> $log; exit 0' TERM; echo armed >> $log; sleep 600 & wait"
+srun bash -c "trap 'echo step=7 > $ck; echo term-at=\$(date +%s) >> $log; exit 0' TERM; \
+echo armed >> $log; sleep 600 & wait"
 """
 
 
@@ -305,11 +307,11 @@ def test_preempted_job_checkpoints_in_its_grace_time_is_requeued_and_resumes(hoo
     rec = c.wait(low, timeout=400)  # the requeued job waits for its new begin time (cred_expire + 1 s), then runs again
     assert rec["State"] == "COMPLETED", (rec, c.job(low))
     lines = c.read_shared(log).splitlines()
-    starts = [l for l in lines if l.startswith("start ")]
+    starts = [line for line in lines if line.startswith("start ")]
     assert starts[0].startswith("start restart=0 resume=none") and starts[1].startswith(
         "start restart=1 resume=step=7"
     ), lines
-    assert any(l.startswith("term-at=") for l in lines), lines
+    assert any(line.startswith("term-at=") for line in lines), lines
     runs = c.sacct(low, extra=["-D"])
     assert [r["State"].split()[0] for r in runs] in (["REQUEUED", "COMPLETED"], ["PREEMPTED", "COMPLETED"]), runs
     wait_clean(c, "lab-mps01")
@@ -324,10 +326,10 @@ def test_exclusive_job_env_unchanged_but_device_order(hooks_cluster):
     script = ENV_SCRIPT + "/usr/local/bin/gpushare-task-prolog | sed 's/^/TASKPROLOG: /'\n"
     _rec, out = finished(c, submit(c, script, gres="gpu:l40s:1", nodelist="lab-excl01"))
     # The task prolog, run again inside the job, changes one thing only.
-    assert [l for l in out.splitlines() if l.startswith("TASKPROLOG: ")] == [
+    assert [line for line in out.splitlines() if line.startswith("TASKPROLOG: ")] == [
         "TASKPROLOG: export CUDA_DEVICE_ORDER=PCI_BUS_ID"
     ], out
-    env = env_of("\n".join(l for l in out.splitlines() if not l.startswith("TASKPROLOG: ")))
+    env = env_of("\n".join(line for line in out.splitlines() if not line.startswith("TASKPROLOG: ")))
     # What Slurm sets for an exclusive GPU (seen with the hooks off), plus CUDA_DEVICE_ORDER only.
     assert set(env) == {"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "SLURM_JOB_GPUS", "CUDA_DEVICE_ORDER"}, env
     assert env["CUDA_VISIBLE_DEVICES"] == "0" and env["GPU_DEVICE_ORDINAL"] == "0"

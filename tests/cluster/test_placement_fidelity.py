@@ -130,7 +130,8 @@ _NODE_GRES = re.compile(r"Nodes=(\S+) CPU_IDs=\S+ Mem=\d+ GRES=(\S*)")
 
 
 def placement_of(detail: str) -> tuple:
-    """(node, GRES name, indexes) from `scontrol -d show job`: IDX ranges for gpu, the device with a share for mps/shard."""
+    """(node, GRES name, indexes) from `scontrol -d show job`: IDX ranges for gpu, the device with a share for
+    mps/shard."""
     m = _NODE_GRES.search(detail)
     assert m, f"no Nodes=... GRES= line in:\n{detail}"
     node, gres = m[1], m[2]

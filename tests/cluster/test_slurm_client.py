@@ -145,20 +145,23 @@ def test_job_summaries_are_the_jobs_without_device_indexes(cluster, frozen):
         timeout=120,
     ).stdout
     doc = json.loads(out)
+
     # the summaries read neither device indexes nor EndTime and Priority (the live planner's, from --json), nor
     # the job's name (text its user chooses: docs/admins/slurm-client.md)
-    strip = lambda jobs: [
-        {
-            **j,
-            "end_time": None,
-            "priority": None,
-            "name": None,  # noqa: E731
-            "gres_alloc": {
-                n: {k: {**u, "indexes": None} for k, u in use.items()} for n, use in j["gres_alloc"].items()
-            },
-        }
-        for j in jobs
-    ]
+    def strip(jobs):
+        return [
+            {
+                **j,
+                "end_time": None,
+                "priority": None,
+                "name": None,
+                "gres_alloc": {
+                    n: {k: {**u, "indexes": None} for k, u in use.items()} for n, use in j["gres_alloc"].items()
+                },
+            }
+            for j in jobs
+        ]
+
     assert strip(doc["job-summaries"]) == strip(doc["jobs"])
     running = [j for j in doc["job-summaries"] if j["state"] == "RUNNING"]
     assert len(running) >= len(RUNNING) and all(j["gres_alloc"] for j in running), running

@@ -2,7 +2,8 @@
 
 Its own compose project (the small lab with the node hooks, the health check every 15 s, node
 metrics, multi-slice MIG jobs allowed, and the product's SchedulerParameters; AuthInfo=cred_expire=30, so a
-requeued job may start again 31 s after its requeue instead of Slurm's default 121 s: tests/cluster/tuning.py). Kinds: whole GPU,
+requeued job may start again 31 s after its requeue instead of Slurm's default 121 s: tests/cluster/tuning.py).
+Kinds: whole GPU,
 shard, MIG x1 and x2, MPS 25 and 50 (two users, so two tenants' daemons share the MPS GPU),
 CPU only, failing, cancelled (pending and running) and scavenger jobs preempted by the rest.
 Faults, one after another while the queue drains: an MPS control daemon SIGKILLed, an epilog
@@ -26,7 +27,8 @@ fake-NVML process, dcgm mapping entry or job info metric may be left on any node
 drain time and the count of each final state.
 
 GPUSHARE_SOAK_JOBS (default 120, sized for CI: 15 of each plain kind, with every extra kind and every fault)
-sets the number of plain jobs; GPUSHARE_SOAK_PROJECT the project. `python bench/soak.py` runs the same soak with 1,000 jobs and prints its figures.
+sets the number of plain jobs; GPUSHARE_SOAK_PROJECT the project. `python bench/soak.py` runs the same soak with
+1,000 jobs and prints its figures.
 """
 
 from __future__ import annotations
@@ -425,7 +427,7 @@ def test_soak_with_faults_heals_without_a_hand(soak_cluster):
     assert preempted, "no scavenger job was preempted (requeued by a batch job)"
 
     for node in NODES:
-        wait_for(f"no journal on {node}", lambda: not journals(c, node), 60)
+        wait_for(f"no journal on {node}", lambda node=node: not journals(c, node), 60)
 
         def left(node=node) -> list[str]:
             return node_shell(

@@ -71,7 +71,8 @@ local gpushare_real_submit = slurm_job_submit
 function slurm_job_submit(job_desc, part_list, submit_uid)
   local ok, text = pcall(function()
     local parts = { "gpushare-debug", tostring(job_desc.comment) }
-    for _, f in ipairs({ "tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task", "partition", "features" }) do
+    for _, f in ipairs({ "tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task",
+                         "partition", "features" }) do
       local v = job_desc[f]
       if v ~= nil then
         parts[#parts + 1] = f .. "=" .. tostring(v)

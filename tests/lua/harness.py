@@ -25,13 +25,14 @@ gpushare_test = { user = {}, info = {}, error = {} }
 slurm = {
   SUCCESS = 0,
   ERROR = -1,
-  ESLURM_INVALID_GRES = %d,
+  ESLURM_INVALID_GRES = """
+    + str(ESLURM_INVALID_GRES)
+    + """,
   log_user = function(fmt, ...) table.insert(gpushare_test.user, string.format(fmt, ...)) end,
   log_info = function(fmt, ...) table.insert(gpushare_test.info, string.format(fmt, ...)) end,
   log_error = function(fmt, ...) table.insert(gpushare_test.error, string.format(fmt, ...)) end,
 }
 """
-    % ESLURM_INVALID_GRES
 )
 
 

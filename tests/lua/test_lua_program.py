@@ -1,4 +1,5 @@
-"""The static program slurm_gpushare/submit/job_submit.lua: a Lua file of its own, shipped unchanged after its prelude."""
+"""The static program slurm_gpushare/submit/job_submit.lua: a Lua file of its own, shipped unchanged after its
+prelude."""
 
 from __future__ import annotations
 

@@ -54,7 +54,8 @@ def test_a_failing_job_desc_accessor_fails_closed(version):
     """slurmctld's job_desc is a userdata whose __index can raise; that too must reject."""
     script = Script(version, render_body(site_of()))
     script.lua.execute(
-        "function gpushare_bad_desc() return setmetatable({}, {__index = function(t, k) error('no field ' .. k) end}) end"
+        "function gpushare_bad_desc() return setmetatable({}, {__index = function(t, k) "
+        "error('no field ' .. k) end}) end"
     )
     script.lua.execute("gpushare_test.user, gpushare_test.error = {}, {}")
     rc = script.g.slurm_job_submit(script.g.gpushare_bad_desc(), script.lua.table(), 1000)

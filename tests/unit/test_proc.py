@@ -38,7 +38,10 @@ def test_missing_binary():
 
 def test_timeout_kills_process_group():
     t0 = time.monotonic()
-    code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)"
+    code = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)"
+    )
     with pytest.raises(CommandError, match="timed out after 0.5 s"):
         run([sys.executable, "-c", code], timeout=0.5)
     assert time.monotonic() - t0 < 10

@@ -194,13 +194,13 @@ class FGD:
         cnt = self.cnt[node] - fm.H[old] + fm.H[new]
         part = self.part[node] - fm.P[old] + fm.P[new]
         after = fm.value(s.cpu[node] - s.p_cpu[pod], T, cnt, part, node)
-        n_nodes, G, O = nxt.shape
-        dense = np.full((n_nodes, G * O), -1, dtype=np.int64)
-        dense[node, gpu * O + opt] = fgd_score(self.F[node], after, fm.total)
+        n_nodes, G, n_opt = nxt.shape
+        dense = np.full((n_nodes, G * n_opt), -1, dtype=np.int64)
+        dense[node, gpu * n_opt + opt] = fgd_score(self.F[node], after, fm.total)
         best_slot = dense.argmax(axis=1)
         chosen = pick_max(dense.max(axis=1), ok, s.rank)
         slot = int(best_slot[chosen])
-        return chosen, slot // O, slot % O
+        return chosen, slot // n_opt, slot % n_opt
 
     def _refresh(self, node: int) -> None:
         T, cnt, part = self.fm.node_terms(self.s.st[node : node + 1])

@@ -1,7 +1,8 @@
 """The health check heals only what our hooks broke (issue 21 part 4): another script's ``Prolog error`` and
 an admin's drain stay drained.
 
-Its own compose project: etc/small-lab.yaml (the health check on, slurmd's runs every 10 s) whose Prolog is a site's own script,
+Its own compose project: etc/small-lab.yaml (the health check on, slurmd's runs every 10 s) whose Prolog is a site's
+own script,
 ``/usr/local/sbin/site-prolog``, that runs our prolog and then a site check of its own. The check fails
 while ``/etc/site-check-fails`` exists: slurmctld drains the node ``Prolog error`` (as SlurmUser), exactly as
 it does after our prolog fails. Ours finished (its journal was ``ready``) and it is not the only Prolog

@@ -12,7 +12,8 @@ filesystem of the journals. Before the fix the epilog's removal of the tree fail
 every health run failed on the same tree.
 
 Its own compose project (small-lab with the node hooks and the health check, as tests/cluster/test_node_health.py).
-Run: GPUSHARE_TEST_PROJECT=gpusharetest-cls1 .venv/bin/python -m pytest -n 0 tests/cluster/hostile/test_pipe_dir_contents.py
+Run: GPUSHARE_TEST_PROJECT=gpusharetest-cls1 .venv/bin/python -m pytest -n 0 \
+    tests/cluster/hostile/test_pipe_dir_contents.py
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ mkdir -p locked/inner && touch locked/inner/f && chmod 000 locked/inner locked &
 mkdir readonly && touch readonly/f && chmod 500 readonly
 mkdir many && (cd many && seq 5000 | xargs touch) && echo MANY=1
 touch held
-(cd "$p" && mkdir deep && cd deep && for i in $(seq 1500); do mkdir dddddddddddddddddddddddddddddddddddddddd && cd dddddddddddddddddddddddddddddddddddddddd || exit 1; done && touch leaf && echo DEEP=1)
+(cd "$p" && mkdir deep && cd deep && for i in $(seq 1500); do
+  mkdir dddddddddddddddddddddddddddddddddddddddd && cd dddddddddddddddddddddddddddddddddddddddd || exit 1
+done && touch leaf && echo DEEP=1)
 dd if=/dev/zero of=big bs=1M count=200 2>/dev/null || echo FULL=1
 df -P "$p" | tail -1 | awk '{{print "PIPE_FS=" $6}}'
 df -P {STATE}/jobs | tail -1 | awk '{{print "STATE_FS=" $6}}'

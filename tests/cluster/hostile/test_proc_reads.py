@@ -52,7 +52,9 @@ for i in $(seq 480); do [ -e {go} ] && break; sleep 0.5; done
 # guessed). (Perl's $0 would overwrite the environment with the title: python3 keeps it.)
 DECOY = (
     """victim={state}/mps/g0-u$(id -u carol)-p25/pipe
-CUDA_MPS_PIPE_DIRECTORY=$victim bash -c 'exec -a "slurmstepd: [{job}.batch]" /usr/bin/python3 -c "open(\\"/proc/self/comm\\", \\"w\\").write(\\"nvidia-cuda-mps\\"); import time; time.sleep(900)"' </dev/null >/dev/null 2>&1 &
+CUDA_MPS_PIPE_DIRECTORY=$victim bash -c 'exec -a "slurmstepd: [{job}.batch]" /usr/bin/python3 \\
+  -c "open(\\"/proc/self/comm\\", \\"w\\").write(\\"nvidia-cuda-mps\\"); import time; time.sleep(900)"' \\
+  </dev/null >/dev/null 2>&1 &
 echo "DECOY=$!"
 """
     + HOLD

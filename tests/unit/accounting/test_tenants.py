@@ -22,7 +22,7 @@ from tests.conftest import ROOT, minimal_policy
 from tests.unit.slurm_fakes import DATA, FakeSlurm
 
 LAB = load_file(ROOT / "etc" / "small-lab.yaml")
-I = ["sacctmgr", "-i"]
+SACCTMGR = ["sacctmgr", "-i"]
 
 
 def recorded_current() -> Current:
@@ -38,14 +38,24 @@ def read_back(fake: FakeSlurm) -> Current:
 def test_plan_repairs_the_half_configured_state():
     assert plan(LAB, recorded_current()) == [
         # QOS first, then per account: the account, its QOS access, its new users (which copy the access).
-        [*I, "add", "qos", "scavenger"],
-        [*I, "modify", "qos", "where", "name=batch", "set", "preempt=scavenger"],
-        [*I, "modify", "qos", "where", "name=scavenger", "set", "priority=1", "preemptmode=requeue", "usagefactor=0.1"],
-        [*I, "modify", "account", "where", "name=physics", "cluster=lab", "set", "GrpTRES=gres/gpu=2"],
-        [*I, "add", "user", "bob", "account=physics", "cluster=lab"],
-        [*I, "modify", "account", "where", "name=biology", "cluster=lab", "set", "fairshare=40"],
+        [*SACCTMGR, "add", "qos", "scavenger"],
+        [*SACCTMGR, "modify", "qos", "where", "name=batch", "set", "preempt=scavenger"],
         [
-            *I,
+            *SACCTMGR,
+            "modify",
+            "qos",
+            "where",
+            "name=scavenger",
+            "set",
+            "priority=1",
+            "preemptmode=requeue",
+            "usagefactor=0.1",
+        ],
+        [*SACCTMGR, "modify", "account", "where", "name=physics", "cluster=lab", "set", "GrpTRES=gres/gpu=2"],
+        [*SACCTMGR, "add", "user", "bob", "account=physics", "cluster=lab"],
+        [*SACCTMGR, "modify", "account", "where", "name=biology", "cluster=lab", "set", "fairshare=40"],
+        [
+            *SACCTMGR,
             "add",
             "account",
             "biology-imaging",
@@ -54,7 +64,7 @@ def test_plan_repairs_the_half_configured_state():
             "fairshare=1",
             "description=biology-imaging",
         ],
-        [*I, "add", "user", "dave", "account=biology-imaging", "cluster=lab"],
+        [*SACCTMGR, "add", "user", "dave", "account=biology-imaging", "cluster=lab"],
     ]
 
 
@@ -94,9 +104,9 @@ def test_commands_are_argument_lists_for_sacctmgr_only():
     site = build_site(raw, "t")
     commands = plan(site, Current({"root": sacctmgr.AssocRow("root", None, None, 1)}, frozenset(), {}))
     assert all(isinstance(a, str) for argv in commands for a in argv)
-    assert all(argv[:2] == I for argv in commands)
+    assert all(argv[:2] == SACCTMGR for argv in commands)
     assert [
-        *I,
+        *SACCTMGR,
         "add",
         "account",
         "a",
@@ -120,7 +130,7 @@ def test_fairshare_parent_parent_change_and_quota_removal():
         frozenset(),
         {},
     )
-    where = [*I, "modify", "account", "where"]
+    where = [*SACCTMGR, "modify", "account", "where"]
     assert [c for c in plan(site, current, cluster="c") if c[:5] == where][:3] == [
         [*where, "name=a", "cluster=c", "set", "GrpTRES=gres/gpu=-1"],  # cpu=100 is not ours: left alone
         [*where, "name=b", "cluster=c", "set", "parent=a"],
@@ -169,10 +179,30 @@ def test_qos_access_plan_on_the_recorded_state():
     fake.assoc_qos[("physics", "alice")] = frozenset({"normal"})  # set on the user: it does not inherit the account's
     commands = [argv for argv in plan(LAB, read_back(fake)) if any(a.startswith("qos+=") for a in argv)]
     assert commands == [
-        [*I, "modify", "account", "where", "name=physics", "cluster=lab", "set", "qos+=batch,scavenger"],
-        [*I, "modify", "user", "where", "name=alice", "account=physics", "cluster=lab", "set", "qos+=batch,scavenger"],
-        [*I, "modify", "account", "where", "name=biology", "cluster=lab", "set", "qos+=batch,scavenger"],
-        [*I, "modify", "user", "where", "name=carol", "account=biology", "cluster=lab", "set", "qos+=batch,scavenger"],
+        [*SACCTMGR, "modify", "account", "where", "name=physics", "cluster=lab", "set", "qos+=batch,scavenger"],
+        [
+            *SACCTMGR,
+            "modify",
+            "user",
+            "where",
+            "name=alice",
+            "account=physics",
+            "cluster=lab",
+            "set",
+            "qos+=batch,scavenger",
+        ],
+        [*SACCTMGR, "modify", "account", "where", "name=biology", "cluster=lab", "set", "qos+=batch,scavenger"],
+        [
+            *SACCTMGR,
+            "modify",
+            "user",
+            "where",
+            "name=carol",
+            "account=biology",
+            "cluster=lab",
+            "set",
+            "qos+=batch,scavenger",
+        ],
         # biology-imaging is new: it inherits biology's; new users (bob, dave) inherit their account's
     ]
     full = plan(LAB, read_back(fake))

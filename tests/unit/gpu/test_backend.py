@@ -86,8 +86,8 @@ def test_errors_name_gpu_operation_and_code(backend):
         backend.create_gpu_instance(0, 9, 2)
     assert exc.value.code == 23 and exc.value.index == 0 and exc.value.uuid == uuid
     assert (
-        str(exc.value)
-        == f"GPU 0 ({uuid}): create GPU instance (profile ID 9) at memory slice 2: NVML_ERROR_INSUFFICIENT_RESOURCES (23)"
+        str(exc.value) == f"GPU 0 ({uuid}): create GPU instance (profile ID 9) at memory slice 2: "
+        "NVML_ERROR_INSUFFICIENT_RESOURCES (23)"
     )
     gi = backend.create_gpu_instance(0, 9, 0)
     backend.create_compute_instance(0, gi.id, 2)

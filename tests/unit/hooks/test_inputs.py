@@ -82,7 +82,8 @@ def test_missing_variables_say_where_this_runs():
 def test_records_follow_line_order_includes_and_ranges(tmp_path):
     (tmp_path / "gres.d").mkdir()
     (tmp_path / "gres.d" / "mig.conf").write_text(
-        "NodeName=n1 Name=gpu Type=x MultipleFiles=/dev/nvidia2,/dev/nvidia-caps/nvidia-cap300,/dev/nvidia-caps/nvidia-cap301\n"
+        "NodeName=n1 Name=gpu Type=x "
+        "MultipleFiles=/dev/nvidia2,/dev/nvidia-caps/nvidia-cap300,/dev/nvidia-caps/nvidia-cap301\n"
     )
     (tmp_path / "gres.conf").write_text(
         "AutoDetect=off\n"

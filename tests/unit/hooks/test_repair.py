@@ -288,7 +288,10 @@ def test_relayout_will_not_restart_slurmd_onto_missing_device_files(mig_node):
 def test_missing_devices_checks_char_devices(tmp_path):
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev" / "nvidia0").write_text("")  # a plain file is no device
-    text = "NodeName=n Name=gpu MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap[12-13]\nNodeName=n Name=gpu File=/dev/null\n"
+    text = (
+        "NodeName=n Name=gpu MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap[12-13]\n"
+        "NodeName=n Name=gpu File=/dev/null\n"
+    )
     assert missing_devices(text, str(tmp_path)) == [
         "/dev/nvidia0",
         "/dev/nvidia-caps/nvidia-cap12",

@@ -171,7 +171,8 @@ def test_a_decision_that_proposes_nothing_changes_nothing():
     assert r.relayouts == 0 and r.plan_calls == 16  # a run every 300 s before 5000
 
 
-POD_CSV = """name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time
+POD_CSV = """name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,\
+scheduled_time
 p1,4000,1000,1,100,,LS,Succeeded,10,400,100
 p2,8000,2000,1,470,,LS,Running,0,999999,5
 p3,6000,3000,1,470,,BE,Pending,0,90,
@@ -201,7 +202,10 @@ def test_trace_jobs_are_seeded_and_follow_the_phase_mix():
     first = [j for j in a if j.phase == 0]
     second = [j for j in a if j.phase == 1]
     assert all(j.submit < 7200 for j in first) and all(7200 <= j.submit < 14400 for j in second)
-    share = lambda js: sum(j.profile == "3g.20gb" for j in js) / len(js)
+
+    def share(js):
+        return sum(j.profile == "3g.20gb" for j in js) / len(js)
+
     assert share(first) < 0.3 and share(second) > 0.7
     assert {j.duration for j in a if j.profile == "3g.20gb"} == {1200.0}  # the unknown runtime drawn from the known
 

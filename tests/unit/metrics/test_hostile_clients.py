@@ -29,7 +29,7 @@ from slurm_gpushare.metrics.exporter import Exporter, SlurmCollector, exposition
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.slurm.cli_backend import CliClient
 from tests.unit.metrics.test_exporter import NOW, REC24, Recorded
-from tests.unit.metrics.test_webserver import HASH, PASSWORD, _wait_until, basic, stacks  # noqa: F401 - fixture
+from tests.unit.metrics.test_webserver import HASH, PASSWORD, _wait_until, basic
 
 HOSTILE_TIMEOUTS = ("0.000001", "1e-300", "-5", "0", "nan", "inf", "-inf", "junk", "9" * 400, "0x10", " 3 ")
 

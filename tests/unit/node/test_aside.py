@@ -18,7 +18,7 @@ import pytest
 
 from slurm_gpushare.node import aside
 from slurm_gpushare.node.aside import Budget, remove_tree, set_aside, sweep
-from tests.unit.node.test_pipe_dir_contents import deep, hostile_tree, outside  # noqa: F401 (a fixture)
+from tests.unit.node.test_pipe_dir_contents import deep, hostile_tree
 
 
 def test_a_tree_deeper_than_the_recursion_limit_and_path_max_goes_with_few_descriptors(tmp_path):

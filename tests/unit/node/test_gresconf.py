@@ -70,8 +70,8 @@ def test_uses_device_minor_not_index_and_orders_by_start(tmp_path):
     for (_n, _t, files), start in zip(lines, (0, 2, 6), strict=False):
         gi = gis[start]
         assert (
-            files
-            == f"/dev/nvidia6,/dev/nvidia-caps/nvidia-cap{gi_access_minor(6, gi)},/dev/nvidia-caps/nvidia-cap{ci_access_minor(6, gi, 0)}"
+            files == f"/dev/nvidia6,/dev/nvidia-caps/nvidia-cap{gi_access_minor(6, gi)},"
+            f"/dev/nvidia-caps/nvidia-cap{ci_access_minor(6, gi, 0)}"
         )
 
 

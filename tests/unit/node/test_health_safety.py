@@ -20,7 +20,7 @@ from slurm_gpushare.node.journal import Journal, JournalStore
 from slurm_gpushare.proc import CommandError, Result
 from tests.unit.hooks.test_repair import FakeSlurm
 from tests.unit.hooks_support import no_scontrol
-from tests.unit.node.test_health import excl_node, run, updates  # noqa: F401  (excl_node: a fixture)
+from tests.unit.node.test_health import run, updates
 
 BATCH_ONLY = "Only batch jobs are accepted or processed"  # slurm_strerror(ESLURM_BATCH_ONLY)
 

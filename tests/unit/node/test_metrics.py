@@ -371,7 +371,10 @@ def test_failure_reasons_by_error_class():
 
 def test_mig_matches_compares_profile_multisets():
     spec = (GpuSpec(0, "mig", "A100-SXM4-40GB", 0, 0, ("3g.20gb", "1g.5gb")), GpuSpec(1, "exclusive", "A100", 0, 0))
-    dev = lambda gi, p: MigDevice(f"MIG-{gi}", gi, 0, f"NVIDIA A100-SXM4-40GB MIG {p}", 1)
+
+    def dev(gi, p):
+        return MigDevice(f"MIG-{gi}", gi, 0, f"NVIDIA A100-SXM4-40GB MIG {p}", 1)
+
     good = ObservedGpu(0, "GPU-a", 0, 40960, True, (dev(1, "1g.5gb"), dev(2, "3g.20gb")))
     drifted = ObservedGpu(0, "GPU-a", 0, 40960, True, (dev(1, "1g.5gb"), dev(2, "1g.5gb")))
     unseen = ObservedGpu(0, "GPU-a", 0, 40960, True)

@@ -97,7 +97,7 @@ def race(node: HookNode) -> tuple[BaseException | None, BaseException | None, in
     def epilog():
         try:
             epilog_hook.epilog(node.env(61, "0", 25), mps=DecidedThenWait(run, FAKE_MPS, quit_wait=5))
-        except BaseException as exc:  # noqa: BLE001 - reported to the test
+        except BaseException as exc:  # reported to the test
             errors["epilog"] = exc
         finally:
             epilog_done.set()
@@ -106,7 +106,7 @@ def race(node: HookNode) -> tuple[BaseException | None, BaseException | None, in
         decided.wait(BOUND * 4)
         try:
             prolog_hook.prolog(node.env(62, "0", 25), mps=MpsControl(prolog_runner, FAKE_MPS, quit_wait=5))
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors["prolog"] = exc
 
     threads = [threading.Thread(target=epilog), threading.Thread(target=prolog)]

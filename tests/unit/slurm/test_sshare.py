@@ -68,7 +68,8 @@ def test_json_parent_shares():
     doc = (
         '{"shares": {"shares": [{"name": "root", "parent": "", "type": ["ASSOCIATION"], "shares": {"set": false}},'
         ' {"name": "u", "parent": "root", "type": ["USER"], "shares": {"set": true, "number": 2147483647},'
-        ' "fairshare": {"level": {"set": true, "infinite": true, "number": 0}, "factor": {"set": true, "number": 1.0}}}]}}'
+        ' "fairshare": {"level": {"set": true, "infinite": true, "number": 0},'
+        ' "factor": {"set": true, "number": 1.0}}}]}}'
     )
     root, u = sshare.parse_json(io.StringIO(doc))
     assert u.shares_parent and u.raw_shares is None and math.isinf(u.level_fs) and u.account == "root"

@@ -50,7 +50,8 @@ def _words(text: str) -> int:
 
 @pytest.mark.parametrize("path", [PROGRAM, PRELUDE], ids=lambda p: p.name)
 def test_the_lua_program_holds_no_text(path):
-    """A sentence typed into the program or its prelude would be a second copy: only patterns and short tokens are literals."""
+    """A sentence typed into the program or its prelude would be a second copy: only patterns and short tokens are
+    literals."""
     literals = re.findall(r'"((?:[^"\\]|\\.)*)"', path.read_text(encoding="utf-8"))
     assert [s for s in literals if _words(s) >= 3] == []
 

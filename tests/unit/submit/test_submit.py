@@ -147,7 +147,10 @@ def test_option_without_value_is_an_error():
 
 
 def test_sbatch_lines_stop_at_the_first_command():
-    text = "#!/bin/bash\n# note\n#SBATCH --gres=gpu:1  # a comment\n\n#SBATCH -p 'scavenger'\n#SBATCHX --gres=shard:9\n  \nhostname\n#SBATCH --gres=shard:2\n"
+    text = (
+        "#!/bin/bash\n# note\n#SBATCH --gres=gpu:1  # a comment\n\n#SBATCH -p 'scavenger'\n#SBATCHX --gres=shard:9\n"
+        "  \nhostname\n#SBATCH --gres=shard:2\n"
+    )
     assert sbatch_lines(text) == ["--gres=gpu:1", "-p", "scavenger"]
 
 

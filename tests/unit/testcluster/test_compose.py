@@ -73,7 +73,10 @@ def _cluster_answering(stdout: str, returncode: int = 0, seen: list | None = Non
 
 def test_promql_asks_prometheus_inside_its_container_and_returns_the_vector():
     seen: list = []
-    body = '{"status":"success","data":{"resultType":"vector","result":[{"metric":{"tenant":"physics"},"value":[1,"0.5"]}]}}'
+    body = (
+        '{"status":"success","data":{"resultType":"vector",'
+        '"result":[{"metric":{"tenant":"physics"},"value":[1,"0.5"]}]}}'
+    )
     c = _cluster_answering(body, seen=seen)
     assert c.promql('sum by (tenant) (x{a="b c"})', at=12.5) == [{"metric": {"tenant": "physics"}, "value": [1, "0.5"]}]
     argv = seen[0]

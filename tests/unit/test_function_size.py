@@ -1,0 +1,82 @@
+"""The house's function-size rule as a test: every function and method of the package is at most 60 lines.
+
+Measured from its ``def`` line to its last line (``end_lineno``), docstring and nested functions included;
+decorators not. Small functions are the house style (docs/development/layout.md; submitit's median is 6 lines):
+a longer one is split into named steps.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "slurm_gpushare"
+LIMIT = 60
+# Over the limit since the checkout was formatted by ruff (wrapped lines), in rooms being restructured now: each is
+# split by its room's change, then taken off this list (the test fails on an entry that no longer needs to be here,
+# and on any function not listed or grown past its size here).
+KNOWN = {
+    "slurm_gpushare/accounting/plot.py usage_png": 69,
+    "slurm_gpushare/accounting/plot.py fairness_png": 79,
+    "slurm_gpushare/accounting/report.py fairshare_rows": 69,
+    "slurm_gpushare/cli/exporter.py exporter": 70,
+    "slurm_gpushare/cli/usage.py fairshare": 65,
+    "slurm_gpushare/live/weights.py plan_weights": 62,
+    "slurm_gpushare/metrics/textfile.py render": 80,
+    "slurm_gpushare/planner/plan.py fix_aliases": 65,
+    "slurm_gpushare/planner/plan.py plan": 65,
+    "slurm_gpushare/policy/rules.py build_tiers": 72,
+    "slurm_gpushare/sim/slurmmodel.py SlurmState.__init__": 66,
+}
+
+
+def function_sizes(path: Path) -> list[tuple[int, str, int]]:
+    """(line of the def, qualified name, lines) of every function and method in the file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    out = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                assert child.end_lineno is not None
+                out.append((child.lineno, prefix + child.name, child.end_lineno - child.lineno + 1))
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return out
+
+
+def over_the_limit() -> dict[str, tuple[int, int]]:
+    """{"path name": (line, size)} of every function over the limit."""
+    return {
+        f"{path.relative_to(ROOT)} {name}": (line, size)
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for line, name, size in function_sizes(path)
+        if size > LIMIT
+    }
+
+
+def test_no_function_is_longer_than_60_lines():
+    over = over_the_limit()
+    offenders = [
+        f"{key.replace(' ', f':{line} ', 1)}: {size} lines"
+        for key, (line, size) in over.items()
+        if size > KNOWN.get(key, LIMIT)
+    ]
+    assert not offenders, f"functions over {LIMIT} lines (split them into named steps):\n" + "\n".join(offenders)
+    done = sorted(set(KNOWN) - set(over))
+    assert not done, f"within {LIMIT} lines now: take them off KNOWN in this test: {done}"
+
+
+def test_the_measure_counts_from_def_to_the_last_line(tmp_path):
+    source = tmp_path / "m.py"
+    body = "".join(f"    x{i} = {i}\n" for i in range(3))
+    source.write_text(
+        f"@decorated\ndef f():\n{body}\n\nclass C:\n    def g(self):\n        def h():\n            pass\n"
+    )
+    assert function_sizes(source) == [(2, "f", 4), (9, "C.g", 3), (10, "C.g.h", 2)]
