@@ -13,7 +13,7 @@ whose share rounds up (S2's rule) to the drawn profile, with its CPUs, memory an
 scheduled_time, capped at the tier's 1 day; a pod the trace never scheduled gets a runtime drawn from its
 profile's known runtimes).
 
-Both runs start from the static planner's layout for phase A (livesim.static_layouts: layouts.pack of
+Both runs start from the static planner's layout for phase A (livesim.static_layouts: hardware.packing.pack of
 phase A's running instances by Little's law, every node alike). "static" never changes it; "live" runs the
 product's planner (live/plan.py plan_live, the policy's live: limits given here) every ``--interval`` s and
 carries its proposals out as `gpushare live apply` does (lock, wait for the node's GPU jobs, change_cost of drain,

@@ -11,7 +11,7 @@ asks what the best static configuration in the planner's space would reach
 if it could see the benchmark's own arrivals (on the paper's workloads, or with --generated on
 workloads drawn from the trace by bench/workloads.py): for each workload and seed it
 starts from the knobs the planner kept and does a coordinate search over
-every knob of ``planner.plan.Knobs`` that shapes an S1 policy (the MPS
+every knob of ``planner.knobs.Knobs`` that shapes an S1 policy (the MPS
 pool's size and nodes, one weight per node or per group, the weight order,
 where CPU-only and CPU-heavy jobs go, the CPU-poor pool, overflow), each
 candidate scored on that seed's arrivals with the paper's metric (allocation
@@ -49,9 +49,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench import scenarios  # noqa: E402
 from bench.placement import published, seeds_of  # noqa: E402
+from slurm_gpushare.planner.candidates import build_candidate  # noqa: E402
 from slurm_gpushare.planner.demand import from_pods  # noqa: E402
 from slurm_gpushare.planner.evaluate import forked_map  # noqa: E402
-from slurm_gpushare.planner.plan import Knobs, build_candidate  # noqa: E402
+from slurm_gpushare.planner.knobs import Knobs  # noqa: E402
 from slurm_gpushare.policy import build_site  # noqa: E402
 from slurm_gpushare.sim.arrivals import arrival_sequence  # noqa: E402
 from slurm_gpushare.sim.engine import replay  # noqa: E402

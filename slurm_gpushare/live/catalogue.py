@@ -7,7 +7,7 @@ from collections import Counter
 from functools import lru_cache
 
 from ..hardware import GpuModel, check_layout
-from ..planner.layouts import plain_profiles
+from ..hardware.packing import plain_profiles
 from ..policy import Site
 from .view import PendingJob
 

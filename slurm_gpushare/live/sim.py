@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..hardware import GpuModel, get_model
-from ..planner.layouts import covering, pack
+from ..hardware.packing import covering, pack
 from ..policy import Site, build_site
 from ..policy.document import with_layouts
 from ..sim.cluster import Pod
@@ -534,7 +534,7 @@ def trace_jobs(
 
 
 def static_layouts(pool: TracePool, phase: Phase, gpus: int, model: GpuModel | None = None) -> list[tuple[str, ...]]:
-    """The static planner's packing (``layouts.pack``) of ``phase``'s mix for one node of ``gpus`` GPUs.
+    """The static planner's packing (``hardware.packing.pack``) of ``phase``'s mix for one node of ``gpus`` GPUs.
 
     Each profile's share of the running instances is its weight x mean runtime (Little's law); the counts
     are scaled up until the packing fills the node's GPUs, and the node is filled with that packing.

@@ -1,4 +1,5 @@
-"""The plan report's supply and stranded-capacity sections. Pure.
+"""The plan report: the demand, the supply before and after, the choices, the routes, the candidates scored
+and the verdict (``plan_report``), with its supply and stranded-capacity sections. Pure.
 
 Expected stranded capacity is an estimate from the demand model, per tier
 the routing sends each request class to (the classes are routed through the
@@ -14,11 +15,51 @@ product's submission decision, exactly as jobs would be):
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 
 from ..policy import Site
 from ..sim.cluster import GPU_MILLI, Pod
-from .demand import Demand, pack_estimate
+from .demand import Demand, format_demand, pack_estimate
+from .estimates import demand_scale, supply
 from .frompolicy import SubmitRouter
+from .knobs import Knobs
+
+SHOWN = 15  # candidates the report lists (the best first on the first sampled order)
+
+
+def plan_report(
+    demand: Demand,
+    before: Site,
+    after: Site,
+    why: list[str],
+    tried: Sequence[tuple[Knobs, float]],
+    raw: dict,
+    verdict: Sequence[str] = (),
+    given: float | None = None,
+) -> list[str]:
+    """The plan's report: the demand, the supply as given, the choices (``why``), the planned supply and its
+    expected use, the routes of the planned policy ``raw``, the candidates scored (``tried``, the best first;
+    the first ``SHOWN``) beside the policy as given's score, and the verdict lines."""
+    lines = format_demand(demand)
+    lines += supply_lines(before, "supply (base policy)")
+    lines.append("choices:")
+    lines += [f"  - {w}" for w in why]
+    lines += supply_lines(after, "planned layout")
+    lines += stranded_lines(demand, after)
+    for r in raw.get("submission", {}).get("routes", []):
+        m = r["match"]
+        what = ", ".join(f"{k}={v}" for k, v in m.items())
+        extra = f", rounded to {r['round_to']}" if r.get("round_to") else ""
+        lines.append(f"  route {what} -> {','.join(r['tiers'])}{extra}")
+    if tried:
+        lines.append("candidates (packing score on sampled arrivals):")
+        if given is not None:
+            lines.append(f"  the policy as given: {given:.2f}")
+        lines += [f"  {k.changed()}: {s:.2f}" for k, s in tried[:SHOWN]]
+        if len(tried) > SHOWN:
+            lines.append(f"  ... and {len(tried) - SHOWN} more, down to {tried[-1][1]:.2f}")
+    lines += verdict
+    return lines
 
 
 def supply_lines(site: Site, title: str) -> list[str]:
@@ -62,7 +103,7 @@ def refused_text(why: Counter | dict) -> str:
 
 
 def stranded_lines(demand: Demand, site: Site) -> list[str]:
-    scale = _scale(demand, site)
+    scale = demand_scale(demand, supply(site))
     lines = [f"expected use per tier (demand scaled x{scale:.2f} to 100 % of the cluster's GPUs):"]
     routed = routed_demand(demand, site)
     tiers = {t.name: t for t in site.tiers}
@@ -98,7 +139,3 @@ def stranded_lines(demand: Demand, site: Site) -> list[str]:
 
 def _gpus(site: Site) -> int:
     return sum(len(g.nodes) * len(g.gpus) for g in site.groups)
-
-
-def _scale(demand: Demand, site: Site) -> float:
-    return _gpus(site) * GPU_MILLI / demand.gpu_milli if demand.gpu_milli else 1.0

@@ -1,10 +1,10 @@
 """The planner's search over the knobs of a static policy, and the race that chooses among the best. Pure.
 
-``planner.plan`` gives this module three things: how to build a policy from a
+``planner.choose`` gives this module three things: how to build a policy from a
 set of knobs (``build``), how to score policies on one sampled arrival order
 (``score(policies, order)``: the Slurm placement model, planner/evaluate.py),
 and the space (``Dim``: each knob's values, derived from the demand by
-``plan.search_space``). Everything here is generic over the knobs' dataclass.
+``choose.search_space``). Everything here is generic over the knobs' dataclass.
 
 Three steps, all scored on the same sampled arrival orders (common random
 numbers: two candidates are compared on the same jobs in the same order, so

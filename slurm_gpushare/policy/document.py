@@ -5,18 +5,22 @@ policy from the admin's document with every change of its state file applied
 by these functions, one node at a time). Each edit validates the whole
 document (``build_site``) before it is returned, so a change the policy
 refuses (an alias or tier type the site names dropped, MPS and shards on one
-node) is never written.
+node) is never written. The static planner's policies get their submission
+aliases remapped where a planned layout removed their target (``remap_aliases``).
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import re
 
 from hostlist import collect_hostlist, expand_hostlist
 
+from ..errors import PolicyError
 from .groups import gpus_value, parse_indexes
 from .load import build_site
+from .site import Site
 
 _GROUP_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -150,3 +154,98 @@ def _group_name(wanted: str, taken: set[str]) -> str:
         suffix = f"-{n}"
         name, n = base[: 63 - len(suffix)] + suffix, n + 1
     return name
+
+
+def remap_aliases(doc: dict, before: Site) -> list[str]:
+    """Submission aliases whose target the document's layout no longer has (``before``: the site it was planned
+    from): remapped to the nearest thing it has, or dropped.
+
+    A 'gpu:<type>' target whose type is gone goes to the smallest GPU type of the same model that covers the
+    same share of a GPU (a MIG slice or the whole GPU), else to the same share through MPS ('mps:<percent>'),
+    else to a shard when the share is below one GPU; a 'shard' target goes to the smallest MIG slice covering
+    its share, else to its share through MPS; an 'mps:<percent>' target to the smallest MIG slice that covers
+    it. What has no counterpart is dropped.
+    Edits ``doc`` in place; returns one report line per alias changed.
+    """
+    sub = doc.get("submission") or {}
+    aliases = dict(sub.get("aliases") or {})
+    if not aliases:
+        return []
+    probe = copy.deepcopy(doc)
+    probe["submission"]["aliases"] = {}
+    try:
+        after = build_site(probe, "planned policy")
+    except PolicyError:  # the final validation names the problem; nothing to remap against here
+        return []
+    old, new = _gpu_types(before), _gpu_types(after)
+    modes = {s.mode for g in after.groups for s in g.gpus}
+    old_replicas = [s.replicas for g in before.groups for s in g.gpus if s.mode == "shard"]
+    why = []
+    for alias, target in list(aliases.items()):
+        gone = _gone_target(target, old, new, modes, old_replicas)
+        if gone is None:
+            continue
+        kind, model, share = gone
+        repl = _alias_replacement(kind, model, share, new, modes)
+        if repl:
+            aliases[alias] = repl
+            why.append(
+                f"alias '{alias}': {target} no longer exists in the planned layout; remapped to {repl} "
+                f"(it asked {share:.2f} of a {model or 'GPU'})"
+            )
+        else:
+            del aliases[alias]
+            why.append(
+                f"alias '{alias}': {target} no longer exists in the planned layout and nothing planned "
+                f"covers {share:.2f} of a GPU; dropped"
+            )
+    sub["aliases"] = aliases
+    doc["submission"] = sub
+    return why
+
+
+def _gpu_types(site: Site) -> dict[str, tuple[str, float]]:
+    """Every GPU type of a site: {slurm type: (model name, GPU fraction of one)} (MIG slices and whole GPUs)."""
+    out: dict[str, tuple[str, float]] = {}
+    for g in site.groups:
+        for slot in g.gpus:
+            if slot.mode == "mig":
+                for p in slot.layout:
+                    out[slot.model.mig_slurm_type(p)] = (slot.model.name, slot.model.profile(p).fraction(slot.model))
+            else:
+                out[slot.slurm_type] = (slot.model.name, 1.0)
+    return out
+
+
+def _gone_target(
+    target: str, old: dict[str, tuple[str, float]], new: dict, modes: set[str], old_replicas: list[int]
+) -> tuple[str, str, float] | None:
+    """(kind, model name or '', share of a GPU) of an alias target that the new layout removed; None when the
+    layout still has it, or when it is not something a layout removes (validation reports it as written)."""
+    kind, _, arg = target.strip().partition(":")
+    if kind == "gpu" and arg in new or kind == "shard" and "shard" in modes or kind == "mps" and "mps" in modes:
+        return None
+    if kind == "gpu" and arg in old:
+        return kind, *old[arg]
+    if kind == "shard" and old_replicas:
+        return kind, "", 1.0 / max(old_replicas)
+    if kind == "mps" and arg.isdigit():
+        return kind, "", int(arg) / 100
+    return None
+
+
+def _alias_replacement(
+    kind: str, model: str, share: float, new: dict[str, tuple[str, float]], modes: set[str]
+) -> str | None:
+    """The target a removed alias target of this kind and share is remapped to; None: nothing covers it."""
+    same = sorted((f, t) for t, (m, f) in new.items() if (m == model or kind != "gpu" and f < 1) and f >= share - 1e-9)
+    # a share below one GPU keeps its size where it can (a slice, MPS, a shard) before taking a whole GPU
+    if same and (same[0][0] < 1 or share >= 1):
+        return f"gpu:{same[0][1]}"
+    if "mps" in modes and kind != "mps":
+        return f"mps:{min(100, max(1, math.ceil(share * 100 - 1e-9)))}"
+    if "shard" in modes and share < 1 and kind == "gpu":
+        return "shard"
+    if same and kind == "gpu":
+        return f"gpu:{same[0][1]}"
+    return None

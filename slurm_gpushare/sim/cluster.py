@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-GPU_MILLI = 1000  # one whole GPU, as the trace counts it
+# one whole GPU, as the trace counts it (the catalogue's unit for a share: hardware/packing.py)
+from ..hardware.packing import GPU_MILLI as GPU_MILLI
 
 
 @dataclass(frozen=True)

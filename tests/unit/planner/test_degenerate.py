@@ -22,7 +22,8 @@ from click.testing import CliRunner
 from slurm_gpushare.cli import main
 from slurm_gpushare.planner.demand import Demand, RequestClass
 from slurm_gpushare.planner.evaluate import evaluator
-from slurm_gpushare.planner.plan import Knobs, plan
+from slurm_gpushare.planner.knobs import Knobs
+from slurm_gpushare.planner.plan import plan
 from slurm_gpushare.sim.arrivals import arrival_sequence
 from slurm_gpushare.sim.cluster import Pod
 

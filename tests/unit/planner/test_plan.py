@@ -11,9 +11,11 @@ import yaml
 
 from slurm_gpushare.errors import PolicyError
 from slurm_gpushare.hardware import check_layout, get_model
+from slurm_gpushare.hardware.packing import covering, pack
 from slurm_gpushare.planner.demand import Demand, RequestClass
-from slurm_gpushare.planner.layouts import covering, pack, slices_needed
-from slurm_gpushare.planner.plan import Knobs, default_candidates, plan
+from slurm_gpushare.planner.estimates import slices_needed
+from slurm_gpushare.planner.knobs import Knobs, default_candidates
+from slurm_gpushare.planner.plan import plan
 from slurm_gpushare.policy import build_site
 from slurm_gpushare.render import render_all
 
@@ -406,14 +408,14 @@ def test_with_a_mig_pool_cpu_only_jobs_go_to_the_cpu_rich_pool_first_when_it_can
 
 
 def test_a_pools_gpu_jobs_use_its_cpus_only_as_far_as_its_gpus_hold_them():
-    from slurm_gpushare.planner.plan import _spare_cpus
+    from slurm_gpushare.planner.estimates import spare_cpus
 
     d = demand((1, 1000, 40, 10), (1, 1000, 4, 10))  # 10 heavy jobs (pool 'cpu'), 10 light ones ('gpu')
     cpus, gpus = {"cpu": 500, "gpu": 400}, {"cpu": 2, "gpu": 40}
     # without GPU counts: the heavy jobs' 400 CPUs all count on 'cpu', which seems to have 100 left
-    assert dict(_spare_cpus(cpus, d, 1.0, {}, 8, True, "spare")) == {"cpu": 100, "gpu": 360}
+    assert dict(spare_cpus(cpus, d, 1.0, {}, 8, True, "spare")) == {"cpu": 100, "gpu": 360}
     # 'cpu' holds 2 of the 10 heavy jobs (80 CPUs); the other 320 CPUs spill to 'gpu'
-    assert dict(_spare_cpus(cpus, d, 1.0, {}, 8, True, "spare", gpus)) == {"cpu": 420, "gpu": 40}
+    assert dict(spare_cpus(cpus, d, 1.0, {}, 8, True, "spare", gpus)) == {"cpu": 420, "gpu": 40}
 
 
 def test_pack_estimate_is_the_same_first_fit_with_or_without_numpy():
@@ -431,7 +433,7 @@ def test_pack_estimate_is_the_same_first_fit_with_or_without_numpy():
 
 
 def test_compact_slice_types_one_per_compute_size_least_memory():
-    from slurm_gpushare.planner.layouts import compact_types
+    from slurm_gpushare.hardware.packing import compact_types
 
     assert compact_types(A100) == ("1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb")
     base = cluster(("a", "a[1-4]", "A100-SXM4-40GB", 2, 64))
@@ -444,7 +446,7 @@ def test_compact_slice_types_one_per_compute_size_least_memory():
 
 
 def test_isolated_classes_keep_at_least_95_percent_of_their_slices():
-    from slurm_gpushare.planner.plan import default_candidates
+    from slurm_gpushare.planner.knobs import default_candidates
 
     assert min(k.mig_factor for k in default_candidates()) == 0.9
     assert min(k.mig_factor for k in default_candidates(isolating=True)) == 0.95
@@ -482,7 +484,7 @@ def test_cpu_only_jobs_held_to_the_cpu_rich_pool_say_so():
 def test_first_fit_candidates_give_each_mps_node_its_own_weight_in_order():
     """The FIRST_FIT candidates are scored by default; under them Slurm fills the MPS pool node by node (each
     node a lower weight than the next), not by fewest idle CPUs among equal weights."""
-    from slurm_gpushare.planner.plan import FIRST_FIT
+    from slurm_gpushare.planner.knobs import FIRST_FIT
 
     assert set(FIRST_FIT) <= set(default_candidates()) and set(FIRST_FIT) <= set(default_candidates(isolating=True))
     result = plan(
@@ -499,7 +501,7 @@ def test_first_fit_candidates_give_each_mps_node_its_own_weight_in_order():
 def test_jobs_held_to_the_cpu_rich_model_keep_its_gpus_from_cpu_heavy_jobs():
     """GPUs that only some jobs may use (their gpu_spec names that model alone) are not spare room for the CPU-heavy
     single-GPU jobs: without the held jobs every 16-CPU job fits the CPU-rich pool, with them none is sent there."""
-    from slurm_gpushare.planner.plan import heavy_threshold, supply
+    from slurm_gpushare.planner.estimates import heavy_threshold, supply
 
     site = build_site(cluster(("big", "b[1-4]", "A100-SXM4-40GB", 8, 96), ("rich", "r[1-4]", "L40S", 2, 104)), "t")
     groups = supply(site)

@@ -1,4 +1,4 @@
-"""The planner's search and race (planner/search.py) on scripted scores, and the space plan.py derives."""
+"""The planner's search and race (planner/search.py) on scripted scores, and the space planner/choose.py derives."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from slurm_gpushare.planner.plan import Knobs, search_space
+from slurm_gpushare.planner.choose import search_space
+from slurm_gpushare.planner.knobs import Knobs
 from slurm_gpushare.planner.search import Dim, Search
 from slurm_gpushare.policy import build_site
 

@@ -1,12 +1,18 @@
-"""MIG layouts for a demand of slices: which profile covers a share, and how few GPUs hold the slices. Pure."""
+"""MIG profiles for shares of a GPU and layouts for a demand of slices: which profile covers a share, which is
+the whole GPU's, and how few GPUs hold the slices. Pure.
+
+Catalogue facts that the static planner (``planner/``) and the live planner's simulator (``live/``) both use.
+"""
 
 from __future__ import annotations
 
 import functools
 from collections import Counter
 
-from ..hardware import GpuModel, check_layout
-from ..sim.cluster import GPU_MILLI
+from .layout import check_layout
+from .model import GpuModel, MigProfile
+
+GPU_MILLI = 1000  # one whole GPU in thousandths, as the trace (and the planner's demand) counts a share
 
 
 def plain_profiles(model: GpuModel):
@@ -43,6 +49,13 @@ def compact_types(model: GpuModel) -> tuple[str, ...]:
         if cur is None or (p.memory_slices, p.name) < (cur.memory_slices, cur.name):
             best[p.compute_slices] = p
     return tuple(best[c].name for c in sorted(best))
+
+
+def whole_profile(model: GpuModel) -> MigProfile | None:
+    """The plain profile that takes the whole GPU, the one with the least memory (7g.40gb on an A100-40GB); None
+    for a model without MIG."""
+    whole = [p for p in model.mig_profiles if not p.media_extensions and p.fraction(model) >= 1]
+    return min(whole, key=lambda p: (p.memory_mib, p.name)) if whole else None
 
 
 def offered(model: GpuModel, allowed: tuple[str, ...] = ()):
@@ -153,22 +166,3 @@ def _pack_greedy(model: GpuModel, need: Counter, allowed: tuple[str, ...] = ()) 
                 layout.append(name)
         gpus.append(tuple(layout))
     return gpus
-
-
-def slices_needed(
-    model: GpuModel, fractions: dict[int, int], whole_slice: bool = True, allowed: tuple[str, ...] = ()
-) -> tuple[Counter, int]:
-    """(slices per profile, jobs left to whole GPUs) for {milli: jobs}.
-
-    ``whole_slice``: a share only the whole-GPU profile covers gets that slice
-    (isolation); otherwise it is left to a whole GPU (and counted apart).
-    """
-    need: Counter = Counter()
-    whole = 0
-    for milli, n in fractions.items():
-        name = covering(model, milli, allowed)
-        if name is None or (not whole_slice and model.profile(name).compute_slices == model.compute_slices):
-            whole += n
-        else:
-            need[name] += n
-    return need, whole
