@@ -24,8 +24,6 @@ KNOWN = {
     "slurm_gpushare/cli/usage.py fairshare": 65,
     "slurm_gpushare/live/weights.py plan_weights": 62,
     "slurm_gpushare/metrics/textfile.py render": 80,
-    "slurm_gpushare/planner/plan.py fix_aliases": 65,
-    "slurm_gpushare/planner/plan.py plan": 65,
     "slurm_gpushare/policy/rules.py build_tiers": 72,
     "slurm_gpushare/sim/slurmmodel.py SlurmState.__init__": 66,
 }
