@@ -27,7 +27,7 @@ def units_of(site: Site) -> Units:
     MPS units and shard replicas per GPU (the largest the site uses), each MIG type's share of its GPU."""
     mps, shard, mig = [], [], {}
     for group in site.groups:
-        whole = {f"gpu:{s.slurm_type}" for s in group.gpus if s.mode != "mig"}
+        whole = {f"gpu:{s.slurm_type}" for s in group.gpus if not s.share.is_mig}
         for kind, fraction in unit_fractions(group):
             if kind == "mps":
                 mps.append(round(1 / fraction))

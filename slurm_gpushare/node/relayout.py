@@ -193,7 +193,7 @@ class Relayout:
         from .gresconf import node_gres_conf
 
         slots = self.group.gpus
-        minors = read_mig_minors(self.backend.mig_minors_path) if any(s.mode == "mig" for s in slots) else {}
+        minors = read_mig_minors(self.backend.mig_minors_path) if any(s.share.is_mig for s in slots) else {}
         return node_gres_conf(self.node, slots, self.backend, minors)
 
     def in_sync(self) -> list[str]:

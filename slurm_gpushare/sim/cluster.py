@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..policy.share import Mode
+
 GPU_MILLI = 1000  # one whole GPU, as the trace counts it
 
 
@@ -24,7 +26,7 @@ class SimGpu:
     types in gres.conf line order, which is Slurm's GRES index order.
     """
 
-    mode: str
+    mode: Mode
     model: str
     gres_type: str = ""
     units: int = 0

@@ -49,7 +49,7 @@ def mig_cover(groups) -> tuple[tuple[int, str], ...]:
     best: dict[str, int] = {}
     for g in groups:
         for slot in g.gpus:
-            if slot.mode != "mig":
+            if not slot.share.is_mig:
                 best[slot.slurm_type] = 100  # a share no slice covers takes a whole GPU
                 continue
             for name in slot.layout:

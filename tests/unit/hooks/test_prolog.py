@@ -16,6 +16,7 @@ from slurm_gpushare.node.journal import Journal, JournalStore, MpsDaemon
 from slurm_gpushare.node.mps import MpsControl, MpsError
 from slurm_gpushare.node.observed import ObservedGpu, ObservedState, WriteJournal
 from slurm_gpushare.node.prolog import NodeLayout, PrologRefused, StartMps, StopMps, execute_prolog, plan_prolog
+from slurm_gpushare.policy.share import Mode, Share
 from slurm_gpushare.proc import Result
 from tests.unit.hooks_support import HookNode, no_scontrol
 
@@ -26,6 +27,11 @@ def cap(gi: int, ci: int | None = None) -> int:
     """The driver's closed form (migminors): GPU minor 0."""
     base = 3 + 9 * gi
     return base if ci is None else base + 1 + ci
+
+
+def shares(modes: dict) -> dict:
+    """NodeLayout's shares (policy.share.Share) from modes."""
+    return {i: Share(Mode(m)) for i, m in modes.items()}
 
 
 def mig_node(modes=None, records=None) -> NodeLayout:
@@ -39,12 +45,14 @@ def mig_node(modes=None, records=None) -> NodeLayout:
         for i, gi in enumerate(range(7, 14))
     ]
     minors = {cap(gi): (0, gi, None) for gi in range(15)} | {cap(gi, 0): (0, gi, 0) for gi in range(15)}
-    return NodeLayout("n1", modes or {0: "mig"}, tuple(records), minors, "/var/lib/gpushare", "/var/log/slurm")
+    return NodeLayout("n1", shares(modes or {0: "mig"}), tuple(records), minors, "/var/lib/gpushare", "/var/log/slurm")
 
 
 def whole_node(mode: str, count: int = 1) -> NodeLayout:
     records = [GresRecord(i, "a30", (f"/dev/nvidia{i}",), f"g:{i}") for i in range(count)]
-    return NodeLayout("n1", {i: mode for i in range(count)}, tuple(records), {}, "/var/lib/gpushare", "/var/log/slurm")
+    return NodeLayout(
+        "n1", shares({i: mode for i in range(count)}), tuple(records), {}, "/var/lib/gpushare", "/var/log/slurm"
+    )
 
 
 def live(*gpus: ObservedGpu, journals=None, alive=()) -> ObservedState:
@@ -202,7 +210,7 @@ def test_percentage_without_an_mps_gpu_is_refused():
 
 
 def test_socket_path_too_long_is_refused():
-    node = NodeLayout("n1", {0: "mps"}, whole_node("mps").records, {}, "/" + "x" * 90, "/log")
+    node = NodeLayout("n1", shares({0: "mps"}), whole_node("mps").records, {}, "/" + "x" * 90, "/log")
     with pytest.raises(PrologRefused, match="unix socket allows 100: shorten cluster.paths.state_dir"):
         plan_prolog(job([0], 25), node, live(A30))
 
