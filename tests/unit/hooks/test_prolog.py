@@ -18,6 +18,7 @@ from slurm_gpushare.node.observed import ObservedGpu, ObservedState, WriteJourna
 from slurm_gpushare.node.prolog import NodeLayout, PrologRefused, StartMps, StopMps, execute_prolog, plan_prolog
 from slurm_gpushare.policy.share import Mode, Share
 from slurm_gpushare.proc import Result
+from slurm_gpushare.records import replace
 from tests.unit.hooks_support import HookNode, no_scontrol
 
 A100_MIG = [MigDevice(f"MIG-{gi:04d}", gi, 0, "NVIDIA A100-SXM4-40GB MIG 1g.5gb", 4864) for gi in range(7, 14)]
@@ -187,6 +188,34 @@ def test_mps_job_gets_a_daemon_with_its_limits():
     }
     assert journal.devices[0].visible == "GPU-m"
     assert [type(a) for a in actions] == [WriteJournal, StartMps, WriteJournal] and actions[1].daemon == daemon
+
+
+def test_client_mem_limit_caps_the_pinned_memory_of_every_client():
+    """policy client_mem_limit_mib: the daemon's default pinned memory limit and the job's variable are the smaller
+    of the cap and the job's share of the GPU; a cap above the share changes nothing."""
+    capped = NodeLayout(
+        "n1",
+        {0: Share(Mode.MPS, units=100, compute_mode="default", client_mem_limit_mib=4096)},
+        whole_node("mps").records,
+        {},
+        "/var/lib/gpushare",
+        "/var/log/slurm",
+    )
+    journal, _ = plan_prolog(job([0], 25), capped, live(A30))
+    assert journal.mps.mem_limit_mib == (4096,) and journal.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4096MB"
+    loose = NodeLayout(
+        "n1",
+        {0: Share(Mode.MPS, units=100, compute_mode="default", client_mem_limit_mib=20000)},
+        whole_node("mps").records,
+        {},
+        "/var/lib/gpushare",
+        "/var/log/slurm",
+    )
+    journal, _ = plan_prolog(job([0], 25), loose, live(A30))
+    assert journal.mps.mem_limit_mib == (6144,)
+    shared = replace(A30, compute_mode="EXCLUSIVE_PROCESS")  # one daemon at 100 %: the cap binds the job's own limit
+    journal, _ = plan_prolog(job([0], 50), capped, live(shared))
+    assert journal.mps.mem_limit_mib == (4096,) and journal.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4096MB"
 
 
 def test_mps_daemon_that_answers_is_reused():
