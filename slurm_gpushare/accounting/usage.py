@@ -25,6 +25,7 @@ from operator import attrgetter
 
 from ..policy import Site
 from ..policy.billing import tier_fractions
+from ..policy.share import Mode
 from ..slurm.parsable import parse_tres
 from ..slurm.sacct import JobRecord
 from .timeline import Timeline
@@ -84,7 +85,7 @@ class GpuConverter:
         if untyped > 0:
             kind, f = self._untyped(fr)
             kinds[kind] += untyped * f
-        for shared in ("shard", "mps"):
+        for shared in (Mode.SHARD.value, Mode.MPS.value):
             count = _shared_count(tres, shared)
             if count:
                 f = fr.get(f"gres/{shared}", self._anywhere.get(f"gres/{shared}"))

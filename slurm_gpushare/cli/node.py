@@ -153,7 +153,7 @@ def gres_conf(policy_path: str, node_name: str | None, fake_state: str | None, o
 
     site, name, slots = _target(policy_path, node_name)
     with _backend(fake_state) as backend:
-        minors = read_mig_minors(backend.mig_minors_path) if any(s.mode == "mig" for s in slots) else {}
+        minors = read_mig_minors(backend.mig_minors_path) if any(s.share.is_mig for s in slots) else {}
         text = node_gres_conf(name, slots, backend, minors)
     if out == "-":
         click.echo(text, nl=False)
@@ -212,7 +212,7 @@ def _reconcile(policy_path, node_name, fake_state, dry_run: bool, seen: dict) ->
         plan = plan_for_node(journals, running, backend, site.cluster.paths.state_dir, store)
         live = observe(backend, [s.index for s in slots])
         plan.drift = differences(slots, live)
-        seen["mig"] = {s.index: not differences([s], live) for s in slots if s.mode == "mig"}
+        seen["mig"] = {s.index: not differences([s], live) for s in slots if s.share.is_mig}
         for line in plan.lines(name):
             click.echo(f"{'would: ' if dry_run and 'kept' not in line else ''}{line}")
         failed = [] if dry_run else execute_reconcile(plan, store, MpsControl(run), Killer(backend), journals)

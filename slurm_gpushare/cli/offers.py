@@ -9,6 +9,7 @@ import click
 
 from ..errors import GpushareError
 from ..policy import Group, Site, TierView, load_file
+from ..policy.share import Mode
 from ..sitepolicy import describe, find_policy
 from ..submit import build_tables
 from ..submit.tables import Tables, TierCaps
@@ -91,19 +92,19 @@ def group_offers(group: Group, cap: TierCaps) -> list[tuple[str, str]]:
     """(what a job gets, the options that ask for it) for every GPU of a group this tier serves."""
     model, out = group.model, []
     for slot in group.gpus:
-        if slot.mode == "mig":
+        if slot.share.is_mig:
             out += [_mig(model, p, t) for p, t in zip(slot.layout, slot.mig_types(), strict=False) if t in cap.gpu]
             continue
         if slot.slurm_type in cap.gpu:
             out.append((f"one whole {model.name} GPU ({_gib(model.memory_mib)})", f"--gres=gpu:{slot.slurm_type}:1"))
-        if slot.mode == "shard" and "shard" in cap.shared:
+        if slot.mode == Mode.SHARD and slot.share.shared_gres in cap.shared:
             out.append(
                 (
                     f"a time slice of one {model.name} GPU ({slot.replicas} jobs share it, its memory is not divided)",
                     "--gres=shard:1",
                 )
             )
-        if slot.mode == "mps" and "mps" in cap.shared:
+        if slot.mode == Mode.MPS and slot.share.shared_gres in cap.shared:
             out.append(_mps(model.name, slot.units))
     return out
 

@@ -15,6 +15,7 @@ from ..planner.search import BUDGET_S
 from ..policy import Site, load_file
 from ..policy.billing import unit_fractions
 from ..policy.load import parse_yaml
+from ..policy.share import Mode
 from .common import SLURM_BACKEND
 
 FORMS = (
@@ -27,11 +28,11 @@ def units_of(site: Site) -> Units:
     MPS units and shard replicas per GPU (the largest the site uses), each MIG type's share of its GPU."""
     mps, shard, mig = [], [], {}
     for group in site.groups:
-        whole = {f"gpu:{s.slurm_type}" for s in group.gpus if s.mode != "mig"}
+        whole = {f"gpu:{s.slurm_type}" for s in group.gpus if not s.share.is_mig}
         for kind, fraction in unit_fractions(group):
-            if kind == "mps":
+            if kind == Mode.MPS:
                 mps.append(round(1 / fraction))
-            elif kind == "shard":
+            elif kind == Mode.SHARD:
                 shard.append(round(1 / fraction))
             elif kind not in whole:
                 mig[kind.split(":", 1)[1]] = round(1000 * fraction)

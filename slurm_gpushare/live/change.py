@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..policy.document import mode_text
 from ..policy.groups import format_indexes
+from ..policy.share import SHARED_GRES, Share
 
 
 class LayoutStep(NamedTuple):
@@ -24,11 +24,11 @@ class LayoutStep(NamedTuple):
 
 
 class ModeStep(NamedTuple):
-    """A GPU's sharing entry (a policy ``sharing`` entry without ``gpus``) before and after the change."""
+    """A GPU's share before and after the change."""
 
     gpu: int
-    old: dict
-    new: dict
+    old: Share
+    new: Share
 
 
 @dataclass(frozen=True)
@@ -56,13 +56,13 @@ class Change:
     @property
     def new_modes(self) -> dict[int, dict]:
         """gpu -> new sharing entry (``policy.document.with_modes``' argument); {} for a change of layouts."""
-        return {s.gpu: dict(s.new) for s in self.modes}
+        return {s.gpu: s.new.to_entry() for s in self.modes}
 
     def text(self) -> str:
         """'GPU 0 to A and GPUs 1-2 to B' (GPUs with the same new layout together), or
         'GPU 1 exclusive -> mps (100 units), GPU 2 exclusive -> mps (100 units)'."""
         if self.modes:
-            return ", ".join(f"GPU {s.gpu} {mode_text(s.old)} -> {mode_text(s.new)}" for s in self.modes)
+            return ", ".join(f"GPU {s.gpu} {s.old.text} -> {s.new.text}" for s in self.modes)
         by_layout: dict[tuple[str, ...], list[int]] = {}
         for s in self.layouts:
             by_layout.setdefault(tuple(s.new), []).append(s.gpu)
@@ -75,14 +75,14 @@ class Change:
     def first(self) -> tuple[str, str]:
         """The first GPU's before and after as text ('1g.5gb+1g.5gb', 'exclusive'), for one-line logs."""
         if self.modes:
-            return mode_text(self.modes[0].old), mode_text(self.modes[0].new)
+            return self.modes[0].old.text, self.modes[0].new.text
         return "+".join(self.layouts[0].old), "+".join(self.layouts[0].new)
 
     def to_json(self) -> dict:
         return {
             "node": self.node,
             "layouts": [[s.gpu, list(s.old), list(s.new)] for s in self.layouts],
-            "modes": [[s.gpu, dict(s.old), dict(s.new)] for s in self.modes],
+            "modes": [[s.gpu, s.old.to_entry(), s.new.to_entry()] for s in self.modes],
         }
 
     @classmethod
@@ -91,22 +91,24 @@ class Change:
         layouts = tuple(
             LayoutStep(int(g), tuple(map(str, old)), tuple(map(str, new))) for g, old, new in data.get("layouts") or ()
         )
-        modes = tuple(ModeStep(int(g), dict(old), dict(new)) for g, old, new in data.get("modes") or ())
+        modes = tuple(
+            ModeStep(int(g), Share.from_entry(old), Share.from_entry(new)) for g, old, new in data.get("modes") or ()
+        )
         return cls(str(data["node"]), layouts, modes)
 
 
-def entry_of_text(text: str) -> dict:
-    """``mode_text``'s inverse for the modes the live planner sets: 'mps (100 units)' -> {"mode": "mps",
-    "units": 100}; 'exclusive'; 'shard (4 replicas)'. ValueError for anything else (state files of format 1
-    kept a GPU's old mode as this text)."""
-    mode, _, rest = text.partition(" (")
-    if mode == "exclusive" and not rest:
-        return {"mode": "exclusive"}
-    number, _, unit = rest.rstrip(")").partition(" ")
-    if mode == "mps" and unit == "units" and number.isdigit():
-        return {"mode": "mps", "units": int(number)}
-    if mode == "shard" and unit == "replicas" and number.isdigit():
-        return {"mode": "shard", "replicas": int(number)}
+def share_of_text(text: str) -> Share:
+    """``Share.text``'s inverse for the shares the live planner sets: 'mps (100 units)', 'exclusive',
+    'shard (4 replicas)'. ValueError for anything else (state files of format 1 kept a GPU's old mode as this
+    text)."""
+    number = text.partition(" (")[2].partition(" ")[0]
+    candidates = [Share()]
+    if number.isdigit():
+        candidates += [Share.from_entry({"mode": m, "units": number, "replicas": number}) for m in SHARED_GRES]
+    for share in candidates:
+        share = Share.from_entry(share.to_entry())  # only the keys its mode uses
+        if share.text == text:
+            return share
     raise ValueError(
         f"{text!r} is not a GPU mode as the live planner writes one (exclusive, 'mps (N units)', 'shard (N replicas)')"
     )

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from ..errors import PolicyError
 from ..policy import Site
 from ..policy.document import with_layouts, with_modes
+from ..policy.share import Mode, Share
 from . import modes
 from .catalogue import candidates, node_caps, serve_type
 from .change import Change, LayoutStep, ModeStep
@@ -63,7 +64,7 @@ def best_layouts(
     for job in jobs:
         by_type.setdefault(job.gres, []).append(job)
     base = node_caps(site, name)
-    slots = site.group_for_node(name).slots("mig")
+    slots = site.group_for_node(name).slots(Mode.MIG)
     plain = _choose(slots, base, by_type, None)
     refused.pop(name, None)
     if plain is None:
@@ -90,11 +91,11 @@ def best_modes(
 ) -> Best | None:
     """The node's best change of GPU modes (``modes.best_mode_change``), every set checked with the policy."""
 
-    def accept(changed: dict[int, dict]) -> bool:
-        key = (name, "modes", tuple(sorted((g, tuple(sorted(e.items()))) for g, e in changed.items())))
+    def accept(changed: dict[int, Share]) -> bool:
+        key = (name, "modes", tuple(sorted(changed.items())))
         if key not in valid:
             try:
-                with_modes(doc, name, changed)
+                with_modes(doc, name, {g: share.to_entry() for g, share in changed.items()})
                 valid[key] = ""
             except (PolicyError, ValueError) as exc:
                 valid[key] = str(exc)
@@ -106,10 +107,10 @@ def best_modes(
     return modes.best_mode_change(site, name, jobs, accept, history, kind, make)
 
 
-def mode_entries(site: Site, name: str) -> tuple[dict[int, dict], dict[int, str]]:
-    """The node's non-MIG GPUs as sharing entries, and their Slurm types (``modes.capacity``' arguments)."""
-    slots = [s for s in site.group_for_node(name).gpus if s.mode != "mig"]
-    return {s.index: modes.entry_of(s) for s in slots}, {s.index: s.slurm_type for s in slots}
+def mode_entries(site: Site, name: str) -> tuple[dict[int, Share], dict[int, str]]:
+    """The node's non-MIG GPUs' shares, and their Slurm types (``modes.capacity``' arguments)."""
+    slots = [s for s in site.group_for_node(name).gpus if not s.share.is_mig]
+    return {s.index: s.share for s in slots}, {s.index: s.slurm_type for s in slots}
 
 
 def refusal(doc: dict, name: str, steps, valid: dict) -> str:

@@ -31,68 +31,49 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from ..policy.share import SHARED_GRES, Mode, Share
+from ..records import replace
 from .change import ModeStep
 
-SHARED = ("mps", "shard")
+SHARED = SHARED_GRES
 
 
-def entry_of(slot) -> dict:
-    """The GPU's sharing as a policy entry without ``gpus`` (``with_modes``' values)."""
-    entry: dict = {"mode": slot.mode}
-    if slot.mode == "mps":
-        entry["units"] = slot.units
-        if slot.compute_mode and slot.compute_mode != "default":
-            entry["compute_mode"] = slot.compute_mode
-    elif slot.mode == "shard":
-        entry["replicas"] = slot.replicas
-    if slot.slurm_type != slot.model.slurm_type:
-        entry["type"] = slot.slurm_type
-    return entry
-
-
-def options(site, slot) -> tuple[dict, ...]:
-    """The modes the GPU may take: exclusive, and every MPS / shard setting the site uses on GPUs of its model
+def options(site, slot) -> tuple[Share, ...]:
+    """The shares the GPU may take: exclusive, and every MPS / shard setting the site uses on GPUs of its model
     (its own first); the GPU keeps its Slurm type. () for a MIG GPU."""
-    if slot.mode == "mig":
+    if slot.share.is_mig:
         return ()
-    found: dict[tuple, dict] = {}
-    shared = [s for g in site.groups for s in g.gpus if s.model == slot.model and s.mode in SHARED]
-    for entry in [entry_of(slot), {"mode": "exclusive"}] + [entry_of(s) for s in shared]:
-        entry = {k: v for k, v in entry.items() if k != "type"}
-        if slot.slurm_type != slot.model.slurm_type:
-            entry["type"] = slot.slurm_type
-        found.setdefault(tuple(sorted(entry.items())), entry)
+    found: dict[Share, Share] = {}
+    shared = [s.share for g in site.groups for s in g.gpus if s.model == slot.model and s.share.shared_gres]
+    for share in [slot.share, Share()] + shared:
+        share = replace(share, type=slot.share.type)
+        found.setdefault(share, share)
     return tuple(found.values())
 
 
-def capacity(entries: dict[int, dict], types: dict[int, str]) -> Counter:
+def capacity(entries: dict[int, Share], types: dict[int, str]) -> Counter:
     """What the GPUs offer by kind, for the history: 'gpu:<type>' per exclusive GPU, MPS units, shards."""
     caps: Counter = Counter()
-    for gpu, entry in entries.items():
-        mode = entry["mode"]
-        if mode == "exclusive":
+    for gpu, share in entries.items():
+        if share.shared_gres:
+            caps[share.shared_gres] += share.shared_count
+        elif not share.is_mig:
             caps[f"gpu:{types[gpu]}"] += 1
-        elif mode == "mps":
-            caps["mps"] += int(entry["units"])
-        elif mode == "shard":
-            caps["shard"] += int(entry["replicas"])
     return caps
 
 
 @dataclass
 class _Gpu:
-    mode: str
+    mode: Mode
     type: str
     left: int  # units or shards not allocated
     whole: bool = False  # a whole-GPU job has it
     shared: bool = False  # an MPS or shard job has part of it
 
 
-def starts(entries: dict[int, dict], types: dict[int, str], jobs, kind) -> list:
-    """The jobs (in the order given: priority) that start on the empty node with these GPU modes."""
-    gpus = [
-        _Gpu(e["mode"], types[g], int(e.get("units") or e.get("replicas") or 0)) for g, e in sorted(entries.items())
-    ]
+def starts(entries: dict[int, Share], types: dict[int, str], jobs, kind) -> list:
+    """The jobs (in the order given: priority) that start on the empty node with these GPU shares."""
+    gpus = [_Gpu(e.mode, types[g], e.shared_count) for g, e in sorted(entries.items())]
     out = []
     for job in jobs:
         k = kind(job.gres)
@@ -106,7 +87,7 @@ def starts(entries: dict[int, dict], types: dict[int, str], jobs, kind) -> list:
         elif k.startswith("gpu:"):
             free = sorted(
                 (g for g in gpus if g.type == k[4:] and not g.whole and not g.shared),
-                key=lambda g: g.mode != "exclusive",
+                key=lambda g: g.mode is not Mode.EXCLUSIVE,
             )
             if len(free) >= job.count:
                 for g in free[: job.count]:
@@ -123,14 +104,13 @@ def kinds(site) -> frozenset[str]:
         for slot in group.gpus:
             opts = options(site, slot)
             if len(opts) > 1:
-                out.update(e["mode"] for e in opts if e["mode"] in SHARED)
+                out.update(e.shared_gres for e in opts if e.shared_gres)
                 out.add(f"gpu:{slot.slurm_type}")
     return frozenset(out)
 
 
-def mixes_mps_and_shard(group, entries: dict[int, dict]) -> bool:
-    modes = {entries.get(s.index, {"mode": s.mode})["mode"] for s in group.gpus}
-    return {"mps", "shard"} <= modes
+def mixes_mps_and_shard(group, entries: dict[int, Share]) -> bool:
+    return set(SHARED) <= {entries.get(s.index, s.share).shared_gres for s in group.gpus}
 
 
 def best_mode_change(site, name: str, jobs, accept, history, kind, make_best):
@@ -142,7 +122,7 @@ def best_mode_change(site, name: str, jobs, accept, history, kind, make_best):
     As for MIG layouts: when no set is worth it with the history, the set chosen without it comes back with its
     stranded jobs subtracted from its benefit, so that the planner holds it and says why."""
     group = site.group_for_node(name)
-    slots = [s for s in group.gpus if s.mode != "mig"]
+    slots = [s for s in group.gpus if not s.share.is_mig]
     opts = {s.index: options(site, s) for s in slots}
     if not any(len(o) > 1 for o in opts.values()):
         return None
@@ -151,7 +131,7 @@ def best_mode_change(site, name: str, jobs, accept, history, kind, make_best):
     if not jobs:
         return None
     types = {s.index: s.slurm_type for s in slots}
-    current = {s.index: entry_of(s) for s in slots}
+    current = {s.index: s.share for s in slots}
     plain = _choose(group, slots, opts, current, types, jobs, kind, accept, None)
     if plain is None:
         return None
@@ -207,6 +187,6 @@ def _best(chosen, current, types, jobs, kind, history, make_best, force: bool):
     if benefit <= 0 and not force or not gained:
         return None
     text = history.text(caps) if stranded else ""
-    steps = tuple(ModeStep(g, dict(current[g]), dict(changed[g])) for g in sorted(changed))
+    steps = tuple(ModeStep(g, current[g], changed[g]) for g in sorted(changed))
     wait = sum(j.age_s for j in gained) - sum(j.age_s for j in dropped)
     return make_best(gained, dropped, benefit, wait, caps, stranded, text, steps)

@@ -7,7 +7,6 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..policy import Site
-from ..policy.document import mode_text
 from ..policy.groups import format_indexes
 from .change import Change
 from .choose import Best
@@ -80,8 +79,8 @@ def change_fields(change: Change) -> dict:
     change of modes, its modes as text), ``changes`` ([gpu, old, new] of every GPU, modes as text) and
     ``modes`` ([gpu, old mode as text, new sharing entry])."""
     if change.modes:
-        steps = [[s.gpu, [mode_text(s.old)], [mode_text(s.new)]] for s in change.modes]
-        modes = [[s.gpu, mode_text(s.old), dict(s.new)] for s in change.modes]
+        steps = [[s.gpu, [s.old.text], [s.new.text]] for s in change.modes]
+        modes = [[s.gpu, s.old.text, s.new.to_entry()] for s in change.modes]
     else:
         steps, modes = [[s.gpu, list(s.old), list(s.new)] for s in change.layouts], []
     gpu, old, new = steps[0]

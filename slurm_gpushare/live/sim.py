@@ -145,7 +145,7 @@ def node_layouts(site: Site) -> dict[str, list[tuple[str, ...]]]:
     """node -> each GPU's MIG layout (profiles in gres.conf order), from the validated site."""
     out = {}
     for g in site.groups:
-        lays = [tuple(s.layout) if s.mode == "mig" else () for s in g.gpus]
+        lays = [tuple(s.layout) if s.share.is_mig else () for s in g.gpus]
         for n in g.nodes:
             out[n] = list(lays)
     return out

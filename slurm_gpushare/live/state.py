@@ -26,7 +26,8 @@ from pathlib import Path
 
 from ..atomic import atomic_write
 from ..errors import GpushareError
-from .change import Change, LayoutStep, ModeStep, entry_of_text
+from ..policy.share import Share
+from .change import Change, LayoutStep, ModeStep, share_of_text
 
 FORMAT = "gpushare-live-state/2"
 FORMAT_1 = "gpushare-live-state/1"  # read, never written: a record's change as first-GPU fields (``_change_v1``)
@@ -123,7 +124,10 @@ def _change_v1(data: dict) -> Change:
     node = str(data["node"])
     if data.get("modes"):
         return Change(
-            node, modes=tuple(ModeStep(int(g), entry_of_text(str(old)), dict(new)) for g, old, new in data["modes"])
+            node,
+            modes=tuple(
+                ModeStep(int(g), share_of_text(str(old)), Share.from_entry(new)) for g, old, new in data["modes"]
+            ),
         )
     steps = data.get("changes") or [(data["gpu"], data["old_layout"], data["new_layout"])]
     return Change(

@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..policy import Site
+from ..policy.share import SHARED_GRES
 from ..slurm.interface import SlurmClient
 from ..slurm.states import drained, unavailable
 
@@ -111,7 +112,7 @@ def recent_from_records(records) -> tuple[RecentJob, ...]:
     ran on; the untyped ``gpu`` total is dropped where a typed ``gpu:<type>`` says the same."""
     out = []
     for rec in records:
-        gres = {k: int(v) for k, v in rec.gres.items() if v and k.split(":", 1)[0] in ("gpu", "mps", "shard")}
+        gres = {k: int(v) for k, v in rec.gres.items() if v and k.split(":", 1)[0] in ("gpu", *SHARED_GRES)}
         if any(k.startswith("gpu:") for k in gres):
             gres.pop("gpu", None)
         if gres:
@@ -132,7 +133,7 @@ def under_relayout(view: NodeView | None, locked: frozenset[str], name: str) -> 
 def kind(key: str) -> str:
     """A GRES key as the planner counts it: 'gpu:<type>' as is, 'shard:l40s' / 'mps:x' as 'shard' / 'mps'."""
     name = key.split(":", 1)[0]
-    return name if name in ("mps", "shard") else key
+    return name if name in SHARED_GRES else key
 
 
 def by_kind(gres) -> Counter:

@@ -54,7 +54,7 @@ def whole_types(site, node: str) -> dict[str, int]:
     any of them when no job holds it)."""
     out: dict[str, int] = {}
     for slot in site.group_for_node(node).gpus:
-        if slot.mode != "mig":
+        if not slot.share.is_mig:
             key = f"gpu:{slot.slurm_type}"
             out[key] = out.get(key, 0) + 1
     return out

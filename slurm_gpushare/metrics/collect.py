@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from ..accounting.usage import GpuConverter
 from ..policy import Site
+from ..policy.share import SHARED_GRES
 from ..slurm import states
 from ..slurm.model import Job, Node
 from ..slurm.sacctmgr import AssocRow
@@ -64,7 +65,7 @@ class SiteMetrics:
     def __init__(self, site: Site):
         self.site = site
         self.converter = GpuConverter(site)
-        self.mig_types = frozenset(t for g in site.groups for s in g.gpus if s.mode == "mig" for t in s.mig_types())
+        self.mig_types = frozenset(t for g in site.groups for s in g.gpus if s.share.is_mig for t in s.mig_types())
         self.tiers = frozenset(t.name for t in site.tiers)
         self._units: dict[tuple[str, str, int], tuple[str, str, float]] = {}
         self._typed: dict[tuple[str, str], str] = {}
@@ -77,7 +78,7 @@ class SiteMetrics:
         """An untyped shard/mps key as 'shard:<type>' when the policy gives that node's GPUs of that mode one
         Slurm type (the node registers them typed; a job's gres_detail does not say the type)."""
         name, _, gtype = key.partition(":")
-        if gtype or name not in ("shard", "mps"):
+        if gtype or name not in SHARED_GRES:
             return key
         memo = (node, name)
         hit = self._typed.get(memo)

@@ -133,7 +133,7 @@ def mig_matches(live_gpus, spec_gpus) -> dict[int, bool]:
     (then it cannot match) or its MIG devices were read. The live profile is the
     name after ``MIG `` in NVML's device name (``NVIDIA A100-SXM4-40GB MIG 1g.5gb``),
     compared as a multiset with the spec's layout (catalogue names)."""
-    wanted = {g.index: sorted(g.layout) for g in spec_gpus if g.mode == "mig"}
+    wanted = {g.index: sorted(g.layout) for g in spec_gpus if g.share.is_mig}
     found = {}
     for gpu in live_gpus:
         if gpu.index not in wanted:

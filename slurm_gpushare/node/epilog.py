@@ -70,12 +70,12 @@ def _leftovers(journal: Journal, live: ObservedState, problems: list[str]) -> li
         if gpu is None:
             problems.append(f"GPU {dev.gpu_index} ({dev.gpu_uuid}) is no longer listed by NVML")
             continue
-        if dev.mode == "mig":
+        if dev.is_mig:
             procs = [p for p in gpu.processes if (p.gi_id, p.ci_id) == (dev.gi, dev.ci)]
             where = f"MIG device {dev.mig_uuid} on {gpu.label}"
         else:
             procs, where = list(gpu.processes), gpu.label
-        shared = dev.mode in ("mps", "shard")
+        shared = dev.is_shared
         for proc in procs:
             owner = live.proc_jobs.get(proc.pid)
             if owner == journal.job_id:

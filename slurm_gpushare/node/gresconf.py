@@ -39,7 +39,7 @@ def node_gres_conf(node: str, slots: Iterable[GpuSlot], backend, minors: Mapping
     path and the mig-minors keys use the GPU's device *minor*, not its NVML
     index (they differ when the kernel numbers devices differently).
     """
-    mig_slots = sorted((s for s in slots if s.mode == "mig"), key=lambda s: s.index)
+    mig_slots = sorted((s for s in slots if s.share.is_mig), key=lambda s: s.index)
     text = HEADER.format(node=node)
     if not mig_slots:
         return text + "# This node has no MIG GPUs in the policy: nothing to declare.\n"

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import GpushareError
+from ..policy.share import Mode
 from .paths import SCRIPT_MODULES
 from .procscan import SEARCH_PATH
 
@@ -304,7 +305,7 @@ def sweep_set_aside(state_dir: str) -> list[str]:
 def check_user_dirs(state_dir: str, slots) -> list[str]:
     """A note when this node has MPS GPUs and ``<state_dir>/mps`` (where the jobs' pipe dirs are, which their users
     can fill) is on the filesystem of the journals: a job could then fill it and fail every later hook on the node."""
-    if not any(slot.mode == "mps" for slot in slots):
+    if not any(slot.mode == Mode.MPS for slot in slots):
         return []
     mps_dir = f"{state_dir.rstrip('/')}/mps"
     try:
@@ -564,7 +565,7 @@ def check_compute_modes(slots, backend) -> list[str]:
     reloads): "GPU 0 (GPU-...) is EXCLUSIVE_PROCESS, policy default: nvidia-smi -i 0 -c DEFAULT"."""
     out = []
     for slot in slots:
-        if slot.mode != "mps":
+        if slot.mode != Mode.MPS:
             continue
         want = (slot.compute_mode or "default").upper()
         have = backend.compute_mode(slot.index)
@@ -662,7 +663,4 @@ def slots_from_spec(spec) -> list:
     from ..hardware import get_model
     from ..policy.site import GpuSlot
 
-    return [
-        GpuSlot(g.index, g.mode, get_model(g.model), "", tuple(g.layout), g.replicas, g.units, g.compute_mode)
-        for g in spec.gpus
-    ]
+    return [GpuSlot(g.index, get_model(g.model), g.share) for g in spec.gpus]

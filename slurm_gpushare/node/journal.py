@@ -47,6 +47,7 @@ from contextlib import contextmanager
 
 from ..atomic import atomic_write
 from ..errors import GpushareError
+from ..policy.share import Mode
 from ..records import field, record
 from .paths import JOURNAL_FORMAT, TASK_FORMAT, journal_dir, plain
 
@@ -85,6 +86,20 @@ class Device:
     gi: int | None = None
     ci: int | None = None
     visible: str | None = None
+
+    @property
+    def is_mig(self) -> bool:
+        return self.mode == Mode.MIG
+
+    @property
+    def is_mps(self) -> bool:
+        """An MPS share of the GPU (not an MPS GPU allocated whole: "mps-whole")."""
+        return self.mode == Mode.MPS
+
+    @property
+    def is_shared(self) -> bool:
+        """A share of a GPU other jobs may use too (MPS, a shard), not the GPU whole."""
+        return self.mode in (Mode.MPS, Mode.SHARD)
 
 
 @record

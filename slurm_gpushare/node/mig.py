@@ -206,7 +206,7 @@ def _compare(slot: GpuSlot, gpu: GpuState | None, present: Iterable[int]) -> _Ve
     mismatch = _model_mismatch(slot, gpu)
     if mismatch:
         return _Verdict(mismatch, [mismatch])
-    if slot.mode != "mig":
+    if not slot.share.is_mig:
         return _compare_whole(slot, gpu)
     if not gpu.mig_current:
         return _mig_disabled(slot, gpu)

@@ -44,7 +44,8 @@ import os
 import stat
 
 from ..errors import GpushareError
-from ..records import fields, record
+from ..policy.share import Mode, Share
+from ..records import fields, record, replace
 from . import paths
 
 # CPython's own SHA-256 (_sha2 from 3.12, _sha256 in 3.11), the digest hashlib gives: hashlib loads OpenSSL
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
 NODE_CONFIG = paths.NODE_CONFIG
 DEFAULT_POLICY = paths.DEFAULT_POLICY
 CONFIG_ENV = paths.CONFIG_ENV
-SPEC_FORMAT = "gpushare-node-spec/2"  # 2: GPUs carry compute_mode
+SPEC_FORMAT = "gpushare-node-spec/3"  # 2: GPUs carry compute_mode; 3: a GPU's share (policy.share.Share) whole
 
 
 class NodeConfigError(GpushareError):
@@ -173,15 +174,26 @@ def _check_owner(path: str) -> None:
 
 @record
 class GpuSpec:
-    """One GPU of the node as the policy shares it."""
+    """One GPU of the node, its model and its share (a MIG layout in the catalogue's profile names)."""
 
     index: int
-    mode: str
     model: str
-    units: int
-    replicas: int
-    layout: tuple[str, ...] = ()
-    compute_mode: str = ""  # mps: the policy's compute_mode (default, exclusive_process)
+    share: Share
+
+    @property
+    def mode(self) -> Mode:
+        return self.share.mode
+
+    @property
+    def layout(self) -> tuple[str, ...]:
+        return self.share.layout
+
+    def to_json(self) -> dict:
+        return {"index": self.index, "model": self.model, "share": self.share.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict) -> GpuSpec:
+        return cls(int(data["index"]), str(data["model"]), Share.from_json(data["share"]))
 
 
 @record
@@ -202,7 +214,7 @@ class NodeSpec:
     format: str = SPEC_FORMAT
 
     def to_json(self) -> dict:
-        return {**vars(self), "gpus": [vars(g) for g in self.gpus]}
+        return {**vars(self), "gpus": [g.to_json() for g in self.gpus]}
 
     @classmethod
     def from_json(cls, data) -> NodeSpec | None:
@@ -211,8 +223,8 @@ class NodeSpec:
         if not isinstance(data, dict) or data.get("format") != SPEC_FORMAT or set(data) != names:
             return None
         try:
-            gpus = tuple(GpuSpec(**{**g, "layout": tuple(g["layout"])}) for g in data["gpus"])
-        except (TypeError, KeyError):
+            gpus = tuple(GpuSpec.from_json(g) for g in data["gpus"])
+        except (TypeError, KeyError, ValueError):
             return None
         return cls(**{**data, "gpus": gpus})
 
@@ -255,15 +267,7 @@ def build_spec(policy: str | Path, node: str, digest: str) -> NodeSpec:
         raise NodeConfigError(f"{exc.args[0]} ({policy})") from None
     paths = site.cluster.paths
     gpus = tuple(
-        GpuSpec(
-            s.index,
-            s.mode,
-            s.model.name,
-            s.units,
-            s.replicas,
-            tuple(s.model.profile(n).name for n in s.layout),
-            s.compute_mode,
-        )
+        GpuSpec(s.index, s.model.name, replace(s.share, layout=tuple(s.model.profile(n).name for n in s.layout)))
         for s in group.gpus
     )
     metrics = site.cluster.metrics

@@ -40,6 +40,7 @@ import os
 import re
 
 from ..errors import GpushareError
+from ..policy.share import Mode, Share
 from ..records import record, replace
 from .gresindex import GresRecord
 from .jobenv import JobEnv
@@ -61,11 +62,11 @@ class PrologRefused(NodeUnsafe):
 
 @record
 class NodeLayout:
-    """What the node is meant to be: the policy's GPU modes (node spec), Slurm's gpu
+    """What the node is meant to be: the policy's GPU shares (node spec), Slurm's gpu
     records (gres.conf order), the mig-minors table reversed (minor -> key)."""
 
     node: str
-    modes: dict[int, str]
+    shares: dict[int, Share]
     records: tuple[GresRecord, ...]
     cap_minors: dict[int, tuple[int, int, int | None]]
     state_dir: str
@@ -75,7 +76,7 @@ class NodeLayout:
     def from_spec(cls, spec: NodeSpec, records, minors: dict) -> NodeLayout:
         return cls(
             spec.node,
-            {g.index: g.mode for g in spec.gpus},
+            {g.index: g.share for g in spec.gpus},
             tuple(records),
             {minor: key for key, minor in minors.items()},
             spec.state_dir,
@@ -169,11 +170,12 @@ def _device(job: JobEnv, index: int, node: NodeLayout, live: ObservedState, reas
     if resolved is None:
         return None
     gpu, mig = resolved
-    mode = node.modes.get(gpu.index)
-    if mode is None:
+    share = node.shares.get(gpu.index)
+    if share is None:
         reasons.append(f"{gpu.label}: not in the policy for {node.node}")
         return None
-    if (mig is not None) != (mode == "mig"):
+    mode = share.mode.value
+    if (mig is not None) != share.is_mig:
         reasons.append(
             f"{gpu.label}: gres.conf declares it {'as MIG instances' if mig else 'whole'} but the policy "
             f"shares it as {mode}: regenerate gres.conf (`gpushare node gres-conf`)"
@@ -185,11 +187,11 @@ def _device(job: JobEnv, index: int, node: NodeLayout, live: ObservedState, reas
             [p for p in gpu.processes if (p.gi_id, p.ci_id) == (mig.gi_id, mig.ci_id)],
             reasons,
         )
-        return Device(index, gpu.index, gpu.uuid, "mig", mig.uuid, mig.gi_id, mig.ci_id, visible=mig.uuid)
-    if mode == "mps" and job.mps_percentage is not None:
-        return Device(index, gpu.index, gpu.uuid, "mps", visible=gpu.uuid)
-    if mode == "shard":
-        return Device(index, gpu.index, gpu.uuid, "shard")
+        return Device(index, gpu.index, gpu.uuid, mode, mig.uuid, mig.gi_id, mig.ci_id, visible=mig.uuid)
+    if share.mode is Mode.MPS and job.mps_percentage is not None:
+        return Device(index, gpu.index, gpu.uuid, mode, visible=gpu.uuid)
+    if share.mode is Mode.SHARD:
+        return Device(index, gpu.index, gpu.uuid, mode)
     # exclusive, or a whole GPU of an MPS/shard GPU: nobody else may be on it
     _busy(gpu.label, gpu.processes, reasons)
     users = sorted(
@@ -199,7 +201,7 @@ def _device(job: JobEnv, index: int, node: NodeLayout, live: ObservedState, reas
     )
     if users:
         reasons.append(f"{gpu.label}: allocated whole but jobs {', '.join(map(str, users))} still hold it")
-    return Device(index, gpu.index, gpu.uuid, "exclusive" if mode == "exclusive" else f"{mode}-whole")
+    return Device(index, gpu.index, gpu.uuid, f"{mode}-whole" if share.shared_gres else mode)
 
 
 def exclusive_process(live: ObservedState, indexes) -> bool:
@@ -249,7 +251,7 @@ def plan_compute_mode(
 
 
 def _mps_daemon(job: JobEnv, devices: list[Device], node: NodeLayout, live: ObservedState, reasons) -> MpsDaemon | None:
-    mps = [d for d in devices if d.mode == "mps"]
+    mps = [d for d in devices if d.is_mps]
     if not mps:
         return None
     indexes = tuple(sorted({d.gpu_index for d in mps}))
@@ -263,7 +265,7 @@ def _mps_daemon(job: JobEnv, devices: list[Device], node: NodeLayout, live: Obse
         uid=job.uid,
         gid=job.gid,
         percentage=pct,
-        mem_limit_mib=tuple(live.gpus[i].memory_mib * pct // 100 for i in indexes),
+        mem_limit_mib=client_mem_limits(node, live, indexes, pct),
         pipe_dir=f"{node.state_dir.rstrip('/')}/mps/{key}/pipe",
         log_dir=f"{node.log_dir.rstrip('/')}/gpushare-mps/{key}",
     )
@@ -273,11 +275,22 @@ def _mps_daemon(job: JobEnv, devices: list[Device], node: NodeLayout, live: Obse
     return daemon
 
 
-def mps_env(daemon: MpsDaemon, percentage: int | None = None, gpu_memory_mib: tuple[int, ...] = ()) -> dict[str, str]:
+def client_mem_limits(node: NodeLayout, live: ObservedState, indexes, percentage: int) -> tuple[int, ...]:
+    """Each GPU's pinned device memory limit (MiB) for a client at ``percentage``: that share of the GPU's memory,
+    at most the policy's ``client_mem_limit_mib`` for the GPU where it gives one."""
+    out = []
+    for i in indexes:
+        limit = live.gpus[i].memory_mib * percentage // 100
+        cap = node.shares[i].client_mem_limit_mib if i in node.shares else 0
+        out.append(min(limit, cap) if cap else limit)
+    return tuple(out)
+
+
+def mps_env(daemon: MpsDaemon, percentage: int | None = None, limits: tuple[int, ...] = ()) -> dict[str, str]:
     """What the job's tasks need to reach their daemon, in their own terms: the daemon's limits, or the job's own
-    ``percentage`` (of each GPU's ``gpu_memory_mib``) where it shares a daemon at 100 % (EXCLUSIVE_PROCESS)."""
+    ``percentage`` and ``limits`` (``client_mem_limits``) where it shares a daemon at 100 % (EXCLUSIVE_PROCESS)."""
     pct = daemon.percentage if percentage is None else percentage
-    limits = daemon.mem_limit_mib if percentage is None else tuple(m * pct // 100 for m in gpu_memory_mib)
+    limits = daemon.mem_limit_mib if percentage is None else limits
     return {
         "CUDA_MPS_PIPE_DIRECTORY": daemon.pipe_dir,
         "CUDA_MPS_LOG_DIRECTORY": daemon.log_dir,
@@ -294,7 +307,7 @@ def plan_prolog(job: JobEnv, node: NodeLayout, live: ObservedState) -> tuple[Jou
     if job.node != node.node:
         reasons.append(f"SLURMD_NODENAME is {job.node} but this node's spec is for {node.node}")
     devices = [d for d in (_device(job, i, node, live, reasons) for i in job.gpu_indexes) if d is not None]
-    if job.mps_percentage is not None and not any(d.mode == "mps" for d in devices) and not reasons:
+    if job.mps_percentage is not None and not any(d.is_mps for d in devices) and not reasons:
         reasons.append(
             f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={job.mps_percentage} but none of GRES indexes "
             f"{','.join(map(str, job.gpu_indexes)) or '(none)'} is an MPS GPU in the policy"
@@ -304,7 +317,9 @@ def plan_prolog(job: JobEnv, node: NodeLayout, live: ObservedState) -> tuple[Jou
         raise PrologRefused(job.job_id, job.node, reasons)
     env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"} if devices else {}
     if daemon is not None and daemon.percentage != job.mps_percentage:  # shared at 100 % (EXCLUSIVE_PROCESS)
-        env.update(mps_env(daemon, job.mps_percentage, tuple(live.gpus[i].memory_mib for i in daemon.gpu_indexes)))
+        env.update(
+            mps_env(daemon, job.mps_percentage, client_mem_limits(node, live, daemon.gpu_indexes, job.mps_percentage))
+        )
     elif daemon is not None:
         env.update(mps_env(daemon))
     journal = Journal(job.job_id, job.uid, job.gid, job.node, "ready", tuple(devices), daemon, env)
@@ -408,7 +423,9 @@ def observe_prolog(job: JobEnv, node: NodeLayout, backend, store: JournalStore, 
     by_minor = {g.minor: g.index for g in infos}
     indexes = gpus_of_records(node.records, job.gpu_indexes, by_minor)
     gpus = {i: g for i, g in observe_gpus(backend, indexes).items()}
-    mps_gpus = [i for i in indexes if node.modes.get(i) == "mps"] if job.mps_percentage is not None else []
+    mps_gpus = (
+        [i for i in indexes if node.shares.get(i, Share()).mode is Mode.MPS] if job.mps_percentage is not None else []
+    )
     for i in mps_gpus:  # what lets a server start: only MPS prologs read it
         gpus[i] = replace(gpus[i], compute_mode=backend.compute_mode(i))
     for info in infos:  # the rest without MIG and processes: only minors and UUIDs are needed

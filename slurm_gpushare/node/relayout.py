@@ -208,7 +208,7 @@ def include_text(target: Target, backend: NvmlBackend) -> str:
     from ..gpu import read_mig_minors
     from .gresconf import node_gres_conf
 
-    minors = read_mig_minors(backend.mig_minors_path) if any(s.mode == "mig" for s in target.slots) else {}
+    minors = read_mig_minors(backend.mig_minors_path) if any(s.share.is_mig for s in target.slots) else {}
     return node_gres_conf(target.node, target.slots, backend, minors)
 
 

@@ -27,10 +27,9 @@ SELECT_FLAGS = frozenset({"CR_Core_Memory"})
 def sim_gpus(group) -> tuple[SimGpu, ...]:
     out = []
     for slot in group.gpus:
-        units = slot.units if slot.mode == "mps" else slot.replicas if slot.mode == "shard" else 0
-        out.append(
-            SimGpu(slot.mode, slot.model.name, slot.slurm_type, units, slot.mig_types() if slot.mode == "mig" else ())
-        )
+        share = slot.share
+        mig = slot.mig_types() if share.is_mig else ()
+        out.append(SimGpu(share.mode, slot.model.name, slot.slurm_type, share.shared_count, mig))
     return tuple(out)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from ..errors import Problem
 from .model import Billing
+from .share import SHARED_GRES
 from .site import Group
 
 
@@ -49,16 +50,15 @@ def unit_fractions(group: Group) -> list[tuple[str, float]]:
     """
     out: list[tuple[str, float]] = []
     for slot in group.gpus:
-        if slot.mode == "mig":
+        share = slot.share
+        if share.is_mig:
             out += [
                 (f"gpu:{slot.model.mig_slurm_type(p)}", slot.model.profile(p).fraction(slot.model)) for p in slot.layout
             ]
             continue
         out.append((f"gpu:{slot.slurm_type}", 1.0))
-        if slot.mode == "shard":
-            out.append(("shard", 1.0 / slot.replicas))
-        elif slot.mode == "mps":
-            out.append(("mps", 1.0 / slot.units))
+        if share.shared_gres:
+            out.append((share.shared_gres, 1.0 / share.shared_count))
     return out
 
 
@@ -107,5 +107,5 @@ def tier_weights(
         pairs.append(("GRES/gpu", floor))
         if len(gpu_kinds) > 1:
             pairs += [(f"GRES/{k}", round(w - floor, 6)) for k, w in sorted(gpu_kinds.items()) if w - floor > 1e-9]
-    pairs += [(f"GRES/{k}", single[k]) for k in ("mps", "shard") if k in single]
+    pairs += [(f"GRES/{k}", single[k]) for k in SHARED_GRES if k in single]
     return tuple(pairs), problems

@@ -20,22 +20,23 @@ from hostlist import collect_hostlist, expand_hostlist
 from ..errors import PolicyError
 from .groups import gpus_value, parse_indexes
 from .load import build_site
+from .share import Mode, Share, parse_mode
 from .site import Site
 
 _GROUP_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 def mode_text(entry: dict) -> str:
-    """A sharing entry in a report: 'exclusive', 'mps (100 units)', 'shard (4 replicas)'."""
-    mode = str(entry.get("mode", "exclusive")).lower()
-    if mode == "mps":
-        return f"mps ({entry.get('units')} units)"
-    if mode == "shard":
-        return f"shard ({entry.get('replicas')} replicas)"
-    if mode == "mig":
-        layout = entry.get("layout")
-        return f"mig ({'+'.join(layout) if isinstance(layout, list) else layout})"
-    return mode
+    """A sharing entry in a report: 'exclusive', 'mps (100 units)', 'shard (4 replicas)' (``Share.text``)."""
+    return Share.from_entry(entry).text
+
+
+def _mode_of(entry: dict) -> Mode | None:
+    """The entry's mode, None for one that is none (``build_site`` names it)."""
+    try:
+        return parse_mode(entry.get("mode", ""))
+    except ValueError:
+        return None
 
 
 def with_layout(site_doc: dict, node: str, gpu: int, layout: tuple[str, ...]) -> dict:
@@ -58,13 +59,13 @@ def with_layouts(site_doc: dict, node: str, layouts: dict[int, tuple[str, ...]])
                 f"GPU {gpu} of node {node} has no MIG sharing entry in node group {group['name']} "
                 "(an exclusive GPU): the live planner changes MIG layouts only"
             )
-        if str(entry.get("mode", "")).lower() != "mig":
+        if _mode_of(entry) is not Mode.MIG:
             raise ValueError(
                 f"GPU {gpu} of node {node} is shared by mode {entry.get('mode')} in node group "
                 f"{group['name']}, not mig: the live planner changes MIG layouts only"
             )
 
-    entries = {g: {"mode": "mig", "layout": list(layout)} for g, layout in layouts.items()}
+    entries = {g: Share(Mode.MIG, tuple(layout)).to_entry() for g, layout in layouts.items()}
     what = ", ".join(f"GPU {g} as {'+'.join(layouts[g])}" for g in sorted(layouts))
     return _with_entries(site_doc, node, entries, check, what)
 
@@ -78,15 +79,14 @@ def with_modes(site_doc: dict, node: str, modes: dict[int, dict]) -> dict:
     if not modes:
         raise ValueError(f"node {node}: no GPU mode given (a mapping gpu -> sharing entry)")
     for gpu, entry in modes.items():
-        mode = str(entry.get("mode", "")).lower()
-        if mode not in ("exclusive", "mps", "shard"):
+        if _mode_of(entry) in (None, Mode.MIG):
             raise ValueError(
                 f"GPU {gpu} of node {node}: mode {entry.get('mode')!r}: the live planner sets "
                 "exclusive, mps or shard (MIG mode is never changed: it needs a GPU reset)"
             )
 
     def check(gpu: int, entry: dict | None, group: dict) -> None:
-        if entry is not None and str(entry.get("mode", "")).lower() == "mig":
+        if entry is not None and _mode_of(entry) is Mode.MIG:
             raise ValueError(
                 f"GPU {gpu} of node {node} is shared by MIG in node group {group['name']}: the live "
                 "planner never changes a GPU's MIG mode (it needs a GPU reset)"

@@ -14,9 +14,11 @@ import hostlist
 
 from ..errors import Problem
 from ..hardware import CatalogueError, GpuModel, check_layout, get_model, models
+from ..records import replace
 from ..slurmversion import SlurmVersion
 from .model import GpuModelDecl, NodeGroup, Sharing
-from .site import MODES, GpuSlot, Group
+from .share import Mode, Share, misplaced_keys
+from .site import GpuSlot, Group
 
 MPS_UNITS = tuple(n for n in range(2, 101) if 100 % n == 0)
 MAX_REPLICAS = 1024  # Slurm caps a File= GRES count at 1024
@@ -148,7 +150,7 @@ def _resolve_group(spec, path, nodes, version, problems, declared) -> Group | No
     for j, sharing in enumerate(spec.sharing):
         _resolve_sharing(sharing, f"{path}.sharing[{j}]", spec.gpu.count, model, slots, problems)
     for index in range(spec.gpu.count):
-        slots.setdefault(index, GpuSlot(index, "exclusive", model, model.slurm_type))
+        slots.setdefault(index, GpuSlot(index, model))
     _check_mode_mix(list(slots.values()), f"{path}.sharing", version, problems)
     if len(problems) > before or not nodes:
         return None
@@ -204,80 +206,59 @@ def _resolve_sharing(sharing: Sharing, path, count, model: GpuModel, slots, prob
     except ValueError as exc:
         problems.append(Problem(f"{path}.gpus", str(exc)))
         return
-    slot = _make_slot(sharing, path, model, problems)
+    share = _make_share(sharing, path, model, problems)
     for index in indexes:
         if index in slots:
             problems.append(Problem(f"{path}.gpus", f"GPU {index} already has a sharing mode from an earlier entry"))
             return
-    if slot is None:
+    if share is None:
         return
     for index in indexes:
-        slots[index] = GpuSlot(
-            index, slot.mode, model, slot.slurm_type, slot.layout, slot.replicas, slot.units, slot.compute_mode
-        )
+        slots[index] = GpuSlot(index, model, share)
 
 
-def _make_slot(sharing: Sharing, path, model: GpuModel, problems) -> GpuSlot | None:
-    mode = sharing.mode.lower()
-    if mode not in MODES:
-        problems.append(Problem(f"{path}.mode", f"{sharing.mode!r} is not a sharing mode; allowed: {', '.join(MODES)}"))
-        return None
+def _make_share(sharing: Sharing, path, model: GpuModel, problems) -> Share | None:
     before = len(problems)
-    _forbid_other_keys(sharing, mode, path, problems)
-    slurm_type = sharing.type or model.slurm_type
-    if mode == "mig":
+    mode = sharing.mode
+    for key, why in misplaced_keys(mode, sharing.model_dump()):
+        problems.append(Problem(f"{path}.{key}", why))
+    share = Share.from_entry(sharing.model_dump())
+    if share.type == model.slurm_type:
+        share = replace(share, type="")  # the model's own type: as if not given
+    if mode is Mode.MIG:
         layout = _resolve_layout(sharing.layout, f"{path}.layout", model, problems)
-        if len(problems) > before:
-            return None
-        return GpuSlot(0, mode, model, model.slurm_type, layout=layout)
-    if mode == "shard":
-        replicas = sharing.replicas
-        if replicas is None:
-            problems.append(Problem(f"{path}.replicas", "required for mode shard: an integer >= 2"))
-        elif not 2 <= replicas <= MAX_REPLICAS:
-            problems.append(
-                Problem(
-                    f"{path}.replicas",
-                    f"{replicas} is not allowed: replicas must be >= 2 (one replica is an exclusive GPU) and <= "
-                    f"{MAX_REPLICAS}",
-                )
+        share = replace(share, layout=layout)
+    elif mode is Mode.SHARD:
+        _check_replicas(sharing.replicas, path, problems)
+    elif mode is Mode.MPS:
+        _check_units(sharing.units, path, problems)
+    return None if len(problems) > before else share
+
+
+def _check_replicas(replicas: int | None, path, problems) -> None:
+    if replicas is None:
+        problems.append(Problem(f"{path}.replicas", "required for mode shard: an integer >= 2"))
+    elif not 2 <= replicas <= MAX_REPLICAS:
+        problems.append(
+            Problem(
+                f"{path}.replicas",
+                f"{replicas} is not allowed: replicas must be >= 2 (one replica is an exclusive GPU) and <= "
+                f"{MAX_REPLICAS}",
             )
-        return None if len(problems) > before else GpuSlot(0, mode, model, slurm_type, replicas=replicas)
-    if mode == "mps":
-        units = sharing.units
-        if units is None:
-            problems.append(Problem(f"{path}.units", f"required for mode mps: one of {', '.join(map(str, MPS_UNITS))}"))
-        elif units not in MPS_UNITS:
-            problems.append(
-                Problem(
-                    f"{path}.units",
-                    f"{units} units do not give whole percentages per unit; allowed: {', '.join(map(str, MPS_UNITS))} "
-                    "(divisors of 100)",
-                )
-            )
-        return (
-            None
-            if len(problems) > before
-            else GpuSlot(0, mode, model, slurm_type, units=units, compute_mode=sharing.compute_mode or "default")
         )
-    return None if len(problems) > before else GpuSlot(0, mode, model, slurm_type)
 
 
-_KEYS_FOR = {
-    "mig": {"layout"},
-    "shard": {"replicas", "type"},
-    "mps": {"units", "type", "compute_mode"},
-    "exclusive": {"type"},
-}
-
-
-def _forbid_other_keys(sharing: Sharing, mode: str, path: str, problems) -> None:
-    for key in ("layout", "replicas", "units", "type", "compute_mode"):
-        if getattr(sharing, key) is not None and key not in _KEYS_FOR[mode]:
-            owners = [m for m, keys in _KEYS_FOR.items() if key in keys]
-            problems.append(
-                Problem(f"{path}.{key}", f"not used by mode {mode}; it applies to mode {' / '.join(owners)}")
+def _check_units(units: int | None, path, problems) -> None:
+    if units is None:
+        problems.append(Problem(f"{path}.units", f"required for mode mps: one of {', '.join(map(str, MPS_UNITS))}"))
+    elif units not in MPS_UNITS:
+        problems.append(
+            Problem(
+                f"{path}.units",
+                f"{units} units do not give whole percentages per unit; allowed: {', '.join(map(str, MPS_UNITS))} "
+                "(divisors of 100)",
             )
+        )
 
 
 def _resolve_layout(layout, path, model: GpuModel, problems) -> tuple[str, ...]:
@@ -307,7 +288,7 @@ def _resolve_layout(layout, path, model: GpuModel, problems) -> tuple[str, ...]:
 
 
 def _check_mode_mix(slots: list[GpuSlot], path, version: SlurmVersion, problems) -> None:
-    modes = {s.mode for s in slots}
+    modes = {s.mode.value for s in slots}
     if {"mps", "shard"} <= modes:
         problems.append(
             Problem(

@@ -7,9 +7,11 @@ groups) are in ``rules.py`` so that every such problem is reported at once.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+
+from .share import MODES, Mode, parse_mode
 
 NAME = r"^[A-Za-z][A-Za-z0-9_.-]{0,62}$"
 SLURM_NAME = r"^[a-z][a-z0-9_-]{0,39}$"
@@ -205,13 +207,27 @@ class Sharing(Strict):
     """How one GPU or a range of GPUs on every node of the group is shared."""
 
     gpus: str | int
-    mode: str
+    mode: Annotated[Mode, WithJsonSchema({"type": "string", "enum": list(MODES)})]  # any case in the file
     layout: str | list[str] | None = None
     replicas: int | None = None
     units: int | None = None
     type: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9_.]{0,39}$")
     # mode mps: the compute mode the site sets on these GPUs (nvidia-smi -c); null means default
     compute_mode: Literal["default", "exclusive_process"] | None = None
+    client_mem_limit_mib: int | None = Field(
+        None,
+        ge=1,
+        description="mode mps: the most device memory (MiB) one MPS client may pin on each of these GPUs. The "
+        "prolog sets the smaller of this and the job's share of the GPU's memory as the daemon's default pinned "
+        "device memory limit (nvidia-cuda-mps-control set_default_device_pinned_mem_limit) and as the job's "
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT; null: the job's share (its units' percentage of the GPU's memory).",
+    )
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _mode(cls, value):
+        """Any case, as before the enum; the error names the modes allowed (policy.share.parse_mode)."""
+        return parse_mode(value)
 
 
 class GpuHardware(Strict):

@@ -8,6 +8,7 @@ from ..errors import Problem
 from ..hardware import CatalogueError, get_model
 from .billing import tier_weights
 from .model import Policy
+from .share import SHARED_GRES, Mode
 from .site import Group, TierView
 
 PREEMPT_MODES = ("off", "requeue", "cancel")
@@ -177,7 +178,7 @@ def check_types(policy: Policy, groups: list[Group]) -> list[Problem]:
     for g in groups:
         i = index[id(g.spec)]
         for slot in g.gpus:
-            names = slot.mig_types() if slot.mode == "mig" else (slot.slurm_type,)
+            names = slot.mig_types() if slot.share.is_mig else (slot.slurm_type,)
             for t in names:
                 model = owners.setdefault(t, g.model.name)
                 if model != g.model.name:
@@ -306,13 +307,13 @@ def _route_supply(path: str, route, scope: list[Group]) -> list[Problem]:
     """The route's tiers must hold what the class will ask for once routed (and rounded)."""
     want = route.match.gres
     where = "the route's tiers" if route.tiers else "this cluster"
-    if route.round_to == "mig":
-        if want != "mps":
+    if route.round_to == Mode.MIG:
+        if want != Mode.MPS:
             return [Problem(f"{path}.round_to", "rounding to a MIG slice applies to gres: mps (a share of one GPU)")]
-        if not any(s.mode == "mig" for g in scope for s in g.gpus):
+        if not any(s.share.is_mig for g in scope for s in g.gpus):
             return [Problem(f"{path}.round_to", f"no GPU on {where} runs MIG; route to a tier with MIG GPUs")]
         return []
-    if want in ("mps", "shard") and not any(s.mode == want for g in scope for s in g.gpus):
+    if want in SHARED_GRES and not any(s.share.shared_gres == want for g in scope for s in g.gpus):
         return [Problem(f"{path}.tiers", f"no GPU on {where} is shared as {want}")]
     if want == "gpu" and not scope:
         return [Problem(f"{path}.tiers", "no node group on the route's tiers")]

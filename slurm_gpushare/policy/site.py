@@ -13,22 +13,41 @@ from functools import cached_property
 from ..hardware import GpuModel
 from ..slurmversion import SlurmVersion
 from .model import NodeGroup, Policy, Tier
-
-MODES = ("exclusive", "mig", "shard", "mps")
+from .share import Mode, Share
 
 
 @dataclass(frozen=True)
 class GpuSlot:
-    """One physical GPU position (index) on every node of a group, and how it is shared."""
+    """One physical GPU position (index) on every node of a group, its model, and how it is shared."""
 
     index: int
-    mode: str
     model: GpuModel
-    slurm_type: str
-    layout: tuple[str, ...] = ()
-    replicas: int = 0
-    units: int = 0
-    compute_mode: str = ""  # mps: "default" or "exclusive_process" (nvidia-smi -c), as the site sets the GPU
+    share: Share = Share()
+
+    @property
+    def mode(self) -> Mode:
+        return self.share.mode
+
+    @property
+    def layout(self) -> tuple[str, ...]:
+        return self.share.layout
+
+    @property
+    def replicas(self) -> int:
+        return self.share.replicas
+
+    @property
+    def units(self) -> int:
+        return self.share.units
+
+    @property
+    def compute_mode(self) -> str:
+        return self.share.compute_mode
+
+    @property
+    def slurm_type(self) -> str:
+        """The whole GPU's Slurm type (a MIG GPU's: the model's; its instances have their own)."""
+        return self.share.gpu_type(self.model.slurm_type)
 
     @property
     def device(self) -> str:
@@ -38,6 +57,10 @@ class GpuSlot:
 
     def mig_types(self) -> tuple[str, ...]:
         return tuple(self.model.mig_slurm_type(p) for p in self.layout)
+
+    def gres(self) -> tuple[tuple[str, str, int], ...]:
+        """(name, type, count) of what this GPU gives its node (``Share.gres``)."""
+        return self.share.gres(self.model.slurm_type, self.model.mig_slurm_type)
 
 
 @dataclass(frozen=True)
@@ -67,24 +90,17 @@ class Group:
         """GRES per node: {(name, type): count}, type '' for untyped shard/mps."""
         counts: Counter[tuple[str, str]] = Counter()
         for slot in self.gpus:
-            if slot.mode == "mig":
-                for t in slot.mig_types():
-                    counts["gpu", t] += 1
-                continue
-            counts["gpu", slot.slurm_type] += 1
-            if slot.mode == "shard":
-                counts["shard", ""] += slot.replicas
-            elif slot.mode == "mps":
-                counts["mps", ""] += slot.units
+            for name, gres_type, count in slot.gres():
+                counts[name, gres_type] += count
         return dict(sorted(counts.items()))
 
-    def slots(self, mode: str) -> tuple[GpuSlot, ...]:
+    def slots(self, mode: Mode) -> tuple[GpuSlot, ...]:
         return tuple(s for s in self.gpus if s.mode == mode)
 
     @property
     def exclusive_process_mps(self) -> bool:
         """An MPS GPU of the group runs in EXCLUSIVE_PROCESS: one MPS server, so one user, at a time."""
-        return any(s.mode == "mps" and s.compute_mode == "exclusive_process" for s in self.gpus)
+        return any(s.share.exclusive_process for s in self.gpus)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from collections import Counter
 
 from ..policy import Group, Site, TierView
 from ..policy.groups import format_indexes
+from ..policy.share import SHARED_GRES, Mode
 
 
 def gres_types(site: Site) -> str:
@@ -18,7 +19,7 @@ def gres_types(site: Site) -> str:
     correct; with both, the node task prolog sets CUDA_VISIBLE_DEVICES for
     mps jobs. Changing GresTypes needs slurmctld and slurmd restarts.
     """
-    return ",".join(["gpu"] + [n for n in ("mps", "shard") if n in site.uses])
+    return ",".join(["gpu"] + [n for n in SHARED_GRES if n in site.uses])
 
 
 def gres_string(group: Group) -> str:
@@ -125,9 +126,9 @@ def hooks(site: Site) -> list[tuple[str, str]]:
 
 def mig_nodes(site: Site) -> list[dict]:
     return [
-        {"nodes": g.hostlist, "gpus": [(s.index, list(s.layout)) for s in g.slots("mig")]}
+        {"nodes": g.hostlist, "gpus": [(s.index, list(s.layout)) for s in g.slots(Mode.MIG)]}
         for g in site.groups
-        if g.slots("mig")
+        if g.slots(Mode.MIG)
     ]
 
 
@@ -139,9 +140,11 @@ def gres_conf_lines(site: Site) -> list[dict]:
         for gtype, indexes in _runs(g):
             lines.append(f"NodeName={g.hostlist} Name=gpu Type={gtype} File={_devices(indexes)}")
         for slot in g.gpus:
-            if slot.mode in ("shard", "mps"):
-                count = slot.replicas if slot.mode == "shard" else slot.units
-                lines.append(f"NodeName={g.hostlist} Name={slot.mode} Count={count} File={slot.device}")
+            if slot.share.shared_gres:
+                lines.append(
+                    f"NodeName={g.hostlist} Name={slot.share.shared_gres} Count={slot.share.shared_count} "
+                    f"File={slot.device}"
+                )
         out.append({"group": g, "lines": lines})
     return out
 
@@ -149,7 +152,7 @@ def gres_conf_lines(site: Site) -> list[dict]:
 def _runs(group: Group) -> list[tuple[str, list[int]]]:
     runs: list[tuple[str, list[int]]] = []
     for slot in group.gpus:
-        if slot.mode == "mig":
+        if slot.share.is_mig:
             continue
         if runs and runs[-1][0] == slot.slurm_type and runs[-1][1][-1] == slot.index - 1:
             runs[-1][1].append(slot.index)
@@ -178,9 +181,9 @@ def describe(group: Group) -> str:
 
 
 def _slot_text(slot) -> str:
-    if slot.mode == "mig":
+    if slot.share.is_mig:
         counts = Counter(slot.layout)
         return "mig " + "+".join(f"{n}x{p}" if n > 1 else p for p, n in counts.items())
-    extra = {"exclusive": "", "shard": f" x{slot.replicas}", "mps": f" {slot.units} units"}[slot.mode]
+    extra = {Mode.EXCLUSIVE: "", Mode.SHARD: f" x{slot.replicas}", Mode.MPS: f" {slot.units} units"}[slot.mode]
     typed = "" if slot.slurm_type == slot.model.slurm_type else f" (type {slot.slurm_type})"
     return f"{slot.mode}{extra}{typed}"

@@ -19,6 +19,7 @@ from functools import lru_cache
 from importlib import resources
 
 from ..policy import Site
+from ..policy.share import Mode
 from ..submit import tables as tb
 from ..submit.tables import Tables, build_tables
 from .env import environment
@@ -71,7 +72,7 @@ def lua_data(t: Tables) -> dict:
                 "max_gpus": r.max_gpus,
                 "min_cpus": r.min_cpus,
                 "partition": ",".join(r.tiers),
-                "round_mig": r.round_to == "mig",
+                "round_mig": r.round_to == Mode.MIG,
                 "cover": [{"pct": pct, "type": gtype} for pct, gtype in r.mig_cover],
             }
             for r in t.routes

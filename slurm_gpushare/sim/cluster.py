@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 # one whole GPU, as the trace counts it (the catalogue's unit for a share: hardware/packing.py)
 from ..hardware.packing import GPU_MILLI as GPU_MILLI
+from ..policy.share import Mode
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class SimGpu:
     types in gres.conf line order, which is Slurm's GRES index order.
     """
 
-    mode: str
+    mode: Mode
     model: str
     gres_type: str = ""
     units: int = 0

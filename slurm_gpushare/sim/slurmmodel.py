@@ -54,12 +54,13 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..policy.share import Mode
 from ..slurm.constraint import parse as parse_constraint
 from .cluster import GPU_MILLI, Pod, Router, SimCluster, SimGpu, SlurmRequest
 
 LL_SHARED_GRES = "LL_SHARED_GRES"
 MULTIPLE_SHARING_GRES_PJ = "MULTIPLE_SHARING_GRES_PJ"
-SHARED_KINDS = {"mps": 1, "shard": 2}
+SHARED_KINDS = {Mode.MPS: 1, Mode.SHARD: 2}
 
 
 def uniform_router(pod: Pod) -> SlurmRequest:
@@ -79,7 +80,7 @@ def uniform_router(pod: Pod) -> SlurmRequest:
 def with_uniform_mps(cluster: SimCluster, units: int = 100) -> SimCluster:
     """Every GPU in mps mode with ``units`` mps Count (S1's uniform policy): gpu and mps GRES on each."""
     nodes = tuple(
-        replace(n, gpus=tuple(SimGpu(mode="mps", model=g.model, gres_type=g.gres_type, units=units) for g in n.gpus))
+        replace(n, gpus=tuple(SimGpu(mode=Mode.MPS, model=g.model, gres_type=g.gres_type, units=units) for g in n.gpus))
         for n in cluster.nodes
     )
     return replace(cluster, nodes=nodes)
@@ -106,7 +107,7 @@ class SlurmState:
                 (g.mig[k] if g.mig else g.gres_type, i)
                 for i, g in enumerate(x.gpus)
                 for k in range(max(len(g.mig), 1))
-                if g.mig or g.mode != "mig"
+                if g.mig or g.mode != Mode.MIG
             ]
             for x in nodes
         ]
@@ -425,7 +426,7 @@ class SlurmPolicy:
         self.refused_codes: dict[str, int] = {}
         codes = {code: self.mig_slices.get(t, 0) for t, code in self.state.types.items()}
         self.rec_slices = np.vectorize(lambda c: codes.get(c, 0), otypes=[np.int64])(self.state.rec_type)
-        self.mig_gpus = sum(1 for n in cluster.nodes for g in n.gpus if g.mode == "mig")
+        self.mig_gpus = sum(1 for n in cluster.nodes for g in n.gpus if g.mode == Mode.MIG)
         self.gpus = cluster.gpu_count
         shares = {code: self.mig_shares.get(t, GPU_MILLI) for t, code in self.state.types.items()}
         self.rec_share = np.vectorize(lambda c: shares.get(c, GPU_MILLI), otypes=[np.int64])(self.state.rec_type)

@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..policy.share import Mode
+
 # Entries are submit.parse.Gres / Other; this module imports nothing of submit/,
 # so tables.py can build routes without an import cycle.
 Gres = Other = Any
@@ -49,7 +51,7 @@ def mig_cover(groups) -> tuple[tuple[int, str], ...]:
     best: dict[str, int] = {}
     for g in groups:
         for slot in g.gpus:
-            if slot.mode != "mig":
+            if not slot.share.is_mig:
                 best[slot.slurm_type] = 100  # a share no slice covers takes a whole GPU
                 continue
             for name in slot.layout:
@@ -71,7 +73,7 @@ def build_routes(site) -> tuple[RouteRule, ...]:
                 max_gpus=r.match.max_gpus or 0,
                 min_cpus=r.match.min_cpus or 0,
                 tiers=tuple(r.tiers),
-                mig_cover=mig_cover(scope) if r.round_to == "mig" else (),
+                mig_cover=mig_cover(scope) if r.round_to == Mode.MIG else (),
                 round_to=r.round_to or "",
             )
         )
@@ -116,7 +118,7 @@ def _int(value) -> int:
 
 def round_entry(rule: RouteRule, e: Gres | Other) -> Gres | Other:
     """``mps:N`` -> ``gpu:<smallest MIG type covering N %>:1`` (unchanged when nothing covers it)."""
-    if rule.round_to != "mig" or getattr(e, "name", None) != "mps":
+    if rule.round_to != Mode.MIG or getattr(e, "name", None) != Mode.MPS:
         return e
     gtype = next((t for pct, t in rule.mig_cover if pct >= e.count), None)
     if gtype is None:

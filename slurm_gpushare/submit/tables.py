@@ -16,7 +16,6 @@ from .routes import build_routes
 
 FIELDS = ("tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task")
 GRES_NAMES = ("gpu", "mps", "shard")  # the GRES names a request may use; others are refused, not passed through
-SHARED = ("shard", "mps")
 KINDS = ("gpu", "shard", "mps")  # the kinds one job may not mix, in the order MIXED names them
 PER = {"tres_per_task": "task", "tres_per_socket": "socket"}  # fields whose count multiplies on a node
 MAX_LEN = 1024  # longest tres_per_* string looked at; longer ones are refused unread
@@ -218,12 +217,12 @@ def shared_caps(groups: tuple[Group, ...]) -> dict[str, dict[str, int]]:
     caps: dict[str, dict[str, int]] = {}
     for group in groups:
         for slot in group.gpus:
-            if slot.mode not in SHARED:
+            name = slot.share.shared_gres
+            if not name:
                 continue
-            units = slot.replicas if slot.mode == "shard" else slot.units
-            per = caps.setdefault(slot.mode, {})
+            per = caps.setdefault(name, {})
             for key in ("", slot.slurm_type):
-                per[key] = max(per.get(key, 0), units)
+                per[key] = max(per.get(key, 0), slot.share.shared_count)
     return {name: dict(sorted(per.items())) for name, per in sorted(caps.items())}
 
 
@@ -290,7 +289,7 @@ def build_tables(site: Site) -> Tables:
         tiers=routing_order(tiers),
         routes=build_routes(site),
         mig_types=tuple(
-            sorted({x for g in site.groups for slot in g.gpus if slot.mode == "mig" for x in slot.mig_types()})
+            sorted({x for g in site.groups for slot in g.gpus if slot.share.is_mig for x in slot.mig_types()})
         ),
         features=site.features,
         model_features=site.model_features,

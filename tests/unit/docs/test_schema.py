@@ -32,7 +32,7 @@ def test_every_key_of_the_model_has_a_meaning():
         f"{model}.{key}"
         for model, section in sections.items()
         for key in section.get("properties", {})
-        if f"{model}.{key}" not in MEANINGS
+        if f"{model}.{key}" not in MEANINGS and "description" not in section["properties"][key]
     ]
     assert missing == [], f"add these to MEANINGS in slurm_gpushare/cli/schema.py: {missing}"
     stale = sorted(

@@ -78,6 +78,8 @@ COMMON = {
     "slurm_gpushare.node.observed",
     "slurm_gpushare.node.paths",
     "slurm_gpushare.node.procscan",
+    "slurm_gpushare.policy",  # its __init__ loads its exports on first use: no pydantic, no YAML
+    "slurm_gpushare.policy.share",  # a GPU's share (Mode, Share): the node spec's GPUs
     "slurm_gpushare.proc",
     "slurm_gpushare.records",
 }

@@ -21,6 +21,7 @@ from slurm_gpushare.node.nodeconfig import (
     parse_config,
     read_config,
 )
+from slurm_gpushare.policy.share import Mode, Share
 from tests.unit.hooks_support import HookNode
 
 BASE = {"SLURM_JOB_ID": "17", "SLURM_JOB_UID": "2001", "SLURM_JOB_GID": "2000", "SLURMD_NODENAME": "lab-mig01"}
@@ -161,7 +162,7 @@ def test_spec_cache_follows_the_policy_file(tmp_path):
     node = HookNode(tmp_path, "lab-mig01")
     config = read_config(node.config)
     spec = node_spec(config, "lab-mig01")
-    assert spec.gpus == (GpuSpec(0, "mig", "A100-SXM4-40GB", 0, 0, ("1g.5gb",) * 7),)
+    assert spec.gpus == (GpuSpec(0, "A100-SXM4-40GB", Share(Mode.MIG, ("1g.5gb",) * 7)),)
     assert spec.state_dir == str(node.state_dir) and config.spec_cache.exists()
     cached = json.loads(config.spec_cache.read_text())
     assert node_spec(config, "lab-mig01") == spec and NodeSpec.from_json(cached) == spec

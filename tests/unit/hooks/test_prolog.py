@@ -16,7 +16,9 @@ from slurm_gpushare.node.journal import Journal, JournalStore, MpsDaemon
 from slurm_gpushare.node.mps import MpsControl, MpsError
 from slurm_gpushare.node.observed import ObservedGpu, ObservedState, WriteJournal
 from slurm_gpushare.node.prolog import NodeLayout, PrologRefused, StartMps, StopMps, execute_prolog, plan_prolog
+from slurm_gpushare.policy.share import Mode, Share
 from slurm_gpushare.proc import Result
+from slurm_gpushare.records import replace
 from tests.unit.hooks_support import HookNode, no_scontrol
 
 A100_MIG = [MigDevice(f"MIG-{gi:04d}", gi, 0, "NVIDIA A100-SXM4-40GB MIG 1g.5gb", 4864) for gi in range(7, 14)]
@@ -26,6 +28,11 @@ def cap(gi: int, ci: int | None = None) -> int:
     """The driver's closed form (migminors): GPU minor 0."""
     base = 3 + 9 * gi
     return base if ci is None else base + 1 + ci
+
+
+def shares(modes: dict) -> dict:
+    """NodeLayout's shares (policy.share.Share) from modes."""
+    return {i: Share(Mode(m)) for i, m in modes.items()}
 
 
 def mig_node(modes=None, records=None) -> NodeLayout:
@@ -39,12 +46,14 @@ def mig_node(modes=None, records=None) -> NodeLayout:
         for i, gi in enumerate(range(7, 14))
     ]
     minors = {cap(gi): (0, gi, None) for gi in range(15)} | {cap(gi, 0): (0, gi, 0) for gi in range(15)}
-    return NodeLayout("n1", modes or {0: "mig"}, tuple(records), minors, "/var/lib/gpushare", "/var/log/slurm")
+    return NodeLayout("n1", shares(modes or {0: "mig"}), tuple(records), minors, "/var/lib/gpushare", "/var/log/slurm")
 
 
 def whole_node(mode: str, count: int = 1) -> NodeLayout:
     records = [GresRecord(i, "a30", (f"/dev/nvidia{i}",), f"g:{i}") for i in range(count)]
-    return NodeLayout("n1", {i: mode for i in range(count)}, tuple(records), {}, "/var/lib/gpushare", "/var/log/slurm")
+    return NodeLayout(
+        "n1", shares({i: mode for i in range(count)}), tuple(records), {}, "/var/lib/gpushare", "/var/log/slurm"
+    )
 
 
 def live(*gpus: ObservedGpu, journals=None, alive=()) -> ObservedState:
@@ -181,6 +190,34 @@ def test_mps_job_gets_a_daemon_with_its_limits():
     assert [type(a) for a in actions] == [WriteJournal, StartMps, WriteJournal] and actions[1].daemon == daemon
 
 
+def test_client_mem_limit_caps_the_pinned_memory_of_every_client():
+    """policy client_mem_limit_mib: the daemon's default pinned memory limit and the job's variable are the smaller
+    of the cap and the job's share of the GPU; a cap above the share changes nothing."""
+    capped = NodeLayout(
+        "n1",
+        {0: Share(Mode.MPS, units=100, compute_mode="default", client_mem_limit_mib=4096)},
+        whole_node("mps").records,
+        {},
+        "/var/lib/gpushare",
+        "/var/log/slurm",
+    )
+    journal, _ = plan_prolog(job([0], 25), capped, live(A30))
+    assert journal.mps.mem_limit_mib == (4096,) and journal.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4096MB"
+    loose = NodeLayout(
+        "n1",
+        {0: Share(Mode.MPS, units=100, compute_mode="default", client_mem_limit_mib=20000)},
+        whole_node("mps").records,
+        {},
+        "/var/lib/gpushare",
+        "/var/log/slurm",
+    )
+    journal, _ = plan_prolog(job([0], 25), loose, live(A30))
+    assert journal.mps.mem_limit_mib == (6144,)
+    shared = replace(A30, compute_mode="EXCLUSIVE_PROCESS")  # one daemon at 100 %: the cap binds the job's own limit
+    journal, _ = plan_prolog(job([0], 50), capped, live(shared))
+    assert journal.mps.mem_limit_mib == (4096,) and journal.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4096MB"
+
+
 def test_mps_daemon_that_answers_is_reused():
     _journal, actions = plan_prolog(job([0], 25), whole_node("mps"), live(A30, alive={"g0-u2001-p25"}))
     assert not any(isinstance(a, StartMps) for a in actions)
@@ -202,7 +239,7 @@ def test_percentage_without_an_mps_gpu_is_refused():
 
 
 def test_socket_path_too_long_is_refused():
-    node = NodeLayout("n1", {0: "mps"}, whole_node("mps").records, {}, "/" + "x" * 90, "/log")
+    node = NodeLayout("n1", shares({0: "mps"}), whole_node("mps").records, {}, "/" + "x" * 90, "/log")
     with pytest.raises(PrologRefused, match="unix socket allows 100: shorten cluster.paths.state_dir"):
         plan_prolog(job([0], 25), node, live(A30))
 

@@ -18,6 +18,7 @@ from slurm_gpushare.live.apply import LiveApply, LiveApplyError, gpu_jobs_by_nod
 from slurm_gpushare.live.change import Change, LayoutStep, ModeStep
 from slurm_gpushare.live.report import Proposal
 from slurm_gpushare.live.state import Record, State, StateError, StateFile
+from slurm_gpushare.policy.share import Mode, Share
 from slurm_gpushare.slurm import relayoutjob
 from slurm_gpushare.slurm.cli_backend import CliClient, ReservationError
 from slurm_gpushare.slurm.model import JobEnd
@@ -154,7 +155,7 @@ def test_job_end_reads_sacct_in_epoch_seconds():
 
 def change(phase="waiting", node=NODE, steps=((0, ALL_1G, THREE_G),), modes=(), **kw) -> Record:
     what = (
-        Change(node, modes=tuple(ModeStep(*m) for m in modes))
+        Change(node, modes=tuple(ModeStep(g, Share.from_entry(o), Share.from_entry(n)) for g, o, n in modes))
         if modes
         else Change(node, tuple(LayoutStep(*step) for step in steps))
     )
@@ -631,7 +632,8 @@ def test_a_state_file_of_format_1_reads_as_the_same_records(tmp_path):
     )
     assert state.current["lab-mig02"].change.new_layouts == {0: THREE_G, 1: ("7g.40gb",)}
     excl = state.current["lab-excl01"]
-    assert excl.change.modes == ((1, {"mode": "exclusive"}, {"mode": "mps", "units": 100}),) and excl.in_flight
+    assert excl.change.to_json()["modes"] == [[1, {"mode": "exclusive"}, {"mode": "mps", "units": 100}]]
+    assert excl.in_flight
     assert excl.change.text() == "GPU 1 exclusive -> mps (100 units)"
     assert state.history == [state.current[NODE]] and state.weights == {"lab-mig02": 3}
     store.write(state)
@@ -846,12 +848,12 @@ def test_a_change_is_layouts_or_modes_and_round_trips():
     with pytest.raises(ValueError, match="MIG layouts or sharing modes"):
         Change(NODE)
     with pytest.raises(ValueError, match="MIG layouts or sharing modes"):
-        Change(NODE, (LayoutStep(0, ALL_1G, THREE_G),), (ModeStep(1, {"mode": "exclusive"}, {"mode": "mps"}),))
+        Change(NODE, (LayoutStep(0, ALL_1G, THREE_G),), (ModeStep(1, Share(), Share(Mode.MPS)),))
     three = Change(
         NODE, (LayoutStep(0, ALL_1G, THREE_G), LayoutStep(1, ALL_1G, THREE_G), LayoutStep(3, ALL_1G, ALL_1G))
     )
     assert three.text() == f"GPUs 0-1 to {'+'.join(THREE_G)} and GPU 3 to {'+'.join(ALL_1G)}"
     assert Change.from_json(json.loads(json.dumps(three.to_json()))) == three
-    mps = Change(NODE, modes=(ModeStep(1, {"mode": "exclusive"}, {"mode": "mps", "units": 100}),))
+    mps = Change(NODE, modes=(ModeStep(1, Share(), Share.from_entry({"mode": "mps", "units": 100})),))
     assert Change.from_json(json.loads(json.dumps(mps.to_json()))) == mps
     assert (mps.first(), mps.gpus, mps.new_layouts) == (("exclusive", "mps (100 units)"), (1,), {})

@@ -17,6 +17,7 @@ from slurm_gpushare.live.plan import plan_live
 from slurm_gpushare.live.view import ClusterView, NodeView, PendingJob, RecentJob, RunningJob
 from slurm_gpushare.policy import build_site
 from slurm_gpushare.policy.document import mode_text, with_modes
+from slurm_gpushare.policy.share import Share
 
 ROOT = Path(__file__).resolve().parents[3]
 NOW = 1_800_000_000.0
@@ -59,12 +60,17 @@ def snap(pending, running=FULL_SHARD, history=(), **kw):
 # ---- what a GPU may become -------------------------------------------------------------------------
 
 
+def entries(*docs: dict) -> tuple[Share, ...]:
+    """Policy sharing entries as the shares the live planner handles."""
+    return tuple(Share.from_entry(d) for d in docs)
+
+
 def test_a_gpu_may_take_the_modes_the_site_uses_on_its_model():
     s = lab()
     excl = s.group_for_node(EXCL).gpus[0]
-    assert livemodes.options(s, excl) == ({"mode": "exclusive"}, {"mode": "shard", "replicas": 4})
+    assert livemodes.options(s, excl) == entries({"mode": "exclusive"}, {"mode": "shard", "replicas": 4})
     shard = s.group_for_node(SHARD).gpus[0]
-    assert livemodes.options(s, shard) == ({"mode": "shard", "replicas": 4}, {"mode": "exclusive"})
+    assert livemodes.options(s, shard) == entries({"mode": "shard", "replicas": 4}, {"mode": "exclusive"})
     assert livemodes.options(s, s.group_for_node("lab-mig01").gpus[0]) == ()  # MIG mode is never changed
     # no L40S runs MPS on this site: no L40S may become MPS (the A30 may go exclusive)
     assert livemodes.kinds(s) == frozenset({"shard", "mps", "gpu:l40s", "gpu:a30"})
@@ -76,12 +82,13 @@ def test_starts_on_an_empty_node():
     whole = PendingJob(1, "gpu:l40s", 1, 0, 0, "Resources", "batch")
     two = PendingJob(2, "gpu:l40s", 2, 0, 0, "Resources", "batch")
     sh = [PendingJob(10 + i, "shard", 2, 0, 0, "Resources", "batch") for i in range(3)]
-    mixed = {0: {"mode": "exclusive"}, 1: {"mode": "shard", "replicas": 4}}
+    mixed = dict(enumerate(entries({"mode": "exclusive"}, {"mode": "shard", "replicas": 4})))
     # the whole job takes the exclusive GPU first, the shard jobs fill the shard GPU (2 of 3 fit), two GPUs: none
     assert livemodes.starts(mixed, types, [whole, *sh, two], kind) == [whole, sh[0], sh[1]]
     # a whole-GPU job takes an idle shard GPU too, as in Slurm; once a shard job holds it, no longer
-    assert livemodes.starts({0: {"mode": "shard", "replicas": 4}}, {0: "l40s"}, [whole, sh[0]], kind) == [whole]
-    assert livemodes.starts({0: {"mode": "shard", "replicas": 4}}, {0: "l40s"}, [sh[0], whole], kind) == [sh[0]]
+    shard = dict(enumerate(entries({"mode": "shard", "replicas": 4})))
+    assert livemodes.starts(shard, {0: "l40s"}, [whole, sh[0]], kind) == [whole]
+    assert livemodes.starts(shard, {0: "l40s"}, [sh[0], whole], kind) == [sh[0]]
 
 
 # ---- the plan ------------------------------------------------------------------------------------------
@@ -92,10 +99,10 @@ def test_pending_shard_jobs_turn_idle_exclusive_gpus_into_shards():
     (p,) = plan.proposals
     assert p.node == EXCL and p.change.layouts == ()
     assert p.change.new_modes == {0: {"mode": "shard", "replicas": 4}, 1: {"mode": "shard", "replicas": 4}}
-    assert p.change.modes == (
-        (0, {"mode": "exclusive"}, {"mode": "shard", "replicas": 4}),
-        (1, {"mode": "exclusive"}, {"mode": "shard", "replicas": 4}),
-    )
+    assert p.change.to_json()["modes"] == [
+        [0, {"mode": "exclusive"}, {"mode": "shard", "replicas": 4}],
+        [1, {"mode": "exclusive"}, {"mode": "shard", "replicas": 4}],
+    ]
     assert (p.change.first(), p.benefit, p.must_finish) == (("exclusive", "shard (4 replicas)"), 4, ())
     assert p.line == (
         "4 jobs have waited 25 min for shard; lab-excl01 has 0 GPU jobs running: mode change GPU 0 "

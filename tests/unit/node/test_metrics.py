@@ -22,6 +22,7 @@ from slurm_gpushare.node.journal import JournalStore
 from slurm_gpushare.node.nodeconfig import GpuSpec
 from slurm_gpushare.node.observed import ObservedGpu
 from slurm_gpushare.policy import build_site
+from slurm_gpushare.policy.share import Mode, Share
 from tests.unit.hooks_support import ROOT, HookNode, no_scontrol, stop_daemons
 
 prometheus_parser = pytest.importorskip("prometheus_client.parser")
@@ -370,7 +371,7 @@ def test_failure_reasons_by_error_class():
 
 
 def test_mig_matches_compares_profile_multisets():
-    spec = (GpuSpec(0, "mig", "A100-SXM4-40GB", 0, 0, ("3g.20gb", "1g.5gb")), GpuSpec(1, "exclusive", "A100", 0, 0))
+    spec = (GpuSpec(0, "A100-SXM4-40GB", Share(Mode.MIG, ("3g.20gb", "1g.5gb"))), GpuSpec(1, "A100", Share()))
 
     def dev(gi, p):
         return MigDevice(f"MIG-{gi}", gi, 0, f"NVIDIA A100-SXM4-40GB MIG {p}", 1)
