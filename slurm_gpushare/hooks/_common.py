@@ -16,6 +16,12 @@ import time
 
 from ..node.jobenv import node_name, node_name_or_none, slurm_conf
 
+TYPE_CHECKING = False  # typing costs every node hook start-up time: for type checkers only
+if TYPE_CHECKING:
+    from ..node.journal import Journal
+    from ..node.nodeconfig import NodeSpec
+    from ..node.observed import ObservedState
+
 _PRINTABLE = re.compile(r"[^\x20-\x7e]")
 REASON_MAX = 200
 
@@ -57,13 +63,33 @@ def load(environ):
     return config, node_spec(config, node)
 
 
+class Seen:
+    """What a prolog or epilog run learnt, for the metrics written after it (``_metrics.after_run``).
+
+    Filled field by field as the run goes (a run that fails half-way leaves what it learnt before), so it is a
+    small mutable record, not a frozen ``records.record``: its fields are its ``__slots__``, so writing or reading
+    a field it does not have raises AttributeError instead of passing a key nobody reads."""
+
+    __slots__ = ("spec", "job_id", "live", "journal")
+
+    def __init__(self) -> None:
+        self.spec: NodeSpec | None = None  # the node's spec, once loaded
+        self.job_id: int | None = None  # the epilog's job
+        self.live: ObservedState | None = None  # the GPUs (and journals) the run observed
+        self.journal: Journal | None = None  # the prolog's journal, once written
+
+    def __repr__(self) -> str:
+        return f"Seen(spec={self.spec!r}, job_id={self.job_id!r}, live={self.live!r}, journal={self.journal!r})"
+
+
 def guarded(hook: str, body, environ=None, runner=None, metrics: str | None = None) -> int:
     """Run ``body(environ)``; any failure, ours or not, becomes one line and a drained node.
 
     With ``metrics`` (the hook's short name) the body is ``body(environ, seen)``
-    and fills ``seen``; the run is then counted, and dcgm-exporter's job mapping
-    updated, when the policy turns them on (``_metrics``). That step never
-    changes the exit status.
+    and fills ``seen`` (a ``Seen``); the run is then counted, and dcgm-exporter's
+    job mapping updated, when the policy turns them on (``_metrics``). A metrics
+    directory that cannot be written never changes the exit status; a bug in
+    that step is raised, as any bug.
 
     Without ``environ`` this is the hook process slurmd started (its console
     script calls ``main()``): then the cyclic garbage collector is off for the
@@ -74,7 +100,7 @@ def guarded(hook: str, body, environ=None, runner=None, metrics: str | None = No
     if environ is None:
         _no_gc()
     environ = dict(os.environ if environ is None else environ)
-    seen: dict = {}
+    seen = Seen()
     start = time.monotonic()
     error, message = None, ""
     try:
@@ -84,7 +110,7 @@ def guarded(hook: str, body, environ=None, runner=None, metrics: str | None = No
     except Exception as exc:  # a bug must still drain the node, not leave it half set up
         error, message = exc, f"internal error: {type(exc).__name__}: {exc}"
     if metrics is not None:
-        spec = seen.get("spec")
+        spec = seen.spec
         if spec is not None and (spec.textfile_dir is not None or spec.dcgm_job_mapping_dir is not None):
             from ._metrics import after_run
 

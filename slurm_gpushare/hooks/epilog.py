@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # typing costs every node hook start-up time: for type checkers only
+if TYPE_CHECKING:
+    from ._common import Seen
 
-def epilog(environ, runner=None, mps=None, kill=None, seen: dict | None = None) -> None:
+
+def epilog(environ, runner=None, mps=None, kill=None, seen: Seen | None = None) -> None:
     """Undo what the job's journal records (node.epilog); no journal, nothing to do.
 
     ``seen`` receives what the run learnt (spec, job id, live state) for the metrics."""
     from ..node.jobenv import job_id_from_env
     from ..node.journal import JournalStore
-    from ._common import load
+    from ._common import Seen, load
 
-    seen = {} if seen is None else seen
+    seen = Seen() if seen is None else seen
     config, spec = load(environ)
-    seen["spec"] = spec
-    job_id = seen["job_id"] = job_id_from_env(environ)
+    seen.spec = spec
+    job_id = seen.job_id = job_id_from_env(environ)
     store = JournalStore(spec.state_dir)
     with store.locked():
         journal = store.read(job_id)
@@ -51,7 +55,7 @@ def _undo(journal, store, config, runner, mps, kill, seen):
 
     mps = mps or MpsControl(runner or run, **mps_command(config))
     with open_backend(config.fake_nvml_str) as backend:
-        seen["live"] = live = observe_epilog(journal, backend, store)
+        seen.live = live = observe_epilog(journal, backend, store)
         actions, problems = plan_epilog(journal, live)
         execute_epilog(journal, actions, problems, store, mps, Killer(backend, kill=kill))
     return mps
