@@ -14,10 +14,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import GpushareError
-
-TYPE_CHECKING = False  # typing costs every node hook start-up time: for type checkers only
-if TYPE_CHECKING:
-    from ._common import Seen
+from . import Seen
 
 # what the node can do to a metrics write: its directory missing, unsafe (textfile.UnsafeDir), full, unreadable
 WRITE_ERRORS = (OSError, GpushareError)

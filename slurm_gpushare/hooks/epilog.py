@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing costs every node hook start-up time: for type checkers only
-if TYPE_CHECKING:
-    from ._common import Seen
+from . import Seen
 
 
 def epilog(environ, runner=None, mps=None, kill=None, seen: Seen | None = None) -> None:
@@ -13,7 +11,7 @@ def epilog(environ, runner=None, mps=None, kill=None, seen: Seen | None = None) 
     ``seen`` receives what the run learnt (spec, job id, live state) for the metrics."""
     from ..node.jobenv import job_id_from_env
     from ..node.journal import JournalStore
-    from ._common import Seen, load
+    from ._common import load
 
     seen = Seen() if seen is None else seen
     config, spec = load(environ)

@@ -5,9 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-TYPE_CHECKING = False  # typing costs every node hook start-up time: for type checkers only
-if TYPE_CHECKING:
-    from ._common import Seen
+from . import Seen
 
 
 def prolog(environ, runner=None, mps=None, seen: Seen | None = None) -> None:
@@ -19,7 +17,7 @@ def prolog(environ, runner=None, mps=None, seen: Seen | None = None) -> None:
     from ..node.journal import JournalStore
     from ..node.mps import MpsControl, mps_lock
     from ..node.prolog import execute_prolog, load_layout, observe_prolog, plan_prolog
-    from ._common import Seen, load, mps_command, run
+    from ._common import load, mps_command, run
 
     seen = Seen() if seen is None else seen
     config, spec = load(environ)

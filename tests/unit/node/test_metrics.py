@@ -15,9 +15,10 @@ from slurm_gpushare.cli.node import node as node_cli
 from slurm_gpushare.errors import PolicyError
 from slurm_gpushare.gpu.backend import MigDevice
 from slurm_gpushare.gpu.fakenvml import FakeNvml
+from slurm_gpushare.hooks import Seen
 from slurm_gpushare.hooks import epilog as epilog_hook
 from slurm_gpushare.hooks import prolog as prolog_hook
-from slurm_gpushare.hooks._common import Seen, load
+from slurm_gpushare.hooks._common import load
 from slurm_gpushare.hooks._metrics import after_run
 from slurm_gpushare.metrics import dcgmjobs, textfile
 from slurm_gpushare.node.journal import JournalStore
