@@ -6,7 +6,7 @@
     python bench/placement.py --planner-only 3 [--scenarios S1,S2,S3]   # the planner's own time and memory
 
 --workload runs the scenarios on one pod list of the paper's published family
-(default, cpu050 ... multigpu50; sim/trace.py WORKLOADS) or on any openb
+(default, cpu050 ... multigpu50; sim/paper/workloads.py WORKLOADS) or on any openb
 pod list file (.csv or .csv.gz); published figures are shown when the paper
 published some for it. --family runs S1 on every workload of the family (or
 those --workloads names) and prints, per workload, the published FGD and
@@ -86,15 +86,9 @@ from slurm_gpushare.sim.paper import whatif
 from slurm_gpushare.sim.paper.baselines import BestFit, RandomPolicy
 from slurm_gpushare.sim.paper.fgd import FGD
 from slurm_gpushare.sim.paper.gpustate import covering_profile, mig_kind
+from slurm_gpushare.sim.paper.workloads import TRACE_DIR, WORKLOADS, workload_name, workload_path
 from slurm_gpushare.sim.slurmmodel import SlurmPolicy, uniform_router, with_uniform_mps
-from slurm_gpushare.sim.trace import (
-    TRACE_DIR,
-    WORKLOADS,
-    load_cluster,
-    load_pods,
-    workload_name,
-    workload_path,
-)
+from slurm_gpushare.sim.trace import load_cluster, load_pods
 
 PUBLISHED = {"FGD": "06-FGD", "BestFit": "05-BestFit", "Random": "01-Random"}
 PLANNER_UNIFORM_TYPES = "Slurm + planner, uniform's slice types"

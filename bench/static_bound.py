@@ -58,8 +58,9 @@ from slurm_gpushare.sim.arrivals import arrival_sequence  # noqa: E402
 from slurm_gpushare.sim.engine import replay  # noqa: E402
 from slurm_gpushare.sim.paper import whatif  # noqa: E402
 from slurm_gpushare.sim.paper.fgd import FGD  # noqa: E402
+from slurm_gpushare.sim.paper.workloads import TRACE_DIR, WORKLOADS, workload_path  # noqa: E402
 from slurm_gpushare.sim.slurmmodel import SlurmPolicy  # noqa: E402
-from slurm_gpushare.sim.trace import TRACE_DIR, WORKLOADS, load_cluster, load_pods, workload_path  # noqa: E402
+from slurm_gpushare.sim.trace import load_cluster, load_pods  # noqa: E402
 
 # every value the search tries, per knob (S1: no MIG knobs)
 SPACE: dict[str, tuple] = {

@@ -4,7 +4,7 @@
     python bench/workloads.py --seed S --mix sharing=0.6,multi=0.3   # one workload of a given mix
     python bench/workloads.py --stats FILE...                        # the same figures for existing pod lists
 
-The planner is evaluated on the paper's 17 published pod lists (sim/trace.py
+The planner is evaluated on the paper's 17 published pod lists (sim/paper/workloads.py
 WORKLOADS); this module makes more of the same kind, from the production
 trace (openb_pod_list_default.csv: 8,152 pods, 1,088 CPU-only, 3,078
 fractional one-GPU "sharing" pods, 3,911 whole one-GPU pods, 75 multi-GPU
@@ -82,7 +82,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from slurm_gpushare.sim.cluster import GPU_MILLI, Pod  # noqa: E402
-from slurm_gpushare.sim.trace import TRACE_DIR, load_cluster, load_pods, workload_path  # noqa: E402
+from slurm_gpushare.sim.paper.workloads import TRACE_DIR, workload_path  # noqa: E402
+from slurm_gpushare.sim.trace import load_cluster, load_pods  # noqa: E402
 
 TOLERANCE = 0.005  # the largest miss of a target share in the result (0.5 point)
 STEP_TOLERANCE = 0.002  # what each step aims at

@@ -15,6 +15,7 @@ import sys
 import time
 
 from ..node.jobenv import node_name, node_name_or_none, slurm_conf
+from . import Seen
 
 _PRINTABLE = re.compile(r"[^\x20-\x7e]")
 REASON_MAX = 200
@@ -61,9 +62,10 @@ def guarded(hook: str, body, environ=None, runner=None, metrics: str | None = No
     """Run ``body(environ)``; any failure, ours or not, becomes one line and a drained node.
 
     With ``metrics`` (the hook's short name) the body is ``body(environ, seen)``
-    and fills ``seen``; the run is then counted, and dcgm-exporter's job mapping
-    updated, when the policy turns them on (``_metrics``). That step never
-    changes the exit status.
+    and fills ``seen`` (a ``Seen``); the run is then counted, and dcgm-exporter's
+    job mapping updated, when the policy turns them on (``_metrics``). A metrics
+    directory that cannot be written never changes the exit status; a bug in
+    that step is raised, as any bug.
 
     Without ``environ`` this is the hook process slurmd started (its console
     script calls ``main()``): then the cyclic garbage collector is off for the
@@ -74,7 +76,7 @@ def guarded(hook: str, body, environ=None, runner=None, metrics: str | None = No
     if environ is None:
         _no_gc()
     environ = dict(os.environ if environ is None else environ)
-    seen: dict = {}
+    seen = Seen()
     start = time.monotonic()
     error, message = None, ""
     try:
@@ -84,7 +86,7 @@ def guarded(hook: str, body, environ=None, runner=None, metrics: str | None = No
     except Exception as exc:  # a bug must still drain the node, not leave it half set up
         error, message = exc, f"internal error: {type(exc).__name__}: {exc}"
     if metrics is not None:
-        spec = seen.get("spec")
+        spec = seen.spec
         if spec is not None and (spec.textfile_dir is not None or spec.dcgm_job_mapping_dir is not None):
             from ._metrics import after_run
 

@@ -1,22 +1,32 @@
 """After a prolog or epilog run: count it in the textfile collector file and keep
 dcgm-exporter's job mapping in step, when the policy turns them on.
 
-Imported only then. Nothing here may fail the job: every error is one line
-on stderr (slurmd's log) and the hook's exit status stays what the run made it.
+Imported only then. A metrics directory that cannot be written never fails the
+job: the node's side of it (a missing, unsafe or full directory: an OSError; a
+gpushare error) is one line on stderr (slurmd's log) and the hook's exit status
+stays what the run made it. Anything else is a bug (a field ``Seen`` lacks, a
+hook name the textfile does not count) and is raised, so the tests that run the
+hooks with metrics on fail on it instead of the metrics stopping without a word.
 """
 
 from __future__ import annotations
 
 import sys
 
+from ..errors import GpushareError
+from . import Seen
 
-def after_run(label: str, hook: str, seen: dict, error: BaseException | None, duration: float) -> None:
-    spec = seen["spec"]
+# what the node can do to a metrics write: its directory missing, unsafe (textfile.UnsafeDir), full, unreadable
+WRITE_ERRORS = (OSError, GpushareError)
+
+
+def after_run(label: str, hook: str, seen: Seen, error: BaseException | None, duration: float) -> None:
+    spec = seen.spec
     dcgm_errors = 0
     if spec.dcgm_job_mapping_dir is not None:
         try:
             _dcgm(hook, seen, error, spec.dcgm_job_mapping_dir)
-        except Exception as exc:  # metrics never fail a job
+        except WRITE_ERRORS as exc:  # metrics never fail a job
             dcgm_errors = 1
             print(
                 f"{label}: dcgm-exporter job mapping in {spec.dcgm_job_mapping_dir} not updated: "
@@ -26,23 +36,23 @@ def after_run(label: str, hook: str, seen: dict, error: BaseException | None, du
     if spec.textfile_dir is not None:
         try:
             _textfile(hook, seen, error, duration, spec, dcgm_errors)
-        except Exception as exc:
+        except WRITE_ERRORS as exc:
             print(
                 f"{label}: metrics file in {spec.textfile_dir} not written: {type(exc).__name__}: {exc}",
                 file=sys.stderr,
             )
 
 
-def _dcgm(hook: str, seen: dict, error, directory: str) -> None:
+def _dcgm(hook: str, seen: Seen, error, directory: str) -> None:
     from ..metrics import dcgmjobs
 
-    if hook == "prolog" and error is None and "journal" in seen:
-        dcgmjobs.add_job(directory, seen["journal"])
-    elif hook == "epilog" and "job_id" in seen:
-        dcgmjobs.remove_job(directory, seen["job_id"])  # the job is over, whatever the epilog found
+    if hook == "prolog" and error is None and seen.journal is not None:
+        dcgmjobs.add_job(directory, seen.journal)
+    elif hook == "epilog" and seen.job_id is not None:
+        dcgmjobs.remove_job(directory, seen.job_id)  # the job is over, whatever the epilog found
 
 
-def _textfile(hook: str, seen: dict, error, duration: float, spec, dcgm_errors: int) -> None:
+def _textfile(hook: str, seen: Seen, error, duration: float, spec, dcgm_errors: int) -> None:
     from ..metrics import textfile
     from ..node.journal import JournalError, JournalStore
     from ..node.mps import running_daemons
@@ -55,7 +65,7 @@ def _textfile(hook: str, seen: dict, error, duration: float, spec, dcgm_errors: 
         snapshot.jobs = textfile.jobs_of(store.all().values())
     except JournalError:
         pass  # an unreadable journal: keep the last mapping (reconcile reports it)
-    live = seen.get("live")
+    live = seen.live
     if live is not None:
         snapshot.mig = textfile.mig_matches(live.gpus.values(), spec.gpus)
     textfile.record(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from . import Seen
 
-def epilog(environ, runner=None, mps=None, kill=None, seen: dict | None = None) -> None:
+
+def epilog(environ, runner=None, mps=None, kill=None, seen: Seen | None = None) -> None:
     """Undo what the job's journal records (node.epilog); no journal, nothing to do.
 
     ``seen`` receives what the run learnt (spec, job id, live state) for the metrics."""
@@ -11,10 +13,10 @@ def epilog(environ, runner=None, mps=None, kill=None, seen: dict | None = None) 
     from ..node.journal import JournalStore
     from ._common import load
 
-    seen = {} if seen is None else seen
+    seen = Seen() if seen is None else seen
     config, spec = load(environ)
-    seen["spec"] = spec
-    job_id = seen["job_id"] = job_id_from_env(environ)
+    seen.spec = spec
+    job_id = seen.job_id = job_id_from_env(environ)
     store = JournalStore(spec.state_dir)
     with store.locked():
         journal = store.read(job_id)
@@ -51,7 +53,7 @@ def _undo(journal, store, config, runner, mps, kill, seen):
 
     mps = mps or MpsControl(runner or run, **mps_command(config))
     with open_backend(config.fake_nvml_str) as backend:
-        seen["live"] = live = observe_epilog(journal, backend, store)
+        seen.live = live = observe_epilog(journal, backend, store)
         actions, problems = plan_epilog(journal, live)
         execute_epilog(journal, actions, problems, store, mps, Killer(backend, kill=kill))
     return mps

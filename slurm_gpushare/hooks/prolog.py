@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import sys
 
+from . import Seen
 
-def prolog(environ, runner=None, mps=None, seen: dict | None = None) -> None:
+
+def prolog(environ, runner=None, mps=None, seen: Seen | None = None) -> None:
     """Check the job's devices, start its MPS daemon, write its journal (node.prolog).
 
     ``seen`` receives what the run learnt (spec, live state, journal) for the metrics."""
@@ -17,16 +19,16 @@ def prolog(environ, runner=None, mps=None, seen: dict | None = None) -> None:
     from ..node.prolog import execute_prolog, load_layout, observe_prolog, plan_prolog
     from ._common import load, mps_command, run
 
-    seen = {} if seen is None else seen
+    seen = Seen() if seen is None else seen
     config, spec = load(environ)
-    seen["spec"] = spec
+    seen.spec = spec
     job = job_from_env(environ)
     store, mps = JournalStore(spec.state_dir), mps or MpsControl(runner or run, **mps_command(config))
     # an MPS job (or a rerun whose journal may name a daemon) decides and acts on daemons under the MPS lock
     uses_mps = job.mps_percentage is not None or os.path.exists(store.file(job.job_id))
     with open_backend(config.fake_nvml_str) as backend, store.locked(), mps_lock(spec.state_dir, uses_mps):
         node = load_layout(spec, backend)
-        seen["live"] = live = observe_prolog(job, node, backend, store, mps)
+        seen.live = live = observe_prolog(job, node, backend, store, mps)
         journal, actions = plan_prolog(job, node, live)
         limits = None
         if job.mps_percentage is not None:  # the share on the job's cgroup, where the node offers it (node.mpsmem)
@@ -46,7 +48,7 @@ def prolog(environ, runner=None, mps=None, seen: dict | None = None) -> None:
         except BaseException:
             _remove_made(limits)
             raise
-        seen["journal"] = journal
+        seen.journal = journal
 
 
 def _refuse_without_room(exc: Exception, job, journal, store, state_dir: str):

@@ -141,17 +141,19 @@ class LiveApply:
         found = {n: self._relayout_jobs(c, state) for n, c in state.in_flight().items() if c.phase == "submitting"}
         nodes = {n: (tuple(v.state), v.reason) for n, v in view.nodes.items()}
         actions = steps.next_steps(
-            now,
-            state,
-            seen.locks,
-            gpu_jobs,
-            job_ends,
-            nodes,
-            plan.proposals,
-            self.live.max_wait,
-            self.relayout_limit,
-            plan.weights,
-            found,
+            steps.StepInputs(
+                now,
+                state,
+                seen.locks,
+                self.live.max_wait,
+                self.relayout_limit,
+                gpu_jobs=gpu_jobs,
+                job_ends=job_ends,
+                node_states=nodes,
+                found=found,
+                proposals=plan.proposals,
+                weights=plan.weights,
+            )
         )
         report.actions = actions
         for action in actions:

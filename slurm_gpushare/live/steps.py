@@ -32,7 +32,8 @@ max_draining, max_wait, locked) have chosen the proposals already.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from ..slurm.model import JobEnd
 from .report import Proposal
@@ -111,51 +112,53 @@ class SetWeight:
     change: WeightChange  # scontrol update, no lock, no drain
 
 
-def next_steps(
-    now: float,
-    state: State,
-    locks: frozenset[str],
-    gpu_jobs: dict[str, tuple[int, ...]],
-    job_ends: dict[int, JobEnd | None],
-    node_states: dict[str, tuple[tuple[str, ...], str]],
-    proposals,
-    max_wait: float,
-    relayout_limit: float,
-    weights=(),
-    found=None,
-) -> list:
-    """The actions of this run, changes in flight first (in node order), then the proposals to start, then the
-    weight changes (``weights``: the plan's; a node under a change of its own keeps its weight).
+@dataclass(frozen=True)
+class StepInputs:
+    """What one run knows when it decides its steps (``apply.LiveApply.run_once`` reads it from Slurm)."""
 
-    ``gpu_jobs``: node -> GPU jobs running there; ``job_ends``: relayout job id -> ``JobEnd`` or None (sacct has
-    no record yet); ``node_states``: node -> (Slurm state words, reason); ``found``: node -> ids of the relayout
-    jobs found by name for a change recorded as submitting."""
+    now: float
+    state: State  # the shared state file: the changes in flight
+    locks: frozenset[str]  # nodes whose gpushare-relayout lock (reservation) exists
+    max_wait: float  # live.max_wait: s a lock waits for the node's GPU jobs
+    relayout_limit: float  # s: the relayout job's time limit
+    gpu_jobs: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # node -> GPU jobs running there
+    job_ends: Mapping[int, JobEnd | None] = field(default_factory=dict)  # relayout job -> its end, None: no record
+    node_states: Mapping[str, tuple[tuple[str, ...], str]] = field(default_factory=dict)  # node -> (words, reason)
+    found: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # node -> relayout jobs found by name
+    proposals: Sequence[Proposal] = ()  # the plan's (live.plan.plan_live)
+    weights: Sequence[WeightChange] = ()  # the plan's node weight changes
+
+    def locked(self, node: str) -> bool:
+        return node in self.locks
+
+    def jobs_on(self, node: str) -> tuple[int, ...]:
+        return tuple(self.gpu_jobs.get(node, ()))
+
+    def node_state(self, node: str) -> tuple[tuple[str, ...], str]:
+        return self.node_states.get(node, ((), ""))
+
+
+def next_steps(inputs: StepInputs) -> list:
+    """The actions of this run, changes in flight first (in node order), then the proposals to start, then the
+    weight changes (the plan's; a node under a change of its own keeps its weight).
+
+    A change recorded as submitting is settled by the relayout jobs ``found`` for its node; one under relayout by
+    its job's end in ``job_ends``."""
     actions: list = []
-    found = found or {}
-    for node, record in sorted(state.in_flight().items()):
+    in_flight = inputs.state.in_flight()
+    for node, record in sorted(in_flight.items()):
         if record.phase == "locking":
-            actions.append(_locking(record, node in locks))
+            actions.append(_locking(record, inputs.locked(node)))
         elif record.phase == "submitting":
-            actions.append(_submitting(record, node in locks, found.get(node, ())))
+            actions.append(_submitting(record, inputs.locked(node), inputs.found.get(node, ())))
         else:
-            actions.append(
-                _next(
-                    now,
-                    record,
-                    node in locks,
-                    gpu_jobs.get(node, ()),
-                    job_ends.get(record.job),
-                    node_states.get(node, ((), "")),
-                    max_wait,
-                    relayout_limit,
-                )
-            )
-    busy = set(state.in_flight())
-    for p in proposals:
+            actions.append(_next(inputs, record))
+    busy = set(in_flight)
+    for p in inputs.proposals:
         if p.node not in busy:
             actions.append(Take(p))
             busy.add(p.node)
-    actions += [SetWeight(w) for w in weights if w.node not in busy]
+    actions += [SetWeight(w) for w in inputs.weights if w.node not in busy]
     return actions
 
 
@@ -178,10 +181,11 @@ def _submitting(record: Record, locked: bool, jobs):
     return StartRelayout(record.node)
 
 
-def _next(now, record: Record, locked: bool, jobs, end, node_state, max_wait, relayout_limit):
-    node = record.node
+def _next(inputs: StepInputs, record: Record):
+    node, now, max_wait = record.node, inputs.now, inputs.max_wait
     if record.phase == "waiting":
-        if not locked:
+        jobs = inputs.jobs_on(node)
+        if not inputs.locked(node):
             return Lost(node, "its lock disappeared before the relayout started (expired or deleted by hand)")
         if jobs:
             waited = now - record.locked_at
@@ -193,8 +197,9 @@ def _next(now, record: Record, locked: bool, jobs, end, node_state, max_wait, re
             return Wait(node, f"waiting for GPU jobs {ids} to end ({waited:.0f} of {max_wait:g} s)")
         return StartRelayout(node)
     # relayout: the root job decides
+    end, node_state = inputs.job_ends.get(record.job), inputs.node_state(node)
     if end is None:
-        if record.submitted_at is not None and now - record.submitted_at > relayout_limit + NO_RECORD_GRACE:
+        if record.submitted_at is not None and now - record.submitted_at > inputs.relayout_limit + NO_RECORD_GRACE:
             return Finish(
                 node,
                 False,

@@ -25,18 +25,44 @@ class Strict(BaseModel):
 class Hooks(Strict):
     """Node hooks and the submission plugin. A hook left empty is not configured."""
 
-    prolog: str | None = Field(None, pattern=ABS_PATH)
-    epilog: str | None = Field(None, pattern=ABS_PATH)
-    task_prolog: str | None = Field(None, pattern=ABS_PATH)
-    job_submit_lua: bool = False
+    prolog: str | None = Field(
+        None,
+        pattern=ABS_PATH,
+        description=(
+            "absolute path of the prolog (`gpushare-prolog`); unset: not "
+            "configured. With a prolog, PrologFlags=Alloc (plus Contain with "
+            "cgroups)"
+        ),
+    )
+    epilog: str | None = Field(
+        None, pattern=ABS_PATH, description="absolute path of the epilog (`gpushare-epilog`); unset: not configured"
+    )
+    task_prolog: str | None = Field(
+        None,
+        pattern=ABS_PATH,
+        description="absolute path of the task prolog (`gpushare-task-prolog`); unset: not configured",
+    )
+    job_submit_lua: bool = Field(
+        False, description="JobSubmitPlugins=lua (job_submit.lua is rendered beside slurm.conf)"
+    )
 
 
 class Paths(Strict):
-    slurm_conf_dir: str = Field("/etc/slurm", pattern=ABS_PATH)
-    gres_include: str = Field("/etc/slurm/gres.d/gpushare-mig.conf", pattern=ABS_PATH)
-    state_dir: str = Field("/var/lib/gpushare", pattern=ABS_PATH)
-    log_dir: str = Field("/var/log/slurm", pattern=ABS_PATH)
-    spool_dir: str = Field("/var/spool/slurm", pattern=ABS_PATH)
+    slurm_conf_dir: str = Field(
+        "/etc/slurm", pattern=ABS_PATH, description="where slurm.conf and the rendered files live"
+    )
+    gres_include: str = Field(
+        "/etc/slurm/gres.d/gpushare-mig.conf",
+        pattern=ABS_PATH,
+        description=(
+            "the per-node MIG include that gres.conf names (written on each node by `gpushare node gres-conf`)"
+        ),
+    )
+    state_dir: str = Field(
+        "/var/lib/gpushare", pattern=ABS_PATH, description="the node runtime's journals, MPS pipe directories and locks"
+    )
+    log_dir: str = Field("/var/log/slurm", pattern=ABS_PATH, description="Slurm's log directory")
+    spool_dir: str = Field("/var/spool/slurm", pattern=ABS_PATH, description="Slurm's spool directory")
 
 
 class Metrics(Strict):
@@ -48,8 +74,16 @@ class Metrics(Strict):
     (``DCGM_HPC_JOB_MAPPING_DIR``); the prolog writes, the epilog removes each
     job's id in its GPUs' files. Both null (the default): off."""
 
-    textfile_dir: str | None = Field(None, pattern=ABS_PATH)
-    dcgm_job_mapping_dir: str | None = Field(None, pattern=ABS_PATH)
+    textfile_dir: str | None = Field(
+        None,
+        pattern=ABS_PATH,
+        description="node_exporter's textfile-collector directory; the hooks write gpushare.prom there. null: off",
+    )
+    dcgm_job_mapping_dir: str | None = Field(
+        None,
+        pattern=ABS_PATH,
+        description="dcgm-exporter's --hpc-job-mapping-dir; the hooks write job ids per GPU there. null: off",
+    )
 
     @model_validator(mode="after")
     def _own_directories(self):
@@ -79,9 +113,15 @@ class Health(Strict):
     ``node_state``: Slurm's HealthCheckNodeState values (slurm.conf(5), 24.11): ANY, ALLOC, IDLE,
     MIXED, NONDRAINED_IDLE, and CYCLE (spread the runs over the interval; combines with the others)."""
 
-    program: str | None = Field(None, pattern=ABS_PATH)
-    interval: int = Field(300, ge=10, le=86400)
-    node_state: list[Literal["ANY", "ALLOC", "IDLE", "MIXED", "NONDRAINED_IDLE", "CYCLE"]] = ["ANY"]
+    program: str | None = Field(
+        None,
+        pattern=ABS_PATH,
+        description="HealthCheckProgram: the absolute path of `gpushare-node-health`; null: no health check",
+    )
+    interval: int = Field(300, ge=10, le=86400, description="HealthCheckInterval in seconds")
+    node_state: list[Literal["ANY", "ALLOC", "IDLE", "MIXED", "NONDRAINED_IDLE", "CYCLE"]] = Field(
+        ["ANY"], description="HealthCheckNodeState: ANY alone, or states, with CYCLE to spread the runs"
+    )
 
     @model_validator(mode="after")
     def _states(self):
@@ -137,8 +177,17 @@ class Scheduler(Strict):
     alone takes ``true``; the others a whole number (``bf_hetjob_prio``: min, avg or max).
     ``slurm_defaults: true`` starts from Slurm's own defaults instead of the product's."""
 
-    slurm_defaults: bool = False
-    parameters: dict[str, bool | int | str] = {}
+    slurm_defaults: bool = Field(
+        False, description="true: start from Slurm's own SchedulerParameters instead of the product's"
+    )
+    parameters: dict[str, bool | int | str] = Field(
+        {},
+        description=(
+            "SchedulerParameters on top of the defaults: `option: true` for one "
+            "without a value, a whole number for the others, false to leave one "
+            "out; an option Slurm 24.11 does not know is refused"
+        ),
+    )
 
     @model_validator(mode="after")
     def _known(self):
@@ -170,50 +219,92 @@ class Scheduler(Strict):
 
 
 class Accounting(Strict):
-    host: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
-    port: int = Field(6819, ge=1, le=65535)
-    enforce: list[Literal["associations", "limits", "qos", "safe", "nojobs", "nosteps"]] = [
-        "associations",
-        "limits",
-        "qos",
-    ]
+    host: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9.-]*$", description="AccountingStorageHost (default: the controller)"
+    )
+    port: int = Field(6819, ge=1, le=65535, description="AccountingStoragePort")
+    enforce: list[Literal["associations", "limits", "qos", "safe", "nojobs", "nosteps"]] = Field(
+        ["associations", "limits", "qos"],
+        description="AccountingStorageEnforce (quotas need limits)",
+    )
 
 
 class Priority(Strict):
-    decay_half_life: str = Field("7-0", pattern=r"^\d+(-\d+)?(:\d+){0,2}$")
-    weight_fairshare: int = Field(10000, ge=0)
-    weight_age: int = Field(1000, ge=0)
-    weight_qos: int = Field(1000, ge=0)
-    weight_partition: int = Field(1000, ge=0)
-    max_age: str = Field("7-0", pattern=r"^\d+(-\d+)?(:\d+){0,2}$")
+    decay_half_life: str = Field(
+        "7-0",
+        pattern=r"^\d+(-\d+)?(:\d+){0,2}$",
+        description="PriorityDecayHalfLife (Slurm time: days-hours:minutes:seconds)",
+    )
+    weight_fairshare: int = Field(10000, ge=0, description="PriorityWeightFairshare (Slurm's own default is 0)")
+    weight_age: int = Field(1000, ge=0, description="PriorityWeightAge")
+    weight_qos: int = Field(1000, ge=0, description="PriorityWeightQOS")
+    weight_partition: int = Field(1000, ge=0, description="PriorityWeightPartition")
+    max_age: str = Field("7-0", pattern=r"^\d+(-\d+)?(:\d+){0,2}$", description="PriorityMaxAge")
 
 
 class Cluster(Strict):
-    name: str = Field(pattern=SLURM_NAME)
-    slurm_version: str | float | int
-    controller: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
-    hooks: Hooks = Hooks()
-    paths: Paths = Paths()
-    accounting: Accounting = Accounting()
-    priority: Priority = Priority()
-    metrics: Metrics = Metrics()
-    health: Health = Health()
-    scheduler: Scheduler = Scheduler()
-    cgroups: bool = True
-    slurmd_config_overrides: bool = False
+    name: str = Field(pattern=SLURM_NAME, description="Slurm ClusterName (lower case)")
+    slurm_version: str | float | int = Field(
+        description=(
+            'the Slurm release, quoted: "24.11" or "24.11.5"; 23.11 and newer '
+            "(tested: 24.11, 26.05). `render --slurm-version` overrides it"
+        )
+    )
+    controller: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.-]*$", description="SlurmctldHost")
+    hooks: Hooks = Field(Hooks(), description="node hooks and the submission plugin")
+    paths: Paths = Field(Paths(), description="directories and files on the controller and nodes")
+    accounting: Accounting = Field(Accounting(), description="slurmdbd and what it enforces")
+    priority: Priority = Field(Priority(), description="the multifactor priority plugin's decay and weights")
+    metrics: Metrics = Field(Metrics(), description="node-side metrics written by the hooks")
+    health: Health = Field(Health(), description="the node health check (HealthCheckProgram)")
+    scheduler: Scheduler = Field(Scheduler(), description="SchedulerParameters")
+    cgroups: bool = Field(
+        True,
+        description=(
+            "proctrack/cgroup + task/cgroup and ConstrainDevices=yes; false for "
+            "hosts without cgroup delegation (linuxproc, task/none, global GPU "
+            "indexes)"
+        ),
+    )
+    slurmd_config_overrides: bool = Field(
+        False,
+        description="SlurmdParameters=config_overrides: nodes may have less hardware than declared (containers)",
+    )
 
 
 class Sharing(Strict):
     """How one GPU or a range of GPUs on every node of the group is shared."""
 
-    gpus: str | int
-    mode: Annotated[Mode, WithJsonSchema({"type": "string", "enum": list(MODES)})]  # any case in the file
-    layout: str | list[str] | None = None
-    replicas: int | None = None
-    units: int | None = None
-    type: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9_.]{0,39}$")
+    gpus: str | int = Field(
+        description=('the GPUs this entry covers: 0, "0-3" or "4,5", within the group\'s count, each GPU at most once')
+    )
+    mode: Annotated[Mode, WithJsonSchema({"type": "string", "enum": list(MODES)})] = Field(  # any case in the file
+        description="exclusive, mig, shard or mps"
+    )
+    layout: str | list[str] | None = Field(
+        None,
+        description=(
+            "mode mig: a list of profiles ([3g.40gb, 3g.40gb]) or a named layout (all-1g.10gb, ...) that fits the model"
+        ),
+    )
+    replicas: int | None = Field(None, description="mode shard: shards per GPU (2-1024)")
+    units: int | None = Field(
+        None, description="mode mps: MPS units per GPU, a divisor of 100 (2, 4, 5, 10, 20, 25, 50, 100)"
+    )
+    type: str | None = Field(
+        None,
+        pattern=r"^[a-z0-9][a-z0-9_.]{0,39}$",
+        description="mode exclusive: a GRES type of their own for these GPUs (e.g. h100_reserved)",
+    )
     # mode mps: the compute mode the site sets on these GPUs (nvidia-smi -c); null means default
-    compute_mode: Literal["default", "exclusive_process"] | None = None
+    compute_mode: Literal["default", "exclusive_process"] | None = Field(
+        None,
+        description=(
+            "mode mps: the compute mode the site sets on these GPUs; null means "
+            "default. exclusive_process renders ExclusiveUser=YES on the tier's "
+            "partition"
+        ),
+    )
     client_mem_limit_mib: int | None = Field(
         None,
         ge=1,
@@ -231,96 +322,135 @@ class Sharing(Strict):
 
 
 class GpuHardware(Strict):
-    model: str
-    count: int = Field(ge=1, le=64)
+    model: str = Field(description="a catalogue model (`gpushare catalogue`) or one declared under gpu_models")
+    count: int = Field(ge=1, le=64, description="GPUs per node")
 
 
 class GpuModelDecl(Strict):
     """A GPU model the catalogue does not know, declared by the site: whole GPUs only (no MIG)."""
 
-    name: str = Field(pattern=NAME)
-    memory_mb: int = Field(ge=1)
-    slurm_type: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9_.]{0,39}$")
+    name: str = Field(pattern=NAME, description="the model's name (not a catalogue name)")
+    memory_mb: int = Field(ge=1, description="the GPU's memory in MB")
+    slurm_type: str | None = Field(
+        None,
+        pattern=r"^[a-z0-9][a-z0-9_.]{0,39}$",
+        description="its GRES type (default: the name in lower case, other characters as _)",
+    )
 
 
 class NodeGroup(Strict):
-    name: str = Field(pattern=NAME)
-    nodes: str = Field(min_length=1)
-    gpu: GpuHardware
-    cpus: int = Field(ge=1)
-    memory_mb: int = Field(ge=1)
-    sockets: int | None = Field(None, ge=1)
-    cores_per_socket: int | None = Field(None, ge=1)
-    threads_per_core: int | None = Field(None, ge=1)
-    features: list[str] = []
-    sharing: list[Sharing] = []
-    weight: int | None = Field(None, ge=1, le=65533)  # slurm.conf Weight: lower is used first
+    name: str = Field(pattern=NAME, description="unique name, referenced by tiers")
+    nodes: str = Field(min_length=1, description="a Slurm hostlist (gpu-[01-16]); groups must not overlap")
+    gpu: GpuHardware = Field(description="the nodes' GPU model and count")
+    cpus: int = Field(ge=1, description="CPUs")
+    memory_mb: int = Field(ge=1, description="RealMemory")
+    sockets: int | None = Field(None, ge=1, description="Sockets")
+    cores_per_socket: int | None = Field(None, ge=1, description="CoresPerSocket")
+    threads_per_core: int | None = Field(None, ge=1, description="ThreadsPerCore")
+    features: list[str] = Field(
+        [],
+        description=(
+            "node Features besides the GPU model's own (its Slurm type, given to "
+            "every node); names a --constraint can hold"
+        ),
+    )
+    sharing: list[Sharing] = Field([], description="how each GPU or GPU range is shared; GPUs not listed are exclusive")
+    weight: int | None = Field(
+        None, ge=1, le=65533, description="slurm.conf Weight (unset: Slurm's 1); lower weights are used first"
+    )
 
 
 class Quota(Strict):
     """Limits on what one tenant may hold at once (Slurm GrpTRES)."""
 
-    gpu: int | None = Field(None, ge=0)
-    shard: int | None = Field(None, ge=0)
-    mps: int | None = Field(None, ge=0)
+    gpu: int | None = Field(None, ge=0, description="GrpTRES gres/gpu: whole GPUs and MIG slices at once")
+    shard: int | None = Field(None, ge=0, description="GrpTRES gres/shard")
+    mps: int | None = Field(None, ge=0, description="GrpTRES gres/mps (units)")
 
 
 class Tenant(Strict):
-    name: str = Field(pattern=SLURM_NAME)
-    shares: int | str
-    parent: str | None = None
-    description: str = ""
-    users: list[str] = []
-    quota: Quota = Quota()
+    name: str = Field(pattern=SLURM_NAME, description="the Slurm account")
+    shares: int | str = Field(description="FairShare: a positive integer, or parent")
+    parent: str | None = Field(None, description="another tenant (default: root)")
+    description: str = Field("", description="the account's description")
+    users: list[str] = Field([], description="the account's users")
+    quota: Quota = Field(Quota(), description="what the tenant may hold at once")
 
 
 class Tier(Strict):
-    name: str = Field(pattern=SLURM_NAME)
-    node_groups: list[str] = Field(min_length=1)
-    default: bool = False
-    priority: int = Field(1, ge=0, le=65533)
-    preempt_mode: str = "off"
+    name: str = Field(pattern=SLURM_NAME, description="the partition's (and QOS's) name")
+    node_groups: list[str] = Field(min_length=1, description="the node groups in the partition")
+    default: bool = Field(False, description="the default partition (at most one; otherwise the first tier)")
+    priority: int = Field(
+        1, ge=0, le=65533, description="PriorityTier; a higher tier preempts lower ones on shared nodes"
+    )
+    preempt_mode: str = Field(
+        "off", description="off, requeue or cancel (suspend is refused: suspended jobs keep their GRES)"
+    )
     # seconds a job preempted from this tier gets between SIGTERM (to its steps) and its requeue or cancel
     # (partition GraceTime): time to write a checkpoint. None: Slurm's default, 0.
-    grace_time: int | None = Field(None, ge=0, le=86400)
-    usage_factor: float = Field(1.0, ge=0)
-    max_time: str = Field("UNLIMITED", pattern=r"^(UNLIMITED|INFINITE|\d+(-\d+)?(:\d+){0,2})$")
-    gpu_types: list[str] = []
-    allow_accounts: list[str] = []
+    grace_time: int | None = Field(
+        None,
+        ge=0,
+        le=86400,
+        description="seconds a job preempted from this tier gets to write a checkpoint (GraceTime)",
+    )
+    usage_factor: float = Field(1.0, ge=0, description="the QOS's UsageFactor")
+    max_time: str = Field(
+        "UNLIMITED",
+        pattern=r"^(UNLIMITED|INFINITE|\d+(-\d+)?(:\d+){0,2})$",
+        description="MaxTime (UNLIMITED or Slurm time)",
+    )
+    gpu_types: list[str] = Field([], description="GPU types this tier serves, for routing; must exist on its nodes")
+    allow_accounts: list[str] = Field([], description="AllowAccounts (tenants)")
 
 
 class RouteMatch(Strict):
     """Which jobs a route takes: by the GRES they ask for, their QOS, their GPU count."""
 
-    gres: Literal["none", "gpu", "mps", "shard"]
-    qos: list[str] = []
-    min_gpus: int | None = Field(None, ge=1)
-    max_gpus: int | None = Field(None, ge=1)
-    min_cpus: int | None = Field(None, ge=1)  # the job's CPUs (job_submit's min_cpus)
+    gres: Literal["none", "gpu", "mps", "shard"] = Field(
+        description="the GRES the job asks for: none, gpu, mps or shard"
+    )
+    qos: list[str] = Field([], description="the job's QOS names (case-insensitive)")
+    min_gpus: int | None = Field(None, ge=1, description="with gpu: at least this many GPUs per node")
+    max_gpus: int | None = Field(None, ge=1, description="with gpu: at most this many GPUs per node")
+    # the job's CPUs (job_submit's min_cpus)
+    min_cpus: int | None = Field(None, ge=1, description="at least this many CPUs")
 
 
 class Route(Strict):
     """Class routing: jobs that ``match`` (and name no partition) go to ``tiers``; mps requests may be rounded to MIG."""  # noqa: E501 the policy schema's description (docs/reference/policy.schema.json), kept on one line
 
-    match: RouteMatch
-    tiers: list[str] = []
-    round_to: Literal["mig"] | None = None
+    match: RouteMatch = Field(description="which jobs the route takes (only jobs that name no partition)")
+    tiers: list[str] = Field([], description="the partitions to set, in the order Slurm tries them")
+    round_to: Literal["mig"] | None = Field(
+        None,
+        description="mig (with gres mps): mps:N becomes the smallest MIG slice of the route's tiers covering N %",
+    )
 
 
 class Submission(Strict):
-    reject_multi_slice: bool = True
-    fail_open: bool = False
-    route_by_gres: bool = True
-    set_gpu_type: bool = True
-    aliases: dict[str, str] = {}
-    routes: list[Route] = []
+    reject_multi_slice: bool = Field(True, description="reject shard:N>1 and shared GRES asked per task or socket")
+    fail_open: bool = Field(
+        False, description="let a job through when job_submit.lua fails internally (default: reject it)"
+    )
+    route_by_gres: bool = Field(
+        True, description="a job without a partition goes to the first tier that serves all its GRES"
+    )
+    set_gpu_type: bool = Field(True, description="an untyped GPU request on a tier with one GPU type gets that type")
+    aliases: dict[str, str] = Field(
+        {}, description=('name: "gpu:<type>" | "shard" | "mps:<1-100>", so --gres=gpu:<name>:1 works')
+    )
+    routes: list[Route] = Field([], description="class routing, first match wins (what `gpushare plan` writes)")
 
 
 class Billing(Strict):
-    gpu_weights: dict[str, float] = {}
-    default_gpu_weight: float = Field(100.0, gt=0)
-    cpu: float = Field(0.0, ge=0)
-    mem_per_gb: float = Field(0.0, ge=0)
+    gpu_weights: dict[str, float] = Field({}, description="per GPU model, the billing weight of one whole GPU")
+    default_gpu_weight: float = Field(
+        100.0, gt=0, description="the weight of a whole GPU of a model not in gpu_weights"
+    )
+    cpu: float = Field(0.0, ge=0, description="per CPU")
+    mem_per_gb: float = Field(0.0, ge=0, description="per GB of memory")
 
 
 class Live(Strict):
@@ -328,19 +458,42 @@ class Live(Strict):
     the limits that keep it from thrashing. Times are seconds. A node under relayout holds a gpushare-relayout-<node>
     reservation or is drained with a reason starting "gpushare relayout"."""
 
-    enabled: bool = False
-    min_pending: int = Field(300, ge=0, le=30 * 86400)  # a pending job counts once it has waited this long
-    min_dwell: int = Field(3600, ge=0, le=365 * 86400)  # between two changes (or attempts) of one node's layout
-    min_benefit_jobs: int = Field(1, ge=1, le=100000)  # pending jobs a change must let start
-    max_draining: int = Field(1, ge=1, le=10000)  # nodes under relayout at once, per tier
-    max_wait: int = Field(3600, ge=0, le=30 * 86400)  # every GPU job on the node must end within this
-    change_cost: int = Field(120, ge=0, le=86400)  # drain + re-registration counted in every change's cost
+    enabled: bool = Field(False, description="gpushare live apply refuses while false; the report works either way")
+    min_pending: int = Field(300, ge=0, le=30 * 86400, description="seconds a pending job must have waited to count")
+    min_dwell: int = Field(
+        3600, ge=0, le=365 * 86400, description="seconds between two changes of one node (a failed attempt counts)"
+    )
+    min_benefit_jobs: int = Field(
+        1,
+        ge=1,
+        le=100000,
+        description="pending jobs a change must let start (net of what the present layout would start)",
+    )
+    max_draining: int = Field(1, ge=1, le=10000, description="nodes under relayout at once, per tier")
+    max_wait: int = Field(
+        3600,
+        ge=0,
+        le=30 * 86400,
+        description="propose only if every GPU job on the node ends (time limit) within this many seconds",
+    )
+    change_cost: int = Field(
+        120, ge=0, le=86400, description="seconds of drain and re-registration counted in each change's cost"
+    )
     # s of finished jobs (sacct) read per run: what a node ran lately counts toward keeping its layout or mode
     # (the jobs of a type it would lose, at their recent rate, over min_dwell); 0: no history read
-    history_window: int = Field(21600, ge=0, le=7 * 86400)
-    modes: bool = True  # also propose a non-MIG GPU's sharing mode (exclusive, mps, shard) for the queue
-    weights: bool = True  # also propose node weights that keep small jobs off nodes large blocked jobs need
-    policy_file: str | None = Field(None, pattern=ABS_PATH)  # default: <slurm_conf_dir>/gpushare-live.yaml
+    history_window: int = Field(
+        21600, ge=0, le=7 * 86400, description="seconds of finished jobs (sacct) read per run; 0: no history"
+    )
+    # also propose a non-MIG GPU's sharing mode (exclusive, mps, shard) for the queue
+    modes: bool = Field(True, description="also plan the sharing mode of GPUs not shared by MIG")
+    weights: bool = Field(
+        True, description="also plan node weights that keep small jobs off the nodes large blocked jobs need"
+    )
+    policy_file: str | None = Field(
+        None,
+        pattern=ABS_PATH,
+        description="the live policy gpushare live apply writes (default: <slurm_conf_dir>/gpushare-live.yaml)",
+    )
 
     @model_validator(mode="after")
     def _file(self):
@@ -354,12 +507,16 @@ class Live(Strict):
 
 
 class Policy(Strict):
-    version: Literal[1]
-    cluster: Cluster
-    gpu_models: list[GpuModelDecl] = []
-    node_groups: list[NodeGroup] = Field(min_length=1)
-    tenants: list[Tenant] = []
-    tiers: list[Tier] = Field(min_length=1)
-    submission: Submission = Submission()
-    billing: Billing = Billing()
-    live: Live = Live()
+    version: Literal[1] = Field(description="the policy format's version; 1")
+    cluster: Cluster = Field(description="the cluster's identity, daemons, paths, hooks and node-side options")
+    gpu_models: list[GpuModelDecl] = Field([], description="GPU models the catalogue does not know (whole GPUs only)")
+    node_groups: list[NodeGroup] = Field(
+        min_length=1, description="groups of identical nodes and how each of their GPUs is shared"
+    )
+    tenants: list[Tenant] = Field([], description="Slurm accounts with their shares, users and quotas")
+    tiers: list[Tier] = Field(min_length=1, description="partitions (and QOS of the same name) over node groups")
+    submission: Submission = Field(
+        Submission(), description="what job_submit.lua and `gpushare check` accept, change and route"
+    )
+    billing: Billing = Field(Billing(), description="billing weights, from which every GRES's weight is derived")
+    live: Live = Field(Live(), description="the live planner's limits (`gpushare live`)")

@@ -2,7 +2,9 @@
 
 Strict: a row that does not parse raises TraceError naming the file, the line
 (1 is the header), the column and what would be accepted, so a truncated or
-hand-edited copy fails loudly instead of shifting the benchmark.
+hand-edited copy fails loudly instead of shifting the benchmark. The paper's
+copies of the trace, found by name, are ``sim.paper.workloads`` (bench/ and the
+tests only: they live in the checkout, not in the wheel).
 """
 
 from __future__ import annotations
@@ -18,27 +20,6 @@ from .cluster import GPU_MILLI, Pod, SimCluster, SimGpu, SimNode
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
-TRACE_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "gpu-trace"
-# the FGD paper's workload family: every pod list whose FGD figures it published (tests/data/gpu-trace/NOTICE)
-WORKLOADS = (
-    "default",
-    "cpu050",
-    "cpu100",
-    "cpu200",
-    "cpu250",
-    "gpushare40",
-    "gpushare60",
-    "gpushare80",
-    "gpushare100",
-    "gpuspec10",
-    "gpuspec20",
-    "gpuspec25",
-    "gpuspec33",
-    "multigpu20",
-    "multigpu30",
-    "multigpu40",
-    "multigpu50",
-)
 
 
 class TraceError(GpushareError):
@@ -97,47 +78,6 @@ def parse_pods(text: str, source: str) -> tuple[Pod, ...]:
     if not pods:
         raise TraceError(f"{source}: no pods (expected a header {','.join(POD_COLUMNS)} and one row per pod)")
     return pods
-
-
-def default_trace() -> tuple[SimCluster, tuple[Pod, ...]]:
-    """The copy shipped in tests/data/gpu-trace: 1,213 nodes, 6,212 GPUs, 8,152 pods."""
-    return (
-        load_cluster(TRACE_DIR / "openb_node_list_gpu_node.csv"),
-        load_pods(TRACE_DIR / "openb_pod_list_default.csv"),
-    )
-
-
-def workload_path(name: str | Path) -> Path:
-    """The pod list of a workload of the family by name ('gpuspec33' or 'openb_pod_list_gpuspec33'), or a file.
-
-    The shipped copies are plain (default) or gzip-compressed (the others); a file may be either.
-    """
-    text = str(name)
-    short = text.removeprefix("openb_pod_list_")
-    if short in WORKLOADS:
-        for suffix in (".csv", ".csv.gz"):
-            path = TRACE_DIR / f"openb_pod_list_{short}{suffix}"
-            if path.is_file():
-                return path
-        raise TraceError(f"workload {short!r}: no openb_pod_list_{short}.csv[.gz] in {TRACE_DIR}")
-    path = Path(text)
-    if not path.is_file():
-        raise TraceError(
-            f"workload {text!r}: neither a file nor one of the family's names "
-            f"(accepted: {', '.join(WORKLOADS)}, or a path to an openb pod list, .csv or .csv.gz)"
-        )
-    return path
-
-
-def workload_name(path: Path) -> str:
-    """The family name of a pod list file ('gpuspec33'), or its file name when it is not one of the family."""
-    stem = path.name.removesuffix(".gz").removesuffix(".csv").removeprefix("openb_pod_list_")
-    return stem if stem in WORKLOADS else path.name
-
-
-def load_workload(name: str | Path) -> tuple[Pod, ...]:
-    """The pods of a workload of the family (by name) or of an openb pod list file."""
-    return load_pods(workload_path(name))
 
 
 def _read(path: str | Path) -> str:

@@ -31,8 +31,9 @@ from slurm_gpushare.planner.frompolicy import SubmitRouter, sim_cluster, spec_mo
 from slurm_gpushare.planner.plan import plan
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.sim.cluster import GPU_MILLI, Pod
+from slurm_gpushare.sim.paper.workloads import TRACE_DIR
 from slurm_gpushare.sim.slurmmodel import SlurmState
-from slurm_gpushare.sim.trace import TRACE_DIR, load_pods
+from slurm_gpushare.sim.trace import load_pods
 from slurm_gpushare.testcluster.cluster import TestCluster
 from tests.cluster.conftest import POLICY, own_cluster, wait_quiet
 

@@ -60,6 +60,23 @@ def test_no_product_module_imports_the_papers_harness():
     assert ig.harness_importers() == []
 
 
+def test_no_product_module_reads_the_checkouts_tests():
+    """A path into tests/ (the paper's trace copies) exists only in a checkout: only sim/paper/, which the wheel
+    leaves out, may build one (a string "tests" or "tests/..." in its source)."""
+    import ast
+
+    def names_tests(node) -> bool:
+        return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.split("/")[0] == "tests"
+
+    found = sorted(
+        name
+        for name, path in ig.modules().items()
+        if not name.startswith(ig.HARNESS)
+        and any(names_tests(n) for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))
+    )
+    assert found == []
+
+
 @pytest.mark.parametrize("package", NODE_SIDE)
 def test_node_side_never_imports_the_renderer(package):
     found = []

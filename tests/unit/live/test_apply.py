@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import multiprocessing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -165,7 +165,22 @@ def change(phase="waiting", node=NODE, steps=((0, ALL_1G, THREE_G),), modes=(), 
 def one(state_change, now=1100.0, locks=frozenset({NODE}), jobs=None, ends=None, nodes=None, max_wait=600.0):
     state = State()
     state.put(state_change)
-    return d.next_steps(now, state, locks, jobs or {}, ends or {}, nodes or {}, (), max_wait, 1320.0)[0]
+    inputs = d.StepInputs(
+        now, state, locks, max_wait, 1320.0, gpu_jobs=jobs or {}, job_ends=ends or {}, node_states=nodes or {}
+    )
+    return d.next_steps(inputs)[0]
+
+
+def test_step_inputs_name_what_a_run_knows_with_empty_defaults():
+    state = State()
+    inputs = d.StepInputs(1100.0, state, frozenset({NODE}), 600.0, 1320.0, gpu_jobs={NODE: (7,)})
+    assert inputs.locked(NODE) and not inputs.locked("lab-other")
+    assert inputs.jobs_on(NODE) == (7,) and inputs.jobs_on("lab-other") == ()
+    assert inputs.node_state(NODE) == ((), "")
+    assert (inputs.job_ends, inputs.found, inputs.proposals, inputs.weights) == ({}, {}, (), ())
+    assert d.next_steps(inputs) == []  # nothing in flight, nothing proposed
+    with pytest.raises(AttributeError):
+        inputs.now = 0.0  # frozen
 
 
 def test_waiting_change_waits_for_gpu_jobs_then_gives_up_after_max_wait():
@@ -204,16 +219,16 @@ def test_relayout_change_follows_its_job():
 def test_a_change_left_by_a_run_that_stopped_is_taken_on_or_back():
     state = State()
     state.put(change("locking"))
-    assert isinstance(d.next_steps(1100.0, state, frozenset({NODE}), {}, {}, {}, (), 600, 1320)[0], d.Adopt)
-    assert isinstance(d.next_steps(1100.0, state, frozenset(), {}, {}, {}, (), 600, 1320)[0], d.Drop)
+    locked, unlocked = (
+        d.StepInputs(1100.0, state, frozenset({NODE}), 600, 1320),
+        d.StepInputs(1100.0, state, frozenset(), 600, 1320),
+    )
+    assert isinstance(d.next_steps(locked)[0], d.Adopt)
+    assert isinstance(d.next_steps(unlocked)[0], d.Drop)
     state.put(change("submitting", prior={"layouts": {}, "modes": {}}))
-    assert d.next_steps(1100.0, state, frozenset({NODE}), {}, {}, {}, (), 600, 1320, found={NODE: (9, 7)}) == [
-        d.Found(NODE, 7)
-    ]
-    assert d.next_steps(1100.0, state, frozenset({NODE}), {}, {}, {}, (), 600, 1320, found={NODE: ()}) == [
-        d.StartRelayout(NODE)
-    ]
-    assert isinstance(d.next_steps(1100.0, state, frozenset(), {}, {}, {}, (), 600, 1320)[0], d.Lost)
+    assert d.next_steps(replace(locked, found={NODE: (9, 7)})) == [d.Found(NODE, 7)]
+    assert d.next_steps(replace(locked, found={NODE: ()})) == [d.StartRelayout(NODE)]
+    assert isinstance(d.next_steps(unlocked)[0], d.Lost)
 
 
 def test_restore_puts_back_the_nodes_entries_as_they_were():
@@ -237,7 +252,7 @@ def test_proposals_on_nodes_in_flight_are_not_taken_twice():
     state = State()
     state.put(change(node="lab-mig02"))
     acts = d.next_steps(
-        1100.0, state, frozenset({"lab-mig02"}), {}, {}, {}, (P("lab-mig02"), P(NODE), P(NODE)), 600, 1320
+        d.StepInputs(1100.0, state, frozenset({"lab-mig02"}), 600, 1320, proposals=(P("lab-mig02"), P(NODE), P(NODE)))
     )
     assert acts == [d.StartRelayout("lab-mig02"), d.Take(P(NODE))]
 

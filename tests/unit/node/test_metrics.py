@@ -15,8 +15,11 @@ from slurm_gpushare.cli.node import node as node_cli
 from slurm_gpushare.errors import PolicyError
 from slurm_gpushare.gpu.backend import MigDevice
 from slurm_gpushare.gpu.fakenvml import FakeNvml
+from slurm_gpushare.hooks import Seen
 from slurm_gpushare.hooks import epilog as epilog_hook
 from slurm_gpushare.hooks import prolog as prolog_hook
+from slurm_gpushare.hooks._common import load
+from slurm_gpushare.hooks._metrics import after_run
 from slurm_gpushare.metrics import dcgmjobs, textfile
 from slurm_gpushare.node.journal import JournalStore
 from slurm_gpushare.node.nodeconfig import GpuSpec
@@ -176,6 +179,58 @@ def test_metrics_write_failures_never_fail_the_hook(tmp_path, capsys):
     assert run_prolog(node, 8, "1") == 0
     assert value(tmp_path / "prom" / "gpushare.prom", "gpushare_node_hook_runs_total", hook="prolog", result="ok") == 2
     assert value(tmp_path / "prom" / "gpushare.prom", "gpushare_node_dcgm_mapping_errors_total") == 2
+
+
+def test_what_a_run_saw_is_a_record_of_four_fields():
+    seen = Seen()
+    assert (seen.spec, seen.job_id, seen.live, seen.journal) == (None, None, None, None)
+    seen.job_id = 7
+    assert "job_id=7" in repr(seen)
+    with pytest.raises(AttributeError):
+        seen.jobid = 7  # a misspelt field is an error, not a key nobody reads
+    with pytest.raises(AttributeError):
+        seen.mig  # noqa: B018
+
+
+def test_a_prolog_fills_what_it_saw_and_the_epilog_its_job(tmp_path):
+    node = metered(tmp_path, "lab-excl01")
+    seen = Seen()
+    prolog_hook.prolog(node.env(7, "1"), runner=no_scontrol, mps=node.mps, seen=seen)
+    assert seen.spec.node == "lab-excl01" and seen.journal.job_id == 7 and 1 in seen.live.gpus
+    assert seen.job_id is None
+    seen = Seen()
+    epilog_hook.epilog(node.env(7, "1"), runner=no_scontrol, mps=node.mps, seen=seen)
+    assert seen.job_id == 7 and seen.journal is None
+
+
+def test_a_field_the_metrics_read_and_the_record_lacks_fails_loudly(tmp_path):
+    """A renamed field stops the metrics with an error, not silently (only the node's write errors are kept quiet)."""
+
+    class Renamed:  # Seen with `live` renamed: what the metrics read is gone
+        __slots__ = ("spec", "job_id", "observed", "journal")
+
+    node = metered(tmp_path, "lab-excl01", mapping_dir=None)
+    run = Renamed()
+    run.spec, run.job_id, run.observed, run.journal = load(node.env(7, "1"))[1], None, None, None
+    with pytest.raises(AttributeError, match="live"):
+        after_run("gpushare-prolog", "prolog", run, None, 0.1)
+
+
+def test_a_bug_in_the_metrics_is_raised_a_write_error_is_one_line(tmp_path, monkeypatch, capsys):
+    node = metered(tmp_path, "lab-excl01")
+
+    def failing(error):
+        def record(*args, **kwargs):
+            raise error
+
+        return record
+
+    monkeypatch.setattr(textfile, "record", failing(ValueError("hook 'prologue' is not one the textfile counts")))
+    with pytest.raises(ValueError, match="prologue"):
+        run_prolog(node, 7, "1")
+    monkeypatch.setattr(textfile, "record", failing(PermissionError(13, "denied")))
+    assert run_prolog(node, 8, "0") == 0
+    assert f"metrics file in {tmp_path / 'prom'} not written: PermissionError" in capsys.readouterr().err
 
 
 def test_metrics_off_by_default_write_nothing(tmp_path):

@@ -20,7 +20,8 @@ from bench.workloads import (
     write_pod_list,
 )
 from slurm_gpushare.sim.cluster import Pod
-from slurm_gpushare.sim.trace import load_pods, load_workload
+from slurm_gpushare.sim.paper.workloads import load_workload
+from slurm_gpushare.sim.trace import load_pods
 
 TRACE = trace_pods()  # read once for the module
 TYPED = typed_pods()

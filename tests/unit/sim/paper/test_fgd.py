@@ -16,7 +16,7 @@ from slurm_gpushare.sim.paper.baselines import BestFit, best_fit_score, pick_max
 from slurm_gpushare.sim.paper.fgd import FGD, FragMeasure, TaskClass, fgd_score, typical_classes
 from slurm_gpushare.sim.paper.gpustate import covering_profile, mig_kind, milli_kind
 from slurm_gpushare.sim.paper.whatif import a100_cluster
-from slurm_gpushare.sim.trace import TRACE_DIR, default_trace
+from slurm_gpushare.sim.paper.workloads import TRACE_DIR, default_trace
 
 CLASSES = (TaskClass(4000, 500, 1, "", count=3), TaskClass(1000, 0, 0, "", count=1))
 

@@ -9,15 +9,8 @@ from collections import Counter
 
 import pytest
 
-from slurm_gpushare.sim.trace import (
-    TRACE_DIR,
-    WORKLOADS,
-    TraceError,
-    load_pods,
-    load_workload,
-    workload_name,
-    workload_path,
-)
+from slurm_gpushare.sim.paper.workloads import TRACE_DIR, WORKLOADS, load_workload, workload_name, workload_path
+from slurm_gpushare.sim.trace import TraceError, load_pods
 
 pytestmark = pytest.mark.repro
 
