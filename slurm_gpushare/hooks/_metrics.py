@@ -5,8 +5,9 @@ Imported only then. A metrics directory that cannot be written never fails the
 job: the node's side of it (a missing, unsafe or full directory: an OSError; a
 gpushare error) is one line on stderr (slurmd's log) and the hook's exit status
 stays what the run made it. Anything else is a bug (a field ``Seen`` lacks, a
-hook name the textfile does not count) and is raised, so the tests that run the
-hooks with metrics on fail on it instead of the metrics stopping without a word.
+hook name the textfile does not count) and is raised from here, so the tests that
+call ``after_run`` fail on it; the hook (``_common.guarded``) still catches it and
+says so on stderr as a bug rather than drain the node for its metrics.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from hostlist import expand_hostlist as expand_nodes
 
 from ..policy.billing import gpu_weight
 from ..policy.groups import gpus_value
+from ..policy.share import Mode, Share
 from .estimates import GroupInfo
 
 
@@ -44,14 +45,14 @@ def mig_sharing(layouts: list[tuple[str, ...]], gpus: int) -> list[dict]:
         j = i
         while j < gpus and layouts[j] == layouts[i]:
             j += 1
-        out.append({"gpus": gpus_value(range(i, j)), "mode": "mig", "layout": list(layouts[i])})
+        out.append({"gpus": gpus_value(range(i, j)), **Share(Mode.MIG, layouts[i]).to_entry()})
         i = j
     return out
 
 
 def mps_sharing(units: int, gpus: int) -> list[dict]:
     """One node's sharing entries: every GPU shared through MPS with ``units`` units."""
-    return [{"gpus": gpu_range(gpus), "mode": "mps", "units": units}]
+    return [{"gpus": gpu_range(gpus), **Share(Mode.MPS, units=units).to_entry()}]
 
 
 class Builder:
@@ -140,7 +141,7 @@ class Builder:
 
 def _mps_unit_weight(spec: dict, model: str, billing) -> float | None:
     """The billing weight of one mps unit on this group's GPUs (None when none shares through MPS)."""
-    units = {s["units"] for s in spec["sharing"] if s.get("mode") == "mps"}
+    units = {s["units"] for s in spec["sharing"] if s.get("mode") == Mode.MPS}
     if not units:
         return None
     assert len(units) == 1, f"{spec['name']}: the planner gives one mps units value per group"

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from ..hardware.packing import GPU_MILLI, compact_types, pack, whole_profile
 from ..policy import Site
 from ..policy.document import remap_aliases
+from ..policy.share import Share
 from .builder import Builder, gpu_range, mig_sharing, mps_sharing, split_group
 from .demand import Demand, pack_estimate
 from .estimates import (
@@ -237,7 +238,7 @@ def _add_groups(b: Builder, c: _Inputs, pools: _Pools, specs: dict[str, dict]) -
         mig_part, frac_part, rest = names[:n_mig], names[n_mig : n_mig + n_frac], names[n_mig + n_frac :]
         if mig_part:
             _add_mig_part(b, c.site, g, spec, mig_part, layout_iter)
-        mode = mps_sharing(c.units, g.gpus) if c.mps_frac else [{"gpus": gpu_range(g.gpus), "mode": "exclusive"}]
+        mode = mps_sharing(c.units, g.gpus) if c.mps_frac else [{"gpus": gpu_range(g.gpus), **Share().to_entry()}]
         tier = "cpu" if g.index in pools.rich else "lean" if g.index in pools.lean else "gpu"
         if c.knobs.frac_weights == "node" and frac_part:
             # one weight per node: Slurm then fills the pool node by node (first fit), not best fit on idle CPUs

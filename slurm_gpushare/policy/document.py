@@ -178,15 +178,15 @@ def remap_aliases(doc: dict, before: Site) -> list[str]:
     except PolicyError:  # the final validation names the problem; nothing to remap against here
         return []
     old, new = _gpu_types(before), _gpu_types(after)
-    modes = {s.mode for g in after.groups for s in g.gpus}
-    old_replicas = [s.replicas for g in before.groups for s in g.gpus if s.mode == "shard"]
+    shared = {s.share.shared_gres for g in after.groups for s in g.gpus} - {""}  # "shard", "mps": GRES names
+    old_replicas = [s.share.shared_count for g in before.groups for s in g.gpus if s.share.shared_gres == "shard"]
     why = []
     for alias, target in list(aliases.items()):
-        gone = _gone_target(target, old, new, modes, old_replicas)
+        gone = _gone_target(target, old, new, shared, old_replicas)
         if gone is None:
             continue
         kind, model, share = gone
-        repl = _alias_replacement(kind, model, share, new, modes)
+        repl = _alias_replacement(kind, model, share, new, shared)
         if repl:
             aliases[alias] = repl
             why.append(
@@ -209,7 +209,7 @@ def _gpu_types(site: Site) -> dict[str, tuple[str, float]]:
     out: dict[str, tuple[str, float]] = {}
     for g in site.groups:
         for slot in g.gpus:
-            if slot.mode == "mig":
+            if slot.share.is_mig:
                 for p in slot.layout:
                     out[slot.model.mig_slurm_type(p)] = (slot.model.name, slot.model.profile(p).fraction(slot.model))
             else:
@@ -218,12 +218,12 @@ def _gpu_types(site: Site) -> dict[str, tuple[str, float]]:
 
 
 def _gone_target(
-    target: str, old: dict[str, tuple[str, float]], new: dict, modes: set[str], old_replicas: list[int]
+    target: str, old: dict[str, tuple[str, float]], new: dict, shared: set[str], old_replicas: list[int]
 ) -> tuple[str, str, float] | None:
     """(kind, model name or '', share of a GPU) of an alias target that the new layout removed; None when the
     layout still has it, or when it is not something a layout removes (validation reports it as written)."""
     kind, _, arg = target.strip().partition(":")
-    if kind == "gpu" and arg in new or kind == "shard" and "shard" in modes or kind == "mps" and "mps" in modes:
+    if kind == "gpu" and arg in new or kind in shared:
         return None
     if kind == "gpu" and arg in old:
         return kind, *old[arg]
@@ -235,16 +235,16 @@ def _gone_target(
 
 
 def _alias_replacement(
-    kind: str, model: str, share: float, new: dict[str, tuple[str, float]], modes: set[str]
+    kind: str, model: str, share: float, new: dict[str, tuple[str, float]], shared: set[str]
 ) -> str | None:
     """The target a removed alias target of this kind and share is remapped to; None: nothing covers it."""
     same = sorted((f, t) for t, (m, f) in new.items() if (m == model or kind != "gpu" and f < 1) and f >= share - 1e-9)
     # a share below one GPU keeps its size where it can (a slice, MPS, a shard) before taking a whole GPU
     if same and (same[0][0] < 1 or share >= 1):
         return f"gpu:{same[0][1]}"
-    if "mps" in modes and kind != "mps":
+    if "mps" in shared and kind != "mps":
         return f"mps:{min(100, max(1, math.ceil(share * 100 - 1e-9)))}"
-    if "shard" in modes and share < 1 and kind == "gpu":
+    if "shard" in shared and share < 1 and kind == "gpu":
         return "shard"
     if same and kind == "gpu":
         return f"gpu:{same[0][1]}"

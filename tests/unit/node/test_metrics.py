@@ -216,7 +216,8 @@ def test_a_field_the_metrics_read_and_the_record_lacks_fails_loudly(tmp_path):
         after_run("gpushare-prolog", "prolog", run, None, 0.1)
 
 
-def test_a_bug_in_the_metrics_is_raised_a_write_error_is_one_line(tmp_path, monkeypatch, capsys):
+def test_a_bug_in_the_metrics_is_said_as_a_bug_a_write_error_is_one_line(tmp_path, monkeypatch, capsys):
+    """Neither fails the job nor drains the node: the metrics are not worth a node; a bug says it is one."""
     node = metered(tmp_path, "lab-excl01")
 
     def failing(error):
@@ -226,8 +227,9 @@ def test_a_bug_in_the_metrics_is_raised_a_write_error_is_one_line(tmp_path, monk
         return record
 
     monkeypatch.setattr(textfile, "record", failing(ValueError("hook 'prologue' is not one the textfile counts")))
-    with pytest.raises(ValueError, match="prologue"):
-        run_prolog(node, 7, "1")
+    assert run_prolog(node, 7, "1") == 0
+    err = capsys.readouterr().err
+    assert "the metrics step failed (a bug; the job is not affected): ValueError: hook 'prologue'" in err
     monkeypatch.setattr(textfile, "record", failing(PermissionError(13, "denied")))
     assert run_prolog(node, 8, "0") == 0
     assert f"metrics file in {tmp_path / 'prom'} not written: PermissionError" in capsys.readouterr().err
