@@ -218,7 +218,7 @@ def _gpu_types(site: Site) -> dict[str, tuple[str, float]]:
 
 
 def _gone_target(
-    target: str, old: dict[str, tuple[str, float]], new: dict, modes: set[str], old_replicas: list[int]
+    target: str, old: dict[str, tuple[str, float]], new: dict, modes: set[Mode], old_replicas: list[int]
 ) -> tuple[str, str, float] | None:
     """(kind, model name or '', share of a GPU) of an alias target that the new layout removed; None when the
     layout still has it, or when it is not something a layout removes (validation reports it as written)."""
@@ -235,7 +235,7 @@ def _gone_target(
 
 
 def _alias_replacement(
-    kind: str, model: str, share: float, new: dict[str, tuple[str, float]], modes: set[str]
+    kind: str, model: str, share: float, new: dict[str, tuple[str, float]], modes: set[Mode]
 ) -> str | None:
     """The target a removed alias target of this kind and share is remapped to; None: nothing covers it."""
     same = sorted((f, t) for t, (m, f) in new.items() if (m == model or kind != "gpu" and f < 1) and f >= share - 1e-9)

@@ -67,7 +67,8 @@ def _cycles(policy: Policy) -> list[Problem]:
     parent = {t.name: t.parent for t in policy.tenants}
     out = []
     for i, t in enumerate(policy.tenants):
-        seen, cur = set(), t.name
+        seen: set[str] = set()
+        cur: str | None = t.name
         while cur is not None and cur in parent:
             if cur in seen:
                 out.append(Problem(f"tenants[{i}].parent", f"tenant {t.name!r} is in a parent cycle"))
