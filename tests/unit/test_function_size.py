@@ -22,7 +22,6 @@ KNOWN = {
     "slurm_gpushare/accounting/report.py fairshare_rows": 69,
     "slurm_gpushare/live/weights.py plan_weights": 62,
     "slurm_gpushare/metrics/textfile.py render": 80,
-    "slurm_gpushare/policy/rules.py build_tiers": 72,
     "slurm_gpushare/sim/slurmmodel.py SlurmState.__init__": 66,
 }
 
