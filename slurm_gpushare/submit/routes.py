@@ -23,14 +23,9 @@ The tables here are data that job_submit.lua reads too.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, TypeGuard
 
 from ..policy.share import Mode
-
-if TYPE_CHECKING:
-    # Entries are submit.parse.Gres / Other; at run time this module imports nothing of submit/,
-    # so tables.py can build routes without an import cycle.
-    from .parse import Gres, Other
+from .entries import Gres, Other  # records only: tables.py builds routes without an import cycle
 
 
 @dataclass(frozen=True)
@@ -119,17 +114,12 @@ def _int(value) -> int:
 
 def round_entry(rule: RouteRule, e: Gres | Other) -> Gres | Other:
     """``mps:N`` -> ``gpu:<smallest MIG type covering N %>:1`` (unchanged when nothing covers it)."""
-    if rule.round_to != Mode.MIG or not _is_mps(e):
+    if rule.round_to != Mode.MIG or not isinstance(e, Gres) or e.name != Mode.MPS:
         return e
     gtype = next((t for pct, t in rule.mig_cover if pct >= e.count), None)
     if gtype is None:
         return e
     return replace(e, name="gpu", type=gtype, count=1, alias=e.alias or "mps")
-
-
-def _is_mps(e: Gres | Other) -> TypeGuard[Gres]:
-    """An ``mps`` GRES entry (an Other has no name)."""
-    return getattr(e, "name", None) == Mode.MPS
 
 
 def routed(rule: RouteRule | None, parsed: dict[str, list[Gres | Other]]) -> dict[str, list[Gres | Other]]:
