@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 _RE = re.compile(r"^(\d{2})\.(\d{2})(?:\.(\d+))?$")
 
-OLDEST_SUPPORTED = None  # set below
+OLDEST_SUPPORTED: SlurmVersion  # set below, after the class
 TESTED = ("24.11", "26.05")
 
 

@@ -72,15 +72,39 @@ def usage_png(
     from the same rows.
     """
     Figure = _mpl()
-    from matplotlib import dates as mdates
-
     keys: list[Hashable] = [key_of(r) for r in rows]
     by_name = {_name(k): r for k, r in zip(keys, rows, strict=False)}
     series = [(n, s) for n, s in timeline.top(keys, MAX_SERIES) if any(s)]
     edges = [datetime.fromtimestamp(t, tz) if tz else datetime.fromtimestamp(t).astimezone() for t in timeline.edges]
-    starts, widths = edges[:-1], [(b - a).total_seconds() / 86400 for a, b in zip(edges, edges[1:], strict=False)]
     fig = Figure(figsize=SIZE, dpi=DPI, layout="constrained")
     ax = fig.add_subplot()
+    _stacked_bars(ax, timeline, series, edges, by_name)
+    per = label(timeline.bucket)
+    ax.set_ylabel(f"GPU-equivalent hours per {per}")
+    ax.set_xlabel(f"time ({_zone_name(edges[0])})")
+    fig.suptitle(
+        f"GPU-equivalent hours by {by}, {window[0]} .. {window[1]}\n"
+        f"total {hours_text(total['gpu_hours'])} GPU-eq h in {total['jobs']:,} jobs, {per} buckets",
+        fontsize=10,
+    )
+    _time_axes(ax, timeline, edges)
+    if series:
+        ax.legend(
+            title=f"{by}: GPU-eq h (share)",
+            fontsize=8,
+            title_fontsize=8,
+            loc="upper left",
+            bbox_to_anchor=(1.12, 1.0),
+            frameon=False,
+        )
+    else:
+        ax.text(0.5, 0.5, "no GPU use in this window", transform=ax.transAxes, ha="center", va="center")
+    return _png(fig)
+
+
+def _stacked_bars(ax, timeline: Timeline, series, edges: list[datetime], by_name: Mapping[str, Any]) -> None:
+    """One bar per bucket and series, each series on the ones before it, labelled for the legend."""
+    starts, widths = edges[:-1], [(b - a).total_seconds() / 86400 for a, b in zip(edges, edges[1:], strict=False)]
     bottom = [0.0] * timeline.buckets
     colours = _colours(len(series))
     for (name, s), colour in zip(series, colours, strict=False):
@@ -97,14 +121,12 @@ def usage_png(
             label=_usage_label(name, by_name.get(name)),
         )
         bottom = [b + h for b, h in zip(bottom, hours, strict=False)]
-    per = label(timeline.bucket)
-    ax.set_ylabel(f"GPU-equivalent hours per {per}")
-    ax.set_xlabel(f"time ({_zone_name(edges[0])})")
-    fig.suptitle(
-        f"GPU-equivalent hours by {by}, {window[0]} .. {window[1]}\n"
-        f"total {hours_text(total['gpu_hours'])} GPU-eq h in {total['jobs']:,} jobs, {per} buckets",
-        fontsize=10,
-    )
+
+
+def _time_axes(ax, timeline: Timeline, edges: list[datetime]) -> None:
+    """Mean GPU-equivalents on the right, dates in the edges' zone below, the window exactly, a light grid."""
+    from matplotlib import dates as mdates
+
     rate = timeline.bucket / HOUR
     right = ax.secondary_yaxis("right", functions=(lambda h: h / rate, lambda g: g * rate))
     right.set_ylabel("mean GPU-equivalents in use")
@@ -113,18 +135,6 @@ def usage_png(
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=edges[0].tzinfo))
     ax.set_xlim(edges[0], edges[-1])
     ax.grid(axis="y", alpha=0.3)
-    if series:
-        ax.legend(
-            title=f"{by}: GPU-eq h (share)",
-            fontsize=8,
-            title_fontsize=8,
-            loc="upper left",
-            bbox_to_anchor=(1.12, 1.0),
-            frameon=False,
-        )
-    else:
-        ax.text(0.5, 0.5, "no GPU use in this window", transform=ax.transAxes, ha="center", va="center")
-    return _png(fig)
 
 
 def _usage_label(name: str, row: Mapping[str, Any] | None) -> str:
@@ -154,43 +164,15 @@ def fairness_png(
     x, width = 0.0, 0.38
     ticks: list[float] = []
     tick_labels: list[str] = []
-    share_c, use_c = _colours(2)
+    colours = _colours(2)  # share, use
     for n, (level, members) in enumerate(sorted(levels.items(), key=lambda kv: (kv[0] != "root", kv[0]))):
         first = x
         for r in members:
-            share, use = 100 * r["level_share"], 100 * (r["level_usage"] or 0.0)
-            ax.bar(x - width / 2, share, width, color=share_c, label="share (normalised shares)" if not ticks else None)
-            ax.bar(
-                x + width / 2,
-                use,
-                width,
-                color=use_c,
-                label="use (part of the level's GPU-eq h)" if not ticks else None,
-            )
-            ratio = r["ratio"]
-            ax.annotate(
-                "use/share\n" + ("n/a" if ratio is None else f"{ratio:.2f}"),
-                (x, max(share, use)),
-                xytext=(0, 3),
-                textcoords="offset points",
-                ha="center",
-                va="bottom",
-                fontsize=7,
-            )
+            _tenant_pair(ax, r, x, width, colours, labelled=not ticks)
             ticks.append(x)
             tick_labels.append(f"{r['tenant']}\n{hours_text(r['gpu_hours'])} GPU-eq h")
             x += 1.0
-        j = index.get(level)
-        ax.text(
-            (first + x - 1) / 2,
-            -0.13,
-            f"{'cluster (root)' if level == 'root' else 'under ' + level}\nJain {('n/a' if j is None else f'{j:.3f}')}",
-            transform=ax.get_xaxis_transform(),
-            ha="center",
-            va="top",
-            fontsize=8,
-            style="italic",
-        )
+        _level_caption(ax, level, (first + x - 1) / 2, index.get(level))
         if n < len(levels) - 1:
             ax.axvline(x - 0.5, color="grey", linewidth=0.6, linestyle=":")
         x += 0.4
@@ -212,6 +194,45 @@ def fairness_png(
     if parents:
         fig.text(0.01, 0.005, f"FairShare=parent (counted with their parent's level): {', '.join(parents)}", fontsize=7)
     return _png(fig)
+
+
+def _tenant_pair(ax, r: Mapping[str, Any], x: float, width: float, colours, labelled: bool) -> None:
+    """A tenant's share and use bars side by side at ``x``, use/share above them; ``labelled``: the first pair,
+    which names the two bars in the legend."""
+    share_c, use_c = colours
+    share, use = 100 * r["level_share"], 100 * (r["level_usage"] or 0.0)
+    ax.bar(x - width / 2, share, width, color=share_c, label="share (normalised shares)" if labelled else None)
+    ax.bar(
+        x + width / 2,
+        use,
+        width,
+        color=use_c,
+        label="use (part of the level's GPU-eq h)" if labelled else None,
+    )
+    ratio = r["ratio"]
+    ax.annotate(
+        "use/share\n" + ("n/a" if ratio is None else f"{ratio:.2f}"),
+        (x, max(share, use)),
+        xytext=(0, 3),
+        textcoords="offset points",
+        ha="center",
+        va="bottom",
+        fontsize=7,
+    )
+
+
+def _level_caption(ax, level: str, x: float, j: float | None) -> None:
+    """The fair-share level's name and Jain's index ``j``, under its tenants (centred on ``x``)."""
+    ax.text(
+        x,
+        -0.13,
+        f"{'cluster (root)' if level == 'root' else 'under ' + level}\nJain {('n/a' if j is None else f'{j:.3f}')}",
+        transform=ax.get_xaxis_transform(),
+        ha="center",
+        va="top",
+        fontsize=8,
+        style="italic",
+    )
 
 
 def _colours(n: int) -> list:

@@ -185,28 +185,7 @@ def fairshare_rows(
         if not c.ok:
             bad.setdefault(c.key, []).append(c.field)
     alt = {a.key: a.usage for a in what_if_usage.walk()} if what_if_usage is not None else {}
-    cols = [
-        Column("account", "account"),
-        Column("user", "user"),
-        Column("shares", "shares"),
-        Column("norm_shares", "norm shares", "float"),
-        Column("usage", "raw usage", "num"),
-        Column("effective_usage", "effectv usage", "float"),
-        Column("level_fs", "LevelFS", "float"),
-        Column("fairshare", "FairShare", "float"),
-    ]
-    if theirs is not None:
-        cols += [
-            Column("sshare_level_fs", "sshare LevelFS", "float"),
-            Column("sshare_fairshare", "sshare FairShare", "float"),
-            Column("mismatch", "differs"),
-        ]
-    if what_if is not None:
-        cols += [
-            Column("what_if_usage", "what-if usage", "num"),
-            Column("what_if_level_fs", "what-if LevelFS", "float"),
-            Column("what_if_fairshare", "what-if FairShare", "float"),
-        ]
+    cols = _fairshare_columns(theirs is not None, what_if is not None)
     rows = []
     for depth, node in _depth_walk(root):
         lv = ours[node.key]
@@ -240,6 +219,33 @@ def fairshare_rows(
             )
         rows.append(row)
     return cols, rows
+
+
+def _fairshare_columns(sshare: bool, what_if: bool) -> list[Column]:
+    """The Fair Tree's columns: ours, then sshare's beside them, then the what-if's, as asked."""
+    cols = [
+        Column("account", "account"),
+        Column("user", "user"),
+        Column("shares", "shares"),
+        Column("norm_shares", "norm shares", "float"),
+        Column("usage", "raw usage", "num"),
+        Column("effective_usage", "effectv usage", "float"),
+        Column("level_fs", "LevelFS", "float"),
+        Column("fairshare", "FairShare", "float"),
+    ]
+    if sshare:
+        cols += [
+            Column("sshare_level_fs", "sshare LevelFS", "float"),
+            Column("sshare_fairshare", "sshare FairShare", "float"),
+            Column("mismatch", "differs"),
+        ]
+    if what_if:
+        cols += [
+            Column("what_if_usage", "what-if usage", "num"),
+            Column("what_if_level_fs", "what-if LevelFS", "float"),
+            Column("what_if_fairshare", "what-if FairShare", "float"),
+        ]
+    return cols
 
 
 def _depth_walk(node: Assoc, depth: int = 0):

@@ -83,7 +83,7 @@ def apply_cmd(ctx, policy: Path, cluster: str | None) -> None:
 def _current(ctx, cluster: str, assoc_file: Path | None = None, qos_file: Path | None = None) -> Current:
     if (assoc_file is None) != (qos_file is None):
         raise GpushareError("give both --assoc-file and --qos-file, or neither (then sacctmgr is asked)")
-    if assoc_file is not None:
+    if assoc_file is not None and qos_file is not None:
         assocs = sacctmgr.parse_assocs(io.StringIO(assoc_file.read_text()), source=str(assoc_file))
         qos = sacctmgr.parse_qos(io.StringIO(qos_file.read_text()), source=str(qos_file))
         return Current.from_rows(assocs, qos)

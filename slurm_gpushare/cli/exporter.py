@@ -116,24 +116,9 @@ def exporter(ctx, policy, listen, listen_old, web_config, insecure, read_interva
       gpushare exporter --policy etc/small-lab.yaml --slurm-backend pyslurm
       gpushare exporter --policy etc/small-lab.yaml --once
     """
-    from ..metrics import webconfig
-    from ..metrics.exporter import (
-        CommandTimeouts,
-        SlurmCollector,
-        exposition,
-        parse_listen,
-        plain_http_problem,
-        registry_for,
-    )
+    from ..metrics.exporter import CommandTimeouts, SlurmCollector, exposition, registry_for
 
-    option = "--listen" if listen_old else "--web.listen-address"
-    try:
-        addr, port = parse_listen(listen_old or listen)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint=option) from None
-    web = webconfig.load(web_config) if web_config else None
-    if not once and plain_http_problem(addr, port, web, insecure):
-        raise click.UsageError(plain_http_problem(addr, port, web, insecure))
+    option, addr, port, web = _where(listen, listen_old, web_config, insecure, once)
     site = load_file(policy)
     obj = context_obj(ctx)
     timeouts = CommandTimeouts(get_runner(ctx), slurm_timeout)
@@ -151,6 +136,24 @@ def exporter(ctx, policy, listen, listen_old, web_config, insecure, read_interva
         err=True,
     )
     server.serve_forever()
+
+
+def _where(listen: str, listen_old: str | None, web_config: Path | None, insecure: bool, once: bool):
+    """(the listen option's name, address, port, web config or None); refuses plain HTTP beyond loopback
+    unless asked for (or --once, which serves nothing)."""
+    from ..metrics import webconfig
+    from ..metrics.exporter import parse_listen, plain_http_problem
+
+    option = "--listen" if listen_old else "--web.listen-address"
+    try:
+        addr, port = parse_listen(listen_old or listen)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
+    web = webconfig.load(web_config) if web_config else None
+    problem = None if once else plain_http_problem(addr, port, web, insecure)
+    if problem:
+        raise click.UsageError(problem)
+    return option, addr, port, web
 
 
 def _once(collector, text: str) -> None:

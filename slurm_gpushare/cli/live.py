@@ -94,10 +94,12 @@ def apply(ctx: click.Context, policy_path: Path, every: float | None, as_json: b
 
 
 def _show(run: RunReport, as_json: bool) -> None:
+    plan = run.plan
+    assert plan is not None, "run_once returns a report with its plan"
     if as_json:
-        click.echo(json.dumps({**run.plan.to_dict(), "applied": run.lines}, sort_keys=True))
+        click.echo(json.dumps({**plan.to_dict(), "applied": run.lines}, sort_keys=True))
         return
-    click.echo("\n".join(run.plan.report()))
+    click.echo("\n".join(plan.report()))
     for line in run.lines:
         click.echo(f"apply: {line}")
     if not run.lines:

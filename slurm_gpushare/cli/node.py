@@ -13,6 +13,7 @@ import json
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -182,7 +183,8 @@ def reconcile(policy_path: str, node_name: str | None, fake_state: str | None, d
     could not be repaired or the MIG layout drifted."""
     import time
 
-    start, seen = time.monotonic(), {}
+    start = time.monotonic()
+    seen: dict[str, Any] = {}  # what the run learnt, for its metrics: "site", then "mig"
     try:
         failed, drift = _reconcile(policy_path, node_name, fake_state, dry_run, seen)
     except Exception as exc:

@@ -194,6 +194,7 @@ def plan(
 
     site = load_file(policy_path)
     raw = parse_yaml(policy_path.read_text(encoding="utf-8"), policy_path.name)
+    assert isinstance(raw, dict), "load_file has read the policy as a mapping"
     demand = read_demand(source, site, ctx, days)
     if not demand.jobs:
         raise DemandError(f"--demand {source}: no jobs found; nothing to plan for")

@@ -45,8 +45,10 @@ def _source(ctx, sacct_file: Path | None, tz):
 
 
 def _half_life(text: str | None) -> float | None:
-    if text is None:
-        return None
+    return None if text is None else _half_life_seconds(text)
+
+
+def _half_life_seconds(text: str) -> float:
     try:
         seconds = parse_duration(text)
     except SlurmParseError as exc:
@@ -307,6 +309,22 @@ def fairshare(
     moment), and the output says so.
     """
     rows = sshare.read(sshare_file) if sshare_file else get_client(ctx).sshare(as_json=json_sshare)
+    rows, root, ours, checks, moved = _ours_against_sshare(rows, tolerance, documented_ties)
+    alt, alt_tree = _what_if(
+        ctx, root, gpu_usage, adds, since, until, sacct_file, policy, half_life, documented_ties, tz
+    )
+    theirs = {r.key: r for r in rows}
+    cols, table = report.fairshare_rows(root, ours, checks, alt, alt_tree, theirs)
+    bad = [c for c in checks if not c.ok]
+    _echo_fairshare(cols, table, checks, bad, moved, fmt, tolerance)
+    if check and bad:
+        raise SystemExit(1)
+
+
+def _ours_against_sshare(rows, tolerance: float, documented_ties: bool):
+    """(rows, tree, our Fair Tree, checks against sshare, the checks RawUsage moved since the calculation).
+
+    When RawUsage moved, the rows are sshare's own EffectvUsage snapshot and the checks are redone on them."""
     root = fairtree.tree_from_sshare(rows)
     ours = fairtree.compute(root, merge_tied_accounts=documented_ties)
     checks = fairtree.check_against(rows, root, ours, tolerance=tolerance)
@@ -316,12 +334,11 @@ def fairshare(
         root = fairtree.tree_from_sshare(rows)
         ours = fairtree.compute(root, merge_tied_accounts=documented_ties)
         checks = fairtree.check_against(rows, root, ours, tolerance=tolerance, usage_abs=fairtree.PRINTED_ABS)
-    alt, alt_tree = _what_if(
-        ctx, root, gpu_usage, adds, since, until, sacct_file, policy, half_life, documented_ties, tz
-    )
-    theirs = {r.key: r for r in rows}
-    cols, table = report.fairshare_rows(root, ours, checks, alt, alt_tree, theirs)
-    bad = [c for c in checks if not c.ok]
+    return rows, root, ours, checks, moved
+
+
+def _echo_fairshare(cols, table, checks, bad, moved, fmt: str, tolerance: float) -> None:
+    """The Fair Tree table in ``fmt``, with what differs from sshare (``bad``) and the note when RawUsage moved."""
     if fmt == "json":
         extra = {
             "compared": len(checks),
@@ -339,8 +356,6 @@ def fairshare(
                 )
     if moved:
         click.echo(_MOVED.format(n=len(moved)), err=fmt != "table")
-    if check and bad:
-        raise SystemExit(1)
 
 
 _MOVED = (
@@ -387,7 +402,7 @@ def _what_if(ctx, root, gpu_usage, adds, since, until, sacct_file, policy, half_
 def _gpu_usage(ctx, since, until, sacct_file, policy, half_life, tz) -> dict:
     tz = zone(tz)
     site = _site(policy)
-    hl = _half_life(half_life or site.cluster.priority.decay_half_life)
+    hl = _half_life_seconds(half_life or site.cluster.priority.decay_half_life)
     hi = parse_when(until, get_now(ctx), tz)
     lo = parse_when(since, hi, tz) if since else hi - 5 * hl
     agg = aggregate(site, _source(ctx, sacct_file, tz).records(lo, hi), lo, hi, by="assoc", half_life=hl)

@@ -43,7 +43,7 @@ def compact_types(model: GpuModel) -> tuple[str, ...]:
     4g.20gb, 7g.40gb; not 1g.10gb). A memory-heavy slice strands compute: four 1g.10gb take all 8 memory
     slices of an A100 and leave 3 of its 7 compute slices idle, where a share they cover on a 2g.10gb (the
     same memory) packs beside a 3g.20gb with every compute slice in use."""
-    best: dict[int, object] = {}
+    best: dict[int, MigProfile] = {}
     for p in plain_profiles(model):
         cur = best.get(p.compute_slices)
         if cur is None or (p.memory_slices, p.name) < (cur.memory_slices, cur.name):

@@ -186,7 +186,7 @@ def format_indexes(indexes: Iterable[int]) -> str:
     if not ordered:
         raise ValueError("no GPU indexes to write: a sharing entry names at least one GPU")
     runs: list[str] = []
-    start = ordered[0]
+    start: int | None = ordered[0]  # None only after the last run
     for a, b in zip(ordered, [*ordered[1:], None], strict=False):
         if b != a + 1:
             runs.append(f"{start}-{a}" if a != start else f"{a}")

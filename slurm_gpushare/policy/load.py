@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from ..errors import PolicyError, Problem
 from ..slurmversion import OLDEST_SUPPORTED, TESTED, SlurmVersion
@@ -24,7 +25,10 @@ from .rules import (
 )
 from .site import Site
 
-_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML has it: ~10x faster
+if typing.TYPE_CHECKING:
+    _SafeLoader = yaml.SafeLoader  # the checker sees the pure-Python loader, whose interface CSafeLoader shares
+else:
+    _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML has it: ~10x faster
 
 
 class _StrictLoader(_SafeLoader):
@@ -92,7 +96,7 @@ def build_site(raw: object, source: str, digest: str = "", slurm_version: str | 
     problems += check_billing(policy, declared)
     problems += check_submission(policy, groups)
     problems += check_routes(policy, groups, tiers)
-    if problems:
+    if problems or version is None:  # no version without a problem saying why
         raise PolicyError(source, problems)
     return Site(policy, version, tuple(groups), tuple(tiers), source, digest)
 
@@ -113,7 +117,7 @@ def _version(value, problems: list[Problem]) -> SlurmVersion | None:
     return version
 
 
-def _problem(error: dict) -> Problem:
+def _problem(error: ErrorDetails) -> Problem:
     loc = error["loc"]
     path = _format_loc(loc)
     kind = error["type"]

@@ -7,7 +7,7 @@ import re
 from ..errors import Problem
 from ..hardware import CatalogueError, get_model
 from .billing import tier_weights
-from .model import Policy
+from .model import Policy, Tier
 from .share import SHARED_GRES, Mode
 from .site import Group, TierView
 
@@ -67,7 +67,8 @@ def _cycles(policy: Policy) -> list[Problem]:
     parent = {t.name: t.parent for t in policy.tenants}
     out = []
     for i, t in enumerate(policy.tenants):
-        seen, cur = set(), t.name
+        seen: set[str] = set()
+        cur: str | None = t.name
         while cur is not None and cur in parent:
             if cur in seen:
                 out.append(Problem(f"tenants[{i}].parent", f"tenant {t.name!r} is in a parent cycle"))
@@ -94,61 +95,79 @@ def build_tiers(policy: Policy, groups: list[Group]) -> tuple[list[TierView], li
     views = []
     for i, tier in enumerate(policy.tiers):
         path = f"tiers[{i}]"
-        mode = tier.preempt_mode.lower()
-        if mode == "suspend":
-            problems.append(
-                Problem(
-                    f"{path}.preempt_mode",
-                    "'suspend' is not allowed for GPU jobs: suspended jobs keep their GRES; use requeue or "
-                    "cancel (or off)",
-                )
-            )
-        elif mode not in PREEMPT_MODES:
-            problems.append(
-                Problem(
-                    f"{path}.preempt_mode",
-                    f"{tier.preempt_mode!r} is not allowed; use one of {', '.join(PREEMPT_MODES)}",
-                )
-            )
-        if tier.grace_time and mode == "off":
-            problems.append(
-                Problem(
-                    f"{path}.grace_time",
-                    "applies to jobs preempted from this tier, and its preempt_mode is off; set preempt_mode to "
-                    "requeue or cancel, or remove grace_time",
-                )
-            )
-        for j, name in enumerate(tier.node_groups):
-            if name not in declared:
-                problems.append(
-                    Problem(
-                        f"{path}.node_groups[{j}]",
-                        f"{name!r} is not a node group; known: {', '.join(sorted(declared))}",
-                    )
-                )
-        for j, account in enumerate(tier.allow_accounts):
-            if account not in tenants:
-                problems.append(
-                    Problem(
-                        f"{path}.allow_accounts[{j}]",
-                        f"{account!r} is not a tenant; known: {', '.join(sorted(tenants)) or '(none)'}",
-                    )
-                )
+        problems += _preemption_problems(path, tier)
+        problems += _reference_problems(path, tier, declared, tenants)
         members = tuple(by_name[n] for n in dict.fromkeys(tier.node_groups) if n in by_name)
-        types = {t for g in members for (n, t) in g.gres if n == "gpu"}
-        for j, gtype in enumerate(tier.gpu_types):
-            if gtype not in types:
-                problems.append(
-                    Problem(
-                        f"{path}.gpu_types[{j}]",
-                        f"{gtype!r} is not a GPU type on this tier's nodes; available: {', '.join(sorted(types))}",
-                    )
-                )
+        problems += _gpu_type_problems(path, tier, members)
         problems += _exclusive_process_mix(path, tier.name, members)
         weights, conflicts = tier_weights(members, policy.billing, path)
         problems += conflicts
         views.append(TierView(tier, members, weights, i == default_index))
     return views, problems
+
+
+def _preemption_problems(path: str, tier: Tier) -> list[Problem]:
+    """A preempt_mode GPU jobs cannot have, or a grace_time on a tier whose jobs are never preempted."""
+    problems = []
+    mode = tier.preempt_mode.lower()
+    if mode == "suspend":
+        problems.append(
+            Problem(
+                f"{path}.preempt_mode",
+                "'suspend' is not allowed for GPU jobs: suspended jobs keep their GRES; use requeue or cancel (or off)",
+            )
+        )
+    elif mode not in PREEMPT_MODES:
+        problems.append(
+            Problem(
+                f"{path}.preempt_mode",
+                f"{tier.preempt_mode!r} is not allowed; use one of {', '.join(PREEMPT_MODES)}",
+            )
+        )
+    if tier.grace_time and mode == "off":
+        problems.append(
+            Problem(
+                f"{path}.grace_time",
+                "applies to jobs preempted from this tier, and its preempt_mode is off; set preempt_mode to "
+                "requeue or cancel, or remove grace_time",
+            )
+        )
+    return problems
+
+
+def _reference_problems(path: str, tier: Tier, declared: set[str], tenants: set[str]) -> list[Problem]:
+    """The tier's node groups that are not declared and its allowed accounts that are not tenants."""
+    problems = []
+    for j, name in enumerate(tier.node_groups):
+        if name not in declared:
+            problems.append(
+                Problem(
+                    f"{path}.node_groups[{j}]",
+                    f"{name!r} is not a node group; known: {', '.join(sorted(declared))}",
+                )
+            )
+    for j, account in enumerate(tier.allow_accounts):
+        if account not in tenants:
+            problems.append(
+                Problem(
+                    f"{path}.allow_accounts[{j}]",
+                    f"{account!r} is not a tenant; known: {', '.join(sorted(tenants)) or '(none)'}",
+                )
+            )
+    return problems
+
+
+def _gpu_type_problems(path: str, tier: Tier, members: tuple[Group, ...]) -> list[Problem]:
+    """The tier's gpu_types that none of its node groups has."""
+    types = {t for g in members for (n, t) in g.gres if n == "gpu"}
+    return [
+        Problem(
+            f"{path}.gpu_types[{j}]",
+            f"{gtype!r} is not a GPU type on this tier's nodes; available: {', '.join(sorted(types))}",
+        )
+        for j, gtype in enumerate(tier.gpu_types)
+        if gtype not in types
+    ]
 
 
 def _exclusive_process_mix(path: str, tier: str, members) -> list[Problem]:

@@ -273,7 +273,9 @@ def tasks_per_node(job: Mapping[str, str | None]) -> int:
 def check_mps_tasks(t: Tables, job, requests: list[Gres]) -> Violation | None:
     """MPS limits are per client process: a job with several tasks on a node would hold its share once per task."""
     mps = next((r for r in requests if r.name == "mps"), None)
-    n = tasks_per_node(job) if mps is not None else 1
+    if mps is None:
+        return None
+    n = tasks_per_node(job)
     if n < 2:
         return None
     return violation("mps_tasks", n=n, units=mps.count, isolation=t.texts["isolation"])

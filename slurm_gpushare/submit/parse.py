@@ -12,8 +12,8 @@ implements exactly this grammar (tests/lua run the same corpus).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from .entries import Gres, Other
 from .tables import (
     GRES_NAMES,
     MAX_COUNT,
@@ -30,32 +30,6 @@ _NEGATIVE = re.compile(r"-[0-9]+")
 _HEAD = re.compile(r"([a-z]+)([=:/])")
 _TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 _GRES_NAMES_TEXT = ", ".join(GRES_NAMES)  # the same words as Tables.texts['gres_names']
-
-
-@dataclass(frozen=True)
-class Gres:
-    """One GRES request: ``name[:type]:count`` from entry ``raw`` of ``field``."""
-
-    field: str
-    name: str
-    type: str
-    count: int
-    raw: str
-    alias: str = ""
-
-    @property
-    def key(self) -> str:
-        return f"{self.name}:{self.type}" if self.type else self.name
-
-    def text(self, prefix: str) -> str:
-        return f"{prefix}{self.key}:{self.count}"
-
-
-@dataclass(frozen=True)
-class Other:
-    """A non-GRES TRES entry, kept as written."""
-
-    raw: str
 
 
 class BadRequest(ValueError):

@@ -23,13 +23,9 @@ The tables here are data that job_submit.lua reads too.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from ..policy.share import Mode
-
-# Entries are submit.parse.Gres / Other; this module imports nothing of submit/,
-# so tables.py can build routes without an import cycle.
-Gres = Other = Any
+from .entries import Gres, Other  # records only: tables.py builds routes without an import cycle
 
 
 @dataclass(frozen=True)
@@ -118,7 +114,7 @@ def _int(value) -> int:
 
 def round_entry(rule: RouteRule, e: Gres | Other) -> Gres | Other:
     """``mps:N`` -> ``gpu:<smallest MIG type covering N %>:1`` (unchanged when nothing covers it)."""
-    if rule.round_to != Mode.MIG or getattr(e, "name", None) != Mode.MPS:
+    if rule.round_to != Mode.MIG or not isinstance(e, Gres) or e.name != Mode.MPS:
         return e
     gtype = next((t for pct, t in rule.mig_cover if pct >= e.count), None)
     if gtype is None:
