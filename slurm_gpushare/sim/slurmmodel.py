@@ -60,7 +60,7 @@ from .cluster import GPU_MILLI, Pod, Router, SimCluster, SimGpu, SlurmRequest
 
 LL_SHARED_GRES = "LL_SHARED_GRES"
 MULTIPLE_SHARING_GRES_PJ = "MULTIPLE_SHARING_GRES_PJ"
-SHARED_KINDS = {Mode.MPS: 1, Mode.SHARD: 2}
+SHARED_KINDS: dict[str, int] = {Mode.MPS: 1, Mode.SHARD: 2}  # looked up by a GPU's mode and a request's GRES
 
 
 def uniform_router(pod: Pod) -> SlurmRequest:
