@@ -22,10 +22,7 @@ KNOWN = {
     "slurm_gpushare/accounting/report.py fairshare_rows": 69,
     "slurm_gpushare/cli/exporter.py exporter": 70,
     "slurm_gpushare/cli/usage.py fairshare": 65,
-    "slurm_gpushare/live/weights.py plan_weights": 62,
-    "slurm_gpushare/metrics/textfile.py render": 80,
     "slurm_gpushare/policy/rules.py build_tiers": 72,
-    "slurm_gpushare/sim/slurmmodel.py SlurmState.__init__": 66,
 }
 
 
