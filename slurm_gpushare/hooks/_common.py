@@ -78,7 +78,8 @@ def guarded(hook: str, body, environ=None, runner=None, metrics: str | None = No
     environ = dict(os.environ if environ is None else environ)
     seen = Seen()
     start = time.monotonic()
-    error, message = None, ""
+    error: Exception | None = None
+    message = ""
     try:
         body(environ) if metrics is None else body(environ, seen)
     except GpushareError as exc:

@@ -23,6 +23,8 @@ WRITE_ERRORS = (OSError, GpushareError)
 
 def after_run(label: str, hook: str, seen: Seen, error: BaseException | None, duration: float) -> None:
     spec = seen.spec
+    if spec is None:  # no spec, no metrics directories: the caller runs this only once the run loaded one
+        return
     dcgm_errors = 0
     if spec.dcgm_job_mapping_dir is not None:
         try:

@@ -29,7 +29,7 @@ from ..slurm.cli_backend import ReservationError
 from ..slurm.interface import SlurmClient
 from ..slurm.relayoutjob import lock_name
 from . import steps
-from .observe import ReadView, observe, policy_file_of, state_path
+from .observe import ReadView, observe, policy_document, policy_file_of, state_path
 from .plan import plan_live
 from .report import LivePlan, Proposal
 from .state import Record, State, StateFile
@@ -50,7 +50,8 @@ class Planner(Protocol):
     """What the apply side asks of the planner: read the cluster, plan, edit the policy document. ``PRODUCT`` is
     the product's own; a test passes a fake."""
 
-    read_view: ReadView
+    @property
+    def read_view(self) -> ReadView: ...
 
     def plan(self, site, view: ClusterView, doc: dict) -> LivePlan: ...
 
@@ -384,16 +385,17 @@ class LiveApply:
     def _write_policy(self, state: State) -> None:
         from ..outfiles import write_all
         from ..policy import load_file
-        from ..policy.load import parse_yaml
         from ..render import render_all
 
-        doc = parse_yaml(self.admin_policy.read_text(encoding="utf-8"), self.admin_policy.name)
-        for node, per_gpu in sorted(state.modes.items()):  # GPU modes first: MIG GPUs are never among them
-            doc = self.planner.with_modes(doc, node, {gpu: dict(entry) for gpu, entry in sorted(per_gpu.items())})
-        for node, per_gpu in sorted(state.layouts.items()):  # a node's GPUs validated as one set
-            doc = self.planner.with_layouts(doc, node, {gpu: tuple(layout) for gpu, layout in sorted(per_gpu.items())})
-        atomic_write(self.policy_file, live_policy_text(doc, self.admin_policy, state))
-        write_all(render_all(load_file(self.policy_file)), self.conf_dir)
+        path = self.policy_file
+        assert path is not None  # set by __post_init__
+        doc = policy_document(self.admin_policy)
+        for node, modes in sorted(state.modes.items()):  # GPU modes first: MIG GPUs are never among them
+            doc = self.planner.with_modes(doc, node, {gpu: dict(entry) for gpu, entry in sorted(modes.items())})
+        for node, layouts in sorted(state.layouts.items()):  # a node's GPUs validated as one set
+            doc = self.planner.with_layouts(doc, node, {gpu: tuple(layout) for gpu, layout in sorted(layouts.items())})
+        atomic_write(path, live_policy_text(doc, self.admin_policy, state))
+        write_all(render_all(load_file(path)), self.conf_dir)
 
     def _log(self, node: str) -> str:
         return f"{self.admin.cluster.paths.log_dir.rstrip('/')}/gpushare-relayout-{node}-%j.log"

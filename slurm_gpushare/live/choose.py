@@ -146,7 +146,8 @@ class _Score:
         return got
 
     def __call__(self, caps: Counter) -> tuple[float, float]:
-        n = wait = 0
+        n = 0
+        wait: float = 0
         for t in self.by_type:
             k, w = self.served(t, caps[t])
             n += k
@@ -210,5 +211,5 @@ def _outcome(
     if benefit <= 0:
         return None
     wait = sum(j.age_s for j in gained) - sum(j.age_s for j in dropped)
-    text = history.text(caps) if stranded else ""
+    text = history.text(caps) if stranded and history is not None else ""  # stranded is 0 without a history
     return Best(steps, gained, dropped, benefit, wait, Counter(caps), stranded, text)

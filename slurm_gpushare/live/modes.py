@@ -99,7 +99,7 @@ def starts(entries: dict[int, Share], types: dict[int, str], jobs, kind) -> list
 def kinds(site) -> frozenset[str]:
     """The GRES kinds a mode change can make room for: 'mps' / 'shard' where some non-MIG GPU may take that mode,
     'gpu:<type>' of every non-MIG GPU that has a mode to change to."""
-    out = set()
+    out: set[str] = set()
     for group in site.groups:
         for slot in group.gpus:
             opts = options(site, slot)
@@ -155,7 +155,7 @@ def _choose(group, slots, opts, current, types, jobs, kind, accept, history) -> 
 
     chosen, keep = dict(current), score(current)
     for slot in slots:
-        scored = []
+        scored: list[tuple[tuple[float, ...], int, tuple[float, int, float], dict]] = []  # (key, order, score, modes)
         for entry in opts[slot.index]:
             if entry == chosen[slot.index]:
                 continue

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..errors import PolicyError, Problem
 from ..policy import Site, load_file
 from ..policy.load import parse_yaml
 from ..slurm.interface import SlurmClient
@@ -48,7 +49,16 @@ def running_policy(admin: Site, admin_path: Path, policy_file: Path) -> tuple[Si
     admin's."""
     path = policy_file if policy_file.is_file() else Path(admin_path)
     site = load_file(path) if path == policy_file else admin
-    return site, parse_yaml(path.read_text(encoding="utf-8"), path.name), path
+    return site, policy_document(path), path
+
+
+def policy_document(path: Path) -> dict:
+    """The policy file's YAML document, to edit: a mapping, as loading the file found it (unless it has changed
+    since to something no policy is)."""
+    doc = parse_yaml(path.read_text(encoding="utf-8"), path.name)
+    if not isinstance(doc, dict):
+        raise PolicyError(path.name, [Problem("", "the policy must be a YAML mapping with 'version: 1' at the top")])
+    return doc
 
 
 def observe(

@@ -147,7 +147,7 @@ def _find_blocked(run: _Run) -> None:
     """What is idle now on the nodes that start jobs, and which counted jobs it cannot start (``blocked``)."""
     free_kind: dict[str, Counter] = {}  # by kind: Slurm names a node's shards 'shard:l40s', a job's 'shard'
     for name, node in run.view.nodes.items():
-        use = Counter()
+        use: Counter[str] = Counter()
         for r in run.running_on.get(name, ()):
             use.update(r.gres)
         run.free[name] = Counter({k: v - use[k] for k, v in node.gres.items() if v - use[k] > 0})
@@ -164,16 +164,16 @@ def _find_blocked(run: _Run) -> None:
     order = sorted(run.startable)
     for job in run.counted:
         if job.gres in run.types:
-            have, key = left, job.gres
+            pool, key = left, job.gres
         elif kind(job.gres) in tracked:
-            have, key = left_kind, kind(job.gres)
+            pool, key = left_kind, kind(job.gres)
         else:
             continue
-        spot = next((n for n in order if have[n][key] >= job.count and run.serves(n, job)), None)
+        spot = next((n for n in order if pool[n][key] >= job.count and run.serves(n, job)), None)
         if spot is None:
             run.blocked.append(job)
         else:
-            have[spot][key] -= job.count
+            pool[spot][key] -= job.count
             run.idle_now[job.gres] += 1
 
 
@@ -224,12 +224,13 @@ def _propose(run: _Run, todo: list[str], mode_groups: set[str]) -> None:
     }
     cache: dict[str, Best | None] = {}  # scores stay good until a proposal takes jobs out of `blocked`
     while todo and run.blocked:
-        scored = []
+        scored: list[tuple[Best, str]] = []
         for name in todo:
             if name not in cache:
                 cache[name] = _best(run, name, history[name], mode_history)
-            if cache[name] is not None:
-                scored.append((cache[name], name))
+            found = cache[name]
+            if found is not None:
+                scored.append((found, name))
         if not scored:
             break
         scored.sort(

@@ -130,7 +130,9 @@ def layout_proposal(
     starts = Counter(j.gres.split(":", 1)[1] for j in best.new_served)
     main = starts.most_common(1)[0][0]
     waiting = [j for j in counted if j.gres == f"gpu:{main}"]
-    old = Counter()  # the changed GPUs' present instances (which GPU a running job holds: not in the view)
+    old: Counter[str] = (
+        Counter()
+    )  # the changed GPUs' present instances (which GPU a running job holds: not in the view)
     for step in best.layouts:
         old.update(group.gpus[step.gpu].layout)
     model = group.gpus[best.layouts[0].gpu].model

@@ -187,11 +187,14 @@ class State:
         node = change.node
         layouts = {int(g): tuple(lay) for g, lay in (change.prior.get("layouts") or {}).items()}
         modes = {int(g): dict(e) for g, e in (change.prior.get("modes") or {}).items()}
-        for table, entries in ((self.layouts, layouts), (self.modes, modes)):
-            if entries:
-                table[node] = entries
-            else:
-                table.pop(node, None)
+        if layouts:
+            self.layouts[node] = layouts
+        else:
+            self.layouts.pop(node, None)
+        if modes:
+            self.modes[node] = modes
+        else:
+            self.modes.pop(node, None)
 
     def put(self, change: Record) -> None:
         before = self.current.get(change.node)

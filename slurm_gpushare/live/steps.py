@@ -197,7 +197,8 @@ def _next(inputs: StepInputs, record: Record):
             return Wait(node, f"waiting for GPU jobs {ids} to end ({waited:.0f} of {max_wait:g} s)")
         return StartRelayout(node)
     # relayout: the root job decides
-    end, node_state = inputs.job_ends.get(record.job), inputs.node_state(node)
+    end = inputs.job_ends.get(record.job) if record.job is not None else None  # no job: no record of its end
+    node_state = inputs.node_state(node)
     if end is None:
         if record.submitted_at is not None and now - record.submitted_at > inputs.relayout_limit + NO_RECORD_GRACE:
             return Finish(

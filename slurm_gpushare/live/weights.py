@@ -67,6 +67,27 @@ def plan_weights(site, view, blocked, serves, startable, running_on, kind) -> li
     nodes = sorted(n for n in startable if n in view.nodes)
     weight = {n: view.nodes[n].weight if view.nodes[n].weight is not None else policy_weight(site, n) for n in nodes}
     large = [j for j in blocked if kind(j.gres).startswith("gpu:") and j.count >= 2]
+    if not large:
+        return _weights_back(site, view)
+    kept = _kept_nodes(site, view, large, nodes, serves, running_on, kind)
+    out = []
+    for node, jobs in sorted(kept.items()):
+        t = kind(jobs[0].gres)
+        others = [n for n in nodes if n not in kept and t in whole_types(site, n)]
+        if not others:
+            continue  # no other node for the small jobs of this type: a weight would steer nothing
+        above = max(weight[n] for n in others) + 1
+        if weight[node] >= above:
+            continue
+        new = min(above, 65533)
+        line = _keep_line(view, node, jobs[0], t, weight, new, others, running_on)
+        out.append(WeightChange(node, weight[node], new, line, tuple(j.job_id for j in jobs)))
+    return out
+
+
+def _kept_nodes(site, view, large, nodes, serves, running_on, kind) -> dict[str, list]:
+    """Node -> the large job it is kept for: per job in priority order, the node not kept yet that could hold it
+    and is free soonest."""
     kept: dict[str, list] = {}
     for job in large:
         fit = [
@@ -78,47 +99,43 @@ def plan_weights(site, view, blocked, serves, startable, running_on, kind) -> li
             continue
         node = min(fit, key=lambda n: (ready_in(view.now, running_on.get(n, ())), n))
         kept[node] = [job]
+    return kept
+
+
+def _keep_line(view, node: str, job, t: str, weight: dict[str, int], new: int, others, running_on) -> str:
+    small = sorted({r.job_id for r in running_on.get(node, ())})
+    busy = (
+        f"its GPU jobs {_ids(small)} end in {_mins_up(ready_in(view.now, running_on.get(node, ())))}"
+        if small
+        else "it has no GPU job now"
+    )
+    return (
+        f"job {job.job_id} has waited {mins(job.age_s)} for {job.count} x {t.split(':', 1)[1]} on one node; "
+        f"{node} can hold it ({busy}): weight {weight[node]} -> {new}, above {', '.join(others)} "
+        f"({', '.join(str(weight[n]) for n in others)}), so new small {t.split(':', 1)[1]} jobs go there "
+        "first; cost: none (scontrol update, no drain; slurm.conf's weight comes back at the next "
+        "reconfigure)"
+    )
+
+
+def _weights_back(site, view) -> list[WeightChange]:
+    """Nothing large waits: the policy's weight back on each node the live planner steered whose Slurm weight is
+    still the one it set."""
     out = []
-    for node, jobs in sorted(kept.items()):
-        t = kind(jobs[0].gres)
-        others = [n for n in nodes if n not in kept and t in whole_types(site, n)]
-        if not others:
-            continue  # no other node for the small jobs of this type: a weight would steer nothing
-        above = max(weight[n] for n in others) + 1
-        if weight[node] >= above:
-            continue
-        new = min(above, 65533)
-        small = sorted({r.job_id for r in running_on.get(node, ())})
-        busy = (
-            f"its GPU jobs {_ids(small)} end in {_mins_up(ready_in(view.now, running_on.get(node, ())))}"
-            if small
-            else "it has no GPU job now"
-        )
-        job = jobs[0]
-        line = (
-            f"job {job.job_id} has waited {mins(job.age_s)} for {job.count} x {t.split(':', 1)[1]} on one node; "
-            f"{node} can hold it ({busy}): weight {weight[node]} -> {new}, above {', '.join(others)} "
-            f"({', '.join(str(weight[n]) for n in others)}), so new small {t.split(':', 1)[1]} jobs go there "
-            "first; cost: none (scontrol update, no drain; slurm.conf's weight comes back at the next "
-            "reconfigure)"
-        )
-        out.append(WeightChange(node, weight[node], new, line, tuple(j.job_id for j in jobs)))
-    if large:
-        return out
-    for node, set_to in sorted(view.steered.items()):  # nothing large waits: the policy's weight back
-        view = view.nodes.get(node)
+    for node, set_to in sorted(view.steered.items()):
+        seen = view.nodes.get(node)
         try:
             want = policy_weight(site, node)
         except KeyError:  # no longer in the policy
             continue
-        if view is not None and view.weight == set_to and set_to != want:
+        if seen is not None and seen.weight == set_to and set_to != want:
             out.append(
                 WeightChange(
                     node,
-                    view.weight,
+                    seen.weight,
                     want,
                     f"no job waits for several whole GPUs on one node; "
-                    f"{node}: weight {view.weight} -> {want} (the policy's)",
+                    f"{node}: weight {seen.weight} -> {want} (the policy's)",
                 )
             )
     return out

@@ -216,8 +216,8 @@ def pending(sm: SiteMetrics, jobs: Iterable[Job], now: float) -> list[Family]:
         "Seconds since the oldest pending job asking this GRES was submitted",
         ("gres", "gres_type"),
     )
-    for key, t in oldest.items():
-        age.add(key, max(0.0, now - t))
+    for gres, t in oldest.items():
+        age.add(gres, max(0.0, now - t))
     return [count, gpus, age]
 
 

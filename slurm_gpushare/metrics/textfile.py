@@ -235,58 +235,82 @@ def _num(value: float) -> str:
 def render(state: dict) -> str:
     """Prometheus text exposition format 0.0.4 of the state (HELP and TYPE for every family)."""
     out: list[str] = []
+    _hook_families(out, state)
+    _node_families(out, state)
+    _job_families(out, state)
+    return "\n".join(out) + "\n"
 
-    def family(name: str, kind: str, text: str, samples) -> None:
-        out.append(f"# HELP {name} {text}")
-        out.append(f"# TYPE {name} {kind}")
-        out.extend(f"{name}{labels} {_num(value)}" for labels, value in samples)
 
-    family(
+def _family(out: list[str], name: str, kind: str, text: str, samples) -> None:
+    out.append(f"# HELP {name} {text}")
+    out.append(f"# TYPE {name} {kind}")
+    out.extend(f"{name}{labels} {_num(value)}" for labels, value in samples)
+
+
+def _hook_families(out: list[str], state: dict) -> None:
+    """The hooks' runs, failures, last duration and last run."""
+    _family(
+        out,
         "gpushare_node_hook_runs_total",
         "counter",
         "Runs of the gpushare node hooks by hook and result.",
         [(_labels(hook=h, result=r), state["runs"].get(h, {}).get(r, 0)) for h in HOOKS for r in RESULTS],
     )
-    family(
+    _family(
+        out,
         "gpushare_node_hook_failures_total",
         "counter",
         "Failed runs of the gpushare node hooks by hook and reason.",
         [(_labels(hook=h, reason=r), state["failures"].get(h, {}).get(r, 0)) for h in HOOKS for r in REASONS],
     )
-    family(
+    _family(
+        out,
         "gpushare_node_hook_last_duration_seconds",
         "gauge",
         "Wall time of the last run of each node hook.",
         [(_labels(hook=h), state["duration"][h]) for h in HOOKS if h in state["duration"]],
     )
-    family(
+    _family(
+        out,
         "gpushare_node_hook_last_run_timestamp_seconds",
         "gauge",
         "Unix time the last run of each node hook ended.",
         [(_labels(hook=h), state["last_run"][h]) for h in HOOKS if h in state["last_run"]],
     )
+
+
+def _node_families(out: list[str], state: dict) -> None:
+    """What the node holds: MPS daemons, journals, MIG layouts against the policy."""
     if state["mps"] is not None:
-        family(
+        _family(
+            out,
             "gpushare_node_mps_daemons_running",
             "gauge",
             "MPS control daemons of gpushare answering on this node.",
             [("", state["mps"])],
         )
     if state["journals"] is not None:
-        family(
+        _family(
+            out,
             "gpushare_node_journals_present",
             "gauge",
             "Job journals in the node state dir (jobs set up, not yet undone).",
             [("", state["journals"])],
         )
     if state["mig"]:
-        family(
+        _family(
+            out,
             "gpushare_node_mig_layout_matches_policy",
             "gauge",
             "1 if the GPU's MIG layout is the policy's, 0 if it drifted (last observed).",
             [(_labels(gpu=g), int(v)) for g, v in sorted(state["mig"].items(), key=lambda kv: int(kv[0]))],
         )
-    family(
+
+
+def _job_families(out: list[str], state: dict) -> None:
+    """The devices jobs hold, and the failed writes of dcgm-exporter's job mapping."""
+    _family(
+        out,
         "gpushare_node_job_gpu_info",
         "gauge",
         "A device a job holds on this node (mig_uuid, gpu_instance_id, compute_instance_id empty outside MIG).",
@@ -305,13 +329,13 @@ def render(state: dict) -> str:
             for j, g, u, m, gi, ci in sorted(state["jobs"], key=lambda r: (r[0], r[1], r[4] or -1, r[5] or -1))
         ],
     )
-    family(
+    _family(
+        out,
         "gpushare_node_dcgm_mapping_errors_total",
         "counter",
         "Writes of dcgm-exporter's job mapping files that failed (the job went on).",
         [("", state["dcgm_errors"])],
     )
-    return "\n".join(out) + "\n"
 
 
 # ---- the one call the hooks make --------------------------------------------------------------

@@ -20,7 +20,6 @@ Without a journal there is nothing to undo: a second run is a no-op.
 
 from __future__ import annotations
 
-import _signal  # the C module: signal's Python layer (its enums) costs each epilog ~3 M instructions
 import re
 import time
 
@@ -28,6 +27,12 @@ from ..errors import GpushareError
 from ..records import record
 from .journal import Journal, JournalStore, MpsDaemon
 from .observed import NodeUnsafe, ObservedState, WriteJournal, observe_gpus
+
+TYPE_CHECKING = False  # for type checkers only
+if TYPE_CHECKING:
+    import signal as _signal  # the same names, typed: the C module publishes no type information
+else:
+    import _signal  # the C module: signal's Python layer (its enums) costs each epilog ~3 M instructions
 
 _JOB_CGROUP = re.compile(r"/job_([0-9]+)(/|$)")
 

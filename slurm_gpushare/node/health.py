@@ -285,7 +285,7 @@ def observe_and_repair(
             "lost launches: not checked this run: the slurmstepd processes could not be listed "
             f"(no slurmstepd on {SEARCH_PATH}, or the scan of /proc stalled)"
         )
-    elif started:
+    elif started and stepds is not None:
         requeue_lost_jobs(findings, node, client, started, stepds, dry_run, after=lost_after)  # Slurm, no lock held
     findings.notes += getattr(mps, "notes", [])
     if not dry_run:
@@ -620,7 +620,7 @@ def run_health(
         raise HealthError(f"node {node}: cannot read its Slurm state: {exc}") from None
     heal_log = Path(state_dir) / "health-heals"
     heals = recent_heals(heal_log)
-    attributed = frozenset()
+    attributed: frozenset[str] = frozenset()
     if "DRAIN" in current.state and current.reason in SCRIPT_DRAINS and current.reason_user == SLURM_USER:
         attributed = attributable(current.reason, client, state_dir, read_hook)
     decision = plan_health(

@@ -403,7 +403,7 @@ def decide(want: Want, found: Found, force: bool = False, owners: bool = True) -
         return Step(want, "refuse", f"is a {found.kind}, not a regular file: remove it, then run again")
     if found.text == want.text:
         return Step(want, "unchanged") if attrs_ok else Step(want, "fix", attrs)
-    if _runs_entry(want, found) and not ours(found.text):
+    if _runs_entry(want, found) and found.text is not None and not ours(found.text):  # a script: it has text
         detail = "another script that runs the same entry point (the package's console script), kept"
         return Step(want, "unchanged", detail) if attrs_ok else Step(want, "fix", f"{attrs}; {detail}")
     if found.text is not None and ours(found.text):
@@ -483,6 +483,7 @@ def apply(plan: list[Step], root: str | Path = "/") -> None:
             target.mkdir(parents=True, exist_ok=True)
             os.chmod(target, want.mode)
         elif step.status in ("create", "update"):
+            assert want.text is not None  # only a file is created or updated, and a wanted file has its text
             atomic_write(target, want.text, want.mode)
         else:
             os.chmod(target, want.mode)

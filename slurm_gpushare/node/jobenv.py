@@ -43,12 +43,10 @@ class JobEnv:
     mps_percentage: int | None = None
 
 
-def _get(env: Mapping[str, str], name: str, pattern: re.Pattern, form: str, required: bool = True) -> str | None:
+def _get(env: Mapping[str, str], name: str, pattern: re.Pattern, form: str) -> str:
     value = env.get(name)
     if value is None or value == "":
-        if required:
-            raise HookInputError(f"{name} is not set: this runs as a Slurm Prolog/Epilog ({form})")
-        return None
+        raise HookInputError(f"{name} is not set: this runs as a Slurm Prolog/Epilog ({form})")
     if not pattern.match(value):
         raise HookInputError(f"{name}={value[:40]!r} is not {form}")
     return value

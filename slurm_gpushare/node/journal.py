@@ -54,6 +54,7 @@ from .paths import JOURNAL_FORMAT, TASK_FORMAT, journal_dir, plain
 TYPE_CHECKING = False  # pathlib and typing cost every node hook milliseconds at start-up: for type checkers only
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import Any
 
 STATES = ("preparing", "ready", "ending")
 # every journal format this version reads: the one it writes and those of earlier versions (same fields, or
@@ -162,9 +163,7 @@ class Journal:
                 node=str(data["node"]),
                 state=data["state"],
                 devices=tuple(Device(**d) for d in data["devices"]),
-                mps=None
-                if mps is None
-                else MpsDaemon(**{k: tuple(v) if isinstance(v, list) else v for k, v in mps.items()}),
+                mps=None if mps is None else MpsDaemon(**_daemon_fields(mps)),
                 env={str(k): str(v) for k, v in data["env"].items()},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -172,6 +171,11 @@ class Journal:
 
     def with_state(self, state: str) -> Journal:
         return Journal(self.job_id, self.uid, self.gid, self.node, state, self.devices, self.mps, self.env)
+
+
+def _daemon_fields(mps: dict) -> dict[str, Any]:
+    """A journal's ``mps`` entry as ``MpsDaemon``'s fields: JSON's lists back to tuples."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in mps.items()}
 
 
 # ---- files -----------------------------------------------------------------------
@@ -184,7 +188,7 @@ def write_json(path: str | os.PathLike, data: dict, mode: int = JOURNAL_MODE) ->
 
 def task_text(journal: Journal) -> str:
     """The task prolog's view of a ready journal (format in ``paths``)."""
-    rows = [("env", name, value) for name, value in journal.env.items()]
+    rows: list[tuple[str, ...]] = [("env", name, value) for name, value in journal.env.items()]
     rows += [("dev", str(d.slurm_index), d.gpu_uuid, d.visible or "-") for d in journal.devices]
     for row in rows:
         if any(not field or any(c.isspace() for c in field) for field in row):

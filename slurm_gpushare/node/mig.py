@@ -266,7 +266,7 @@ def _compare_layout(slot: GpuSlot, gpu: GpuState) -> _Verdict:
 
 def _teardown(gpu: GpuState, model: GpuModel) -> list[Action]:
     """Every CI first, then every GI: NVML refuses to destroy a GI that still has CIs."""
-    cis = [DestroyCi(gpu.index, s.gi.id, c.id) for s in gpu.instances for c in s.cis]
+    cis: list[Action] = [DestroyCi(gpu.index, s.gi.id, c.id) for s in gpu.instances for c in s.cis]
     return cis + [DestroyGi(gpu.index, s.gi.id, gi_profile_name(model, s.gi)) for s in gpu.instances]
 
 

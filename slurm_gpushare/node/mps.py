@@ -65,6 +65,8 @@ from .procscan import kill_leftovers, process_record, same_process
 from .procscan import running as _running
 from .procscan import state as _state
 
+TYPE_CHECKING = False  # for type checkers only
+
 CONTROL = ("nvidia-cuda-mps-control",)
 _SOCKET_MAX = 100  # sun_path is 108 bytes; leave room
 CONNECT_TIMEOUT = 0.25  # a probe's connect: a daemon that answers does so within ms
@@ -449,7 +451,10 @@ class ProcessHandle:
         return cls(record["pid"], fd)
 
     def kill(self) -> None:
-        import _signal
+        if TYPE_CHECKING:
+            import signal as _signal  # the same names, typed: the C module publishes no type information
+        else:
+            import _signal  # the C module: signal's Python layer builds its enums
 
         try:
             if self.fd is not None:

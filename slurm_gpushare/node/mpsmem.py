@@ -140,7 +140,7 @@ def make_job_cgroup(job_id: int, root: str = CGROUP_ROOT, owner: int | None = No
             return (
                 path,
                 False,
-                f"the job's cgroup {path} cannot be made: {exc.strerror or errno.errorcode.get(exc.errno)}",
+                f"the job's cgroup {path} cannot be made: {exc.strerror or errno.errorcode.get(exc.errno or 0)}",
             )
     finally:
         os.close(fd)

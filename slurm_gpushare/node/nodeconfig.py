@@ -48,19 +48,20 @@ from ..policy.share import Mode, Share
 from ..records import fields, record, replace
 from . import paths
 
-# CPython's own SHA-256 (_sha2 from 3.12, _sha256 in 3.11), the digest hashlib gives: hashlib loads OpenSSL
-# first, which costs every root hook ~3 ms of its start-up (bench/node_hooks.py).
-try:
-    from _sha2 import sha256 as _sha256
-except ImportError:
-    try:
-        from _sha256 import sha256 as _sha256
-    except ImportError:
-        from hashlib import sha256 as _sha256
-
 TYPE_CHECKING = False  # pathlib costs every node hook ~17 M instructions (it imports re, urllib.parse, fnmatch)
 if TYPE_CHECKING:
+    from hashlib import sha256 as _sha256  # the same digest, typed: the C modules below publish no type information
     from pathlib import Path
+else:
+    # CPython's own SHA-256 (_sha2 from 3.12, _sha256 in 3.11), the digest hashlib gives: hashlib loads OpenSSL
+    # first, which costs every root hook ~3 ms of its start-up (bench/node_hooks.py).
+    try:
+        from _sha2 import sha256 as _sha256
+    except ImportError:
+        try:
+            from _sha256 import sha256 as _sha256
+        except ImportError:
+            from hashlib import sha256 as _sha256
 
 NODE_CONFIG = paths.NODE_CONFIG
 DEFAULT_POLICY = paths.DEFAULT_POLICY
@@ -108,9 +109,9 @@ class NodeConfig:
         state_dir: str | Path | None = None,
         live_policy: str | Path | None = None,
     ):
-        self.path_str = _norm(path)
+        self.path_str = paths.plain(path)
         self.live_policy_str = _norm(live_policy)
-        self.admin_policy_str = _norm(policy)
+        self.admin_policy_str = paths.plain(policy)
         self.state_dir_str = _norm(state_dir)
         self.mps_control_str = _norm(mps_control)
         # the policy the hooks follow: the live planner's while its file exists (checked at each read)
@@ -118,7 +119,9 @@ class NodeConfig:
         self.policy_str = live if live is not None and os.path.isfile(live) else self.admin_policy_str
         self.fake_nvml_str = _norm(fake_nvml)
         self.spec_cache_str = (
-            _norm(spec_cache) if spec_cache else os.path.join(os.path.dirname(self.path_str), paths.SPEC_CACHE_NAME)
+            paths.plain(spec_cache)
+            if spec_cache
+            else os.path.join(os.path.dirname(self.path_str), paths.SPEC_CACHE_NAME)
         )
 
 
@@ -143,17 +146,17 @@ def config_path(environ: dict | None = None) -> str:
 def read_config(path: str | Path, root_hook: bool = True) -> NodeConfig:
     """Parse ``path``; a missing file gives the defaults. Strict: unknown keys and
     relative paths are errors naming the line and what is accepted."""
-    path = _norm(path)
+    name = paths.plain(path)
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open(name, encoding="utf-8") as fh:
             text = fh.read()
     except FileNotFoundError:
-        return NodeConfig(path)
+        return NodeConfig(name)
     except OSError as exc:
-        raise NodeConfigError(f"cannot read node config {path}: {exc.strerror}") from None
+        raise NodeConfigError(f"cannot read node config {name}: {exc.strerror}") from None
     if root_hook:
-        _check_owner(path)
-    return NodeConfig(path, **parse_config(text, str(path)))
+        _check_owner(name)
+    return NodeConfig(name, **parse_config(text, name))
 
 
 def parse_config(text: str, source: str) -> dict[str, str]:

@@ -52,6 +52,8 @@ from __future__ import annotations
 import os
 import time
 
+TYPE_CHECKING = False  # for type checkers only
+
 SCAN_TIMEOUT = 2.0  # a scan of a few thousand processes takes tens of ms; past this one has stalled
 MPS_COMM = b"nvidia-cuda-mps"  # the kernel's 15-character comm of nvidia-cuda-mps-control and -server alike
 MPS_SERVER = "nvidia-cuda-mps-server"
@@ -154,7 +156,7 @@ def _pids(proc: str):
 # ---- a scan in a forked child with a deadline ----------------------------------------------------------
 
 
-def in_child(work, timeout: float = SCAN_TIMEOUT) -> tuple[list[bytes], bool]:
+def in_child(work, timeout: float = SCAN_TIMEOUT) -> tuple[list[bytearray], bool]:
     """Run ``work(emit)`` in a forked child; ``emit(line)`` sends one line (bytes, no newline) back at once.
     Returns the lines the child sent and whether ``work`` returned within ``timeout`` seconds. A child past
     the deadline is SIGKILLed and left: its lines so far are returned, complete False. A fork the kernel
@@ -266,7 +268,7 @@ def _mps_work(proc: str, users: frozenset, servers: tuple[str, ...]):
                 pipe = None if record is None else _environ_value(f"{proc}/{name}/environ", _PIPE_VAR)
             except OSError:  # gone meanwhile
                 continue
-            if pipe is not None:
+            if record is not None and pipe is not None:  # a pipe was looked for only in a record's process
                 exe = os.fsencode(record["exe"] or "").hex().encode()  # '' (no hex digits): not shown
                 emit(b"%d %d %d %s %s" % (record["pid"], record["start"], uid, exe, pipe.hex().encode()))
 
@@ -327,7 +329,10 @@ def leftover_processes(pipe_dir: str, proc: str = "/proc") -> list[int]:
 def signal_checked(pid: int, check, signal: int) -> bool:
     """Send ``signal`` to ``pid`` if ``check()`` holds, checked once a pidfd pins the process (see the module's
     docstring; without pidfds, checked just before ``os.kill``). Was it sent?"""
-    import _signal  # the C module: signal's Python layer builds its enums (~3 M instructions)
+    if TYPE_CHECKING:
+        import signal as _signal  # the same names, typed: the C module publishes no type information
+    else:
+        import _signal  # the C module: signal's Python layer builds its enums (~3 M instructions)
 
     try:
         fd = os.pidfd_open(pid)
@@ -419,11 +424,13 @@ def started_at(pid: int, proc: str = "/proc") -> float | None:
     """When the process started (seconds since the epoch, to a second: /proc/stat's btime is whole seconds),
     from /proc/PID/stat field 22; None if gone."""
     fields = _stat_fields(pid, proc)
+    if fields is None:
+        return None
     try:
         with open(f"{proc}/stat", "rb") as fh:
             btime = next(int(line.split()[1]) for line in fh if line.startswith(b"btime "))
         return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, StopIteration, ValueError, IndexError, TypeError):
+    except (OSError, StopIteration, ValueError, IndexError):
         return None
 
 

@@ -252,7 +252,7 @@ def plan_compute_mode(
 
 def _mps_daemon(job: JobEnv, devices: list[Device], node: NodeLayout, live: ObservedState, reasons) -> MpsDaemon | None:
     mps = [d for d in devices if d.is_mps]
-    if not mps:
+    if not mps or job.mps_percentage is None:  # a GPU is planned as MPS only for a job with a percentage
         return None
     indexes = tuple(sorted({d.gpu_index for d in mps}))
     pct = daemon_percentage(live, indexes, job.mps_percentage)
@@ -316,10 +316,9 @@ def plan_prolog(job: JobEnv, node: NodeLayout, live: ObservedState) -> tuple[Jou
     if reasons:
         raise PrologRefused(job.job_id, job.node, reasons)
     env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"} if devices else {}
-    if daemon is not None and daemon.percentage != job.mps_percentage:  # shared at 100 % (EXCLUSIVE_PROCESS)
-        env.update(
-            mps_env(daemon, job.mps_percentage, client_mem_limits(node, live, daemon.gpu_indexes, job.mps_percentage))
-        )
+    pct = job.mps_percentage  # not None where there is a daemon
+    if daemon is not None and pct is not None and daemon.percentage != pct:  # shared at 100 % (EXCLUSIVE_PROCESS)
+        env.update(mps_env(daemon, pct, client_mem_limits(node, live, daemon.gpu_indexes, pct)))
     elif daemon is not None:
         env.update(mps_env(daemon))
     journal = Journal(job.job_id, job.uid, job.gid, job.node, "ready", tuple(devices), daemon, env)
@@ -351,7 +350,7 @@ def no_room(exc: BaseException, mps_dir: str) -> str | None:
     """Why starting the job's MPS daemon failed for want of room where the pipe directories live (``<state_dir>/mps``,
     a size-capped tmpfs another job's writes can fill: an ENOSPC or EDQUOT in the failure's chain, or no free
     block or inode there now), or None for any other failure."""
-    seen = exc
+    seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, OSError) and seen.errno in (28, 122):  # ENOSPC, EDQUOT
             return f"{seen.filename or mps_dir}: {seen.strerror}"

@@ -121,7 +121,7 @@ def _mig_model(c: _Inputs, why: list[str]) -> list[GroupInfo]:
     equals) holds the pool; another model's GPUs could not take those layouts (an A30 has no 3g.20gb).
     """
     mig_groups = [g for g in c.groups if g.mig]
-    per_model = Counter()
+    per_model: Counter[str] = Counter()
     for g in mig_groups:
         per_model[g.model] += g.gpus * len(g.nodes)
     top = max(per_model.values())

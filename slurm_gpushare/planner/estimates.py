@@ -178,8 +178,8 @@ def spare_cpus(
     With ``gpus`` (GPUs per tier), a tier's GPU jobs use its CPUs only as far as its GPUs hold them: the CPUs
     of the jobs that do not fit are counted on the whole-GPU pool 'gpu', where they spill.
     """
-    used: Counter = Counter()
-    asked: Counter = Counter()  # GPUs asked per tier
+    used: dict[str, float] = {}  # CPUs per tier
+    asked: dict[str, float] = {}  # GPUs asked per tier
     for cls, n in demand.counts.items():
         if cls.kind == "cpu":
             continue
@@ -190,15 +190,15 @@ def spare_cpus(
         else:
             tier = "gpu"
         tier = tier if tier in cpus else "gpu"
-        used[tier] += cls.cpus * n * scale
-        asked[tier] += cls.gpu_demand_milli * n * scale / GPU_MILLI
+        used[tier] = used.get(tier, 0) + cls.cpus * n * scale
+        asked[tier] = asked.get(tier, 0) + cls.gpu_demand_milli * n * scale / GPU_MILLI
     if gpus:
         for tier in list(used):
             if tier != "gpu" and "gpu" in cpus and asked[tier] > gpus.get(tier, 0):
                 held = used[tier] * gpus.get(tier, 0) / asked[tier]
-                used["gpu"] += used[tier] - held
+                used["gpu"] = used.get("gpu", 0) + (used[tier] - held)
                 used[tier] = held
-    spare = [(t, c - used[t]) for t, c in cpus.items() if c - used[t] > 0]
+    spare = [(t, c - used.get(t, 0)) for t, c in cpus.items() if c - used.get(t, 0) > 0]
     # the CPU-rich pool first; shared pools last: Slurm fills the busiest node first, so CPU-only jobs would take the
     # CPUs a pool's slices and shares still need, and strand them
     if how == "spare":

@@ -96,13 +96,13 @@ PREPARED = 16  # candidates whose cluster and routed pods an Evaluator keeps (th
 
 def _prepare(raw: dict, pods: tuple[Pod, ...], prepared: dict | None):
     key = json.dumps(raw, sort_keys=True) if prepared is not None else None
-    if key is not None and key in prepared:
+    if prepared is not None and key in prepared:
         return prepared[key]
     site = build_site(raw, "candidate")
     router = SubmitRouter(site)
     cluster = sim_cluster(site)
     out = (cluster, router, route_all(router, pods), SlurmState(cluster))
-    if key is not None:
+    if prepared is not None:
         while len(prepared) >= PREPARED:
             prepared.pop(next(iter(prepared)))
         prepared[key] = out

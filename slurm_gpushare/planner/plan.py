@@ -116,7 +116,11 @@ def plan(
         searching=searching,
     )
     keep_given = got.given is not None and not constrained and got.score <= got.given
-    verdict = [*got.note, *verdict_lines(got.given, got.score, keep_given, constrained)] if evaluate else []
+    verdict = (  # evaluate scores the policy as given
+        [*got.note, *verdict_lines(got.given, got.score, keep_given, constrained)]
+        if evaluate and got.given is not None
+        else []
+    )
     raw, why = (copy.deepcopy(base), [verdict[-1]]) if keep_given else (got.raw, list(got.why))
     new_site = site if keep_given else build_site(raw, "planned policy")
     report = plan_report(demand, site, new_site, why, list(got.tried) if evaluate else [], raw, verdict, got.given)

@@ -172,7 +172,7 @@ class Search:
         self.space, self.workers, self.race_on, self.search_on = list(space), max(1, workers), race, search
         self.clock = _Clock(budget_s, now() if began is None else began, now)
         self.by_raw: dict[str, Candidate] = {}
-        self.by_knobs: dict[Any, Candidate] = {}
+        self.by_knobs: dict[Any, Candidate | None] = {}  # None: the knobs build no valid policy
         self.scored = self.unbuilt = 0
         self.out_of_time = self.cut = False
 
@@ -248,11 +248,11 @@ class Search:
             gained = False
             for dim in self.space:
                 current = getattr(best.knobs, dim.name)
-                trials = [
+                built = [
                     self.candidate(replace(best.knobs, **{dim.name: v}))
                     for v in dim.neighbours(current, steps[dim.name])
                 ]
-                trials = [c for c in trials if c is not None and c is not best]
+                trials = [c for c in built if c is not None and c is not best]
                 scored = self.score(trials, order, SEARCH_SHARE)
                 if self.cut:  # the search's share has gone (the starts' own cut leaves it its share)
                     return best

@@ -56,11 +56,11 @@ import numpy as np
 
 from ..policy.share import Mode
 from ..slurm.constraint import parse as parse_constraint
-from .cluster import GPU_MILLI, Pod, Router, SimCluster, SimGpu, SlurmRequest
+from .cluster import GPU_MILLI, Pod, Router, SimCluster, SimGpu, SimNode, SlurmRequest
 
 LL_SHARED_GRES = "LL_SHARED_GRES"
 MULTIPLE_SHARING_GRES_PJ = "MULTIPLE_SHARING_GRES_PJ"
-SHARED_KINDS = {Mode.MPS: 1, Mode.SHARD: 2}
+SHARED_KINDS: dict[str, int] = {Mode.MPS: 1, Mode.SHARD: 2}  # looked up by a GPU's mode and a request's GRES
 
 
 def uniform_router(pod: Pod) -> SlurmRequest:
@@ -102,6 +102,23 @@ class SlurmState:
         parts = sorted({p for x in nodes for p in x.partitions})
         self.partition = {p: np.array([p in x.partitions for x in nodes]) for p in parts}
         width = max((len(x.gpus) for x in nodes), default=0) or 1
+        rwidth = self._gpu_records(nodes)
+        self._shared_counts(nodes, width)
+        self._kept_counts(n, width, rwidth)
+        self._part_masks: dict[tuple[str, ...], list[np.ndarray]] = {}  # a job's partitions, in the order tried
+        self.features = tuple(frozenset(x.features) for x in nodes)
+        self._feature_masks: dict[str, np.ndarray] = {}  # a constraint -> the nodes whose features satisfy it
+        self.room = {k: np.where(self.sh_kind == k, self.sh_cap, 0) for k in SHARED_KINDS.values()}
+        self.room_max = {k: r.max(axis=1) for k, r in self.room.items()}
+        self.room_sum = {k: r.sum(axis=1) for k, r in self.room.items()}
+        self._pristine = copy.copy(self)  # the counts as built, for ``fresh``
+        _copy_counts(self._pristine, self)
+        self._nowhere: set[SlurmRequest] = set()
+
+    def _gpu_records(self, nodes: tuple[SimNode, ...]) -> int:
+        """The gpu GRES records per node (a whole non-MIG GPU, or a MIG instance), their types (codes in
+        ``types``), GPUs and free flags; the records' width (the most records of a node, at least 1)."""
+        n = len(nodes)
         recs = [
             [
                 (g.mig[k] if g.mig else g.gres_type, i)
@@ -124,6 +141,11 @@ class SlurmState:
         self.rec_mig = np.zeros((n, rwidth), dtype=bool)
         for i, x in enumerate(nodes):
             self.rec_mig[i, : len(recs[i])] = [bool(x.gpus[g].mig) for _, g in recs[i]]
+        return rwidth
+
+    def _shared_counts(self, nodes: tuple[SimNode, ...], width: int) -> None:
+        """Per GPU, its mps/shard kind, count and the count used."""
+        n = len(nodes)
         self.sh_kind = np.zeros((n, width), dtype=np.int64)
         self.sh_cap = np.zeros((n, width), dtype=np.int64)
         for i, x in enumerate(nodes):
@@ -132,13 +154,16 @@ class SlurmState:
                     self.sh_kind[i, g] = SHARED_KINDS[gpu.mode]
                     self.sh_cap[i, g] = gpu.units
         self.sh_used = np.zeros((n, width), dtype=np.int64)
-        # gpu records of a non-MIG GPU that has mps/shard jobs (kept as jobs arrive; nothing departs), and one mask
-        # per GRES type: the per-job record filter without re-deriving them from every GPU's count
+
+    def _kept_counts(self, n: int, width: int, rwidth: int) -> None:
+        """What is kept up to date as jobs arrive (nothing departs), so that a job's feasibility is a few comparisons
+        over the nodes."""
+        # gpu records of a non-MIG GPU that has mps/shard jobs, and one mask per GRES type: the per-job record
+        # filter without re-deriving them from every GPU's count
         self.rec_shared_busy = np.zeros((n, rwidth), dtype=bool)
         self.gpu_taken = np.zeros((n, width), dtype=bool)  # a whole-GPU gpu record of it is allocated
-        # kept as jobs arrive (nothing departs) so that a job's feasibility is a few comparisons over the nodes:
         # usable gpu records per node, of any type and per GRES type code (rows); mps/shard room per GPU and its
-        # largest and total value per node, per sharing kind
+        # largest and total value per node, per sharing kind (``room``, set up by __init__)
         usable = self.rec_free & ~self.rec_shared_busy
         self.usable_any = usable.sum(axis=1)
         self.usable_by_type = np.zeros((len(self.types), n), dtype=np.int64)
@@ -147,15 +172,6 @@ class SlurmState:
         self.rec_whole = ~self.rec_mig & (self.rec_type >= 0)  # a real gpu record of a whole (non-MIG) GPU
         self.shared_gpu = self.sh_cap > 0  # a GPU with mps/shard count
         self.any_mig = bool(self.rec_mig.any())  # without MIG records a gpu job's records are all whole GPUs
-        self._part_masks: dict[tuple[str, ...], list[np.ndarray]] = {}  # a job's partitions, in the order tried
-        self.features = tuple(frozenset(x.features) for x in nodes)
-        self._feature_masks: dict[str, np.ndarray] = {}  # a constraint -> the nodes whose features satisfy it
-        self.room = {k: np.where(self.sh_kind == k, self.sh_cap, 0) for k in SHARED_KINDS.values()}
-        self.room_max = {k: r.max(axis=1) for k, r in self.room.items()}
-        self.room_sum = {k: r.sum(axis=1) for k, r in self.room.items()}
-        self._pristine = copy.copy(self)  # the counts as built, for ``fresh``
-        _copy_counts(self._pristine, self)
-        self._nowhere: set[SlurmRequest] = set()
 
     # requests that found no node (``_nowhere``): nothing departs here (the paper's rule) and every count above only
     # falls as jobs arrive, so such a request fits nowhere for the rest of the replay (late arrivals on a full

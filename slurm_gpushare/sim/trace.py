@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import GpushareError
+from ..policy.share import Mode
 from .cluster import GPU_MILLI, Pod, SimCluster, SimGpu, SimNode
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -134,7 +135,7 @@ def _node(row: dict[str, str], line: int, path: str | Path) -> SimNode:
         name=name,
         cpus=cpu_milli // 1000,
         memory_mib=_int(row, "memory_mib", line, path, 0),
-        gpus=tuple(SimGpu(mode="exclusive", model=model) for _ in range(gpus)),
+        gpus=tuple(SimGpu(mode=Mode.EXCLUSIVE, model=model) for _ in range(gpus)),
         cpu_milli=cpu_milli,
     )
 

@@ -108,7 +108,8 @@ class CliClient:
             commands.job_summaries(delim), timeout=self.timeout, check=True, env=self._epoch_env()
         ).stdout
         source = "squeue --Format"
-        jobs, multi = [], []
+        jobs: list[Job] = []
+        multi: list[Job] = []
         for fields in delimited(text, delim, len(commands.JOB_SUMMARY_FIELDS), source, self.skipped):
             try:
                 job, nodes = job_from_summary(fields)

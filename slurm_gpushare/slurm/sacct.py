@@ -86,9 +86,10 @@ def parse_parsable2(
     for number, line in enumerate(lines, 1):
         f = line.rstrip("\r\n").split("|")
         if len(f) != n:
-            f = _refit(f, n, line, number, source)
-            if f is None:
+            fitted = _refit(f, n, line, number, source)
+            if fitted is None:
                 continue
+            f = fitted
         if f[0] == header:
             continue
         f.append("")  # what a field sacct was not asked for reads as (index -1)
@@ -242,7 +243,7 @@ def _stamp(value) -> float | None:
 
 
 def _tres_string(items: list[dict]) -> str:
-    tres = {}
+    tres: dict[str, float] = {}
     for item in items:
         if (item.get("count") or 0) < 0:
             continue  # NO_VAL64 as int64 (24.11 lists "energy" with count -2): sacct -P leaves it out

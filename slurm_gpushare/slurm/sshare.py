@@ -161,7 +161,7 @@ def _json_row(item: dict, depth: dict[str, int]) -> ShareRow:
     if not is_user:
         depth[name] = level
     return ShareRow(
-        account=parent if is_user else name,
+        account=(parent or "") if is_user else name,  # a user's association always names its account
         user=name if is_user else None,
         parent=parent,
         depth=level,

@@ -87,9 +87,9 @@ class FragMeasure:
         self.H = host
         self.P = kind.left[:, None] * (1 - host)
         self.cvals = np.array(sorted({c.cpu_milli for c in gpu_classes}), dtype=np.int64)
-        typed = models is not None and any(c.gpu_spec for c in gpu_classes)
-        groups: list[str | None] = sorted(set(models)) if typed else [None]
-        self.group = np.array([groups.index(m) for m in models], dtype=np.int64) if typed else None
+        typed = models if models is not None and any(c.gpu_spec for c in gpu_classes) else None  # per model
+        groups: list[str | None] = [*sorted(set(typed))] if typed is not None else [None]
+        self.group = np.array([groups.index(m) for m in typed], dtype=np.int64) if typed is not None else None
         self.W = np.zeros((len(groups), len(self.actions), len(self.cvals) + 1, width + 1), dtype=np.int64)
         for c, a in zip(gpu_classes, acts, strict=True):
             m = self.actions.index(a)

@@ -20,7 +20,7 @@ the widest node (it offers nothing and hosts nothing).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -45,7 +45,7 @@ class GpuKind:
 
     @property
     def host(self) -> np.ndarray:
-        return (self.nxt >= 0).any(axis=2)
+        return np.any(self.nxt >= 0, axis=2)  # typed as an array (the method's stub adds a scalar np.bool)
 
     def action(self, pod: Pod) -> int:
         """The action a GPU pod needs on each of its GPUs (-1 for a CPU-only pod)."""
@@ -91,7 +91,7 @@ class MigKind(GpuKind):
     as milli-GPU (7 free = 1000).
     """
 
-    model: GpuModel | None = None
+    model: GpuModel = field(kw_only=True)
     profile_of: Callable[[Pod], str] | None = None  # the submission's rounding; default covering_profile
 
     def action(self, pod: Pod) -> int:

@@ -26,6 +26,7 @@ from dataclasses import replace
 from ...hardware import get_model
 from ...hardware.layout import place_layout
 from ...hardware.model import GpuModel
+from ...policy.share import Mode
 from ..cluster import GPU_MILLI, Pod, SimCluster, SimGpu, SlurmRequest
 from .gpustate import covering_profile, mig_profiles
 
@@ -37,7 +38,7 @@ def a100_cluster(cluster: SimCluster) -> SimCluster:
     """The same nodes with every GPU an exclusive A100-SXM4-40GB."""
     model = get_model(A100)
     nodes = tuple(
-        replace(n, gpus=tuple(SimGpu(mode="exclusive", model=A100, gres_type=model.slurm_type) for _ in n.gpus))
+        replace(n, gpus=tuple(SimGpu(mode=Mode.EXCLUSIVE, model=A100, gres_type=model.slurm_type) for _ in n.gpus))
         for n in cluster.nodes
     )
     return replace(cluster, nodes=nodes)
@@ -126,10 +127,10 @@ def with_layouts(cluster: SimCluster, layouts: list[tuple[str, ...] | None], mod
         for _ in n.gpus:
             layout = next(it)
             if layout is None:
-                gpus.append(SimGpu(mode="mps", model=model_name, gres_type=model.slurm_type, units=100))
+                gpus.append(SimGpu(mode=Mode.MPS, model=model_name, gres_type=model.slurm_type, units=100))
             else:
                 mig = tuple(model.mig_slurm_type(p) for p in layout)
-                gpus.append(SimGpu(mode="mig", model=model_name, mig=mig))
+                gpus.append(SimGpu(mode=Mode.MIG, model=model_name, mig=mig))
         nodes.append(replace(n, gpus=tuple(gpus)))
     return replace(cluster, nodes=tuple(nodes))
 

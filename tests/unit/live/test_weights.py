@@ -97,6 +97,11 @@ def test_the_policys_weight_comes_back_when_nothing_large_waits():
     assert plan_live(site(), snap(big(), weights=(2, 1), steered={"e01": 2})).weights == ()
 
 
+def test_every_steered_node_gets_the_policys_weight_back():
+    back = plan_live(site(), snap((), weights=(2, 3), steered={"e01": 2, "e02": 3})).weights
+    assert [(w.node, w.old, w.new) for w in back] == [("e01", 2, 1), ("e02", 3, 1)]
+
+
 def test_the_weight_command_is_slurms_node_update():
     assert commands.set_weight("e01", 2) == ["scontrol", "update", "nodename=e01", "weight=2"]
 
