@@ -582,7 +582,9 @@ class FakeNvml:
     ) -> FakeNvml:
         """Write a fresh state: ``count`` GPUs of ``model``, MIG mode on for ``mig_enabled``
         (no instances yet), device minors ``minors`` (default: equal to the index), driver version
-        ``driver`` (r615+ offers per-cgroup memory limits), cgroup v2 mounted at ``cgroup_root``."""
+        ``driver`` (r615+ offers per-cgroup memory limits), cgroup v2 mounted at ``cgroup_root``.
+        Replacing a fake state carries its serial on, so no MIG UUID is issued twice on one path (the docker
+        test cluster builds its nodes' states again at every container start, a reboot there)."""
         gpu_model = _builder_model(model)
         minors = list(range(count)) if minors is None else list(minors)
         _check_build(gpu_model, count, list(mig_enabled), minors)
@@ -594,7 +596,7 @@ class FakeNvml:
             state.update(
                 {
                     "format": STATE_FORMAT,
-                    "serial": 0,
+                    "serial": _carried_serial(fake.state_file),
                     "gpus": gpus,
                     "driver_version": driver,
                     "cgroup_root": str(cgroup_root),
@@ -1377,6 +1379,17 @@ def _check_process_target(gpu: dict, gi: int | None, ci: int | None) -> None:
         return
     if not any(g["id"] == gi and any(c["id"] == ci for c in g["cis"]) for g in gpu["instances"]):
         raise FakeNvmlError(f"fake GPU {gpu['index']} is in MIG mode: name an existing GI and CI, not gi={gi} ci={ci}")
+
+
+def _carried_serial(path: str) -> int:
+    """The serial of the fake state at ``path`` (0 if none is there, or something else is)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            old = json.loads(fh.read())
+    except (OSError, ValueError):
+        return 0
+    ok = isinstance(old, dict) and old.get("format") in READ_FORMATS and isinstance(old.get("serial"), int)
+    return old["serial"] if ok else 0
 
 
 def _clear_driver_state(gpu: dict) -> None:

@@ -256,6 +256,19 @@ def test_reboot_loses_instances_and_processes_keeps_gpus_and_mig_mode(a100):
         a100.remove_process(5)
 
 
+def test_building_the_state_again_issues_no_mig_uuid_twice(tmp_path):
+    """The docker test cluster's container start builds the state again: a reboot, as far as UUIDs go."""
+    nv = node(tmp_path)
+    gpu = nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(0))
+    create(nv, 0, "7g.40gb", 0)
+    before = mig_uuids(nv)
+    again = node(tmp_path)
+    create(again, 0, "7g.40gb", 0)
+    assert again.nvmlDeviceGetUUID(again.nvmlDeviceGetHandleByIndex(0)) == gpu and mig_uuids(again) != before
+    (tmp_path / "nvml.json").write_text("not json")
+    assert json.loads(node(tmp_path).state_path.read_text())["serial"] == 0
+
+
 def test_reboot_makes_a_pending_mig_mode_current(a100):
     a100.set_mig_mode(1, current=False, pending=True)
     a100.reboot()
