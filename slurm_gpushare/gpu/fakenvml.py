@@ -15,7 +15,11 @@ separate processes that must see one GPU. So:
   max instances, in-use), never by what a test would like;
 - state is a JSON file changed under an fcntl lock, read-modify-write per
   call, so several processes share one GPU state;
-- anything it does not model raises ``NotImplementedError`` by name.
+- anything it does not model raises ``NotImplementedError`` by name;
+- test-side controls stand in for what happens outside NVML: processes
+  starting and exiting, an admin's ``nvidia-smi -mig``, another client
+  holding a GPU instance, the node rebooting (every instance lost), and
+  per-call latencies (kept in the state, slept in the calling process).
 
 pynvml is not needed: the constants and error classes are defined here with
 the values of nvidia-ml-py 13.615.71 (tests compare them when it is installed).
@@ -140,6 +144,31 @@ MEMORY_LIMITS_DRIVER = 615
 DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
 _NOT_MIG = 0xFFFFFFFF  # gpuInstanceId / computeInstanceId of a process outside MIG (NVML-H)
 _MIB = 1 << 20
+
+# The calls a test (or the docker test cluster) can slow down with ``FakeNvml.set_latency``: the ones NVIDIA's own
+# code says can be slow. Each is slept once per call, in the calling process, after the call's effect is made.
+LATENCY_CALLS = (
+    "nvmlDeviceGetHandleByUUID",
+    "nvmlDeviceCreateGpuInstanceWithPlacement",
+    "nvmlGpuInstanceDestroy",
+    "nvmlGpuInstanceCreateComputeInstance",
+    "nvmlComputeInstanceDestroy",
+    "nvmlDeviceGetMigDeviceHandleByIndex",
+)
+# Orders of magnitude from the author comments in NVIDIA's DRA driver (k8s-dra-driver-gpu @22407113,
+# cmd/gpu-kubelet-plugin/nvlib.go; comments, not benchmarks): a device handle by UUID "O(10 s)" uncached or
+# concurrent (118, 932); "walking all MIG devices" O(10 s) under load (1019-1024), here spread over the 7
+# MIG-device indexes a 7-slice GPU walks; a GPU instance destroy O(1 s) (1137). No public figure exists for
+# creating a GPU or compute instance or destroying a compute instance: those stay 0.
+DRA_OBSERVED_LATENCIES = {
+    "nvmlDeviceGetHandleByUUID": 10.0,
+    "nvmlGpuInstanceDestroy": 1.0,
+    "nvmlDeviceGetMigDeviceHandleByIndex": 10.0 / 7,
+}
+
+# MIG mode across a driver unload (MIG-GS, MIG-DC): Ampere keeps it like ECC mode, in the GPU; Hopper loses it.
+# By catalogue name: the catalogue has no architecture field.
+_HOPPER_MODELS = ("H100-", "H200-")
 
 # ---- errors: pynvml's class layout (NVMLError(value) returns the subclass) ---
 
@@ -486,7 +515,11 @@ def _write_json(path: str | os.PathLike[str], data: dict) -> None:
 
 # ---- the fake ------------------------------------------------------------------
 
-STATE_FORMAT = "gpushare-fake-nvml/1"
+# /2 adds "latencies" and a GPU instance's "held" (another client holds it); /1 states are read as /2 with
+# neither, and written back as /2.
+STATE_FORMAT = "gpushare-fake-nvml/2"
+STATE_FORMAT_1 = "gpushare-fake-nvml/1"
+READ_FORMATS = (STATE_FORMAT, STATE_FORMAT_1)
 
 
 class FakeNvml:
@@ -494,15 +527,18 @@ class FakeNvml:
 
     Give it to ``NvmlBackend`` where the real ``pynvml`` module would go. The
     methods whose names start with ``nvml`` are the NVML API; ``build``,
-    ``add_process``, ``remove_process`` and ``set_mig_mode`` are test-side
-    helpers standing in for things outside NVML (installing GPUs, a CUDA
-    application starting, an admin running ``nvidia-smi -mig``).
+    ``add_process``, ``remove_process``, ``set_mig_mode``,
+    ``hold_gpu_instance``, ``reboot``, ``unload_driver`` and ``set_latency``
+    are test-side helpers standing in for things outside NVML (installing
+    GPUs, a CUDA application starting, an admin running ``nvidia-smi -mig``,
+    another NVML client, the node restarting, a slow driver).
     """
 
     NVMLError = NVMLError
 
-    def __init__(self, state_path: str | os.PathLike, euid: int | None = None):
-        """``euid``: the effective uid root-only calls are judged by (default: this process's, read per call)."""
+    def __init__(self, state_path: str | os.PathLike, euid: int | None = None, sleep=None):
+        """``euid``: the effective uid root-only calls are judged by (default: this process's, read per call).
+        ``sleep``: what waits out a call's latency (default ``time.sleep``; tests pass a recorder)."""
         self.state_file = os.fspath(state_path)  # str, and pathlib imported only when asked: the hooks open a fake
         self.mig_minors_file = (
             self.state_file + ".mig-minors"
@@ -510,6 +546,7 @@ class FakeNvml:
         self._lock_path = self.state_file + ".lock"
         self._inits = 0
         self._euid = euid
+        self._sleep = sleep
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
@@ -545,7 +582,9 @@ class FakeNvml:
     ) -> FakeNvml:
         """Write a fresh state: ``count`` GPUs of ``model``, MIG mode on for ``mig_enabled``
         (no instances yet), device minors ``minors`` (default: equal to the index), driver version
-        ``driver`` (r615+ offers per-cgroup memory limits), cgroup v2 mounted at ``cgroup_root``."""
+        ``driver`` (r615+ offers per-cgroup memory limits), cgroup v2 mounted at ``cgroup_root``.
+        Replacing a fake state carries its serial on, so no MIG UUID is issued twice on one path (the docker
+        test cluster builds its nodes' states again at every container start, a reboot there)."""
         gpu_model = _builder_model(model)
         minors = list(range(count)) if minors is None else list(minors)
         _check_build(gpu_model, count, list(mig_enabled), minors)
@@ -557,7 +596,7 @@ class FakeNvml:
             state.update(
                 {
                     "format": STATE_FORMAT,
-                    "serial": 0,
+                    "serial": _carried_serial(fake.state_file),
                     "gpus": gpus,
                     "driver_version": driver,
                     "cgroup_root": str(cgroup_root),
@@ -613,6 +652,68 @@ class FakeNvml:
         with self._locked(write=True) as state:
             state["cgroup_root"] = str(root)
 
+    def hold_gpu_instance(self, index: int, gi_id: int, held: bool = True) -> None:
+        """Another NVML client (a monitoring agent, an admin's nvidia-smi) holds GPU instance ``gi_id`` on GPU
+        ``index``: destroying it gives IN_USE ("In use by another client") until ``held=False``, while its compute
+        instances can still be destroyed: the partial cleanup NVIDIA's DRA driver reports "seen in practice"
+        (nvlib.go 1116-1137). When real drivers do this is not documented, so the fake never does it by itself."""
+        with self._locked(write=True) as state:
+            gpu = _helper_gpu(state, index)
+            gi = next((g for g in gpu["instances"] if g["id"] == gi_id), None)
+            if gi is None:
+                raise FakeNvmlError(f"fake GPU {index} has no GPU instance {gi_id}")
+            if held:
+                gi["held"] = True
+            else:
+                gi.pop("held", None)
+
+    def reboot(self) -> None:
+        """The node restarts. Every GPU and compute instance is gone (MIG-GS: MIG devices do not survive a reboot
+        or GPU reset), every process is killed, compute modes are DEFAULT again (NVML-H nvmlDeviceSetComputeMode:
+        on Linux "not persistent across reboots"), per-cgroup memory limits go with their cgroups. GPU UUIDs stay;
+        instances made afterwards get new MIG UUIDs (the serial goes on), GI ids start over. MIG mode stays, and a
+        pending mode becomes current (the reboot resets the GPU): A100/A30 keep the mode across reboots (MIG-DC).
+        Hopper loses it when the driver unloads (MIG-GS), so on Hopper this is a node whose boot enables MIG again
+        before slurmd starts; ``unload_driver`` is the unload alone."""
+        with self._locked(write=True) as state:
+            for gpu in state["gpus"]:
+                _clear_driver_state(gpu)
+                gpu["compute_mode"] = NVML_COMPUTEMODE_DEFAULT
+                gpu.pop("memory_limits", None)
+                if get_model(gpu["model"]).mig_capable:
+                    gpu["mig_current"] = gpu["mig_pending"]
+
+    def unload_driver(self) -> None:
+        """The NVIDIA kernel module is unloaded and loaded again on a Hopper node: MIG mode is lost (MIG-GS), and
+        with it every GPU and compute instance. Refused while processes use the GPUs (the module is in use).
+        Only Hopper GPUs with default compute mode and no memory limits: what an unload does to Ampere's
+        instances, or to those settings, no source says (NotImplementedError)."""
+        with self._locked(write=True) as state:
+            _check_unload(state["gpus"])
+            for gpu in state["gpus"]:
+                _clear_driver_state(gpu)
+                gpu["mig_current"] = gpu["mig_pending"] = 0
+
+    def set_latency(self, call: str, seconds: float) -> None:
+        """Every later ``call`` (one of LATENCY_CALLS) takes ``seconds`` longer, in every process on this state
+        (the docker test cluster's hooks too). The calling process sleeps it after the call's effect is made, so
+        a caller killed meanwhile leaves the change made and unreported. 0 removes it."""
+        if call not in LATENCY_CALLS:
+            raise FakeNvmlError(f"no latency for {call!r}; settable: {', '.join(LATENCY_CALLS)}")
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds < float("inf"):
+            raise FakeNvmlError(f"latency of {call} must be a finite number of seconds >= 0, not {seconds!r}")
+        with self._locked(write=True) as state:
+            latencies = state.setdefault("latencies", {})
+            if seconds:
+                latencies[call] = float(seconds)
+            else:
+                latencies.pop(call, None)
+
+    def latencies(self) -> dict[str, float]:
+        """Seconds each of LATENCY_CALLS takes now (0.0 where none is set)."""
+        with self._locked(write=False) as state:
+            return {call: float(state.get("latencies", {}).get(call, 0.0)) for call in LATENCY_CALLS}
+
     # ---- state file ----------------------------------------------------------
 
     @contextmanager
@@ -641,17 +742,33 @@ class FakeNvml:
             raise FakeNvmlError(
                 f"fake NVML state {self.state_file} does not exist; create it with `gpushare node fake-nvml init`"
             ) from None
-        if state.get("format") != STATE_FORMAT:
-            raise FakeNvmlError(f"{self.state_file} is not a fake NVML state ({STATE_FORMAT})")
+        if not isinstance(state, dict) or state.get("format") not in READ_FORMATS:
+            raise FakeNvmlError(f"{self.state_file} is not a fake NVML state ({' or '.join(READ_FORMATS)})")
+        state["format"] = STATE_FORMAT  # a /1 state is a /2 state without latencies or held instances
         return state
 
     @contextmanager
-    def _nvml(self, write: bool = False):
-        """An NVML call: initialised first (UNINITIALIZED otherwise), then locked state."""
+    def _nvml(self, write: bool = False, timed: str | None = None):
+        """An NVML call: initialised first (UNINITIALIZED otherwise), then locked state. ``timed``: the call's
+        name in LATENCY_CALLS; its latency is slept after the lock is released, whether the call succeeded or
+        failed (a call that reached the driver took its time either way)."""
         if not self._inits:
             _fail(NVML_ERROR_UNINITIALIZED)
-        with self._locked(write) as state:
-            yield state
+        delay = 0.0
+        try:
+            with self._locked(write) as state:
+                delay = state.get("latencies", {}).get(timed, 0.0) if timed else 0.0
+                yield state
+        finally:
+            if delay:
+                self._wait(delay)
+
+    def _wait(self, seconds: float) -> None:
+        if self._sleep is None:
+            import time  # here: only a fake given latencies sleeps
+
+            self._sleep = time.sleep
+        self._sleep(seconds)
 
     # ---- handle resolution ---------------------------------------------------
 
@@ -725,7 +842,7 @@ class FakeNvml:
 
     def nvmlDeviceGetHandleByUUID(self, uuid):
         wanted = uuid.decode() if isinstance(uuid, bytes) else uuid
-        with self._nvml() as state:
+        with self._nvml(timed="nvmlDeviceGetHandleByUUID") as state:
             for gpu in state["gpus"]:
                 if gpu["uuid"] == wanted:
                     return _Device(gpu["index"])
@@ -887,9 +1004,15 @@ class FakeNvml:
     nvmlDeviceGetGpuInstanceProfileInfoV = nvmlDeviceGetGpuInstanceProfileInfo
 
     def nvmlDeviceGetGpuInstancePossiblePlacements(self, device, profileId, placementsRef, countRef):
+        """The profile's whole placement table, occupied or not, and with MIG mode on or off (NVML-H: "all the
+        possible placements for the given profile regardless of whether MIG is enabled or not"): what is free
+        now is for the caller to work out (``nvmlDeviceGetGpuInstanceRemainingCapacity`` counts it)."""
         array = _array(placementsRef, c_nvmlGpuInstancePlacement_t)
         with self._nvml() as state:
-            profile = _profile_by_id(get_model(self._mig_gpu(state, device)["model"]), profileId)
+            model = get_model(self._gpu(state, device)["model"])
+            if not model.mig_capable:
+                _fail(NVML_ERROR_NOT_SUPPORTED)
+            profile = _profile_by_id(model, profileId)
         _fill(array, [c_nvmlGpuInstancePlacement_t(s, profile.memory_slices) for s in profile.placements], countRef)
         return NVML_SUCCESS
 
@@ -910,7 +1033,7 @@ class FakeNvml:
 
     def nvmlDeviceCreateGpuInstanceWithPlacement(self, device, profileId, placement):
         want = _by_ref(placement, c_nvmlGpuInstancePlacement_t)
-        with self._nvml(write=True) as state:
+        with self._nvml(write=True, timed="nvmlDeviceCreateGpuInstanceWithPlacement") as state:
             gpu = self._mig_gpu(state, device)
             model = get_model(gpu["model"])
             profile = _profile_by_id(model, profileId)
@@ -948,9 +1071,11 @@ class FakeNvml:
         )
 
     def nvmlGpuInstanceDestroy(self, gpuInstance):
-        with self._nvml(write=True) as state:
+        """IN_USE while compute instances or processes are on it (NVML-H), or while another client holds it
+        (``hold_gpu_instance``): then its compute instances may already be gone, a partial cleanup."""
+        with self._nvml(write=True, timed="nvmlGpuInstanceDestroy") as state:
             gpu, gi = self._gi(state, gpuInstance)
-            if gi["cis"] or any(p["gi"] == gi["id"] for p in gpu["processes"]):
+            if gi["cis"] or gi.get("held") or any(p["gi"] == gi["id"] for p in gpu["processes"]):
                 _fail(NVML_ERROR_IN_USE)
             gpu["instances"].remove(gi)
         return NVML_SUCCESS
@@ -976,7 +1101,7 @@ class FakeNvml:
     nvmlGpuInstanceGetComputeInstanceProfileInfoV = nvmlGpuInstanceGetComputeInstanceProfileInfo
 
     def nvmlGpuInstanceCreateComputeInstance(self, gpuInstance, profileId):
-        with self._nvml(write=True) as state:
+        with self._nvml(write=True, timed="nvmlGpuInstanceCreateComputeInstance") as state:
             gpu, gi = self._gi(state, gpuInstance)
             gi_profile = get_model(gpu["model"]).profile_for_id(gi["profile_id"])
             start = _ci_start(gi, gi_profile, profileId)
@@ -1019,7 +1144,7 @@ class FakeNvml:
     nvmlComputeInstanceGetInfo_v2 = nvmlComputeInstanceGetInfo
 
     def nvmlComputeInstanceDestroy(self, computeInstance):
-        with self._nvml(write=True) as state:
+        with self._nvml(write=True, timed="nvmlComputeInstanceDestroy") as state:
             gpu, gi, ci = self._ci(state, computeInstance)
             if any((p["gi"], p["ci"]) == (gi["id"], ci["id"]) for p in gpu["processes"]):
                 _fail(NVML_ERROR_IN_USE)
@@ -1035,7 +1160,7 @@ class FakeNvml:
             return model.compute_slices if model.mig_capable and gpu["mig_current"] else 0
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, device, index):
-        with self._nvml() as state:
+        with self._nvml(timed="nvmlDeviceGetMigDeviceHandleByIndex") as state:
             gpu = self._mig_gpu(state, device)
             if not 0 <= index < get_model(gpu["model"]).compute_slices:
                 _fail(NVML_ERROR_INVALID_ARGUMENT)
@@ -1092,9 +1217,17 @@ class FakeNvml:
 
 
 def _fit_problem(model: GpuModel, gpu: dict, profile: MigProfile, start: int, size: int) -> str | None:
-    """Why this GI cannot be created (None if it can): what NVML reports as INSUFFICIENT_RESOURCES."""
+    """Why this GI cannot be created (None if it can): what NVML reports as INSUFFICIENT_RESOURCES.
+
+    A placement outside the profile's table raises NotImplementedError: NVML-H allows INVALID_ARGUMENT ("placement
+    ... invalid") and INSUFFICIENT_RESOURCES ("could not be created"), the check is in GSP firmware (the open
+    kernel module passes the span on), and no transcript shows which (per-job-mig.md, open question 6). Callers
+    must take starts from the table."""
     if start not in profile.placements or size != profile.memory_slices:
-        return f"{start}:{size} is not a placement of {profile.name}"
+        _unconfirmed(
+            f"GPU instance placement {start}:{size} outside {profile.name}'s table "
+            f"({sorted(profile.placements)}:{profile.memory_slices}; INVALID_ARGUMENT or INSUFFICIENT_RESOURCES?)"
+        )
     same = [g for g in gpu["instances"] if g["profile_id"] == profile.profile_id]
     if len(same) >= profile.max_instances:
         return f"{profile.name} already has its maximum of {profile.max_instances}"
@@ -1246,6 +1379,34 @@ def _check_process_target(gpu: dict, gi: int | None, ci: int | None) -> None:
         return
     if not any(g["id"] == gi and any(c["id"] == ci for c in g["cis"]) for g in gpu["instances"]):
         raise FakeNvmlError(f"fake GPU {gpu['index']} is in MIG mode: name an existing GI and CI, not gi={gi} ci={ci}")
+
+
+def _carried_serial(path: str) -> int:
+    """The serial of the fake state at ``path`` (0 if none is there, or something else is)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            old = json.loads(fh.read())
+    except (OSError, ValueError):
+        return 0
+    ok = isinstance(old, dict) and old.get("format") in READ_FORMATS and isinstance(old.get("serial"), int)
+    return old["serial"] if ok else 0
+
+
+def _clear_driver_state(gpu: dict) -> None:
+    """What the driver kept for a GPU and loses when it goes: GPU and compute instances, and the processes."""
+    gpu["instances"] = []
+    gpu["processes"] = []
+
+
+def _check_unload(gpus: list[dict]) -> None:
+    running = sorted({p["pid"] for gpu in gpus for p in gpu["processes"]})
+    if running:
+        raise FakeNvmlError(f"processes {running} use the GPUs: the NVIDIA module cannot be unloaded")
+    for gpu in gpus:
+        if not gpu["model"].startswith(_HOPPER_MODELS):
+            _unconfirmed(f"a driver unload on a {gpu['model']} (GPU {gpu['index']}); use reboot()")
+        if gpu.get("compute_mode", NVML_COMPUTEMODE_DEFAULT) != NVML_COMPUTEMODE_DEFAULT or gpu.get("memory_limits"):
+            _unconfirmed(f"what a driver unload does to GPU {gpu['index']}'s compute mode or memory limits")
 
 
 def _driver(state: dict) -> str:

@@ -82,11 +82,12 @@ def test_create_and_destroy_with_placements(backend):
 
 def test_errors_name_gpu_operation_and_code(backend):
     uuid = backend.gpus()[0].uuid
+    backend.create_gpu_instance(0, 15, 6)  # a 1g.10gb at memory slices 6-7, inside the 3g's 4-7
     with pytest.raises(GpuError) as exc:
-        backend.create_gpu_instance(0, 9, 2)
+        backend.create_gpu_instance(0, 9, 4)
     assert exc.value.code == 23 and exc.value.index == 0 and exc.value.uuid == uuid
     assert (
-        str(exc.value) == f"GPU 0 ({uuid}): create GPU instance (profile ID 9) at memory slice 2: "
+        str(exc.value) == f"GPU 0 ({uuid}): create GPU instance (profile ID 9) at memory slice 4: "
         "NVML_ERROR_INSUFFICIENT_RESOURCES (23)"
     )
     gi = backend.create_gpu_instance(0, 9, 0)
