@@ -550,10 +550,10 @@ def _check_replaceable(path: Path, force: bool) -> None:
         return
     if not force:
         raise NodeError(f"{path} exists; pass --force to replace the fake NVML state")
-    from ..gpu.fakenvml import STATE_FORMAT
+    from ..gpu.fakenvml import READ_FORMATS
 
     try:
-        is_fake = json.loads(path.read_text(encoding="utf-8")).get("format") == STATE_FORMAT
+        is_fake = json.loads(path.read_text(encoding="utf-8")).get("format") in READ_FORMATS
     except (OSError, ValueError, AttributeError):
         is_fake = False
     if not is_fake:
