@@ -48,6 +48,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.placement import seeds_of  # noqa: E402
 from slurm_gpushare.hardware import get_model  # noqa: E402
 from slurm_gpushare.hardware.migplace import FIRST, LEAST_BLOCKING, MOST_PLACEMENTS, choose, pick_gpu  # noqa: E402
 from slurm_gpushare.hardware.migweights import exact_weights  # noqa: E402
@@ -259,14 +260,6 @@ def parse_mixes(text: str) -> dict[str, dict[str, int]]:
     for part in text.split(";"):
         label, _, body = part.partition("=")
         out[label] = {p: int(w) for p, _, w in (item.partition(":") for item in body.split(","))}
-    return out
-
-
-def seeds_of(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        out += list(range(int(lo), int(hi or lo) + 1))
     return out
 
 

@@ -18,6 +18,7 @@ from slurm_gpushare.live.apply import LiveApply
 from slurm_gpushare.slurm import relayoutjob
 from slurm_gpushare.slurm.cli_backend import CliClient
 from slurm_gpushare.slurm.relayoutjob import lock_name
+from tests.unit.crash_support import Crash, Crasher
 from tests.unit.live.test_apply import ALL_1G, NODE, THREE_G, Clock, FakePlanner, P, Plan, admin_policy
 from tests.unit.live_fakes import FakeCtld
 
@@ -37,21 +38,6 @@ STEPS = (
     "state:done",
 )
 BEFORE_SBATCH = STEPS[: STEPS.index("sbatch")]
-
-
-class Crash(BaseException):
-    """The process stopped here."""
-
-
-class Crasher:
-    def __init__(self, at: str | None = None):
-        self.at, self.fired, self.seen = at, False, []
-
-    def after(self, step: str) -> None:
-        self.seen.append(step)
-        if step == self.at and not self.fired:
-            self.fired = True
-            raise Crash(step)
 
 
 def slurm_step(argv) -> str | None:

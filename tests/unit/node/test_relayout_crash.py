@@ -16,6 +16,7 @@ import re
 import pytest
 
 from slurm_gpushare.node.relayout import DRAIN_REASON, RelayoutError, parse_node_gres
+from tests.unit.crash_support import Crash, Crasher
 from tests.unit.hooks.test_repair import Clock, FakeSlurm, mig_node, relayout, relayout_policy  # noqa: F401
 
 NVML_CHANGES = ("destroy_compute_instance", "destroy_gpu_instance", "create_gpu_instance", "create_compute_instance")
@@ -34,21 +35,6 @@ STEPS = (
     "reconfigure",
     "resume",
 )
-
-
-class Crash(BaseException):
-    """The process stopped here."""
-
-
-class Crasher:
-    def __init__(self, at: str | None = None):
-        self.at, self.fired, self.seen = at, False, []
-
-    def after(self, step: str) -> None:
-        self.seen.append(step)
-        if step == self.at and not self.fired:
-            self.fired = True
-            raise Crash(step)
 
 
 class CrashingSlurm(FakeSlurm):
