@@ -227,6 +227,11 @@ def scavengers_placed(c: TestCluster) -> bool:
     return running > 0 and all(state == "RUNNING" or reason not in ("", "None") for state, reason in lines)
 
 
+def running_of(c: TestCluster, kind: str) -> set[int]:
+    """The ids of the soak jobs of this kind that run (or complete) now."""
+    return {i for i, k, state, _r in queue(c) if k == kind and state in ("RUNNING", "COMPLETING")}
+
+
 def ended(c: TestCluster) -> int:
     return sum(1 for job in soak_jobs(c) if final_state(job) not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING"))
 
@@ -339,7 +344,11 @@ def test_soak_with_faults_heals_without_a_hand(soak_cluster):
     # 1. an MPS control daemon dies (SIGKILL) while MPS jobs run
     wait_for("15 % of the jobs to end (or 20 MPS jobs left)", lambda: due(c, 0.15, total, MPS, 20), 900, every=3)
     wait_for("an MPS daemon", lambda: mps_daemons(c), 300, every=0.5)
+    # A hostile job that runs on a daemon killed here loses its MPS server as any CUDA job would: it may fail
+    # (its pipe dir is set aside once its daemon is found dead). Only those may: the ones running around the kill.
+    struck = running_of(c, "hostile-pipe")
     node_shell(c, "lab-mps01", "pkill -9 -f '[n]vidia-cuda-mps-control -d'", check=False)
+    struck |= running_of(c, "hostile-pipe")
     faults.append(f"MPS daemon killed at {time.monotonic() - start:.0f} s")
     # 2. an epilog dies (SIGKILL) while it runs: slurmctld drains the node "Epilog error"; what the epilog
     # left (the job's journal, its MPS daemon) is the health check's to clean, and the drain its to resume.
@@ -400,9 +409,11 @@ def test_soak_with_faults_heals_without_a_hand(soak_cluster):
     # a run at 120 jobs read one requeued scavenger job PENDING in sacct with the queue empty
     wait_for("slurmdbd to record every soak job's end", lambda: ended(c) >= total, 180, every=3)
     finals: dict[str, dict[str, int]] = {}
-    requeued, preempted = 0, 0
+    requeued, preempted, lost_daemon = 0, 0, 0
     for job in soak_jobs(c):
         kind, state, restarts = kind_of(job["name"]), final_state(job), int(job.get("restart_cnt") or 0)
+        if kind == "hostile-pipe" and state == "FAILED" and job.get("job_id") in struck:
+            lost_daemon += 1  # its daemon was killed under it (above): failing is what it should do
         finals.setdefault(kind, {}).setdefault(state, 0)
         finals[kind][state] += 1
         requeued += restarts > 0
@@ -423,6 +434,10 @@ def test_soak_with_faults_heals_without_a_hand(soak_cluster):
     want = {kind: {state: counts[kind]} for kind, (_o, _s, state) in PLAIN.items()}
     want.update({kind: {state: counts[kind]} for kind, (_o, _s, state, _n) in EXTRA.items()})
     want.update({kind: {state: counts[kind]} for kind, (_o, _s, state, _n) in HOSTILE.items()})
+    if lost_daemon:  # the hostile jobs whose daemon the fault killed may fail; no other may
+        print(f"soak: hostile MPS jobs that failed with their daemon killed under them: {lost_daemon}")
+        kept = counts["hostile-pipe"] - lost_daemon
+        want["hostile-pipe"] = {k: n for k, n in (("COMPLETED", kept), ("FAILED", lost_daemon)) if n}
     assert finals == want
     assert preempted, "no scavenger job was preempted (requeued by a batch job)"
 
