@@ -261,3 +261,29 @@ class FakeCtld:
     def finish(self, job_id: int, state: str = "COMPLETED", exit_code: str = "0:0") -> None:
         job = self.jobs[job_id]
         job.state, job.exit_code, job.end = state, exit_code, int(self.now)
+
+
+def carol_job(i: int, state: str, gres: str, now: float, node: str = "", count: int = 1):
+    """One of carol's batch jobs as the Slurm client reads it: running on ``node`` (count of ``gres`` on GPU 0) or,
+    without a node, pending for Resources."""
+    from slurm_gpushare.slurm.model import GresUse, Job
+
+    alloc = {node: {gres: GresUse(count, (0,))}} if node else {}
+    return Job(
+        i,
+        None,
+        None,
+        f"j{i}",
+        "carol",
+        "biology",
+        "batch",
+        "normal",
+        state,
+        "None" if node else "Resources",
+        node,
+        {gres: count},
+        alloc,
+        now - 60,
+        now + 100 if node else None,
+        100,
+    )

@@ -246,10 +246,10 @@ def test_mode_text():
 
 def test_a_mode_change_is_locked_written_rendered_and_relaid_out(tmp_path):
     from slurm_gpushare.live.apply import LiveApply
-    from slurm_gpushare.slurm.model import GresUse, Job, Node
+    from slurm_gpushare.slurm.model import Node
     from slurm_gpushare.slurm.relayoutjob import lock_name
     from tests.unit.live.test_apply import Clock, FakeClient
-    from tests.unit.live_fakes import FakeCtld
+    from tests.unit.live_fakes import FakeCtld, carol_job
 
     raw = lab_doc(min_pending=0, max_wait=600)
     raw["cluster"]["paths"] = {"slurm_conf_dir": str(tmp_path / "etc-slurm")}
@@ -259,25 +259,7 @@ def test_a_mode_change_is_locked_written_rendered_and_relaid_out(tmp_path):
     now = int(ctld.now)
 
     def job(i, state, gres, node="", count=1):
-        alloc = {node: {gres: GresUse(count, (0,))}} if node else {}
-        return Job(
-            i,
-            None,
-            None,
-            f"j{i}",
-            "carol",
-            "biology",
-            "batch",
-            "normal",
-            state,
-            "None" if node else "Resources",
-            node,
-            {gres: count},
-            alloc,
-            now - 60,
-            now + 100 if node else None,
-            100,
-        )
+        return carol_job(i, state, gres, now, node, count)
 
     jobs = [job(1, "RUNNING", "gpu:l40s", EXCL), job(2, "RUNNING", "shard:l40s", SHARD, 4)]
     jobs += [job(i, "PENDING", "shard", count=2) for i in (3, 4)]

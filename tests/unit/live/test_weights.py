@@ -111,9 +111,9 @@ def test_the_weight_command_is_slurms_node_update():
 
 def test_apply_sets_the_weight_through_the_client_and_puts_it_back(tmp_path: Path):
     from slurm_gpushare.live.apply import LiveApply
-    from slurm_gpushare.slurm.model import GresUse, Job, Node
+    from slurm_gpushare.slurm.model import Node
     from tests.unit.live.test_apply import Clock, FakeClient
-    from tests.unit.live_fakes import FakeCtld
+    from tests.unit.live_fakes import FakeCtld, carol_job
 
     d = copy.deepcopy(DOC)
     d["cluster"]["paths"] = {"slurm_conf_dir": str(tmp_path / "etc-slurm")}
@@ -124,25 +124,7 @@ def test_apply_sets_the_weight_through_the_client_and_puts_it_back(tmp_path: Pat
     now = int(ctld.now)
 
     def job(i, state, count, node=""):
-        alloc = {node: {L40S: GresUse(count, (0,))}} if node else {}
-        return Job(
-            i,
-            None,
-            None,
-            f"j{i}",
-            "carol",
-            "biology",
-            "batch",
-            "normal",
-            state,
-            "None" if node else "Resources",
-            node,
-            {L40S: count},
-            alloc,
-            now - 60,
-            now + 100 if node else None,
-            100,
-        )
+        return carol_job(i, state, L40S, now, node, count)
 
     jobs = [job(1, "RUNNING", 1, "e01"), job(2, "RUNNING", 1, "e02"), job(3, "PENDING", 2)]
 
