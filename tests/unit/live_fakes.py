@@ -263,9 +263,9 @@ class FakeCtld:
         job.state, job.exit_code, job.end = state, exit_code, int(self.now)
 
 
-def carol_job(i: int, state: str, gres: str, now: float, node: str = "", count: int = 1):
+def carol_job(i: int, state: str, gres: str, now: float, node: str = "", count: int = 1, reason: str = ""):
     """One of carol's batch jobs as the Slurm client reads it: running on ``node`` (count of ``gres`` on GPU 0) or,
-    without a node, pending for Resources."""
+    without a node, pending for ``reason`` (default Resources)."""
     from slurm_gpushare.slurm.model import GresUse, Job
 
     alloc = {node: {gres: GresUse(count, (0,))}} if node else {}
@@ -279,7 +279,7 @@ def carol_job(i: int, state: str, gres: str, now: float, node: str = "", count: 
         "batch",
         "normal",
         state,
-        "None" if node else "Resources",
+        reason or ("None" if node else "Resources"),
         node,
         {gres: count},
         alloc,

@@ -24,7 +24,7 @@ from slurm_gpushare.slurm.cli_backend import CliClient, ReservationError
 from slurm_gpushare.slurm.model import JobEnd
 from slurm_gpushare.slurm.relayoutjob import LockHeld, lock_name, lock_node, relayout_script
 from tests.conftest import ROOT
-from tests.unit.live_fakes import FakeCtld
+from tests.unit.live_fakes import FakeCtld, carol_job
 from tests.unit.slurm_fakes import UnknownCommand
 
 NODE = "lab-mig01"
@@ -751,7 +751,7 @@ class FakeClient(CliClient):
 
 
 def test_the_real_planner_proposes_and_the_apply_path_locks_relays_out_and_renders(tmp_path):
-    from slurm_gpushare.slurm.model import GresUse, Job, Node
+    from slurm_gpushare.slurm.model import Node
 
     raw = yaml.safe_load(admin_policy(tmp_path).read_text())
     spare = {
@@ -770,25 +770,7 @@ def test_the_real_planner_proposes_and_the_apply_path_locks_relays_out_and_rende
     now = int(ctld.now)
 
     def job(i, state, gres, node="", reason="None"):
-        alloc = {node: {gres: GresUse(1, (0,))}} if node else {}
-        return Job(
-            i,
-            None,
-            None,
-            f"j{i}",
-            "carol",
-            "biology",
-            "batch",
-            "normal",
-            state,
-            reason,
-            node,
-            {gres: 1},
-            alloc,
-            now - 60,
-            now + 100 if node else None,
-            100,
-        )
+        return carol_job(i, state, gres, now, node, reason=reason)
 
     jobs = [job(1, "RUNNING", f"gpu:{'a100_40g_1g.5gb'}", NODE)] + [
         job(i, "PENDING", "gpu:a100_40g_3g.20gb", reason="ReqNodeNotAvail") for i in (2, 3, 4)
