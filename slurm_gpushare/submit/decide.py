@@ -48,6 +48,16 @@ Rules, in the order they are applied (job_submit.lua applies the same ones):
    the job's tiers, so ``--gres=gpu:1 --constraint=a30`` becomes
    ``gpu:a30:1``. A fractional request (mps, shard) keeps its constraint:
    Slurm places it only on the allowed models.
+5b. Per-job MIG (``per_job``, after placement, on submission and update):
+   a slice type (``gpu:<model>_<profile>``, or an alias of one) on a tier whose
+   GPUs make an instance per job becomes that profile's carrier shards,
+   ``shard:<weight>``, and the profile is recorded in the job's admin comment
+   (``tables.RECORD_FIELD``, ``gpushare-mig=<profile>``: only operators can
+   change it, so the prolog's profile is the one the shards were counted for).
+   ``PER_JOB gpu:<t>=<n>`` for more than one slice (or a slice beside other
+   GPUs) per node, ``PER_JOB_FIELD`` for a slice asked per job, task or socket,
+   ``PER_JOB_TIERS`` where the job's partitions disagree on what the type is,
+   ``PER_JOB_SHARD`` for a plain shard request on a per-job tier.
 6. QOS (every accepted job, GPU or not, on submission only): a job that names
    no QOS gets the QOS of its tier, the tier its partition names (the first
    one when it names several, all of them tiers), the one routing chose, or
@@ -72,6 +82,8 @@ from .tables import (
     NO_VAL,
     NO_VAL16,
     PER,
+    RECORD_FIELD,
+    RECORD_PREFIX,
     GroupCaps,
     Tables,
     TierCaps,
@@ -105,6 +117,7 @@ class Decision:
     partition: str | None = None
     fields: Mapping[str, str] = field(default_factory=dict)
     qos: str | None = None
+    admin_comment: str | None = None  # per-job MIG: the slice's profile record (tables.RECORD_FIELD)
 
     @property
     def codes(self) -> list[str]:
@@ -113,7 +126,10 @@ class Decision:
     @property
     def changes(self) -> list[str]:
         out = [message("change", name="partition", value=self.partition)] if self.partition else []
-        return out + [message("change", name=k, value=v) for k, v in self.fields.items()]
+        out += [message("change", name=k, value=v) for k, v in self.fields.items()]
+        if self.admin_comment:
+            out.append(message("change", name=RECORD_FIELD, value=self.admin_comment))
+        return out
 
     @property
     def user_message(self) -> str | None:
@@ -332,7 +348,7 @@ def _unknown_feature(t: Tables, name: str) -> Violation:
 
 def serves(tier: TierCaps, r: Gres) -> bool:
     if r.name == "gpu":
-        return r.type in tier.gpu if r.type else bool(tier.gpu)
+        return (r.type in tier.gpu or r.type in tier.slices) if r.type else bool(tier.gpu)
     per = tier.shared.get(r.name, {})
     return r.type in per and r.count <= per[r.type]
 
@@ -350,12 +366,42 @@ def _place(t: Tables, job, parsed, modify, current_partition, route=None, allowe
     )
     partition = partition or to
     types = {x for tier in tiers for x in within(tier, allowed).gpu}
+    typed = {n: [_typed(e, types) if t.set_gpu_type and len(types) == 1 else e for e in v] for n, v in parsed.items()}
+    bad, carried, record = per_job(tiers, typed, job.get("partition") or current_partition or "")
+    if bad:
+        return Decision(False, tuple(bad))
     fields: dict[str, str] = {}
     for name, entries in parsed.items():
-        new = [_typed(e, types) if t.set_gpu_type and len(types) == 1 else e for e in entries]
+        new = carried[name]
         if any(isinstance(e, Gres) and (e.alias or e is not o) for e, o in zip(new, entries, strict=False)):
             fields[name] = ",".join(e.text(t.prefix) if isinstance(e, Gres) else e.raw for e in new)
-    return Decision(True, (), partition, fields, tier_qos(job, tiers, modify))
+    return Decision(True, (), partition, fields, tier_qos(job, tiers, modify), record)
+
+
+def per_job(tiers: list[TierCaps], parsed, partition: str):
+    """Per-job MIG slices to their carrier shards: (violations, the entries, the admin comment or None)."""
+    slicing = [x for x in tiers if x.slices]
+    if not slicing:
+        return [], parsed, None
+    requests = [e for v in parsed.values() for e in v if isinstance(e, Gres)]
+    where = partition or slicing[0].name
+    if any(r.name == "shard" for r in requests):
+        return [violation("per_job_shard", partition=where, example=next(iter(slicing[0].slices)))], parsed, None
+    slices = [r for r in requests if r.name == "gpu" and any(r.type in x.slices for x in tiers)]
+    if not slices:
+        return [], parsed, None
+    r = slices[0]
+    if len(slicing) < len(tiers):
+        return [violation("per_job_tiers", type=r.type, partition=where)], parsed, None
+    if r.field != "tres_per_node":
+        return [violation("per_job_field", type=r.type, field=r.field)], parsed, None
+    gpus = sum(e.count for e in requests if e.name == "gpu")
+    if gpus > 1:
+        return [violation("per_job_count", type=r.type, n=gpus)], parsed, None
+    weight, profile = slicing[0].slices[r.type]
+    carrier = replace(r, name="shard", type="", count=weight, alias=r.alias or r.type)
+    out = {n: [carrier if e is r else e for e in v] for n, v in parsed.items()}
+    return [], out, RECORD_PREFIX + profile
 
 
 def tier_qos(job, tiers: list[TierCaps], modify: bool) -> str | None:

@@ -351,7 +351,7 @@ end
 local function serves(tier, r)
   if r.name == "gpu" then
     if r.type ~= "" then
-      return tier.gpu_set[r.type] == true
+      return tier.gpu_set[r.type] == true or (tier.slices ~= nil and tier.slices[r.type] ~= nil)
     end
     return #tier.gpu > 0
   end
@@ -431,8 +431,11 @@ end
 
 -- What these groups serve together: GPU types joined (sorted), shared caps at their largest.
 local function merged(groups)
-  local gpu, gpu_set, shared = {}, {}, {}
+  local gpu, gpu_set, shared, slices = {}, {}, {}, {}
   for _, g in ipairs(groups) do
+    for x, v in pairs(g.slices or NONE) do
+      slices[x] = v
+    end
     for _, x in ipairs(g.gpu) do
       if not gpu_set[x] then
         gpu_set[x] = true
@@ -453,7 +456,7 @@ local function merged(groups)
     end
   end
   table.sort(gpu)
-  return { gpu = gpu, gpu_set = gpu_set, shared = shared }
+  return { gpu = gpu, gpu_set = gpu_set, shared = shared, slices = slices }
 end
 
 -- What the tier serves on the groups a constraint allows (the whole tier when it allows all).
@@ -610,7 +613,69 @@ local function tier_qos(job, tiers, modify)
   return tiers[1].name
 end
 
+-- Per-job MIG (decide.per_job): a slice type on a per-job tier becomes its carrier shards (parsed is changed in
+-- place); returns violations or nil, and the admin comment that records the profile (nil: none). A tier without
+-- per-job GPUs has no slices table, and the prelude of a site without any has none of per-job MIG's texts.
+local function per_job(tiers, parsed, reqs, where)
+  local slicing = {}
+  for _, x in ipairs(tiers) do
+    if x.slices then
+      slicing[#slicing + 1] = x
+    end
+  end
+  if #slicing == 0 then
+    return nil, nil
+  end
+  if where == nil or where == "" then
+    where = slicing[1].name
+  end
+  for _, e in ipairs(reqs) do
+    if e.name == "shard" then
+      return { violation("per_job_shard", { partition = where, example = slicing[1].slice_example }) }, nil
+    end
+  end
+  local r, gpus = nil, 0
+  for _, e in ipairs(reqs) do
+    if e.name == "gpu" then
+      gpus = gpus + e.count
+      for _, x in ipairs(tiers) do
+        if r == nil and x.slices and x.slices[e.type] then
+          r = e
+        end
+      end
+    end
+  end
+  if r == nil then
+    return nil, nil
+  end
+  if #slicing < #tiers then
+    return { violation("per_job_tiers", { type = r.type, partition = where }) }, nil
+  end
+  if r.field ~= "tres_per_node" then
+    return { violation("per_job_field", { type = r.type, field = r.field }) }, nil
+  end
+  if gpus > 1 then
+    return { violation("per_job_count", { type = r.type, n = fmt(gpus) }) }, nil
+  end
+  local s = slicing[1].slices[r.type]
+  local alias = r.alias
+  if alias == "" then
+    alias = r.type
+  end
+  local entries = parsed[r.field]
+  for i, e in ipairs(entries) do
+    if e == r then
+      entries[i] = { gres = true, field = r.field, name = "shard", type = "", count = s.weight, raw = r.raw, alias = alias }
+    end
+  end
+  return nil, P.record_prefix .. s.profile
+end
+
 local function place(job, parsed, order, reqs, modify, current, route, allowed)
+  local where = job.partition
+  if (where == nil or where == "") and modify then
+    where = current
+  end
   local partition = job.partition
   if modify and (partition == nil or partition == "") then
     partition = current
@@ -643,6 +708,10 @@ local function place(job, parsed, order, reqs, modify, current, route, allowed)
     end
   end
   local set_type = P.set_gpu_type and ntypes == 1
+  local bad, record = per_job(tiers, parsed, reqs, where)
+  if bad then
+    return { accepted = false, violations = bad, fields = EMPTY }
+  end
   local fields = EMPTY
   for _, f in ipairs(order) do
     if field_changes(parsed[f], set_type) then
@@ -652,7 +721,14 @@ local function place(job, parsed, order, reqs, modify, current, route, allowed)
       fields[#fields + 1] = { f, serialise(parsed[f], set_type, only) }
     end
   end
-  return { accepted = true, violations = EMPTY, partition = new_partition, fields = fields, qos = tier_qos(job, tiers, modify) }
+  return {
+    accepted = true,
+    violations = EMPTY,
+    partition = new_partition,
+    fields = fields,
+    qos = tier_qos(job, tiers, modify),
+    admin_comment = record,
+  }
 end
 
 -- 'none' (what sbatch sends for --gres=none) asks for no GRES; in an update, so does "".
@@ -821,6 +897,9 @@ local function user_message(d)
   for _, kv in ipairs(d.fields) do
     changes[#changes + 1] = M.change({ name = kv[1], value = kv[2] })
   end
+  if d.admin_comment then
+    changes[#changes + 1] = M.change({ name = P.record_field, value = d.admin_comment })
+  end
   if #changes > 0 then
     return msg("changed", { changes = table.concat(changes, P.join.changes) })
   end
@@ -851,6 +930,9 @@ local function run(job_desc, modify, current, uid)
   end
   if d.qos then
     job_desc.qos = d.qos
+  end
+  if d.admin_comment then
+    job_desc[P.record_field] = d.admin_comment
   end
   if text then
     slurm.log_info("%s", msg("log_changed", { uid = tostring(uid), message = text }))

@@ -42,7 +42,7 @@ def one(policy: dict, path: str, *fragments: str) -> None:
 
 
 def perjob_entry(policy: dict) -> dict:
-    return policy["node_groups"][2]["sharing"][0]
+    return policy["node_groups"][3]["sharing"][0]
 
 
 def test_a_per_job_range_is_the_whole_gpu_plus_its_carrier_shards():
@@ -115,7 +115,7 @@ def test_default_profiles_are_a_largest_exactly_weighted_set():
 def test_a_profile_set_without_exact_weights_is_refused_naming_the_largest_that_have_them():
     policy = raw()
     perjob_entry(policy)["profiles"] = ["1g.5gb", "1g.5gb+me", "4g.20gb"]
-    found = [p for p in problems(policy) if p.startswith("node_groups[2].sharing[0].profiles:")]
+    found = [p for p in problems(policy) if p.startswith("node_groups[3].sharing[0].profiles:")]
     assert len(found) == 1, found
     text = found[0]
     assert "[1g.5gb, 1g.5gb+me, 4g.20gb] on A100-SXM4-40GB have no exact carrier weights" in text
@@ -125,11 +125,11 @@ def test_a_profile_set_without_exact_weights_is_refused_naming_the_largest_that_
 @pytest.mark.parametrize(
     "change, path, fragment",
     [
-        ({"profiles": ["9g.1tb"]}, "node_groups[2].sharing[0].profiles", "unknown MIG profile '9g.1tb'"),
-        ({"profiles": ["1g.5gb", "1g.5gb"]}, "node_groups[2].sharing[0].profiles", "name each allowed profile once"),
-        ({"layout": "all-1g.5gb"}, "node_groups[2].sharing[0].layout", "a per-job range has no fixed layout"),
-        ({"per_job": False}, "node_groups[2].sharing[0].profiles", "only for per_job: true"),
-        ({"mode": "shard", "replicas": 4}, "node_groups[2].sharing[0].per_job", "not used by mode shard"),
+        ({"profiles": ["9g.1tb"]}, "node_groups[3].sharing[0].profiles", "unknown MIG profile '9g.1tb'"),
+        ({"profiles": ["1g.5gb", "1g.5gb"]}, "node_groups[3].sharing[0].profiles", "name each allowed profile once"),
+        ({"layout": "all-1g.5gb"}, "node_groups[3].sharing[0].layout", "a per-job range has no fixed layout"),
+        ({"per_job": False}, "node_groups[3].sharing[0].profiles", "only for per_job: true"),
+        ({"mode": "shard", "replicas": 4}, "node_groups[3].sharing[0].per_job", "not used by mode shard"),
     ],
 )
 def test_wrong_per_job_entries_are_refused(change, path, fragment):
@@ -140,20 +140,20 @@ def test_wrong_per_job_entries_are_refused(change, path, fragment):
 
 def test_per_job_on_a_model_without_mig_is_refused():
     policy = raw()
-    policy["node_groups"][2]["gpu"]["model"] = "L40S"
+    policy["node_groups"][3]["gpu"]["model"] = "L40S"
     del perjob_entry(policy)["profiles"]
-    one(policy, "node_groups[2].sharing[0].per_job", "L40S does not support MIG")
+    one(policy, "node_groups[3].sharing[0].per_job", "L40S does not support MIG")
 
 
 def test_one_profiles_list_per_group_and_no_shard_or_mps_gpus_beside():
     policy = raw()
-    policy["node_groups"][2]["sharing"] = [
+    policy["node_groups"][3]["sharing"] = [
         {"gpus": 0, "mode": "mig", "per_job": True, "profiles": PROFILES},
         {"gpus": 1, "mode": "mig", "per_job": True, "profiles": ["1g.5gb", "7g.40gb"]},
     ]
-    one(policy, "node_groups[2].sharing", "must allow the same profiles")
-    policy["node_groups"][2]["sharing"][1] = {"gpus": 1, "mode": "mps", "units": 100}
-    one(policy, "node_groups[2].sharing", "cannot share a node with mps GPUs")
+    one(policy, "node_groups[3].sharing", "must allow the same profiles")
+    policy["node_groups"][3]["sharing"][1] = {"gpus": 1, "mode": "mps", "units": 100}
+    one(policy, "node_groups[3].sharing", "cannot share a node with mps GPUs")
 
 
 def test_a_tier_mixing_fixed_and_per_job_slices_of_one_type_is_refused():
@@ -164,16 +164,6 @@ def test_a_tier_mixing_fixed_and_per_job_slices_of_one_type_is_refused():
 
 def test_a_tier_with_time_sliced_gpus_beside_per_job_ones_is_refused():
     policy = raw()
-    policy["node_groups"].append(
-        {
-            "name": "lab-shard",
-            "nodes": "lab-shard01",
-            "gpu": {"model": "L40S", "count": 1},
-            "cpus": 8,
-            "memory_mb": 16000,
-            "sharing": [{"gpus": 0, "mode": "shard", "replicas": 15}],
-        }
-    )
     policy["tiers"][1]["node_groups"] = ["lab-perjob", "lab-shard"]
     one(policy, "tiers[1].node_groups", "time-sliced GPUs (lab-shard)")
 
