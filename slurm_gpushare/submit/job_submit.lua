@@ -613,8 +613,36 @@ local function tier_qos(job, tiers, modify)
   return tiers[1].name
 end
 
+-- Per-job tiers own the extra field (decide.own_extra): a violation for a job on one that brings its own (a
+-- non-empty extra), and for an update that sets it (even to "") on a job there or one that carries the record;
+-- nil otherwise. A site without per-job GPUs has no record_prefix in its prelude and checks nothing.
+local function own_extra(tiers, job, modify, current_extra, where)
+  if P.record_prefix == nil then
+    return nil
+  end
+  local mine = job[P.record_field]
+  if mine == nil or (mine == "" and not modify) then
+    return nil
+  end
+  local first = nil
+  for _, x in ipairs(tiers) do
+    if first == nil and x.slices then
+      first = x.name
+    end
+  end
+  local carries = modify and type(current_extra) == "string"
+    and string.sub(current_extra, 1, #P.record_prefix) == P.record_prefix
+  if first == nil and not carries then
+    return nil
+  end
+  if where == nil or where == "" then
+    where = first or ""
+  end
+  return violation("per_job_extra", { partition = where })
+end
+
 -- Per-job MIG (decide.per_job): a slice type on a per-job tier becomes its carrier shards (parsed is changed in
--- place); returns violations or nil, and the admin comment that records the profile (nil: none). A tier without
+-- place); returns violations or nil, and the extra field's record of the profile (nil: none). A tier without
 -- per-job GPUs has no slices table, and the prelude of a site without any has none of per-job MIG's texts.
 local function per_job(tiers, parsed, reqs, where)
   local slicing = {}
@@ -671,7 +699,7 @@ local function per_job(tiers, parsed, reqs, where)
   return nil, P.record_prefix .. s.profile
 end
 
-local function place(job, parsed, order, reqs, modify, current, route, allowed)
+local function place(job, parsed, order, reqs, modify, current, route, allowed, current_extra)
   local where = job.partition
   if (where == nil or where == "") and modify then
     where = current
@@ -708,6 +736,10 @@ local function place(job, parsed, order, reqs, modify, current, route, allowed)
     end
   end
   local set_type = P.set_gpu_type and ntypes == 1
+  local own = own_extra(tiers, job, modify, current_extra, where)
+  if own then
+    return { accepted = false, violations = { own }, fields = EMPTY }
+  end
   local bad, record = per_job(tiers, parsed, reqs, where)
   if bad then
     return { accepted = false, violations = bad, fields = EMPTY }
@@ -727,7 +759,7 @@ local function place(job, parsed, order, reqs, modify, current, route, allowed)
     partition = new_partition,
     fields = fields,
     qos = tier_qos(job, tiers, modify),
-    admin_comment = record,
+    extra = record,
   }
 end
 
@@ -787,7 +819,7 @@ local function round_entry(route, e)
   return e
 end
 
-local function decide(job, modify, current)
+local function decide(job, modify, current, current_extra)
   local parsed, order, bad = {}, {}, nil
   for _, f in ipairs(P.fields) do
     local text = job[f]
@@ -842,6 +874,14 @@ local function decide(job, modify, current)
       partition = to
     end
     local tiers = job_tiers(partition, reqs, true)
+    local where = job.partition
+    if (where == nil or where == "") and modify then
+      where = current
+    end
+    local own = own_extra(tiers, job, modify, current_extra, where)
+    if own then
+      return { accepted = false, violations = { own }, fields = EMPTY }
+    end
     return { accepted = true, violations = EMPTY, partition = to, fields = EMPTY, qos = tier_qos(job, tiers, modify) }
   end
   local violations = nil
@@ -874,7 +914,7 @@ local function decide(job, modify, current)
     end
     allowed = allowed_of(con)
   end
-  return place(job, parsed, order, reqs, modify, current, route, allowed)
+  return place(job, parsed, order, reqs, modify, current, route, allowed, current_extra)
 end
 
 -- ---- telling the user, changing the job, return codes ----
@@ -897,8 +937,8 @@ local function user_message(d)
   for _, kv in ipairs(d.fields) do
     changes[#changes + 1] = M.change({ name = kv[1], value = kv[2] })
   end
-  if d.admin_comment then
-    changes[#changes + 1] = M.change({ name = P.record_field, value = d.admin_comment })
+  if d.extra then
+    changes[#changes + 1] = M.change({ name = P.record_field, value = d.extra })
   end
   if #changes > 0 then
     return msg("changed", { changes = table.concat(changes, P.join.changes) })
@@ -914,8 +954,8 @@ local function codes(d)
   return table.concat(out, P.join.log_codes)
 end
 
-local function run(job_desc, modify, current, uid)
-  local d = decide(job_desc, modify, current)
+local function run(job_desc, modify, current, uid, current_extra)
+  local d = decide(job_desc, modify, current, current_extra)
   local text = user_message(d)
   if not d.accepted then
     slurm.log_info("%s", msg("log_rejected", { uid = tostring(uid), codes = codes(d) }))
@@ -931,8 +971,8 @@ local function run(job_desc, modify, current, uid)
   if d.qos then
     job_desc.qos = d.qos
   end
-  if d.admin_comment then
-    job_desc[P.record_field] = d.admin_comment
+  if d.extra then
+    job_desc[P.record_field] = d.extra
   end
   if text then
     slurm.log_info("%s", msg("log_changed", { uid = tostring(uid), message = text }))
@@ -974,11 +1014,12 @@ local function guarded(where, fn, a, b, c, d)
 end
 
 local function modify_job(job_desc, job_rec, uid)
-  local current = nil
+  local current, current_extra = nil, nil
   if job_rec ~= nil then
     current = job_rec.partition
+    current_extra = job_rec.extra
   end
-  return run(job_desc, true, current, uid)
+  return run(job_desc, true, current, uid, current_extra)
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)

@@ -85,6 +85,9 @@ MESSAGES = {
     "name only partitions of one kind",
     "per_job_shard": "the shards of partition {partition} carry per-job MIG slices and are not handed out by count; "
     "ask for a slice by its type, e.g. --gres=gpu:{example}:1",
+    "per_job_extra": "partition {partition} makes MIG slices per job and records a job's slice in its extra field "
+    "(gpushare-mig=<profile>), so the field is gpushare's there: submit without --extra, and do not change it "
+    "(scontrol update Extra=)",
     # the user message (Decision.user_message)
     "rejected": "gpushare rejected this job:",
     "violation": "{code}: {message}",  # one line a violation, after "rejected"
@@ -121,10 +124,12 @@ CODES = {
     "per_job_field": "PER_JOB_FIELD gpu:{type} {field}",
     "per_job_tiers": "PER_JOB_TIERS gpu:{type}",
     "per_job_shard": "PER_JOB_SHARD {partition}",
+    "per_job_extra": "PER_JOB_EXTRA {partition}",
 }
-# Where the filter records a per-job MIG slice's profile: the job's admin comment, which only Slurm operators and
-# admins can change after submission (scontrol update AdminComment=); the user's own comment stays the user's.
-RECORD_FIELD = "admin_comment"
+# Where the filter records a per-job MIG slice's profile: the job's extra field, which the prolog receives
+# (SLURM_JOB_EXTRA; the admin comment never reaches it). Users may set extra, so per-job tiers own it: the filter
+# refuses a job there that brings its own and any change of it on such a job or one that carries the record.
+RECORD_FIELD = "extra"
 RECORD_PREFIX = "gpushare-mig="
 # Where MPS_TASKS steers a job that needs isolation (Tables.texts['isolation'], chosen once per site).
 ISOLATION = {

@@ -33,6 +33,7 @@ CODES = (
     "PER_JOB_FIELD",
     "PER_JOB_TIERS",
     "PER_JOB_SHARD",
+    "PER_JOB_EXTRA",
 )
 
 
@@ -86,7 +87,8 @@ def _tables(site_key):
 def python_decision(case: dict) -> Decision:
     key = (case.get("policy", "small-lab"), overrides(case), case.get("slurm_version"))
     modify = case.get("modify")
-    return decide(_tables(key), case_job(case), modify is not None, (modify or {}).get("partition"))
+    current = modify or {}
+    return decide(_tables(key), case_job(case), modify is not None, current.get("partition"), current.get("extra"))
 
 
 def check_expectations(
@@ -97,7 +99,7 @@ def check_expectations(
     partition,
     fields: dict,
     qos: str | None = None,
-    admin_comment: str | None = None,
+    extra: str | None = None,
 ) -> None:
     """One case's ``expect`` against a decision, however it was reached (Python or Lua)."""
     want = case["expect"]
@@ -108,4 +110,4 @@ def check_expectations(
     assert partition == want.get("partition"), f"{case['id']}: partition {partition}"
     assert fields == want.get("fields", {}), f"{case['id']}: fields {fields}"
     assert qos == want.get("qos"), f"{case['id']}: qos {qos}"
-    assert admin_comment == want.get("admin_comment"), f"{case['id']}: admin_comment {admin_comment}"
+    assert extra == want.get("extra"), f"{case['id']}: extra {extra}"

@@ -11,7 +11,7 @@ from tests.unit.submit_corpus import CASES, CODES, IDS, TEST_POLICIES, check_exp
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_case(case):
     d = python_decision(case)
-    check_expectations(case, d.accepted, d.codes, d.user_message, d.partition, dict(d.fields), d.qos, d.admin_comment)
+    check_expectations(case, d.accepted, d.codes, d.user_message, d.partition, dict(d.fields), d.qos, d.extra)
 
 
 def test_corpus_is_big_enough_and_ids_unique():

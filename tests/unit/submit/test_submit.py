@@ -224,7 +224,7 @@ def test_qos_is_never_set_on_update():
 
 @pytest.mark.parametrize(
     "case",
-    [c for c in CASES if c["expect"]["accept"] and "modify" not in c and "admin_comment" not in c["expect"]],
+    [c for c in CASES if c["expect"]["accept"] and "modify" not in c and "extra" not in c["expect"]],
     ids=lambda c: c["id"],
 )
 def test_a_changed_job_is_not_changed_again(case):
@@ -232,7 +232,7 @@ def test_a_changed_job_is_not_changed_again(case):
 
     Not a per-job MIG slice carried by shards: its carrier form (shard:<weight> on a per-job tier) is refused on
     purpose, or a user could ask any count of carrier shards; requeueing does not run job_submit again, and a user
-    cannot submit a job with its admin comment (test_a_carried_slice_is_not_asked_for_again)."""
+    cannot submit a job with its extra field there (test_a_carried_slice_is_not_asked_for_again, PER_JOB_EXTRA)."""
     d = python_decision(case)
     job = {
         **case_job(case),
