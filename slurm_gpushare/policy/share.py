@@ -43,6 +43,9 @@ KEYS: dict[Mode, tuple[str, ...]] = {
 SHARING_KEYS = ("layout", "per_job", "profiles", "replicas", "units", "type", "compute_mode", "client_mem_limit_mib")
 # The shared GRES that carries per-job MIG slices: a slice of profile p is ``shard:<weight of p>`` on one GPU.
 CARRIER = Mode.SHARD.value
+# A per-job MIG job's record of its profile, ``gpushare-mig=<profile>``: the submission filter sets it in the job's
+# extra field (submit.tables.RECORD_FIELD), the prolog reads it from SLURM_JOB_EXTRA (node.jobenv).
+RECORD_PREFIX = "gpushare-mig="
 
 
 def parse_mode(value: object) -> Mode:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from ..policy import Group, Site, TierView
+from ..policy import Group, Site, TierView, share
 from ..slurmversion import SlurmVersion
 from .routes import build_routes
 
@@ -130,7 +130,7 @@ CODES = {
 # (SLURM_JOB_EXTRA; the admin comment never reaches it). Users may set extra, so per-job tiers own it: the filter
 # refuses a job there that brings its own and any change of it on such a job or one that carries the record.
 RECORD_FIELD = "extra"
-RECORD_PREFIX = "gpushare-mig="
+RECORD_PREFIX = share.RECORD_PREFIX
 # Where MPS_TASKS steers a job that needs isolation (Tables.texts['isolation'], chosen once per site).
 ISOLATION = {
     "mig": "for isolation that holds however many processes the job starts, ask for a MIG slice "
