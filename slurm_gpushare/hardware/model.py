@@ -66,6 +66,11 @@ class MigProfile:
         return self.name.replace("+", "_")
 
     @property
+    def full_compute_constant(self) -> int:
+        """NVML_COMPUTE_INSTANCE_PROFILE_* of the compute instance that spans the whole GPU instance (same name)."""
+        return dict(self.compute_profiles)[self.name]
+
+    @property
     def media_extensions(self) -> bool:
         """True for '+me' profiles, which take the GPU's only media engines (max 1)."""
         return self.name.endswith("+me")

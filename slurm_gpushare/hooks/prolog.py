@@ -30,6 +30,8 @@ def prolog(environ, runner=None, mps=None, seen: Seen | None = None) -> None:
         node = load_layout(spec, backend)
         seen.live = live = observe_prolog(job, node, backend, store, mps)
         journal, actions = plan_prolog(job, node, live)
+        if any(d.per_job for d in journal.devices):  # a per-job MIG slice: made now, or the job refused
+            journal, actions = _slices(journal, actions, node, backend, store)
         limits = None
         if job.mps_percentage is not None:  # the share on the job's cgroup, where the node offers it (node.mpsmem)
             from ..node.mpsmem import apply_memory_limits, refusal_env
@@ -49,6 +51,23 @@ def prolog(environ, runner=None, mps=None, seen: Seen | None = None) -> None:
             _remove_made(limits)
             raise
         seen.journal = journal
+
+
+def _slices(journal, actions, node, backend, store):
+    """Make the job's per-job MIG instance (node.perjob); one that cannot be made refuses the job, not the node:
+    its tasks fail with the reason (node.prolog.refused_journal)."""
+    from ..node.perjob import REFUSED_CODE, prolog_slices, rewrite
+    from ..node.prolog import refused_journal
+
+    journal, why = prolog_slices(journal, node, backend, store)
+    if why is not None:
+        journal = refused_journal(journal, REFUSED_CODE, why)
+        print(
+            f"gpushare-prolog: job {journal.job_id}: MIG slice not made ({why}); the job is refused, the node stays "
+            "in service",
+            file=sys.stderr,
+        )
+    return journal, rewrite(actions, journal)
 
 
 def _refuse_without_room(exc: Exception, job, journal, store, state_dir: str):

@@ -14,6 +14,7 @@ from ..errors import PolicyError
 from ..policy import Site
 from ..policy.document import with_layouts, with_modes
 from ..policy.share import Mode, Share
+from ..policy.site import GpuSlot, Group
 from . import modes
 from .catalogue import candidates, node_caps, serve_type
 from .change import Change, LayoutStep, ModeStep
@@ -64,7 +65,7 @@ def best_layouts(
     for job in jobs:
         by_type.setdefault(job.gres, []).append(job)
     base = node_caps(site, name)
-    slots = site.group_for_node(name).slots(Mode.MIG)
+    slots = relayout_slots(site.group_for_node(name))
     plain = _choose(slots, base, by_type, None)
     refused.pop(name, None)
     if plain is None:
@@ -105,6 +106,12 @@ def best_modes(
         return Best((), gained, dropped, benefit, wait, Counter(caps), stranded, text, steps)
 
     return modes.best_mode_change(site, name, jobs, accept, history, kind, make)
+
+
+def relayout_slots(group: Group) -> tuple[GpuSlot, ...]:
+    """The group's GPUs the live loop may lay out again: fixed MIG. A per-job MIG GPU (mode mig, no layout) is left
+    alone: its instances come and go with its jobs, with no drain."""
+    return tuple(s for s in group.slots(Mode.MIG) if not s.share.is_per_job_mig)
 
 
 def mode_entries(site: Site, name: str) -> tuple[dict[int, Share], dict[int, str]]:

@@ -40,8 +40,9 @@ SHARED = SHARED_GRES
 
 def options(site, slot) -> tuple[Share, ...]:
     """The shares the GPU may take: exclusive, and every MPS / shard setting the site uses on GPUs of its model
-    (its own first); the GPU keeps its Slurm type. () for a MIG GPU."""
-    if slot.share.is_mig:
+    (its own first); the GPU keeps its Slurm type. () for a MIG GPU, fixed or per-job (the live loop leaves a
+    per-job GPU alone)."""
+    if slot.share.is_mig or slot.share.is_per_job_mig:
         return ()
     found: dict[Share, Share] = {}
     shared = [s.share for g in site.groups for s in g.gpus if s.model == slot.model and s.share.shared_gres]

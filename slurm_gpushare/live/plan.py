@@ -36,10 +36,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..policy import Site
-from ..policy.share import Mode
 from . import modes, weights
 from .catalogue import mig_types, node_caps, serve
-from .choose import Best, best_layouts, best_modes, mode_entries
+from .choose import Best, best_layouts, best_modes, mode_entries, relayout_slots
 from .recent import RecentMix, history_lines, mix_of
 from .report import Held, LivePlan, Proposal, demand_lines, layout_proposal, mode_proposal
 from .text import gres_text, ids, mins, mins_up, num
@@ -112,7 +111,7 @@ def plan_live(site: Site, view: ClusterView, doc: dict | None = None) -> LivePla
     mode_groups = {
         g.name for g in site.groups if run.mode_kinds and any(len(modes.options(site, s)) > 1 for s in g.gpus)
     }
-    nodes = [n for g in site.groups if g.slots(Mode.MIG) or g.name in mode_groups for n in g.nodes]
+    nodes = [n for g in site.groups if relayout_slots(g) or g.name in mode_groups for n in g.nodes]
     todo = _still_open(run, nodes)
     _propose(run, todo, mode_groups)
     _hold_refused(run)
@@ -260,7 +259,7 @@ def _best(run: _Run, name: str, history: RecentMix | None, mode_history: dict) -
     mine = [j for j in run.blocked if run.serves(name, j)]
     mig = (
         best_layouts(site, run.doc, name, [j for j in mine if j.gres in run.types], run.valid, run.refused, history)
-        if site.group_for_node(name).slots(Mode.MIG)
+        if relayout_slots(site.group_for_node(name))
         else None
     )
     mode = best_modes(site, run.doc, name, mine, run.valid, mode_history[name]) if name in mode_history else None

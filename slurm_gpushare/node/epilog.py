@@ -7,9 +7,11 @@
 2. kill the job's processes still on its devices: on its MIG devices and
    exclusive GPUs anything left is the job's or a stranger's; on shared
    (MPS, shard) GPUs only processes in the job's cgroup are the job's;
-3. stop the job's MPS daemon if no other journal names it (the reference
+3. destroy the job's per-job MIG instances, compute then GPU instance
+   (``perjob.DestroySlice``; skipped while a process of the job survived);
+4. stop the job's MPS daemon if no other journal names it (the reference
    count is the journals themselves);
-4. remove the journal.
+5. remove the journal.
 
 A stranger's process on the job's MIG device or exclusive GPU, a process
 that survives SIGKILL, or an MPS daemon that will not quit make the node
@@ -20,6 +22,7 @@ Without a journal there is nothing to undo: a second run is a no-op.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 
@@ -27,6 +30,7 @@ from ..errors import GpushareError
 from ..records import record
 from .journal import Journal, JournalStore, MpsDaemon
 from .observed import NodeUnsafe, ObservedState, WriteJournal, observe_gpus
+from .perjob import DestroySlice, destroy_slice, destroys
 
 TYPE_CHECKING = False  # for type checkers only
 if TYPE_CHECKING:
@@ -98,6 +102,7 @@ def plan_epilog(journal: Journal | None, live: ObservedState) -> tuple[list, lis
     problems: list[str] = []
     actions: list = [WriteJournal(journal.with_state("ending"))]
     actions += _leftovers(journal, live, problems)
+    actions += destroys(journal, live.journals)
     if journal.mps is not None:
         others = [
             j.job_id
@@ -146,15 +151,25 @@ def kill_job_process(pid: int, job_id: int | None, proc_root: str = "/proc") -> 
     )
 
 
-def execute_epilog(journal: Journal, actions, problems: list[str], store: JournalStore, mps, killer) -> None:
-    """Carry out the plan; raise EpilogRefused naming everything that is still wrong."""
+def execute_epilog(
+    journal: Journal, actions, problems: list[str], store: JournalStore, mps, killer, destroy=None
+) -> None:
+    """Carry out the plan; raise EpilogRefused naming everything that is still wrong. ``destroy(device)``: destroys
+    a per-job MIG device's instances, why not or None (default: ``perjob.destroy_slice`` on the killer's backend)."""
     failed: list[str] = []
+    if destroy is None:
+        state_dir = os.path.dirname(store.dirname)
+        destroy = lambda device: destroy_slice(killer.backend, device, state_dir)  # noqa: E731
     for action in actions:
         match action:
             case WriteJournal(j):
                 store.write(j)
             case KillProcess():
                 why = killer(action)
+                if why:
+                    failed.append(why)
+            case DestroySlice(device):
+                why = destroy(device) if not failed else None  # not under a process that survived SIGKILL
                 if why:
                     failed.append(why)
             case QuitMps(daemon):

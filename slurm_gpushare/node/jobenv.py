@@ -5,7 +5,10 @@ https://slurm.schedmd.com/prolog_epilog.html, lists what it sets, 24.11).
 Only the variables below are read; each is checked against the one form
 Slurm writes and rejected otherwise, with the variable named and the form
 that would have been accepted. Job-controlled strings (job name, comment,
-work dir, ...) are never read at all. The one exception is the task prolog
+work dir, ...) are never read at all, but for SLURM_JOB_EXTRA, which per-job
+MIG's submission filter sets (``gpushare-mig=<profile>``) and which is read
+only as that record: its profile when the value is exactly a record, else
+nothing of it (``mig_profile``). The one exception is the task prolog
 (as the user, on every task start), which reads SLURM_JOB_ID and the GPU
 index lists itself without importing ``re`` (node/taskprolog.py: its budget
 is the interpreter's start-up).
@@ -17,6 +20,7 @@ import re
 from collections.abc import Mapping
 
 from ..errors import GpushareError
+from ..policy.share import RECORD_PREFIX
 from ..records import record
 
 _ID = re.compile(r"^[1-9][0-9]{0,9}$")
@@ -24,6 +28,7 @@ _UINT = re.compile(r"^(0|[1-9][0-9]{0,9})$")
 _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _CONF = re.compile(r"^/[A-Za-z0-9_./-]+$")
 _INDEXES = re.compile(r"^(0|[1-9][0-9]{0,3})(,(0|[1-9][0-9]{0,3}))*$")
+_RECORD = re.compile(re.escape(RECORD_PREFIX) + r"([0-9]g\.[0-9]{1,4}gb(\+me)?)")  # fullmatch: a catalogue name
 MAX_ID = 2**32 - 2  # Slurm's NO_VAL is 2^32 - 2; uids are below 2^32 - 1
 
 
@@ -41,6 +46,9 @@ class JobEnv:
     node: str
     gpu_indexes: tuple[int, ...] = ()
     mps_percentage: int | None = None
+    # per-job MIG (SLURM_JOB_EXTRA): None without one, the profile of a ``gpushare-mig=<profile>`` record, or ""
+    # for any other value (never kept: the prolog refuses such a job on a per-job GPU)
+    mig_profile: str | None = None
 
 
 def _get(env: Mapping[str, str], name: str, pattern: re.Pattern, form: str) -> str:
@@ -84,7 +92,16 @@ def job_from_env(env: Mapping[str, str]) -> JobEnv:
         if not _UINT.match(pct) or not 1 <= int(pct) <= 100:
             raise HookInputError(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={pct[:20]!r} is not a whole percentage 1-100")
         percentage = int(pct)
-    return JobEnv(job_id, uid, gid, node, indexes, percentage)
+    return JobEnv(job_id, uid, gid, node, indexes, percentage, mig_record(env.get("SLURM_JOB_EXTRA")))
+
+
+def mig_record(extra: str | None) -> str | None:
+    """The profile SLURM_JOB_EXTRA records (``gpushare-mig=<profile>``); None when it is unset or empty, "" when
+    it is anything else (nothing of it is kept)."""
+    if not extra:
+        return None
+    m = _RECORD.fullmatch(extra)
+    return m[1] if m else ""
 
 
 def node_name(env: Mapping[str, str]) -> str:

@@ -77,7 +77,13 @@ class Device:
     """One GRES the job holds on this node, as Slurm numbered it and as NVML knows it.
 
     ``visible`` is what the job's CUDA_VISIBLE_DEVICES must say for it (a MIG
-    UUID, a GPU UUID for MPS), or None to keep what Slurm set."""
+    UUID, a GPU UUID for MPS), or None to keep what Slurm set.
+
+    Per-job MIG (``node.perjob``): ``profile`` is the instance made for the job
+    and ``start`` its memory slice, recorded before it is created (``gi``,
+    ``ci`` and ``mig_uuid`` once made), so the epilog or the health check can
+    destroy what a crash left. Written only when set: other jobs' journals are
+    as before."""
 
     slurm_index: int
     gpu_index: int
@@ -87,6 +93,17 @@ class Device:
     gi: int | None = None
     ci: int | None = None
     visible: str | None = None
+    profile: str | None = None
+    start: int | None = None
+
+    @property
+    def per_job(self) -> bool:
+        """A per-job MIG instance made for this job (destroyed when it ends), not a slice of a fixed layout."""
+        return self.profile is not None
+
+    def to_json(self) -> dict:
+        data = vars(self)
+        return {k: v for k, v in data.items() if k not in _PER_JOB or v is not None}
 
     @property
     def is_mig(self) -> bool:
@@ -101,6 +118,9 @@ class Device:
     def is_shared(self) -> bool:
         """A share of a GPU other jobs may use too (MPS, a shard), not the GPU whole."""
         return self.mode in (Mode.MPS, Mode.SHARD)
+
+
+_PER_JOB = ("profile", "start")  # Device's per-job MIG fields: in a journal only when set
 
 
 @record
@@ -140,7 +160,7 @@ class Journal:
             "gid": self.gid,
             "node": self.node,
             "state": self.state,
-            "devices": [vars(d) for d in self.devices],
+            "devices": [d.to_json() for d in self.devices],
             "env": dict(self.env),
             "mps": None,
         }

@@ -158,7 +158,7 @@ class _Verdict:
 
 def full_ci_constant(profile: MigProfile) -> int:
     """NVML_COMPUTE_INSTANCE_PROFILE_* of the CI that spans the whole GI (same name as the GI)."""
-    return dict(profile.compute_profiles)[profile.name]
+    return profile.full_compute_constant
 
 
 def gi_profile_name(model: GpuModel, gi: GpuInstance) -> str:
@@ -206,6 +206,8 @@ def _compare(slot: GpuSlot, gpu: GpuState | None, present: Iterable[int]) -> _Ve
     mismatch = _model_mismatch(slot, gpu)
     if mismatch:
         return _Verdict(mismatch, [mismatch])
+    if slot.share.is_per_job_mig:
+        return _compare_per_job(slot, gpu)
     if not slot.share.is_mig:
         return _compare_whole(slot, gpu)
     if not gpu.mig_current:
@@ -231,6 +233,18 @@ def _compare_whole(slot: GpuSlot, gpu: GpuState) -> _Verdict:
         )
         return _Verdict(text, [text])
     return _Verdict()
+
+
+def _compare_per_job(slot: GpuSlot, gpu: GpuState) -> _Verdict:
+    """A per-job MIG GPU: MIG mode must be on; its instances are its jobs' (node.perjob), never a layout to keep."""
+    if gpu.mig_current:
+        return _Verdict()
+    pending = " (enabling is pending: reset the GPU or reboot)" if gpu.mig_pending else ""
+    text = (
+        f"{gpu.label}: MIG mode is disabled{pending}, but the policy makes MIG instances per job on it; gpushare "
+        f"never changes MIG mode: enable it with `nvidia-smi -i {gpu.index} -mig 1`"
+    )
+    return _Verdict(f"GPU {gpu.index}: MIG mode is disabled, want instances per job", [text])
 
 
 def _mig_disabled(slot: GpuSlot, gpu: GpuState) -> _Verdict:

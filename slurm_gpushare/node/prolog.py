@@ -15,6 +15,10 @@ device files, observed on the cluster):
 - exclusive, or the whole of an MPS/shard GPU: the GPU must be idle (no
   compute processes, no MPS daemon of a running job).
 - shard: nothing to check; Slurm's index is right for the job.
+- per-job MIG (a GPU whose instances are made per job, and a job whose
+  SLURM_JOB_EXTRA records a profile): the device is planned with its profile
+  only; ``node.perjob`` places and makes the instance (or refuses the job,
+  never the node) before the journal is written ready.
 - MPS (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE set): an MPS control daemon for
   these GPUs, this user and this percentage (``mps`` module), started unless
   one answers already, with the pinned device memory limit the same share
@@ -41,7 +45,7 @@ import re
 
 from ..errors import GpushareError
 from ..policy.share import Mode, Share
-from ..records import record, replace
+from ..records import field, record, replace
 from .gresindex import GresRecord
 from .jobenv import JobEnv
 from .journal import Device, Journal, JournalStore, MpsDaemon
@@ -63,7 +67,7 @@ class PrologRefused(NodeUnsafe):
 @record
 class NodeLayout:
     """What the node is meant to be: the policy's GPU shares (node spec), Slurm's gpu
-    records (gres.conf order), the mig-minors table reversed (minor -> key)."""
+    records (gres.conf order), the mig-minors table reversed (minor -> key), each GPU's model (catalogue name)."""
 
     node: str
     shares: dict[int, Share]
@@ -71,6 +75,7 @@ class NodeLayout:
     cap_minors: dict[int, tuple[int, int, int | None]]
     state_dir: str
     log_dir: str
+    models: dict[int, str] = field(default_factory=dict)
 
     @classmethod
     def from_spec(cls, spec: NodeSpec, records, minors: dict) -> NodeLayout:
@@ -81,6 +86,7 @@ class NodeLayout:
             {minor: key for key, minor in minors.items()},
             spec.state_dir,
             spec.log_dir,
+            {g.index: g.model for g in spec.gpus},
         )
 
 
@@ -175,6 +181,9 @@ def _device(job: JobEnv, index: int, node: NodeLayout, live: ObservedState, reas
         reasons.append(f"{gpu.label}: not in the policy for {node.node}")
         return None
     mode = share.mode.value
+    if share.is_per_job_mig and mig is None and job.mig_profile is not None:
+        # a per-job slice: made for the job beside its neighbours (node.perjob), so their processes are no reason
+        return Device(index, gpu.index, gpu.uuid, mode, profile=job.mig_profile)
     if (mig is not None) != share.is_mig:
         reasons.append(
             f"{gpu.label}: gres.conf declares it {'as MIG instances' if mig else 'whole'} but the policy "

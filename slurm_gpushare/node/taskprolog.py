@@ -19,7 +19,8 @@ index CUDA would misread.
 
 A task file with an ``env GPUSHARE_REFUSE <reason>`` line is a job the prolog
 refused without draining the node (``mpsmem``: the node sets an MPS job's
-share of GPU memory on its cgroup and could not): every task of it fails,
+share of GPU memory on its cgroup and could not; ``perjob``: the job's
+per-job MIG instance could not be made): every task of it fails,
 nothing is exported, and the reason reaches the job's output through a
 ``print`` line (Slurm writes what follows ``print`` to the task's stdout;
 the task prolog's stderr goes nowhere the user sees). Slurm cancels a task
@@ -137,6 +138,11 @@ def refusal_text(code: str, why: str) -> str:
 
 def refusal_message(job: int, value: str) -> str:
     """What a refused job's output says, by the refusal's code (the part of ``value`` before the first ':')."""
+    if value.startswith("mig-slice:"):
+        return (
+            f"job {job} is not run on this node: the MIG instance made for each job could not be made for it "
+            f"({value[:200]}); the node stays in service. Submit it again; tell the cluster's admins if it recurs."
+        )
     if value.startswith("mps-dir-full:"):
         return (
             f"job {job} is not run on this node: there was no room to start its MPS daemon ({value[:200]}); "

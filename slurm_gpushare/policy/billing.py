@@ -7,6 +7,14 @@ GPU's compute slices and of its memory slices, since that is what it takes
 away from everybody else. A shard bills ``w(M) / replicas``; an MPS unit
 ``w(M) / units``.
 
+A per-job MIG slice of profile p is carried by ``weight(p)`` shards
+(``policy.perjob``), so one carrier shard bills ``w(M) * max(f(p) / weight(p))``
+over the allowed profiles, f(p) being the fixed slice's fraction above: the
+least per-shard weight that bills no slice less than a fixed slice of its
+profile. The exact weights of the 7-slice GPUs are proportional to f(p)
+(1g=2, 2g=4, 3g=7, 4g=8, 7g=14 of 15: each f(p)/weight(p) = 1/14), so there a
+per-job slice bills exactly what a fixed one of the same profile bills.
+
 Slurm bills a job the sum of weight x allocated count over every TRES the job
 has, and a typed request counts twice (``gres/gpu`` and ``gres/gpu:<type>``),
 an untyped one only once. So within a partition the untyped ``GRES/gpu`` weight
@@ -20,7 +28,7 @@ from __future__ import annotations
 from ..errors import Problem
 from .model import Billing
 from .share import SHARED_GRES
-from .site import Group
+from .site import GpuSlot, Group
 
 
 def fmt(value: float) -> str:
@@ -57,9 +65,18 @@ def unit_fractions(group: Group) -> list[tuple[str, float]]:
             ]
             continue
         out.append((f"gpu:{slot.slurm_type}", 1.0))
-        if share.shared_gres:
+        if share.is_per_job_mig:
+            out.append((share.shared_gres, carrier_fraction(slot)))
+        elif share.shared_gres:
             out.append((share.shared_gres, 1.0 / share.shared_count))
     return out
+
+
+def carrier_fraction(slot: GpuSlot) -> float:
+    """GPU fraction of one carrier shard of a per-job MIG GPU: the most any allowed profile's fixed-slice fraction
+    asks of one of its shards (so ``weight(p)`` shards bill at least a fixed p slice; exactly where proportional)."""
+    share, model = slot.share, slot.model
+    return max(model.profile(p).fraction(model) / share.weight(p) for p in share.profiles)
 
 
 def tier_fractions(groups: tuple[Group, ...]) -> dict[str, float]:

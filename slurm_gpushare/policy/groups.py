@@ -16,6 +16,7 @@ from ..errors import Problem
 from ..hardware import CatalogueError, GpuModel, check_layout, get_model, models
 from ..records import replace
 from ..slurmversion import SlurmVersion
+from . import perjob
 from .model import GpuModelDecl, NodeGroup, Sharing
 from .share import Mode, Share, misplaced_keys
 from .site import GpuSlot, Group
@@ -152,6 +153,7 @@ def _resolve_group(spec, path, nodes, version, problems, declared) -> Group | No
     for index in range(spec.gpu.count):
         slots.setdefault(index, GpuSlot(index, model))
     _check_mode_mix(list(slots.values()), f"{path}.sharing", version, problems)
+    perjob.check_group(list(slots.values()), f"{path}.sharing", problems)
     if len(problems) > before or not nodes:
         return None
     gpus = tuple(slots[i] for i in sorted(slots))
@@ -225,6 +227,10 @@ def _make_share(sharing: Sharing, path, model: GpuModel, problems) -> Share | No
     share = Share.from_entry(sharing.model_dump())
     if share.type == model.slurm_type:
         share = replace(share, type="")  # the model's own type: as if not given
+    if mode is Mode.MIG and sharing.per_job:
+        return perjob.resolve(sharing, path, model, share, problems) if len(problems) == before else None
+    if mode is Mode.MIG and sharing.profiles is not None:
+        problems.append(Problem(f"{path}.profiles", "only for per_job: true (the profiles a per-job range allows)"))
     if mode is Mode.MIG:
         layout = _resolve_layout(sharing.layout, f"{path}.layout", model, problems)
         share = replace(share, layout=layout)

@@ -12,6 +12,7 @@ from pydantic_core import ErrorDetails
 
 from ..errors import PolicyError, Problem
 from ..slurmversion import OLDEST_SUPPORTED, TESTED, SlurmVersion
+from . import perjob
 from .groups import declared_models, resolve_groups
 from .model import Policy
 from .rules import (
@@ -96,6 +97,7 @@ def build_site(raw: object, source: str, digest: str = "", slurm_version: str | 
     problems += check_billing(policy, declared)
     problems += check_submission(policy, groups)
     problems += check_routes(policy, groups, tiers)
+    problems += perjob.check_site(policy, groups)
     if problems or version is None:  # no version without a problem saying why
         raise PolicyError(source, problems)
     return Site(policy, version, tuple(groups), tuple(tiers), source, digest)

@@ -287,6 +287,21 @@ class Sharing(Strict):
             "mode mig: a list of profiles ([3g.40gb, 3g.40gb]) or a named layout (all-1g.10gb, ...) that fits the model"
         ),
     )
+    per_job: bool | None = Field(
+        None,
+        description=(
+            "mode mig: true makes a MIG instance for each job, at a legal placement beside the running ones, "
+            "instead of a fixed layout (no drain to change it); users ask as for fixed MIG"
+        ),
+    )
+    profiles: list[str] | None = Field(
+        None,
+        description=(
+            "mode mig with per_job: the profiles jobs may ask for ([1g.10gb, 3g.40gb, 7g.80gb]); they must have "
+            "exact carrier weights (`gpushare validate` names the largest sets that do). Default: the largest such "
+            "set of the model's profiles"
+        ),
+    )
     replicas: int | None = Field(None, description="mode shard: shards per GPU (2-1024)")
     units: int | None = Field(
         None, description="mode mps: MPS units per GPU, a divisor of 100 (2, 4, 5, 10, 20, 25, 50, 100)"

@@ -6,6 +6,7 @@ import re
 
 from ..errors import Problem
 from ..hardware import CatalogueError, get_model
+from . import perjob
 from .billing import tier_weights
 from .model import Policy, Tier
 from .share import SHARED_GRES, Mode
@@ -100,6 +101,7 @@ def build_tiers(policy: Policy, groups: list[Group]) -> tuple[list[TierView], li
         members = tuple(by_name[n] for n in dict.fromkeys(tier.node_groups) if n in by_name)
         problems += _gpu_type_problems(path, tier, members)
         problems += _exclusive_process_mix(path, tier.name, members)
+        problems += perjob.check_tier(path, tier.name, members)
         weights, conflicts = tier_weights(members, policy.billing, path)
         problems += conflicts
         views.append(TierView(tier, members, weights, i == default_index))
@@ -158,8 +160,8 @@ def _reference_problems(path: str, tier: Tier, declared: set[str], tenants: set[
 
 
 def _gpu_type_problems(path: str, tier: Tier, members: tuple[Group, ...]) -> list[Problem]:
-    """The tier's gpu_types that none of its node groups has."""
-    types = {t for g in members for (n, t) in g.gres if n == "gpu"}
+    """The tier's gpu_types that none of its node groups has (per-job MIG slice types count)."""
+    types = {t for g in members for (n, t) in g.gres if n == "gpu"} | {t for g in members for t in g.slice_types}
     return [
         Problem(
             f"{path}.gpu_types[{j}]",
@@ -258,7 +260,7 @@ def check_billing(policy: Policy, declared: dict | None = None) -> list[Problem]
 
 
 def check_submission(policy: Policy, groups: list[Group]) -> list[Problem]:
-    types = {t for g in groups for (n, t) in g.gres if n == "gpu"}
+    types = {t for g in groups for (n, t) in g.gres if n == "gpu"} | {t for g in groups for t in g.slice_types}
     modes = {s.mode for g in groups for s in g.gpus}
     problems = []
     for alias, target in policy.submission.aliases.items():

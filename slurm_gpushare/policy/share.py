@@ -35,12 +35,17 @@ SHARED_GRES = (Mode.MPS.value, Mode.SHARD.value)  # the shared GRES names, in sl
 
 # The keys of a policy ``sharing`` entry besides ``gpus`` and ``mode``, and the modes that use each.
 KEYS: dict[Mode, tuple[str, ...]] = {
-    Mode.MIG: ("layout",),
+    Mode.MIG: ("layout", "per_job", "profiles"),
     Mode.SHARD: ("replicas", "type"),
     Mode.MPS: ("units", "type", "compute_mode", "client_mem_limit_mib"),
     Mode.EXCLUSIVE: ("type",),
 }
-SHARING_KEYS = ("layout", "replicas", "units", "type", "compute_mode", "client_mem_limit_mib")
+SHARING_KEYS = ("layout", "per_job", "profiles", "replicas", "units", "type", "compute_mode", "client_mem_limit_mib")
+# The shared GRES that carries per-job MIG slices: a slice of profile p is ``shard:<weight of p>`` on one GPU.
+CARRIER = Mode.SHARD.value
+# A per-job MIG job's record of its profile, ``gpushare-mig=<profile>``: the submission filter sets it in the job's
+# extra field (submit.tables.RECORD_FIELD), the prolog reads it from SLURM_JOB_EXTRA (node.jobenv).
+RECORD_PREFIX = "gpushare-mig="
 
 
 def parse_mode(value: object) -> Mode:
@@ -63,7 +68,13 @@ def misplaced_keys(mode: Mode, entry: Mapping) -> list[tuple[str, str]]:
 
 @record
 class Share:
-    """One GPU's share as the policy declares it (a ``sharing`` entry without ``gpus``), resolved."""
+    """One GPU's share as the policy declares it (a ``sharing`` entry without ``gpus``), resolved.
+
+    A MIG GPU has a fixed ``layout``, or is ``per_job``: an instance of one of
+    ``profiles`` is made for each job, and Slurm counts them with the carrier
+    GRES (shards, ``capacity`` per GPU, profile i weighing ``weights[i]``:
+    hardware.migweights, exact, so the count admits exactly what fits).
+    """
 
     mode: Mode = Mode.EXCLUSIVE
     layout: tuple[str, ...] = ()  # mig: the MIG profiles
@@ -72,20 +83,39 @@ class Share:
     type: str = ""  # exclusive/shard/mps: the whole GPU's Slurm type where the policy names one ('': the model's)
     compute_mode: str = ""  # mps: "default" or "exclusive_process" (nvidia-smi -c), as the site sets the GPU
     client_mem_limit_mib: int = 0  # mps: the most device memory one client may pin on the GPU (0: its share)
+    per_job: bool = False  # mig: an instance made for each job instead of a fixed layout
+    profiles: tuple[str, ...] = ()  # per-job mig: the profiles it allows (catalogue names)
+    weights: tuple[int, ...] = ()  # per-job mig: each profile's carrier weight, in ``profiles`` order
+    capacity: int = 0  # per-job mig: carrier units per GPU (shard Count)
 
     @property
     def is_mig(self) -> bool:
-        """Partitioned into MIG instances: Slurm sees one typed gpu GRES per instance, never the GPU."""
-        return self.mode is Mode.MIG
+        """A fixed MIG layout: Slurm sees one typed gpu GRES per instance, never the GPU."""
+        return self.mode is Mode.MIG and not self.per_job
+
+    @property
+    def is_per_job_mig(self) -> bool:
+        """Per-job MIG: Slurm sees the whole GPU (gpu) and its carrier shards; the instances come and go with jobs."""
+        return self.mode is Mode.MIG and self.per_job
+
+    def weight(self, profile: str) -> int:
+        """The carrier units a per-job slice of ``profile`` (a catalogue name) takes; KeyError if not allowed."""
+        if profile not in self.profiles:
+            raise KeyError(f"{profile} is not one of this GPU's per-job profiles ({', '.join(self.profiles)})")
+        return self.weights[self.profiles.index(profile)]
 
     @property
     def shared_gres(self) -> str:
-        """The shared GRES the GPU offers ('mps', 'shard'), or '' (exclusive, MIG)."""
+        """The shared GRES the GPU offers ('mps', 'shard'; per-job MIG: its carrier), or '' (exclusive, fixed MIG)."""
+        if self.is_per_job_mig:
+            return CARRIER
         return self.mode.value if self.mode in (Mode.MPS, Mode.SHARD) else ""
 
     @property
     def shared_count(self) -> int:
-        """Its shared GRES per GPU: MPS units or shards; 0 for none."""
+        """Its shared GRES per GPU: MPS units, shards, per-job MIG carrier units; 0 for none."""
+        if self.is_per_job_mig:
+            return self.capacity
         return self.units if self.mode is Mode.MPS else self.replicas if self.mode is Mode.SHARD else 0
 
     @property
@@ -112,6 +142,9 @@ class Share:
             return f"mps ({self.units} units)"
         if self.mode is Mode.SHARD:
             return f"shard ({self.replicas} replicas)"
+        if self.is_per_job_mig:
+            weights = ", ".join(f"{p}={w}" for p, w in zip(self.profiles, self.weights, strict=True))
+            return f"mig per job ({weights} of {self.capacity})"
         if self.mode is Mode.MIG:
             return f"mig ({'+'.join(self.layout)})"
         return self.mode.value
@@ -122,6 +155,8 @@ class Share:
         entry: dict = {"mode": self.mode.value}
         if self.is_mig:
             entry["layout"] = list(self.layout)
+        if self.is_per_job_mig:
+            entry.update(per_job=True, profiles=list(self.profiles))
         if self.mode is Mode.MPS:
             entry["units"] = self.units
             if self.compute_mode and self.compute_mode != "default":
@@ -140,6 +175,7 @@ class Share:
         values; ValueError for a mode that is none."""
         mode = parse_mode(entry.get("mode", Mode.EXCLUSIVE))
         layout = entry.get("layout") or ()
+        profiles = entry.get("profiles") or ()
         return cls(
             mode,
             (layout,) if isinstance(layout, str) else tuple(layout),
@@ -148,13 +184,21 @@ class Share:
             str(entry.get("type") or ""),
             str(entry.get("compute_mode") or "default") if mode is Mode.MPS else "",
             int(entry.get("client_mem_limit_mib") or 0),
+            bool(entry.get("per_job")) and mode is Mode.MIG,
+            (profiles,) if isinstance(profiles, str) else tuple(profiles),
         )
 
     def to_json(self) -> dict:
         """Every field, for the node spec cache (``from_json`` reads it back)."""
-        return {**vars(self), "mode": self.mode.value, "layout": list(self.layout)}
+        lists = {k: list(getattr(self, k)) for k in _TUPLES}
+        return {**vars(self), "mode": self.mode.value, **lists}
 
     @classmethod
     def from_json(cls, data: Mapping) -> Share:
-        """``to_json``'s shape; TypeError, KeyError or ValueError for anything else."""
-        return cls(**{**data, "mode": Mode(data["mode"]), "layout": tuple(data["layout"])})
+        """``to_json``'s shape (a cache written before per-job MIG lacks its keys: their defaults); TypeError,
+        KeyError or ValueError for anything else."""
+        tuples = {k: tuple(data[k]) for k in _TUPLES if k in data}
+        return cls(**{**data, "mode": Mode(data["mode"]), "layout": tuple(data["layout"]), **tuples})
+
+
+_TUPLES = ("layout", "profiles", "weights")  # Share's tuple fields, lists in JSON

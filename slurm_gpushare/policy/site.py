@@ -58,6 +58,14 @@ class GpuSlot:
     def mig_types(self) -> tuple[str, ...]:
         return tuple(self.model.mig_slurm_type(p) for p in self.layout)
 
+    def slice_types(self) -> dict[str, int]:
+        """Per-job MIG: the slice types users ask for (the fixed MIG types, ``gpu:<type>``) and each one's carrier
+        shards; {} for any other GPU."""
+        share = self.share
+        if not share.is_per_job_mig:
+            return {}
+        return {self.model.mig_slurm_type(p): w for p, w in zip(share.profiles, share.weights, strict=True)}
+
     def gres(self) -> tuple[tuple[str, str, int], ...]:
         """(name, type, count) of what this GPU gives its node (``Share.gres``)."""
         return self.share.gres(self.model.slurm_type, self.model.mig_slurm_type)
@@ -93,6 +101,11 @@ class Group:
             for name, gres_type, count in slot.gres():
                 counts[name, gres_type] += count
         return dict(sorted(counts.items()))
+
+    @cached_property
+    def slice_types(self) -> dict[str, int]:
+        """Per-job MIG slice types users may ask for here (``gpu:<type>``), and the shards each is carried by."""
+        return {t: w for slot in self.gpus for t, w in slot.slice_types().items()}
 
     def slots(self, mode: Mode) -> tuple[GpuSlot, ...]:
         return tuple(s for s in self.gpus if s.mode == mode)

@@ -125,11 +125,21 @@ def hooks(site: Site) -> list[tuple[str, str]]:
 
 
 def mig_nodes(site: Site) -> list[dict]:
-    return [
-        {"nodes": g.hostlist, "gpus": [(s.index, list(s.layout)) for s in g.slots(Mode.MIG)]}
-        for g in site.groups
-        if g.slots(Mode.MIG)
-    ]
+    """Groups with fixed MIG layouts (their instances go in the per-node include); per-job GPUs are not among them."""
+    fixed = [(g, [s for s in g.gpus if s.share.is_mig]) for g in site.groups]
+    return [{"nodes": g.hostlist, "gpus": [(s.index, list(s.layout)) for s in slots]} for g, slots in fixed if slots]
+
+
+def per_job_mig(site: Site) -> bool:
+    """Whether any GPU makes a MIG instance per job (carried by shards)."""
+    return any(s.share.is_per_job_mig for g in site.groups for s in g.gpus)
+
+
+def select_type_parameters(site: Site) -> str:
+    """SelectTypeParameters: with per-job MIG, LL_SHARED_GRES, so Slurm gives a slice's shards to the least loaded
+    GPU, where it is most likely to have a legal placement (bench/RESULTS.md, per-job MIG churn: 0.68-0.92 x the
+    requeues of first fit). Never MULTIPLE_SHARING_GRES_PJ: one slice's shards must come from one GPU."""
+    return "CR_Core_Memory,LL_SHARED_GRES" if per_job_mig(site) else "CR_Core_Memory"
 
 
 def gres_conf_lines(site: Site) -> list[dict]:
@@ -181,6 +191,8 @@ def describe(group: Group) -> str:
 
 
 def _slot_text(slot) -> str:
+    if slot.share.is_per_job_mig:
+        return f"mig per job ({'/'.join(slot.share.profiles)}: gpu + shard x{slot.share.capacity})"
     if slot.share.is_mig:
         counts = Counter(slot.layout)
         return "mig " + "+".join(f"{n}x{p}" if n > 1 else p for p, n in counts.items())

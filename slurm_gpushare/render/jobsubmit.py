@@ -36,8 +36,9 @@ _KEYWORDS = frozenset(
 
 
 def lua_data(t: Tables) -> dict:
-    """Everything job_submit.lua reads, as plain data; sets are emitted as {key = true} so no Lua builds them."""
-    return {
+    """Everything job_submit.lua reads, as plain data; sets are emitted as {key = true} so no Lua builds them.
+    Per-job MIG's tables only where a tier has per-job GPUs (the program reads their absence as none)."""
+    return _per_job_data(t) | {
         "prefix": t.prefix,
         "reject_multi_slice": t.reject_multi_slice,
         "fail_open": t.fail_open,
@@ -88,6 +89,7 @@ def _lua_tiers(t: Tables) -> list[dict]:
             "gpu": list(x.gpu),
             "gpu_set": {g: True for g in x.gpu},
             "shared": x.shared,
+            **_lua_slices(x.slices, next(iter(x.slices), "")),
             "groups": [
                 {
                     "name": g.name,
@@ -95,12 +97,36 @@ def _lua_tiers(t: Tables) -> list[dict]:
                     "feature_set": {f: True for f in g.features},
                     "gpu": list(g.gpu),
                     "shared": g.shared,
+                    **_lua_slices(g.slices),
                 }
                 for g in x.groups
             ],
         }
         for x in t.tiers
     ]
+
+
+def per_job(t: Tables) -> bool:
+    """Whether any tier has per-job MIG GPUs: only then does the prelude hold per-job MIG's tables and texts."""
+    return any(x.slices for x in t.tiers)
+
+
+def _per_job_data(t: Tables) -> dict:
+    return {"record_field": tb.RECORD_FIELD, "record_prefix": tb.RECORD_PREFIX} if per_job(t) else {}
+
+
+def _lua_slices(slices: dict[str, tuple[int, str]], example: str | None = None) -> dict:
+    """Per-job MIG slice types (tables.TierCaps.slices) as ``slices``: type -> {weight, profile}, and a tier's
+    ``slice_example``; nothing where there are none."""
+    if not slices:
+        return {}
+    out: dict = {"slices": {k: {"weight": w, "profile": p} for k, (w, p) in slices.items()}}
+    return out | ({"slice_example": example} if example is not None else {})
+
+
+def _texts(texts: dict[str, str], t: Tables) -> dict[str, str]:
+    """The messages or codes the prelude holds: per-job MIG's only where the site has per-job GPUs."""
+    return texts if per_job(t) else {k: v for k, v in texts.items() if not k.startswith("per_job_")}
 
 
 def lua_function(template: str) -> str:
@@ -174,12 +200,14 @@ def prelude(site: Site, data: dict | None = None) -> str:
 
     ``data`` replaces the policy tables (tests inject broken ones).
     """
-    data = lua_data(build_tables(site)) if data is None else data
-    messages = lua_texts({**tb.MESSAGES, **tb.SCRIPT_MESSAGES})
+    tables = build_tables(site)
+    data = lua_data(tables) if data is None else data
+    messages = lua_texts(_texts({**tb.MESSAGES, **tb.SCRIPT_MESSAGES}, tables))
+    codes = lua_texts(_texts(tb.CODES, tables))
     return (
         environment()
         .get_template(PRELUDE)
-        .render(version=site.version, tables=to_lua(data), messages=messages, codes=lua_texts(tb.CODES))
+        .render(version=site.version, tables=to_lua(data), messages=messages, codes=codes)
     )
 
 

@@ -48,6 +48,19 @@ Rules, in the order they are applied (job_submit.lua applies the same ones):
    the job's tiers, so ``--gres=gpu:1 --constraint=a30`` becomes
    ``gpu:a30:1``. A fractional request (mps, shard) keeps its constraint:
    Slurm places it only on the allowed models.
+5b. Per-job MIG (``per_job``, after placement, on submission and update):
+   a slice type (``gpu:<model>_<profile>``, or an alias of one) on a tier whose
+   GPUs make an instance per job becomes that profile's carrier shards,
+   ``shard:<weight>``, and the profile is recorded in the job's extra field
+   (``tables.RECORD_FIELD``, ``gpushare-mig=<profile>``, which the prolog reads
+   as SLURM_JOB_EXTRA). Per-job tiers own that field: ``PER_JOB_EXTRA
+   <partition>`` for a job there (GPU or not) that brings its own --extra, and
+   for an update that sets extra on a job there or on one that carries the
+   record, so the prolog's profile is the one the shards were counted for.
+   ``PER_JOB gpu:<t>=<n>`` for more than one slice (or a slice beside other
+   GPUs) per node, ``PER_JOB_FIELD`` for a slice asked per job, task or socket,
+   ``PER_JOB_TIERS`` where the job's partitions disagree on what the type is,
+   ``PER_JOB_SHARD`` for a plain shard request on a per-job tier.
 6. QOS (every accepted job, GPU or not, on submission only): a job that names
    no QOS gets the QOS of its tier, the tier its partition names (the first
    one when it names several, all of them tiers), the one routing chose, or
@@ -72,6 +85,8 @@ from .tables import (
     NO_VAL,
     NO_VAL16,
     PER,
+    RECORD_FIELD,
+    RECORD_PREFIX,
     GroupCaps,
     Tables,
     TierCaps,
@@ -105,6 +120,7 @@ class Decision:
     partition: str | None = None
     fields: Mapping[str, str] = field(default_factory=dict)
     qos: str | None = None
+    extra: str | None = None  # per-job MIG: the slice's profile record (tables.RECORD_FIELD)
 
     @property
     def codes(self) -> list[str]:
@@ -113,7 +129,10 @@ class Decision:
     @property
     def changes(self) -> list[str]:
         out = [message("change", name="partition", value=self.partition)] if self.partition else []
-        return out + [message("change", name=k, value=v) for k, v in self.fields.items()]
+        out += [message("change", name=k, value=v) for k, v in self.fields.items()]
+        if self.extra:
+            out.append(message("change", name=RECORD_FIELD, value=self.extra))
+        return out
 
     @property
     def user_message(self) -> str | None:
@@ -126,14 +145,19 @@ class Decision:
 
 
 def decide(
-    t: Tables, job: Mapping[str, str | None], modify: bool = False, current_partition: str | None = None
+    t: Tables,
+    job: Mapping[str, str | None],
+    modify: bool = False,
+    current_partition: str | None = None,
+    current_extra: str | None = None,
 ) -> Decision:
-    """Decide on a job given as job_submit's fields (tres_per_*, partition).
+    """Decide on a job given as job_submit's fields (tres_per_*, partition, extra).
 
     ``modify``: the fields are an update of an existing job (slurm_job_modify):
     only the fields present are checked, an empty field clears the GRES and
     passes, there is no routing, and the job's partition is
-    ``job['partition']`` or else ``current_partition``.
+    ``job['partition']`` or else ``current_partition``; ``current_extra`` is
+    the job's extra field before the update (job_rec.extra).
     """
     parsed, bad = _parse_all(t, job, modify)
     if bad:
@@ -144,6 +168,9 @@ def decide(
     if not requests:
         to = ",".join(route.tiers) if route and route.tiers else None
         tiers, _ = job_tiers(t, job.get("partition") or to or (current_partition if modify else None), [], True)
+        own = own_extra(t, tiers, job, modify, current_extra, job.get("partition") or current_partition or "")
+        if own:
+            return Decision(False, (own,))
         return Decision(True, partition=to, qos=tier_qos(job, tiers, modify))
     violations = [v for r in requests if (v := check_request(t, r)) is not None]
     mixed = check_mixed(requests)
@@ -158,7 +185,7 @@ def decide(
     bad_constraint = check_constraint(t, con, requests) if con is not None else []
     if bad_constraint:
         return Decision(False, tuple(bad_constraint))
-    return _place(t, job, parsed, modify, current_partition, route, allowed_of(t, con))
+    return _place(t, job, parsed, modify, (current_partition, current_extra), route, allowed_of(t, con))
 
 
 def _parse_all(t: Tables, job, modify) -> tuple[dict[str, list[Gres | Other]], list[Violation]]:
@@ -332,17 +359,19 @@ def _unknown_feature(t: Tables, name: str) -> Violation:
 
 def serves(tier: TierCaps, r: Gres) -> bool:
     if r.name == "gpu":
-        return r.type in tier.gpu if r.type else bool(tier.gpu)
+        return (r.type in tier.gpu or r.type in tier.slices) if r.type else bool(tier.gpu)
     per = tier.shared.get(r.name, {})
     return r.type in per and r.count <= per[r.type]
 
 
-def _place(t: Tables, job, parsed, modify, current_partition, route=None, allowed=None) -> Decision:
+def _place(t: Tables, job, parsed, modify, current, route=None, allowed=None) -> Decision:
     """An accepted GPU job: its partition (routing) and the fields to rewrite (aliases, a single GPU type).
 
+    ``current``: the job's partition and extra field before an update (None, None on submission).
     A changed field is written whole in this Slurm's format, so Slurm parses
     what we wrote, not a mix of the user's and ours.
     """
+    current_partition, current_extra = current
     requests = [e for entries in parsed.values() for e in entries if isinstance(e, Gres)]
     to = ",".join(route.tiers) if route and route.tiers else None  # a class route names the tiers
     tiers, partition = job_tiers(
@@ -350,12 +379,62 @@ def _place(t: Tables, job, parsed, modify, current_partition, route=None, allowe
     )
     partition = partition or to
     types = {x for tier in tiers for x in within(tier, allowed).gpu}
+    typed = {n: [_typed(e, types) if t.set_gpu_type and len(types) == 1 else e for e in v] for n, v in parsed.items()}
+    where = job.get("partition") or current_partition or ""
+    own = own_extra(t, tiers, job, modify, current_extra, where)
+    if own:
+        return Decision(False, (own,))
+    bad, carried, record = per_job(tiers, typed, where)
+    if bad:
+        return Decision(False, tuple(bad))
     fields: dict[str, str] = {}
     for name, entries in parsed.items():
-        new = [_typed(e, types) if t.set_gpu_type and len(types) == 1 else e for e in entries]
+        new = carried[name]
         if any(isinstance(e, Gres) and (e.alias or e is not o) for e, o in zip(new, entries, strict=False)):
             fields[name] = ",".join(e.text(t.prefix) if isinstance(e, Gres) else e.raw for e in new)
-    return Decision(True, (), partition, fields, tier_qos(job, tiers, modify))
+    return Decision(True, (), partition, fields, tier_qos(job, tiers, modify), record)
+
+
+def own_extra(
+    t: Tables, tiers: list[TierCaps], job, modify: bool, current_extra: str | None, partition: str
+) -> Violation | None:
+    """Per-job tiers own the extra field (tables.RECORD_FIELD): PER_JOB_EXTRA for a job on one that brings its own
+    (a non-empty --extra), and for an update that sets it (even to '') on a job there or one that carries the record.
+    A site without per-job GPUs checks nothing (its job_submit.lua has none of per-job MIG's texts)."""
+    mine = job.get(RECORD_FIELD)
+    if mine is None or (mine == "" and not modify) or not any(x.slices for x in t.tiers):
+        return None
+    slicing = [x for x in tiers if x.slices]
+    carries = modify and (current_extra or "").startswith(RECORD_PREFIX)
+    if not slicing and not carries:
+        return None
+    return violation("per_job_extra", partition=partition or (slicing[0].name if slicing else ""))
+
+
+def per_job(tiers: list[TierCaps], parsed, partition: str):
+    """Per-job MIG slices to their carrier shards: (violations, the entries, the extra field's record or None)."""
+    slicing = [x for x in tiers if x.slices]
+    if not slicing:
+        return [], parsed, None
+    requests = [e for v in parsed.values() for e in v if isinstance(e, Gres)]
+    where = partition or slicing[0].name
+    if any(r.name == "shard" for r in requests):
+        return [violation("per_job_shard", partition=where, example=next(iter(slicing[0].slices)))], parsed, None
+    slices = [r for r in requests if r.name == "gpu" and any(r.type in x.slices for x in tiers)]
+    if not slices:
+        return [], parsed, None
+    r = slices[0]
+    if len(slicing) < len(tiers):
+        return [violation("per_job_tiers", type=r.type, partition=where)], parsed, None
+    if r.field != "tres_per_node":
+        return [violation("per_job_field", type=r.type, field=r.field)], parsed, None
+    gpus = sum(e.count for e in requests if e.name == "gpu")
+    if gpus > 1:
+        return [violation("per_job_count", type=r.type, n=gpus)], parsed, None
+    weight, profile = slicing[0].slices[r.type]
+    carrier = replace(r, name="shard", type="", count=weight, alias=r.alias or r.type)
+    out = {n: [carrier if e is r else e for e in v] for n, v in parsed.items()}
+    return [], out, RECORD_PREFIX + profile
 
 
 def tier_qos(job, tiers: list[TierCaps], modify: bool) -> str | None:

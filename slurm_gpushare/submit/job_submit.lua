@@ -351,7 +351,7 @@ end
 local function serves(tier, r)
   if r.name == "gpu" then
     if r.type ~= "" then
-      return tier.gpu_set[r.type] == true
+      return tier.gpu_set[r.type] == true or (tier.slices ~= nil and tier.slices[r.type] ~= nil)
     end
     return #tier.gpu > 0
   end
@@ -431,8 +431,11 @@ end
 
 -- What these groups serve together: GPU types joined (sorted), shared caps at their largest.
 local function merged(groups)
-  local gpu, gpu_set, shared = {}, {}, {}
+  local gpu, gpu_set, shared, slices = {}, {}, {}, {}
   for _, g in ipairs(groups) do
+    for x, v in pairs(g.slices or NONE) do
+      slices[x] = v
+    end
     for _, x in ipairs(g.gpu) do
       if not gpu_set[x] then
         gpu_set[x] = true
@@ -453,7 +456,7 @@ local function merged(groups)
     end
   end
   table.sort(gpu)
-  return { gpu = gpu, gpu_set = gpu_set, shared = shared }
+  return { gpu = gpu, gpu_set = gpu_set, shared = shared, slices = slices }
 end
 
 -- What the tier serves on the groups a constraint allows (the whole tier when it allows all).
@@ -610,7 +613,97 @@ local function tier_qos(job, tiers, modify)
   return tiers[1].name
 end
 
-local function place(job, parsed, order, reqs, modify, current, route, allowed)
+-- Per-job tiers own the extra field (decide.own_extra): a violation for a job on one that brings its own (a
+-- non-empty extra), and for an update that sets it (even to "") on a job there or one that carries the record;
+-- nil otherwise. A site without per-job GPUs has no record_prefix in its prelude and checks nothing.
+local function own_extra(tiers, job, modify, current_extra, where)
+  if P.record_prefix == nil then
+    return nil
+  end
+  local mine = job[P.record_field]
+  if mine == nil or (mine == "" and not modify) then
+    return nil
+  end
+  local first = nil
+  for _, x in ipairs(tiers) do
+    if first == nil and x.slices then
+      first = x.name
+    end
+  end
+  local carries = modify and type(current_extra) == "string"
+    and string.sub(current_extra, 1, #P.record_prefix) == P.record_prefix
+  if first == nil and not carries then
+    return nil
+  end
+  if where == nil or where == "" then
+    where = first or ""
+  end
+  return violation("per_job_extra", { partition = where })
+end
+
+-- Per-job MIG (decide.per_job): a slice type on a per-job tier becomes its carrier shards (parsed is changed in
+-- place); returns violations or nil, and the extra field's record of the profile (nil: none). A tier without
+-- per-job GPUs has no slices table, and the prelude of a site without any has none of per-job MIG's texts.
+local function per_job(tiers, parsed, reqs, where)
+  local slicing = {}
+  for _, x in ipairs(tiers) do
+    if x.slices then
+      slicing[#slicing + 1] = x
+    end
+  end
+  if #slicing == 0 then
+    return nil, nil
+  end
+  if where == nil or where == "" then
+    where = slicing[1].name
+  end
+  for _, e in ipairs(reqs) do
+    if e.name == "shard" then
+      return { violation("per_job_shard", { partition = where, example = slicing[1].slice_example }) }, nil
+    end
+  end
+  local r, gpus = nil, 0
+  for _, e in ipairs(reqs) do
+    if e.name == "gpu" then
+      gpus = gpus + e.count
+      for _, x in ipairs(tiers) do
+        if r == nil and x.slices and x.slices[e.type] then
+          r = e
+        end
+      end
+    end
+  end
+  if r == nil then
+    return nil, nil
+  end
+  if #slicing < #tiers then
+    return { violation("per_job_tiers", { type = r.type, partition = where }) }, nil
+  end
+  if r.field ~= "tres_per_node" then
+    return { violation("per_job_field", { type = r.type, field = r.field }) }, nil
+  end
+  if gpus > 1 then
+    return { violation("per_job_count", { type = r.type, n = fmt(gpus) }) }, nil
+  end
+  local s = slicing[1].slices[r.type]
+  local alias = r.alias
+  if alias == "" then
+    alias = r.type
+  end
+  local entries = parsed[r.field]
+  for i, e in ipairs(entries) do
+    if e == r then
+      entries[i] = { gres = true, field = r.field, name = "shard", type = "", count = s.weight, raw = r.raw, alias = alias }
+    end
+  end
+  return nil, P.record_prefix .. s.profile
+end
+
+local function place(job, parsed, order, reqs, modify, current, route, allowed, current_extra)
+  local where = job.partition
+  if (where == nil or where == "") and modify then
+    where = current
+  end
   local partition = job.partition
   if modify and (partition == nil or partition == "") then
     partition = current
@@ -643,6 +736,14 @@ local function place(job, parsed, order, reqs, modify, current, route, allowed)
     end
   end
   local set_type = P.set_gpu_type and ntypes == 1
+  local own = own_extra(tiers, job, modify, current_extra, where)
+  if own then
+    return { accepted = false, violations = { own }, fields = EMPTY }
+  end
+  local bad, record = per_job(tiers, parsed, reqs, where)
+  if bad then
+    return { accepted = false, violations = bad, fields = EMPTY }
+  end
   local fields = EMPTY
   for _, f in ipairs(order) do
     if field_changes(parsed[f], set_type) then
@@ -652,7 +753,14 @@ local function place(job, parsed, order, reqs, modify, current, route, allowed)
       fields[#fields + 1] = { f, serialise(parsed[f], set_type, only) }
     end
   end
-  return { accepted = true, violations = EMPTY, partition = new_partition, fields = fields, qos = tier_qos(job, tiers, modify) }
+  return {
+    accepted = true,
+    violations = EMPTY,
+    partition = new_partition,
+    fields = fields,
+    qos = tier_qos(job, tiers, modify),
+    extra = record,
+  }
 end
 
 -- 'none' (what sbatch sends for --gres=none) asks for no GRES; in an update, so does "".
@@ -711,7 +819,7 @@ local function round_entry(route, e)
   return e
 end
 
-local function decide(job, modify, current)
+local function decide(job, modify, current, current_extra)
   local parsed, order, bad = {}, {}, nil
   for _, f in ipairs(P.fields) do
     local text = job[f]
@@ -766,6 +874,14 @@ local function decide(job, modify, current)
       partition = to
     end
     local tiers = job_tiers(partition, reqs, true)
+    local where = job.partition
+    if (where == nil or where == "") and modify then
+      where = current
+    end
+    local own = own_extra(tiers, job, modify, current_extra, where)
+    if own then
+      return { accepted = false, violations = { own }, fields = EMPTY }
+    end
     return { accepted = true, violations = EMPTY, partition = to, fields = EMPTY, qos = tier_qos(job, tiers, modify) }
   end
   local violations = nil
@@ -798,7 +914,7 @@ local function decide(job, modify, current)
     end
     allowed = allowed_of(con)
   end
-  return place(job, parsed, order, reqs, modify, current, route, allowed)
+  return place(job, parsed, order, reqs, modify, current, route, allowed, current_extra)
 end
 
 -- ---- telling the user, changing the job, return codes ----
@@ -821,6 +937,9 @@ local function user_message(d)
   for _, kv in ipairs(d.fields) do
     changes[#changes + 1] = M.change({ name = kv[1], value = kv[2] })
   end
+  if d.extra then
+    changes[#changes + 1] = M.change({ name = P.record_field, value = d.extra })
+  end
   if #changes > 0 then
     return msg("changed", { changes = table.concat(changes, P.join.changes) })
   end
@@ -835,8 +954,8 @@ local function codes(d)
   return table.concat(out, P.join.log_codes)
 end
 
-local function run(job_desc, modify, current, uid)
-  local d = decide(job_desc, modify, current)
+local function run(job_desc, modify, current, uid, current_extra)
+  local d = decide(job_desc, modify, current, current_extra)
   local text = user_message(d)
   if not d.accepted then
     slurm.log_info("%s", msg("log_rejected", { uid = tostring(uid), codes = codes(d) }))
@@ -851,6 +970,9 @@ local function run(job_desc, modify, current, uid)
   end
   if d.qos then
     job_desc.qos = d.qos
+  end
+  if d.extra then
+    job_desc[P.record_field] = d.extra
   end
   if text then
     slurm.log_info("%s", msg("log_changed", { uid = tostring(uid), message = text }))
@@ -892,11 +1014,12 @@ local function guarded(where, fn, a, b, c, d)
 end
 
 local function modify_job(job_desc, job_rec, uid)
-  local current = nil
+  local current, current_extra = nil, nil
   if job_rec ~= nil then
     current = job_rec.partition
+    current_extra = job_rec.extra
   end
-  return run(job_desc, true, current, uid)
+  return run(job_desc, true, current, uid, current_extra)
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)

@@ -1,8 +1,8 @@
 """sbatch options and #SBATCH lines -> the job_submit fields sbatch would send.
 
 Only the options that carry GPU requests, the partition, the node features
-(--constraint: GPU models) or the task layout (--ntasks, --ntasks-per-node,
---nodes: MPS_TASKS reads them) are read; the
+(--constraint: GPU models), the task layout (--ntasks, --ntasks-per-node,
+--nodes: MPS_TASKS reads them) or --extra (per-job MIG's record) are read; the
 rest are skipped. Values are placed where sbatch puts them (--gres and
 --gpus-per-node -> tres_per_node, --gpus -> tres_per_job, --gpus-per-socket
 -> tres_per_socket, --gpus-per-task / --tres-per-task -> tres_per_task), in
@@ -30,9 +30,17 @@ _LONG = {
     "--ntasks-per-node": ("ntasks_per_node", "raw"),
     "--nodes": ("min_nodes", "nodes"),
     "--constraint": ("features", "raw"),  # job_desc.features: the node features the job needs (GPU models)
+    "--extra": ("extra", "raw"),  # job_desc.extra: per-job MIG's record on per-job tiers (tables.RECORD_FIELD)
 }
 _SHORT = {"-G": "--gpus", "-p": "--partition", "-n": "--ntasks", "-N": "--nodes", "-C": "--constraint"}
-_PLAIN = ("--partition", "--ntasks", "--ntasks-per-node", "--nodes", "--constraint")  # one value each, not GRES entries
+_PLAIN = (
+    "--partition",
+    "--ntasks",
+    "--ntasks-per-node",
+    "--nodes",
+    "--constraint",
+    "--extra",
+)  # one value each, not GRES entries
 # Order sbatch builds tres_per_node in: --gres first, then --gpus-per-node appended.
 _ORDER = ("--gres", "--gpus-per-node", "--gpus", "--gpus-per-socket", "--gpus-per-task", "--tres-per-task")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from ..policy import Group, Site, TierView
+from ..policy import Group, Site, TierView, share
 from ..slurmversion import SlurmVersion
 from .routes import build_routes
 
@@ -76,6 +76,18 @@ MESSAGES = {
     "--constraint='{example}'",
     "constraint_request": "{key} is served by no GPU on the nodes --constraint='{constraint}' allows (GPU models: "
     "{models}); they offer {offers}: ask for one of those, or widen the constraint",
+    # per-job MIG (a slice is made for the job and carried by shards; decide.per_job)
+    "per_job_count": "{type} is a per-job MIG slice here: an instance made for the job on one GPU, one per job and "
+    "node, and {n} were asked for; ask for one (--gres=gpu:{type}:1), for a larger profile, or for whole GPUs",
+    "per_job_field": "{type} is a per-job MIG slice here, one per node: ask for it per node with --gres=gpu:{type}:1 "
+    "(not in {field})",
+    "per_job_tiers": "{type} is a per-job MIG slice on some of the job's partitions ({partition}) and not on others; "
+    "name only partitions of one kind",
+    "per_job_shard": "the shards of partition {partition} carry per-job MIG slices and are not handed out by count; "
+    "ask for a slice by its type, e.g. --gres=gpu:{example}:1",
+    "per_job_extra": "partition {partition} makes MIG slices per job and records a job's slice in its extra field "
+    "(gpushare-mig=<profile>), so the field is gpushare's there: submit without --extra, and do not change it "
+    "(scontrol update Extra=)",
     # the user message (Decision.user_message)
     "rejected": "gpushare rejected this job:",
     "violation": "{code}: {message}",  # one line a violation, after "rejected"
@@ -108,7 +120,17 @@ CODES = {
     "unknown_feature": "UNKNOWN_FEATURE {name}",
     "constraint_none": "CONSTRAINT none",
     "constraint_request": "CONSTRAINT {key}",
+    "per_job_count": "PER_JOB gpu:{type}={n}",
+    "per_job_field": "PER_JOB_FIELD gpu:{type} {field}",
+    "per_job_tiers": "PER_JOB_TIERS gpu:{type}",
+    "per_job_shard": "PER_JOB_SHARD {partition}",
+    "per_job_extra": "PER_JOB_EXTRA {partition}",
 }
+# Where the filter records a per-job MIG slice's profile: the job's extra field, which the prolog receives
+# (SLURM_JOB_EXTRA; the admin comment never reaches it). Users may set extra, so per-job tiers own it: the filter
+# refuses a job there that brings its own and any change of it on such a job or one that carries the record.
+RECORD_FIELD = "extra"
+RECORD_PREFIX = share.RECORD_PREFIX
 # Where MPS_TASKS steers a job that needs isolation (Tables.texts['isolation'], chosen once per site).
 ISOLATION = {
     "mig": "for isolation that holds however many processes the job starts, ask for a MIG slice "
@@ -168,6 +190,7 @@ class GroupCaps:
     features: tuple[str, ...]
     gpu: tuple[str, ...]
     shared: dict[str, dict[str, int]]
+    slices: dict[str, tuple[int, str]] = field(default_factory=dict)  # per-job MIG: type -> (shards, profile)
 
 
 @dataclass(frozen=True)
@@ -180,6 +203,7 @@ class TierCaps:
     gpu: tuple[str, ...]
     shared: dict[str, dict[str, int]]
     groups: tuple[GroupCaps, ...] = ()
+    slices: dict[str, tuple[int, str]] = field(default_factory=dict)  # per-job MIG: type -> (shards, profile)
 
 
 @dataclass(frozen=True)
@@ -218,7 +242,7 @@ def shared_caps(groups: tuple[Group, ...]) -> dict[str, dict[str, int]]:
     for group in groups:
         for slot in group.gpus:
             name = slot.share.shared_gres
-            if not name:
+            if not name or slot.share.is_per_job_mig:  # a per-job GPU's shards carry slices, not shard requests
                 continue
             per = caps.setdefault(name, {})
             for key in ("", slot.slurm_type):
@@ -234,9 +258,22 @@ def tier_gpu_types(tier: TierView, groups: tuple[Group, ...] | None = None) -> t
     return tuple(sorted(types))
 
 
+def slice_caps(groups: tuple[Group, ...]) -> dict[str, tuple[int, str]]:
+    """Per-job MIG slice types on these groups: type -> (carrier shards, profile). Validation keeps one carrier per
+    tier (policy.perjob.check_tier), so a type means one weight and profile."""
+    found = {
+        slot.model.mig_slurm_type(p): (w, p)
+        for g in groups
+        for slot in g.gpus
+        if slot.share.is_per_job_mig
+        for p, w in zip(slot.share.profiles, slot.share.weights, strict=True)
+    }
+    return dict(sorted(found.items()))
+
+
 def group_caps(tier: TierView) -> tuple[GroupCaps, ...]:
     return tuple(
-        GroupCaps(g.name, g.model_feature, g.features, tier_gpu_types(tier, (g,)), shared_caps((g,)))
+        GroupCaps(g.name, g.model_feature, g.features, tier_gpu_types(tier, (g,)), shared_caps((g,)), slice_caps((g,)))
         for g in tier.groups
     )
 
@@ -244,13 +281,14 @@ def group_caps(tier: TierView) -> tuple[GroupCaps, ...]:
 def merged(name: str, groups) -> TierCaps:
     """What these groups serve together (of one tier, or several): GPU types joined, shared caps at their largest."""
     gpu = tuple(sorted({x for g in groups for x in g.gpu}))
+    slices = {x: v for g in groups for x, v in g.slices.items()}
     shared: dict[str, dict[str, int]] = {}
     for g in groups:
         for kind, per in g.shared.items():
             mine = shared.setdefault(kind, {})
             for k, n in per.items():
                 mine[k] = max(mine.get(k, 0), n)
-    return TierCaps(name, False, 0, gpu, shared, tuple(groups))
+    return TierCaps(name, False, 0, gpu, shared, tuple(groups), dict(sorted(slices.items())))
 
 
 def parse_alias(target: str) -> Alias:
@@ -272,7 +310,15 @@ def routing_order(tiers: list[TierCaps]) -> tuple[TierCaps, ...]:
 def build_tables(site: Site) -> Tables:
     sub = site.policy.submission
     tiers = [
-        TierCaps(v.name, v.is_default, v.spec.priority, tier_gpu_types(v), shared_caps(v.groups), group_caps(v))
+        TierCaps(
+            v.name,
+            v.is_default,
+            v.spec.priority,
+            tier_gpu_types(v),
+            shared_caps(v.groups),
+            group_caps(v),
+            slice_caps(v.groups),
+        )
         for v in site.tiers
     ]
     aliases = {name: parse_alias(target) for name, target in sorted(sub.aliases.items())}
@@ -283,7 +329,7 @@ def build_tables(site: Site) -> Tables:
         fail_open=sub.fail_open,
         route_by_gres=sub.route_by_gres,
         set_gpu_type=sub.set_gpu_type,
-        gpu_types=tuple(site.gpu_types),
+        gpu_types=tuple(sorted({*site.gpu_types, *slice_caps(site.groups)})),
         shared=shared,
         aliases=aliases,
         tiers=routing_order(tiers),

@@ -52,12 +52,14 @@ def test_lua_agrees_with_python(case, version):
         **({"partition": want.partition} if want.partition else {}),
         **want.fields,
         **({"qos": want.qos} if want.qos else {}),
+        **({"extra": want.extra} if want.extra else {}),
     }
     assert res.job == expected_job
     routed = res.job.get("partition") if res.job.get("partition") != job.get("partition") else None
     rewritten = {k: v for k, v in res.job.items() if k in FIELDS and v != job.get(k)}
     qos = res.job.get("qos") if res.job.get("qos") != job.get("qos") else None
-    check_expectations(case, res.rc == 0, codes_of(user), user, routed, rewritten, qos)
+    record = res.job.get("extra") if res.job.get("extra") != job.get("extra") else None
+    check_expectations(case, res.rc == 0, codes_of(user), user, routed, rewritten, qos, record)
 
 
 @pytest.mark.parametrize("version", VERSIONS)

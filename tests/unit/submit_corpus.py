@@ -18,6 +18,7 @@ from slurm_gpushare.submit import Decision, build_tables, decide, split_options,
 from tests.conftest import ROOT
 
 CASES_FILE = ROOT / "tests" / "cases" / "submit.yaml"
+TEST_POLICIES = ROOT / "tests" / "data" / "policies"  # policies only tests use (per-job MIG: perjob-lab)
 CODES = (
     "BAD_REQUEST",
     "UNKNOWN_TYPE",
@@ -28,6 +29,11 @@ CODES = (
     "MPS_TASKS",
     "UNKNOWN_FEATURE",
     "CONSTRAINT",
+    "PER_JOB",
+    "PER_JOB_FIELD",
+    "PER_JOB_TIERS",
+    "PER_JOB_SHARD",
+    "PER_JOB_EXTRA",
 )
 
 
@@ -43,6 +49,8 @@ IDS = [c["id"] for c in CASES]
 def site_of(policy: str = "small-lab", submission: tuple = (), slurm_version: str | None = None) -> Site:
     """The example policy, with submission overrides; an older Slurm only changes the version the tables are for."""
     path = ROOT / "etc" / f"{policy}.yaml"
+    if not path.exists():
+        path = TEST_POLICIES / f"{policy}.yaml"
     if submission:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
         raw["submission"] = {**raw.get("submission", {}), **{k: yaml.safe_load(v) for k, v in submission}}
@@ -79,11 +87,19 @@ def _tables(site_key):
 def python_decision(case: dict) -> Decision:
     key = (case.get("policy", "small-lab"), overrides(case), case.get("slurm_version"))
     modify = case.get("modify")
-    return decide(_tables(key), case_job(case), modify is not None, (modify or {}).get("partition"))
+    current = modify or {}
+    return decide(_tables(key), case_job(case), modify is not None, current.get("partition"), current.get("extra"))
 
 
 def check_expectations(
-    case: dict, accepted: bool, codes: list[str], message: str | None, partition, fields: dict, qos: str | None = None
+    case: dict,
+    accepted: bool,
+    codes: list[str],
+    message: str | None,
+    partition,
+    fields: dict,
+    qos: str | None = None,
+    extra: str | None = None,
 ) -> None:
     """One case's ``expect`` against a decision, however it was reached (Python or Lua)."""
     want = case["expect"]
@@ -94,3 +110,4 @@ def check_expectations(
     assert partition == want.get("partition"), f"{case['id']}: partition {partition}"
     assert fields == want.get("fields", {}), f"{case['id']}: fields {fields}"
     assert qos == want.get("qos"), f"{case['id']}: qos {qos}"
+    assert extra == want.get("extra"), f"{case['id']}: extra {extra}"

@@ -88,15 +88,22 @@ PINNED = {
         "slurm_gpushare.hooks.prolog",
         "slurm_gpushare.node.gresindex",
         "slurm_gpushare.node.mpsmem",
+        "slurm_gpushare.node.perjob",  # per-job MIG (issue 35); the catalogue only when a slice is planned
         "slurm_gpushare.node.prolog",
         "slurm_gpushare.node.taskprolog",
     },
-    "epilog": {"slurm_gpushare.hooks.epilog", "slurm_gpushare.node.aside", "slurm_gpushare.node.epilog"},
+    "epilog": {
+        "slurm_gpushare.hooks.epilog",
+        "slurm_gpushare.node.aside",
+        "slurm_gpushare.node.epilog",
+        "slurm_gpushare.node.perjob",  # per-job MIG: DestroySlice
+    },
     # the health check sets and clears drains through the Slurm client on every run
     "health": {
         "slurm_gpushare.hooks.health",
         "slurm_gpushare.node.epilog",
         "slurm_gpushare.node.health",
+        "slurm_gpushare.node.perjob",  # per-job MIG: the epilog's DestroySlice, for reconcile
         "slurm_gpushare.slurm",
         "slurm_gpushare.slurm.cli_backend",
         "slurm_gpushare.slurm.commands",

@@ -668,3 +668,34 @@ def test_plan_live_is_live_report_with_a_deprecation_note_on_stderr(tmp_path):
 def test_live_without_a_command_needs_a_policy():
     res = CliRunner().invoke(main, ["live"])
     assert res.exit_code == 2 and "give --policy FILE (the report), or a command: report, apply" in res.output
+
+
+# ---- per-job MIG GPUs: the live loop leaves them alone -------------------------------------------------------
+
+
+def per_job_site():
+    """POLICY with m01-m02's A100s per-job MIG (mode mig, no layout): an instance per job, no relayout."""
+    d = doc()
+    d["cluster"]["hooks"] = {
+        "prolog": "/usr/local/sbin/gpushare-prolog",
+        "epilog": "/usr/local/sbin/gpushare-epilog",
+        "task_prolog": "/usr/local/bin/gpushare-task-prolog",
+        "job_submit_lua": True,
+    }
+    d["node_groups"][0]["sharing"] = [
+        {"gpus": "0-1", "mode": "mig", "per_job": True, "profiles": ["1g.5gb", "2g.10gb", "3g.20gb"]}
+    ]
+    return build_site(d, "test")
+
+
+def test_per_job_gpus_are_neither_laid_out_nor_changed_in_mode():
+    from slurm_gpushare.live.choose import relayout_slots
+
+    s = per_job_site()
+    assert relayout_slots(s.group("mig")) == ()
+    nodes = {"m01": node(gres={"gpu:a100_40g": 2, "shard": 30})}
+    busy = (RunningJob(12, "m01", {"shard": 7}, NOW + 200),)
+    plan = plan_live(s, snap(pending(9) + pending(3, "shard", first=300), busy, nodes))
+    assert plan.proposals == () and plan.held == ()
+    # the same view on fixed MIG GPUs is relaid out (the catalogue's 3g.20gb+3g.20gb)
+    assert plan_live(one_node(), snap(pending(9), RUNNING_1G)).proposals != ()

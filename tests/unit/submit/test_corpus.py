@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import ROOT
-from tests.unit.submit_corpus import CASES, CODES, IDS, check_expectations, python_decision
+from tests.unit.submit_corpus import CASES, CODES, IDS, TEST_POLICIES, check_expectations, python_decision
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_case(case):
     d = python_decision(case)
-    check_expectations(case, d.accepted, d.codes, d.user_message, d.partition, dict(d.fields), d.qos)
+    check_expectations(case, d.accepted, d.codes, d.user_message, d.partition, dict(d.fields), d.qos, d.extra)
 
 
 def test_corpus_is_big_enough_and_ids_unique():
@@ -22,7 +22,8 @@ def test_corpus_is_big_enough_and_ids_unique():
 def test_every_rule_and_policy_is_covered():
     codes = {code.split()[0] for c in CASES for code in c["expect"].get("codes", [])}
     assert codes == set(CODES)
-    assert {c.get("policy", "small-lab") for c in CASES} == {p.stem for p in (ROOT / "etc").glob("*.yaml")}
+    examples = {p.stem for p in (ROOT / "etc").glob("*.yaml")}
+    assert {c.get("policy", "small-lab") for c in CASES} == examples | {p.stem for p in TEST_POLICIES.glob("*.yaml")}
     fields = [c["fields"] for c in CASES if "fields" in c]
     texts = [v for f in fields for v in f.values() if isinstance(v, str)]
     assert any(t.startswith("gres:") for t in texts) and any(t.startswith("gres/") for t in texts)

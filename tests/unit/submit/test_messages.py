@@ -37,11 +37,16 @@ def test_every_shared_message_is_used_by_both_python_and_lua():
     assert not set(tb.SCRIPT_MESSAGES) & shared
 
 
-@pytest.mark.parametrize("policy", ["small-lab", "mixed-production", "mps-inference"])
+@pytest.mark.parametrize("policy", ["small-lab", "mixed-production", "mps-inference", "perjob-lab"])
 def test_every_message_is_in_the_rendered_script(policy):
+    """Per-job MIG's messages only where a tier has per-job GPUs (the others' preludes stay as they were)."""
     text = job_submit_lua(site_of(policy))
+    per_job = policy == "perjob-lab"
     for name, template in {**tb.MESSAGES, **tb.SCRIPT_MESSAGES, **tb.CODES}.items():
-        assert lua_function(template) in text, name
+        if per_job or not name.startswith("per_job_"):
+            assert lua_function(template) in text, name
+        else:
+            assert lua_function(template) not in text, name
 
 
 def _words(text: str) -> int:

@@ -25,7 +25,7 @@ from slurm_gpushare.submit import (
 )
 from slurm_gpushare.submit.options import sbatch_lines
 from tests.conftest import ROOT
-from tests.unit.submit_corpus import CASES, case_job, case_site, python_decision
+from tests.unit.submit_corpus import CASES, TEST_POLICIES, case_job, case_site, python_decision
 
 LAB = ROOT / "etc" / "small-lab.yaml"
 PROD = ROOT / "etc" / "mixed-production.yaml"
@@ -223,10 +223,16 @@ def test_qos_is_never_set_on_update():
 
 
 @pytest.mark.parametrize(
-    "case", [c for c in CASES if c["expect"]["accept"] and "modify" not in c], ids=lambda c: c["id"]
+    "case",
+    [c for c in CASES if c["expect"]["accept"] and "modify" not in c and "extra" not in c["expect"]],
+    ids=lambda c: c["id"],
 )
 def test_a_changed_job_is_not_changed_again(case):
-    """Resubmitting (or requeueing) what gpushare produced must pass as it is: the rewrite is a fixed point."""
+    """Resubmitting (or requeueing) what gpushare produced must pass as it is: the rewrite is a fixed point.
+
+    Not a per-job MIG slice carried by shards: its carrier form (shard:<weight> on a per-job tier) is refused on
+    purpose, or a user could ask any count of carrier shards; requeueing does not run job_submit again, and a user
+    cannot submit a job with its extra field there (test_a_carried_slice_is_not_asked_for_again, PER_JOB_EXTRA)."""
     d = python_decision(case)
     job = {
         **case_job(case),
@@ -332,7 +338,19 @@ def test_check_unreadable_script_is_an_error_not_a_verdict(tmp_path):
 )
 def test_check_agrees_with_the_corpus(case):
     policy = ROOT / "etc" / f"{case.get('policy', 'small-lab')}.yaml"
+    if not policy.exists():
+        policy = TEST_POLICIES / policy.name
     res = run("--policy", str(policy), "--", *case["options"])
     assert res.exit_code == (0 if case["expect"]["accept"] else 1)
     if not case["expect"]["accept"]:
         assert [line.split(": ")[0] for line in res.output.splitlines()] == case["expect"]["codes"]
+
+
+def test_a_carried_slice_is_not_asked_for_again():
+    """What the filter made of a per-job slice (shard:<weight> on the per-job tier) is refused when a job asks for
+    it itself: only the filter hands out carrier shards, always with the profile's record."""
+    t = build_tables(load_file(TEST_POLICIES / "perjob-lab.yaml"))
+    carried = {"partition": "perjob", "tres_per_node": "gres/shard:2"}
+    assert decide(t, carried).codes == ["OVER shard=2"]
+    assert decide(t, carried, True, "perjob").codes == ["OVER shard=2"]
+    assert decide(t, {**carried, "tres_per_node": "gres/shard:1"}).codes == ["PER_JOB_SHARD perjob"]

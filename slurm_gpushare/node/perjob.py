@@ -1,0 +1,251 @@
+"""Per-job MIG on the node: the instance a job's slice needs, made by the prolog and destroyed by the epilog.
+
+On a GPU the policy shares per job (``Share.is_per_job_mig``), a job whose SLURM_JOB_EXTRA records a profile
+(``gpushare-mig=<profile>``, set by the submission filter and read strictly by ``jobenv.mig_record``) gets one
+GPU instance (GI) of that profile with one compute instance (CI) spanning it, made beside the instances of the
+GPU's other jobs, which cannot move. For each such device of the journal ``plan_prolog`` wrote (its profile,
+nothing placed yet), under a lock per GPU (``gpu_lock``, as the MPS lock: an flock under the state dir):
+
+- observe (``observe_gpu``): the GPU's GIs and the GI profiles NVML offers on it;
+- plan (``plan_slice``, pure): the profile must be one the GPU allows; the start is hardware.migplace's
+  least-blocking choice, never the reuse of an idle instance (bench/RESULTS.md, "Per-job MIG churn": reuse
+  helps only the first-start rule a little and is mixed for the others; and nothing of the job before is
+  left in an instance made for each job); no legal start refuses the job;
+- execute (``make_slice``): the journal records the intent (profile, start) before anything is made, then the
+  GI's id once made, then the CI's, then the MIG device's UUID, which the task file hands the job as its
+  CUDA_VISIBLE_DEVICES (``taskprolog``).
+
+A slice that cannot be placed or made (NVML_ERROR_INSUFFICIENT_RESOURCES and the like) refuses the job, never
+the node: the prolog writes its journal ready with ``taskprolog.REFUSE_ENV`` and the reason (as ``mpsmem``
+does), so its tasks fail with a message in the job's output; what this run made is destroyed again, or left in
+the journal for the epilog. The epilog's ``DestroySlice`` destroys the CI, then the GI, once the job's
+processes are gone (``destroy_slice``; found by id, or by its start where a crash came between the create and
+the journal), and the health check's reconcile does the same for a journal whose job ended. The hardware
+catalogue is imported only when a slice is planned: other jobs' hooks never load it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ..atomic import flocked
+from ..errors import GpushareError
+from ..gpu.backend import IN_USE, GpuError
+from ..policy.share import RECORD_PREFIX
+from ..records import record, replace
+from .journal import Device, Journal
+from .observed import WriteJournal
+
+TYPE_CHECKING = False  # for type checkers only
+if TYPE_CHECKING:
+    from ..gpu.backend import GiProfile, GpuInstance
+
+REFUSED_CODE = "mig-slice"  # the task file's refusal code for a job whose slice could not be made (taskprolog)
+DESTROY_TRIES = 5  # a GI destroy that NVML answers IN_USE ("in use by another client") is tried again, 1 s apart
+DESTROY_WAIT_S = 1.0
+
+
+class SliceFailed(GpushareError):
+    """NVML refused to make the slice; ``left`` is the device as far as it exists still (None: nothing)."""
+
+    def __init__(self, why: str, left: Device | None):
+        self.left = left
+        super().__init__(why)
+
+
+@record
+class GpuSlices:
+    """What planning a slice reads of one GPU: its GPU instances, and the GI profile id NVML gives each profile
+    constant it offers (none while MIG mode is off)."""
+
+    gis: tuple[GpuInstance, ...]
+    profile_ids: dict[int, int]
+
+
+@record
+class SlicePlan:
+    device: Device  # with its start
+    profile_id: int  # what NVML creates the GI by
+    ci_constant: int  # NVML_COMPUTE_INSTANCE_PROFILE_* of the CI that spans the GI
+
+
+@record
+class SliceRefused:
+    why: str
+
+
+@record
+class DestroySlice:
+    """The epilog's step: destroy the job's CI, then its GI."""
+
+    device: Device
+
+    def __str__(self) -> str:
+        d = self.device
+        return f"destroy the {d.profile} instance at memory slice {d.start} of GPU {d.gpu_index} (GI {d.gi})"
+
+
+def gpu_lock(state_dir: str, index: int) -> str:
+    """The lock file that serialises changes to one GPU's instances (prolog, epilog, health)."""
+    return os.path.join(state_dir, "mig", f"gpu{int(index)}.lock")
+
+
+def pending(journal: Journal) -> list[Device]:
+    """The journal's per-job devices not made yet."""
+    return [d for d in journal.devices if d.per_job and d.mig_uuid is None]
+
+
+# ---- observe ------------------------------------------------------------------------------
+
+
+def observe_gpu(backend, index: int) -> GpuSlices:
+    profiles: list[GiProfile] = backend.gpu_instance_profiles(index)
+    return GpuSlices(tuple(backend.gpu_instances(index)), {p.constant: p.id for p in profiles})
+
+
+# ---- plan (pure) --------------------------------------------------------------------------
+
+
+def plan_slice(device: Device, model_name: str, allowed: tuple[str, ...], seen: GpuSlices) -> SlicePlan | SliceRefused:
+    """Where the device's instance goes (least blocking, no reuse), or why it cannot be made."""
+    from ..hardware import CatalogueError, get_model, migplace
+
+    where = f"GPU {device.gpu_index} ({device.gpu_uuid})"
+    if not device.profile:
+        return SliceRefused(f"the job's extra field is not gpushare's record of a MIG profile ({RECORD_PREFIX}...)")
+    if device.profile not in allowed:
+        return SliceRefused(f"{device.profile} is not one of the profiles {where} makes per job: {', '.join(allowed)}")
+    try:
+        model = get_model(model_name)
+        profile = model.profile(device.profile)
+        instances = [(model.profile_for_constant(g.profile_constant).name, g.start) for g in seen.gis]
+        choice = migplace.choose(model, profile.name, instances, allowed=allowed)
+    except (CatalogueError, ValueError) as exc:
+        return SliceRefused(f"{where}: its instances cannot be read against the catalogue: {exc}")
+    if profile.nvml_constant not in seen.profile_ids:
+        return SliceRefused(f"NVML offers no {profile.name} on {where} (is MIG mode on?)")
+    if choice is None:
+        held = ", ".join(f"{n} at {s}" for n, s in sorted(instances, key=lambda i: i[1])) or "none"
+        return SliceRefused(f"{where} has no free placement for {profile.name} beside its instances ({held})")
+    return SlicePlan(
+        replace(device, start=choice.start), seen.profile_ids[profile.nvml_constant], profile.full_compute_constant
+    )
+
+
+def with_device(journal: Journal, device: Device) -> Journal:
+    """The journal with ``device`` in place of the device of the same GRES index."""
+    devices = tuple(device if d.slurm_index == device.slurm_index else d for d in journal.devices)
+    return replace(journal, devices=devices)
+
+
+def rewrite(actions: list, journal: Journal) -> list:
+    """The prolog's actions writing ``journal`` (in each write's state) instead of the one planned."""
+    return [WriteJournal(journal.with_state(a.journal.state)) if isinstance(a, WriteJournal) else a for a in actions]
+
+
+# ---- execute ------------------------------------------------------------------------------
+
+
+def make_slice(plan: SlicePlan, journal: Journal, backend, store) -> Device:
+    """Journal the intent, make the GI at the planned start, then its CI; the device with its MIG UUID.
+
+    SliceFailed when NVML refuses, with what is left (this call destroys what it made where NVML lets it)."""
+    dev, index = plan.device, plan.device.gpu_index
+    store.write(with_device(journal, dev).with_state("preparing"))  # before anything exists
+    try:
+        gi = backend.create_gpu_instance(index, plan.profile_id, dev.start)
+    except GpushareError as exc:
+        raise SliceFailed(str(exc), None) from None
+    dev = replace(dev, gi=gi.id)
+    store.write(with_device(journal, dev).with_state("preparing"))
+    try:
+        ci = backend.create_compute_instance(index, gi.id, plan.ci_constant)
+        dev = replace(dev, ci=ci.id)
+        store.write(with_device(journal, dev).with_state("preparing"))
+        uuid = next((m.uuid for m in backend.mig_devices(index) if (m.gi_id, m.ci_id) == (gi.id, ci.id)), None)
+        if uuid is None:
+            raise GpuError(f"find the MIG device of GI {gi.id} CI {ci.id}", index, dev.gpu_uuid, detail="not listed")
+    except GpushareError as exc:
+        why = destroy_instances(backend, dev, tries=1)
+        raise SliceFailed(str(exc) + (f"; left: {why}" if why else ""), dev if why else None) from None
+    return replace(dev, mig_uuid=uuid, visible=uuid)
+
+
+def prolog_slices(journal: Journal, node, backend, store) -> tuple[Journal, str | None]:
+    """Make the journal's pending slices, each under its GPU's lock: the journal with them and None, or the
+    journal holding only what is left of them and why the job is refused (``node``: prolog.NodeLayout)."""
+    for dev in pending(journal):
+        with flocked(gpu_lock(node.state_dir, dev.gpu_index)):
+            share = node.shares[dev.gpu_index]
+            seen = observe_gpu(backend, dev.gpu_index)
+            plan = plan_slice(dev, node.models.get(dev.gpu_index, ""), share.profiles, seen)
+            if isinstance(plan, SliceRefused):
+                return _without_slices(journal, None), _refusal(dev, plan.why)
+            try:
+                made = make_slice(plan, journal, backend, store)
+            except SliceFailed as exc:
+                return _without_slices(journal, exc.left), _refusal(dev, str(exc))
+        journal = with_device(journal, made)
+    return journal, None
+
+
+def _refusal(dev: Device, why: str) -> str:
+    """Why the job is refused, short: the task file keeps 300 characters of it and the job's output 200."""
+    return f"{dev.profile or 'no profile'}: {why}"
+
+
+def _without_slices(journal: Journal, left: Device | None) -> Journal:
+    """A refused job's journal: its per-job devices gone but what still exists of one (for the epilog)."""
+    kept = tuple(d for d in journal.devices if not d.per_job) + ((left,) if left is not None else ())
+    return replace(journal, devices=kept)
+
+
+# ---- the epilog's side ----------------------------------------------------------------------
+
+
+def destroys(journal: Journal, journals: dict[int, Journal]) -> list[DestroySlice]:
+    """The journal's per-job instances to destroy: each placed one no other job's journal claims (a GI at the same
+    start on the same GPU is another job's once this one's is gone)."""
+    claimed = {
+        (d.gpu_index, d.start)
+        for j in journals.values()
+        if j.job_id != journal.job_id
+        for d in j.devices
+        if d.per_job and d.start is not None
+    }
+    return [
+        DestroySlice(d)
+        for d in journal.devices
+        if d.per_job and d.start is not None and (d.gpu_index, d.start) not in claimed
+    ]
+
+
+def destroy_slice(backend, device: Device, state_dir: str, sleep=time.sleep) -> str | None:
+    """Destroy the device's CI then GI under the GPU's lock; why not (None: done, or nothing was there)."""
+    with flocked(gpu_lock(state_dir, device.gpu_index)):
+        return destroy_instances(backend, device, sleep=sleep)
+
+
+def destroy_instances(backend, device: Device, tries: int = DESTROY_TRIES, sleep=time.sleep) -> str | None:
+    """The CIs of the device's GI, then the GI: found by its id and start, or by the start alone where the id was
+    never journaled. IN_USE (another client) is tried again ``tries`` times."""
+    index = device.gpu_index
+    for attempt in range(tries):
+        try:
+            gi = next((g for g in backend.gpu_instances(index) if _is_its(g, device)), None)
+            if gi is None:
+                return None
+            for ci in backend.compute_instances(index, gi.id):
+                backend.destroy_compute_instance(index, gi.id, ci.id)
+            backend.destroy_gpu_instance(index, gi.id)
+            return None
+        except GpuError as exc:
+            if exc.code != IN_USE or attempt + 1 >= tries:
+                return f"{device.profile} instance at memory slice {device.start} of GPU {index} not destroyed: {exc}"
+            sleep(DESTROY_WAIT_S)
+    return None
+
+
+def _is_its(gi: GpuInstance, device: Device) -> bool:
+    return gi.start == device.start and (device.gi is None or gi.id == device.gi)

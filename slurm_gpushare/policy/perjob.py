@@ -1,0 +1,194 @@
+"""Per-job MIG sharing entries (``mode: mig`` with ``per_job: true``): the profiles a GPU range allows and the
+carrier weights Slurm counts them with.
+
+A per-job GPU is declared to Slurm as the whole GPU (``gpu``, typed as the
+model) with ``capacity`` shards; a job asking for a slice of profile p is
+given ``shard:<weight of p>`` by the submission filter. The weights come from
+``hardware.migweights`` and are exact: Slurm's per-GPU count admits exactly
+the sets of profiles that have a legal placement on an empty GPU. A profile
+set without exact weights is refused, naming the largest subsets that have
+them. The search is exhaustive, so results are cached per model and set, and
+a set is first tested for an obstruction (a quick proof that no weights exist).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from itertools import combinations
+
+from ..errors import Problem
+from ..hardware import CatalogueError, GpuModel, models
+from ..hardware.migweights import Weights, exact_weights, obstruction
+from .model import Policy, Sharing
+from .share import Share
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .site import GpuSlot, Group
+
+
+@cache
+def carrier_weights(model: GpuModel, profiles: tuple[str, ...]) -> Weights | None:
+    """Exact weights for these profiles (catalogue names) on ``model``; None where none exist."""
+    if obstruction(model, profiles) is not None:
+        return None
+    return exact_weights(model, profiles)
+
+
+@cache
+def largest_subsets(model: GpuModel, profiles: tuple[str, ...], first_only: bool = False) -> tuple[Weights, ...]:
+    """The largest subsets of ``profiles`` with exact weights (all of one size; ``first_only``: the first found,
+    subsets without media-extension profiles tried first)."""
+    ordered = sorted(profiles, key=lambda p: (model.profile(p).media_extensions, profiles.index(p)))
+    for size in range(len(profiles), 0, -1):
+        found = []
+        for subset in combinations(ordered, size):
+            weights = carrier_weights(model, tuple(p for p in profiles if p in subset))
+            if weights is not None:
+                if first_only:
+                    return (weights,)
+                found.append(weights)
+        if found:
+            return tuple(found)
+    return ()
+
+
+def default_weights(model: GpuModel) -> Weights | None:
+    """The default profile set of a per-job range: a largest exactly-weighted subset of the model's profiles."""
+    found = largest_subsets(model, tuple(p.name for p in model.mig_profiles), first_only=True)
+    return found[0] if found else None
+
+
+def resolve(sharing: Sharing, path: str, model: GpuModel, share: Share, problems: list[Problem]) -> Share | None:
+    """A per-job MIG entry as a share with its profiles and weights; None (and problems) where it is wrong."""
+    if not model.mig_capable:
+        mig = ", ".join(m.name for m in models() if m.mig_capable)
+        problems.append(Problem(f"{path}.per_job", f"{model.name} does not support MIG; MIG models: {mig}"))
+        return None
+    if sharing.layout is not None:
+        problems.append(
+            Problem(
+                f"{path}.layout",
+                "a per-job range has no fixed layout: list the profiles jobs may ask for under profiles, "
+                "or drop per_job for a fixed layout",
+            )
+        )
+        return None
+    weights = _weights(sharing.profiles, f"{path}.profiles", model, problems)
+    if weights is None:
+        return None
+    return Share(
+        share.mode, per_job=True, profiles=weights.profiles, weights=weights.weights, capacity=weights.capacity
+    )
+
+
+def _weights(profiles: list[str] | None, path: str, model: GpuModel, problems: list[Problem]) -> Weights | None:
+    if profiles is None:
+        found = default_weights(model)
+        if found is None:
+            problems.append(Problem(path, f"no set of {model.name}'s MIG profiles has exact carrier weights"))
+        return found
+    try:
+        names = tuple(model.profile(p).name for p in profiles)
+    except CatalogueError as exc:
+        problems.append(Problem(path, str(exc)))
+        return None
+    if not names or len(set(names)) != len(names):
+        problems.append(Problem(path, f"{list(profiles)}: name each allowed profile once, at least one"))
+        return None
+    found = carrier_weights(model, names)
+    if found is None:
+        problems.append(Problem(path, _no_weights(model, names)))
+    return found
+
+
+def _no_weights(model: GpuModel, names: tuple[str, ...]) -> str:
+    accepted = "; ".join(f"[{', '.join(w.profiles)}]" for w in largest_subsets(model, names))
+    return (
+        f"[{', '.join(names)}] on {model.name} have no exact carrier weights: no shard count per GPU admits "
+        f"exactly the sets of these profiles that fit on one GPU together, so Slurm would start jobs whose "
+        f"slices cannot be placed. The largest subsets that have them: {accepted or '(none)'}"
+    )
+
+
+def check_group(slots: list[GpuSlot], path: str, problems: list[Problem]) -> None:
+    """One node's per-job GPUs must carry with one meaning (a request's shard count is one profile on any of
+    them), and no other GPU of the node may offer the carrier GRES (shards) or MPS (one shared GRES per node)."""
+    per_job = [s for s in slots if s.share.is_per_job_mig]
+    if not per_job:
+        return
+    carriers = {(s.share.profiles, s.share.weights, s.share.capacity) for s in per_job}
+    if len(carriers) > 1:
+        problems.append(
+            Problem(
+                path,
+                "per-job MIG GPUs of one node group must allow the same profiles: a slice's shard count must mean "
+                "the same profile on every GPU Slurm may pick; give them one profiles list or split the group",
+            )
+        )
+    others = sorted({s.mode.value for s in slots if s.share.shared_gres and not s.share.is_per_job_mig})
+    if others:
+        problems.append(
+            Problem(
+                path,
+                f"per-job MIG is carried by shards, so it cannot share a node with {'/'.join(others)} GPUs "
+                "(Slurm would give their requests to the per-job GPUs and back); put them in separate node groups",
+            )
+        )
+
+
+def check_tier(path: str, tier: str, members: tuple[Group, ...]) -> list[Problem]:
+    """A tier's shard counts must mean one thing: per-job GPUs of one carrier, no time-sliced GPUs beside them,
+    and no fixed MIG slice of a type its per-job GPUs also make (the filter could not tell which is meant)."""
+    per_job = [s for g in members for s in g.gpus if s.share.is_per_job_mig]
+    if not per_job:
+        return []
+    problems = []
+    carriers = {(s.model.name, s.share.weights, s.share.profiles) for s in per_job}
+    if len(carriers) > 1:
+        problems.append(
+            f"its per-job MIG GPUs differ in model or profiles ({', '.join(sorted({c[0] for c in carriers}))}), and "
+            "a slice's shard count must mean one profile on any GPU Slurm picks: one model and profiles list per tier"
+        )
+    shard = [g.name for g in members if any(s.mode.value == "shard" for s in g.gpus)]
+    if shard:
+        problems.append(
+            f"it has per-job MIG GPUs (carried by shards) and time-sliced GPUs ({', '.join(shard)}): a shard request "
+            "could land on either; give them separate tiers"
+        )
+    fixed = sorted({t for g in members for s in g.gpus if s.share.is_mig for t in s.mig_types()})
+    both = sorted(set(fixed) & {t for s in per_job for t in s.slice_types()})
+    if both:
+        problems.append(
+            f"{', '.join(both)} would be both fixed and per-job MIG slices here: give the fixed and per-job groups "
+            "separate tiers (users ask the same way for both)"
+        )
+    return [Problem(f"{path}.node_groups", f"tier {tier!r}: {p}") for p in problems]
+
+
+def check_site(policy: Policy, groups: list[Group]) -> list[Problem]:
+    """Per-job MIG needs the submission filter (it maps a slice to its shards and records the profile), the node
+    hooks (they make, hand over and destroy the instance) and device cgroups (they keep a job to its GPU)."""
+    if not any(s.share.is_per_job_mig for g in groups for s in g.gpus):
+        return []
+    cluster = policy.cluster
+    hooks = cluster.hooks
+    missing = [k for k in ("prolog", "epilog", "task_prolog") if not getattr(hooks, k)]
+    missing += [] if hooks.job_submit_lua else ["job_submit_lua"]
+    problems = [
+        Problem(
+            f"cluster.hooks.{key}",
+            "required by per-job MIG: the submission filter maps a slice to its shards and records its profile, "
+            "the prolog makes the instance, the task prolog hands it to the job, the epilog destroys it",
+        )
+        for key in missing
+    ]
+    if not cluster.cgroups:
+        problems.append(
+            Problem(
+                "cluster.cgroups",
+                "per-job MIG needs device cgroups (ConstrainDevices): without them a job can open every GPU of "
+                "its node",
+            )
+        )
+    return problems

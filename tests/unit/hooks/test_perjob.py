@@ -1,0 +1,210 @@
+"""Per-job MIG on a node (node/perjob.py; issue 35): the prolog makes the job's instance at the least-blocking
+placement beside its neighbours, the task prolog hands the job exactly that instance, the epilog destroys it; a
+slice that cannot be made refuses the job and never the node; a crash after the create is cleaned by the epilog
+and by the health check's reconcile; the fake NVML's latencies change none of it. On the fake NVML, through the
+hooks' entry points (tests/unit/hooks_support.HookNode, the perjob-lab test policy)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from slurm_gpushare.gpu.fakenvml import FakeNvml
+from slurm_gpushare.hardware import get_model, migplace
+from slurm_gpushare.hooks import epilog as epilog_hook
+from slurm_gpushare.hooks import prolog as prolog_hook
+from slurm_gpushare.node import taskprolog
+from slurm_gpushare.node.epilog import Killer
+from slurm_gpushare.node.jobenv import mig_record
+from slurm_gpushare.node.journal import Device, Journal, JournalStore
+from slurm_gpushare.node.perjob import (
+    DestroySlice,
+    GpuSlices,
+    SlicePlan,
+    SliceRefused,
+    destroys,
+    plan_slice,
+)
+from slurm_gpushare.node.reconcile import execute_reconcile, plan_for_node
+from slurm_gpushare.proc import Result
+from tests.unit.hooks_support import ROOT, HookNode
+
+POLICY = ROOT / "tests" / "data" / "policies" / "perjob-lab.yaml"
+A100 = get_model("A100-SXM4-40GB")
+ALLOWED = ("1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb")
+
+
+def never_drain(argv, **_kw):
+    """A runner for the hooks' drain call that fails the test: per-job MIG never drains a node."""
+    raise AssertionError(f"the node was drained: {argv}")
+
+
+def no_scontrol(argv, **_kw):
+    return Result(tuple(argv), 0, "", "")
+
+
+@pytest.fixture
+def node(tmp_path):
+    return HookNode(tmp_path, "lab-perjob01", POLICY)
+
+
+def env(node: HookNode, job: int, profile: str | None, gpus: str = "0") -> dict:
+    extra = {} if profile is None else {"SLURM_JOB_EXTRA": f"gpushare-mig={profile}"}
+    return node.env(job, gpus, **extra)
+
+
+def instances(node: HookNode, index: int = 0) -> list[tuple[str, int]]:
+    with node.backend() as backend:
+        return sorted(
+            (A100.profile_for_constant(g.profile_constant).name, g.start) for g in backend.gpu_instances(index)
+        )
+
+
+def task_prolog(node: HookNode, job: int, gpus: str = "0") -> tuple[int, str]:
+    out = io.StringIO()
+    rc = taskprolog.main(node.env(job, gpus), out=out, err=io.StringIO())
+    return rc, out.getvalue()
+
+
+# ---- the record and the plan (pure) ------------------------------------------------------------------
+
+
+def test_the_record_is_read_strictly():
+    assert mig_record("gpushare-mig=1g.10gb+me") == "1g.10gb+me"
+    assert mig_record(None) is None and mig_record("") is None
+    for hostile in ("gpushare-mig=1g.5gb\n", "gpushare-mig=1g.5gb;rm -rf /", "mine", "gpushare-mig=$(id)"):
+        assert mig_record(hostile) == ""  # present, not a record: nothing of it is kept
+
+
+def test_the_plan_takes_the_least_blocking_start_and_never_reuses():
+    dev = Device(0, 0, "GPU-a", "mig", profile="1g.5gb")
+    seen = GpuSlices(((_gi(1, "3g.20gb", 0)),), {p.nvml_constant: p.profile_id for p in A100.mig_profiles})
+    plan = plan_slice(dev, A100.name, ALLOWED, seen)
+    want = migplace.choose(A100, "1g.5gb", [("3g.20gb", 0)], allowed=ALLOWED)
+    assert isinstance(plan, SlicePlan) and plan.device.start == want.start and not want.reuse
+    assert plan.profile_id == A100.profile("1g.5gb").profile_id
+    # an idle 1g.5gb beside it is not reused: a new one is made elsewhere
+    seen = GpuSlices((_gi(1, "1g.5gb", 6),), seen.profile_ids)
+    assert plan_slice(dev, A100.name, ALLOWED, seen).device.start != 6
+
+
+def test_the_plan_refuses_what_cannot_be_made():
+    ids = {p.nvml_constant: p.profile_id for p in A100.mig_profiles}
+    full = GpuSlices((_gi(1, "7g.40gb", 0),), ids)
+    assert "no free placement for 1g.5gb" in plan_slice(_dev("1g.5gb"), A100.name, ALLOWED, full).why
+    assert "is not one of the profiles" in plan_slice(_dev("1g.10gb"), A100.name, ALLOWED, full).why
+    assert "not gpushare's record" in plan_slice(_dev(""), A100.name, ALLOWED, full).why
+    off = plan_slice(_dev("1g.5gb"), A100.name, ALLOWED, GpuSlices((), {}))
+    assert isinstance(off, SliceRefused) and "is MIG mode on?" in off.why
+
+
+def test_the_epilog_destroys_only_what_no_other_job_claims():
+    mine = Journal(5, 1, 1, "n", "ready", (Device(0, 0, "GPU-a", "mig", gi=1, ci=0, profile="1g.5gb", start=6),))
+    other = Journal(6, 1, 1, "n", "ready", (Device(0, 0, "GPU-a", "mig", gi=2, ci=0, profile="1g.5gb", start=6),))
+    assert destroys(mine, {5: mine}) == [DestroySlice(mine.devices[0])]
+    assert destroys(mine, {5: mine, 6: other}) == []
+    assert Journal.from_json(mine.to_json()) == mine
+    plain = Device(0, 0, "GPU-a", "mig", "MIG-1", 1, 0, "MIG-1")
+    assert "profile" not in plain.to_json() and "start" not in plain.to_json()  # fixed MIG journals as before
+
+
+def _dev(profile: str) -> Device:
+    return Device(0, 0, "GPU-a", "mig", profile=profile)
+
+
+def _gi(gi_id: int, profile: str, start: int):
+    from slurm_gpushare.gpu.backend import GpuInstance
+
+    p = A100.profile(profile)
+    return GpuInstance(gi_id, p.profile_id, start, p.memory_slices, p.nvml_constant)
+
+
+# ---- the hooks on the fake NVML ------------------------------------------------------------------------
+
+
+def test_a_slice_is_made_beside_a_running_neighbour_and_handed_to_the_job(node):
+    assert prolog_hook.main(env(node, 51, "3g.20gb"), runner=never_drain) == 0
+    first = JournalStore(node.state_dir).read(51).devices[0]
+    FakeNvml(node.state).add_process(0, 4242, first.gi, first.ci)  # the neighbour runs
+    before = instances(node)
+    assert prolog_hook.main(env(node, 52, "2g.10gb"), runner=never_drain) == 0
+    dev = JournalStore(node.state_dir).read(52).devices[0]
+    want = migplace.choose(A100, "2g.10gb", before, allowed=ALLOWED)
+    assert (dev.profile, dev.start) == ("2g.10gb", want.start) and instances(node) == sorted(
+        [*before, ("2g.10gb", want.start)]
+    )
+    with node.backend() as backend:
+        uuid = next(m.uuid for m in backend.mig_devices(0) if (m.gi_id, m.ci_id) == (dev.gi, dev.ci))
+        assert [p.pid for p in backend.processes(0)] == [4242]  # the neighbour was not disturbed
+    assert dev.mig_uuid == dev.visible == uuid and uuid.startswith("MIG-")
+    assert task_prolog(node, 52) == (0, f"export CUDA_DEVICE_ORDER=PCI_BUS_ID\nexport CUDA_VISIBLE_DEVICES={uuid}\n")
+
+
+def test_an_occupied_gpu_refuses_the_job_not_the_node(node, capsys):
+    assert prolog_hook.main(env(node, 61, "7g.40gb"), runner=never_drain) == 0
+    assert prolog_hook.main(env(node, 62, "1g.5gb"), runner=never_drain) == 0
+    journal = JournalStore(node.state_dir).read(62)
+    assert journal.state == "ready" and journal.devices == ()
+    assert "no free placement for 1g.5gb" in capsys.readouterr().err
+    rc, out = task_prolog(node, 62)
+    assert rc == 1 and out.startswith("print gpushare-task-prolog: job 62 is not run on this node: the MIG instance")
+    assert "node stays in service" in out
+    assert epilog_hook.main(env(node, 62, "1g.5gb"), runner=never_drain) == 0
+    assert instances(node) == [("7g.40gb", 0)]  # the neighbour's instance is untouched
+
+
+def test_a_bad_record_refuses_the_job(node):
+    assert prolog_hook.main(node.env(71, "1", SLURM_JOB_EXTRA="gpushare-mig=1g.5gb;reboot"), runner=never_drain) == 0
+    rc, out = task_prolog(node, 71, "1")
+    assert rc == 1 and "not_gpushare_s_record" in out and instances(node, 1) == []
+
+
+def test_the_epilog_destroys_compute_then_gpu_instance(node):
+    assert prolog_hook.main(env(node, 81, "4g.20gb"), runner=never_drain) == 0
+    assert instances(node) == [("4g.20gb", 0)]
+    assert epilog_hook.main(env(node, 81, "4g.20gb"), runner=never_drain) == 0
+    assert instances(node) == [] and node.journals() == []
+    assert epilog_hook.main(env(node, 81, "4g.20gb"), runner=never_drain) == 0  # a second run: nothing to do
+
+
+def test_a_crash_after_the_create_is_cleaned_by_the_epilog(node):
+    """The prolog was killed after NVML made the GI and before the journal named it: the journal holds the
+    intent (profile, start), and the epilog finds the GI by its start."""
+    _crashed(node, 91)
+    assert epilog_hook.main(env(node, 91, "2g.10gb"), runner=never_drain) == 0
+    assert instances(node) == [] and node.journals() == []
+
+
+def test_a_crash_after_the_create_is_cleaned_by_the_health_checks_reconcile(node):
+    _crashed(node, 92)
+    store = JournalStore(node.state_dir)
+    with node.backend() as backend, store.locked():
+        journals = store.all()
+        plan = plan_for_node(journals, set(), backend, str(node.state_dir), store)
+        assert [type(a).__name__ for a in plan.orphans[92]] == ["WriteJournal", "DestroySlice", "RemoveJournal"]
+        assert execute_reconcile(plan, store, node.mps, Killer(backend), journals) == []
+    assert instances(node) == [] and node.journals() == []
+
+
+def _crashed(node: HookNode, job: int) -> None:
+    with node.backend() as backend:
+        profile = A100.profile("2g.10gb")
+        backend.create_gpu_instance(0, profile.profile_id, 4)
+    intent = Device(0, 0, "GPU-x", "mig", profile="2g.10gb", start=4)
+    JournalStore(node.state_dir).write(Journal(job, 1, 1, node.node, "preparing", (intent,)))
+
+
+def test_latencies_change_nothing(node):
+    fake = FakeNvml(node.state)
+    for call in ("nvmlDeviceCreateGpuInstanceWithPlacement", "nvmlGpuInstanceDestroy", "nvmlComputeInstanceDestroy"):
+        fake.set_latency(call, 0.05)
+    fake.set_latency("nvmlDeviceGetMigDeviceHandleByIndex", 0.01)
+    for job, profile in ((101, "1g.5gb"), (102, "3g.20gb"), (103, "2g.10gb")):
+        assert prolog_hook.main(env(node, job, profile), runner=never_drain) == 0
+    made = instances(node)
+    assert len(made) == 3 and len({s for _n, s in made}) == 3
+    for job in (101, 102, 103):
+        assert task_prolog(node, job)[0] == 0
+        assert epilog_hook.main(env(node, job, None), runner=never_drain) == 0
+    assert instances(node) == [] and node.journals() == []

@@ -1,0 +1,205 @@
+"""Per-job MIG in the policy (issue 35): the share, its carrier weights, and every rule that refuses it."""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+
+import pytest
+import yaml
+
+from slurm_gpushare.errors import PolicyError
+from slurm_gpushare.hardware import get_model
+from slurm_gpushare.hardware.migweights import placeable_multisets
+from slurm_gpushare.policy import build_site
+from slurm_gpushare.policy.billing import tier_fractions, unit_fractions
+from slurm_gpushare.policy.perjob import default_weights
+from slurm_gpushare.policy.share import Mode, Share
+from tests.conftest import ROOT
+
+POLICY = ROOT / "tests" / "data" / "policies" / "perjob-lab.yaml"
+PROFILES = ["1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"]
+
+
+@cache
+def _raw() -> dict:
+    return yaml.safe_load(POLICY.read_text(encoding="utf-8"))
+
+
+def raw() -> dict:
+    return copy.deepcopy(_raw())
+
+
+def problems(policy: dict) -> list[str]:
+    with pytest.raises(PolicyError) as info:
+        build_site(policy, "t.yaml")
+    return [str(p) for p in info.value.problems]
+
+
+def one(policy: dict, path: str, *fragments: str) -> None:
+    found = problems(policy)
+    assert any(p.startswith(path + ":") and all(f in p for f in fragments) for p in found), found
+
+
+def perjob_entry(policy: dict) -> dict:
+    return policy["node_groups"][3]["sharing"][0]
+
+
+def test_a_per_job_range_is_the_whole_gpu_plus_its_carrier_shards():
+    site = build_site(raw(), "t.yaml")
+    group = site.group("lab-perjob")
+    share = group.gpus[0].share
+    assert share.mode is Mode.MIG and share.per_job and share.is_per_job_mig and not share.is_mig
+    assert share.profiles == tuple(PROFILES)
+    assert (share.weights, share.capacity) == ((2, 4, 7, 8, 14), 15)
+    assert (share.shared_gres, share.shared_count) == ("shard", 15)
+    assert group.gres == {("gpu", "a100_40g"): 2, ("shard", ""): 30}
+    assert group.slice_types == {
+        "a100_40g_1g.5gb": 2,
+        "a100_40g_2g.10gb": 4,
+        "a100_40g_3g.20gb": 7,
+        "a100_40g_4g.20gb": 8,
+        "a100_40g_7g.40gb": 14,
+    }
+    assert share.weight("3g.20gb") == 7
+    with pytest.raises(KeyError):
+        share.weight("1g.10gb")
+    assert share.text == "mig per job (1g.5gb=2, 2g.10gb=4, 3g.20gb=7, 4g.20gb=8, 7g.40gb=14 of 15)"
+
+
+def test_the_weights_admit_exactly_the_sets_that_fit():
+    """The proof for the test policy's set: every multiset within the capacity's reach fits iff it weighs <= C."""
+    share = build_site(raw(), "t.yaml").group("lab-perjob").gpus[0].share
+    fit = placeable_multisets(get_model("A100-SXM4-40GB"), share.profiles)
+    bounds = [share.capacity // w + 1 for w in share.weights]
+    from itertools import product
+
+    for counts in product(*(range(b + 1) for b in bounds)):
+        weighs = sum(w * n for w, n in zip(share.weights, counts, strict=True))
+        assert (weighs <= share.capacity) == (counts in fit), counts
+
+
+def test_share_round_trips_through_the_policy_entry_and_the_node_spec_json():
+    share = build_site(raw(), "t.yaml").group("lab-perjob").gpus[0].share
+    assert share.to_entry() == {"mode": "mig", "per_job": True, "profiles": PROFILES}
+    assert Share.from_entry(share.to_entry()) == Share(Mode.MIG, per_job=True, profiles=tuple(PROFILES))
+    assert Share.from_json(share.to_json()) == share
+    old = {k: v for k, v in Share(Mode.MIG, ("1g.5gb",)).to_json().items() if k not in ("per_job", "profiles")}
+    assert Share.from_json({k: v for k, v in old.items() if k not in ("weights", "capacity")}).is_mig
+
+
+def test_a_fixed_range_is_unchanged():
+    share = build_site(raw(), "t.yaml").group("lab-mig").gpus[0].share
+    assert (
+        share.is_mig
+        and not share.is_per_job_mig
+        and share.shared_gres == ""
+        and share.to_entry().keys()
+        == {
+            "mode",
+            "layout",
+        }
+    )
+
+
+def test_default_profiles_are_a_largest_exactly_weighted_set():
+    a30 = default_weights(get_model("A30-24GB"))
+    assert a30 is not None
+    assert (a30.profiles, a30.weights, a30.capacity) == (
+        ("1g.6gb", "2g.12gb", "2g.12gb+me", "4g.24gb"),
+        (2, 4, 5, 8),
+        9,
+    )
+
+
+def test_a_profile_set_without_exact_weights_is_refused_naming_the_largest_that_have_them():
+    policy = raw()
+    perjob_entry(policy)["profiles"] = ["1g.5gb", "1g.5gb+me", "4g.20gb"]
+    found = [p for p in problems(policy) if p.startswith("node_groups[3].sharing[0].profiles:")]
+    assert len(found) == 1, found
+    text = found[0]
+    assert "[1g.5gb, 1g.5gb+me, 4g.20gb] on A100-SXM4-40GB have no exact carrier weights" in text
+    assert "The largest subsets that have them: [" in text
+
+
+@pytest.mark.parametrize(
+    "change, path, fragment",
+    [
+        ({"profiles": ["9g.1tb"]}, "node_groups[3].sharing[0].profiles", "unknown MIG profile '9g.1tb'"),
+        ({"profiles": ["1g.5gb", "1g.5gb"]}, "node_groups[3].sharing[0].profiles", "name each allowed profile once"),
+        ({"layout": "all-1g.5gb"}, "node_groups[3].sharing[0].layout", "a per-job range has no fixed layout"),
+        ({"per_job": False}, "node_groups[3].sharing[0].profiles", "only for per_job: true"),
+        ({"mode": "shard", "replicas": 4}, "node_groups[3].sharing[0].per_job", "not used by mode shard"),
+    ],
+)
+def test_wrong_per_job_entries_are_refused(change, path, fragment):
+    policy = raw()
+    perjob_entry(policy).update(change)
+    one(policy, path, fragment)
+
+
+def test_per_job_on_a_model_without_mig_is_refused():
+    policy = raw()
+    policy["node_groups"][3]["gpu"]["model"] = "L40S"
+    del perjob_entry(policy)["profiles"]
+    one(policy, "node_groups[3].sharing[0].per_job", "L40S does not support MIG")
+
+
+def test_one_profiles_list_per_group_and_no_shard_or_mps_gpus_beside():
+    policy = raw()
+    policy["node_groups"][3]["sharing"] = [
+        {"gpus": 0, "mode": "mig", "per_job": True, "profiles": PROFILES},
+        {"gpus": 1, "mode": "mig", "per_job": True, "profiles": ["1g.5gb", "7g.40gb"]},
+    ]
+    one(policy, "node_groups[3].sharing", "must allow the same profiles")
+    policy["node_groups"][3]["sharing"][1] = {"gpus": 1, "mode": "mps", "units": 100}
+    one(policy, "node_groups[3].sharing", "cannot share a node with mps GPUs")
+
+
+def test_a_tier_mixing_fixed_and_per_job_slices_of_one_type_is_refused():
+    policy = raw()
+    policy["tiers"][1]["node_groups"] = ["lab-perjob", "lab-mig"]
+    one(policy, "tiers[1].node_groups", "a100_40g_1g.5gb would be both fixed and per-job")
+
+
+def test_a_tier_with_time_sliced_gpus_beside_per_job_ones_is_refused():
+    policy = raw()
+    policy["tiers"][1]["node_groups"] = ["lab-perjob", "lab-shard"]
+    one(policy, "tiers[1].node_groups", "time-sliced GPUs (lab-shard)")
+
+
+@pytest.mark.parametrize("hook", ["prolog", "epilog", "task_prolog", "job_submit_lua"])
+def test_per_job_needs_the_hooks_and_the_filter(hook):
+    policy = raw()
+    del policy["cluster"]["hooks"][hook]
+    one(policy, f"cluster.hooks.{hook}", "required by per-job MIG")
+
+
+def test_per_job_needs_device_cgroups():
+    policy = raw()
+    policy["cluster"]["cgroups"] = False
+    one(policy, "cluster.cgroups", "per-job MIG needs device cgroups")
+
+
+def test_a_per_job_slice_bills_what_a_fixed_slice_of_its_profile_bills():
+    site = build_site(raw(), "t.yaml")
+    fixed = dict(unit_fractions(site.group("lab-mig")))
+    per_shard = dict(unit_fractions(site.group("lab-perjob")))["shard"]
+    share = site.group("lab-perjob").gpus[0].share
+    model = get_model("A100-SXM4-40GB")
+    for profile in share.profiles:
+        assert share.weight(profile) * per_shard == pytest.approx(model.profile(profile).fraction(model))
+    assert per_shard * share.weight("1g.5gb") == pytest.approx(fixed["gpu:a100_40g_1g.5gb"])
+    assert tier_fractions(next(t for t in site.tiers if t.name == "perjob").groups)["gres/shard"] == pytest.approx(
+        1 / 14
+    )
+    assert dict(next(t for t in site.tiers if t.name == "perjob").billing)["GRES/shard"] == pytest.approx(
+        100 / 14, abs=1e-5
+    )
+
+
+def test_an_aliased_per_job_type_is_a_valid_alias_target():
+    policy = raw()
+    policy["submission"]["aliases"]["half"] = "gpu:a100_40g_3g.20gb"
+    site = build_site(policy, "t.yaml")
+    assert site.policy.submission.aliases["half"] == "gpu:a100_40g_3g.20gb"

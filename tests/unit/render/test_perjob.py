@@ -1,0 +1,41 @@
+"""Rendering per-job MIG GPUs (issue 35): gres.conf declares each whole GPU and its carrier shards on one device
+file, slurm.conf picks the least loaded GPU for a slice, and the fixed-MIG include leaves them out."""
+
+from __future__ import annotations
+
+from slurm_gpushare.policy import load_file
+from slurm_gpushare.render import context as ctx
+from slurm_gpushare.render import render_all
+from tests.conftest import ROOT
+
+POLICY = ROOT / "tests" / "data" / "policies" / "perjob-lab.yaml"
+
+
+def test_gres_conf_declares_the_whole_gpu_and_its_carrier_shards():
+    site = load_file(POLICY)
+    gres = render_all(site)["gres.conf"]
+    assert "NodeName=lab-perjob[01-02] Name=gpu Type=a100_40g File=/dev/nvidia[0-1]" in gres
+    for index in (0, 1):
+        assert f"NodeName=lab-perjob[01-02] Name=shard Count=15 File=/dev/nvidia{index}" in gres
+    assert "AutoDetect=off" in gres and "AutoDetect=nvml" not in gres
+    assert "# lab-perjob: 2 x A100-SXM4-40GB (0-1 mig per job (1g.5gb/2g.10gb/3g.20gb/4g.20gb/7g.40gb: " in gres
+
+
+def test_only_fixed_layouts_go_to_the_per_node_mig_include():
+    site = load_file(POLICY)
+    assert ctx.mig_nodes(site) == [{"nodes": "lab-mig01", "gpus": [(0, ["1g.5gb"] * 7)]}]
+
+
+def test_slurm_conf_picks_the_least_loaded_gpu_for_slices_and_never_spreads_one():
+    site = load_file(POLICY)
+    conf = render_all(site)["slurm.conf"]
+    assert "SelectTypeParameters=CR_Core_Memory,LL_SHARED_GRES\n" in conf
+    assert "MULTIPLE_SHARING_GRES_PJ" not in conf
+    assert "GresTypes=gpu,shard\n" in conf
+    assert "NodeName=lab-perjob[01-02]" in conf and "Gres=gpu:a100_40g:2,shard:30" in conf
+
+
+def test_sites_without_per_job_mig_keep_their_select_type_parameters():
+    site = load_file(ROOT / "etc" / "small-lab.yaml")
+    assert ctx.select_type_parameters(site) == "CR_Core_Memory"
+    assert not ctx.per_job_mig(site)
