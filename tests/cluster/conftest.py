@@ -243,3 +243,18 @@ def unrecorded_ends(c: TestCluster, running: frozenset[int] = frozenset()) -> li
         for line in out.splitlines()
         if line.endswith("|Unknown") and int(line.split("|")[0].split("_")[0]) not in running
     ]
+
+
+def ended_drain(c: TestCluster, node: str, since: str) -> dict | None:
+    """slurmdbd's record of a drain of ``node`` after a prolog failure (``Prolog error``, or our prolog's
+    ``gpushare-prolog:`` reason) that began at or after ``since`` (UTC) and has ended."""
+    out = c.slurm(
+        ["sacctmgr", "-n", "-P", "list", "event", f"nodes={node}", f"start={since}", "format=Start,End,State,Reason"],
+        check=False,
+    ).stdout
+    for line in out.splitlines():
+        start, end, st, reason = (line.split("|", 3) + ["", "", "", ""])[:4]
+        prolog = reason == "Prolog error" or reason.startswith("gpushare-prolog:")
+        if prolog and start >= since and end not in ("", "Unknown"):
+            return {"Start": start, "End": end, "State": st, "Reason": reason}
+    return None

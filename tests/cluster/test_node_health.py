@@ -25,7 +25,7 @@ import yaml
 
 from slurm_gpushare.node.health import PREFIX
 from slurm_gpushare.testcluster.cluster import TestCluster
-from tests.cluster.conftest import own_cluster, wait_for
+from tests.cluster.conftest import ended_drain, own_cluster, wait_for
 from tests.cluster.test_node_runtime import NODES, hooks_policy, journals
 from tests.cluster.test_soak import kill_a_hook
 from tests.cluster.tuning import FAST_REQUEUE, tuned
@@ -240,18 +240,3 @@ def test_a_killed_prolog_is_healed_by_the_health_check_alone(health_cluster):
         f"\nprolog of job {job} SIGKILLed on {node}: drained '{drain['Reason']}' at {drain['Start']}, resumed by the "
         f"health check alone at {drain['End']} ({healed['state']}); the requeued job {rec['State']}"
     )
-
-
-def ended_drain(c: TestCluster, node: str, since: str) -> dict | None:
-    """slurmdbd's record of a drain of ``node`` after a prolog failure (``Prolog error``, or our prolog's
-    ``gpushare-prolog:`` reason) that began at or after ``since`` (UTC) and has ended."""
-    out = c.slurm(
-        ["sacctmgr", "-n", "-P", "list", "event", f"nodes={node}", f"start={since}", "format=Start,End,State,Reason"],
-        check=False,
-    ).stdout
-    for line in out.splitlines():
-        start, end, st, reason = (line.split("|", 3) + ["", "", "", ""])[:4]
-        prolog = reason == "Prolog error" or reason.startswith("gpushare-prolog:")
-        if prolog and start >= since and end not in ("", "Unknown"):
-            return {"Start": start, "End": end, "State": st, "Reason": reason}
-    return None
