@@ -3,7 +3,11 @@
 A job's allocated GPU TRES become GPU-equivalents with the same unit
 fractions the billing weights use (``policy.billing.tier_fractions`` of the
 job's partition): a 1g.5gb slice of an A100-40GB is 1/7 GPU, a shard
-1/replicas, an MPS unit 1/units. A typed request shows up twice in AllocTRES
+1/replicas, an MPS unit 1/units. A per-job MIG slice of profile p is
+allocated as weight(p) carrier shards per node (``gres/shard``): on a
+per-job tier that count is the slice it carries, counted as the fixed slice
+of p is (``policy.billing.carried_slices``), so a per-job 1g.5gb is 1/7 GPU
+like a fixed one, whatever a carrier shard bills. A typed request shows up twice in AllocTRES
 (``gres/gpu:<type>=1`` and ``gres/gpu=1``): the typed one counts, and only
 the untyped remainder falls back to a whole GPU (or to the partition's one
 GPU type, when it has exactly one).
@@ -24,7 +28,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from ..policy import Site
-from ..policy.billing import tier_fractions
+from ..policy.billing import carried_slices, tier_fractions
 from ..policy.share import Mode
 from ..slurm.parsable import parse_tres
 from ..slurm.sacct import JobRecord
@@ -49,6 +53,7 @@ class GpuConverter:
 
     def __init__(self, site: Site, cache_size: int = 1 << 16):
         self._tiers = {t.name: tier_fractions(t.groups) for t in site.tiers}
+        self._slices = {t.name: s for t in site.tiers if (s := carried_slices(t.groups))}
         self._anywhere: dict[str, float] = {}
         for fractions in self._tiers.values():
             for k, v in fractions.items():
@@ -87,7 +92,7 @@ class GpuConverter:
             kinds[kind] += untyped * f
         for shared in (Mode.SHARD.value, Mode.MPS.value):
             count = _shared_count(tres, shared)
-            if count:
+            if count and not (shared == Mode.SHARD.value and self._carried(partition, count, tres, kinds)):
                 f = fr.get(f"gres/{shared}", self._anywhere.get(f"gres/{shared}"))
                 if f is None:
                     unknown.append(f"gres/{shared}")
@@ -95,6 +100,17 @@ class GpuConverter:
                     kinds[shared] += count * f
         gpus = sum(kinds.values())
         return AllocationGpus(gpus, tuple(sorted(kinds.items())), float(tres.get("billing", 0)), tuple(unknown))
+
+    def _carried(self, partition: str, count: float, tres: Mapping[str, float], kinds: defaultdict[str, float]) -> bool:
+        """Shards on a per-job MIG tier that carry one slice per node: counted in ``kinds`` as that slice."""
+        slices = self._slices.get(partition)
+        nodes = tres.get("node") or 1
+        per_node = count / nodes
+        hit = slices.get(int(per_node)) if slices and per_node.is_integer() else None
+        if hit is None:
+            return False
+        kinds[hit[0]] += nodes * hit[1]
+        return True
 
     @staticmethod
     def _untyped(fr: Mapping[str, float]) -> tuple[str, float]:

@@ -8,6 +8,7 @@ import click
 
 from .. import examples
 from ..policy import load_file
+from ..policy.share import RECORD_PREFIX
 from ..submit import Decision, build_tables, decide, script_options, split_options, to_job
 
 
@@ -54,7 +55,19 @@ def report_lines(decision: Decision) -> list[str]:
     if not decision.accepted:
         return [str(v) for v in decision.violations]
     changes = decision.changes
-    return [f"OK (would set {', '.join(changes)})" if changes else "OK"]
+    return [f"OK (would set {', '.join(changes)})" if changes else "OK", *per_job_lines(decision)]
+
+
+def per_job_lines(decision: Decision) -> list[str]:
+    """A per-job MIG slice, in the user's terms: what the rewrite means (the extra field holds the record)."""
+    if not decision.extra or not decision.extra.startswith(RECORD_PREFIX):
+        return []
+    profile = decision.extra.removeprefix(RECORD_PREFIX)
+    return [
+        f"  a {profile} MIG instance is made for this job when it starts, on the GPU Slurm gives it, and destroyed "
+        f"when it ends; the shards are how Slurm counts the slice and {decision.extra} in the job's extra field "
+        "records its profile (leave --extra unset)"
+    ]
 
 
 COMMANDS = (check,)

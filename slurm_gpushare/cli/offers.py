@@ -9,6 +9,7 @@ import click
 
 from ..errors import GpushareError
 from ..policy import Group, Site, TierView, load_file
+from ..policy.billing import carrier_fraction
 from ..policy.share import Mode
 from ..sitepolicy import describe, find_policy
 from ..submit import build_tables
@@ -23,7 +24,8 @@ from ..submit.tables import Tables, TierCaps
 )
 @click.option("--tier", "tier_name", metavar="NAME", help="Only this tier (partition).")
 def offers(policy: Path | None, tier_name: str | None) -> None:
-    """Say what each tier (partition) offers: whole GPUs, MIG slices, shards, MPS shares, aliases.
+    """Say what each tier (partition) offers: whole GPUs, MIG slices (fixed, or made per job), shards, MPS shares,
+    aliases.
 
     \b
       gpushare offers
@@ -95,8 +97,12 @@ def group_offers(group: Group, cap: TierCaps) -> list[tuple[str, str]]:
         if slot.share.is_mig:
             out += [_mig(model, p, t) for p, t in zip(slot.layout, slot.mig_types(), strict=False) if t in cap.gpu]
             continue
+        if slot.share.is_per_job_mig:
+            out += [_per_job(slot, p, t) for t, (_w, p) in cap.slices.items() if p in slot.share.profiles]
         if slot.slurm_type in cap.gpu:
-            out.append((f"one whole {model.name} GPU ({_gib(model.memory_mib)})", f"--gres=gpu:{slot.slurm_type}:1"))
+            empty = " when no job's slice is on it" if slot.share.is_per_job_mig else ""
+            whole = f"one whole {model.name} GPU ({_gib(model.memory_mib)}){empty}"
+            out.append((whole, f"--gres=gpu:{slot.slurm_type}:1"))
         if slot.mode == Mode.SHARD and slot.share.shared_gres in cap.shared:
             out.append(
                 (
@@ -114,6 +120,17 @@ def _mig(model, profile: str, gres_type: str) -> tuple[str, str]:
     return (
         f"a MIG slice {p.name} of one {model.name} GPU ({_gib(p.memory_mib)}, "
         f"{p.compute_slices}/{model.compute_slices} of its compute, billed as {p.fraction(model):.2f} GPU)",
+        f"--gres=gpu:{gres_type}:1",
+    )
+
+
+def _per_job(slot, profile: str, gres_type: str) -> tuple[str, str]:
+    """A per-job MIG slice: asked for as a fixed one; the instance is made when the job starts, destroyed after."""
+    model, p = slot.model, slot.model.profile(profile)
+    billed = carrier_fraction(slot) * slot.share.weight(p.name)
+    return (
+        f"a MIG slice {p.name} of one {model.name} GPU ({_gib(p.memory_mib)}, {p.compute_slices}/"
+        f"{model.compute_slices} of its compute, billed as {billed:.2f} GPU), made for the job when it starts",
         f"--gres=gpu:{gres_type}:1",
     )
 

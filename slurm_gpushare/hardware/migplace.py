@@ -91,6 +91,18 @@ def placeable(model: GpuModel, profile_name: str, instances: Sequence[Instance])
     return bool(legal_starts(model, profile_name, instances))
 
 
+def room(model: GpuModel, profile_name: str, instances: Sequence[Instance]) -> int:
+    """How many more ``profile_name`` instances (that profile alone) could be made beside ``instances``.
+
+    One profile's placements all have its size, so taking the lowest legal start each time is a largest set
+    (interval scheduling); the instance and compute-slice limits only stop it sooner."""
+    name, held, more = model.profile(profile_name).name, list(instances), 0
+    while starts := legal_starts(model, name, held):
+        held.append((name, starts[0]))
+        more += 1
+    return more
+
+
 def largest_free_run(model: GpuModel, instances: Sequence[Instance]) -> int:
     """The longest run of consecutive memory slices no instance holds."""
     mask = occupancy(model, instances)

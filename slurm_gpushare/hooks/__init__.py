@@ -23,13 +23,18 @@ class Seen:
     small mutable record, not a frozen ``records.record``: its fields are its ``__slots__``, so writing or reading
     a field it does not have raises AttributeError instead of passing a key nobody reads."""
 
-    __slots__ = ("spec", "job_id", "live", "journal")
+    __slots__ = ("spec", "job_id", "live", "journal", "slice_seconds", "slice_refused")
 
     def __init__(self) -> None:
         self.spec: NodeSpec | None = None  # the node's spec, once loaded
         self.job_id: int | None = None  # the epilog's job
         self.live: ObservedState | None = None  # the GPUs (and journals) the run observed
         self.journal: Journal | None = None  # the prolog's journal, once written
+        self.slice_seconds: float | None = None  # the prolog made the job's per-job MIG instance in this time
+        self.slice_refused: str | None = None  # or refused the job: node.perjob.SliceRefused.code
 
     def __repr__(self) -> str:
-        return f"Seen(spec={self.spec!r}, job_id={self.job_id!r}, live={self.live!r}, journal={self.journal!r})"
+        return (
+            f"Seen(spec={self.spec!r}, job_id={self.job_id!r}, live={self.live!r}, journal={self.journal!r}, "
+            f"slice_seconds={self.slice_seconds!r}, slice_refused={self.slice_refused!r})"
+        )

@@ -62,12 +62,17 @@ def _textfile(hook: str, seen: Seen, error, duration: float, spec, dcgm_errors: 
 
     store = JournalStore(spec.state_dir)
     snapshot = textfile.NodeObservation(
-        journals_present=len(store.job_ids()), mps_daemons_running=running_daemons(spec.state_dir)
+        journals_present=len(store.job_ids()),
+        mps_daemons_running=running_daemons(spec.state_dir),
+        slice_seconds=seen.slice_seconds,
+        slice_refused=seen.slice_refused,
     )
     try:
-        snapshot.jobs = textfile.jobs_of(store.all().values())
+        journals = store.all().values()
+        snapshot.jobs = textfile.jobs_of(journals)
+        snapshot.mig_slices, snapshot.mig_free = textfile.per_job_slices(journals, spec.gpus) or (None, None)
     except JournalError:
-        pass  # an unreadable journal: keep the last mapping (reconcile reports it)
+        pass  # an unreadable journal: keep the last mapping and figures (reconcile reports it)
     live = seen.live
     if live is not None:
         snapshot.mig = textfile.mig_matches(live.gpus.values(), spec.gpus)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from . import Seen
 
@@ -31,7 +32,7 @@ def prolog(environ, runner=None, mps=None, seen: Seen | None = None) -> None:
         seen.live = live = observe_prolog(job, node, backend, store, mps)
         journal, actions = plan_prolog(job, node, live)
         if any(d.per_job for d in journal.devices):  # a per-job MIG slice: made now, or the job refused
-            journal, actions = _slices(journal, actions, node, backend, store)
+            journal, actions = _slices(journal, actions, node, backend, store, seen)
         limits = None
         if job.mps_percentage is not None:  # the share on the job's cgroup, where the node offers it (node.mpsmem)
             from ..node.mpsmem import apply_memory_limits, refusal_env
@@ -53,18 +54,23 @@ def prolog(environ, runner=None, mps=None, seen: Seen | None = None) -> None:
         seen.journal = journal
 
 
-def _slices(journal, actions, node, backend, store):
+def _slices(journal, actions, node, backend, store, seen: Seen):
     """Make the job's per-job MIG instance (node.perjob); one that cannot be made refuses the job, not the node:
-    its tasks fail with the reason (node.prolog.refused_journal)."""
+    its tasks fail with the reason (node.prolog.refused_journal). ``seen`` gets how long making it took (the GPU's
+    lock, observing it, the GI and CI, the UUID), or the refusal's code, for the node metrics."""
     from ..node.perjob import REFUSED_CODE, prolog_slices, rewrite
     from ..node.prolog import refused_journal
 
-    journal, why = prolog_slices(journal, node, backend, store)
-    if why is not None:
-        journal = refused_journal(journal, REFUSED_CODE, why)
+    start = time.monotonic()
+    journal, refused = prolog_slices(journal, node, backend, store)
+    if refused is None:
+        seen.slice_seconds = time.monotonic() - start
+    else:
+        seen.slice_refused = refused.code
+        journal = refused_journal(journal, REFUSED_CODE, refused.why)
         print(
-            f"gpushare-prolog: job {journal.job_id}: MIG slice not made ({why}); the job is refused, the node stays "
-            "in service",
+            f"gpushare-prolog: job {journal.job_id}: MIG slice not made ({refused.why}); the job is refused, the node "
+            "stays in service",
             file=sys.stderr,
         )
     return journal, rewrite(actions, journal)

@@ -9,7 +9,14 @@ families; nothing here imports prometheus_client.
 GPU-equivalents use the billing fractions (``accounting.usage.GpuConverter``
 over ``policy.billing.tier_fractions``): a MIG slice is its share of its GPU
 (1g.5gb of an A100-40GB = 1/7), a shard 1/replicas, an MPS unit 1/units, a
-whole GPU 1. A running job's units are what Slurm allocated per node
+whole GPU 1. A per-job MIG slice (held as its profile's weight in carrier
+shards per node) is the fixed slice of its profile, kind mig.
+
+Per-job MIG GPUs: the slices running jobs hold, per node and profile, from
+each job's carrier shards on the node (a weight is one profile there). How
+many more of a profile could be made depends on where the running instances
+sit on each GPU, which Slurm does not know: the node textfile says it
+(``gpushare_node_mig_per_job_free``, from the node's journals). A running job's units are what Slurm allocated per node
 (``gres_detail``); where the backend does not say (pyslurm 24.11 leaves
 ``gres_alloc`` empty) the per-node request times the number of nodes.
 
@@ -66,8 +73,20 @@ class SiteMetrics:
         self.site = site
         self.converter = GpuConverter(site)
         self.mig_types = frozenset(t for g in site.groups for s in g.gpus if s.share.is_mig for t in s.mig_types())
+        self.mig_types |= {t for g in site.groups for t in g.slice_types}  # per-job slices are MIG slices too
+        # per-job MIG groups: carrier shards per node -> the profile they carry
+        self.carried = {
+            g.name: {
+                w: p
+                for s in g.gpus
+                if s.share.is_per_job_mig
+                for p, w in zip(s.share.profiles, s.share.weights, strict=True)
+            }
+            for g in site.groups
+            if g.slice_types
+        }
         self.tiers = frozenset(t.name for t in site.tiers)
-        self._units: dict[tuple[str, str, int], tuple[str, str, float]] = {}
+        self._units: dict[tuple[str, str, int, int], tuple[str, str, float]] = {}
         self._typed: dict[tuple[str, str], str] = {}
 
     def tier(self, partition: str) -> str:
@@ -90,21 +109,28 @@ class SiteMetrics:
             hit = self._typed[memo] = f"{name}:{types.pop()}" if len(types) == 1 else key
         return hit
 
-    def units(self, partition: str, key: str, count: int) -> tuple[str, str, float]:
-        """(kind, gres_type, GPU-equivalents) of ``count`` units of GRES ``key`` ('gpu:l40s', 'shard', ...)."""
-        memo = (partition, key, count)
+    def node_slices(self, node: str) -> dict[int, str]:
+        """A per-job MIG node's carrier shards per node -> the profile they carry; {} for another node."""
+        try:
+            return self.carried.get(self.site.group_for_node(node).name, {})
+        except KeyError:  # a node the policy does not name
+            return {}
+
+    def units(self, partition: str, key: str, count: int, nodes: int = 1) -> tuple[str, str, float]:
+        """(kind, gres_type, GPU-equivalents) of ``count`` units of GRES ``key`` ('gpu:l40s', 'shard', ...) over
+        ``nodes`` nodes."""
+        memo = (partition, key, count, nodes)
         hit = self._units.get(memo)
         if hit is None:
-            hit = self._units[memo] = self._convert(partition, key, count)
+            hit = self._units[memo] = self._convert(partition, key, count, nodes)
         return hit
 
-    def _convert(self, partition: str, key: str, count: int) -> tuple[str, str, float]:
+    def _convert(self, partition: str, key: str, count: int, nodes: int) -> tuple[str, str, float]:
         name, _, gtype = key.partition(":")
-        job = self.converter.convert_tres(
-            partition, {f"gres/{key}": float(count)} if gtype or name != "gpu" else {"gres/gpu": float(count)}
-        )
-        if name == "gpu":
-            kind_name = job.kinds[0][0] if job.kinds else key  # 'gpu:<type>' (an untyped GPU may resolve to one)
+        tres = {f"gres/{key}": float(count)} if gtype or name != "gpu" else {"gres/gpu": float(count)}
+        job = self.converter.convert_tres(partition, {**tres, "node": float(nodes)})
+        kind_name = job.kinds[0][0] if job.kinds else key  # 'gpu:<type>' (an untyped GPU may resolve to one)
+        if name == "gpu" or kind_name.startswith("gpu:"):  # a GPU, a MIG slice, or shards that carry a slice
             gtype = kind_name.partition(":")[2]
             return ("mig" if gtype in self.mig_types else "whole"), gtype, job.gpus
         return name, gtype, job.gpus
@@ -124,6 +150,8 @@ def families(sm: SiteMetrics, snap: SlurmRead) -> list[Family]:
     if snap.jobs is not None:
         out.append(allocated(sm, snap.jobs))
         out += pending(sm, snap.jobs, snap.now)
+        if sm.carried:
+            out.append(per_job_slices(sm, snap.jobs, snap.nodes))
     if snap.nodes is not None:
         out += supply(snap.nodes, snap.jobs)
         out += node_state(snap.nodes)
@@ -175,12 +203,50 @@ def allocated(sm: SiteMetrics, jobs: Iterable[Job]) -> Family:
         if job.state != "RUNNING":
             continue
         tier = sm.tier(job.partition)
+        nodes = len(job.gres_alloc) or node_count(job.nodes)
         for key, count in running_units(job, sm.typed).items():
             if split(key)[0] not in GPU_GRES or count <= 0:
                 continue
-            kind, gtype, gpus = sm.units(job.partition, key, count)
+            kind, gtype, gpus = sm.units(job.partition, key, count, nodes)
             fam.add((job.account, job.user, tier, kind, gtype), gpus)
     return fam
+
+
+def per_job_slices(sm: SiteMetrics, jobs: Iterable[Job], nodes: Iterable[Node] | None) -> Family:
+    """Per-job MIG slices running jobs hold, by node and profile; every profile of every per-job node the nodes'
+    read names, at 0 when none runs."""
+    fam = Family(
+        "gpushare_per_job_mig_slices",
+        "gauge",
+        "Per-job MIG slices running jobs hold on the node, by profile (from each job's carrier shards there; how "
+        "many more fit is the node's gpushare_node_mig_per_job_free)",
+        ("node", "profile"),
+    )
+    for n in nodes or ():
+        for profile in sm.node_slices(n.name).values():
+            fam.add((n.name, profile), 0)
+    for job in jobs:
+        if job.state != "RUNNING":
+            continue
+        for node, key, count in _per_node(job):
+            carried = sm.node_slices(node).get(count) if split(key)[0] == "shard" else None
+            if carried is not None:
+                fam.add((node, carried), 1)
+    return fam
+
+
+def _per_node(job: Job) -> Iterable[tuple[str, str, int]]:
+    """(node, GRES key, units) a running job holds on each node: Slurm's per-node allocation, or where the backend
+    does not say (pyslurm 24.11) its per-node request on each of its nodes."""
+    if job.gres_alloc:
+        return [(node, key, u.count) for node, use in job.gres_alloc.items() for key, u in use.items()]
+    from hostlist import expand_hostlist
+
+    try:
+        names = expand_hostlist(job.nodes) if job.nodes else []
+    except Exception:  # hostlist.BadHostlist: leave the job out rather than fail the scrape
+        return []
+    return [(node, key, count) for node in names for key, count in job.gres_request.items()]
 
 
 def pending(sm: SiteMetrics, jobs: Iterable[Job], now: float) -> list[Family]:

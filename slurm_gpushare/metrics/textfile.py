@@ -31,6 +31,17 @@ Metrics (names are a contract with the dashboard and the cluster tests)::
     gpushare_node_mig_layout_matches_policy{gpu}            gauge    1/0, MIG GPUs of the policy only
     gpushare_node_job_gpu_info{job_id, gpu, uuid, mig_uuid, gpu_instance_id, compute_instance_id}  gauge = 1
     gpushare_node_dcgm_mapping_errors_total                 counter  dcgm-exporter mapping writes that failed
+    gpushare_node_mig_per_job_slices{gpu, profile}          gauge    per-job MIG instances jobs hold (journals)
+    gpushare_node_mig_per_job_free{gpu, profile}            gauge    how many more of the profile fit now
+    gpushare_node_mig_slice_create_seconds                  histogram  the prolog making a job's instance
+    gpushare_node_mig_slice_refusals_total{reason}          counter  jobs refused: their instance not made
+
+The per-job MIG families are written on a node with per-job MIG GPUs only.
+Their running and free figures come from the journals (the profile and
+memory-slice start the prolog journals for each job's instance), not from
+NVML: free is how many more instances of that profile alone
+``hardware.migplace.room`` finds beside the journaled ones, 0 while a job
+holds the GPU whole.
 
 ``hook`` is prolog, epilog or reconcile. Every (hook, result) and (hook,
 reason) pair is written from the first run on, at 0 until it happens, so
@@ -92,6 +103,17 @@ _BY_CLASS = (  # class name (anywhere in the exception's MRO) -> reason, first m
 )
 
 
+# Why the prolog did not make a job's per-job MIG instance (node.perjob.SliceRefused.code); the job is refused.
+SLICE_REFUSALS = {
+    "placement": "no free placement for the profile beside the GPU's instances",
+    "profile": "the job's extra field records no profile, or one the GPU does not make per job",
+    "mig_off": "NVML offers no such profile on the GPU (MIG mode off)",
+    "nvml": "NVML refused to make the instance, or its instances could not be read",
+}
+# upper bounds (seconds) of the histogram of the time the prolog takes to make a job's per-job MIG instance
+CREATE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
 def failure_reason(exc: BaseException) -> str:
     """The bounded reason code for an exception a hook raised (by class name: no imports)."""
     names = {c.__name__ for c in type(exc).__mro__}
@@ -119,11 +141,46 @@ class NodeObservation:
     mig: dict[int, bool] = field(default_factory=dict)  # GPU index -> layout matches the policy
     jobs: list[JobDevice] | None = None  # every device of every job with a journal, when read
     replace_mig: bool = False  # ``mig`` is the whole node's answer (reconcile): forget other GPUs
+    # per-job MIG GPUs (``per_job_slices``): GPU index -> profile -> instances running / how many more fit
+    mig_slices: dict[int, dict[str, int]] | None = None
+    mig_free: dict[int, dict[str, int]] | None = None
+    slice_seconds: float | None = None  # this run made a job's per-job instance in this time
+    slice_refused: str | None = None  # or refused the job for this reason (SLICE_REFUSALS)
 
 
 def jobs_of(journals) -> list[JobDevice]:
     """The job-to-device rows of journals (``node.journal.Journal``-like: job_id, devices)."""
     return [JobDevice(j.job_id, d.gpu_index, d.gpu_uuid, d.mig_uuid, d.gi, d.ci) for j in journals for d in j.devices]
+
+
+def per_job_slices(journals, spec_gpus) -> tuple[dict[int, dict[str, int]], dict[int, dict[str, int]]] | None:
+    """For each per-job MIG GPU of the node spec (``node.nodeconfig.GpuSpec``s) and each profile it makes: the
+    instances the journals hold, and how many more of that profile alone fit beside them now (0 while a job
+    holds the GPU whole). None when the node has no per-job GPU (the catalogue is loaded only when it has)."""
+    gpus = {g.index: g for g in spec_gpus if g.share.is_per_job_mig}
+    if not gpus:
+        return None
+    from ..hardware import CatalogueError, get_model, migplace
+
+    held: dict[int, list[tuple[str, int]]] = {i: [] for i in gpus}
+    whole: set[int] = set()
+    for journal in journals:
+        for d in journal.devices:
+            if d.gpu_index not in gpus:
+                continue
+            if not d.per_job:
+                whole.add(d.gpu_index)
+            elif d.start is not None:
+                held[d.gpu_index].append((d.profile, d.start))
+    running, free = {}, {}
+    for index, gpu in gpus.items():
+        running[index] = {p: sum(1 for n, _ in held[index] if n == p) for p in gpu.share.profiles}
+        try:
+            model = get_model(gpu.model)
+            free[index] = {p: 0 if index in whole else migplace.room(model, p, held[index]) for p in gpu.share.profiles}
+        except (CatalogueError, ValueError):  # journals that cannot be together (reconcile reports them): no figure
+            continue
+    return running, free
 
 
 def mig_matches(live_gpus, spec_gpus) -> dict[int, bool]:
@@ -161,6 +218,10 @@ def empty_state() -> dict:
         "mig": {},
         "jobs": [],
         "dcgm_errors": 0,
+        "slices": {},
+        "free": {},
+        "refusals": {},
+        "create": {"buckets": [0] * len(CREATE_BUCKETS), "sum": 0.0, "count": 0},
     }
 
 
@@ -170,9 +231,10 @@ def read_state(path: Path) -> dict:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return empty_state()
-    if not isinstance(data, dict) or data.get("format") != STATE_FORMAT or set(data) != set(empty_state()):
-        return empty_state()
-    return data
+    empty = empty_state()
+    if not isinstance(data, dict) or data.get("format") != STATE_FORMAT or not set(data) <= set(empty):
+        return empty
+    return {**empty, **data}  # a state written before a key was added: that key from zero
 
 
 def update(
@@ -214,6 +276,24 @@ def observed(new: dict, snapshot: NodeObservation, dcgm_errors: int = 0) -> dict
     if snapshot.jobs is not None:
         new["jobs"] = [[r.job_id, r.gpu, r.uuid, r.mig_uuid, r.gi, r.ci] for r in snapshot.jobs]
     new["dcgm_errors"] += dcgm_errors
+    return _per_job_observed(new, snapshot)
+
+
+def _per_job_observed(new: dict, snapshot: NodeObservation) -> dict:
+    if snapshot.mig_slices is not None:
+        new["slices"] = {str(g): dict(per) for g, per in snapshot.mig_slices.items()}
+    if snapshot.mig_free is not None:
+        new["free"] = {str(g): dict(per) for g, per in snapshot.mig_free.items()}
+    if snapshot.slice_refused is not None:
+        if snapshot.slice_refused not in SLICE_REFUSALS:
+            raise ValueError(f"slice refusal {snapshot.slice_refused!r}: expected one of {tuple(SLICE_REFUSALS)}")
+        new["refusals"][snapshot.slice_refused] = new["refusals"].get(snapshot.slice_refused, 0) + 1
+    if snapshot.slice_seconds is not None:
+        create = new["create"]
+        seconds = max(0.0, float(snapshot.slice_seconds))
+        create["buckets"] = [n + (seconds <= le) for n, le in zip(create["buckets"], CREATE_BUCKETS, strict=True)]
+        create["sum"] = round(create["sum"] + seconds, 6)
+        create["count"] += 1
     return new
 
 
@@ -238,6 +318,7 @@ def render(state: dict) -> str:
     _hook_families(out, state)
     _node_families(out, state)
     _job_families(out, state)
+    _per_job_families(out, state)
     return "\n".join(out) + "\n"
 
 
@@ -335,6 +416,49 @@ def _job_families(out: list[str], state: dict) -> None:
         "counter",
         "Writes of dcgm-exporter's job mapping files that failed (the job went on).",
         [("", state["dcgm_errors"])],
+    )
+
+
+def _per_job_families(out: list[str], state: dict) -> None:
+    """Per-job MIG: instances running and free per GPU and profile, their making's time, refused jobs. Written once
+    the node has per-job GPUs (or has counted one), every series from the first on."""
+    create = state["create"]
+    if not (state["slices"] or state["refusals"] or create["count"]):
+        return
+    gpus = sorted(state["slices"], key=int)
+    _family(
+        out,
+        "gpushare_node_mig_per_job_slices",
+        "gauge",
+        "Per-job MIG instances jobs hold on the GPU, by profile (from the journals).",
+        [(_labels(gpu=g, profile=p), n) for g in gpus for p, n in sorted(state["slices"][g].items())],
+    )
+    _family(
+        out,
+        "gpushare_node_mig_per_job_free",
+        "gauge",
+        "How many more per-job MIG instances of the profile alone fit on the GPU beside those in use.",
+        [
+            (_labels(gpu=g, profile=p), n)
+            for g in sorted(state["free"], key=int)
+            for p, n in sorted(state["free"][g].items())
+        ],
+    )
+    name = "gpushare_node_mig_slice_create_seconds"
+    out.append(f"# HELP {name} Seconds the prolog took to make a job's per-job MIG instance (GPU lock, GI, CI, UUID).")
+    out.append(f"# TYPE {name} histogram")
+    les = [*(_num(le) for le in CREATE_BUCKETS), "+Inf"]
+    out.extend(
+        f"{name}_bucket{_labels(le=le)} {n}" for le, n in zip(les, [*create["buckets"], create["count"]], strict=True)
+    )
+    out.append(f"{name}_sum {_num(float(create['sum']))}")
+    out.append(f"{name}_count {create['count']}")
+    _family(
+        out,
+        "gpushare_node_mig_slice_refusals_total",
+        "counter",
+        "Jobs the prolog refused because their per-job MIG instance could not be made, by reason.",
+        [(_labels(reason=r), state["refusals"].get(r, 0)) for r in SLICE_REFUSALS],
     )
 
 

@@ -390,6 +390,9 @@ def repair_metrics(findings: Findings, metrics, state_dir: str, store, running: 
             mps_daemons_running=running_daemons(state_dir),
             jobs=textfile.jobs_of(left.values()),
         )
+        snapshot.mig_slices, snapshot.mig_free = textfile.per_job_slices(
+            left.values(), getattr(metrics, "gpus", ())
+        ) or (None, None)
         try:
             textfile.refresh(state_dir, metrics.textfile_dir, snapshot)
         except OSError as exc:

@@ -72,7 +72,12 @@ class SlicePlan:
 
 @record
 class SliceRefused:
+    """Why a job's slice is not made; ``code`` is bounded (metrics.textfile.SLICE_REFUSALS): placement (no free
+    placement beside the GPU's instances), profile (no record, or a profile the GPU does not make), mig_off (NVML
+    offers no such profile: MIG mode off), nvml (NVML refused to make it, or its instances cannot be read)."""
+
     why: str
+    code: str = "nvml"
 
 
 @record
@@ -113,9 +118,13 @@ def plan_slice(device: Device, model_name: str, allowed: tuple[str, ...], seen: 
 
     where = f"GPU {device.gpu_index} ({device.gpu_uuid})"
     if not device.profile:
-        return SliceRefused(f"the job's extra field is not gpushare's record of a MIG profile ({RECORD_PREFIX}...)")
+        return SliceRefused(
+            f"the job's extra field is not gpushare's record of a MIG profile ({RECORD_PREFIX}...)", "profile"
+        )
     if device.profile not in allowed:
-        return SliceRefused(f"{device.profile} is not one of the profiles {where} makes per job: {', '.join(allowed)}")
+        return SliceRefused(
+            f"{device.profile} is not one of the profiles {where} makes per job: {', '.join(allowed)}", "profile"
+        )
     try:
         model = get_model(model_name)
         profile = model.profile(device.profile)
@@ -124,10 +133,12 @@ def plan_slice(device: Device, model_name: str, allowed: tuple[str, ...], seen: 
     except (CatalogueError, ValueError) as exc:
         return SliceRefused(f"{where}: its instances cannot be read against the catalogue: {exc}")
     if profile.nvml_constant not in seen.profile_ids:
-        return SliceRefused(f"NVML offers no {profile.name} on {where} (is MIG mode on?)")
+        return SliceRefused(f"NVML offers no {profile.name} on {where} (is MIG mode on?)", "mig_off")
     if choice is None:
         held = ", ".join(f"{n} at {s}" for n, s in sorted(instances, key=lambda i: i[1])) or "none"
-        return SliceRefused(f"{where} has no free placement for {profile.name} beside its instances ({held})")
+        return SliceRefused(
+            f"{where} has no free placement for {profile.name} beside its instances ({held})", "placement"
+        )
     return SlicePlan(
         replace(device, start=choice.start), seen.profile_ids[profile.nvml_constant], profile.full_compute_constant
     )
@@ -172,7 +183,7 @@ def make_slice(plan: SlicePlan, journal: Journal, backend, store) -> Device:
     return replace(dev, mig_uuid=uuid, visible=uuid)
 
 
-def prolog_slices(journal: Journal, node, backend, store) -> tuple[Journal, str | None]:
+def prolog_slices(journal: Journal, node, backend, store) -> tuple[Journal, SliceRefused | None]:
     """Make the journal's pending slices, each under its GPU's lock: the journal with them and None, or the
     journal holding only what is left of them and why the job is refused (``node``: prolog.NodeLayout)."""
     for dev in pending(journal):
@@ -181,18 +192,18 @@ def prolog_slices(journal: Journal, node, backend, store) -> tuple[Journal, str 
             seen = observe_gpu(backend, dev.gpu_index)
             plan = plan_slice(dev, node.models.get(dev.gpu_index, ""), share.profiles, seen)
             if isinstance(plan, SliceRefused):
-                return _without_slices(journal, None), _refusal(dev, plan.why)
+                return _without_slices(journal, None), _refusal(dev, plan)
             try:
                 made = make_slice(plan, journal, backend, store)
             except SliceFailed as exc:
-                return _without_slices(journal, exc.left), _refusal(dev, str(exc))
+                return _without_slices(journal, exc.left), _refusal(dev, SliceRefused(str(exc)))
         journal = with_device(journal, made)
     return journal, None
 
 
-def _refusal(dev: Device, why: str) -> str:
+def _refusal(dev: Device, refused: SliceRefused) -> SliceRefused:
     """Why the job is refused, short: the task file keeps 300 characters of it and the job's output 200."""
-    return f"{dev.profile or 'no profile'}: {why}"
+    return replace(refused, why=f"{dev.profile or 'no profile'}: {refused.why}")
 
 
 def _without_slices(journal: Journal, left: Device | None) -> Journal:

@@ -79,6 +79,19 @@ def carrier_fraction(slot: GpuSlot) -> float:
     return max(model.profile(p).fraction(model) / share.weight(p) for p in share.profiles)
 
 
+def carried_slices(groups: tuple[Group, ...]) -> dict[int, tuple[str, float]]:
+    """Per-job MIG slices by their carrier count: weight(p) -> ('gpu:<p's Slurm type>', the fixed p slice's GPU
+    fraction, rounded as ``tier_fractions``), so a job holding weight(p) shards counts as a fixed p slice does.
+    Validation keeps one carrier per tier (``perjob.check_tier``) and the weights are exact: a weight is one profile."""
+    return {
+        w: (f"gpu:{slot.model.mig_slurm_type(p)}", round(slot.model.profile(p).fraction(slot.model), 9))
+        for g in groups
+        for slot in g.gpus
+        if slot.share.is_per_job_mig
+        for p, w in zip(slot.share.profiles, slot.share.weights, strict=True)
+    }
+
+
 def tier_fractions(groups: tuple[Group, ...]) -> dict[str, float]:
     """GPU fraction of one unit of each TRES ('gres/gpu:<type>', 'gres/shard', 'gres/mps') in one partition.
 

@@ -31,9 +31,15 @@ from tests.unit.hooks_support import ROOT, HookNode, no_scontrol, stop_daemons
 prometheus_parser = pytest.importorskip("prometheus_client.parser")
 
 
-def metered(tmp: Path, name: str, textfile_dir: str | None = "prom", mapping_dir: str | None = "dcgm") -> HookNode:
+def metered(
+    tmp: Path,
+    name: str,
+    textfile_dir: str | None = "prom",
+    mapping_dir: str | None = "dcgm",
+    policy: Path = ROOT / "etc" / "small-lab.yaml",
+) -> HookNode:
     """A test node whose policy turns the node metrics on (directories under tmp)."""
-    node = HookNode(tmp, name)
+    node = HookNode(tmp, name, policy)
     raw = yaml.safe_load(node.policy.read_text())
     raw["cluster"]["metrics"] = {
         "textfile_dir": textfile_dir and str(tmp / textfile_dir),
@@ -207,11 +213,12 @@ def test_a_field_the_metrics_read_and_the_record_lacks_fails_loudly(tmp_path):
     """A renamed field stops the metrics with an error, not silently (only the node's write errors are kept quiet)."""
 
     class Renamed:  # Seen with `live` renamed: what the metrics read is gone
-        __slots__ = ("spec", "job_id", "observed", "journal")
+        __slots__ = ("spec", "job_id", "observed", "journal", "slice_seconds", "slice_refused")
 
     node = metered(tmp_path, "lab-excl01", mapping_dir=None)
     run = Renamed()
     run.spec, run.job_id, run.observed, run.journal = load(node.env(7, "1"))[1], None, None, None
+    run.slice_seconds = run.slice_refused = None
     with pytest.raises(AttributeError, match="live"):
         after_run("gpushare-prolog", "prolog", run, None, 0.1)
 
