@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     from ..gpu.backend import GiProfile, GpuInstance
 
 REFUSED_CODE = "mig-slice"  # the task file's refusal code for a job whose slice could not be made (taskprolog)
+WHOLE_MODE = "mig-whole"  # Device.mode of a per-job GPU a job holds whole: its full instance, made as a slice
+WHOLE_WAIT_S = 20.0  # a whole-GPU job waits at most this long for ended jobs' instances to leave its GPU
+WHOLE_WAIT_STEP_S = 1.0
 DESTROY_TRIES = 5  # a GI destroy that NVML answers IN_USE ("in use by another client") is tried again, 1 s apart
 DESTROY_WAIT_S = 1.0
 
@@ -91,6 +94,28 @@ def gpu_lock(state_dir: str, index: int) -> str:
     return os.path.join(state_dir, "mig", f"gpu{int(index)}.lock")
 
 
+def planned(device: Device, record: str | None, model_name: str) -> Device:
+    """A per-job GPU's device as the prolog plans it: the slice the job's record names, or, for a job without one
+    (it holds the GPU whole: Slurm never gives a GPU as gpu and as its shards at once), the model's full instance
+    (``WHOLE_MODE``; "" where the catalogue has none), whatever the policy's ``profiles`` list: those limit the
+    slices users ask for."""
+    if record is not None:
+        return replace(device, profile=record)
+    return replace(device, mode=WHOLE_MODE, profile=whole_profile_name(model_name))
+
+
+def whole_profile_name(model_name: str) -> str:
+    """The model's whole-GPU MIG profile (hardware.packing.whole_profile: 7g.40gb on an A100-40GB), or ""."""
+    from ..hardware import CatalogueError, get_model
+    from ..hardware.packing import whole_profile
+
+    try:
+        profile = whole_profile(get_model(model_name))
+    except CatalogueError:
+        return ""
+    return profile.name if profile is not None else ""
+
+
 def pending(journal: Journal) -> list[Device]:
     """The journal's per-job devices not made yet."""
     return [d for d in journal.devices if d.per_job and d.mig_uuid is None]
@@ -112,22 +137,26 @@ def plan_slice(device: Device, model_name: str, allowed: tuple[str, ...], seen: 
     from ..hardware import CatalogueError, get_model, migplace
 
     where = f"GPU {device.gpu_index} ({device.gpu_uuid})"
+    whole = device.mode == WHOLE_MODE
     if not device.profile:
+        if whole:
+            return SliceRefused(f"{where}: the catalogue has no whole-GPU MIG profile for {model_name or 'its model'}")
         return SliceRefused(f"the job's extra field is not gpushare's record of a MIG profile ({RECORD_PREFIX}...)")
-    if device.profile not in allowed:
+    if not whole and device.profile not in allowed:
         return SliceRefused(f"{device.profile} is not one of the profiles {where} makes per job: {', '.join(allowed)}")
     try:
         model = get_model(model_name)
         profile = model.profile(device.profile)
         instances = [(model.profile_for_constant(g.profile_constant).name, g.start) for g in seen.gis]
-        choice = migplace.choose(model, profile.name, instances, allowed=allowed)
+        choice = migplace.choose(model, profile.name, instances, allowed=None if whole else allowed)
     except (CatalogueError, ValueError) as exc:
         return SliceRefused(f"{where}: its instances cannot be read against the catalogue: {exc}")
     if profile.nvml_constant not in seen.profile_ids:
         return SliceRefused(f"NVML offers no {profile.name} on {where} (is MIG mode on?)")
     if choice is None:
         held = ", ".join(f"{n} at {s}" for n, s in sorted(instances, key=lambda i: i[1])) or "none"
-        return SliceRefused(f"{where} has no free placement for {profile.name} beside its instances ({held})")
+        why = f"{where} has no free placement for {profile.name} beside its instances ({held})"
+        return SliceRefused(why + (f": ended jobs' instances still there after {WHOLE_WAIT_S:g} s" if whole else ""))
     return SlicePlan(
         replace(device, start=choice.start), seen.profile_ids[profile.nvml_constant], profile.full_compute_constant
     )
@@ -196,9 +225,29 @@ def _refusal(dev: Device, why: str) -> str:
 
 
 def _without_slices(journal: Journal, left: Device | None) -> Journal:
-    """A refused job's journal: its per-job devices gone but what still exists of one (for the epilog)."""
-    kept = tuple(d for d in journal.devices if not d.per_job) + ((left,) if left is not None else ())
-    return replace(journal, devices=kept)
+    """A refused job's journal: its per-job devices gone but those made already (a job with several per-job GPUs)
+    and what still exists of the one that failed, for the epilog to destroy."""
+    kept = tuple(d for d in journal.devices if not d.per_job or d.mig_uuid is not None)
+    return replace(journal, devices=kept + ((left,) if left is not None else ()))
+
+
+def await_empty(backend, state_dir: str, indexes) -> list[int]:
+    """Wait, at most ``WHOLE_WAIT_S``, until these per-job GPUs (allocated whole) hold no GPU instance: instances
+    of jobs whose epilog has not run yet, or has not finished. Each try reads one GPU under its lock, and no lock
+    is held between tries (the caller holds no journal lock either: the epilog that destroys them needs it).
+    The GPUs still occupied (their prolog then refuses the job, never the node)."""
+    deadline = time.monotonic() + WHOLE_WAIT_S
+    left = list(indexes)
+    while True:
+        left = [i for i in left if _occupied(backend, state_dir, i)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(WHOLE_WAIT_STEP_S)
+
+
+def _occupied(backend, state_dir: str, index: int) -> bool:
+    with flocked(gpu_lock(state_dir, index)):
+        return bool(backend.gpu_instances(index))
 
 
 # ---- the epilog's side ----------------------------------------------------------------------

@@ -14,7 +14,7 @@ from slurm_gpushare.gpu.fakenvml import FakeNvml
 from slurm_gpushare.hardware import get_model, migplace
 from slurm_gpushare.hooks import epilog as epilog_hook
 from slurm_gpushare.hooks import prolog as prolog_hook
-from slurm_gpushare.node import taskprolog
+from slurm_gpushare.node import perjob, taskprolog
 from slurm_gpushare.node.epilog import Killer
 from slurm_gpushare.node.jobenv import mig_record
 from slurm_gpushare.node.journal import Device, Journal, JournalStore
@@ -208,3 +208,83 @@ def test_latencies_change_nothing(node):
         assert task_prolog(node, job)[0] == 0
         assert epilog_hook.main(env(node, job, None), runner=never_drain) == 0
     assert instances(node) == [] and node.journals() == []
+
+
+# ---- a whole GPU on a per-job GPU ----------------------------------------------------------------------
+
+
+def test_a_whole_gpu_job_gets_the_full_instance_and_the_epilog_destroys_it(node):
+    """No record in extra: Slurm gave the job the GPU as gpu, so no slice is on it; the job gets the model's full
+    instance (7g.40gb) even though the policy's profiles limit slices, and its MIG UUID like a slice."""
+    assert prolog_hook.main(env(node, 111, None), runner=never_drain) == 0
+    assert instances(node) == [("7g.40gb", 0)]
+    dev = JournalStore(node.state_dir).read(111).devices[0]
+    assert (dev.profile, dev.start, dev.mode) == ("7g.40gb", 0, "mig-whole") and dev.mig_uuid.startswith("MIG-")
+    assert task_prolog(node, 111) == (
+        0,
+        f"export CUDA_DEVICE_ORDER=PCI_BUS_ID\nexport CUDA_VISIBLE_DEVICES={dev.mig_uuid}\n",
+    )
+    assert epilog_hook.main(env(node, 111, None), runner=never_drain) == 0
+    assert instances(node) == [] and node.journals() == []
+
+
+def test_the_full_instance_is_made_whatever_the_policys_profiles(node):
+    dev = Device(0, 0, "GPU-a", "mig-whole", profile="7g.40gb")
+    ids = {p.nvml_constant: p.profile_id for p in A100.mig_profiles}
+    plan = plan_slice(dev, A100.name, ("1g.5gb",), GpuSlices((), ids))
+    assert isinstance(plan, SlicePlan) and plan.device.start == 0
+    assert plan.profile_id == A100.profile("7g.40gb").profile_id
+    unknown = plan_slice(Device(0, 0, "GPU-a", "mig-whole", profile=""), "no-such-gpu", ALLOWED, GpuSlices((), ids))
+    assert "no whole-GPU MIG profile for no-such-gpu" in unknown.why
+
+
+def test_a_job_with_two_whole_per_job_gpus_gets_one_full_instance_on_each(node):
+    assert prolog_hook.main(env(node, 112, None, gpus="0,1"), runner=never_drain) == 0
+    assert instances(node, 0) == instances(node, 1) == [("7g.40gb", 0)]
+    uuids = [d.visible for d in JournalStore(node.state_dir).read(112).devices]
+    assert task_prolog(node, 112, "0,1")[1].endswith(f"export CUDA_VISIBLE_DEVICES={','.join(uuids)}\n")
+    assert epilog_hook.main(env(node, 112, None, gpus="0,1"), runner=never_drain) == 0
+    assert instances(node, 0) == instances(node, 1) == []
+
+
+def test_a_whole_gpu_job_waits_for_an_ended_jobs_instance_then_gets_the_gpu(node, monkeypatch):
+    """The ended job's epilog has not destroyed its instance yet: the prolog waits (holding no journal lock, so
+    that epilog can run) and makes the full instance once it is gone."""
+    import threading
+
+    monkeypatch.setattr(perjob, "WHOLE_WAIT_STEP_S", 0.05)
+    assert prolog_hook.main(env(node, 113, "3g.20gb"), runner=never_drain) == 0  # the job that ended
+    epilog = threading.Timer(0.3, lambda: epilog_hook.main(env(node, 113, "3g.20gb"), runner=never_drain))
+    epilog.start()
+    try:
+        assert prolog_hook.main(env(node, 114, None), runner=never_drain) == 0
+    finally:
+        epilog.join()
+    assert instances(node) == [("7g.40gb", 0)] and JournalStore(node.state_dir).read(114).devices[0].mig_uuid
+
+
+def test_a_whole_gpu_job_refused_after_the_wait_never_the_node(node, monkeypatch, capsys):
+    monkeypatch.setattr(perjob, "WHOLE_WAIT_S", 0.2)
+    monkeypatch.setattr(perjob, "WHOLE_WAIT_STEP_S", 0.05)
+    with node.backend() as backend:
+        backend.create_gpu_instance(0, A100.profile("1g.5gb").profile_id, 6)  # an ended job's, epilog not yet done
+    assert prolog_hook.main(env(node, 115, None), runner=never_drain) == 0
+    rc, out = task_prolog(node, 115)
+    assert rc == 1 and "not run on this node" in out
+    assert "still there after 0.2 s" in capsys.readouterr().err
+    assert instances(node) == [("1g.5gb", 6)]
+    assert epilog_hook.main(env(node, 115, None), runner=never_drain) == 0 and node.journals() == []
+
+
+def test_a_refusal_on_the_second_gpu_keeps_the_first_instance_for_the_epilog(node, monkeypatch):
+    """Two whole per-job GPUs, the second occupied: the job is refused, and the full instance made on the first
+    stays in its journal, so the epilog destroys it (nothing is left that no journal names)."""
+    monkeypatch.setattr(perjob, "WHOLE_WAIT_S", 0.0)
+    with node.backend() as backend:
+        backend.create_gpu_instance(1, A100.profile("1g.5gb").profile_id, 6)
+    assert prolog_hook.main(env(node, 116, None, gpus="0,1"), runner=never_drain) == 0
+    journal = JournalStore(node.state_dir).read(116)
+    assert [d.gpu_index for d in journal.devices] == [0] and instances(node, 0) == [("7g.40gb", 0)]
+    assert task_prolog(node, 116, "0,1")[0] == 1
+    assert epilog_hook.main(env(node, 116, None, gpus="0,1"), runner=never_drain) == 0
+    assert instances(node, 0) == [] and instances(node, 1) == [("1g.5gb", 6)] and node.journals() == []
