@@ -40,7 +40,7 @@ def _locked(job, spec, backend, store, mps, seen: Seen) -> None:
     seen.live = live = observe_prolog(job, node, backend, store, mps)
     journal, actions = plan_prolog(job, node, live)
     if any(d.per_job for d in journal.devices):  # a per-job MIG slice: made now, or the job refused
-        journal, actions = _slices(journal, actions, node, backend, store)
+        journal, actions = _slices(journal, actions, node, backend, store, job.restarts)
     limits = None
     if job.mps_percentage is not None:  # the share on the job's cgroup, where the node offers it (node.mpsmem)
         from ..node.mpsmem import apply_memory_limits, refusal_env
@@ -74,15 +74,21 @@ def _await_whole(job, spec, backend) -> None:
     await_empty(backend, spec.state_dir, [i for i in indexes if i in node.shares and node.shares[i].is_per_job_mig])
 
 
-def _slices(journal, actions, node, backend, store):
+def _slices(journal, actions, node, backend, store, restarts):
     """Make the job's per-job MIG instance (node.perjob); one that cannot be made refuses the job, not the node:
-    its tasks fail with the reason (node.prolog.refused_journal)."""
-    from ..node.perjob import REFUSED_CODE, prolog_slices, rewrite
+    its tasks fail with the reason (node.prolog.refused_journal), and where the policy requeues (and Slurm's
+    restart count allows) a request is left for the health check, which requeues the job (the prolog must not
+    call Slurm)."""
+    from ..node.perjob import REQUEUE_CODE, prolog_slices, refusal_code, request_requeue, rewrite
     from ..node.prolog import refused_journal
 
+    code, note = refusal_code(journal, node, restarts)
     journal, why = prolog_slices(journal, node, backend, store)
     if why is not None:
-        journal = refused_journal(journal, REFUSED_CODE, why)
+        why = f"{why}; {note}" if note else why
+        if code == REQUEUE_CODE:
+            request_requeue(node.state_dir, journal.job_id, restarts, why)
+        journal = refused_journal(journal, code, why)
         print(
             f"gpushare-prolog: job {journal.job_id}: MIG slice not made ({why}); the job is refused, the node stays "
             "in service",

@@ -10,7 +10,9 @@ is as it was before Slurm was asked (Slurm lists a job from allocation until
 its epilog ends); a journal written since is kept for the next run. Lost
 launches of batch jobs are requeued after the locks are released (a job with
 no batch script, salloc or srun, is never considered; a requeue Slurm refuses
-is a note, never a drain); (2) checks that need no
+is a note, never a drain), and so are the jobs whose per-job MIG instance the
+prolog could not make, once, where the policy requeues them
+(``requeue_refused``); (2) checks that need no
 lock: every device file this node's gres.conf names is a character device,
 every GPU is as the policy says (model, MIG mode, MIG layout:
 ``mig.differences``, the comparison `gpushare node mig assert` prints), every
@@ -287,6 +289,7 @@ def observe_and_repair(
         )
     elif started and stepds is not None:
         requeue_lost_jobs(findings, node, client, started, stepds, dry_run, after=lost_after)  # Slurm, no lock held
+    requeue_refused(findings, client, state_dir, dry_run)  # Slurm, no lock held
     findings.notes += getattr(mps, "notes", [])
     if not dry_run:
         findings.notes += sweep_set_aside(state_dir)  # no lock held: what jobs left in their pipe dirs waits on nothing
@@ -460,14 +463,39 @@ def requeue_lost_jobs(
         line = (
             f"job {job}: running for Slurm since {started[job]} but no batch slurmstepd here (launch lost): requeue it"
         )
-        if dry_run:
-            findings.repaired.append("would " + line)
-            continue
-        try:
-            client.requeue(job)
-            findings.repaired.append(line)
-        except (GpushareError, OSError) as exc:
-            findings.notes.append(f"{line}: Slurm refused: {exc}")
+        requeue(findings, client, job, line, dry_run)
+
+
+def requeue(findings: Findings, client, job: int, line: str, dry_run: bool) -> None:
+    """Requeue ``job`` through the Slurm client, ``line`` saying why: a repair, or a note when Slurm refuses (a job
+    without a batch script, salloc or srun, cannot be requeued; nor one that asked not to be): never a drain."""
+    if dry_run:
+        findings.repaired.append("would " + line)
+        return
+    try:
+        client.requeue(job)
+        findings.repaired.append(line)
+    except (GpushareError, OSError) as exc:
+        findings.notes.append(f"{line}: Slurm refused: {exc}")
+
+
+def requeue_refused(findings: Findings, client, state_dir: str, dry_run: bool) -> None:
+    """Requeue, once, each job whose per-job MIG instance the prolog could not make where the policy requeues
+    (``Share.on_slice_failure``; the prolog left a request: node.perjob.request_requeue, as it must not call Slurm
+    itself). Slurm requeues a batch job whether it still runs, is completing or has ended (while it still knows
+    it: MinJobAge); an interactive job (salloc, srun) cannot be requeued: Slurm refuses, a note here, and the job
+    has failed with the refusal's message already. The request goes after one try either way, so a job is
+    requeued at most once per refusal, and the prolog asks no more once Slurm's restart count reaches
+    ``MAX_SLICE_REQUEUES`` (the job then fails with the message)."""
+    from .perjob import drop_request, requeue_requests
+
+    for job, text in sorted(requeue_requests(state_dir).items()):
+        why = text.strip().partition(" ")[2]
+        requeue(
+            findings, client, job, f"job {job}: its MIG instance could not be made ({why[:120]}): requeue it", dry_run
+        )
+        if not dry_run:
+            drop_request(state_dir, job, text)
 
 
 # ---- which generic Slurm drains are ours -------------------------------------------------

@@ -32,7 +32,7 @@ import time
 from ..atomic import flocked
 from ..errors import GpushareError
 from ..gpu.backend import IN_USE, GpuError
-from ..policy.share import RECORD_PREFIX
+from ..policy.share import FAIL, MAX_SLICE_REQUEUES, RECORD_PREFIX
 from ..records import record, replace
 from .journal import Device, Journal
 from .observed import WriteJournal
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from ..gpu.backend import GiProfile, GpuInstance
 
 REFUSED_CODE = "mig-slice"  # the task file's refusal code for a job whose slice could not be made (taskprolog)
+REQUEUE_CODE = "mig-slice-requeue"  # the same, for a job the health check requeues (``refusal_code``)
 WHOLE_MODE = "mig-whole"  # Device.mode of a per-job GPU a job holds whole: its full instance, made as a slice
 WHOLE_WAIT_S = 20.0  # a whole-GPU job waits at most this long for ended jobs' instances to leave its GPU
 WHOLE_WAIT_STEP_S = 1.0
@@ -298,3 +299,62 @@ def destroy_instances(backend, device: Device, tries: int = DESTROY_TRIES, sleep
 
 def _is_its(gi: GpuInstance, device: Device) -> bool:
     return gi.start == device.start and (device.gi is None or gi.id == device.gi)
+
+
+# ---- a refused job's requeue ------------------------------------------------------------------
+
+
+def refusal_code(journal: Journal, node, restarts: int | None) -> tuple[str, str]:
+    """(task file code, note for the reason) of a job whose slice could not be made: ``REQUEUE_CODE`` while the
+    policy of its per-job GPUs requeues (``Share.on_slice_failure``; fail if any of them says fail) and Slurm's
+    restart count is below ``MAX_SLICE_REQUEUES``, else ``REFUSED_CODE`` (with why it is not requeued)."""
+    shares = [node.shares[d.gpu_index] for d in journal.devices if d.per_job and d.gpu_index in node.shares]
+    if any(s.on_slice_failure == FAIL for s in shares):
+        return REFUSED_CODE, ""
+    if restarts is None or restarts >= MAX_SLICE_REQUEUES:
+        return REFUSED_CODE, f"not requeued again, requeued {restarts if restarts is not None else '?'} times"
+    return REQUEUE_CODE, ""
+
+
+def requeue_dir(state_dir: str) -> str:
+    """Where the prolog leaves a request to requeue a refused job (one file per job id): the prolog must not call
+    Slurm, so the health check does, and the file outlives the job's journal (the epilog removes that)."""
+    return os.path.join(state_dir, "mig", "requeue")
+
+
+def request_requeue(state_dir: str, job_id: int, restarts: int, why: str) -> None:
+    """Record that job ``job_id`` (refused at Slurm restart count ``restarts``) is to be requeued once."""
+    from ..atomic import atomic_write
+
+    os.makedirs(requeue_dir(state_dir), mode=0o700, exist_ok=True)
+    atomic_write(os.path.join(requeue_dir(state_dir), str(int(job_id))), f"{int(restarts)} {why}"[:400] + "\n")
+
+
+def requeue_requests(state_dir: str) -> dict[int, str]:
+    """job id -> the request's text, for every request file (a name that is no job id is ignored)."""
+    found = {}
+    try:
+        names = os.listdir(requeue_dir(state_dir))
+    except FileNotFoundError:
+        return {}
+    for name in names:
+        if name.isdigit() and name[0] != "0":
+            try:
+                with open(os.path.join(requeue_dir(state_dir), name), encoding="utf-8", errors="replace") as fh:
+                    found[int(name)] = fh.read(1000)
+            except FileNotFoundError:
+                continue
+    return found
+
+
+def drop_request(state_dir: str, job_id: int, text: str) -> None:
+    """Remove job ``job_id``'s request if it still says ``text`` (a newer refusal of the job, requeued and refused
+    again meanwhile, is kept for the next run)."""
+    path = os.path.join(requeue_dir(state_dir), str(int(job_id)))
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            if fh.read(1000) != text:
+                return
+        os.unlink(path)
+    except FileNotFoundError:
+        return

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 
 import pytest
+import yaml
 
 from slurm_gpushare.gpu.fakenvml import FakeNvml
 from slurm_gpushare.hardware import get_model, migplace
@@ -27,6 +28,7 @@ from slurm_gpushare.node.perjob import (
     plan_slice,
 )
 from slurm_gpushare.node.reconcile import execute_reconcile, plan_for_node
+from slurm_gpushare.policy.share import MAX_SLICE_REQUEUES
 from slurm_gpushare.proc import Result
 from tests.unit.hooks_support import ROOT, HookNode
 
@@ -288,3 +290,66 @@ def test_a_refusal_on_the_second_gpu_keeps_the_first_instance_for_the_epilog(nod
     assert task_prolog(node, 116, "0,1")[0] == 1
     assert epilog_hook.main(env(node, 116, None, gpus="0,1"), runner=never_drain) == 0
     assert instances(node, 0) == [] and instances(node, 1) == [("1g.5gb", 6)] and node.journals() == []
+
+
+# ---- a refused job is requeued (or fails, by policy) ------------------------------------------------------
+
+
+def _occupy(node: HookNode) -> None:
+    with node.backend() as backend:
+        backend.create_gpu_instance(0, A100.profile("7g.40gb").profile_id, 0)  # no 1g.5gb fits beside it
+
+
+def _health(node: HookNode, slurm):
+    from slurm_gpushare.hooks import health as health_hook
+
+    env = {"SLURMD_NODENAME": node.node, "GPUSHARE_NODE_CONFIG": str(node.config)}
+    return health_hook.health(env, runner=slurm, mps=node.mps, is_device=lambda _p: True, out=lambda _l: None)
+
+
+def test_a_refused_batch_job_is_requeued_once_by_the_health_check(node):
+    from tests.unit.hooks.test_repair import FakeSlurm
+
+    _occupy(node)
+    assert prolog_hook.main(env(node, 121, "1g.5gb"), runner=never_drain) == 0
+    rc, out = task_prolog(node, 121)
+    assert rc == 1 and "The job is requeued" in out
+    assert perjob.requeue_requests(str(node.state_dir)).keys() == {121}
+    assert epilog_hook.main(env(node, 121, "1g.5gb"), runner=never_drain) == 0  # its journal goes, the request stays
+    slurm = FakeSlurm(node.node, "gpu:a100_40g:2,shard:30")
+    slurm.ended = {121}  # the batch job failed in its task prolog; Slurm still knows it (MinJobAge)
+    report = _health(node, slurm)
+    assert slurm.requeued == [121] and any("job 121: its MIG instance" in r for r in report.findings.repaired)
+    assert perjob.requeue_requests(str(node.state_dir)) == {}
+    _health(node, slurm)
+    assert slurm.requeued == [121]  # once
+
+
+def test_an_interactive_job_cannot_be_requeued_and_fails_with_the_message(node):
+    from tests.unit.hooks.test_repair import FakeSlurm
+
+    _occupy(node)
+    assert prolog_hook.main(env(node, 122, "1g.5gb"), runner=never_drain) == 0
+    slurm = FakeSlurm(node.node, "gpu:a100_40g:2,shard:30", jobs={122: "gres/shard:2"})
+    slurm.interactive = {122}
+    report = _health(node, slurm)
+    assert slurm.requeued == [] and any("job 122" in n and "Slurm refused" in n for n in report.findings.notes)
+    assert perjob.requeue_requests(str(node.state_dir)) == {} and "DRAIN" not in slurm.flags
+
+
+def test_no_requeue_after_the_limit_or_where_the_policy_says_fail(node, tmp_path):
+    _occupy(node)
+    restarts = {"SLURM_JOB_RESTART_COUNT": str(MAX_SLICE_REQUEUES)}
+    assert prolog_hook.main({**env(node, 123, "1g.5gb"), **restarts}, runner=never_drain) == 0
+    rc, out = task_prolog(node, 123)
+    assert rc == 1 and f"not_requeued_again,_requeued_{MAX_SLICE_REQUEUES}_times" in out and "Submit it again" in out
+    assert perjob.requeue_requests(str(node.state_dir)) == {}
+    raw = yaml.safe_load(POLICY.read_text())
+    raw["node_groups"][3]["sharing"][0]["on_slice_failure"] = "fail"
+    policy = tmp_path / "fail.yaml"
+    policy.write_text(yaml.safe_dump(raw))
+    (tmp_path / "fail").mkdir()
+    failing = HookNode(tmp_path / "fail", node.node, policy)
+    _occupy(failing)
+    assert prolog_hook.main(env(failing, 124, "1g.5gb"), runner=never_drain) == 0
+    assert task_prolog(failing, 124)[0] == 1 and perjob.requeue_requests(str(failing.state_dir)) == {}
