@@ -253,6 +253,7 @@ def observe_and_repair(
     dry_run: bool = False,
     metrics=None,
     lost_after: float | None = None,
+    per_job: tuple[int, ...] = (),
 ) -> Findings:
     """Step 1, reconcile, with no lock held across a Slurm call (slurmctld can take tens of seconds to answer,
     and every prolog waits for the journal lock). Under the journal lock and the MPS lock, as the hooks take
@@ -278,7 +279,9 @@ def observe_and_repair(
     running = running_jobs(client, node)  # Slurm, no lock held
     started = batch_jobs_started(findings, client, node)  # Slurm, no lock held
     with store.locked(), mps_lock(state_dir):
-        repair_locked(findings, node, state_dir, store, before, running, backend, mps, killer, dry_run, metrics)
+        repair_locked(
+            findings, node, state_dir, store, before, running, backend, mps, killer, dry_run, metrics, per_job
+        )
         # no hook runs while the journal lock is held: a job past its launch has its batch slurmstepd here. The
         # scan runs in a child with a deadline (procscan): no process can hold the locks through it
         stepds = stepd_jobs() if started else set()
@@ -349,8 +352,10 @@ def repair_locked(
     killer,
     dry_run: bool,
     metrics,
+    per_job: tuple[int, ...] = (),
 ) -> None:
-    """The reconcile part of step 1, under both locks: a journal written since ``before`` counts as running."""
+    """The reconcile part of step 1, under both locks: a journal written since ``before`` counts as running;
+    ``per_job``: the node's per-job MIG GPUs, whose instances no journal names are destroyed (reconcile)."""
     from .mps import answers
     from .reconcile import execute_reconcile, plan_for_node
 
@@ -359,7 +364,7 @@ def repair_locked(
     fresh = {j for j in journals if j not in running and marks.get(j) != before.get(j)}
     held = running | fresh
     try:
-        plan = plan_for_node(journals, held, backend, state_dir, store)
+        plan = plan_for_node(journals, held, backend, state_dir, store, per_job=per_job)
         findings.repaired = [line.split(": ", 1)[1] for line in plan.lines(node) if not line.endswith("journal kept")]
         if not dry_run:
             findings.unrepaired = execute_reconcile(plan, store, mps, killer, journals)
@@ -368,7 +373,7 @@ def repair_locked(
         findings.unrepaired.append(f"reconcile: {exc}")
         return
     kept = {j: journals[j] for j in plan.kept}
-    findings.notes = check_mps(kept, answers)
+    findings.notes = check_mps(kept, answers) + plan.notes
     if metrics is not None and not dry_run:
         repair_metrics(findings, metrics, state_dir, store, held)
 
@@ -639,7 +644,8 @@ def run_health(
     before a batch job without its slurmstepd is a lost launch (default ``LOST_AFTER_S``)."""
     from ..slurm.client import SlurmClientError
 
-    findings = observe_and_repair(node, state_dir, client, backend, mps, killer, dry_run, metrics, lost_after)
+    per_job = tuple(s.index for s in slots if s.share.is_per_job_mig)
+    findings = observe_and_repair(node, state_dir, client, backend, mps, killer, dry_run, metrics, lost_after, per_job)
     check_node(findings, node, gres_conf, slots, backend, is_device)
     findings.notes += check_user_dirs(state_dir, slots)
     try:

@@ -32,7 +32,7 @@ import time
 from ..atomic import flocked
 from ..errors import GpushareError
 from ..gpu.backend import IN_USE, GpuError
-from ..policy.share import FAIL, MAX_SLICE_REQUEUES, RECORD_PREFIX
+from ..policy.share import FAIL, MAX_SLICE_REQUEUES, RECORD_PREFIX, Mode
 from ..records import record, replace
 from .journal import Device, Journal
 from .observed import WriteJournal
@@ -295,6 +295,41 @@ def destroy_instances(backend, device: Device, tries: int = DESTROY_TRIES, sleep
                 return f"{device.profile} instance at memory slice {device.start} of GPU {index} not destroyed: {exc}"
             sleep(DESTROY_WAIT_S)
     return None
+
+
+def unjournaled(journals: dict[int, Journal], index: int, uuid: str, gis, processes) -> tuple[list[Device], list[str]]:
+    """Pure: the GPU instances of per-job GPU ``index`` that no journal names (a prolog killed between the create
+    and the journal write, or an instance made by hand), each as a device to destroy, and a note for each such
+    instance a process uses (left: nobody's job, but someone's work). A journal names an instance by its start
+    (journaled before the create), so a live job's instance is never among them."""
+    claimed = {
+        d.start
+        for j in journals.values()
+        for d in j.devices
+        if d.per_job and d.gpu_index == index and d.start is not None
+    }
+    out, notes = [], []
+    for gi in gis:
+        if gi.start in claimed:
+            continue
+        users = sorted(p.pid for p in processes if p.gi_id == gi.id)
+        if users:
+            notes.append(
+                f"GPU {index}: GI {gi.id} at memory slice {gi.start} is in no journal but processes "
+                f"{', '.join(map(str, users))} use it: left"
+            )
+            continue
+        out.append(Device(-1, index, uuid, Mode.MIG.value, gi=gi.id, profile="unjournaled", start=gi.start))
+    return out, notes
+
+
+def destroy_unjournaled(backend, device: Device, state_dir: str) -> str | None:
+    """Destroy an instance no journal names, under the GPU's lock, unless a process uses it by now."""
+    with flocked(gpu_lock(state_dir, device.gpu_index)):
+        users = [p.pid for p in backend.processes(device.gpu_index) if p.gi_id == device.gi]
+        if users:
+            return f"GI {device.gi} of GPU {device.gpu_index} not destroyed: processes {users} use it"
+        return destroy_instances(backend, device)
 
 
 def _is_its(gi: GpuInstance, device: Device) -> bool:

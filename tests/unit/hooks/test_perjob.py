@@ -353,3 +353,42 @@ def test_no_requeue_after_the_limit_or_where_the_policy_says_fail(node, tmp_path
     _occupy(failing)
     assert prolog_hook.main(env(failing, 124, "1g.5gb"), runner=never_drain) == 0
     assert task_prolog(failing, 124)[0] == 1 and perjob.requeue_requests(str(failing.state_dir)) == {}
+
+
+# ---- instances nobody journaled ------------------------------------------------------------------------
+
+
+def test_reconcile_destroys_instances_no_journal_names_and_keeps_a_live_jobs(node, capsys):
+    """A GI on a per-job GPU that no journal names (a prolog killed between the create and the journal write, or
+    one made by hand) is destroyed, under the GPU lock, when no process uses it; a live job's is never touched,
+    nor one a process uses (a note)."""
+    assert prolog_hook.main(env(node, 131, "3g.20gb"), runner=never_drain) == 0  # a live job
+    live = JournalStore(node.state_dir).read(131).devices[0]
+    free = migplace.legal_starts(A100, "1g.5gb", instances(node))[0]
+    with node.backend() as backend:
+        stray = backend.create_gpu_instance(0, A100.profile("1g.5gb").profile_id, free)
+        used = backend.create_gpu_instance(1, A100.profile("2g.10gb").profile_id, 0)
+        ci = backend.create_compute_instance(1, used.id, A100.profile("2g.10gb").full_compute_constant)
+    FakeNvml(node.state).add_process(1, 4343, used.id, ci.id)
+    store = JournalStore(node.state_dir)
+    with node.backend() as backend, store.locked():
+        journals = store.all()
+        plan = plan_for_node(journals, {131}, backend, str(node.state_dir), store, per_job=(0, 1))
+        assert [(a.device.gpu_index, a.device.gi, a.device.start) for a in plan.instances] == [(0, stray.id, free)]
+        assert any("processes 4343 use it: left" in n for n in plan.notes)
+        assert any("no journal names" in line for line in plan.lines(node.node))
+        assert execute_reconcile(plan, store, node.mps, Killer(backend), journals) == []
+    assert instances(node, 0) == [("3g.20gb", live.start)] and instances(node, 1) == [("2g.10gb", 0)]
+    assert JournalStore(node.state_dir).read(131) is not None
+
+
+def test_an_instance_is_not_destroyed_when_a_process_started_in_it_since_the_plan(node):
+    from slurm_gpushare.node.perjob import destroy_unjournaled, unjournaled
+
+    with node.backend() as backend:
+        gi = backend.create_gpu_instance(0, A100.profile("1g.5gb").profile_id, 3)
+        ci = backend.create_compute_instance(0, gi.id, A100.profile("1g.5gb").full_compute_constant)
+        (found,), _ = unjournaled({}, 0, "GPU-x", backend.gpu_instances(0), backend.processes(0))
+        FakeNvml(node.state).add_process(0, 5151, gi.id, ci.id)
+        assert "processes [5151] use it" in destroy_unjournaled(backend, found, str(node.state_dir))
+    assert instances(node) == [("1g.5gb", 3)]
