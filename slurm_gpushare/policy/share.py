@@ -61,6 +61,13 @@ RECORD_PREFIX = "gpushare-mig="
 REQUEUE, FAIL = "requeue", "fail"
 ON_SLICE_FAILURE = (REQUEUE, FAIL)
 MAX_SLICE_REQUEUES = 3
+# slurm.conf PrologEpilogTimeout and BatchStartTimeout (s) where any GPU is per-job MIG (render.context.hooks). A
+# per-job prolog's NVML calls take ~30 s (its epilog's ~21 s) at the latencies NVIDIA's driver code notes (a MIG
+# device walk O(10 s), a GPU's handle by UUID O(10 s), a GI destroy O(1 s): tests/unit/hooks/test_perjob.py counts
+# them), up to node.perjob.WHOLE_WAIT_S more for a whole-GPU job, and the prologs of one GPU's jobs (up to 7
+# slices) wait for each other's GPU lock: 7 x 30 + 20 s. Slurm's default waits for ever (a hung prolog never
+# ends), and 10 s of BatchStartTimeout would count such a batch job missing.
+PER_JOB_PROLOG_TIMEOUT_S = 300
 
 
 def parse_mode(value: object) -> Mode:

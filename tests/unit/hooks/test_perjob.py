@@ -392,3 +392,41 @@ def test_an_instance_is_not_destroyed_when_a_process_started_in_it_since_the_pla
         FakeNvml(node.state).add_process(0, 5151, gi.id, ci.id)
         assert "processes [5151] use it" in destroy_unjournaled(backend, found, str(node.state_dir))
     assert instances(node) == [("1g.5gb", 3)]
+
+
+def test_at_nvidias_latencies_the_hooks_stay_correct_within_the_rendered_prolog_timeout(node, monkeypatch):
+    """The fake at the orders NVIDIA's driver code notes (fakenvml.DRA_OBSERVED_LATENCIES: a GPU's handle by UUID
+    ~10 s, a MIG device walk ~10 s, a GI destroy ~1 s), counted instead of slept: slices and a whole GPU are made,
+    handed over and destroyed as without them, and one GPU's seven slice prologs one after another (they share its
+    lock) plus a whole-GPU job's wait fit the PrologEpilogTimeout render sets for per-job nodes."""
+    import time
+
+    from slurm_gpushare.gpu.fakenvml import DRA_OBSERVED_LATENCIES
+    from slurm_gpushare.policy.share import PER_JOB_PROLOG_TIMEOUT_S
+
+    fake = FakeNvml(node.state)
+    for call, seconds in DRA_OBSERVED_LATENCIES.items():
+        fake.set_latency(call, seconds)
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)  # the fake sleeps its latencies through time.sleep
+
+    def timed(hook, *args) -> float:
+        slept.clear()
+        assert hook(*args, runner=never_drain) == 0
+        return sum(slept)
+
+    jobs = ((141, "1g.5gb", "0"), (142, "3g.20gb", "0"), (143, None, "1"))
+    prologs = [timed(prolog_hook.main, env(node, job, profile, gpus)) for job, profile, gpus in jobs]
+    assert instances(node, 0) == sorted(instances(node, 0)) and len(instances(node, 0)) == 2
+    assert instances(node, 1) == [("7g.40gb", 0)]
+    for job, _profile, gpus in jobs:
+        dev = JournalStore(node.state_dir).read(job).devices[0]
+        assert task_prolog(node, job, gpus) == (
+            0,
+            f"export CUDA_DEVICE_ORDER=PCI_BUS_ID\nexport CUDA_VISIBLE_DEVICES={dev.mig_uuid}\n",
+        )
+    epilogs = [timed(epilog_hook.main, env(node, job, profile, gpus)) for job, profile, gpus in jobs]
+    assert instances(node, 0) == instances(node, 1) == [] and node.journals() == []
+    assert min(prologs) > 10 and min(epilogs) >= 1  # the latencies were in effect
+    assert 7 * max(prologs) + perjob.WHOLE_WAIT_S <= PER_JOB_PROLOG_TIMEOUT_S, (prologs, epilogs)
+    assert max(epilogs) <= PER_JOB_PROLOG_TIMEOUT_S
