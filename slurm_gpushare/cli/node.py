@@ -211,12 +211,15 @@ def _reconcile(policy_path, node_name, fake_state, dry_run: bool, seen: dict) ->
     with _backend(fake_state) as backend, store.locked(), mps_lock(site.cluster.paths.state_dir):
         journals = store.all()
         running = running_jobs(CliClient(run, timeout=30), name)
-        plan = plan_for_node(journals, running, backend, site.cluster.paths.state_dir, store)
+        per_job = tuple(s.index for s in slots if s.share.is_per_job_mig)
+        plan = plan_for_node(journals, running, backend, site.cluster.paths.state_dir, store, per_job=per_job)
         live = observe(backend, [s.index for s in slots])
         plan.drift = differences(slots, live)
         seen["mig"] = {s.index: not differences([s], live) for s in slots if s.share.is_mig}
         for line in plan.lines(name):
             click.echo(f"{'would: ' if dry_run and 'kept' not in line else ''}{line}")
+        for note in plan.notes:
+            click.echo(f"node {name}: note: {note}")
         failed = [] if dry_run else execute_reconcile(plan, store, MpsControl(run), Killer(backend), journals)
         mapping = site.cluster.metrics.dcgm_job_mapping_dir
         if mapping is not None:

@@ -1219,15 +1219,14 @@ class FakeNvml:
 def _fit_problem(model: GpuModel, gpu: dict, profile: MigProfile, start: int, size: int) -> str | None:
     """Why this GI cannot be created (None if it can): what NVML reports as INSUFFICIENT_RESOURCES.
 
-    A placement outside the profile's table raises NotImplementedError: NVML-H allows INVALID_ARGUMENT ("placement
-    ... invalid") and INSUFFICIENT_RESOURCES ("could not be created"), the check is in GSP firmware (the open
-    kernel module passes the span on), and no transcript shows which (per-job-mig.md, open question 6). Callers
-    must take starts from the table."""
+    A placement outside the profile's table (a start it does not list, or a size that is not the profile's) raises
+    NVML_ERROR_INVALID_ARGUMENT. Unverified: NVML-H allows INVALID_ARGUMENT ("placement ... invalid") and
+    INSUFFICIENT_RESOURCES ("could not be created"), the check is in GSP firmware (the open kernel module passes
+    the span on), and no transcript shows which (per-job-mig.md, open question 6). The fake picks
+    INVALID_ARGUMENT, the code nvml.h gives for an invalid placement; callers must take starts from the table and
+    treat either code as "not made"."""
     if start not in profile.placements or size != profile.memory_slices:
-        _unconfirmed(
-            f"GPU instance placement {start}:{size} outside {profile.name}'s table "
-            f"({sorted(profile.placements)}:{profile.memory_slices}; INVALID_ARGUMENT or INSUFFICIENT_RESOURCES?)"
-        )
+        _fail(NVML_ERROR_INVALID_ARGUMENT)
     same = [g for g in gpu["instances"] if g["profile_id"] == profile.profile_id]
     if len(same) >= profile.max_instances:
         return f"{profile.name} already has its maximum of {profile.max_instances}"

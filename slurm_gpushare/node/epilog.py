@@ -79,7 +79,7 @@ def _leftovers(journal: Journal, live: ObservedState, problems: list[str]) -> li
         if gpu is None:
             problems.append(f"GPU {dev.gpu_index} ({dev.gpu_uuid}) is no longer listed by NVML")
             continue
-        if dev.is_mig:
+        if dev.is_mig or dev.per_job:
             procs = [p for p in gpu.processes if (p.gi_id, p.ci_id) == (dev.gi, dev.ci)]
             where = f"MIG device {dev.mig_uuid} on {gpu.label}"
         else:

@@ -10,7 +10,9 @@ is as it was before Slurm was asked (Slurm lists a job from allocation until
 its epilog ends); a journal written since is kept for the next run. Lost
 launches of batch jobs are requeued after the locks are released (a job with
 no batch script, salloc or srun, is never considered; a requeue Slurm refuses
-is a note, never a drain); (2) checks that need no
+is a note, never a drain), and so are the jobs whose per-job MIG instance the
+prolog could not make, once, where the policy requeues them
+(``requeue_refused``); (2) checks that need no
 lock: every device file this node's gres.conf names is a character device,
 every GPU is as the policy says (model, MIG mode, MIG layout:
 ``mig.differences``, the comparison `gpushare node mig assert` prints), every
@@ -251,6 +253,7 @@ def observe_and_repair(
     dry_run: bool = False,
     metrics=None,
     lost_after: float | None = None,
+    per_job: tuple[int, ...] = (),
 ) -> Findings:
     """Step 1, reconcile, with no lock held across a Slurm call (slurmctld can take tens of seconds to answer,
     and every prolog waits for the journal lock). Under the journal lock and the MPS lock, as the hooks take
@@ -276,7 +279,9 @@ def observe_and_repair(
     running = running_jobs(client, node)  # Slurm, no lock held
     started = batch_jobs_started(findings, client, node)  # Slurm, no lock held
     with store.locked(), mps_lock(state_dir):
-        repair_locked(findings, node, state_dir, store, before, running, backend, mps, killer, dry_run, metrics)
+        repair_locked(
+            findings, node, state_dir, store, before, running, backend, mps, killer, dry_run, metrics, per_job
+        )
         # no hook runs while the journal lock is held: a job past its launch has its batch slurmstepd here. The
         # scan runs in a child with a deadline (procscan): no process can hold the locks through it
         stepds = stepd_jobs() if started else set()
@@ -287,6 +292,7 @@ def observe_and_repair(
         )
     elif started and stepds is not None:
         requeue_lost_jobs(findings, node, client, started, stepds, dry_run, after=lost_after)  # Slurm, no lock held
+    requeue_refused(findings, client, state_dir, dry_run)  # Slurm, no lock held
     findings.notes += getattr(mps, "notes", [])
     if not dry_run:
         findings.notes += sweep_set_aside(state_dir)  # no lock held: what jobs left in their pipe dirs waits on nothing
@@ -346,8 +352,10 @@ def repair_locked(
     killer,
     dry_run: bool,
     metrics,
+    per_job: tuple[int, ...] = (),
 ) -> None:
-    """The reconcile part of step 1, under both locks: a journal written since ``before`` counts as running."""
+    """The reconcile part of step 1, under both locks: a journal written since ``before`` counts as running;
+    ``per_job``: the node's per-job MIG GPUs, whose instances no journal names are destroyed (reconcile)."""
     from .mps import answers
     from .reconcile import execute_reconcile, plan_for_node
 
@@ -356,7 +364,7 @@ def repair_locked(
     fresh = {j for j in journals if j not in running and marks.get(j) != before.get(j)}
     held = running | fresh
     try:
-        plan = plan_for_node(journals, held, backend, state_dir, store)
+        plan = plan_for_node(journals, held, backend, state_dir, store, per_job=per_job)
         findings.repaired = [line.split(": ", 1)[1] for line in plan.lines(node) if not line.endswith("journal kept")]
         if not dry_run:
             findings.unrepaired = execute_reconcile(plan, store, mps, killer, journals)
@@ -365,7 +373,7 @@ def repair_locked(
         findings.unrepaired.append(f"reconcile: {exc}")
         return
     kept = {j: journals[j] for j in plan.kept}
-    findings.notes = check_mps(kept, answers)
+    findings.notes = check_mps(kept, answers) + plan.notes
     if metrics is not None and not dry_run:
         repair_metrics(findings, metrics, state_dir, store, held)
 
@@ -463,14 +471,39 @@ def requeue_lost_jobs(
         line = (
             f"job {job}: running for Slurm since {started[job]} but no batch slurmstepd here (launch lost): requeue it"
         )
-        if dry_run:
-            findings.repaired.append("would " + line)
-            continue
-        try:
-            client.requeue(job)
-            findings.repaired.append(line)
-        except (GpushareError, OSError) as exc:
-            findings.notes.append(f"{line}: Slurm refused: {exc}")
+        requeue(findings, client, job, line, dry_run)
+
+
+def requeue(findings: Findings, client, job: int, line: str, dry_run: bool) -> None:
+    """Requeue ``job`` through the Slurm client, ``line`` saying why: a repair, or a note when Slurm refuses (a job
+    without a batch script, salloc or srun, cannot be requeued; nor one that asked not to be): never a drain."""
+    if dry_run:
+        findings.repaired.append("would " + line)
+        return
+    try:
+        client.requeue(job)
+        findings.repaired.append(line)
+    except (GpushareError, OSError) as exc:
+        findings.notes.append(f"{line}: Slurm refused: {exc}")
+
+
+def requeue_refused(findings: Findings, client, state_dir: str, dry_run: bool) -> None:
+    """Requeue, once, each job whose per-job MIG instance the prolog could not make where the policy requeues
+    (``Share.on_slice_failure``; the prolog left a request: node.perjob.request_requeue, as it must not call Slurm
+    itself). Slurm requeues a batch job whether it still runs, is completing or has ended (while it still knows
+    it: MinJobAge); an interactive job (salloc, srun) cannot be requeued: Slurm refuses, a note here, and the job
+    has failed with the refusal's message already. The request goes after one try either way, so a job is
+    requeued at most once per refusal, and the prolog asks no more once Slurm's restart count reaches
+    ``MAX_SLICE_REQUEUES`` (the job then fails with the message)."""
+    from .perjob import drop_request, requeue_requests
+
+    for job, text in sorted(requeue_requests(state_dir).items()):
+        why = text.strip().partition(" ")[2]
+        requeue(
+            findings, client, job, f"job {job}: its MIG instance could not be made ({why[:120]}): requeue it", dry_run
+        )
+        if not dry_run:
+            drop_request(state_dir, job, text)
 
 
 # ---- which generic Slurm drains are ours -------------------------------------------------
@@ -614,7 +647,8 @@ def run_health(
     before a batch job without its slurmstepd is a lost launch (default ``LOST_AFTER_S``)."""
     from ..slurm.client import SlurmClientError
 
-    findings = observe_and_repair(node, state_dir, client, backend, mps, killer, dry_run, metrics, lost_after)
+    per_job = tuple(s.index for s in slots if s.share.is_per_job_mig)
+    findings = observe_and_repair(node, state_dir, client, backend, mps, killer, dry_run, metrics, lost_after, per_job)
     check_node(findings, node, gres_conf, slots, backend, is_device)
     findings.notes += check_user_dirs(state_dir, slots)
     try:

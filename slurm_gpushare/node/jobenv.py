@@ -8,7 +8,8 @@ that would have been accepted. Job-controlled strings (job name, comment,
 work dir, ...) are never read at all, but for SLURM_JOB_EXTRA, which per-job
 MIG's submission filter sets (``gpushare-mig=<profile>``) and which is read
 only as that record: its profile when the value is exactly a record, else
-nothing of it (``mig_profile``). The one exception is the task prolog
+nothing of it (``mig_profile``), and SLURM_JOB_RESTART_COUNT, read leniently
+(``restarts``: a value that is no number only stops a requeue). The one exception is the task prolog
 (as the user, on every task start), which reads SLURM_JOB_ID and the GPU
 index lists itself without importing ``re`` (node/taskprolog.py: its budget
 is the interpreter's start-up).
@@ -49,6 +50,9 @@ class JobEnv:
     # per-job MIG (SLURM_JOB_EXTRA): None without one, the profile of a ``gpushare-mig=<profile>`` record, or ""
     # for any other value (never kept: the prolog refuses such a job on a per-job GPU)
     mig_profile: str | None = None
+    # SLURM_JOB_RESTART_COUNT (Slurm's requeues of the job; unset: 0), None where it is not a whole number: only
+    # per-job MIG's requeue of a refused job reads it (node.perjob.refusal_code), and None never requeues
+    restarts: int | None = 0
 
 
 def _get(env: Mapping[str, str], name: str, pattern: re.Pattern, form: str) -> str:
@@ -92,7 +96,17 @@ def job_from_env(env: Mapping[str, str]) -> JobEnv:
         if not _UINT.match(pct) or not 1 <= int(pct) <= 100:
             raise HookInputError(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={pct[:20]!r} is not a whole percentage 1-100")
         percentage = int(pct)
-    return JobEnv(job_id, uid, gid, node, indexes, percentage, mig_record(env.get("SLURM_JOB_EXTRA")))
+    restarts = env.get("SLURM_JOB_RESTART_COUNT") or "0"
+    return JobEnv(
+        job_id,
+        uid,
+        gid,
+        node,
+        indexes,
+        percentage,
+        mig_record(env.get("SLURM_JOB_EXTRA")),
+        int(restarts) if _UINT.match(restarts) else None,
+    )
 
 
 def mig_record(extra: str | None) -> str | None:

@@ -32,7 +32,7 @@ import time
 from ..atomic import flocked
 from ..errors import GpushareError
 from ..gpu.backend import IN_USE, GpuError
-from ..policy.share import RECORD_PREFIX
+from ..policy.share import FAIL, MAX_SLICE_REQUEUES, RECORD_PREFIX, Mode
 from ..records import record, replace
 from .journal import Device, Journal
 from .observed import WriteJournal
@@ -42,6 +42,10 @@ if TYPE_CHECKING:
     from ..gpu.backend import GiProfile, GpuInstance
 
 REFUSED_CODE = "mig-slice"  # the task file's refusal code for a job whose slice could not be made (taskprolog)
+REQUEUE_CODE = "mig-slice-requeue"  # the same, for a job the health check requeues (``refusal_code``)
+WHOLE_MODE = "mig-whole"  # Device.mode of a per-job GPU a job holds whole: its full instance, made as a slice
+WHOLE_WAIT_S = 20.0  # a whole-GPU job waits at most this long for ended jobs' instances to leave its GPU
+WHOLE_WAIT_STEP_S = 1.0
 DESTROY_TRIES = 5  # a GI destroy that NVML answers IN_USE ("in use by another client") is tried again, 1 s apart
 DESTROY_WAIT_S = 1.0
 
@@ -96,6 +100,28 @@ def gpu_lock(state_dir: str, index: int) -> str:
     return os.path.join(state_dir, "mig", f"gpu{int(index)}.lock")
 
 
+def planned(device: Device, record: str | None, model_name: str) -> Device:
+    """A per-job GPU's device as the prolog plans it: the slice the job's record names, or, for a job without one
+    (it holds the GPU whole: Slurm never gives a GPU as gpu and as its shards at once), the model's full instance
+    (``WHOLE_MODE``; "" where the catalogue has none), whatever the policy's ``profiles`` list: those limit the
+    slices users ask for."""
+    if record is not None:
+        return replace(device, profile=record)
+    return replace(device, mode=WHOLE_MODE, profile=whole_profile_name(model_name))
+
+
+def whole_profile_name(model_name: str) -> str:
+    """The model's whole-GPU MIG profile (hardware.packing.whole_profile: 7g.40gb on an A100-40GB), or ""."""
+    from ..hardware import CatalogueError, get_model
+    from ..hardware.packing import whole_profile
+
+    try:
+        profile = whole_profile(get_model(model_name))
+    except CatalogueError:
+        return ""
+    return profile.name if profile is not None else ""
+
+
 def pending(journal: Journal) -> list[Device]:
     """The journal's per-job devices not made yet."""
     return [d for d in journal.devices if d.per_job and d.mig_uuid is None]
@@ -117,11 +143,16 @@ def plan_slice(device: Device, model_name: str, allowed: tuple[str, ...], seen: 
     from ..hardware import CatalogueError, get_model, migplace
 
     where = f"GPU {device.gpu_index} ({device.gpu_uuid})"
+    whole = device.mode == WHOLE_MODE
     if not device.profile:
+        if whole:
+            return SliceRefused(
+                f"{where}: the catalogue has no whole-GPU MIG profile for {model_name or 'its model'}", "profile"
+            )
         return SliceRefused(
             f"the job's extra field is not gpushare's record of a MIG profile ({RECORD_PREFIX}...)", "profile"
         )
-    if device.profile not in allowed:
+    if not whole and device.profile not in allowed:
         return SliceRefused(
             f"{device.profile} is not one of the profiles {where} makes per job: {', '.join(allowed)}", "profile"
         )
@@ -129,16 +160,16 @@ def plan_slice(device: Device, model_name: str, allowed: tuple[str, ...], seen: 
         model = get_model(model_name)
         profile = model.profile(device.profile)
         instances = [(model.profile_for_constant(g.profile_constant).name, g.start) for g in seen.gis]
-        choice = migplace.choose(model, profile.name, instances, allowed=allowed)
+        choice = migplace.choose(model, profile.name, instances, allowed=None if whole else allowed)
     except (CatalogueError, ValueError) as exc:
         return SliceRefused(f"{where}: its instances cannot be read against the catalogue: {exc}")
     if profile.nvml_constant not in seen.profile_ids:
         return SliceRefused(f"NVML offers no {profile.name} on {where} (is MIG mode on?)", "mig_off")
     if choice is None:
         held = ", ".join(f"{n} at {s}" for n, s in sorted(instances, key=lambda i: i[1])) or "none"
-        return SliceRefused(
-            f"{where} has no free placement for {profile.name} beside its instances ({held})", "placement"
-        )
+        why = f"{where} has no free placement for {profile.name} beside its instances ({held})"
+        late = f": ended jobs' instances still there after {WHOLE_WAIT_S:g} s" if whole else ""
+        return SliceRefused(why + late, "placement")
     return SlicePlan(
         replace(device, start=choice.start), seen.profile_ids[profile.nvml_constant], profile.full_compute_constant
     )
@@ -207,9 +238,29 @@ def _refusal(dev: Device, refused: SliceRefused) -> SliceRefused:
 
 
 def _without_slices(journal: Journal, left: Device | None) -> Journal:
-    """A refused job's journal: its per-job devices gone but what still exists of one (for the epilog)."""
-    kept = tuple(d for d in journal.devices if not d.per_job) + ((left,) if left is not None else ())
-    return replace(journal, devices=kept)
+    """A refused job's journal: its per-job devices gone but those made already (a job with several per-job GPUs)
+    and what still exists of the one that failed, for the epilog to destroy."""
+    kept = tuple(d for d in journal.devices if not d.per_job or d.mig_uuid is not None)
+    return replace(journal, devices=kept + ((left,) if left is not None else ()))
+
+
+def await_empty(backend, state_dir: str, indexes) -> list[int]:
+    """Wait, at most ``WHOLE_WAIT_S``, until these per-job GPUs (allocated whole) hold no GPU instance: instances
+    of jobs whose epilog has not run yet, or has not finished. Each try reads one GPU under its lock, and no lock
+    is held between tries (the caller holds no journal lock either: the epilog that destroys them needs it).
+    The GPUs still occupied (their prolog then refuses the job, never the node)."""
+    deadline = time.monotonic() + WHOLE_WAIT_S
+    left = list(indexes)
+    while True:
+        left = [i for i in left if _occupied(backend, state_dir, i)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(WHOLE_WAIT_STEP_S)
+
+
+def _occupied(backend, state_dir: str, index: int) -> bool:
+    with flocked(gpu_lock(state_dir, index)):
+        return bool(backend.gpu_instances(index))
 
 
 # ---- the epilog's side ----------------------------------------------------------------------
@@ -258,5 +309,99 @@ def destroy_instances(backend, device: Device, tries: int = DESTROY_TRIES, sleep
     return None
 
 
+def unjournaled(journals: dict[int, Journal], index: int, uuid: str, gis, processes) -> tuple[list[Device], list[str]]:
+    """Pure: the GPU instances of per-job GPU ``index`` that no journal names (a prolog killed between the create
+    and the journal write, or an instance made by hand), each as a device to destroy, and a note for each such
+    instance a process uses (left: nobody's job, but someone's work). A journal names an instance by its start
+    (journaled before the create), so a live job's instance is never among them."""
+    claimed = {
+        d.start
+        for j in journals.values()
+        for d in j.devices
+        if d.per_job and d.gpu_index == index and d.start is not None
+    }
+    out, notes = [], []
+    for gi in gis:
+        if gi.start in claimed:
+            continue
+        users = sorted(p.pid for p in processes if p.gi_id == gi.id)
+        if users:
+            notes.append(
+                f"GPU {index}: GI {gi.id} at memory slice {gi.start} is in no journal but processes "
+                f"{', '.join(map(str, users))} use it: left"
+            )
+            continue
+        out.append(Device(-1, index, uuid, Mode.MIG.value, gi=gi.id, profile="unjournaled", start=gi.start))
+    return out, notes
+
+
+def destroy_unjournaled(backend, device: Device, state_dir: str) -> str | None:
+    """Destroy an instance no journal names, under the GPU's lock, unless a process uses it by now."""
+    with flocked(gpu_lock(state_dir, device.gpu_index)):
+        users = [p.pid for p in backend.processes(device.gpu_index) if p.gi_id == device.gi]
+        if users:
+            return f"GI {device.gi} of GPU {device.gpu_index} not destroyed: processes {users} use it"
+        return destroy_instances(backend, device)
+
+
 def _is_its(gi: GpuInstance, device: Device) -> bool:
     return gi.start == device.start and (device.gi is None or gi.id == device.gi)
+
+
+# ---- a refused job's requeue ------------------------------------------------------------------
+
+
+def refusal_code(journal: Journal, node, restarts: int | None) -> tuple[str, str]:
+    """(task file code, note for the reason) of a job whose slice could not be made: ``REQUEUE_CODE`` while the
+    policy of its per-job GPUs requeues (``Share.on_slice_failure``; fail if any of them says fail) and Slurm's
+    restart count is below ``MAX_SLICE_REQUEUES``, else ``REFUSED_CODE`` (with why it is not requeued)."""
+    shares = [node.shares[d.gpu_index] for d in journal.devices if d.per_job and d.gpu_index in node.shares]
+    if any(s.on_slice_failure == FAIL for s in shares):
+        return REFUSED_CODE, ""
+    if restarts is None or restarts >= MAX_SLICE_REQUEUES:
+        return REFUSED_CODE, f"not requeued again, requeued {restarts if restarts is not None else '?'} times"
+    return REQUEUE_CODE, ""
+
+
+def requeue_dir(state_dir: str) -> str:
+    """Where the prolog leaves a request to requeue a refused job (one file per job id): the prolog must not call
+    Slurm, so the health check does, and the file outlives the job's journal (the epilog removes that)."""
+    return os.path.join(state_dir, "mig", "requeue")
+
+
+def request_requeue(state_dir: str, job_id: int, restarts: int, why: str) -> None:
+    """Record that job ``job_id`` (refused at Slurm restart count ``restarts``) is to be requeued once."""
+    from ..atomic import atomic_write
+
+    os.makedirs(requeue_dir(state_dir), mode=0o700, exist_ok=True)
+    atomic_write(os.path.join(requeue_dir(state_dir), str(int(job_id))), f"{int(restarts)} {why}"[:400] + "\n")
+
+
+def requeue_requests(state_dir: str) -> dict[int, str]:
+    """job id -> the request's text, for every request file (a name that is no job id is ignored)."""
+    found = {}
+    try:
+        names = os.listdir(requeue_dir(state_dir))
+    except FileNotFoundError:
+        return {}
+    for name in names:
+        if name.isdigit() and name[0] != "0":
+            try:
+                with open(os.path.join(requeue_dir(state_dir), name), encoding="utf-8", errors="replace") as fh:
+                    found[int(name)] = fh.read(1000)
+            except FileNotFoundError:
+                continue
+    return found
+
+
+def drop_request(state_dir: str, job_id: int, text: str) -> None:
+    """Remove job ``job_id``'s request if it still says ``text`` (a newer refusal of the job, requeued and refused
+    again meanwhile, is kept for the next run)."""
+    path = os.path.join(requeue_dir(state_dir), str(int(job_id)))
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            if fh.read(1000) != text:
+                return
+        os.unlink(path)
+    except FileNotFoundError:
+        return

@@ -15,10 +15,11 @@ device files, observed on the cluster):
 - exclusive, or the whole of an MPS/shard GPU: the GPU must be idle (no
   compute processes, no MPS daemon of a running job).
 - shard: nothing to check; Slurm's index is right for the job.
-- per-job MIG (a GPU whose instances are made per job, and a job whose
-  SLURM_JOB_EXTRA records a profile): the device is planned with its profile
-  only; ``node.perjob`` places and makes the instance (or refuses the job,
-  never the node) before the journal is written ready.
+- per-job MIG (a GPU whose instances are made per job): the device is
+  planned with the profile the job's SLURM_JOB_EXTRA records, or, for a job
+  without a record (it holds the GPU whole), the model's full profile;
+  ``node.perjob`` places and makes the instance (or refuses the job, never
+  the node) before the journal is written ready.
 - MPS (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE set): an MPS control daemon for
   these GPUs, this user and this percentage (``mps`` module), started unless
   one answers already, with the pinned device memory limit the same share
@@ -181,9 +182,12 @@ def _device(job: JobEnv, index: int, node: NodeLayout, live: ObservedState, reas
         reasons.append(f"{gpu.label}: not in the policy for {node.node}")
         return None
     mode = share.mode.value
-    if share.is_per_job_mig and mig is None and job.mig_profile is not None:
-        # a per-job slice: made for the job beside its neighbours (node.perjob), so their processes are no reason
-        return Device(index, gpu.index, gpu.uuid, mode, profile=job.mig_profile)
+    if share.is_per_job_mig and mig is None:
+        # a per-job slice, made for the job beside its neighbours (node.perjob), so their processes are no reason;
+        # a job without a record holds the GPU whole and gets its full instance, made the same way
+        from .perjob import planned
+
+        return planned(Device(index, gpu.index, gpu.uuid, mode), job.mig_profile, node.models.get(gpu.index, ""))
     if (mig is not None) != share.is_mig:
         reasons.append(
             f"{gpu.label}: gres.conf declares it {'as MIG instances' if mig else 'whole'} but the policy "

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..errors import GpushareError
 from .epilog import plan_epilog, process_jobs
-from .journal import Journal, JournalStore, MpsDaemon
+from .journal import Device, Journal, JournalStore, MpsDaemon
 from .observed import ObservedState, observe_gpus
 
 TYPE_CHECKING = False  # typing costs the node hooks start-up time: for type checkers only
@@ -52,6 +52,15 @@ class KillOrphanMps:
 
 
 @dataclass(frozen=True)
+class DestroyUnjournaled:
+    device: Device  # a per-job GPU's instance: its GPU, GI id and start (node.perjob.unjournaled)
+
+    def __str__(self) -> str:
+        d = self.device
+        return f"destroy GI {d.gi} at memory slice {d.start} of GPU {d.gpu_index}: a per-job instance no journal names"
+
+
+@dataclass(frozen=True)
 class RemoveStray:
     path: str
 
@@ -70,13 +79,15 @@ class ReconcilePlan:
     drift: list[str] = field(default_factory=list)
     set_aside: list[str] = field(default_factory=list)  # unreadable journals set aside by this run (journal.SetAside)
     doubts: list[str] = field(default_factory=list)  # JournalStore.doubts: reported as not repaired (the node drains)
+    instances: list[DestroyUnjournaled] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # reported, never a drain (an unjournaled instance in use)
 
     def lines(self, node: str) -> list[str]:
         out = [f"node {node}: job {j} runs, journal kept" for j in self.kept]
         out += [f"node {node}: {line}" for line in self.set_aside]
         for job, actions in self.orphans.items():
             out.append(f"node {node}: job {job} is not running here: " + "; ".join(str(a) for a in actions))
-        out += [f"node {node}: {a}" for a in (*self.daemons, *self.processes, *self.strays)]
+        out += [f"node {node}: {a}" for a in (*self.daemons, *self.processes, *self.instances, *self.strays)]
         out += [f"node {node}: MIG layout: {d}" for d in self.drift]
         return out
 
@@ -162,10 +173,12 @@ def plan_for_node(
     state_dir: str,
     store: JournalStore,
     proc_root: str = "/proc",
+    per_job: tuple[int, ...] = (),
 ) -> ReconcilePlan:
-    """Observe this node (GPUs the journals name, daemon dirs, MPS processes, half-written files) and plan.
-    While a journal set aside leaves a running job's GPUs in doubt (``JournalStore.doubts``), no daemon or MPS
-    process is taken for an orphan (it may be that job's) and that job's task file stays."""
+    """Observe this node (GPUs the journals name, daemon dirs, MPS processes, half-written files, the instances of
+    its ``per_job`` MIG GPUs) and plan. While a journal set aside leaves a running job's GPUs in doubt
+    (``JournalStore.doubts``), no daemon, MPS process or per-job instance is taken for an orphan (it may be that
+    job's) and that job's task file stays."""
     doubts = store.doubts(running)
     keep = {store.task_path(q.job_id) for q in doubts}
     plan = plan_reconcile(
@@ -178,7 +191,21 @@ def plan_for_node(
     )
     plan.set_aside = [str(q) for q in store.quarantined]
     plan.doubts = [q.doubt() for q in doubts]
+    if not doubts:
+        plan_instances(plan, journals, backend, per_job)
     return plan
+
+
+def plan_instances(plan: ReconcilePlan, journals: dict[int, Journal], backend, per_job: tuple[int, ...]) -> None:
+    """The per-job GPUs' instances no journal names (every journal: the orphans' own are destroyed as theirs)."""
+    from .perjob import unjournaled
+
+    for index in per_job:
+        found, notes = unjournaled(
+            journals, index, backend.gpu(index).uuid, backend.gpu_instances(index), backend.processes(index)
+        )
+        plan.instances += [DestroyUnjournaled(d) for d in found]
+        plan.notes += notes
 
 
 def execute_reconcile(plan: ReconcilePlan, store: JournalStore, mps, killer, journals: dict[int, Journal]) -> list[str]:
@@ -211,6 +238,13 @@ def execute_reconcile(plan: ReconcilePlan, store: JournalStore, mps, killer, jou
             ]
         )
         failed += [f"MPS process {r['pid']} survived SIGKILL" for r in left if still_there(r)]
+    if plan.instances:
+        import os
+
+        from .perjob import destroy_unjournaled
+
+        state_dir = os.path.dirname(store.dirname)
+        failed += [w for a in plan.instances if (w := destroy_unjournaled(killer.backend, a.device, state_dir))]
     for stray in plan.strays:
         try:
             Path(stray.path).unlink(missing_ok=True)

@@ -138,6 +138,12 @@ def refusal_text(code: str, why: str) -> str:
 
 def refusal_message(job: int, value: str) -> str:
     """What a refused job's output says, by the refusal's code (the part of ``value`` before the first ':')."""
+    if value.startswith("mig-slice-requeue:"):
+        return (
+            f"job {job} is not run on this node: the MIG instance made for each job could not be made for it "
+            f"({value[:200]}); the node stays in service. The job is requeued: Slurm starts it again, here or "
+            "on another node."
+        )
     if value.startswith("mig-slice:"):
         return (
             f"job {job} is not run on this node: the MIG instance made for each job could not be made for it "

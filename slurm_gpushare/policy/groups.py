@@ -231,6 +231,13 @@ def _make_share(sharing: Sharing, path, model: GpuModel, problems) -> Share | No
         return perjob.resolve(sharing, path, model, share, problems) if len(problems) == before else None
     if mode is Mode.MIG and sharing.profiles is not None:
         problems.append(Problem(f"{path}.profiles", "only for per_job: true (the profiles a per-job range allows)"))
+    if mode is Mode.MIG and sharing.on_slice_failure is not None:
+        problems.append(
+            Problem(
+                f"{path}.on_slice_failure",
+                "only for per_job: true (what becomes of a job whose per-job instance could not be made)",
+            )
+        )
     if mode is Mode.MIG:
         layout = _resolve_layout(sharing.layout, f"{path}.layout", model, problems)
         share = replace(share, layout=layout)

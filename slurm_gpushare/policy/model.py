@@ -302,6 +302,15 @@ class Sharing(Strict):
             "set of the model's profiles"
         ),
     )
+    on_slice_failure: Literal["requeue", "fail"] | None = Field(
+        None,
+        description=(
+            "mode mig with per_job: what becomes of a batch job whose MIG instance the prolog could not make (the "
+            "job is refused, never the node; its tasks fail with the reason): requeue (the default) has the node's "
+            "health check requeue it, at most 3 times by Slurm's restart count, after which it fails; fail lets it "
+            "fail with the reason. Interactive jobs (salloc, srun) cannot be requeued and fail either way"
+        ),
+    )
     replicas: int | None = Field(None, description="mode shard: shards per GPU (2-1024)")
     units: int | None = Field(
         None, description="mode mps: MPS units per GPU, a divisor of 100 (2, 4, 5, 10, 20, 25, 50, 100)"

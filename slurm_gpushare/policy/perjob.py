@@ -20,7 +20,7 @@ from ..errors import Problem
 from ..hardware import CatalogueError, GpuModel, models
 from ..hardware.migweights import Weights, exact_weights, obstruction
 from .model import Policy, Sharing
-from .share import Share
+from .share import REQUEUE, Share
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -78,7 +78,12 @@ def resolve(sharing: Sharing, path: str, model: GpuModel, share: Share, problems
     if weights is None:
         return None
     return Share(
-        share.mode, per_job=True, profiles=weights.profiles, weights=weights.weights, capacity=weights.capacity
+        share.mode,
+        per_job=True,
+        profiles=weights.profiles,
+        weights=weights.weights,
+        capacity=weights.capacity,
+        on_slice_failure=sharing.on_slice_failure or REQUEUE,
     )
 
 

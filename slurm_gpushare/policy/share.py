@@ -35,17 +35,39 @@ SHARED_GRES = (Mode.MPS.value, Mode.SHARD.value)  # the shared GRES names, in sl
 
 # The keys of a policy ``sharing`` entry besides ``gpus`` and ``mode``, and the modes that use each.
 KEYS: dict[Mode, tuple[str, ...]] = {
-    Mode.MIG: ("layout", "per_job", "profiles"),
+    Mode.MIG: ("layout", "per_job", "profiles", "on_slice_failure"),
     Mode.SHARD: ("replicas", "type"),
     Mode.MPS: ("units", "type", "compute_mode", "client_mem_limit_mib"),
     Mode.EXCLUSIVE: ("type",),
 }
-SHARING_KEYS = ("layout", "per_job", "profiles", "replicas", "units", "type", "compute_mode", "client_mem_limit_mib")
+SHARING_KEYS = (
+    "layout",
+    "per_job",
+    "profiles",
+    "on_slice_failure",
+    "replicas",
+    "units",
+    "type",
+    "compute_mode",
+    "client_mem_limit_mib",
+)
 # The shared GRES that carries per-job MIG slices: a slice of profile p is ``shard:<weight of p>`` on one GPU.
 CARRIER = Mode.SHARD.value
 # A per-job MIG job's record of its profile, ``gpushare-mig=<profile>``: the submission filter sets it in the job's
 # extra field (submit.tables.RECORD_FIELD), the prolog reads it from SLURM_JOB_EXTRA (node.jobenv).
 RECORD_PREFIX = "gpushare-mig="
+# What becomes of a batch job whose per-job MIG instance the prolog could not make (``Share.on_slice_failure``):
+# the health check requeues it (at most MAX_SLICE_REQUEUES times, by Slurm's restart count), or it fails.
+REQUEUE, FAIL = "requeue", "fail"
+ON_SLICE_FAILURE = (REQUEUE, FAIL)
+MAX_SLICE_REQUEUES = 3
+# slurm.conf PrologEpilogTimeout and BatchStartTimeout (s) where any GPU is per-job MIG (render.context.hooks). A
+# per-job prolog's NVML calls take ~30 s (its epilog's ~21 s) at the latencies NVIDIA's driver code notes (a MIG
+# device walk O(10 s), a GPU's handle by UUID O(10 s), a GI destroy O(1 s): tests/unit/hooks/test_perjob.py counts
+# them), up to node.perjob.WHOLE_WAIT_S more for a whole-GPU job, and the prologs of one GPU's jobs (up to 7
+# slices) wait for each other's GPU lock: 7 x 30 + 20 s. Slurm's default waits for ever (a hung prolog never
+# ends), and 10 s of BatchStartTimeout would count such a batch job missing.
+PER_JOB_PROLOG_TIMEOUT_S = 300
 
 
 def parse_mode(value: object) -> Mode:
@@ -87,6 +109,7 @@ class Share:
     profiles: tuple[str, ...] = ()  # per-job mig: the profiles it allows (catalogue names)
     weights: tuple[int, ...] = ()  # per-job mig: each profile's carrier weight, in ``profiles`` order
     capacity: int = 0  # per-job mig: carrier units per GPU (shard Count)
+    on_slice_failure: str = ""  # per-job mig: REQUEUE or FAIL, a batch job whose instance could not be made
 
     @property
     def is_mig(self) -> bool:
@@ -157,6 +180,8 @@ class Share:
             entry["layout"] = list(self.layout)
         if self.is_per_job_mig:
             entry.update(per_job=True, profiles=list(self.profiles))
+            if self.on_slice_failure == FAIL:
+                entry["on_slice_failure"] = FAIL
         if self.mode is Mode.MPS:
             entry["units"] = self.units
             if self.compute_mode and self.compute_mode != "default":
@@ -186,6 +211,7 @@ class Share:
             int(entry.get("client_mem_limit_mib") or 0),
             bool(entry.get("per_job")) and mode is Mode.MIG,
             (profiles,) if isinstance(profiles, str) else tuple(profiles),
+            on_slice_failure=str(entry.get("on_slice_failure") or "") if mode is Mode.MIG else "",
         )
 
     def to_json(self) -> dict:

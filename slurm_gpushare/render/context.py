@@ -6,7 +6,7 @@ from collections import Counter
 
 from ..policy import Group, Site, TierView
 from ..policy.groups import format_indexes
-from ..policy.share import SHARED_GRES, Mode
+from ..policy.share import PER_JOB_PROLOG_TIMEOUT_S, SHARED_GRES, Mode
 
 
 def gres_types(site: Site) -> str:
@@ -111,6 +111,11 @@ def hooks(site: Site) -> list[tuple[str, str]]:
     if h.prolog:
         # Alloc: set MIG / MPS up when the job is allocated, before its batch script starts.
         out.insert(0, ("PrologFlags", "Alloc,Contain" if site.cluster.cgroups else "Alloc"))
+        if per_job_mig(site):
+            # a per-job prolog makes MIG instances (tens of seconds at NVIDIA's latencies): bounded, and a batch
+            # job is not counted missing while it runs (policy.share.PER_JOB_PROLOG_TIMEOUT_S says why this much)
+            out.insert(1, ("PrologEpilogTimeout", str(PER_JOB_PROLOG_TIMEOUT_S)))
+            out.insert(2, ("BatchStartTimeout", str(PER_JOB_PROLOG_TIMEOUT_S)))
     if h.job_submit_lua:
         out.append(("JobSubmitPlugins", "lua"))
     health = site.cluster.health

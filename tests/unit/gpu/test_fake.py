@@ -196,12 +196,13 @@ def test_max_instances(a100):
     [(9, 2, 4), (19, 7, 1), (9, 0, 2), (14, 1, 2)],
     ids=["3g at slice 2", "1g at slice 7", "3g with size 2", "2g at slice 1"],
 )
-def test_placement_outside_the_table_is_unconfirmed(a100, profile_id, start, size):
-    """INVALID_ARGUMENT or INSUFFICIENT_RESOURCES: nvml.h allows both and no transcript shows which (per-job-mig.md,
-    open question 6), so the fake refuses to guess; callers take starts from the placement table."""
+def test_placement_outside_the_table_is_an_invalid_argument(a100, profile_id, start, size):
+    """nvml.h allows INVALID_ARGUMENT or INSUFFICIENT_RESOURCES and no transcript shows which (per-job-mig.md, open
+    question 6): the fake raises INVALID_ARGUMENT, as NVML does for an invalid placement, and changes nothing."""
     before = a100.state_path.read_text()
-    with pytest.raises(NotImplementedError, match="outside .* table .*INVALID_ARGUMENT or INSUFFICIENT_RESOURCES"):
+    with pytest.raises(fk.NVMLError) as exc:
         create(a100, 0, profile_id, start, size)
+    assert exc.value.value == fk.NVML_ERROR_INVALID_ARGUMENT
     assert a100.state_path.read_text() == before
 
 

@@ -116,10 +116,12 @@ def test_occupied_placement_is_insufficient_resources(tmp_path, model, existing,
     "model, name, start",
     [("A30-24GB", "2g.12gb", 1), ("H100-SXM5-80GB", "1g.20gb", 1), ("A100-SXM4-80GB", "3g.40gb", 2)],
 )
-def test_start_outside_the_table_is_not_guessed(tmp_path, model, name, start):
+def test_start_outside_the_table_is_an_invalid_argument(tmp_path, model, name, start):
     nv = node(tmp_path, model=model, count=1)
-    with pytest.raises(NotImplementedError, match="INVALID_ARGUMENT or INSUFFICIENT_RESOURCES"):
+    with pytest.raises(fk.NVMLError) as exc:
         create(nv, 0, name, start)
+    assert exc.value.value == fk.NVML_ERROR_INVALID_ARGUMENT
+    assert all(not g["instances"] for g in json.loads(nv.state_path.read_text())["gpus"])
 
 
 def placements(nv, gpu: int, name: str) -> list[tuple[int, int]]:

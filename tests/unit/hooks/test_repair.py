@@ -25,7 +25,7 @@ from slurm_gpushare.node.reconcile import (
 )
 from slurm_gpushare.node.relayout import Relayout, RelayoutError, fmt_gres, missing_devices, parse_node_gres
 from slurm_gpushare.policy import load_file
-from slurm_gpushare.proc import Result, run
+from slurm_gpushare.proc import CommandError, Result, run
 from slurm_gpushare.slurm.cli_backend import CliClient
 from tests.unit.hooks_support import FAKE_MPS, HookNode, no_scontrol
 
@@ -42,6 +42,7 @@ class FakeSlurm:
         self.started: dict[int, int] = {}  # job id -> start time (epoch s); unset: started just now
         self.requeued: list[int] = []
         self.interactive: set[int] = set()  # jobs with no batch script (salloc, srun): batch flag 0
+        self.ended: set[int] = set()  # jobs that ended here and Slurm still knows (MinJobAge): requeue works
 
     def __call__(self, argv, *, input=None, timeout=60.0, check=True, env=None):
         argv = list(argv)
@@ -99,8 +100,15 @@ class FakeSlurm:
                     for j in self.jobs
                 )
             )
-        if argv[:2] == ["scontrol", "requeue"] and len(argv) == 3 and int(argv[2]) in self.jobs:
-            self.jobs.pop(int(argv[2]))
+        if argv[:2] == ["scontrol", "requeue"] and len(argv) == 3 and int(argv[2]) in self.interactive:
+            # slurmctld's ESLURM_BATCH_ONLY (job_mgr.c _job_requeue_op)
+            result = Result(tuple(argv), 1, "", "Requeue of JobId=... returned an error: Only batch jobs are accepted")
+            if check:
+                raise CommandError(result)
+            return result
+        if argv[:2] == ["scontrol", "requeue"] and len(argv) == 3 and int(argv[2]) in {*self.jobs, *self.ended}:
+            self.jobs.pop(int(argv[2]), None)
+            self.ended.discard(int(argv[2]))
             self.requeued.append(int(argv[2]))
             return self._ok("")
         raise AssertionError(f"fake Slurm does not know {argv}")

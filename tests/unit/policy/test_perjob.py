@@ -130,6 +130,12 @@ def test_a_profile_set_without_exact_weights_is_refused_naming_the_largest_that_
         ({"layout": "all-1g.5gb"}, "node_groups[3].sharing[0].layout", "a per-job range has no fixed layout"),
         ({"per_job": False}, "node_groups[3].sharing[0].profiles", "only for per_job: true"),
         ({"mode": "shard", "replicas": 4}, "node_groups[3].sharing[0].per_job", "not used by mode shard"),
+        ({"on_slice_failure": "retry"}, "node_groups[3].sharing[0].on_slice_failure", "'requeue' or 'fail'"),
+        (
+            {"per_job": None, "profiles": None, "layout": "all-1g.5gb", "on_slice_failure": "fail"},
+            "node_groups[3].sharing[0].on_slice_failure",
+            "only for per_job: true",
+        ),
     ],
 )
 def test_wrong_per_job_entries_are_refused(change, path, fragment):
@@ -203,3 +209,14 @@ def test_an_aliased_per_job_type_is_a_valid_alias_target():
     policy["submission"]["aliases"]["half"] = "gpu:a100_40g_3g.20gb"
     site = build_site(policy, "t.yaml")
     assert site.policy.submission.aliases["half"] == "gpu:a100_40g_3g.20gb"
+
+
+def test_a_refused_slice_is_requeued_unless_the_policy_says_fail():
+    share = build_site(raw(), "t.yaml").group("lab-perjob").gpus[0].share
+    assert share.on_slice_failure == "requeue" and "on_slice_failure" not in share.to_entry()
+    policy = raw()
+    perjob_entry(policy)["on_slice_failure"] = "fail"
+    share = build_site(policy, "t.yaml").group("lab-perjob").gpus[0].share
+    assert share.on_slice_failure == "fail" and share.to_entry()["on_slice_failure"] == "fail"
+    assert Share.from_json(share.to_json()) == share
+    assert build_site(raw(), "t.yaml").group("lab-mig").gpus[0].share.on_slice_failure == ""

@@ -39,3 +39,20 @@ def test_sites_without_per_job_mig_keep_their_select_type_parameters():
     site = load_file(ROOT / "etc" / "small-lab.yaml")
     assert ctx.select_type_parameters(site) == "CR_Core_Memory"
     assert not ctx.per_job_mig(site)
+
+
+def test_per_job_nodes_bound_the_prolog_and_hold_no_nvml_for_accounting():
+    """A per-job prolog makes MIG instances: PrologEpilogTimeout bounds it above what it takes at NVIDIA's
+    latencies (tests/unit/hooks/test_perjob.py), BatchStartTimeout lets a batch job wait that long for it, no
+    AutoDetect=nvml and no GPU accounting hold NVML (in the fragment a site's own slurm.conf includes too)."""
+    from slurm_gpushare.policy.share import PER_JOB_PROLOG_TIMEOUT_S
+
+    out = render_all(load_file(POLICY))
+    for name in ("slurm.conf", "slurm-gpushare.conf"):
+        lines = out[name].splitlines()
+        assert f"PrologEpilogTimeout={PER_JOB_PROLOG_TIMEOUT_S}" in lines
+        assert f"BatchStartTimeout={PER_JOB_PROLOG_TIMEOUT_S}" in lines
+        assert lines.count("JobAcctGatherParams=DisableGPUAcct") == 1
+    assert "AutoDetect=off" in out["gres.conf"].splitlines() and "AutoDetect=nvml" not in out["gres.conf"]
+    plain = render_all(load_file(ROOT / "etc" / "small-lab.yaml"))["slurm.conf"]
+    assert "PrologEpilogTimeout" not in plain and "BatchStartTimeout" not in plain and "DisableGPUAcct" not in plain
