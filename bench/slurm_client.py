@@ -179,7 +179,7 @@ def grow(project: str, n_nodes: int, n_jobs: int) -> None:
     t = time.perf_counter()
     sh(
         f"for i in $(seq {half}); do sbatch -H -A physics -p bench --gres=gpu:l40s:1 --wrap true -o /dev/null "
-        f"-J bench >/dev/null; done; for i in $(seq {rest}); do sbatch -H -A physics --gres=gpu:1 --wrap true "
+        f"-J bench >/dev/null; done; for i in $(seq {rest}); do sbatch -H -A physics --gres=gpu:l40s:1 --wrap true "
         f"-o /dev/null -J bench >/dev/null; done",
         user="alice",
     )

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
-from .. import examples
 from ..policy import load_file
 from ..policy.share import RECORD_PREFIX
+from ..sitepolicy import describe, find_policy
 from ..submit import Decision, build_tables, decide, script_options, split_options, to_job
 
 
@@ -16,7 +17,7 @@ from ..submit import Decision, build_tables, decide, script_options, split_optio
 @click.option(
     "--policy",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Site policy (default: the bundled small-lab example).",
+    help="Site policy (default: $GPUSHARE_POLICY, else /etc/gpushare/policy.yaml).",
 )
 @click.argument("args", nargs=-1, required=True, metavar="[SCRIPT]... [-- SBATCH-OPTION...]")
 def check(policy: Path | None, args: tuple[str, ...]) -> None:
@@ -27,11 +28,14 @@ def check(policy: Path | None, args: tuple[str, ...]) -> None:
       gpushare check -- --gres=shard:2 -p notebook
       gpushare check job.sh -- -p scavenger    (command-line options win, as in sbatch)
 
-    Prints OK (with what gpushare would change), or one line per violation:
-    a stable code such as `OVER shard=2`, then the explanation. Exit 0 when
-    every job would be accepted, 1 when any would be rejected.
+    Prints the policy it used, then OK (with every change the submission
+    filter would make: partition, GRES rewrite, QOS), or one line per
+    violation: a stable code such as `OVER shard=2`, then the explanation.
+    Exit 0 when every job would be accepted, 1 when any would be rejected.
     """
-    tables = build_tables(load_file(policy or examples.example()))
+    path, how = find_policy(policy, os.environ)
+    tables = build_tables(load_file(path))
+    click.echo(describe(path, how))
     scripts, options = _split_args(args)
     jobs = [(str(p), script_options(Path(p)) + options) for p in scripts] or [("", options)]
     rejected = False
@@ -54,7 +58,9 @@ def _split_args(args: tuple[str, ...]) -> tuple[list[str], list[str]]:
 def report_lines(decision: Decision) -> list[str]:
     if not decision.accepted:
         return [str(v) for v in decision.violations]
-    changes = decision.changes
+    changes = decision.all_changes
+    if decision.qos_if_allowed:  # set_qos if-allowed: check cannot see the association's QOS, job_submit.lua can
+        changes = [*changes, f"qos={decision.qos_if_allowed} if your association may use it"]
     return [f"OK (would set {', '.join(changes)})" if changes else "OK", *per_job_lines(decision)]
 
 

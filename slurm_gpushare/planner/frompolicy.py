@@ -5,7 +5,10 @@ partitions and GRES that ``gpushare render`` writes for them. ``SubmitRouter``
 (a ``sim.cluster.Router``) turns a trace pod into what a user would submit (``--gres=mps:47``,
 ``--gres=gpu:2``, CPUs, memory, QoS) and lets ``submit.decide`` (the code
 job_submit.lua is generated beside) accept, route, round or reject it, so a
-simulated Slurm places exactly what the product would let through.
+simulated Slurm places exactly what the product would let through. Where the
+filter refuses an untyped request (``UNTYPED``: no one whole GPU to give it),
+the modelled user does what the refusal says and names the type it gives
+(``SubmitRouter.submitted``), as a user would resubmit.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import dataclass, field
 
 from ..policy import Site
 from ..sim.cluster import GPU_MILLI, Pod, SimCluster, SimGpu, SimNode, SlurmRequest
-from ..submit import Tables, build_tables, decide, parse_field
+from ..submit import Decision, Tables, build_tables, decide, parse_field
 from ..submit.parse import Gres
 from .demand import cpus_of, spec_models
 
@@ -122,9 +125,23 @@ class SubmitRouter:
     def _key(pod: Pod) -> tuple:
         return (pod.num_gpu, pod.gpu_milli if pod.num_gpu else 0, pod.cpu_milli, pod.memory_mib, pod.qos, pod.gpu_spec)
 
-    def _route(self, pod: Pod) -> tuple[SlurmRequest | None, tuple[str, ...]]:
+    def submitted(self, pod: Pod) -> dict[str, str | None]:
+        """What the modelled user finally submits: ``job(pod)``, or where the filter refuses its untyped request
+        (UNTYPED), the same request with the GPU type the refusal names (``--gres=gpu:<type>:N``, the constraint
+        kept), as the user resubmits it."""
+        return self._decided(pod)[0]
+
+    def _decided(self, pod: Pod) -> tuple[dict[str, str | None], Decision]:
         job = self.job(pod)
         decision = decide(self.tables, job)
+        named = {v.typed for v in decision.violations}
+        if decision.accepted or len(named) != 1 or not named <= set(self.tables.gpu_types):
+            return job, decision
+        job = {**job, "tres_per_node": f"{self.tables.prefix}gpu:{named.pop()}:{pod.num_gpu}"}
+        return job, decide(self.tables, job)
+
+    def _route(self, pod: Pod) -> tuple[SlurmRequest | None, tuple[str, ...]]:
+        job, decision = self._decided(pod)
         if not decision.accepted:
             return None, tuple(decision.codes)
         partitions = tuple((decision.partition or self.tables.default_tier.name).split(","))

@@ -22,6 +22,7 @@ from .rules import (
     check_routes,
     check_submission,
     check_tenants,
+    check_tier_submission,
     check_types,
 )
 from .site import Site
@@ -98,6 +99,7 @@ def build_site(raw: object, source: str, digest: str = "", slurm_version: str | 
     problems += check_submission(policy, groups)
     problems += check_routes(policy, groups, tiers)
     problems += perjob.check_site(policy, groups)
+    problems += check_tier_submission(tiers, version)
     if problems or version is None:  # no version without a problem saying why
         raise PolicyError(source, problems)
     return Site(policy, version, tuple(groups), tuple(tiers), source, digest)

@@ -427,6 +427,27 @@ class Tier(Strict):
     )
     gpu_types: list[str] = Field([], description="GPU types this tier serves, for routing; must exist on its nodes")
     allow_accounts: list[str] = Field([], description="AllowAccounts (tenants)")
+    # Whether job_submit.lua gives a job that names no QOS this tier's QOS (its UsageFactor and priority).
+    # "if-allowed": only when the job's association may use it (job_desc.assoc_qos, Slurm 24.11 and newer),
+    # so an association without it (root, a site account) keeps its default QOS and is never refused
+    # "Invalid qos specification"; true: always (every association must have the QOS); false: never.
+    # None (unset): "if-allowed" from Slurm 24.11, false before (older job_submit.lua cannot see the list).
+    set_qos: bool | Literal["if-allowed"] | None = Field(
+        None,
+        description="whether job_submit gives a job that names no QOS this tier's QOS: if-allowed (only when the "
+        "job's association may use it; the default from Slurm 24.11), true (always), false (never; the default "
+        "before 24.11)",
+    )
+    # What an untyped GPU request (--gres=gpu:N, --gpus=N, --gpus-per-node=N) means here: "whole" (a whole
+    # GPU, never a MIG slice nor an MPS or shard GPU: rewritten to the one whole-GPU type, else routed or
+    # refused), "refuse" (name a type), or a GPU type of the tier (rewritten to it). See submit/decide.py.
+    untyped_gpu: str = Field(
+        "whole",
+        pattern=r"^[a-z0-9][a-z0-9_.]{0,63}$",
+        description="what an untyped GPU request (--gres=gpu:N, --gpus=N, --gpus-per-node=N) means: whole (the "
+        "default: a whole GPU, never a MIG slice nor an MPS or shard GPU; rewritten to the one whole type, routed, "
+        "or refused UNTYPED), refuse, or a GPU type of the tier",
+    )
 
 
 class RouteMatch(Strict):

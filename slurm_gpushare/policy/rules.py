@@ -6,6 +6,7 @@ import re
 
 from ..errors import Problem
 from ..hardware import CatalogueError, get_model
+from ..slurmversion import SlurmVersion
 from . import perjob
 from .billing import tier_weights
 from .model import Policy, Tier
@@ -339,3 +340,35 @@ def _route_supply(path: str, route, scope: list[Group]) -> list[Problem]:
     if want == "gpu" and not scope:
         return [Problem(f"{path}.tiers", "no node group on the route's tiers")]
     return []
+
+
+ASSOC_QOS_FROM = SlurmVersion(24, 11)  # job_submit.lua's job_desc.assoc_qos (Slurm commit aa7a014239, 24.11.0)
+
+
+def check_tier_submission(tiers: list[TierView], version: SlurmVersion | None) -> list[Problem]:
+    """``set_qos: if-allowed`` needs job_desc.assoc_qos; ``untyped_gpu`` is whole, refuse, or a GPU type of the tier."""
+    problems = []
+    for i, view in enumerate(tiers):
+        spec = view.spec
+        if spec.set_qos == "if-allowed" and version is not None and version < ASSOC_QOS_FROM:
+            problems.append(
+                Problem(
+                    f"tiers[{i}].set_qos",
+                    f"'if-allowed' reads job_desc.assoc_qos, which job_submit.lua has from Slurm {ASSOC_QOS_FROM} "
+                    f"(cluster.slurm_version is {version}); give true (every association has the tier's QOS) or false",
+                )
+            )
+        if spec.untyped_gpu in ("whole", "refuse"):
+            continue
+        types = {t for g in view.groups for (n, t) in g.gres if n == "gpu"}
+        if spec.gpu_types:
+            types &= set(spec.gpu_types)
+        if spec.untyped_gpu not in types:
+            problems.append(
+                Problem(
+                    f"tiers[{i}].untyped_gpu",
+                    f"{spec.untyped_gpu!r} is neither whole, refuse nor a GPU type of this tier; its types: "
+                    f"{', '.join(sorted(types)) or '(none)'}",
+                )
+            )
+    return problems

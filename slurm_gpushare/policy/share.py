@@ -121,6 +121,12 @@ class Share:
         """Per-job MIG: Slurm sees the whole GPU (gpu) and its carrier shards; the instances come and go with jobs."""
         return self.mode is Mode.MIG and self.per_job
 
+    @property
+    def is_whole_gpu(self) -> bool:
+        """What an untyped GPU request may take: a GPU given out whole (exclusive), or a per-job MIG GPU, which a
+        whole-GPU request takes when it is empty; never a fixed MIG layout's slice, nor an MPS or shard GPU."""
+        return self.mode is Mode.EXCLUSIVE or self.is_per_job_mig
+
     def weight(self, profile: str) -> int:
         """The carrier units a per-job slice of ``profile`` (a catalogue name) takes; KeyError if not allowed."""
         if profile not in self.profiles:

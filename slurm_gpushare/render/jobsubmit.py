@@ -89,6 +89,10 @@ def _lua_tiers(t: Tables) -> list[dict]:
             "gpu": list(x.gpu),
             "gpu_set": {g: True for g in x.gpu},
             "shared": x.shared,
+            "whole": list(x.whole),
+            "whole_set": {g: True for g in x.whole},
+            "untyped": x.untyped,
+            "set_qos": x.set_qos,
             **_lua_slices(x.slices, next(iter(x.slices), "")),
             "groups": [
                 {
@@ -97,6 +101,7 @@ def _lua_tiers(t: Tables) -> list[dict]:
                     "feature_set": {f: True for f in g.features},
                     "gpu": list(g.gpu),
                     "shared": g.shared,
+                    "whole": list(g.whole),
                     **_lua_slices(g.slices),
                 }
                 for g in x.groups

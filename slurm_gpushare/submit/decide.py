@@ -33,8 +33,8 @@ Rules, in the order they are applied (job_submit.lua applies the same ones):
    a job without a partition, with
    ``route_by_gres``, goes to the first tier in routing order (default, then
    priority, then name) that serves all its requests; the partition is set only
-   when that tier is not the default. With ``set_gpu_type``, untyped gpu
-   requests get the type when the job's tier(s) serve exactly one GPU type.
+   when that tier is not the default. An untyped gpu request gets a type
+   as rule 5b says.
 5a. The job's ``--constraint`` (``features``, read by ``constraint.py``; only
    for a GPU job, after the rules above passed, on submission and on an
    update that sets it): ``UNKNOWN_FEATURE <name>`` for a name no node has
@@ -44,11 +44,30 @@ Rules, in the order they are applied (job_submit.lua applies the same ones):
    ``CONSTRAINT <key>`` for a request no GPU of the groups it allows serves
    (``--gres=shard:1 --constraint=a30`` where no A30 is sharded). Routing
    (5) then picks the first tier whose allowed groups serve every request,
-   and ``set_gpu_type`` looks only at the GPU types of the allowed groups of
-   the job's tiers, so ``--gres=gpu:1 --constraint=a30`` becomes
-   ``gpu:a30:1``. A fractional request (mps, shard) keeps its constraint:
-   Slurm places it only on the allowed models.
-5b. Per-job MIG (``per_job``, after placement, on submission and update):
+   and rule 5b looks only at the GPU types of the allowed groups of the
+   job's tiers, so ``--gres=gpu:1 --constraint=l40s`` becomes ``gpu:l40s:1``
+   where the L40S GPUs are whole. A fractional request (mps, shard) keeps
+   its constraint: Slurm places it only on the allowed models.
+5b. An untyped gpu request (``--gres=gpu:N``, ``--gpus=N``,
+   ``--gpus-per-node=N``) means what the tier's ``untyped_gpu`` says
+   (``untyped_target``): ``whole`` (the default) is a whole GPU
+   (``Share.is_whole_gpu``: an exclusive GPU, or a per-job MIG GPU taken
+   whole), never a MIG slice nor a GPU kept for MPS or shards. Where every
+   GPU type of the tier (on the groups the constraint allows) is a whole GPU
+   the request is left as it is (typed by ``set_gpu_type`` when there is one
+   type); where exactly one type is a whole GPU it is rewritten to that type;
+   otherwise it is ``UNTYPED <tier>`` (``untyped_violation``: the tier's
+   whole GPU types and the others, where the constraint allows, and a typed
+   request to make). ``refuse``: every untyped request is ``UNTYPED``; a
+   type: rewritten to it. Routing (5) first picks a tier that can give an
+   untyped request its meaning, so a job without a partition is routed to a
+   whole-GPU tier before it is refused; when none can, the first tier that
+   serves the request refuses it. A job in several tiers needs one meaning
+   in all (the same target, or each tier only whole GPUs). A type is a type:
+   a whole-GPU type whose GPUs are also shard or MPS GPUs on other nodes (the
+   same model, no ``type:`` of their own) can still be taken whole there, as
+   by a typed request. On update the job's tiers are its partition's.
+5c. Per-job MIG (``per_job``, after placement, on submission and update):
    a slice type (``gpu:<model>_<profile>``, or an alias of one) on a tier whose
    GPUs make an instance per job becomes that profile's carrier shards,
    ``shard:<weight>``, and the profile is recorded in the job's extra field
@@ -62,12 +81,21 @@ Rules, in the order they are applied (job_submit.lua applies the same ones):
    ``PER_JOB_TIERS`` where the job's partitions disagree on what the type is,
    ``PER_JOB_SHARD`` for a plain shard request on a per-job tier.
 6. QOS (every accepted job, GPU or not, on submission only): a job that names
-   no QOS gets the QOS of its tier, the tier its partition names (the first
-   one when it names several, all of them tiers), the one routing chose, or
-   the default tier when it names none, so the tier's UsageFactor, priority
-   and preemption apply to it. A job that names a QOS keeps it; a partition
-   that is not a tier sets none; an update (slurm_job_modify) never sets it.
-   It is a default, not a correction, so the user message leaves it out.
+   no QOS may get the QOS of its tier, the tier its partition names (the
+   first one when it names several, all of them tiers), the one routing
+   chose, or the default tier when it names none, so the tier's UsageFactor
+   and priority apply to it. Whether it does is the tier's ``set_qos``
+   (``tables.resolve_set_qos``): ``always``; ``never``; ``if-allowed`` (the
+   default from Slurm 24.11): only when the job's association may use that
+   QOS (``assoc_qos``: job_desc.assoc_qos, the association's QOS names,
+   comma-separated; nil when Slurm knows no association), so an association
+   the policy does not list keeps its default QOS and its limits, and is not
+   refused "Invalid qos specification". Without ``assoc_qos`` (``gpushare
+   check``, offline) Python cannot know: ``Decision.qos_if_allowed`` says
+   what would be set. A job that names a QOS keeps it; a partition that is
+   not a tier sets none; an update (slurm_job_modify) never sets it. It is a
+   default, not a correction, so the user message leaves it out (``gpushare
+   check`` prints it with the other changes: ``Decision.all_changes``).
 """
 
 from __future__ import annotations
@@ -101,6 +129,7 @@ from .tables import (
 class Violation:
     code: str
     message: str
+    typed: str = ""  # UNTYPED: the GPU type the message tells the user to name (the planner's user names it)
 
     def __str__(self) -> str:
         return message("violation", code=self.code, message=self.message)
@@ -121,6 +150,7 @@ class Decision:
     fields: Mapping[str, str] = field(default_factory=dict)
     qos: str | None = None
     extra: str | None = None  # per-job MIG: the slice's profile record (tables.RECORD_FIELD)
+    qos_if_allowed: str | None = None  # the tier QOS set when the association may use it (assoc_qos unknown)
 
     @property
     def codes(self) -> list[str]:
@@ -133,6 +163,13 @@ class Decision:
         if self.extra:
             out.append(message("change", name=RECORD_FIELD, value=self.extra))
         return out
+
+    @property
+    def all_changes(self) -> list[str]:
+        """Every change job_submit makes: the user message's, and the QOS (what `gpushare check` prints; it adds
+        ``qos_if_allowed``, which depends on the association)."""
+        qos = [message("change", name="qos", value=self.qos)] if self.qos else []
+        return self.changes + qos
 
     @property
     def user_message(self) -> str | None:
@@ -171,7 +208,8 @@ def decide(
         own = own_extra(t, tiers, job, modify, current_extra, job.get("partition") or current_partition or "")
         if own:
             return Decision(False, (own,))
-        return Decision(True, partition=to, qos=tier_qos(job, tiers, modify))
+        qos, maybe = tier_qos(job, tiers, modify)
+        return Decision(True, partition=to, qos=qos, qos_if_allowed=maybe)
     violations = [v for r in requests if (v := check_request(t, r)) is not None]
     mixed = check_mixed(requests)
     if mixed:
@@ -357,6 +395,13 @@ def _unknown_feature(t: Tables, name: str) -> Violation:
     return violation("unknown_feature", name=name, hint=hint, models=t.texts["model_features"], others=more)
 
 
+def routable(caps: TierCaps, r: Gres, set_type: bool) -> bool:
+    """Routing (rule 5) may pick this tier for ``r``: it serves it, and gives an untyped gpu request its meaning
+    (rule 5b)."""
+    untyped = r.name == "gpu" and not r.type
+    return serves(caps, r) and (not untyped or untyped_target(caps, caps, set_type) is not None)
+
+
 def serves(tier: TierCaps, r: Gres) -> bool:
     if r.name == "gpu":
         return (r.type in tier.gpu or r.type in tier.slices) if r.type else bool(tier.gpu)
@@ -378,8 +423,11 @@ def _place(t: Tables, job, parsed, modify, current, route=None, allowed=None) ->
         t, job.get("partition") or to or (current_partition if modify else None), requests, modify, allowed
     )
     partition = partition or to
-    types = {x for tier in tiers for x in within(tier, allowed).gpu}
-    typed = {n: [_typed(e, types) if t.set_gpu_type and len(types) == 1 else e for e in v] for n, v in parsed.items()}
+    untyped = next((r for r in requests if r.name == "gpu" and not r.type), None)
+    target = jobs_target(t, tiers, allowed) if untyped else ""
+    if untyped and target is None:
+        return Decision(False, (untyped_violation(t, untyped, tiers, allowed),))
+    typed = {n: [_typed(e, target or "") for e in v] for n, v in parsed.items()}
     where = job.get("partition") or current_partition or ""
     own = own_extra(t, tiers, job, modify, current_extra, where)
     if own:
@@ -392,7 +440,8 @@ def _place(t: Tables, job, parsed, modify, current, route=None, allowed=None) ->
         new = carried[name]
         if any(isinstance(e, Gres) and (e.alias or e is not o) for e, o in zip(new, entries, strict=False)):
             fields[name] = ",".join(e.text(t.prefix) if isinstance(e, Gres) else e.raw for e in new)
-    return Decision(True, (), partition, fields, tier_qos(job, tiers, modify), record)
+    qos, maybe = tier_qos(job, tiers, modify)
+    return Decision(True, (), partition, fields, qos, record, maybe)
 
 
 def own_extra(
@@ -437,17 +486,88 @@ def per_job(tiers: list[TierCaps], parsed, partition: str):
     return [], out, RECORD_PREFIX + profile
 
 
-def tier_qos(job, tiers: list[TierCaps], modify: bool) -> str | None:
-    """The QOS to set: the (first) tier's name, for a new job that names no QOS."""
-    if modify or job.get("qos") or not tiers:
+def untyped_target(tier: TierCaps, caps: TierCaps, set_type: bool) -> str | None:
+    """The type an untyped gpu request gets on ``tier`` (``caps``: what it serves where the constraint allows):
+    '' to leave it untyped, a type to write, None when it is refused (rule 5b)."""
+    if tier.untyped == "refuse":
         return None
-    return tiers[0].name
+    if tier.untyped != "whole":
+        return tier.untyped if tier.untyped in caps.gpu else None
+    if all(x in caps.whole for x in caps.gpu):
+        return caps.gpu[0] if set_type and len(caps.gpu) == 1 else ""
+    return caps.whole[0] if len(caps.whole) == 1 else None
 
 
-def _typed(e: Gres | Other, types: set[str]) -> Gres | Other:
-    """Give an untyped gpu request the one type its tier serves: typed TRES count only typed requests."""
-    if isinstance(e, Gres) and e.name == "gpu" and not e.type:
-        return replace(e, type=next(iter(types)))
+def untyped_violation(t: Tables, r: Gres, tiers: list[TierCaps], allowed) -> Violation:
+    """UNTYPED: the (first) tier that refuses the untyped request, why, and a typed request to make instead."""
+    targets = [untyped_target(x, within(x, allowed), t.set_gpu_type) for x in tiers]
+    if None not in targets:
+        return _untyped_apart(r, tiers, targets, allowed)
+    tier = tiers[targets.index(None)]
+    caps = within(tier, allowed)
+    if tier.untyped == "refuse":
+        reason, example = message("untyped_refuse"), (caps.whole or caps.gpu or (JOIN["none"],))[0]
+    elif tier.untyped != "whole":
+        reason, example = message("untyped_excluded", type=tier.untyped), tier.untyped
+    else:
+        others = [x for x in caps.gpu if x not in caps.whole]
+        reason = message(
+            "untyped_whole",
+            whole=JOIN["offers"].join(caps.whole) or JOIN["none"],
+            others=JOIN["offers"].join(others) or JOIN["none"],
+        )
+        example = (caps.whole or caps.gpu or (JOIN["none"],))[0]
+    return replace(
+        violation("untyped", key=r.raw, tier=tier.name, reason=reason, example=example, n=r.count), typed=example
+    )
+
+
+def _untyped_apart(r: Gres, tiers: list[TierCaps], targets: list, allowed) -> Violation:
+    """UNTYPED where each of the job's tiers gives the request a meaning, but not the same one."""
+    wholes = [within(x, allowed).whole for x in tiers]
+    meanings = JOIN["tiers"].join(
+        message("untyped_tier", tier=x.name, types=target or JOIN["offers"].join(whole) or JOIN["none"])
+        for x, target, whole in zip(tiers, targets, wholes, strict=True)
+    )
+    example = next((x for x in targets if x), next((w[0] for w in wholes if w), JOIN["none"]))
+    reason = message("untyped_tiers", meanings=meanings)
+    out = violation("untyped", key=r.raw, tier=tiers[0].name, reason=reason, example=example, n=r.count)
+    return replace(out, typed=example)
+
+
+def jobs_target(t: Tables, tiers: list[TierCaps], allowed) -> str | None:
+    """One target for all the job's tiers: theirs when they agree; '' when they differ and each serves only whole
+    GPUs; None when refused."""
+    if not tiers:
+        return ""  # a partition that is not (only) tiers: not ours to say
+    targets = [untyped_target(x, within(x, allowed), t.set_gpu_type) for x in tiers]
+    if None in targets:
+        return None
+    if len(set(targets)) == 1:
+        return targets[0]
+    whole = all(all(g in within(x, allowed).whole for g in within(x, allowed).gpu) for x in tiers)
+    return "" if whole else None
+
+
+def tier_qos(job, tiers: list[TierCaps], modify: bool) -> tuple[str | None, str | None]:
+    """(the QOS to set, the QOS set if the association may use it) for a new job that names none: its (first)
+    tier's, as the tier's set_qos says; the second when that depends on the association and the job has no
+    ``assoc_qos`` to say (rule 6)."""
+    if modify or job.get("qos") or not tiers or tiers[0].set_qos == "never":
+        return None, None
+    name = tiers[0].name
+    if tiers[0].set_qos == "always":
+        return name, None
+    allowed = job.get("assoc_qos")
+    if allowed is None:
+        return None, name
+    return (name if name.lower() in {q.strip().lower() for q in allowed.split(",")} else None), None
+
+
+def _typed(e: Gres | Other, target: str) -> Gres | Other:
+    """An untyped gpu request gets the type rule 5b chose (typed TRES count only typed requests)."""
+    if target and isinstance(e, Gres) and e.name == "gpu" and not e.type:
+        return replace(e, type=target)
     return e
 
 
@@ -455,7 +575,7 @@ def within(tier: TierCaps, allowed: frozenset[str] | None) -> TierCaps:
     """What the tier serves on the groups a constraint allows (the whole tier when it allows all)."""
     if allowed is None:
         return tier
-    return merged(tier.name, [g for g in tier.groups if g.name in allowed])
+    return replace(merged(tier.name, [g for g in tier.groups if g.name in allowed]), untyped=tier.untyped)
 
 
 def job_tiers(
@@ -467,7 +587,9 @@ def job_tiers(
         return ([x for x in tiers if x is not None] if all(tiers) else []), None
     if t.route_by_gres and not modify:
         for tier in t.tiers:
-            caps = within(tier, allowed)
-            if all(serves(caps, r) for r in requests):
+            if all(routable(within(tier, allowed), r, t.set_gpu_type) for r in requests):
+                return [tier], None if tier.is_default else tier.name
+        for tier in t.tiers:  # none gives an untyped request its meaning: the first that serves it says why (UNTYPED)
+            if all(serves(within(tier, allowed), r) for r in requests):
                 return [tier], None if tier.is_default else tier.name
     return [t.default_tier], None

@@ -431,7 +431,7 @@ end
 
 -- What these groups serve together: GPU types joined (sorted), shared caps at their largest.
 local function merged(groups)
-  local gpu, gpu_set, shared, slices = {}, {}, {}, {}
+  local gpu, gpu_set, shared, slices, whole, whole_set = {}, {}, {}, {}, {}, {}
   for _, g in ipairs(groups) do
     for x, v in pairs(g.slices or NONE) do
       slices[x] = v
@@ -440,6 +440,12 @@ local function merged(groups)
       if not gpu_set[x] then
         gpu_set[x] = true
         gpu[#gpu + 1] = x
+      end
+    end
+    for _, x in ipairs(g.whole) do
+      if not whole_set[x] then
+        whole_set[x] = true
+        whole[#whole + 1] = x
       end
     end
     for kind, per in pairs(g.shared) do
@@ -456,7 +462,8 @@ local function merged(groups)
     end
   end
   table.sort(gpu)
-  return { gpu = gpu, gpu_set = gpu_set, shared = shared, slices = slices }
+  table.sort(whole)
+  return { gpu = gpu, gpu_set = gpu_set, shared = shared, slices = slices, whole = whole, whole_set = whole_set }
 end
 
 -- What the tier serves on the groups a constraint allows (the whole tier when it allows all).
@@ -470,7 +477,147 @@ local function within(tier, allowed)
       groups[#groups + 1] = g
     end
   end
-  return merged(groups)
+  local caps = merged(groups)
+  caps.untyped = tier.untyped
+  return caps
+end
+
+-- ---- an untyped gpu request means a whole GPU (decide.py rule 5b) ----
+
+local function all_whole(caps)
+  for _, x in ipairs(caps.gpu) do
+    if not caps.whole_set[x] then
+      return false
+    end
+  end
+  return true
+end
+
+-- What an untyped gpu request becomes on a tier (decide.untyped_target): "" left as it is, a type, nil refused.
+local function untyped_target(tier, caps, set_type)
+  if tier.untyped == "refuse" then
+    return nil
+  end
+  if tier.untyped ~= "whole" then
+    if caps.gpu_set[tier.untyped] then
+      return tier.untyped
+    end
+    return nil
+  end
+  if all_whole(caps) then
+    if set_type and #caps.gpu == 1 then
+      return caps.gpu[1]
+    end
+    return ""
+  end
+  if #caps.whole == 1 then
+    return caps.whole[1]
+  end
+  return nil
+end
+
+-- One target for all the job's tiers (decide.jobs_target): theirs when they agree, "" when they differ and each
+-- serves only whole GPUs, nil when refused.
+local function jobs_target(tiers, allowed)
+  if #tiers == 0 then
+    return ""
+  end
+  local first, same, whole = nil, true, true
+  for i, tier in ipairs(tiers) do
+    local caps = within(tier, allowed)
+    local x = untyped_target(tier, caps, P.set_gpu_type)
+    if x == nil then
+      return nil
+    end
+    if i == 1 then
+      first = x
+    elseif x ~= first then
+      same = false
+    end
+    whole = whole and all_whole(caps)
+  end
+  if same then
+    return first
+  end
+  if whole then
+    return ""
+  end
+  return nil
+end
+
+local function joined_or_none(list)
+  if #list == 0 then
+    return P.join.none
+  end
+  return table.concat(list, P.join.offers)
+end
+
+-- UNTYPED where each of the job's tiers gives the request a meaning, but not the same one (decide._untyped_apart).
+local function untyped_apart(r, tiers, targets, allowed)
+  local meanings, example, fallback = {}, nil, nil
+  for i, tier in ipairs(tiers) do
+    local whole = within(tier, allowed).whole
+    local types = targets[i]
+    if types == "" then
+      types = joined_or_none(whole)
+    elseif example == nil then
+      example = types
+    end
+    if fallback == nil and #whole > 0 then
+      fallback = whole[1]
+    end
+    meanings[i] = msg("untyped_tier", { tier = tier.name, types = types })
+  end
+  local reason = msg("untyped_tiers", { meanings = table.concat(meanings, P.join.tiers) })
+  return violation("untyped", { key = r.raw, tier = tiers[1].name, reason = reason,
+                                example = example or fallback or P.join.none, n = fmt(r.count) })
+end
+
+-- UNTYPED: the tier that refuses the untyped request, why, and a typed request to make instead
+-- (decide.untyped_violation).
+local function untyped_violation(r, tiers, allowed)
+  local targets, tier = {}, nil
+  for i, x in ipairs(tiers) do
+    targets[i] = untyped_target(x, within(x, allowed), P.set_gpu_type)
+    if targets[i] == nil and tier == nil then
+      tier = x
+    end
+  end
+  if tier == nil then
+    return untyped_apart(r, tiers, targets, allowed)
+  end
+  local caps = within(tier, allowed)
+  local reason, example
+  if tier.untyped == "refuse" then
+    reason = msg("untyped_refuse", NONE)
+  elseif tier.untyped ~= "whole" then
+    reason, example = msg("untyped_excluded", { type = tier.untyped }), tier.untyped
+  else
+    local others = {}
+    for _, x in ipairs(caps.gpu) do
+      if not caps.whole_set[x] then
+        others[#others + 1] = x
+      end
+    end
+    reason = msg("untyped_whole", { whole = joined_or_none(caps.whole), others = joined_or_none(others) })
+  end
+  if example == nil then
+    example = caps.whole[1] or caps.gpu[1] or P.join.none
+  end
+  return violation("untyped", { key = r.raw, tier = tier.name, reason = reason, example = example, n = fmt(r.count) })
+end
+
+-- Routing may pick this tier for r: it serves it, and gives an untyped gpu request its meaning (decide.routable).
+local function routable_all(caps, reqs)
+  for _, r in ipairs(reqs) do
+    if not serves(caps, r) then
+      return false
+    end
+    if r.name == "gpu" and r.type == "" and untyped_target(caps, caps, P.set_gpu_type) == nil then
+      return false
+    end
+  end
+  return true
 end
 
 local function unknown_feature(name)
@@ -542,6 +689,17 @@ local function check_constraint(con, reqs)
   return out
 end
 
+-- The first tier (routing order) whose allowed groups pass test(caps, reqs): routable_all, then serves_all (none
+-- gives an untyped request its meaning: the first that serves it says why, UNTYPED; decide.job_tiers).
+local function route_by_gres(reqs, allowed, test)
+  for _, tier in ipairs(P.tiers) do
+    if test(within(tier, allowed), reqs) then
+      return tier
+    end
+  end
+  return nil
+end
+
 -- The tiers the job can run in, and the partition to set (nil: leave it).
 local function job_tiers(partition, reqs, modify, allowed)
   if partition ~= nil and partition ~= "" then
@@ -559,13 +717,12 @@ local function job_tiers(partition, reqs, modify, allowed)
     return tiers, nil
   end
   if P.route_by_gres and not modify then
-    for _, tier in ipairs(P.tiers) do
-      if serves_all(within(tier, allowed), reqs) then
-        if tier.is_default then
-          return ONLY[tier.name], nil
-        end
-        return ONLY[tier.name], tier.name
+    local tier = route_by_gres(reqs, allowed, routable_all) or route_by_gres(reqs, allowed, serves_all)
+    if tier then
+      if tier.is_default then
+        return ONLY[tier.name], nil
       end
+      return ONLY[tier.name], tier.name
     end
   end
   return ONLY[P.tiers[P.default_tier].name], nil
@@ -605,12 +762,36 @@ local function serialise(entries, set_type, only)
   return table.concat(parts, ",")
 end
 
--- The QOS to set: the (first) tier's name, for a new job that names no QOS (nil: leave it).
+-- The QOS to set for a new job that names none (decide.tier_qos, rule 6): its (first) tier's, as the tier's
+-- set_qos says; "if-allowed": only when job_desc.assoc_qos (the association's QOS, comma-separated) lists it.
 local function tier_qos(job, tiers, modify)
-  if modify or (job.qos ~= nil and job.qos ~= "") or #tiers == 0 then
+  if modify or (job.qos ~= nil and job.qos ~= "") or #tiers == 0 or tiers[1].set_qos == "never" then
     return nil
   end
-  return tiers[1].name
+  local name = tiers[1].name
+  if tiers[1].set_qos == "always" then
+    return name
+  end
+  local allowed = job.assoc_qos
+  if type(allowed) ~= "string" then
+    return nil
+  end
+  local want = string.lower(name)
+  for q in string.gmatch(allowed, "[^,]+") do
+    if string.lower((string.gsub(q, "^%s*(.-)%s*$", "%1"))) == want then
+      return name
+    end
+  end
+  return nil
+end
+
+local function first_untyped(reqs)
+  for _, r in ipairs(reqs) do
+    if r.name == "gpu" and r.type == "" then
+      return r
+    end
+  end
+  return nil
 end
 
 -- Per-job tiers own the extra field (decide.own_extra): a violation for a job on one that brings its own (a
@@ -717,25 +898,15 @@ local function place(job, parsed, order, reqs, modify, current, route, allowed, 
   if new_partition == nil then
     new_partition = to
   end
-  -- how many GPU types the job's tiers serve (on the groups its constraint allows), and the one when there is one
-  -- (a tier's list has no repeats)
-  local ntypes, only = 0, nil
-  if #tiers == 1 then
-    local caps = within(tiers[1], allowed)
-    ntypes, only = #caps.gpu, caps.gpu[1]
-  elseif #tiers > 1 then
-    local types = {}
-    for _, tier in ipairs(tiers) do
-      for _, x in ipairs(within(tier, allowed).gpu) do
-        if not types[x] then
-          types[x] = true
-          ntypes = ntypes + 1
-          only = x
-        end
-      end
+  -- what an untyped gpu request becomes (rule 5b), or why it is refused
+  local untyped, only = first_untyped(reqs), ""
+  if untyped then
+    only = jobs_target(tiers, allowed)
+    if only == nil then
+      return { accepted = false, fields = EMPTY, violations = { untyped_violation(untyped, tiers, allowed) } }
     end
   end
-  local set_type = P.set_gpu_type and ntypes == 1
+  local set_type = only ~= ""
   local own = own_extra(tiers, job, modify, current_extra, where)
   if own then
     return { accepted = false, violations = { own }, fields = EMPTY }

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from ..policy import Group, Site, TierView, share
+from ..policy.rules import ASSOC_QOS_FROM
 from ..slurmversion import SlurmVersion
 from .routes import build_routes
 
@@ -88,6 +89,16 @@ MESSAGES = {
     "per_job_extra": "partition {partition} makes MIG slices per job and records a job's slice in its extra field "
     "(gpushare-mig=<profile>), so the field is gpushare's there: submit without --extra, and do not change it "
     "(scontrol update Extra=)",
+    # an untyped gpu request (tiers[].untyped_gpu; decide.untyped_target)
+    "untyped": "'{key}' names no GPU type, and an untyped GPU request (--gres=gpu:N, --gpus=N, --gpus-per-node=N) "
+    "asks for whole GPUs, never MIG slices nor GPUs kept for MPS or shards; in partition {tier} {reason}. Name "
+    "the type, e.g. --gres=gpu:{example}:{n}",
+    "untyped_refuse": "every GPU request names its type (untyped_gpu: refuse)",
+    "untyped_excluded": "an untyped request means gpu:{type}, which --constraint rules out",
+    "untyped_whole": "not every GPU type is a whole GPU, and no single type is the whole GPU to give (whole GPUs: "
+    "{whole}; MIG slices and MPS or shard GPUs: {others})",
+    "untyped_tiers": "an untyped request means other GPUs than in the job's other partitions ({meanings})",
+    "untyped_tier": "{tier}: {types}",  # one entry of {meanings}
     # the user message (Decision.user_message)
     "rejected": "gpushare rejected this job:",
     "violation": "{code}: {message}",  # one line a violation, after "rejected"
@@ -125,6 +136,7 @@ CODES = {
     "per_job_tiers": "PER_JOB_TIERS gpu:{type}",
     "per_job_shard": "PER_JOB_SHARD {partition}",
     "per_job_extra": "PER_JOB_EXTRA {partition}",
+    "untyped": "UNTYPED {tier}",
 }
 # Where the filter records a per-job MIG slice's profile: the job's extra field, which the prolog receives
 # (SLURM_JOB_EXTRA; the admin comment never reaches it). Users may set extra, so per-job tiers own it: the filter
@@ -151,6 +163,8 @@ JOIN = {
     "changes": ", ",
     "log_codes": "; ",
     "offers": ", ",
+    "none": "(none)",
+    "tiers": "; ",
 }
 
 
@@ -191,6 +205,7 @@ class GroupCaps:
     gpu: tuple[str, ...]
     shared: dict[str, dict[str, int]]
     slices: dict[str, tuple[int, str]] = field(default_factory=dict)  # per-job MIG: type -> (shards, profile)
+    whole: tuple[str, ...] = ()  # the gpu types of its whole GPUs (Share.is_whole_gpu; never a slice, MPS or shard)
 
 
 @dataclass(frozen=True)
@@ -204,6 +219,9 @@ class TierCaps:
     shared: dict[str, dict[str, int]]
     groups: tuple[GroupCaps, ...] = ()
     slices: dict[str, tuple[int, str]] = field(default_factory=dict)  # per-job MIG: type -> (shards, profile)
+    whole: tuple[str, ...] = ()  # gpu types that are whole GPUs on some node (GroupCaps.whole, joined)
+    untyped: str = "whole"  # tiers[].untyped_gpu: whole, refuse, or a gpu type
+    set_qos: str = "never"  # tiers[].set_qos resolved (resolve_set_qos): always, never, if-allowed
 
 
 @dataclass(frozen=True)
@@ -273,8 +291,49 @@ def slice_caps(groups: tuple[Group, ...]) -> dict[str, tuple[int, str]]:
 
 def group_caps(tier: TierView) -> tuple[GroupCaps, ...]:
     return tuple(
-        GroupCaps(g.name, g.model_feature, g.features, tier_gpu_types(tier, (g,)), shared_caps((g,)), slice_caps((g,)))
+        GroupCaps(
+            g.name,
+            g.model_feature,
+            g.features,
+            tier_gpu_types(tier, (g,)),
+            shared_caps((g,)),
+            slice_caps((g,)),
+            whole_types(tier, g),
+        )
         for g in tier.groups
+    )
+
+
+def whole_types(tier: TierView, group: Group) -> tuple[str, ...]:
+    """The group's gpu types (in the tier) of GPUs an untyped request may take whole: exclusive or per-job MIG GPUs,
+    never a fixed MIG slice nor an MPS or shard GPU."""
+    types = set(tier_gpu_types(tier, (group,)))
+    return tuple(sorted({s.slurm_type for s in group.gpus if s.share.is_whole_gpu} & types))
+
+
+def resolve_set_qos(tier: TierView, version: SlurmVersion) -> str:
+    """tiers[].set_qos as job_submit acts on it: unset is if-allowed where job_desc.assoc_qos exists (24.11), else
+    never."""
+    value = tier.spec.set_qos
+    if value is None:
+        return "if-allowed" if version >= ASSOC_QOS_FROM else "never"
+    return "if-allowed" if value == "if-allowed" else ("always" if value else "never")
+
+
+def tier_caps(v: TierView, version: SlurmVersion) -> TierCaps:
+    groups = group_caps(v)
+    whole = tuple(sorted({x for g in groups for x in g.whole}))
+    return TierCaps(
+        v.name,
+        v.is_default,
+        v.spec.priority,
+        tier_gpu_types(v),
+        shared_caps(v.groups),
+        groups,
+        slice_caps(v.groups),
+        whole,
+        v.spec.untyped_gpu,
+        resolve_set_qos(v, version),
     )
 
 
@@ -288,7 +347,8 @@ def merged(name: str, groups) -> TierCaps:
             mine = shared.setdefault(kind, {})
             for k, n in per.items():
                 mine[k] = max(mine.get(k, 0), n)
-    return TierCaps(name, False, 0, gpu, shared, tuple(groups), dict(sorted(slices.items())))
+    whole = tuple(sorted({x for g in groups for x in g.whole}))
+    return TierCaps(name, False, 0, gpu, shared, tuple(groups), dict(sorted(slices.items())), whole)
 
 
 def parse_alias(target: str) -> Alias:
@@ -309,18 +369,7 @@ def routing_order(tiers: list[TierCaps]) -> tuple[TierCaps, ...]:
 
 def build_tables(site: Site) -> Tables:
     sub = site.policy.submission
-    tiers = [
-        TierCaps(
-            v.name,
-            v.is_default,
-            v.spec.priority,
-            tier_gpu_types(v),
-            shared_caps(v.groups),
-            group_caps(v),
-            slice_caps(v.groups),
-        )
-        for v in site.tiers
-    ]
+    tiers = [tier_caps(v, site.version) for v in site.tiers]
     aliases = {name: parse_alias(target) for name, target in sorted(sub.aliases.items())}
     shared = shared_caps(site.groups)
     tables = Tables(

@@ -10,6 +10,14 @@ MIG instance, mps GPU) is read from ``scontrol -d show job`` and compared with
 the simulator's placement of the same sample (``planner.slurmmodel`` over
 ``planner.frompolicy``): they must agree job for job.
 
+Each job is what the simulator's router says its user submits
+(``SubmitRouter.submitted``): where the submission filter refuses a pod's
+untyped whole-GPU request (``UNTYPED``: no one whole GPU on the models it
+allows), the modelled user names the type the refusal names, and the replay
+does the same: it submits the untyped request, checks that job_submit.lua
+refuses it with UNTYPED, then submits the typed one. The simulator and Slurm
+are compared on the request that was accepted.
+
 Runs on the small lab (the shared session cluster) and on a policy the
 planner wrote for the sample's demand (its own compose project).
 """
@@ -46,7 +54,6 @@ SETTLE_S = 30  # seconds for slurmctld to start a job or give it a pending reaso
 # (7 placed, simulator and Slurm agreeing), under the guard of 8 below. Seed 1's sample places 12 on its plan and
 # makes the planner split a tier by mps billing weight (tiers frac, gpu, gpu-2), so the split is replayed too.
 PLANNED_SEED = 1
-LAB_TYPES = frozenset(load_file(POLICY).gpu_types)  # GRES types of the lab (and of its planned policy)
 # GPU-model specs, the trace's gpuspec form over the lab's models (L40S on lab-excl01 and lab-shard01, the A100 on
 # lab-mig01 in 1g.5gb slices, the A30 on lab-mps01 with MPS)
 SPECS = ("A30|A100_40G", "L40S|A30", "A100_40G", "A30|A100_40G|L40S", "L40S", "A100_40G|A30")
@@ -79,9 +86,9 @@ def trace_sample(count: int = 28, seed: int = 13) -> list[Pod]:
 # ---- the simulator's side ---------------------------------------------------------------------
 
 
-def simulated(site, pods: list[Pod]) -> list[tuple | None]:
+def simulated(site, pods: list[Pod], router: SubmitRouter) -> list[tuple | None]:
     """(node, GRES name, indexes) per pod as the Slurm model places them; None where not placed."""
-    cluster, router = sim_cluster(site), SubmitRouter(site)
+    cluster = sim_cluster(site)
     state = SlurmState(cluster)
     out = []
     for pod in pods:
@@ -98,9 +105,9 @@ def simulated(site, pods: list[Pod]) -> list[tuple | None]:
 # ---- real Slurm's side --------------------------------------------------------------------------
 
 
-def sbatch_argv(pod: Pod) -> list[str]:
-    """What a user submits for this pod (the same request the simulator's router builds): a spec of one GRES type
-    of the lab asks for that type; a spec of GPU models asks for them as --constraint over the nodes' features."""
+def sbatch_argv(pod: Pod, job: dict, prefix: str) -> list[str]:
+    """sbatch for this pod asking what ``job`` (the router's job_submit fields) asks: its GRES (``prefix``, the
+    site's gres/ or gres: taken off) as --gres, its features (the spec's GPU models) as --constraint."""
     argv = [
         "sbatch",
         "--parsable",
@@ -116,15 +123,19 @@ def sbatch_argv(pod: Pod) -> list[str]:
         "-J",
         pod.name,
     ]
-    models = spec_models(pod.gpu_spec)
-    constraint = [f"--constraint={'|'.join(models)}"] if models else []
-    if pod.num_gpu and pod.gpu_milli < GPU_MILLI:
-        argv += [f"--gres=mps:{math.ceil(pod.gpu_milli / 10)}", *constraint]
-    elif pod.num_gpu and len(models) == 1 and models[0] in LAB_TYPES:
-        argv.append(f"--gres=gpu:{models[0]}:{pod.num_gpu}")
-    elif pod.num_gpu:
-        argv += [f"--gres=gpu:{pod.num_gpu}", *constraint]
+    if job["tres_per_node"]:
+        argv.append("--gres=" + job["tres_per_node"].removeprefix(prefix))
+    if job["features"]:
+        argv.append(f"--constraint={job['features']}")
     return argv + ["--wrap", "sleep 3600"]
+
+
+def tries(pod: Pod, router: SubmitRouter) -> list[list[str]]:
+    """The modelled user's submissions of this pod: the untyped request the filter refuses (UNTYPED), where it
+    does, then what the user resubmits (``SubmitRouter.submitted``); else the one request."""
+    first, last = router.job(pod), router.submitted(pod)
+    argv = [sbatch_argv(pod, job, router.tables.prefix) for job in (first, last)]
+    return argv if first != last else argv[1:]
 
 
 _NODE_GRES = re.compile(r"Nodes=(\S+) CPU_IDs=\S+ Mem=\d+ GRES=(\S*)")
@@ -184,9 +195,11 @@ for argv in json.load(sys.stdin):
 """
 
 
-def replayed(c: TestCluster, pods: list[Pod]) -> list[tuple | None]:
-    """Submit each pod once, in order; keep what starts, cancel what pends (inside the controller container)."""
-    argvs = [sbatch_argv(p) for p in pods]
+def replayed(c: TestCluster, pods: list[Pod], router: SubmitRouter) -> list[tuple | None]:
+    """Submit each pod once, in order (an untyped request the filter refuses, then the typed one its user
+    resubmits); keep what starts, cancel what pends (inside the controller container)."""
+    per_pod = [tries(p, router) for p in pods]
+    argvs = [argv for t in per_pod for argv in t]
     try:
         res = c.exec(
             "slurmctld",
@@ -198,18 +211,22 @@ def replayed(c: TestCluster, pods: list[Pod]) -> list[tuple | None]:
     finally:
         c.slurm(["scancel", "-u", USER], check=False)
     lines = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
-    assert len(lines) == len(pods), res.stdout + res.stderr
-    out = []
-    for rec in lines:
+    assert len(lines) == len(argvs), res.stdout + res.stderr
+    out, at = [], 0
+    for t in per_pod:
+        for refused in lines[at : at + len(t) - 1]:  # the untyped request the router says the filter refuses
+            assert refused["state"] == "REFUSED" and "UNTYPED" in refused["detail"], (t[0], refused)
+        rec = lines[at + len(t) - 1]
+        at += len(t)
         if rec["state"] not in ("RUNNING", "PENDING", "REFUSED"):
             raise AssertionError(f"job {rec['job']} neither started nor got a pending reason in {SETTLE_S} s: {rec}")
         out.append(placement_of(rec["detail"]) if rec["state"] == "RUNNING" else None)
     return out
 
 
-def compare(pods: list[Pod], sim: list, real: list) -> list[str]:
+def compare(pods: list[Pod], sim: list, real: list, router: SubmitRouter) -> list[str]:
     return [
-        f"{p.name} ({sbatch_argv(p)[5:-2]}): simulator {s}, Slurm {r}"
+        f"{p.name} ({tries(p, router)[-1][5:-2]}): simulator {s}, Slurm {r}"
         for p, s, r in zip(pods, sim, real, strict=True)
         if s != r
     ]
@@ -220,12 +237,13 @@ def compare(pods: list[Pod], sim: list, real: list) -> list[str]:
 
 def _check(c: TestCluster, site, pods: list[Pod]) -> None:
     wait_quiet(c)
-    sim = simulated(site, pods)
-    real = replayed(c, pods)
+    router = SubmitRouter(site)
+    sim = simulated(site, pods, router)
+    real = replayed(c, pods, router)
     wait_quiet(c)
     placed = [r for r in real if r]
     kinds = {r[1] for r in placed}
-    assert sim == real, "simulator and Slurm disagree:\n" + "\n".join(compare(pods, sim, real))
+    assert sim == real, "simulator and Slurm disagree:\n" + "\n".join(compare(pods, sim, real, router))
     assert len(placed) >= 8 and {"gpu", "mps"} <= kinds and len(placed) < len(pods), (
         f"the sample exercised too little: {len(placed)} of {len(pods)} placed, GRES kinds {kinds}"
     )
@@ -251,11 +269,12 @@ def test_jobs_for_several_gpu_models_land_only_on_those_models(cluster):
     site = load_file(POLICY)
     model_of = {n: g.model_feature for g in site.groups for n in g.nodes}
     pods = spec_sample()
+    router = SubmitRouter(site)
     wait_quiet(cluster)
-    sim = simulated(site, pods)
-    real = replayed(cluster, pods)
+    sim = simulated(site, pods, router)
+    real = replayed(cluster, pods, router)
     wait_quiet(cluster)
-    assert sim == real, "simulator and Slurm disagree:\n" + "\n".join(compare(pods, sim, real))
+    assert sim == real, "simulator and Slurm disagree:\n" + "\n".join(compare(pods, sim, real, router))
     wrong = [
         (p.gpu_spec, r)
         for p, r in zip(pods, real, strict=False)
@@ -271,7 +290,6 @@ def test_jobs_for_several_gpu_models_land_only_on_those_models(cluster):
         f"{len(shares)} shares, models {models}"
     )
     # refusals are the product's own, at submission: a share whose models offer no MPS (CONSTRAINT mps)
-    router = SubmitRouter(site)
     refused = [p for p, r in zip(pods, real, strict=False) if r is None and router(p) is None]
     assert all(router.refusal(p)[0].startswith("CONSTRAINT") for p in refused), [router.refusal(p) for p in refused]
 

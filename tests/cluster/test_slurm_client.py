@@ -23,7 +23,9 @@ from tests.cluster.conftest import unrecorded_ends, wait_for, wait_quiet
 
 RUNNING = {  # what: (sbatch options, the GRES the job's node must show it holding)
     "gpu": ({"gres": "gpu:l40s:1", "nodelist": "lab-excl01"}, "gpu:l40s"),
-    "mig": ({"gres": "gpu:1", "nodelist": "lab-mig01"}, "gpu:a100_40g_1g.5gb"),
+    # typed: an untyped request means a whole GPU, never a MIG slice (job_submit.lua would make it gpu:l40s:1,
+    # which lab-mig01 does not have)
+    "mig": ({"gres": "gpu:a100_40g_1g.5gb:1", "nodelist": "lab-mig01"}, "gpu:a100_40g_1g.5gb"),
     "shard": ({"gres": "shard:1", "nodelist": "lab-shard01"}, "shard"),  # a job's shard/mps detail is untyped
     "mps": ({"gres": "mps:25", "nodelist": "lab-mps01"}, "mps"),
 }
@@ -69,7 +71,7 @@ def frozen_moment(cluster):
     for what, (opts, _) in RUNNING.items():
         jobs[what] = cluster.sbatch("sleep 600\n", user="alice", account="physics", output="/dev/null", **opts)
     held = [
-        cluster.sbatch("true\n", user="bob", account="physics", gres="gpu:1", hold=True, output="/dev/null")
+        cluster.sbatch("true\n", user="bob", account="physics", gres="gpu:l40s:1", hold=True, output="/dev/null")
         for _ in range(3)
     ]
     deadline = time.monotonic() + 90
@@ -104,7 +106,7 @@ def test_cli_view_matches_what_was_submitted(cluster, frozen):
         if what in ("gpu", "mig"):
             assert use[key]["count"] == 1 and len(use[key]["indexes"]) == 1, use
     for j in held:
-        assert by_id[j]["state"] == "PENDING" and by_id[j]["gres_request"] == {"gpu": 1}, by_id[j]
+        assert by_id[j]["state"] == "PENDING" and by_id[j]["gres_request"] == {"gpu:l40s": 1}, by_id[j]
         assert by_id[j]["gres_alloc"] == {}
     nodes = {n["name"]: n for n in doc["nodes"]}
     assert nodes["lab-excl01"]["gres"] == {"gpu:l40s": 2}

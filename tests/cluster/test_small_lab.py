@@ -156,7 +156,9 @@ def test_billing_follows_the_policy_weights(cluster, gres):
 
 
 def test_untyped_gpu_request_counts_the_type(cluster):
-    """Seen on 24.11/26.05: a node with one GPU type records the typed TRES for an untyped request too."""
+    """An untyped request is a whole GPU: job_submit.lua makes it the lab's one whole type (gpu:l40s:1), so the
+    typed TRES counts it. (Slurm itself records the typed TRES for an untyped request on a node with one GPU type,
+    seen on 24.11/26.05 before the filter typed such requests: docs/reference/slurm-behaviour.md.)"""
     job = cluster.sbatch(
         "true\n", user="alice", account="physics", gres="gpu:1", nodelist="lab-excl01", output="/dev/null"
     )

@@ -82,18 +82,24 @@ def test_every_example_loads_and_passes_a_plain_job(version, example, slurm):
     assert header_ok(text, comment="--")
     assert f"for Slurm {slurm}" in text
     script = Script(version, text)
-    res = script.submit(dict(PLAIN_JOB))
     tables = build_tables(load_file(ROOT / "etc" / f"{example}.yaml", slurm))
+    every = ",".join(["normal", *(t.name for t in tables.tiers)])  # job_desc.assoc_qos of a managed association
+    res = script.submit({**PLAIN_JOB, "assoc_qos": every})
     if not tables.routes:
         default = tables.default_tier.name
-        assert res.rc == 0 and res.user == [] and res.job == {**PLAIN_JOB, "qos": default}  # only the tier's QOS is set
+        # only the tier's QOS is set (set_qos if-allowed: the association may use it)
+        assert res.rc == 0 and res.user == [] and res.job == {**PLAIN_JOB, "assoc_qos": every, "qos": default}
+        # an association without it, or none known: the job keeps its (default) QOS
+        for other in ({"assoc_qos": "normal"}, {}):
+            res = script.submit({**PLAIN_JOB, **other})
+            assert res.rc == 0 and res.user == [] and res.job == {**PLAIN_JOB, **other}
         return
     # a policy with class routes (planned-lab) may route a job without GPUs: as the Python decision does
     from slurm_gpushare.submit import decide
 
-    d = decide(tables, dict(PLAIN_JOB))
+    d = decide(tables, {**PLAIN_JOB, "assoc_qos": every})
     assert res.rc == 0 and res.user == [d.user_message]
-    assert res.job == {**PLAIN_JOB, "qos": d.qos, "partition": d.partition}
+    assert res.job == {**PLAIN_JOB, "assoc_qos": every, "qos": d.qos, "partition": d.partition}
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -126,7 +132,8 @@ def test_to_lua_tables_read_back(version):
 @pytest.mark.parametrize("version", VERSIONS)
 def test_counts_print_as_integers_on_both_versions(version):
     """Lua 5.4 prints floats as '1024.0'; a rewritten count must stay '1024'-style on both."""
-    script = Script(version, render_body(site_of("mps-inference")))
+    # untyped_gpu names the type an untyped request gets (every GPU here is an MPS GPU: refused by default)
+    script = Script(version, render_body(site_of("mps-inference", (("tiers.serve", "{untyped_gpu: l40s}\n"),))))
     res = script.submit({"tres_per_node": "gres/gpu:half:2"})
     assert res.job["tres_per_node"] == "gres/mps:100"
     res = script.submit({"tres_per_node": "gres/gpu:2k"})

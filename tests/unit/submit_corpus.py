@@ -34,6 +34,7 @@ CODES = (
     "PER_JOB_TIERS",
     "PER_JOB_SHARD",
     "PER_JOB_EXTRA",
+    "UNTYPED",
 )
 
 
@@ -47,13 +48,17 @@ IDS = [c["id"] for c in CASES]
 
 @cache
 def site_of(policy: str = "small-lab", submission: tuple = (), slurm_version: str | None = None) -> Site:
-    """The example policy, with submission overrides; an older Slurm only changes the version the tables are for."""
+    """The example policy, with overrides (``submission``: submission keys, and ``tiers.<name>`` for a tier's keys);
+    an older Slurm only changes the version the tables are for."""
     path = ROOT / "etc" / f"{policy}.yaml"
     if not path.exists():
         path = TEST_POLICIES / f"{policy}.yaml"
     if submission:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        raw["submission"] = {**raw.get("submission", {}), **{k: yaml.safe_load(v) for k, v in submission}}
+        tiers = {k.split(".", 1)[1]: yaml.safe_load(v) for k, v in submission if k.startswith("tiers.")}
+        mine = {k: yaml.safe_load(v) for k, v in submission if not k.startswith("tiers.")}
+        raw["submission"] = {**raw.get("submission", {}), **mine}
+        raw["tiers"] = [{**t, **tiers.get(t["name"], {})} for t in raw["tiers"]]
         site = build_site(raw, path.name)
     else:
         site = load_file(path)
@@ -64,8 +69,10 @@ def site_of(policy: str = "small-lab", submission: tuple = (), slurm_version: st
 
 
 def overrides(case: dict) -> tuple:
-    """A case's submission overrides as a hashable key: (name, the value as YAML text), by name."""
-    return tuple(sorted((k, yaml.safe_dump(v)) for k, v in case.get("submission", {}).items()))
+    """A case's overrides as a hashable key: (name, the value as YAML text), by name; its ``tiers`` (a tier's
+    keys by tier name) as ``tiers.<name>``."""
+    tiers = {f"tiers.{name}": keys for name, keys in case.get("tiers", {}).items()}
+    return tuple(sorted((k, yaml.safe_dump(v)) for k, v in {**case.get("submission", {}), **tiers}.items()))
 
 
 def case_site(case: dict) -> Site:
@@ -73,10 +80,20 @@ def case_site(case: dict) -> Site:
 
 
 def case_job(case: dict) -> dict:
-    """The job_submit fields of a case: its options placed as sbatch places them, or its fields."""
+    """The job_submit fields of a case: its options placed as sbatch places them, or its fields; and
+    ``assoc_qos`` (job_desc.assoc_qos), the case's (null: none), else the QOS list alice/physics has on the test
+    cluster."""
     if "options" in case:
-        return to_job(split_options(case["options"]), build_tables(case_site(case)).prefix)
-    return {k: v["text"] * v["times"] if isinstance(v, dict) else v for k, v in case["fields"].items()}
+        job = to_job(split_options(case["options"]), build_tables(case_site(case)).prefix)
+    else:
+        job = {k: v["text"] * v["times"] if isinstance(v, dict) else v for k, v in case["fields"].items()}
+    assoc_qos = case["assoc_qos"] if "assoc_qos" in case else default_assoc_qos(case)
+    return job if assoc_qos is None else {**job, "assoc_qos": assoc_qos}  # None: Slurm knows no association
+
+
+def default_assoc_qos(case: dict) -> str:
+    """What `gpushare accounts apply` gives a managed association: Slurm's normal and every tier QOS."""
+    return ",".join(["normal", *(t.name for t in case_site(case).tiers)])
 
 
 @cache

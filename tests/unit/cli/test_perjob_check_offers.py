@@ -22,15 +22,17 @@ def cli(*args: str):
 def test_check_prints_the_rewrite_and_that_the_slice_is_made_for_the_job():
     res = cli("check", "--policy", str(POLICY), "--", "-p", "perjob", "--gres=gpu:a100_40g_2g.10gb:1")
     assert res.exit_code == 0
-    ok, note = res.output.splitlines()
-    assert ok == "OK (would set tres_per_node=gres/shard:4, extra=gpushare-mig=2g.10gb)"
+    which, ok, note = res.output.splitlines()
+    assert which == f"policy: {POLICY} (--policy)"
+    rewrite = "tres_per_node=gres/shard:4, extra=gpushare-mig=2g.10gb"
+    assert ok == f"OK (would set {rewrite}, qos=perjob if your association may use it)"
     assert note.startswith("  a 2g.10gb MIG instance is made for this job when it starts")
     assert "destroyed when it ends" in note and "gpushare-mig=2g.10gb in the job's extra field" in note
 
 
 def test_check_says_nothing_more_for_a_fixed_slice():
     res = cli("check", "--policy", str(POLICY), "--", "--gres=gpu:a100_40g_1g.5gb:1")
-    assert res.output == "OK\n"
+    assert res.output.splitlines()[1:] == ["OK (would set qos=batch if your association may use it)"]
 
 
 def test_offers_lists_the_per_job_profiles_a_user_may_ask_for():

@@ -58,5 +58,5 @@ def test_a_marker_must_be_followed_by_a_sh_block(tmp_path):
 
 
 def test_a_block_that_fails_is_reported(scratch):
-    done = run(Block("x.md", 1, 0, "gpushare check -- --gres=shard:2"), scratch)
+    done = run(Block("x.md", 1, 0, "gpushare check --policy etc/small-lab.yaml -- --gres=shard:2"), scratch)
     assert done.returncode == 1 and "OVER shard=2" in done.stdout

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.scenarios import uniform
+from bench.scenarios import built, uniform, uniform_raw
 from slurm_gpushare.planner.frompolicy import SubmitRouter, sim_cluster, spec_models
 from slurm_gpushare.policy import build_site
 from slurm_gpushare.sim.arrivals import Arrivals
@@ -30,6 +30,16 @@ def pod(spec: str, milli: int = 1000, gpus: int = 1) -> Pod:
     return Pod("p", 2000, 1024, gpus, milli, "", spec)
 
 
+def whole_v100s():
+    """The uniform S1 guess (every GPU mps) with the V100s whole: an untyped request there is a whole GPU."""
+    cluster = trace_cluster()
+    raw = uniform_raw(cluster, "S1")
+    for g in raw["node_groups"]:
+        if g["gpu"]["model"].startswith("V100"):
+            g.pop("sharing", None)
+    return built(raw, cluster, "whole-v100")
+
+
 @pytest.mark.parametrize(
     "spec, models",
     [
@@ -45,7 +55,7 @@ def test_spec_models(spec, models):
 
 
 def test_a_spec_of_several_models_becomes_a_constraint_and_is_accepted():
-    sim, router, site = uniform(trace_cluster(), "S1")
+    sim, router, site = whole_v100s()
     assert {n.name: n.features for n in sim.nodes} == {
         "n0": ("t4",),
         "n1": ("v100m16",),
@@ -62,10 +72,16 @@ def test_a_spec_of_several_models_becomes_a_constraint_and_is_accepted():
     share = router(pod("V100M32|T4", milli=300))
     assert (share.gres, share.count, share.constraint) == ("mps", 30, "v100m32|t4")
     assert router.refused == {}
+    # every GPU an MPS GPU: the untyped request is refused (UNTYPED), and its user names the type the refusal names
+    _sim, router, _site = uniform(trace_cluster(), "S1")
+    assert router.refusal(pod("V100M16|V100M32")) == ()
+    assert router.submitted(pod("V100M16|V100M32"))["tres_per_node"] == "gres/gpu:v100m16:1"
+    req = router(pod("V100M16|V100M32"))
+    assert (req.gres, req.gres_type, req.count, req.constraint) == ("gpu", "v100m16", 1, "v100m16|v100m32")
 
 
 def test_the_slurm_model_places_constrained_jobs_only_on_allowed_models():
-    sim, router, _site = uniform(trace_cluster(), "S1")
+    sim, router, _site = whole_v100s()
     state = SlurmState(sim)
     models = {"n0": "T4", "n1": "V100M16", "n2": "V100M32", "n3": "T4"}
     placed = []
@@ -77,7 +93,7 @@ def test_the_slurm_model_places_constrained_jobs_only_on_allowed_models():
         placed.append(models[state.names[node]])
     # the four whole GPUs fill both V100 nodes; no T4 though the T4 node comes first in node order
     assert placed[:4] == ["V100M16", "V100M16", "V100M32", "V100M32"]
-    # the shares: the V100M32 GPUs are taken whole, so only the T4 nodes are left to them
+    # the shares: only the T4s are MPS GPUs
     assert placed[4:] == ["T4", "T4", "T4"]
     # a fifth V100 job finds no room: not placed anywhere else
     assert state.choose_node(router(pod("V100M16|V100M32"))) == -1

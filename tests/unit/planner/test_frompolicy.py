@@ -10,10 +10,11 @@ import pytest
 from bench.scenarios import trace_policy
 from slurm_gpushare.errors import PolicyError
 from slurm_gpushare.planner.frompolicy import SubmitRouter, sim_cluster
-from slurm_gpushare.policy import build_site
+from slurm_gpushare.policy import build_site, load_file
 from slurm_gpushare.render import render_all
 from slurm_gpushare.sim.cluster import Pod, SimCluster, SimGpu, SimNode, SlurmRequest
 from slurm_gpushare.submit import build_tables, decide
+from tests.conftest import ROOT
 
 
 def two_pools() -> dict:
@@ -164,7 +165,9 @@ def test_routes_match_qos_and_cpus():
     }
     t = build_tables(build_site(raw, "t"))
     assert decide(t, {"tres_per_node": None}).partition == "cpu"
-    assert decide(t, {"tres_per_node": "gres/gpu:1", "min_cpus": "12"}).partition == "cpu,whole"
+    # typed: an untyped request means a whole GPU, which the cpu tier (A30 MPS GPUs) does not give (UNTYPED cpu)
+    assert decide(t, {"tres_per_node": "gres/gpu:a30:1", "min_cpus": "12"}).partition == "cpu,whole"
+    assert decide(t, {"tres_per_node": "gres/gpu:1", "min_cpus": "12"}).codes == ["UNTYPED cpu"]
     assert decide(t, {"tres_per_node": "gres/gpu:2", "min_cpus": "12"}).partition is None
     assert decide(t, {"tres_per_node": "gres/gpu:1", "min_cpus": "4", "qos": "ls"}).partition == "whole"
     assert decide(t, {"tres_per_node": "gres/gpu:1", "min_cpus": "4294967294"}).partition is None  # NO_VAL: unset
@@ -286,3 +289,19 @@ def test_trace_policy_declares_the_trace_models():
     assert site.groups[0].nodes == ("n0", "n1", "n3")
     assert {m["name"] for m in raw["gpu_models"]} == {"G2", "T4"}
     assert all(s.mode == "mps" and s.units == 100 for g in site.groups for s in g.gpus)
+
+
+def test_an_untyped_request_the_filter_refuses_is_resubmitted_with_the_type_the_refusal_names():
+    """The modelled user of a refused untyped request (UNTYPED) does what the refusal says: names its type, the
+    constraint kept; what the router places is what that user submits (``submitted``), never the refused request."""
+    router = SubmitRouter(load_file(ROOT / "etc" / "small-lab.yaml"))
+    whole = Pod("w", 2000, 1000, 1, 1000, "", "")  # the L40S is the one whole type: accepted, typed by the filter
+    assert router.submitted(whole)["tres_per_node"] == "gres/gpu:1"
+    assert router(whole) == SlurmRequest(("batch",), 2, 1000, "gpu", "l40s", 1)
+    # the A30 is an MPS GPU, the A100 in 1g.5gb slices: no whole GPU there; the refusal names the first type
+    either = Pod("e", 2000, 1000, 1, 1000, "", "A30|A100_40G")
+    assert decide(router.tables, router.job(either)).codes == ["UNTYPED batch"]
+    job = router.submitted(either)
+    assert job["tres_per_node"] == "gres/gpu:a100_40g_1g.5gb:1" and job["features"] == "a30|a100_40g"
+    assert router(either) == SlurmRequest(("batch",), 2, 1000, "gpu", "a100_40g_1g.5gb", 1, "a30|a100_40g")
+    assert router.refused == {}

@@ -96,13 +96,15 @@ def test_allows(text, features, allowed):
 # ---- the decision --------------------------------------------------------------------------------
 
 
-def test_an_untyped_request_gets_the_one_type_its_allowed_groups_serve():
+def test_an_untyped_request_gets_the_whole_gpu_type_its_allowed_groups_serve():
     t = build_tables(load_file(SMALL_LAB))
-    assert decide(t, {"tres_per_node": "gres/gpu:1", "features": "a30"}).fields == {"tres_per_node": "gres/gpu:a30:1"}
-    # two models: no single type, the request stays untyped and Slurm picks among the allowed nodes
-    assert decide(t, {"tres_per_node": "gres/gpu:1", "features": "a30|a100_40g"}).fields == {}
-    # without a constraint the tier serves three types: untouched as before
-    assert decide(t, {"tres_per_node": "gres/gpu:1"}).fields == {}
+    assert decide(t, {"tres_per_node": "gres/gpu:1", "features": "l40s"}).fields == {"tres_per_node": "gres/gpu:l40s:1"}
+    # the A30s are MPS GPUs, the A100s MIG slices: no whole GPU where the constraint allows; refused, a typed example
+    d = decide(t, {"tres_per_node": "gres/gpu:1", "features": "a30"})
+    assert d.codes == ["UNTYPED batch"] and "e.g. --gres=gpu:a30:1" in d.user_message
+    assert decide(t, {"tres_per_node": "gres/gpu:1", "features": "a30|a100_40g"}).codes == ["UNTYPED batch"]
+    # without a constraint the tier serves three types, one of them whole (l40s): that one
+    assert decide(t, {"tres_per_node": "gres/gpu:1"}).fields == {"tres_per_node": "gres/gpu:l40s:1"}
 
 
 def test_a_constraint_is_read_only_for_gpu_jobs():

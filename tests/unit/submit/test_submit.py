@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import click
 import pytest
 import yaml
@@ -9,9 +11,11 @@ from click.testing import CliRunner
 
 from slurm_gpushare.cli.check import check
 from slurm_gpushare.cli.errors import ErrorsToExitCodes
+from slurm_gpushare.errors import PolicyError
 from slurm_gpushare.policy import build_site, load_file
 from slurm_gpushare.render import header_ok
 from slurm_gpushare.render.jobsubmit import job_submit_lua, lua_string, render_body, to_lua
+from slurm_gpushare.sitepolicy import find_policy
 from slurm_gpushare.submit import (
     BadRequest,
     Gres,
@@ -199,6 +203,7 @@ def test_shared_caps_take_the_largest_gpu():
 def test_jobs_without_gpus_only_get_their_tier_qos():
     t = build_tables(load_file(PROD))
     default = t.default_tier.name
+    every = ",".join(["normal", *(x.name for x in t.tiers)])
     for job, qos in (
         ({}, default),
         ({"partition": "debug"}, None),
@@ -210,16 +215,60 @@ def test_jobs_without_gpus_only_get_their_tier_qos():
         ({"qos": "mine"}, None),
         ({"qos": ""}, default),
     ):
-        d = decide(t, job)
+        d = decide(t, {**job, "assoc_qos": every})
         assert d.accepted and d.partition is None and not d.fields and d.user_message is None, job
         assert d.qos == qos, job
+        # without the association's QOS list (gpushare check) it is only what would be set if allowed
+        d = decide(t, job)
+        assert d.qos is None and d.qos_if_allowed == qos, job
+        # an association without the tier's QOS (root, a site account) keeps its own
+        assert decide(t, {**job, "assoc_qos": "normal"}).qos is None, job
+
+
+def test_set_qos_resolves_by_slurm_version_and_if_allowed_needs_24_11():
+    """Unset: if-allowed from 24.11 (job_desc.assoc_qos), never before; if-allowed on 23.11 is refused, naming the
+    field."""
+    raw = yaml.safe_load(LAB.read_text(encoding="utf-8"))
+    assert {x.set_qos for x in build_tables(build_site(raw, "lab.yaml")).tiers} == {"if-allowed"}
+    raw["cluster"]["slurm_version"] = "23.11"
+    assert {x.set_qos for x in build_tables(build_site(raw, "lab.yaml")).tiers} == {"never"}
+    raw["tiers"][0]["set_qos"] = True
+    assert build_tables(build_site(raw, "lab.yaml")).tiers[0].set_qos == "always"
+    raw["tiers"][0]["set_qos"] = "if-allowed"
+    with pytest.raises(PolicyError) as err:
+        build_site(raw, "lab.yaml")
+    assert re.search(
+        r"tiers\[0\]\.set_qos: 'if-allowed' reads job_desc.assoc_qos.*24.11.*give true", err.value.report()
+    )
+
+
+def test_untyped_gpu_must_be_whole_refuse_or_a_type_of_the_tier():
+    raw = yaml.safe_load(LAB.read_text(encoding="utf-8"))
+    raw["tiers"][0]["untyped_gpu"] = "h100"
+    with pytest.raises(PolicyError) as err:
+        build_site(raw, "lab.yaml")
+    assert (
+        "tiers[0].untyped_gpu: 'h100' is neither whole, refuse nor a GPU type of this tier; its types: "
+        "a100_40g_1g.5gb, a30, l40s"
+    ) in err.value.report()
+
+
+def test_per_job_gpus_are_whole_gpus_and_their_slices_are_not():
+    """An untyped request on a per-job tier takes the per-job GPU whole (its model's type), never a slice."""
+    t = build_tables(load_file(TEST_POLICIES / "perjob-lab.yaml"))
+    perjob = t.tier("perjob")
+    assert perjob is not None and perjob.whole == ("a100_40g",) and perjob.gpu == ("a100_40g",)
+    assert not set(perjob.slices) & set(perjob.whole)
+    d = decide(t, {"tres_per_node": "gres/gpu:1", "features": "a100_40g"})
+    assert d.partition == "perjob" and dict(d.fields) == {"tres_per_node": "gres/gpu:a100_40g:1"} and d.extra is None
 
 
 def test_qos_is_never_set_on_update():
     t = build_tables(load_file(LAB))
     assert decide(t, {"tres_per_node": "gres/shard:1"}, True, "scavenger").qos is None
     assert decide(t, {"partition": "scavenger"}, True, "batch").qos is None
-    assert decide(t, {"partition": "scavenger", "tres_per_node": "gres/shard:1"}).qos == "scavenger"
+    job = {"partition": "scavenger", "tres_per_node": "gres/shard:1", "assoc_qos": "scavenger"}
+    assert decide(t, job).qos == "scavenger"
 
 
 @pytest.mark.parametrize(
@@ -280,21 +329,59 @@ def test_to_lua_sorts_keys_and_quotes_odd_ones():
 # ---- gpushare check ----
 
 
-def run(*args):
-    return CliRunner().invoke(check, list(args), catch_exceptions=False)
+def run(*args, env=None):
+    """`gpushare check` with the site policy $GPUSHARE_POLICY=small-lab (unless ``env`` says otherwise)."""
+    return CliRunner().invoke(check, list(args), env=env or {"GPUSHARE_POLICY": str(LAB)}, catch_exceptions=False)
+
+
+def verdicts(res) -> str:
+    """What check printed after its first line (the policy it used)."""
+    return res.output.split("\n", 1)[1]
 
 
 def test_check_options_reject_with_codes():
     res = run("--", "--gres=shard:2", "-p", "scavenger")
     assert res.exit_code == 1
-    assert res.output.startswith("OVER shard=2: 2 shards are not 2 GPUs")
+    assert verdicts(res).startswith("OVER shard=2: 2 shards are not 2 GPUs")
 
 
 def test_check_ok_and_what_would_change():
-    assert run("--", "--gres=gpu:l40s:1").output == "OK\n"
+    res = run("--", "--gres=gpu:l40s:1")
+    assert res.output == f"policy: {LAB} ($GPUSHARE_POLICY)\nOK (would set qos=batch if your association may use it)\n"
     res = run("--policy", str(PROD), "--", "--gres=gpu:inference:1")
     assert res.exit_code == 0
-    assert res.output == "OK (would set partition=inference, tres_per_node=gres/gpu:h100_3g.40gb:1)\n"
+    assert res.output == (
+        f"policy: {PROD} (--policy)\nOK (would set partition=inference, "
+        "tres_per_node=gres/gpu:h100_3g.40gb:1, qos=inference if your association may use it)\n"
+    )
+
+
+def test_check_prints_every_change_the_filter_makes(tmp_path):
+    """The QOS too (set_qos true: always; false: never), and an untyped request's rewrite to the whole GPU type."""
+    raw = yaml.safe_load(LAB.read_text(encoding="utf-8"))
+    raw["tiers"][0]["set_qos"] = True
+    raw["tiers"][1]["set_qos"] = False
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    assert (
+        verdicts(run("--policy", str(policy), "--", "--gres=gpu:1"))
+        == "OK (would set tres_per_node=gres/gpu:l40s:1, qos=batch)\n"
+    )
+    assert verdicts(run("--policy", str(policy), "--", "-p", "scavenger", "--gres=gpu:l40s:1")) == "OK\n"
+
+
+def test_check_without_a_site_policy_says_how_to_name_one(tmp_path, monkeypatch):
+    """No bundled toy policy behind the user's back: --policy, $GPUSHARE_POLICY or /etc/gpushare/policy.yaml."""
+
+    @click.group(cls=ErrorsToExitCodes)
+    def cli():
+        pass
+
+    cli.add_command(check)
+    monkeypatch.setattr("slurm_gpushare.sitepolicy.SITE_POLICY", tmp_path / "absent.yaml")
+    monkeypatch.setattr(find_policy, "__defaults__", (tmp_path / "absent.yaml",))
+    res = CliRunner().invoke(cli, ["check", "--", "--gres=gpu:1"], env={"GPUSHARE_POLICY": ""}, prog_name="gpushare")
+    assert res.exit_code == 2 and "--policy FILE" in res.output and "GPUSHARE_POLICY" in res.output
 
 
 def test_check_scripts(tmp_path):
@@ -304,11 +391,13 @@ def test_check_scripts(tmp_path):
     bad.write_text("#!/bin/sh\n#SBATCH --gres=gpu:h100:1,shard:1\n")
     plain = tmp_path / "plain.sh"
     plain.write_text("#!/bin/sh\necho hi\n")
-    assert run(str(good)).output == "OK\n"
+    assert verdicts(run(str(good))) == "OK (would set qos=batch if your association may use it)\n"
     res = run(str(good), str(bad), str(plain))
     assert res.exit_code == 1
-    lines = res.output.splitlines()
-    assert lines[0] == f"{good}: OK" and lines[-1] == f"{plain}: OK"
+    lines = verdicts(res).splitlines()
+    assert lines[0] == f"{good}: OK (would set qos=batch if your association may use it)" and lines[-1].startswith(
+        f"{plain}: OK"
+    )
     assert [line.split(": ")[1] for line in lines[1:-1]] == ["UNKNOWN_TYPE gpu:h100", "MIXED gpu+shard"]
 
 
@@ -316,7 +405,7 @@ def test_check_command_line_options_win_over_the_script(tmp_path):
     job = tmp_path / "job.sh"
     job.write_text("#!/bin/sh\n#SBATCH --gres=shard:2\n")
     assert run(str(job)).exit_code == 1
-    assert run(str(job), "--", "--gres=shard:1").output == "OK\n"
+    assert verdicts(run(str(job), "--", "--gres=shard:1")).startswith("OK")
 
 
 def test_check_unreadable_script_is_an_error_not_a_verdict(tmp_path):
@@ -327,13 +416,15 @@ def test_check_unreadable_script_is_an_error_not_a_verdict(tmp_path):
         pass
 
     cli.add_command(check)
-    res = CliRunner().invoke(cli, ["check", str(tmp_path / "missing.sh")], prog_name="gpushare")
+    res = CliRunner().invoke(
+        cli, ["check", str(tmp_path / "missing.sh")], env={"GPUSHARE_POLICY": str(LAB)}, prog_name="gpushare"
+    )
     assert res.exit_code == 2 and "gpushare: error: cannot read" in res.output
 
 
 @pytest.mark.parametrize(
     "case",
-    [c for c in CASES if "options" in c and not ({"submission", "slurm_version", "modify"} & set(c))],
+    [c for c in CASES if "options" in c and not ({"submission", "slurm_version", "modify", "tiers"} & set(c))],
     ids=lambda c: c["id"],
 )
 def test_check_agrees_with_the_corpus(case):
@@ -343,7 +434,7 @@ def test_check_agrees_with_the_corpus(case):
     res = run("--policy", str(policy), "--", *case["options"])
     assert res.exit_code == (0 if case["expect"]["accept"] else 1)
     if not case["expect"]["accept"]:
-        assert [line.split(": ")[0] for line in res.output.splitlines()] == case["expect"]["codes"]
+        assert [line.split(": ")[0] for line in verdicts(res).splitlines()] == case["expect"]["codes"]
 
 
 def test_a_carried_slice_is_not_asked_for_again():
