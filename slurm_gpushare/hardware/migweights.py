@@ -18,14 +18,25 @@ placeable multisets whose sum is also the sum of two multisets that do not fit
 ``largest_exact_subsets`` restricts the profiles until weights exist. The
 counts do not see fragmentation: an admitted multiset fits on an empty GPU, not
 necessarily beside instances already placed (bench/permig_churn.py measures that).
+
+``unsafe_sequence`` and ``safe_weights`` are about that: weights are *safe* for
+a placement rule when no order of arrivals and departures that the count
+admits leaves an admitted slice without a legal start on its GPU (the rule
+deterministic, each GPU on its own: whatever GPU Slurm picks). Raising a weight
+admits fewer sequences, so safety only grows with the weights; ``safe_weights``
+raises, from the exact weights, the weight of one profile of a shortest failing
+sequence (the one that found no start, or the smallest that arrived before it)
+until none fails, at each capacity from the exact one up, and keeps the vector
+that admits the most placeable multisets: a safe vector, not always the best.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from itertools import combinations
 
 from ..records import record
-from .migplace import reachable_layouts
+from .migplace import LEAST_BLOCKING, choose, reachable_layouts
 from .model import GpuModel
 
 TYPE_CHECKING = False
@@ -189,3 +200,75 @@ def _unfit_split(total: Counts, fit: frozenset[Counts]) -> tuple[Counts, Counts]
         if part <= rest and part not in fit and rest not in fit:
             return part, rest
     return None
+
+
+def unsafe_sequence(model: GpuModel, weights: Weights, rule: str = LEAST_BLOCKING) -> tuple[str, ...] | None:
+    """A shortest order of slice arrivals and departures ('+p', '-p') the count admits on one GPU whose last
+    arrival has no legal start under ``rule`` (None: the weights are safe). Breadth-first over the GPU's
+    reachable instance sets (at most a few thousand)."""
+    w = weights.as_dict()
+    start: tuple = ()
+    seen: dict[tuple, tuple[str, ...]] = {start: ()}
+    todo = deque([start])
+    while todo:
+        layout = todo.popleft()
+        used = sum(w[name] for name, _ in layout)
+        path = seen[layout]
+        for name in weights.profiles:
+            if used + w[name] > weights.capacity:
+                continue
+            got = choose(model, name, list(layout), allowed=weights.profiles, rule=rule)
+            if got is None:
+                return (*path, f"+{name}")
+            _visit(tuple(sorted((*layout, (name, got.start)))), (*path, f"+{name}"), seen, todo)
+        for i, (name, _) in enumerate(layout):
+            _visit(layout[:i] + layout[i + 1 :], (*path, f"-{name}"), seen, todo)
+    return None
+
+
+def safe_weights(
+    model: GpuModel, profiles: Sequence[str], rule: str = LEAST_BLOCKING, extra_capacity: int = 16
+) -> tuple[Weights, int] | None:
+    """Safe weights for ``profiles`` under ``rule`` and how many placeable multisets they admit (of
+    ``len(placeable_multisets)``); None where the profiles have no exact weights to start from. Capacities from
+    the exact one to ``extra_capacity`` above it; the first vector found at each, the best kept."""
+    exact = exact_weights(model, profiles)
+    if exact is None:
+        return None
+    fit = placeable_multisets(model, exact.profiles)
+    best: tuple[Weights, int] | None = None
+    for capacity in range(exact.capacity, exact.capacity + extra_capacity + 1):
+        for blame in (_last, _smallest):
+            trial = _raised(model, exact, capacity, rule, blame)
+            admitted = sum(1 for counts in fit if trial.admits(counts))
+            if best is None or admitted > best[1]:
+                best = (trial, admitted)
+    return best
+
+
+def _raised(model: GpuModel, exact: Weights, capacity: int, rule: str, blame) -> Weights:
+    """The exact weights at ``capacity``, the blamed profile of each failing sequence raised by one until safe."""
+    vector = list(exact.weights)
+    while True:
+        trial = Weights(model.name, exact.profiles, tuple(vector), capacity)
+        bad = unsafe_sequence(model, trial, rule)
+        if bad is None:
+            return trial
+        vector[exact.profiles.index(blame(model, bad))] += 1
+
+
+def _last(model: GpuModel, sequence: tuple[str, ...]) -> str:
+    """The profile that found no start."""
+    return sequence[-1][1:]
+
+
+def _smallest(model: GpuModel, sequence: tuple[str, ...]) -> str:
+    """The smallest profile (memory slices) that arrived: the fragment that blocked the last one."""
+    arrived = [step[1:] for step in sequence if step[0] == "+"]
+    return min(arrived, key=lambda name: (model.profile(name).memory_slices, arrived.index(name)))
+
+
+def _visit(layout: tuple, path: tuple[str, ...], seen: dict, todo: deque) -> None:
+    if layout not in seen:
+        seen[layout] = path
+        todo.append(layout)

@@ -50,6 +50,11 @@ def mig_sharing(layouts: list[tuple[str, ...]], gpus: int) -> list[dict]:
     return out
 
 
+def per_job_sharing(gpus: int) -> list[dict]:
+    """One node's sharing entries: every GPU per-job MIG with the model's default profiles."""
+    return [{"gpus": gpu_range(gpus), "mode": Mode.MIG.value, "per_job": True}]
+
+
 def mps_sharing(units: int, gpus: int) -> list[dict]:
     """One node's sharing entries: every GPU shared through MPS with ``units`` units."""
     return [{"gpus": gpu_range(gpus), **Share(Mode.MPS, units=units).to_entry()}]

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from ..hardware.packing import GPU_MILLI, compact_types, pack, whole_profile
 from ..policy import Site
 from ..policy.document import remap_aliases
-from ..policy.share import Share
-from .builder import Builder, gpu_range, mig_sharing, mps_sharing, split_group
+from ..policy.perjob import default_weights
+from ..policy.share import Mode, Share
+from .builder import Builder, gpu_range, mig_sharing, mps_sharing, per_job_sharing, split_group
 from .demand import Demand, pack_estimate
 from .estimates import (
     CPU_RICH,
@@ -93,6 +94,8 @@ def build_candidate(
     _add_groups(b, c, pools, {g["name"]: g for g in base["node_groups"]})
     cpu_order = _cpu_job_order(b, c, pools, why)
     routes = _routes(b.members, pools.heavy, isolate, mig_all, knobs.overflow, cpu_order, pools.light, knobs.frac_heavy)
+    if knobs.mig_per_job:  # users name the per-job tier and slice: no route rounds shares to it
+        routes = [r for r in routes if r.get("round_to") != "mig"]
     default = next((t for t in ("gpu", "frac", "cpu") if t in b.members), next(iter(b.members)))
     why += b.split_by_mps_weight(site.policy.billing)
     raw = b.policy(routes, default)
@@ -158,7 +161,9 @@ def _mig_pool(c: _Inputs, why: list[str]) -> tuple[dict[int, int], list[tuple[st
     order = sorted(mig_groups, key=lambda g: (g.cpus_per_gpu < MIG_CPUS * cpu_need, -g.gpus, -g.cpus_per_gpu, g.index))
     mig_nodes: dict[int, int] = {}
     _take_nodes(mig_nodes, c.groups, order, len(layouts_by_gpu))
-    if allowed:
+    if knobs.mig_per_job:
+        why.append(_per_job_line(c, mig_groups, len(layouts_by_gpu)))
+    elif allowed:
         why.append(
             f"MIG slice types offered: {', '.join(allowed)} (and the whole GPU's)"
             + (
@@ -174,6 +179,21 @@ def _mig_pool(c: _Inputs, why: list[str]) -> tuple[dict[int, int], list[tuple[st
         + (f"; {whole_from_mig} larger shares take whole GPUs" if whole_from_mig else "")
     )
     return mig_nodes, layouts_by_gpu
+
+
+def _per_job_line(c: _Inputs, mig_groups: list[GroupInfo], gpus: int) -> str:
+    """The report line of a per-job MIG pool: the profiles and carrier weights its GPUs get (the model's
+    default: ``policy.perjob``), and how users reach it."""
+    model = c.site.groups[mig_groups[0].index].model
+    weights = default_weights(model)
+    if weights is None:
+        raise ValueError(f"{model.name}: no set of its MIG profiles has exact carrier weights, so no per-job MIG")
+    share = Share(Mode.MIG, per_job=True, profiles=weights.profiles, weights=weights.weights, capacity=weights.capacity)
+    return (
+        f"MIG per job on the pool's nodes ({gpus} GPUs' worth of packed layouts): each job's slice is made for it, "
+        f"{share.text}; users ask for a slice on tier mig (--partition=mig --gres=gpu:<slice>:1), as the "
+        "submission filter rounds mps shares to fixed slices only"
+    )
 
 
 def _mps_pool(c: _Inputs, mig_nodes: dict[int, int], why: list[str]) -> dict[int, int]:
@@ -236,7 +256,10 @@ def _add_groups(b: Builder, c: _Inputs, pools: _Pools, specs: dict[str, dict]) -
         names = list(g.nodes)
         n_mig, n_frac = pools.mig_nodes.get(g.index, 0), pools.frac_nodes.get(g.index, 0)
         mig_part, frac_part, rest = names[:n_mig], names[n_mig : n_mig + n_frac], names[n_mig + n_frac :]
-        if mig_part:
+        if mig_part and c.knobs.mig_per_job:
+            for part in split_group(spec, [("mig", mig_part, per_job_sharing(g.gpus))]):
+                b.add(part, "mig", 10, len(mig_part), g.model)
+        elif mig_part:
             _add_mig_part(b, c.site, g, spec, mig_part, layout_iter)
         mode = mps_sharing(c.units, g.gpus) if c.mps_frac else [{"gpus": gpu_range(g.gpus), **Share().to_entry()}]
         tier = "cpu" if g.index in pools.rich else "lean" if g.index in pools.lean else "gpu"

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..hardware.packing import GPU_MILLI
-from ..policy import Site
+from ..policy import Site, perjob
 from .candidates import build_candidate
 from .demand import Demand, pack_estimate
 from .estimates import HEADROOM, demand_scale, scaled_counts, split_shares, supply
@@ -156,6 +156,8 @@ def search_space(site: Site, demand: Demand, knobs: Knobs, isolate: Sequence[str
         dims.append(Dim("mig_factor", _grid(0.5, hi, 20), "ladder"))
         if not knobs.mig_types and not knobs.mig_compact:
             dims.append(Dim("mig_fill", (False, True)))
+        if mig_all and perjob.ready(site.policy):
+            dims.append(Dim("mig_per_job", (False, True)))
     return dims
 
 

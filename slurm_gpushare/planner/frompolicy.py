@@ -8,7 +8,10 @@ job_submit.lua is generated beside) accept, route, round or reject it, so a
 simulated Slurm places exactly what the product would let through. Where the
 filter refuses an untyped request (``UNTYPED``: no one whole GPU to give it),
 the modelled user does what the refusal says and names the type it gives
-(``SubmitRouter.submitted``), as a user would resubmit.
+(``SubmitRouter.submitted``), as a user would resubmit. On a site whose shares
+have no MPS GPU but a per-job MIG tier, a share is asked as the per-job slice
+that covers it, on that tier (the submission filter rounds mps shares to fixed
+slices only): ``--partition=<tier> --gres=gpu:<slice>:1``.
 """
 
 from __future__ import annotations
@@ -17,10 +20,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ..hardware import GpuModel
+from ..hardware.packing import covering
 from ..policy import Site
 from ..sim.cluster import GPU_MILLI, Pod, SimCluster, SimGpu, SimNode, SlurmRequest
 from ..submit import Decision, Tables, build_tables, decide, parse_field
 from ..submit.parse import Gres
+from ..submit.tables import RECORD_PREFIX
 from .demand import cpus_of, spec_models
 
 # What the rendered slurm-gpushare.conf sets (templates/slurm-gpushare.conf.j2).
@@ -32,7 +38,8 @@ def sim_gpus(group) -> tuple[SimGpu, ...]:
     for slot in group.gpus:
         share = slot.share
         mig = slot.mig_types() if share.is_mig else ()
-        out.append(SimGpu(share.mode, slot.model.name, slot.slurm_type, share.shared_count, mig))
+        slices = tuple(zip(share.profiles, share.weights, strict=True)) if share.is_per_job_mig else ()
+        out.append(SimGpu(share.mode, slot.model.name, slot.slurm_type, share.shared_count, mig, slices))
     return tuple(out)
 
 
@@ -78,6 +85,15 @@ class SubmitRouter:
         self.tables = build_tables(self.site)
         self.units = mps_percent_units(self.tables)
         self._cache: dict[tuple, tuple[SlurmRequest | None, tuple[str, ...]]] = {}
+        self._per_job = None if "mps" in self.tables.shared else per_job_tier(self.site)
+
+    def slice_of(self, pod: Pod) -> tuple[str, str] | None:
+        """(tier, per-job slice type) a share is asked as on this site; None: it is asked as mps (or whole)."""
+        if self._per_job is None or not pod.num_gpu or pod.gpu_milli >= GPU_MILLI:
+            return None
+        tier, model, profiles = self._per_job
+        profile = covering(model, pod.gpu_milli, profiles)
+        return (tier, model.mig_slurm_type(profile)) if profile in profiles else None
 
     def job(self, pod: Pod) -> dict[str, str | None]:
         """The job_submit fields a user's sbatch would send for this pod.
@@ -86,9 +102,16 @@ class SubmitRouter:
         ('V100M16|V100M32' -> 'v100m16|v100m32'), for whole GPUs and shares alike. A whole-GPU pod whose spec is
         one GRES type of the site (a model's type, or a MIG slice's) asks for that type, ``--gres=gpu:<type>:N``.
         """
-        gres, features = None, None
+        gres, features, partition = None, None, None
         models = spec_models(pod.gpu_spec)
-        if pod.num_gpu and pod.gpu_milli < GPU_MILLI:
+        sliced = self.slice_of(pod)
+        if sliced is not None:
+            partition, slice_type = sliced
+            gres = f"{self.tables.prefix}gpu:{slice_type}:1"
+        elif pod.num_gpu and pod.gpu_milli < GPU_MILLI and self._per_job is not None:
+            gres = f"{self.tables.prefix}gpu:1"  # no per-job slice covers it: a whole GPU
+            features = "|".join(models) or None
+        elif pod.num_gpu and pod.gpu_milli < GPU_MILLI:
             gres = f"{self.tables.prefix}mps:{math.ceil(pod.gpu_milli * self.units / GPU_MILLI)}"
             features = "|".join(models) or None
         elif pod.num_gpu and len(models) == 1 and models[0] in self.tables.gpu_types:
@@ -98,7 +121,7 @@ class SubmitRouter:
             features = "|".join(models) or None
         return {
             "tres_per_node": gres,
-            "partition": None,
+            "partition": partition,
             "qos": pod.qos.lower() or None,
             "min_cpus": str(cpus_of(pod.cpu_milli)),
             "features": features,
@@ -144,11 +167,22 @@ class SubmitRouter:
         job, decision = self._decided(pod)
         if not decision.accepted:
             return None, tuple(decision.codes)
-        partitions = tuple((decision.partition or self.tables.default_tier.name).split(","))
+        partitions = tuple((decision.partition or job["partition"] or self.tables.default_tier.name).split(","))
         text = decision.fields.get("tres_per_node", job["tres_per_node"])
         gres = [e for e in parse_field("tres_per_node", text) if isinstance(e, Gres)] if text else []
         cpus, mem = cpus_of(pod.cpu_milli), pod.memory_mib
         if not gres:
             return SlurmRequest(partitions, cpus, mem), ()
         g = gres[0]
-        return SlurmRequest(partitions, cpus, mem, g.name, g.type, g.count, job["features"] or ""), ()
+        profile = decision.extra[len(RECORD_PREFIX) :] if decision.extra else ""
+        return SlurmRequest(partitions, cpus, mem, g.name, g.type, g.count, job["features"] or "", profile), ()
+
+
+def per_job_tier(site: Site) -> tuple[str, GpuModel, tuple[str, ...]] | None:
+    """The first tier with per-job MIG GPUs, their model and profiles (None: the site has none)."""
+    for tier in site.tiers:
+        for g in tier.groups:
+            for slot in g.gpus:
+                if slot.share.is_per_job_mig:
+                    return tier.name, slot.model, slot.share.profiles
+    return None

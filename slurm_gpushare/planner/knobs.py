@@ -44,6 +44,9 @@ class Knobs:
     # fractional jobs asking more CPUs than this start in the CPU-rich pool 'cpu' first (None: never), so the
     # shares of CPU-poor nodes keep their CPUs
     frac_heavy: int | None = None
+    # the MIG pool's GPUs make a slice per job (per-job MIG: the model's default profiles, carried by shards)
+    # instead of holding the packed layouts; the layouts still size the pool
+    mig_per_job: bool = False
 
     def changed(self) -> str:
         """The knobs set away from their defaults, as ``name=value`` text ('defaults' when none is)."""

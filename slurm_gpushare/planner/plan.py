@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from ..policy import Site, build_site
+from ..policy import Site, build_site, perjob
 from .choose import choose, verdict_lines
 from .demand import Demand
 from .knobs import Knobs, default_candidates
@@ -101,7 +101,7 @@ def plan(
     _check(site, demand, constrained)
     if not demand.gpu_milli:
         return _no_gpu_demand(base, site, demand)
-    tries = list(candidates or (default_candidates(isolating=bool(isolate_qos)) if evaluate else [Knobs()]))
+    tries = _tries(site, candidates, evaluate is not None, bool(isolate_qos), mig_fractions)
     searching = candidates is None if search is None else search
     got = choose(
         base,
@@ -126,6 +126,24 @@ def plan(
     report = plan_report(demand, site, new_site, why, list(got.tried) if evaluate else [], raw, verdict, got.given)
     score = (got.given if keep_given else got.score) if evaluate else None
     return PlanResult(raw, new_site, report, got.knobs, score, list(got.tried), keep_given, got.given)
+
+
+def _tries(site: Site, given: Sequence[Knobs] | None, scored: bool, isolating: bool, mig_all: bool) -> list[Knobs]:
+    """The starting candidates: the caller's, else the defaults when scored (one more with the MIG pool per job,
+    where ``per_job_offered``), else the first."""
+    if given:
+        return list(given)
+    if not scored:
+        return [Knobs()]
+    tries = default_candidates(isolating=isolating)
+    return [*tries, Knobs(mig_per_job=True)] if per_job_offered(site, mig_all) else tries
+
+
+def per_job_offered(site: Site, mig_all: bool) -> bool:
+    """Whether candidates may make the MIG pool per-job MIG: every share on MIG (``--mig-fractions``: with an
+    MPS pool beside it, shares would be asked as mps, not as slices), on a site whose hooks and cgroups per-job
+    MIG needs are configured."""
+    return mig_all and perjob.ready(site.policy)
 
 
 def _check(site: Site, demand: Demand, mig_asked: bool) -> None:

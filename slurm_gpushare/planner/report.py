@@ -70,7 +70,9 @@ def supply_lines(site: Site, title: str) -> list[str]:
     for t in site.tiers:
         gpus = sum(len(g.nodes) * len(g.gpus) for g in t.groups)
         cpus = sum(len(g.nodes) * g.spec.cpus for g in t.groups)
-        modes = Counter(s.mode for g in t.groups for s in g.gpus for _ in g.nodes)
+        modes = Counter(
+            "mig per job" if s.share.is_per_job_mig else s.mode.value for g in t.groups for s in g.gpus for _ in g.nodes
+        )
         mode_text = ", ".join(f"{n} {m}" for m, n in sorted(modes.items()))
         lines.append(f"  tier {t.name}: {len(t.groups)} groups, {gpus} GPUs ({mode_text}), {cpus} CPUs")
     return lines

@@ -171,15 +171,25 @@ def check_tier(path: str, tier: str, members: tuple[Group, ...]) -> list[Problem
     return [Problem(f"{path}.node_groups", f"tier {tier!r}: {p}") for p in problems]
 
 
+def missing_hooks(policy: Policy) -> list[str]:
+    """The cluster.hooks keys per-job MIG needs that the policy leaves unset."""
+    hooks = policy.cluster.hooks
+    missing = [k for k in ("prolog", "epilog", "task_prolog") if not getattr(hooks, k)]
+    return missing + ([] if hooks.job_submit_lua else ["job_submit_lua"])
+
+
+def ready(policy: Policy) -> bool:
+    """Whether this site could run per-job MIG GPUs: the hooks and device cgroups they need are configured."""
+    return not missing_hooks(policy) and policy.cluster.cgroups
+
+
 def check_site(policy: Policy, groups: list[Group]) -> list[Problem]:
     """Per-job MIG needs the submission filter (it maps a slice to its shards and records the profile), the node
     hooks (they make, hand over and destroy the instance) and device cgroups (they keep a job to its GPU)."""
     if not any(s.share.is_per_job_mig for g in groups for s in g.gpus):
         return []
     cluster = policy.cluster
-    hooks = cluster.hooks
-    missing = [k for k in ("prolog", "epilog", "task_prolog") if not getattr(hooks, k)]
-    missing += [] if hooks.job_submit_lua else ["job_submit_lua"]
+    missing = missing_hooks(policy)
     problems = [
         Problem(
             f"cluster.hooks.{key}",

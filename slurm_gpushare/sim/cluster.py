@@ -24,6 +24,9 @@ class SimGpu:
     of the whole GPU ('' when untyped). ``units`` is the mps Count or shard
     replicas of this GPU (0 otherwise). ``mig`` lists the MIG instances' GRES
     types in gres.conf line order, which is Slurm's GRES index order.
+    ``slices``: a per-job MIG GPU's profiles and their carrier weights
+    (profile, shards), ``units`` its shard Count: Slurm sees the whole GPU
+    and its shards, the prolog makes an instance per job (``sim.perjob``).
     """
 
     mode: Mode
@@ -31,6 +34,11 @@ class SimGpu:
     gres_type: str = ""
     units: int = 0
     mig: tuple[str, ...] = ()
+    slices: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def per_job(self) -> bool:
+        return bool(self.slices)
 
 
 @dataclass(frozen=True)
@@ -98,7 +106,9 @@ class SlurmRequest:
 
     ``gres`` is 'gpu', 'mps', 'shard' or '' (no GRES); ``gres_type`` '' when untyped;
     ``count`` per node (the jobs here are single-node); ``constraint`` the job's
-    --constraint over node features ('' for none), e.g. 'v100m16|v100m32'.
+    --constraint over node features ('' for none), e.g. 'v100m16|v100m32';
+    ``mig_profile`` the per-job MIG profile the submission filter recorded for
+    the prolog (its shards are ``count``), '' for none.
     """
 
     partitions: tuple[str, ...]
@@ -108,6 +118,7 @@ class SlurmRequest:
     gres_type: str = ""
     count: int = 0
     constraint: str = ""
+    mig_profile: str = ""
 
 
 Router = Callable[[Pod], "SlurmRequest | None"]

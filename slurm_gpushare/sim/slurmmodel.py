@@ -30,6 +30,11 @@ GRES inside the node:
 - a GPU allocated as gpu takes no mps/shard job and a GPU with mps/shard
   jobs takes no gpu job (gres_sock_list.c ``_build_sock_gres_by_topo``,
   "Filter out resources already allocated to the other GRES type").
+- a per-job MIG GPU is one gpu record and its carrier shards; a slice job
+  (``SlurmRequest.mig_profile``) takes its shards as above, then the prolog
+  places the slice on that GPU (``sim.perjob``); a slice with no legal
+  placement there is refused: its CPUs, memory and shards are released and
+  the job counts as not placed (``slices_refused``; Slurm would requeue it).
   GRES_CONF_ONE_SHARING (``gres_use_busy_dev`` in src/interfaces/gres.c) is
   not modelled: the product's gres.conf does not set it.
 
@@ -54,9 +59,11 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..hardware import get_model
 from ..policy.share import Mode
 from ..slurm.constraint import parse as parse_constraint
 from .cluster import GPU_MILLI, Pod, Router, SimCluster, SimGpu, SimNode, SlurmRequest
+from .perjob import Carrier, Slices
 
 LL_SHARED_GRES = "LL_SHARED_GRES"
 MULTIPLE_SHARING_GRES_PJ = "MULTIPLE_SHARING_GRES_PJ"
@@ -124,7 +131,7 @@ class SlurmState:
                 (g.mig[k] if g.mig else g.gres_type, i)
                 for i, g in enumerate(x.gpus)
                 for k in range(max(len(g.mig), 1))
-                if g.mig or g.mode != Mode.MIG
+                if g.mig or g.mode != Mode.MIG or g.per_job
             ]
             for x in nodes
         ]
@@ -148,11 +155,14 @@ class SlurmState:
         n = len(nodes)
         self.sh_kind = np.zeros((n, width), dtype=np.int64)
         self.sh_cap = np.zeros((n, width), dtype=np.int64)
+        self.per_job = np.zeros((n, width), dtype=bool)  # a per-job MIG GPU (its carrier is shard)
         for i, x in enumerate(nodes):
             for g, gpu in enumerate(x.gpus):
-                if gpu.mode in SHARED_KINDS and gpu.units > 0:
-                    self.sh_kind[i, g] = SHARED_KINDS[gpu.mode]
+                kind = SHARED_KINDS[Mode.SHARD] if gpu.per_job else SHARED_KINDS.get(gpu.mode, 0)
+                if kind and gpu.units > 0:
+                    self.sh_kind[i, g] = kind
                     self.sh_cap[i, g] = gpu.units
+                    self.per_job[i, g] = gpu.per_job
         self.sh_used = np.zeros((n, width), dtype=np.int64)
 
     def _kept_counts(self, n: int, width: int, rwidth: int) -> None:
@@ -312,6 +322,24 @@ class SlurmState:
         self._shared_busy(node, used)
         return tuple(used)
 
+    def release_shared(self, req: SlurmRequest, node: int, gpus: tuple[int, ...]) -> None:
+        """Undo ``allocate`` of a one-GPU mps/shard job (a per-job slice the prolog could not place): its CPUs,
+        memory and count come back, and the GPU's gpu records are usable again once it has no mps/shard job."""
+        (g,) = gpus
+        kind = SHARED_KINDS[req.gres]
+        self.cpu[node] += req.cpus
+        self.mem[node] += req.memory_mib
+        self.sh_used[node, g] -= req.count
+        self.room[kind][node, g] += req.count
+        self._room_changed(node, kind)
+        if not self.sh_used[node, g]:
+            back = ((self.rec_gpu[node] == g) & self.rec_whole[node] & self.rec_shared_busy[node]).nonzero()[0]
+            self.rec_shared_busy[node, back] = False
+            free = back[self.rec_free[node, back]]
+            self.usable_any[node] += len(free)
+            np.add.at(self.usable_by_type[:, node], self.rec_type[node, free], 1)
+        self._nowhere.clear()  # counts rose: a request that fitted nowhere may fit now
+
     def _shared_busy(self, node: int, gpus) -> None:
         """The gpu records of these GPUs (not MIG instances) take no gpu job now that they have mps/shard jobs."""
         on = self.rec_gpu[node] == gpus[0] if len(gpus) == 1 else np.isin(self.rec_gpu[node], gpus)
@@ -442,7 +470,7 @@ class SlurmPolicy:
         self.refused_codes: dict[str, int] = {}
         codes = {code: self.mig_slices.get(t, 0) for t, code in self.state.types.items()}
         self.rec_slices = np.vectorize(lambda c: codes.get(c, 0), otypes=[np.int64])(self.state.rec_type)
-        self.mig_gpus = sum(1 for n in cluster.nodes for g in n.gpus if g.mode == Mode.MIG)
+        self.mig_gpus = sum(1 for n in cluster.nodes for g in n.gpus if g.mode == Mode.MIG and not g.per_job)
         self.gpus = cluster.gpu_count
         shares = {code: self.mig_shares.get(t, GPU_MILLI) for t, code in self.state.types.items()}
         self.rec_share = np.vectorize(lambda c: shares.get(c, GPU_MILLI), otypes=[np.int64])(self.state.rec_type)
@@ -451,6 +479,8 @@ class SlurmPolicy:
         self.pod_ls_share = [p.qos == "LS" and p.num_gpu == 1 and p.gpu_milli < GPU_MILLI for p in pods]
         self.undersized = 0
         self.ls_not_mig = 0
+        self.carriers = carriers(self.state, cluster)
+        self.slices = Slices()
 
     def place(self, pod: int) -> bool:
         req = self.requests[pod]
@@ -463,6 +493,8 @@ class SlurmPolicy:
         if node < 0:
             return False
         got = self.state.allocate(req, node)
+        if req.mig_profile and not self._slice(req, node, got):
+            return False
         if (
             self.may_undersize
             and req.gres == "gpu"
@@ -473,6 +505,29 @@ class SlurmPolicy:
         if self.pod_ls_share[pod] and not (req.gres == "gpu" and got and self.state.rec_mig[node, list(got)].all()):
             self.ls_not_mig += 1
         return True
+
+    def _slice(self, req: SlurmRequest, node: int, got: tuple[int, ...]) -> bool:
+        """The prolog places the job's per-job MIG slice on the GPU Slurm gave it; where it cannot, the job's
+        allocation is undone (Slurm requeues it) and False."""
+        key = (node, got[0])
+        carrier = self.carriers.get(key)
+        if carrier is None:
+            raise ValueError(
+                f"a {req.mig_profile} slice was given shards of GPU {got[0]} of node {self.state.names[node]}, "
+                "which is no per-job MIG GPU"
+            )
+        if self.slices.place(carrier, key, req.mig_profile) is None:
+            self.state.release_shared(req, node, got)
+            return False
+        return True
+
+    def _per_job_slices(self) -> int:
+        """Compute slices of the instances on the per-job MIG GPUs."""
+        total = 0
+        for key, held in self.slices.on.items():
+            model = get_model(self.carriers[key].model)
+            total += sum(model.profile(p).compute_slices for p, _ in held)
+        return total
 
     def metrics(self) -> dict[str, float]:
         s = self.state
@@ -487,14 +542,27 @@ class SlurmPolicy:
             used = (self.rec_slices * (~s.rec_free & s.rec_mig)).sum()
             out["slices_occupied"] = 100.0 * used / (self.slices_per_gpu * self.mig_gpus)  # MIG GPUs only
             out["mig_gpus"] = float(self.mig_gpus)
+        if self.carriers:
+            out["slices_refused"] = float(self.slices.refused)  # admitted by Slurm, no placement on its GPU
         if self.mig_slices and self.gpus:
-            used_all = occupied_slices(s, self.rec_slices, self.slices_per_gpu)
+            used_all = occupied_slices(s, self.rec_slices, self.slices_per_gpu, self._per_job_slices())
             out["slices_occupied_all"] = 100.0 * used_all / (self.slices_per_gpu * self.gpus)
             out["gpus"] = float(self.gpus)
         return out
 
 
-def occupied_slices(s: SlurmState, rec_slices: np.ndarray, slices_per_gpu: int) -> int:
+def carriers(state: SlurmState, cluster: SimCluster) -> dict[tuple[int, int], Carrier]:
+    """(node index in the state's order, GPU index) -> its carrier, for every per-job MIG GPU."""
+    by_name = {n.name: n for n in cluster.nodes}
+    out = {}
+    for i, name in enumerate(state.names):
+        for g, gpu in enumerate(by_name[name].gpus):
+            if gpu.per_job:
+                out[(i, g)] = Carrier(gpu.model, gpu.slices, gpu.units)
+    return out
+
+
+def occupied_slices(s: SlurmState, rec_slices: np.ndarray, slices_per_gpu: int, per_job: int = 0) -> int:
     """Compute slices occupied over every GPU of the cluster, whatever its mode (S2/S3's "all GPUs" figure).
 
     - a MIG GPU: the compute slices of its allocated MIG instances (``rec_slices``: per gpu record);
@@ -502,11 +570,12 @@ def occupied_slices(s: SlurmState, rec_slices: np.ndarray, slices_per_gpu: int) 
       holds a 7g.40gb under MIG;
     - an mps/shard GPU: the share of it its jobs hold, in slices rounded up once per GPU:
       ``ceil(slices_per_gpu x units used / units)`` (mps 30 + 20 of 100 on an A100: ceil(3.5) = 4);
+    - a per-job MIG GPU: the compute slices of its instances (``per_job``, summed over those GPUs);
     - an idle GPU, or a MIG GPU without instances: 0.
     """
     mig = int((rec_slices * (~s.rec_free & s.rec_mig)).sum())
     whole = int(s.gpu_taken.sum()) * slices_per_gpu
-    shared = (s.sh_cap > 0) & ~s.gpu_taken
+    shared = (s.sh_cap > 0) & ~s.gpu_taken & ~s.per_job
     cap = np.maximum(s.sh_cap, 1)
     part = np.minimum(-(-slices_per_gpu * s.sh_used // cap), slices_per_gpu)
-    return mig + whole + int(part[shared].sum())
+    return mig + whole + int(part[shared].sum()) + per_job

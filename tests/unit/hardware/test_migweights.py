@@ -21,6 +21,8 @@ from slurm_gpushare.hardware.migweights import (
     multisets_within,
     obstruction,
     placeable_multisets,
+    safe_weights,
+    unsafe_sequence,
 )
 
 EIGHT_SLICE = ("A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "H100-PCIE-80GB", "H200-141GB")
@@ -123,3 +125,51 @@ def test_boundary_multisets_are_one_over_placeable_ones():
 def test_profiles_named_twice_are_refused():
     with pytest.raises(ValueError, match="twice"):
         exact_weights(get_model("A30-24GB"), ("1g.6gb", "1G.6GB"))
+
+
+# ---- safe weights: no admitted order of arrivals and departures leaves a slice without a start ----
+
+
+def _replay(model, weights: Weights, sequence, rule):
+    """Play a sequence ('+p' / '-p') on one GPU under the count and the rule; the last arrival's start."""
+    from slurm_gpushare.hardware.migplace import choose
+
+    held: list = []
+    got = None
+    for step in sequence:
+        name = step[1:]
+        if step[0] == "-":
+            held.remove(next(i for i in held if i[0] == name))
+            continue
+        assert sum(weights.as_dict()[p] for p, _ in held) + weights.as_dict()[name] <= weights.capacity
+        got = choose(model, name, held, allowed=weights.profiles, rule=rule)
+        if got is not None:
+            held.append((name, got.start))
+    return got
+
+
+@pytest.mark.parametrize("rule", ["first", "least-blocking"])
+def test_exact_weights_admit_a_sequence_whose_last_slice_has_no_start(rule):
+    model = get_model("A100-SXM4-40GB")
+    exact = exact_weights(model, ("1g.5gb", "2g.10gb", "3g.20gb"))
+    bad = unsafe_sequence(model, exact, rule)
+    assert bad is not None and _replay(model, exact, bad, rule) is None  # admitted by the count, no start
+    assert unsafe_sequence(model, exact, rule) == bad  # shortest first, deterministic
+
+
+@pytest.mark.parametrize(
+    "model_name, profiles",
+    [("A100-SXM4-40GB", ("1g.5gb", "2g.10gb", "3g.20gb")), ("A30-24GB", ("1g.6gb", "2g.12gb", "4g.24gb"))],
+)
+def test_safe_weights_are_safe_and_admit_fewer_placeable_sets(model_name, profiles):
+    model = get_model(model_name)
+    safe, admitted = safe_weights(model, profiles, "first", extra_capacity=2)
+    assert unsafe_sequence(model, safe, "first") is None
+    fit = placeable_multisets(model, safe.profiles)
+    assert 0 < admitted < len(fit)
+    assert all(
+        place_layout(model, [p for p, n in zip(safe.profiles, c, strict=True) for _ in range(n)]) is not None
+        for c in fit
+        if safe.admits(c)
+    )
+    assert unsafe_sequence(model, exact_weights(model, profiles), "first") is not None

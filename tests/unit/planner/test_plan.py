@@ -625,3 +625,63 @@ def test_a_tie_on_every_order_keeps_the_policy_as_given():
     table = {"given": _orders(90, 91, 92, 93, 94, 95), "k0": _orders(90, 91, 92, 93, 94, 95)}
     result = plan(base, d, evaluate=_Scripted(names, table).evaluator, candidates=[Knobs()])
     assert result.kept_given
+
+
+# ---- per-job MIG: a candidate beside the fixed layouts ----
+
+
+def per_job_base(hooks: bool = True) -> dict:
+    base = cluster(("a", "a[1-4]", "A100-SXM4-40GB", 4, 64), ("b", "b[1-2]", "A100-SXM4-40GB", 4, 64))
+    if hooks:
+        base["cluster"]["hooks"] = {
+            "prolog": "/usr/bin/gpushare-prolog",
+            "epilog": "/usr/bin/gpushare-epilog",
+            "task_prolog": "/usr/bin/gpushare-task-prolog",
+            "job_submit_lua": True,
+        }
+    return base
+
+
+def per_job_demand() -> Demand:
+    return demand((1, 470, 4, 12), (1, 230, 4, 10), (1, 100, 2, 14), (1, 600, 4, 4), (1, 1000, 8, 6))
+
+
+def test_per_job_candidate_makes_the_mig_pool_per_job_and_says_so():
+    from slurm_gpushare.planner.evaluate import evaluator
+
+    d = per_job_demand()
+    result = plan(
+        per_job_base(),
+        d,
+        mig_fractions=True,
+        evaluate=evaluator(d, check_seeds=()),
+        candidates=[Knobs(mig_per_job=True)],
+    )
+    per_job = [s for g in result.site.groups for s in g.gpus if s.share.is_per_job_mig]
+    assert per_job and {s.model.name for s in per_job} == {"A100-SXM4-40GB"}
+    assert not any(s.share.is_mig for g in result.site.groups for s in g.gpus)  # no fixed layout left
+    assert all(r.get("round_to") != "mig" for r in result.policy["submission"]["routes"])
+    text = "\n".join(result.report)
+    assert "MIG per job on the pool's nodes" in text and "--partition=mig --gres=gpu:<slice>:1" in text
+    assert "mig per job (1g.5gb=4" in text and "(16 mig per job)" in text
+    render_all(result.site)  # the planned policy renders
+
+
+def test_plan_chooses_per_job_mig_when_it_packs_more():
+    from slurm_gpushare.planner.evaluate import evaluator
+
+    d = per_job_demand()
+    result = plan(per_job_base(), d, mig_fractions=True, evaluate=evaluator(d, check_seeds=()), search=False)
+    fixed = max(s for k, s in result.tried if not k.mig_per_job)
+    assert result.knobs.mig_per_job and result.score > fixed  # 88.92 against 81.04 on the sampled order
+
+
+def test_per_job_mig_is_not_offered_without_its_hooks_or_beside_mps():
+    from slurm_gpushare.planner.evaluate import evaluator
+
+    d = per_job_demand()
+    ev = evaluator(d, check_seeds=())
+    no_hooks = plan(per_job_base(hooks=False), d, mig_fractions=True, evaluate=ev, search=False)
+    ls = demand((1, 470, 4, 12, "LS"), (1, 230, 4, 10))
+    isolated = plan(per_job_base(), ls, isolate_qos=["LS"], evaluate=evaluator(ls, check_seeds=()), search=False)
+    assert not any(k.mig_per_job for k, _ in no_hooks.tried + isolated.tried)
