@@ -289,9 +289,12 @@ def destroy_slice(backend, device: Device, state_dir: str, sleep=time.sleep) -> 
         return destroy_instances(backend, device, sleep=sleep)
 
 
-def destroy_instances(backend, device: Device, tries: int = DESTROY_TRIES, sleep=time.sleep) -> str | None:
+def destroy_instances(
+    backend, device: Device, tries: int = DESTROY_TRIES, sleep=time.sleep, held: list[str] | None = None
+) -> str | None:
     """The CIs of the device's GI, then the GI: found by its id and start, or by the start alone where the id was
-    never journaled. IN_USE (another client) is tried again ``tries`` times."""
+    never journaled. IN_USE (another client) is tried again ``tries`` times; then, where ``held`` is given, it is
+    said there (a note: someone's client holds it, which no drain mends) instead of returned as a failure."""
     index = device.gpu_index
     for attempt in range(tries):
         try:
@@ -304,7 +307,11 @@ def destroy_instances(backend, device: Device, tries: int = DESTROY_TRIES, sleep
             return None
         except GpuError as exc:
             if exc.code != IN_USE or attempt + 1 >= tries:
-                return f"{device.profile} instance at memory slice {device.start} of GPU {index} not destroyed: {exc}"
+                why = f"{device.profile} instance at memory slice {device.start} of GPU {index} not destroyed: {exc}"
+                if exc.code == IN_USE and held is not None:
+                    held.append(f"{why}: another NVML client holds it; tried again at the next run")
+                    return None
+                return why
             sleep(DESTROY_WAIT_S)
     return None
 
@@ -335,13 +342,16 @@ def unjournaled(journals: dict[int, Journal], index: int, uuid: str, gis, proces
     return out, notes
 
 
-def destroy_unjournaled(backend, device: Device, state_dir: str) -> str | None:
-    """Destroy an instance no journal names, under the GPU's lock, unless a process uses it by now."""
+def destroy_unjournaled(backend, device: Device, state_dir: str, notes: list[str]) -> str | None:
+    """Destroy an instance no journal names, under the GPU's lock, unless a process uses it by now or another NVML
+    client holds it (each said in ``notes``: someone's work, which a drain would not mend; the next run tries
+    again). What else keeps it is returned (a failure)."""
     with flocked(gpu_lock(state_dir, device.gpu_index)):
         users = [p.pid for p in backend.processes(device.gpu_index) if p.gi_id == device.gi]
         if users:
-            return f"GI {device.gi} of GPU {device.gpu_index} not destroyed: processes {users} use it"
-        return destroy_instances(backend, device)
+            notes.append(f"GI {device.gi} of GPU {device.gpu_index} not destroyed: processes {users} use it")
+            return None
+        return destroy_instances(backend, device, tries=1, held=notes)
 
 
 def _is_its(gi: GpuInstance, device: Device) -> bool:

@@ -244,7 +244,9 @@ def execute_reconcile(plan: ReconcilePlan, store: JournalStore, mps, killer, jou
         from .perjob import destroy_unjournaled
 
         state_dir = os.path.dirname(store.dirname)
-        failed += [w for a in plan.instances if (w := destroy_unjournaled(killer.backend, a.device, state_dir))]
+        failed += [
+            w for a in plan.instances if (w := destroy_unjournaled(killer.backend, a.device, state_dir, plan.notes))
+        ]
     for stray in plan.strays:
         try:
             Path(stray.path).unlink(missing_ok=True)

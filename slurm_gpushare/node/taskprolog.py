@@ -138,16 +138,17 @@ def refusal_text(code: str, why: str) -> str:
 
 def refusal_message(job: int, value: str) -> str:
     """What a refused job's output says, by the refusal's code (the part of ``value`` before the first ':')."""
-    if value.startswith("mig-slice-requeue:"):
-        return (
-            f"job {job} is not run on this node: the MIG instance made for each job could not be made for it "
-            f"({value[:200]}); the node stays in service. The job is requeued: Slurm starts it again, here or "
-            "on another node."
+    if value.startswith(("mig-slice-requeue:", "mig-slice:")):
+        code, _, why = value.partition(":")
+        why = " ".join(why.replace("_", " ").split())[:200]  # the reason's spaces and brackets came as '_'
+        then = (
+            "The job is requeued: Slurm starts it again, here or on another node."
+            if code == "mig-slice-requeue"
+            else "Submit it again; tell the cluster's admins if it recurs."
         )
-    if value.startswith("mig-slice:"):
         return (
             f"job {job} is not run on this node: the MIG instance made for each job could not be made for it "
-            f"({value[:200]}); the node stays in service. Submit it again; tell the cluster's admins if it recurs."
+            f"({code}: {why}); the node stays in service. {then}"
         )
     if value.startswith("mps-dir-full:"):
         return (

@@ -10,8 +10,10 @@ destroys the instance. Checked here:
 
 - jobs of several profiles run at once on the node, each with its own instance of its profile on the GPU
   Slurm allocated, and every instance is gone after they end;
-- a slice that cannot be placed (a held instance in the way) fails only its own job, with the reason in its
-  output, while the node stays in service and runs the next job;
+- a slice that cannot be placed (a held instance in the way) is refused with the reason in its output and
+  requeued by the health check, while the node stays in service and runs the next job; it completes once the
+  way is free;
+- a whole-GPU job waits for a GPU to empty and gets the model's full instance;
 - a prolog killed (SIGKILL) between making the GPU instance and recording it is healed by slurmd's own health
   runs: the node is back, the half-made instance gone, the job run again;
 - a restart of the node (its container: the fake NVML loses every instance, as a reboot does) while slices
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -154,6 +157,10 @@ def slurmd_started(c: TestCluster) -> str:
     return next((f for f in out.split() if f.startswith("SlurmdStartTime=")), "")
 
 
+def restarts(c: TestCluster, job: int) -> int:
+    return int(c.job(job).get("Restarts", "0") or 0)
+
+
 def journals(c: TestCluster) -> list[str]:
     out = c.exec(NODE, ["bash", "-c", f"ls {STATE}/jobs 2>/dev/null || true"]).stdout
     return [n for n in out.split() if n.endswith(".json")]
@@ -211,27 +218,55 @@ def test_slices_of_several_profiles_run_side_by_side_each_on_its_own_instance(pe
     assert "DRAIN" not in node_flags(c)
 
 
-def test_a_slice_that_cannot_be_placed_fails_only_its_job(perjob_cluster):
+def test_a_slice_that_cannot_be_placed_is_requeued_and_affects_only_its_job(perjob_cluster):
+    """A 4g.20gb held by another NVML client at slice 0 of each GPU: Slurm's shard count still admits a 4g.20gb
+    (it knows nothing of the held instance), but no 4g.20gb placement is left. The job's tasks are refused with the
+    reason, the health check requeues it (on_slice_failure: requeue, the default), the node stays in service and
+    runs a 1g.5gb meanwhile; once the held instances go, the requeued job gets its slice and completes."""
     c = perjob_cluster
-    # A 4g.20gb held by another NVML client at slice 0 of each GPU: Slurm's shard count still admits a 4g.20gb
-    # (it knows nothing of the held instance), but no 4g.20gb placement is left; a 1g.5gb still fits.
     blocks = [node_py(c, "block", str(i), "4g.20gb", "0")["gi"] for i in (0, 1)]
     try:
         doomed = submit(c, "gpu:a100_40g_4g.20gb:1", script="echo ran\n")
-        rec = c.wait(doomed, timeout=180)
-        assert rec["State"] != "COMPLETED", rec
+        refused = wait_for(f"job {doomed} refused", lambda: "is not run on this node" in output(c, doomed), 120)
         text = output(c, doomed)
-        assert "4g.20gb" in text and "ran" not in text.split("\n")[-2:], text
+        assert refused and "4g.20gb" in text and "requeued" in text, text
+        wait_for(f"job {doomed} requeued by the health check", lambda: restarts(c, doomed) >= 1, 120)
         assert "DRAIN" not in node_flags(c), c.node_states()[NODE]
         fine = submit(c, "gpu:a100_40g_1g.5gb:1", script="echo ran\n")
         rec = c.wait(fine, timeout=180)
         assert rec["State"] == "COMPLETED", (rec, output(c, fine))
-        print(f"\nunplaceable 4g.20gb: job {doomed} {rec['State']}: {text.strip()[-300:]}")
     finally:
         for i, gi in enumerate(blocks):
             node_py(c, "unblock", str(i), str(gi))
+    rec = c.wait(doomed, timeout=300)
+    assert rec["State"] == "COMPLETED" and "ran" in output(c, doomed), (rec, output(c, doomed), c.job(doomed))
     quiet(c, timeout=240)
     assert "DRAIN" not in node_flags(c)
+    print(f"\nunplaceable 4g.20gb: job {doomed} refused ({text.strip()[:300]}), requeued, then {rec['State']}")
+
+
+def test_a_whole_gpu_job_waits_for_the_gpu_to_empty_and_gets_the_full_instance(perjob_cluster):
+    """Two slices, one on each GPU (LL_SHARED_GRES spreads them); an untyped whole-GPU request (a whole GPU on
+    this tier) waits: Slurm never allocates a GPU as gpu and as shards at once. Once one slice ends, the whole-GPU
+    job runs on that GPU with the model's full instance (7g.40gb)."""
+    c = perjob_cluster
+    slices = [submit(c, "gpu:a100_40g_1g.5gb:1"), submit(c, "gpu:a100_40g_1g.5gb:1")]
+    try:
+        gpus = [wait_for(f"job {j}'s GPU", lambda j=j: env_of(c, j).get("SLURM_JOB_GPUS"), 120) for j in slices]
+        assert sorted(gpus) == ["0", "1"], f"LL_SHARED_GRES put both slices on one GPU: {gpus}"
+        whole = submit(c, "gpu:1", script="sleep 5\n")
+        time.sleep(15)  # a scheduling pass or more: it must still wait
+        assert state_of(c, whole) == "PENDING", c.job(whole)
+        cancel(c, slices[0])
+        env = wait_for(f"job {whole}'s instance", lambda: env_of(c, whole).get("CUDA_VISIBLE_DEVICES"), 180)
+        inst = next((i for i in node_py(c, "instances") if env in i["uuids"]), None)
+        assert inst is not None and inst["profile"] == "7g.40gb" and str(inst["gpu"]) == gpus[0], (env, inst)
+        rec = c.wait(whole, timeout=120)
+        assert rec["State"] == "COMPLETED", rec
+    finally:
+        cancel(c, *slices)
+    quiet(c)
+    print(f"\nwhole GPU: job {whole} waited for GPU {gpus[0]} to empty, then ran on its 7g.40gb ({rec['State']})")
 
 
 def test_a_prolog_killed_between_making_the_instance_and_recording_it_is_healed_by_the_health_check(perjob_cluster):

@@ -159,7 +159,7 @@ def test_an_occupied_gpu_refuses_the_job_not_the_node(node, capsys):
 def test_a_bad_record_refuses_the_job(node):
     assert prolog_hook.main(node.env(71, "1", SLURM_JOB_EXTRA="gpushare-mig=1g.5gb;reboot"), runner=never_drain) == 0
     rc, out = task_prolog(node, 71, "1")
-    assert rc == 1 and "not_gpushare_s_record" in out and instances(node, 1) == []
+    assert rc == 1 and "not gpushare s record" in out and instances(node, 1) == []
 
 
 def test_the_epilog_destroys_compute_then_gpu_instance(node):
@@ -342,7 +342,7 @@ def test_no_requeue_after_the_limit_or_where_the_policy_says_fail(node, tmp_path
     restarts = {"SLURM_JOB_RESTART_COUNT": str(MAX_SLICE_REQUEUES)}
     assert prolog_hook.main({**env(node, 123, "1g.5gb"), **restarts}, runner=never_drain) == 0
     rc, out = task_prolog(node, 123)
-    assert rc == 1 and f"not_requeued_again,_requeued_{MAX_SLICE_REQUEUES}_times" in out and "Submit it again" in out
+    assert rc == 1 and f"not requeued again, requeued {MAX_SLICE_REQUEUES} times" in out and "Submit it again" in out
     assert perjob.requeue_requests(str(node.state_dir)) == {}
     raw = yaml.safe_load(POLICY.read_text())
     raw["node_groups"][3]["sharing"][0]["on_slice_failure"] = "fail"
@@ -390,8 +390,29 @@ def test_an_instance_is_not_destroyed_when_a_process_started_in_it_since_the_pla
         ci = backend.create_compute_instance(0, gi.id, A100.profile("1g.5gb").full_compute_constant)
         (found,), _ = unjournaled({}, 0, "GPU-x", backend.gpu_instances(0), backend.processes(0))
         FakeNvml(node.state).add_process(0, 5151, gi.id, ci.id)
-        assert "processes [5151] use it" in destroy_unjournaled(backend, found, str(node.state_dir))
+        notes: list[str] = []
+        assert destroy_unjournaled(backend, found, str(node.state_dir), notes) is None
+        assert len(notes) == 1 and "processes [5151] use it" in notes[0]
     assert instances(node) == [("1g.5gb", 3)]
+
+
+def test_an_instance_another_nvml_client_holds_is_a_note_never_a_failure(node):
+    """An unjournaled instance held by another NVML client (a monitoring agent, an admin's tool): its destroy answers
+    IN_USE; reconcile says so in a note and tries again at its next run instead of failing (which drains the node:
+    no drain mends someone else's client). Once released, the next run destroys it."""
+    from slurm_gpushare.node.perjob import destroy_unjournaled, unjournaled
+
+    with node.backend() as backend:
+        gi = backend.create_gpu_instance(0, A100.profile("4g.20gb").profile_id, 0)
+        FakeNvml(node.state).hold_gpu_instance(0, gi.id)
+        (found,), _ = unjournaled({}, 0, "GPU-x", backend.gpu_instances(0), backend.processes(0))
+        notes: list[str] = []
+        assert destroy_unjournaled(backend, found, str(node.state_dir), notes) is None
+        assert len(notes) == 1 and "NVML_ERROR_IN_USE" in notes[0] and "another NVML client holds it" in notes[0]
+        assert instances(node) == [("4g.20gb", 0)]
+        FakeNvml(node.state).hold_gpu_instance(0, gi.id, held=False)
+        assert destroy_unjournaled(backend, found, str(node.state_dir), notes) is None and len(notes) == 1
+    assert instances(node) == []
 
 
 def test_at_nvidias_latencies_the_hooks_stay_correct_within_the_rendered_prolog_timeout(node, monkeypatch):
