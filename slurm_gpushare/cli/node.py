@@ -510,16 +510,21 @@ def install(
     """Install what the node hooks need: the hook scripts (prolog, epilog, task
     prolog, health check, at the policy's paths: python -IS, for this
     interpreter and its import directories), /etc/gpushare/node.yaml, the state
-    dir and the policy's metrics dirs, root-owned with fixed modes. A second run
+    dir and the policy's metrics dirs, and the boot unit
+    (/etc/systemd/system/gpushare-node-boot.service, `gpushare node boot` with
+    this interpreter before slurmd starts, enabled: slurmd requires it),
+    root-owned with fixed modes. A second run
     changes nothing. An interpreter or import directory that is not root's,
     or that its group or others may write (on any component up to /), is
     refused with each path and why, and nothing is written. Files it did
     not write are refused (exit 1) unless --force;
     pip's console script of the same hook at a hook's path is kept, a link to
     it replaced by the script."""
+    from .. import systemd
     from ..live.view import live_policy_path
     from ..node import install as inst
     from ..policy import load_file
+    from ..systemd import BOOT_UNIT
 
     site = load_file(policy_path)
     policy = str(Path(policy_path).resolve())
@@ -550,6 +555,7 @@ def install(
             mps_control=mps_control,
             health_program=c.health.program,
             live_policy=live_policy_path(site) if site.policy.live.enabled else None,
+            boot_unit=(BOOT_UNIT, (systemd.DIR / BOOT_UNIT).read_text(encoding="utf-8")),
         )
     except ValueError as exc:
         raise NodeError(str(exc)) from None
@@ -560,6 +566,8 @@ def install(
         click.echo(line)
     if all(s.status == "unchanged" for s in plan):
         click.echo("nothing to do: everything is installed as wanted")
+    elif not dry_run and any(s.want.path.endswith(BOOT_UNIT) and s.status in ("create", "update") for s in plan):
+        click.echo(f"note: systemd reads {BOOT_UNIT} at the next boot, or now after `systemctl daemon-reload`")
     if any(s.status == "refuse" for s in plan):
         sys.exit(1)
 
