@@ -562,7 +562,14 @@ def install(
     plan = inst.steps(wants, root, force)
     if not dry_run:
         inst.apply(plan, root)
-    for line in inst.lines(plan, root, dry_run):
+    _say_installed(inst.lines(plan, root, dry_run), plan, dry_run)
+
+
+def _say_installed(lines: list[str], plan, dry_run: bool) -> None:
+    """What node install did, path by path, and its outcome; exit 1 when it refused any path."""
+    from ..systemd import BOOT_UNIT
+
+    for line in lines:
         click.echo(line)
     if all(s.status == "unchanged" for s in plan):
         click.echo("nothing to do: everything is installed as wanted")
