@@ -1,16 +1,20 @@
 #!/bin/bash
 # Test-cluster node setup from the site policy, run by entrypoint-node.sh
-# before the fake device files are made and slurmd starts:
-#   1. a fake NVML state for this node's GPUs (model, count, MIG mode from the
-#      policy's node group), /var/lib/gpushare/fake-nvml.json; MPS GPUs whose
-#      policy compute_mode is exclusive_process set so, as a site would
-#      (`nvidia-smi -i N -c EXCLUSIVE_PROCESS`, the fake nvidia-smi)
-#   2. `gpushare node mig apply` (MIG nodes): the policy's MIG layout
-#   3. `gpushare node gres-conf`: the node's gres.conf include (MIG devices,
-#      empty on other nodes) at the policy's cluster.paths.gres_include
-#   4. /etc/gpushare/node.yaml: policy, fake NVML and state dir for the node hooks, and
+# before the fake device files are made and slurmd starts (at every container
+# start: a `docker restart` is the node's reboot):
+#   1. the fake NVML state for this node's GPUs, /var/lib/gpushare/fake-nvml.json:
+#      kept in the container, so a restart finds it and reboots it (`fake-nvml
+#      reboot`: every MIG instance and process gone, compute modes DEFAULT, MIG
+#      mode kept on A100/A30 and lost on Hopper); a new container, or a state of
+#      other GPUs, gets a fresh one (model, count, MIG mode on where the policy's
+#      node group shares a GPU with MIG, as an admin's one-time `nvidia-smi -mig 1`)
+#   2. /etc/gpushare/node.yaml: policy, fake NVML and state dir for the node hooks, and
 #      live_policy (the live planner's policy file) when the policy has live.enabled
-#   5. /run/gpushare-textfile-dir: the policy's cluster.metrics.textfile_dir, for the
+#   3. `gpushare node boot`, as gpushare-node-boot.service runs it before slurmd on a
+#      real node: MIG mode, the MIG layout (the live policy's once the live planner
+#      wrote one), per-job MIG GPUs, MPS compute modes (exclusive_process where the
+#      policy says), the gres include at the policy's cluster.paths.gres_include
+#   4. /run/gpushare-textfile-dir: the policy's cluster.metrics.textfile_dir, for the
 #      node_exporter entrypoint-node.sh starts (absent when the policy sets none)
 # Needs the slurm-gpushare package in the image and the policy mounted at
 # $GPUSHARE_POLICY (compose: GPUSHARE_POLICY_FILE on the host). Skipped, with a
@@ -24,7 +28,7 @@ say() { echo "gpushare-node-setup[$NODE]: $*" >&2; }
 if ! command -v gpushare >/dev/null; then say "no gpushare command in this image; skipped"; exit 0; fi
 if [[ ! -s $POLICY ]]; then say "no policy at $POLICY; skipped"; exit 0; fi
 
-read -r model count mig state_dir textfile_dir exclusive live_policy < <(/opt/gpushare/bin/python - "$POLICY" "$NODE" <<'PY'
+read -r model count mig state_dir textfile_dir live_policy < <(/opt/gpushare/bin/python - "$POLICY" "$NODE" <<'PY'
 import posixpath, sys
 from slurm_gpushare.policy import load_file
 site = load_file(sys.argv[1])
@@ -36,19 +40,18 @@ group = site.group_for_node(sys.argv[2])
 mig = ",".join(str(s.index) for s in group.gpus if s.mode == "mig")
 metrics = getattr(site.cluster, "metrics", None)
 textfile_dir = getattr(metrics, "textfile_dir", None) or "-"
-exclusive = ",".join(str(s.index) for s in group.gpus if s.mode == "mps" and s.compute_mode == "exclusive_process")
-print(group.model.name, len(group.gpus), mig or "-", site.cluster.paths.state_dir, textfile_dir, exclusive or "-",
-      live_policy)
+print(group.model.name, len(group.gpus), mig or "-", site.cluster.paths.state_dir, textfile_dir, live_policy)
 PY
 )
 [[ $mig == - ]] && mig=
 if [[ $textfile_dir == - ]]; then rm -f /run/gpushare-textfile-dir; else echo "$textfile_dir" >/run/gpushare-textfile-dir; fi
 mkdir -p "$(dirname "$STATE")"
-gpushare node fake-nvml init --state "$STATE" --model "$model" --count "$count" --mig "$mig" --force
-export GPUSHARE_FAKE_NVML=$STATE
-if [[ $exclusive != - ]]; then
-  for i in ${exclusive//,/ }; do nvidia-smi -i "$i" -c EXCLUSIVE_PROCESS; done
+if [[ -s $STATE ]] && gpushare node fake-nvml reboot --state "$STATE" --model "$model" --count "$count"; then
+  say "fake NVML rebooted (a container restart)"
+else
+  gpushare node fake-nvml init --state "$STATE" --model "$model" --count "$count" --mig "$mig" --force
 fi
+export GPUSHARE_FAKE_NVML=$STATE
 # Where the node hooks (gpushare-prolog, -epilog, -task-prolog) find the policy and
 # this fake NVML: slurmd passes them none of its own environment.
 umask 022
@@ -60,10 +63,4 @@ state_dir: $state_dir
 CONF
 # live.enabled: the live planner's policy (written by `gpushare plan --live --apply`) wins while it exists
 if [[ $live_policy != - ]]; then echo "live_policy: $live_policy" >>/etc/gpushare/node.yaml; fi
-# A restarted node takes the layout the hooks follow: the live policy's once the live planner wrote one.
-LAYOUT_POLICY=$POLICY
-if [[ $live_policy != - && -s $live_policy ]]; then LAYOUT_POLICY=$live_policy; fi
-if [[ -n $mig ]]; then
-  gpushare node mig apply --policy "$LAYOUT_POLICY" --node "$NODE"
-fi
-gpushare node gres-conf --policy "$LAYOUT_POLICY" --node "$NODE"
+gpushare node boot --node-config /etc/gpushare/node.yaml --node "$NODE"

@@ -72,8 +72,9 @@ def _backend(fake_state: str | None):
 @click.group(cls=ErrorsToExitCodes)  # its own translation too: `node` also runs without `gpushare`
 def node() -> None:
     """Commands for a GPU node: check and apply the policy's MIG layout, write the
-    node's gres.conf include from live MIG state, repair what crashed hooks left
-    (reconcile), change a layout safely (relayout), build a fake NVML for test clusters."""
+    node's gres.conf include from live MIG state, make the GPUs ready before slurmd
+    starts (boot), repair what crashed hooks left (reconcile), change a layout safely
+    (relayout), build a fake NVML for test clusters."""
 
 
 @node.group()
@@ -149,13 +150,11 @@ def gres_conf(policy_path: str, node_name: str | None, fake_state: str | None, o
 
     Refused (exit 1) when the live layout differs from the policy, so it never
     disagrees with the slurm.conf `gpushare render` wrote."""
-    from ..gpu import read_mig_minors
-    from ..node.gresconf import node_gres_conf
+    from ..node.gresconf import live_gres_conf
 
     site, name, slots = _target(policy_path, node_name)
     with _backend(fake_state) as backend:
-        minors = read_mig_minors(backend.mig_minors_path) if any(s.share.is_mig for s in slots) else {}
-        text = node_gres_conf(name, slots, backend, minors)
+        text = live_gres_conf(name, slots, backend)
     if out == "-":
         click.echo(text, nl=False)
         return
@@ -164,6 +163,68 @@ def gres_conf(policy_path: str, node_name: str | None, fake_state: str | None, o
     target = Path(out or site.cluster.paths.gres_include)
     atomic_write(target, text)
     click.echo(f"node {name}: wrote {target}")
+
+
+# ---- boot: before slurmd starts (gpushare-node-boot.service) ------------------------------
+
+
+@node.command("boot")
+@click.option(
+    "--node-config",
+    "node_config",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="The node hooks' config (default /etc/gpushare/node.yaml, or $GPUSHARE_NODE_CONFIG): the policy is "
+    "its live_policy while that file exists, else its policy; its fake_nvml when --fake-nvml is not given.",
+)
+@click.option("--policy", "policy_path", default=None, type=click.Path(dir_okay=False), help="This policy instead.")
+@click.option("--node", "node_name", default=None, help="Slurm node name (default: this host's short name).")
+@click.option(
+    "--fake-nvml",
+    "fake_state",
+    envvar=FAKE_ENV,
+    type=click.Path(dir_okay=False),
+    help=f"Use the fake NVML on this state file (env {FAKE_ENV}); for test clusters only.",
+)
+@click.option("--dry-run", is_flag=True, help="Print what would be done; change nothing.")
+def boot(node_config: str | None, policy_path: str | None, node_name: str | None, fake_state, dry_run: bool) -> None:
+    """Make this node's GPUs as the policy says before slurmd starts (the gpushare-node-boot
+    systemd unit runs it): MIG mode on where the policy shares a GPU with MIG and the GPU
+    needs no reset for it (Hopper and later), the MIG layouts, no instance on per-job MIG
+    GPUs that no job's journal names, the MPS GPUs' compute modes, then the gres include
+    from the live MIG state. Exit 1, changing nothing, when something blocks it (an A100
+    or A30 whose MIG mode is off needs a GPU reset; processes on a GPU that would change;
+    another GPU model): slurmd, which requires the unit, then stays down."""
+    from ..node.boot import run_boot, write_gres_include
+    from ..node.journal import JournalStore
+    from ..node.nodeconfig import config_path, read_config
+
+    config = read_config(node_config or config_path())
+    policy, which = _boot_policy(config, policy_path)
+    site, name, slots = _target(policy, node_name)
+    click.echo(f"node {name}: policy {policy} ({which})")
+    if fake_state is None and config.fake_nvml_str is not None:
+        fake_state = config.fake_nvml_str
+    paths = site.cluster.paths
+    with _backend(fake_state) as backend:
+        changes = run_boot(name, slots, backend, JournalStore(paths.state_dir), paths.state_dir, click.echo, dry_run)
+        if dry_run and changes:
+            click.echo(f"would: then write the gres include {paths.gres_include} from the live MIG state")
+        else:
+            write_gres_include(name, slots, backend, paths.gres_include, click.echo, dry_run)
+    done = f"{changes} change(s) {'planned' if dry_run else 'made'}" if changes else "nothing to change"
+    click.echo(f"node {name}: {'would be ' if dry_run else ''}ready for slurmd ({done})")
+
+
+def _boot_policy(config, policy_path: str | None) -> tuple[str, str]:
+    """(the policy boot follows, which one it is and why)."""
+    if policy_path is not None:
+        return policy_path, "--policy"
+    if config.live_policy_str is not None and config.policy_str == config.live_policy_str:
+        return config.policy_str, f"the live planner's: live_policy in {config.path_str}"
+    if config.live_policy_str is not None:
+        return config.policy_str, f"the site's: live_policy {config.live_policy_str} not written yet"
+    return config.policy_str, f"the site's: policy in {config.path_str}"
 
 
 # ---- repairs and layout changes (run as root on the node) -------------------------------
@@ -449,16 +510,21 @@ def install(
     """Install what the node hooks need: the hook scripts (prolog, epilog, task
     prolog, health check, at the policy's paths: python -IS, for this
     interpreter and its import directories), /etc/gpushare/node.yaml, the state
-    dir and the policy's metrics dirs, root-owned with fixed modes. A second run
+    dir and the policy's metrics dirs, and the boot unit
+    (/etc/systemd/system/gpushare-node-boot.service, `gpushare node boot` with
+    this interpreter before slurmd starts, enabled: slurmd requires it),
+    root-owned with fixed modes. A second run
     changes nothing. An interpreter or import directory that is not root's,
     or that its group or others may write (on any component up to /), is
     refused with each path and why, and nothing is written. Files it did
     not write are refused (exit 1) unless --force;
     pip's console script of the same hook at a hook's path is kept, a link to
     it replaced by the script."""
+    from .. import systemd
     from ..live.view import live_policy_path
     from ..node import install as inst
     from ..policy import load_file
+    from ..systemd import BOOT_UNIT
 
     site = load_file(policy_path)
     policy = str(Path(policy_path).resolve())
@@ -489,16 +555,26 @@ def install(
             mps_control=mps_control,
             health_program=c.health.program,
             live_policy=live_policy_path(site) if site.policy.live.enabled else None,
+            boot_unit=(BOOT_UNIT, (systemd.DIR / BOOT_UNIT).read_text(encoding="utf-8")),
         )
     except ValueError as exc:
         raise NodeError(str(exc)) from None
     plan = inst.steps(wants, root, force)
     if not dry_run:
         inst.apply(plan, root)
-    for line in inst.lines(plan, root, dry_run):
+    _say_installed(inst.lines(plan, root, dry_run), plan, dry_run)
+
+
+def _say_installed(lines: list[str], plan, dry_run: bool) -> None:
+    """What node install did, path by path, and its outcome; exit 1 when it refused any path."""
+    from ..systemd import BOOT_UNIT
+
+    for line in lines:
         click.echo(line)
     if all(s.status == "unchanged" for s in plan):
         click.echo("nothing to do: everything is installed as wanted")
+    elif not dry_run and any(s.want.path.endswith(BOOT_UNIT) and s.status in ("create", "update") for s in plan):
+        click.echo(f"note: systemd reads {BOOT_UNIT} at the next boot, or now after `systemctl daemon-reload`")
     if any(s.status == "refuse" for s in plan):
         sys.exit(1)
 
@@ -561,6 +637,28 @@ def _check_replaceable(path: Path, force: bool) -> None:
         is_fake = False
     if not is_fake:
         raise NodeError(f"{path} is not a fake NVML state; refusing to replace it")
+
+
+@fake_nvml.command("reboot")
+@click.option("--state", required=True, type=click.Path(exists=True, dir_okay=False), help="The fake NVML state.")
+@click.option("--model", default=None, help="Refuse unless every GPU is of this catalogue model.")
+@click.option("--count", default=None, type=click.IntRange(1, 32), help="Refuse unless there are this many GPUs.")
+def fake_reboot(state: str, model: str | None, count: int | None) -> None:
+    """Pretend the node restarted: every MIG instance and process gone, compute modes DEFAULT, MIG mode
+    kept on A100/A30 and lost on Hopper and later (what `gpushare node boot` puts back). Exit 1 when
+    --model or --count differ from the state's GPUs (build it again with `init --force`)."""
+    from ..gpu.fakenvml import FakeNvml
+
+    fake = FakeNvml(state)
+    models = fake.gpu_models()
+    if (count is not None and len(models) != count) or (model is not None and set(models) != {model}):
+        raise NodeError(
+            f"{state} holds {len(models)} x {', '.join(sorted(set(models)))}, not "
+            f"{count or len(models)} x {model or ', '.join(sorted(set(models)))}; build it again with "
+            "`gpushare node fake-nvml init --force`"
+        )
+    fake.reboot()
+    click.echo(f"fake NVML {state}: rebooted ({len(models)} x {', '.join(sorted(set(models)))})")
 
 
 @fake_nvml.command("add-process")

@@ -290,6 +290,23 @@ class NvmlBackend:
             index, f"set compute mode {mode}", self._nvml.nvmlDeviceSetComputeMode, self._handle(index), codes[mode]
         )
 
+    def set_mig_mode(self, index: int, enabled: bool) -> None:
+        """Turn MIG mode on or off (root; Hopper and later: at once while the GPU is idle). NVML answers with an
+        activation status besides its return code: one other than success (IN_USE: a process or another client,
+        e.g. nvidia-persistenced or DCGM, holds the GPU; RESET_REQUIRED) is a GpuError with that code. The
+        driver may unbind the GPU to do it (NVML-H: its minor may change), so its handle is looked up again."""
+        operation = f"{'enable' if enabled else 'disable'} MIG mode"
+        handle = self._handle(index)
+        status = self._call(index, operation, self._nvml.nvmlDeviceSetMigMode, handle, int(enabled))
+        self._handles.pop(index, None)
+        if status:
+            detail = _describe(status)
+            if status == IN_USE:
+                detail += (
+                    ": the GPU is not idle (a process, or a client such as nvidia-persistenced or DCGM, has it open)"
+                )
+            raise GpuError(operation, index, self._uuid_for_error(index), status, detail=detail)
+
     # ---- driver, per-cgroup memory limits --------------------------------------------
 
     def driver_version(self) -> str:

@@ -166,9 +166,6 @@ DRA_OBSERVED_LATENCIES = {
     "nvmlDeviceGetMigDeviceHandleByIndex": 10.0 / 7,
 }
 
-# MIG mode across a driver unload (MIG-GS, MIG-DC): Ampere keeps it like ECC mode, in the GPU; Hopper loses it.
-# By catalogue name: the catalogue has no architecture field.
-_HOPPER_MODELS = ("H100-", "H200-")
 
 # ---- errors: pynvml's class layout (NVMLError(value) returns the subclass) ---
 
@@ -671,17 +668,24 @@ class FakeNvml:
         """The node restarts. Every GPU and compute instance is gone (MIG-GS: MIG devices do not survive a reboot
         or GPU reset), every process is killed, compute modes are DEFAULT again (NVML-H nvmlDeviceSetComputeMode:
         on Linux "not persistent across reboots"), per-cgroup memory limits go with their cgroups. GPU UUIDs stay;
-        instances made afterwards get new MIG UUIDs (the serial goes on), GI ids start over. MIG mode stays, and a
-        pending mode becomes current (the reboot resets the GPU): A100/A30 keep the mode across reboots (MIG-DC).
-        Hopper loses it when the driver unloads (MIG-GS), so on Hopper this is a node whose boot enables MIG again
-        before slurmd starts; ``unload_driver`` is the unload alone."""
+        instances made afterwards get new MIG UUIDs (the serial goes on), GI ids start over. A100/A30
+        (catalogue ``mig_mode_reset``) keep MIG mode across reboots, and a pending mode becomes current (the reboot
+        resets the GPU; MIG-DC); Hopper and later lose it with the driver's unload (MIG-GS): `gpushare node boot`
+        enables it again before slurmd starts. ``unload_driver`` is the unload alone."""
         with self._locked(write=True) as state:
             for gpu in state["gpus"]:
                 _clear_driver_state(gpu)
                 gpu["compute_mode"] = NVML_COMPUTEMODE_DEFAULT
                 gpu.pop("memory_limits", None)
-                if get_model(gpu["model"]).mig_capable:
-                    gpu["mig_current"] = gpu["mig_pending"]
+                model = get_model(gpu["model"])
+                if model.mig_capable:
+                    gpu["mig_current"] = gpu["mig_pending"] if model.mig_mode_reset else 0
+                    gpu["mig_pending"] = gpu["mig_current"]
+
+    def gpu_models(self) -> list[str]:
+        """The catalogue model of each fake GPU, in index order (what ``build`` was given)."""
+        with self._locked(write=False) as state:
+            return [gpu["model"] for gpu in state["gpus"]]
 
     def unload_driver(self) -> None:
         """The NVIDIA kernel module is unloaded and loaded again on a Hopper node: MIG mode is lost (MIG-GS), and
@@ -907,6 +911,32 @@ class FakeNvml:
             if not get_model(gpu["model"]).mig_capable:
                 _fail(NVML_ERROR_NOT_SUPPORTED)
             return [gpu["mig_current"], gpu["mig_pending"]]
+
+    def nvmlDeviceSetMigMode(self, device, mode):
+        """Hopper and later (catalogue ``mig_mode_reset`` false): the mode changes at once, without a reset, and
+        the call returns the activation status: NVML_SUCCESS, or NVML_ERROR_IN_USE while processes use the GPU
+        ("if device unbind fails because the device isn't idle", NVML-H), the mode then unchanged. What an A100 or
+        A30 does (a pending mode, a reset the caller must make) and disabling the mode under live instances no
+        source shows as NVML returns it: NotImplementedError. Root only on real GPUs: not modelled."""
+        if isinstance(device, _Mig):
+            _unconfirmed("nvmlDeviceSetMigMode on a MIG device handle")
+        if mode not in (NVML_DEVICE_MIG_DISABLE, NVML_DEVICE_MIG_ENABLE):
+            _fail(NVML_ERROR_INVALID_ARGUMENT)
+        with self._nvml(write=True) as state:
+            gpu = self._gpu(state, device)
+            model = get_model(gpu["model"])
+            if not model.mig_capable:
+                _fail(NVML_ERROR_NOT_SUPPORTED)
+            if model.mig_mode_reset:
+                _unconfirmed(f"nvmlDeviceSetMigMode on a {model.name} (MIG mode takes a GPU reset there)")
+            if mode == NVML_DEVICE_MIG_DISABLE and gpu["instances"]:
+                _unconfirmed("nvmlDeviceSetMigMode disabling MIG mode while GPU instances exist")
+            if mode == NVML_DEVICE_MIG_ENABLE and gpu.get("compute_mode") == NVML_COMPUTEMODE_EXCLUSIVE_PROCESS:
+                _unconfirmed("nvmlDeviceSetMigMode enabling MIG mode in compute mode EXCLUSIVE_PROCESS")
+            if gpu["processes"]:
+                return NVML_ERROR_IN_USE
+            gpu["mig_current"] = gpu["mig_pending"] = mode
+            return NVML_SUCCESS
 
     # ---- driver, per-cgroup memory limits (MPS v3 memory partitioning) ------------------
 
@@ -1402,7 +1432,7 @@ def _check_unload(gpus: list[dict]) -> None:
     if running:
         raise FakeNvmlError(f"processes {running} use the GPUs: the NVIDIA module cannot be unloaded")
     for gpu in gpus:
-        if not gpu["model"].startswith(_HOPPER_MODELS):
+        if get_model(gpu["model"]).mig_mode_reset:
             _unconfirmed(f"a driver unload on a {gpu['model']} (GPU {gpu['index']}); use reboot()")
         if gpu.get("compute_mode", NVML_COMPUTEMODE_DEFAULT) != NVML_COMPUTEMODE_DEFAULT or gpu.get("memory_limits"):
             _unconfirmed(f"what a driver unload does to GPU {gpu['index']}'s compute mode or memory limits")

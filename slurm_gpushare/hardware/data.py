@@ -252,6 +252,7 @@ _MODELS = (
         source="MIG-SP, MIG-GS (profiles); MPARTED (PCI IDs); OUT-PROBE (memory); SPEC (SMs)",
         note="40960 MiB with driver 580 (OUT-PROBE); 40537 MiB seen with R450 (MIG-GS). "
         "108 SMs whole GPU (SPEC); 7g.40gb has 98 (MIG-GS)",
+        mig_mode_reset=True,
     ),
     GpuModel(
         name="A100-PCIE-40GB",
@@ -268,6 +269,7 @@ _MODELS = (
         note="same GA100 chip and MIG profiles as A100-SXM4-40GB (MIG-SP lists A100 40GB without form factor); "
         "its PCI ID 0x20F110DE stays in A100-SXM4-40GB's MPARTED group; 40960 MiB with recent drivers, "
         "40536 MiB seen with R470 (OUT)",
+        mig_mode_reset=True,
     ),
     GpuModel(
         name="A100-PCIE-80GB",
@@ -282,6 +284,7 @@ _MODELS = (
         source="MIG-SP (profiles: the A100 80GB ones); OUT (values, as A100-SXM4-80GB; name, memory); SPEC (SMs)",
         note="same GA100 chip and MIG profiles as A100-SXM4-80GB; its PCI ID 0x20B510DE stays in "
         "A100-SXM4-80GB's group (MPARTED, go-nvml's label A100-PCIE-80GB)",
+        mig_mode_reset=True,
     ),
     GpuModel(
         name="A100-SXM4-80GB",
@@ -295,6 +298,7 @@ _MODELS = (
         mig_profiles=_profiles(_SHAPES_8, _A100_80),
         source="MIG-SP, OUT (profiles); MPARTED (PCI IDs, split by chip family); OUT-PROBE (memory); SPEC (SMs)",
         note="108 SMs whole GPU (SPEC); 7g.80gb has 98 (OUT)",
+        mig_mode_reset=True,
     ),
     GpuModel(
         name="A30-24GB",
@@ -308,6 +312,7 @@ _MODELS = (
         mig_profiles=_profiles(_SHAPES_4, _A30),
         source="MIG-SP, OUT (profiles, memory); MPARTED (PCI IDs); SPEC (SMs)",
         note="CI profiles follow the A100 rules by slice count (inferred)",
+        mig_mode_reset=True,
     ),
     GpuModel(
         name="H100-SXM5-80GB",

@@ -96,6 +96,9 @@ class GpuModel:
     ``compute_slices`` / ``memory_slices`` are 0 on GPUs without MIG.
     ``source`` names the reference-sheet keys the values come from; ``note``
     says which whole-GPU values are inferred or come from elsewhere.
+    ``mig_mode_reset``: changing MIG mode takes a GPU reset, and the mode is kept across reboots (Ampere:
+    A100, A30); otherwise (Hopper and later) it changes without a reset while the GPU is idle, and is lost
+    when the driver unloads (MIG-GS, MIG-DC).
     """
 
     name: str
@@ -109,6 +112,7 @@ class GpuModel:
     mig_profiles: tuple[MigProfile, ...]
     source: str
     note: str = ""
+    mig_mode_reset: bool = False
     _by_name: dict[str, MigProfile] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:

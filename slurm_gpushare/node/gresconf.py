@@ -32,6 +32,15 @@ class GresConfError(GpushareError):
     exit_code = 1
 
 
+def live_gres_conf(node: str, slots: Iterable[GpuSlot], backend) -> str:
+    """``node_gres_conf`` with the mig-minors table read from the backend's path (only where a GPU has a layout)."""
+    from ..gpu import read_mig_minors
+
+    slots = list(slots)
+    minors = read_mig_minors(backend.mig_minors_path) if any(s.share.is_mig for s in slots) else {}
+    return node_gres_conf(node, slots, backend, minors)
+
+
 def node_gres_conf(node: str, slots: Iterable[GpuSlot], backend, minors: Mapping) -> str:
     """The include text for ``node``. ``minors`` is ``parse_mig_minors`` output.
 

@@ -601,9 +601,9 @@ def check_compute_modes(slots, backend) -> list[str]:
     reloads): "GPU 0 (GPU-...) is EXCLUSIVE_PROCESS, policy default: nvidia-smi -i 0 -c DEFAULT"."""
     out = []
     for slot in slots:
-        if slot.mode != Mode.MPS:
+        want = slot.share.wanted_compute_mode
+        if not want:
             continue
-        want = (slot.compute_mode or "default").upper()
         have = backend.compute_mode(slot.index)
         if have != want:
             uuid = backend.gpu(slot.index).uuid

@@ -34,7 +34,13 @@ What is installed:
 - the state dir (``cluster.paths.state_dir``), root 0711: a job's user
   reaches its MPS pipe directory and task file by name, but lists nothing;
   the textfile collector and dcgm job mapping dirs when ``cluster.metrics``
-  sets them, root 0755 (their exporters read them).
+  sets them, root 0755 (their exporters read them);
+- the boot unit, ``/etc/systemd/system/gpushare-node-boot.service`` (the
+  shipped one, ``slurm_gpushare/systemd/``, its ``ExecStart`` running this
+  interpreter: ``python -I -m slurm_gpushare.cli node boot``), root 0644,
+  enabled as ``systemctl enable`` would: links in ``slurmd.service.requires/``
+  (slurmd does not start when it fails) and ``multi-user.target.wants/``.
+  systemd reads it at the next boot, or after ``systemctl daemon-reload``.
 
 Files it writes carry ``# written by gpushare node install`` and a
 ``# content-sha256:`` line over the rest: such a file, unedited, is replaced
@@ -65,7 +71,7 @@ ROOT_UID = ROOT_GID = 0
 @dataclass(frozen=True)
 class Want:
     path: str  # as the node sees it
-    kind: str  # "file" or "dir"
+    kind: str  # "file", "dir" or "link" (``text``: where it leads, as the node sees it)
     mode: int
     what: str
     text: str | None = None
@@ -81,6 +87,7 @@ class Found:
     uid: int = -1
     gid: int = -1
     text: str | None = None  # a file's text; a link's: that of the regular file it leads to
+    target: str | None = None  # a link's: where it leads
 
 
 @dataclass(frozen=True)
@@ -337,13 +344,15 @@ def plan_install(
     node_config: str = NODE_CONFIG,
     health_program: str | None = None,
     live_policy: str | None = None,
+    boot_unit: tuple[str, str] | None = None,
 ) -> list[Want]:
     """What a node needs, in order (directories before what may lie in them). ``import_dirs``: what ``site``
     gives ``python`` (``probe_import_dirs``), written into the hook scripts. ``prolog``, ``epilog``: the
     policy's ``cluster.hooks`` (None: not installed). ``health_program``: the policy's
     ``cluster.health.program`` (None: the health check is off, nothing installed for it). ``live_policy``: the
     file the live planner writes when the policy turns it on (node.yaml names it, so the hooks follow the
-    live layout while it exists; None: the live planner is off)."""
+    live layout while it exists; None: the live planner is off). ``boot_unit``: (name, text) of the shipped
+    boot unit, installed and enabled (``boot_unit_wants``; None: not installed)."""
     _check_paths(
         policy=policy, state_dir=state_dir, fake_nvml=fake_nvml, mps_control=mps_control, live_policy=live_policy
     )
@@ -369,6 +378,8 @@ def plan_install(
             )
         )
     wants.append(Want(node_config, "file", 0o644, "node config", node_config_text(values)))
+    if boot_unit is not None:
+        wants += boot_unit_wants(python, boot_unit[1], boot_unit[0], node_config)
     return wants + script_wants(
         python=python,
         import_dirs=import_dirs,
@@ -379,8 +390,28 @@ def plan_install(
     )
 
 
+SYSTEMD_DIR = "/etc/systemd/system"
+
+
+def boot_unit_wants(python: str, unit: str, name: str, node_config: str = NODE_CONFIG) -> list[Want]:
+    """The boot unit (``unit``: the shipped text, called ``name``) with its ExecStart running ``python``, and
+    the links that enable it, as ``systemctl enable`` makes them from its [Install] section."""
+    start = f"ExecStart={python} -I -m slurm_gpushare.cli node boot --node-config {node_config}"
+    lines = [start if line.startswith("ExecStart=") else line for line in unit.splitlines()]
+    path = f"{SYSTEMD_DIR}/{name}"
+    wants = [Want(path, "file", 0o644, "boot unit (gpushare node boot before slurmd)", marked("\n".join(lines) + "\n"))]
+    for key, suffix in (("RequiredBy", "requires"), ("WantedBy", "wants")):
+        for by in (w for line in lines if line.startswith(f"{key}=") for w in line.split("=", 1)[1].split()):
+            folder = f"{SYSTEMD_DIR}/{by}.{suffix}"
+            wants.append(Want(folder, "dir", 0o755, f"systemd {by} {key} directory"))
+            wants.append(Want(f"{folder}/{name}", "link", 0o777, f"boot unit enabled ({key}={by})", path))
+    return wants
+
+
 def decide(want: Want, found: Found, force: bool = False, owners: bool = True) -> Step:
     """What to do with one path. ``owners``: whether owners can be set (root) and so are compared."""
+    if want.kind == "link":
+        return _decide_link(want, found, force)
     owner_ok = not owners or (found.uid, found.gid) == (want.uid, want.gid)
     attrs_ok = found.mode == want.mode and owner_ok
     attrs = _attrs(want, found, owners)
@@ -418,6 +449,17 @@ def decide(want: Want, found: Found, force: bool = False, owners: bool = True) -
     return Step(want, "refuse", f"{why}: move it away or merge it by hand, or run again with --force to replace it")
 
 
+def _decide_link(want: Want, found: Found, force: bool) -> Step:
+    if found.kind == "missing":
+        return Step(want, "create")
+    if found.kind == "link" and found.target == want.text:
+        return Step(want, "unchanged")
+    what = f"a link to {found.target}" if found.kind == "link" else f"a {found.kind}"
+    if force:
+        return Step(want, "update", f"{what}; replaced (--force)")
+    return Step(want, "refuse", f"is {what}, not a link to {want.text}: remove it, or run again with --force")
+
+
 def _runs_entry(want: Want, found: Found) -> bool:
     """What was found is a script (``#!``) with the line ``want`` accepts as one of its lines."""
     lines = (found.text or "").splitlines()
@@ -448,7 +490,7 @@ def observe(target: Path) -> Found:
         return Found("missing")
     mode, uid, gid = stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid
     if stat.S_ISLNK(info.st_mode):
-        return Found("link", mode, uid, gid, _text(target) if target.is_file() else None)
+        return Found("link", mode, uid, gid, _text(target) if target.is_file() else None, os.readlink(target))
     if stat.S_ISDIR(info.st_mode):
         return Found("dir", mode, uid, gid)
     if not stat.S_ISREG(info.st_mode):
@@ -482,6 +524,9 @@ def apply(plan: list[Step], root: str | Path = "/") -> None:
         if want.kind == "dir":
             target.mkdir(parents=True, exist_ok=True)
             os.chmod(target, want.mode)
+        elif want.kind == "link":
+            assert want.text is not None  # a wanted link has its target
+            _link(target, want.text)
         elif step.status in ("create", "update"):
             assert want.text is not None  # only a file is created or updated, and a wanted file has its text
             atomic_write(target, want.text, want.mode)
@@ -489,6 +534,14 @@ def apply(plan: list[Step], root: str | Path = "/") -> None:
             os.chmod(target, want.mode)
         if owners:
             os.chown(target, want.uid, want.gid, follow_symlinks=False)
+
+
+def _link(target: Path, to: str) -> None:
+    """A symbolic link at ``target`` to ``to``, put in place by a rename (a link or file there is replaced)."""
+    temporary = target.with_name(f".{target.name}.gpushare-new")
+    temporary.unlink(missing_ok=True)
+    os.symlink(to, temporary)
+    os.replace(temporary, target)
 
 
 def lines(plan: list[Step], root: str | Path = "/", dry_run: bool = False) -> list[str]:

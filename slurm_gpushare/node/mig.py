@@ -203,7 +203,7 @@ def _compare(slot: GpuSlot, gpu: GpuState | None, present: Iterable[int]) -> _Ve
         listed = ", ".join(map(str, sorted(present))) or "none"
         text = f"GPU {slot.index}: not found on this node (NVML lists GPUs: {listed})"
         return _Verdict(text, [text])
-    mismatch = _model_mismatch(slot, gpu)
+    mismatch = model_mismatch(slot, gpu)
     if mismatch:
         return _Verdict(mismatch, [mismatch])
     if slot.share.is_per_job_mig:
@@ -215,7 +215,7 @@ def _compare(slot: GpuSlot, gpu: GpuState | None, present: Iterable[int]) -> _Ve
     return _compare_layout(slot, gpu)
 
 
-def _model_mismatch(slot: GpuSlot, gpu: GpuState) -> str | None:
+def model_mismatch(slot: GpuSlot, gpu: GpuState) -> str | None:
     try:
         live = model_for_nvml_name(gpu.name)
     except CatalogueError:

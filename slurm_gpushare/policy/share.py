@@ -148,6 +148,12 @@ class Share:
         return self.units if self.mode is Mode.MPS else self.replicas if self.mode is Mode.SHARD else 0
 
     @property
+    def wanted_compute_mode(self) -> str:
+        """The compute mode an MPS GPU must be in, by nvidia-smi's name (DEFAULT unless the policy's
+        ``compute_mode`` says EXCLUSIVE_PROCESS); '' for other shares, whose compute mode the policy leaves alone."""
+        return (self.compute_mode or "default").upper() if self.mode is Mode.MPS else ""
+
+    @property
     def exclusive_process(self) -> bool:
         """An MPS GPU in EXCLUSIVE_PROCESS: one MPS server, so one user, at a time."""
         return self.mode is Mode.MPS and self.compute_mode == "exclusive_process"

@@ -5,9 +5,13 @@
   sacctmgr).
 - ``gpushare-live.service``: the live planner's loop, ``gpushare live apply --every 60``, as root
   (it creates reservations, drains nodes and writes the slurm.conf directory; docs/admins/live-loop.md).
+- ``gpushare-node-boot.service``: on each GPU node, ``gpushare node boot`` once before slurmd starts (MIG
+  mode, MIG layouts, compute modes, the gres include; docs/admins/node-runtime.md); slurmd requires it.
+  ``gpushare node install`` installs and enables it, running the interpreter it was started with.
 
-Both run ``/usr/local/bin/gpushare`` on ``/etc/gpushare/policy.yaml``; a site with other paths copies a unit
-and edits it, or adds a drop-in (``systemctl edit``). Copy them with::
+They run ``/usr/local/bin/gpushare`` on ``/etc/gpushare/policy.yaml`` (the boot unit: on the node config,
+``/etc/gpushare/node.yaml``); a site with other paths copies a unit and edits it, or adds a drop-in
+(``systemctl edit``). Copy them with::
 
     install -m 0644 "$(python -c 'import slurm_gpushare.systemd as s; print(s.__path__[0])')"/*.service \\
         /etc/systemd/system/
@@ -18,7 +22,8 @@ from __future__ import annotations
 from pathlib import Path
 
 DIR = Path(__file__).resolve().parent
-UNITS = ("gpushare-exporter.service", "gpushare-live.service")
+UNITS = ("gpushare-exporter.service", "gpushare-live.service", "gpushare-node-boot.service")
+BOOT_UNIT = "gpushare-node-boot.service"
 
 
 def unit_paths() -> list[Path]:

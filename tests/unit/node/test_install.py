@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -115,7 +116,7 @@ def test_second_run_changes_nothing_and_says_so(tmp_path, policy):
     before = tree(root)
     result = invoke("--policy", policy, "--root", root)
     assert result.exit_code == 0, result.output
-    assert result.output.count("unchanged: ") == 8 and "nothing to do" in result.output
+    assert result.output.count("unchanged: ") == 13 and "nothing to do" in result.output  # 8 + the boot unit's 5
     assert tree(root) == before
 
 
@@ -162,8 +163,47 @@ def test_dry_run_writes_nothing(tmp_path, policy):
     root = tmp_path / "root"
     root.mkdir()
     result = invoke("--policy", policy, "--root", root, "--dry-run")
-    assert result.exit_code == 0 and result.output.count("would create: ") == 8
-    assert list(root.iterdir()) == []
+    assert result.exit_code == 0 and result.output.count("would create: ") == 13
+    assert list(root.iterdir()) == [] and "daemon-reload" not in result.output
+
+
+def test_the_boot_unit_is_installed_and_enabled_before_slurmd(tmp_path, policy):
+    root = tmp_path / "root"
+    result = invoke("--policy", policy, "--root", root)
+    assert result.exit_code == 0, result.output
+    unit = root / "etc/systemd/system/gpushare-node-boot.service"
+    text = unit.read_text()
+    assert inst.ours(text) and mode(unit) == 0o644 and f"created: {unit}: boot unit" in result.output
+    (start,) = [line for line in text.splitlines() if line.startswith("ExecStart=")]
+    assert start == (
+        f"ExecStart={sys.executable} -I -m slurm_gpushare.cli node boot --node-config /etc/gpushare/node.yaml"
+    )
+    assert "Before=slurmd.service" in text and "RequiredBy=slurmd.service" in text and "Type=oneshot" in text
+    for folder in ("slurmd.service.requires", "multi-user.target.wants"):
+        link = root / "etc/systemd/system" / folder / "gpushare-node-boot.service"
+        assert os.readlink(link) == "/etc/systemd/system/gpushare-node-boot.service", folder
+    assert "systemctl daemon-reload" in result.output
+    # the unit's command, with this checkout's package (-I would import the installed one)
+    argv = [sys.executable, "-m", "slurm_gpushare.cli", "node", "boot", "--help"]
+    started = subprocess.run(
+        argv, capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
+    assert started.returncode == 0 and "before slurmd starts" in started.stdout, started.stderr
+
+
+def test_a_link_elsewhere_is_refused_unless_forced(tmp_path, policy):
+    root = tmp_path / "root"
+    link = root / "etc/systemd/system/slurmd.service.requires/gpushare-node-boot.service"
+    link.parent.mkdir(parents=True)
+    link.symlink_to("/elsewhere.service")
+    result = invoke("--policy", policy, "--root", root)
+    assert result.exit_code == 1
+    assert f"refused: {link}: boot unit enabled (RequiredBy=slurmd.service) (is a link to /elsewhere.service" in (
+        result.output
+    )
+    assert os.readlink(link) == "/elsewhere.service"
+    result = invoke("--policy", policy, "--root", root, "--force")
+    assert result.exit_code == 0 and os.readlink(link) == "/etc/systemd/system/gpushare-node-boot.service"
 
 
 def test_wrong_modes_are_fixed(tmp_path, policy):

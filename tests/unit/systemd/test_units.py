@@ -24,7 +24,8 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_gpushare.cli import main
-from slurm_gpushare.systemd import DIR, UNITS, unit_paths
+from slurm_gpushare.node.paths import NODE_CONFIG
+from slurm_gpushare.systemd import BOOT_UNIT, DIR, UNITS, unit_paths
 from tests.conftest import ROOT
 
 ANALYZE = shutil.which("systemd-analyze")
@@ -129,7 +130,8 @@ def test_each_unit_runs_a_command_the_cli_has():
         assert helped.exit_code == 0 and path, (name, helped.output)
         for option in options:
             assert option in helped.output, f"{name}: {option} is not an option of `gpushare {' '.join(path)}`"
-        assert "--policy" in options and "/etc/gpushare/policy.yaml" in argv, (name, argv)
+        reads = ("--policy", "/etc/gpushare/policy.yaml") if name != BOOT_UNIT else ("--node-config", NODE_CONFIG)
+        assert reads[0] in options and reads[1] in argv, (name, argv)
 
 
 def test_the_units_are_in_the_wheel(tmp_path):
