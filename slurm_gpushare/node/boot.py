@@ -201,7 +201,10 @@ def execute_boot(plan: BootPlan, backend, state_dir: str, say: Callable[[str], N
             case SetComputeMode(index, _, _, want):
                 backend.set_compute_mode(index, want)
             case SweepInstance(device):
-                why = destroy_unjournaled(backend, device, state_dir)
+                held: list[str] = []  # a process or another NVML client on it: said, and slurmd still starts
+                why = destroy_unjournaled(backend, device, state_dir, held)
+                for note in held:
+                    say(f"note: {note}")
                 if why:
                     raise GpushareError(why)
             case _:
