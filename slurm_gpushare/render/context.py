@@ -148,17 +148,25 @@ def select_type_parameters(site: Site) -> str:
 
 
 def gres_conf_lines(site: Site) -> list[dict]:
-    """Non-MIG gres.conf lines per group, contiguous GPUs of one type merged into one File= range."""
+    """Non-MIG gres.conf lines per group, contiguous GPUs of one type merged into one File= range.
+
+    A node with more than one MPS GPU gets ``Flags=all_sharing`` on its mps lines: Slurm's default for mps is
+    one_sharing (src/interfaces/gres.c: "The default for MPS is to have only one gpu sharing"; gres_use_busy_dev),
+    under which, once any mps is allocated on a node, every further mps job must use that same GPU, so the node's
+    other MPS GPUs take no mps job until it empties (seen on 24.11.5: an mps:23 job pended for a GPU on a node whose
+    second MPS GPU was idle). Shards are all_sharing by default."""
     out = []
     for g in site.groups:
         lines = []
         for gtype, indexes in _runs(g):
             lines.append(f"NodeName={g.hostlist} Name=gpu Type={gtype} File={_devices(indexes)}")
+        several_mps = sum(s.share.shared_gres == "mps" for s in g.gpus) > 1
         for slot in g.gpus:
             if slot.share.shared_gres:
+                flags = " Flags=all_sharing" if several_mps and slot.share.shared_gres == "mps" else ""
                 lines.append(
                     f"NodeName={g.hostlist} Name={slot.share.shared_gres} Count={slot.share.shared_count} "
-                    f"File={slot.device}"
+                    f"File={slot.device}{flags}"
                 )
         out.append({"group": g, "lines": lines})
     return out

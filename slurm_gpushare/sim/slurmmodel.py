@@ -35,8 +35,11 @@ GRES inside the node:
   places the slice on that GPU (``sim.perjob``); a slice with no legal
   placement there is refused: its CPUs, memory and shards are released and
   the job counts as not placed (``slices_refused``; Slurm would requeue it).
-  GRES_CONF_ONE_SHARING (``gres_use_busy_dev`` in src/interfaces/gres.c) is
-  not modelled: the product's gres.conf does not set it.
+  GRES_CONF_ONE_SHARING (``gres_use_busy_dev`` in src/interfaces/gres.c:
+  once a node has any mps allocated, mps jobs must use that same GPU) is
+  Slurm's default for mps and is not modelled: the product's gres.conf sets
+  Flags=all_sharing on the mps lines of a node with several MPS GPUs
+  (render.context.gres_conf_lines), and a node with one has no choice.
 
 Node features (--constraint): a node is a candidate only when its features
 satisfy the job's constraint (src/slurmctld/node_scheduler.c filters the

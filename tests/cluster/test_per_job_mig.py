@@ -41,6 +41,8 @@ PROJECT = os.environ.get("GPUSHARE_PERJOB_PROJECT", "perjob")
 NODE = "lab-perjob01"
 FAKE = "/var/lib/gpushare/fake-nvml.json"
 STATE = "/var/lib/gpushare"
+SUITE = os.environ.get("SLURM_SUITE", "trixie")
+SLURM_VERSIONS = {"trixie": "24.11", "sid": "26.05"}  # Debian's Slurm in each image suite (docker/bootstrap.sh)
 PROFILES = ["1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"]
 ENV_SCRIPT = "env | grep -E '^(CUDA_VISIBLE_DEVICES|SLURM_JOB_GPUS|SLURM_JOB_ID)=' | sort\n"
 
@@ -113,8 +115,10 @@ elif op == "latency":
 
 
 def write_policy(work: Path) -> Path:
+    """The policy, rendered for the Slurm the images run (SLURM_SUITE=sid: 26.05, the 26.05 subset)."""
     path = work / "perjob.yaml"
-    path.write_text("# per-job MIG test cluster (tests/cluster/test_per_job_mig.py)\n" + yaml.safe_dump(POLICY))
+    raw = {**POLICY, "cluster": {**POLICY["cluster"], "slurm_version": SLURM_VERSIONS[SUITE]}}
+    path.write_text("# per-job MIG test cluster (tests/cluster/test_per_job_mig.py)\n" + yaml.safe_dump(raw))
     return path
 
 

@@ -183,3 +183,15 @@ def test_tier_fractions_match_billing_formula():
     fr = tier_fractions(site.tiers[0].groups)
     assert fr["gres/gpu:a100_40g_1g.5gb"] == pytest.approx(1 / 7)
     assert fr["gres/shard"] == 0.25 and fr["gres/mps"] == 0.01 and fr["gres/gpu:l40s"] == 1.0
+
+
+def test_mps_lines_share_all_of_a_nodes_mps_gpus():
+    """Slurm's default for mps is one_sharing: once a node has any mps allocated, every further mps job must use
+    that same GPU. A node with several MPS GPUs gets Flags=all_sharing on its mps lines; one with a single MPS
+    GPU needs none (nothing to choose)."""
+    several = load_file(ROOT / "etc" / "mps-inference.yaml")
+    lines = [line for g in ctx.gres_conf_lines(several) for line in g["lines"] if " Name=mps " in line]
+    assert lines and all(line.endswith(" Flags=all_sharing") for line in lines), lines
+    single = load_file(ROOT / "etc" / "small-lab.yaml")
+    lines = [line for g in ctx.gres_conf_lines(single) for line in g["lines"] if " Name=mps " in line]
+    assert lines and not any("Flags=" in line for line in lines), lines
