@@ -330,7 +330,9 @@ def _site_default(site: list[Line], fragment: list[Line], opts: Options, merged:
     tiers = {f.pairs[0].value for f in fragment if f.record == "partitionname"}
     ours = [f.pairs[0].value for f in fragment if f.record == "partitionname" and _is_default(f)]
     theirs = [
-        s for s in site if s.record == "partitionname" and _is_default(s) and s.pairs[0].value not in tiers | {"DEFAULT"}
+        s
+        for s in site
+        if s.record == "partitionname" and _is_default(s) and s.pairs[0].value not in tiers | {"DEFAULT"}
     ]
     if not ours or not theirs:
         return False
