@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from hostlist import collect_hostlist, expand_hostlist
 
+from ..render.header import header_ok
 from . import conf
 from .conf import Line, Pair
 from .merge import OWNED, SITE, Change
@@ -34,7 +35,7 @@ def plan_gres_conf(
 ) -> tuple[str, list[Change]]:
     """The merged gres.conf and its changes. ``site_nodes``: every node slurm.conf names (the nodes a line
     without NodeName applies to)."""
-    if not site_text:
+    if not site_text or header_ok(site_text):  # none, or the product's own rendered file
         return ours, [Change(OWNED, "gres.conf", None, "(written)", "the product's GRES for the policy's nodes")]
     site_text = unmerge(site_text) or ""
     outside = sorted(site_nodes - policy_nodes)
