@@ -316,11 +316,19 @@ def _partition_options(ours: list[Pair], site_pairs: list[Pair]) -> tuple[list[P
         if p.name not in mine:
             out.append(p)
             passed.append(f"{p.key}={p.value}")
-        elif mine[p.name].lower() != p.value.lower():
+        elif not _same_option(p.name, mine[p.name], p.value):
             differ.append(f"{p.key}={p.value} (the policy's: {mine[p.name]})")
     if state is not None:
         out.append(state)
     return out, passed, differ
+
+
+def _same_option(name: str, a: str, b: str) -> bool:
+    """Two values of a partition option that Slurm reads the same: node lists as sets of nodes, other
+    lists as sets of items, case aside."""
+    if name == "nodes":
+        return set(expand_hostlist(a)) == set(expand_hostlist(b))
+    return {x.lower() for x in conf.items(a)} == {x.lower() for x in conf.items(b)}
 
 
 def _site_default(site: list[Line], fragment: list[Line], opts: Options, merged: Merged) -> bool:

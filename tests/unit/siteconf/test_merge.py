@@ -190,3 +190,10 @@ def test_reader_handles_slurm_syntax():
     assert conf.render_pairs(list(line.pairs)) == 'PartitionName=a Nodes=x[1-2] TRESBillingWeights="CPU=1,Mem=0.25G"'
     assert conf.parse("Include /etc/slurm/nodes.conf")[0].get("Include") == "/etc/slurm/nodes.conf"
     assert conf.keys(conf.parse("A=1 B=2\nsomething\\#x=3"))["b"][0][1].value == "2"
+
+
+def test_partition_options_compare_as_slurm_reads_them(rendered):
+    site = SITE_CONF.replace(
+        "PartitionName=training Nodes=h100-[01-08]", "PartitionName=training Nodes=h100-[05-08],h100-[01-04]"
+    )
+    assert merge(rendered, site=site).refusals == []
