@@ -107,6 +107,7 @@ def plan_install(
         plan.refusals += refusals
     plan.files = {p: t for p, t in wanted.items() if existing.get(p) != t}
     plan.notes += _notes(site, existing.get(f"{d}/cgroup.conf"), gres, site_nodes - opts.policy_nodes)
+    plan.notes += include_notes(slurm_conf, d)
     return plan
 
 
@@ -134,7 +135,22 @@ def _notes(site: Site, cgroup: str | None, gres: str, outside: frozenset[str]) -
             f"gres.conf includes {site.cluster.paths.gres_include} on every node: on the nodes outside the policy "
             f"({len(outside)}) make it an empty file (`install -D -m 0644 /dev/null {site.cluster.paths.gres_include}`)"
         )
+    if outside and site.cluster.health.program:
+        notes.append(
+            f"HealthCheckProgram {site.cluster.health.program} is one program for every node: the nodes outside the "
+            f"policy ({len(outside)}) run it too, and it is installed only on the policy's nodes"
+        )
     return notes
+
+
+def include_notes(slurm_conf: str, directory: str) -> list[str]:
+    """The site's own Include lines: what they set is not read by the merge."""
+    return [
+        f"slurm.conf includes {line.get('Include')} (line {line.number}): keys, nodes and partitions set there "
+        "are not merged; check them against the changes above"
+        for line in conf.parse(unmerge(slurm_conf))
+        if line.first is not None and line.first.name == "include"
+    ]
 
 
 # ---- side effects ----------------------------------------------------------------------------------

@@ -70,3 +70,11 @@ def test_the_installed_job_submit_lua_runs_the_site_rule(tmp_path, site_dir):
     res = script.submit({"tres_per_node": "gres/shard:1"})
     assert res.rc == -1 and res.user == ["site rule: give your job a time limit (--time)"]
     assert script.submit({"time_limit": 30, "tres_per_node": "gres/shard:1"}).rc == 0
+
+
+def test_notes_say_what_the_merge_does_not_see(tmp_path, site_dir):
+    conf = site_dir / "slurm.conf"
+    conf.write_text(conf.read_text() + "Include nodes-extra.conf\n")
+    res = install(str(policy_for(tmp_path, site_dir)), "--dry-run")
+    assert "note: slurm.conf includes nodes-extra.conf (line 31): keys, nodes and partitions set there" in res.output
+    assert "the nodes outside the policy (6) run it too" in res.output
