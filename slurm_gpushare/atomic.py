@@ -11,8 +11,9 @@ import stat  # loaded by os already: free
 from contextlib import contextmanager
 
 
-def atomic_write(path: str | os.PathLike[str], text: str, mode: int = 0o644) -> None:
-    """Write ``text`` to ``path`` atomically with permissions ``mode`` (mkstemp alone makes 0600).
+def atomic_write(path: str | os.PathLike[str], text: str | bytes, mode: int = 0o644) -> None:
+    """Write ``text`` (UTF-8; bytes as they are) to ``path`` atomically with permissions ``mode`` (mkstemp
+    alone makes 0600).
 
     The mode is set on the open descriptor (``fchmod``), not by name: a name swapped for a link between the
     write and the chmod would lend the mode to the link's target. Before the rename the name must still be
@@ -22,8 +23,8 @@ def atomic_write(path: str | os.PathLike[str], text: str, mode: int = 0o644) -> 
     os.makedirs(parent, exist_ok=True)
     fd, tmp = _create_temp(path)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text if isinstance(text, bytes) else text.encode("utf-8"))
             fh.flush()
             os.fsync(fh.fileno())
             os.fchmod(fh.fileno(), mode)  # on the file written, never on whatever the name points to now

@@ -20,11 +20,26 @@ def main() -> None:
 
 
 def _register() -> None:
-    from . import accounts, catalogue, check, config, exporter, live, node, offers, schema, slurm, testcluster, usage
+    from . import (
+        accounts,
+        catalogue,
+        check,
+        config,
+        exporter,
+        install,
+        live,
+        node,
+        offers,
+        schema,
+        slurm,
+        testcluster,
+        usage,
+    )
     from . import plan as planning
 
     for cmd in (
         *config.COMMANDS,
+        *install.COMMANDS,
         catalogue.catalogue,
         *node.COMMANDS,
         *check.COMMANDS,

@@ -214,6 +214,7 @@ class NodeSpec:
     gpus: tuple[GpuSpec, ...]
     textfile_dir: str | None = None  # cluster.metrics: off when None
     dcgm_job_mapping_dir: str | None = None
+    site_health_program: str | None = None  # cluster.health.site_program: run by the health check first
     format: str = SPEC_FORMAT
 
     def to_json(self) -> dict:
@@ -286,6 +287,7 @@ def build_spec(policy: str | Path, node: str, digest: str) -> NodeSpec:
         gpus=gpus,
         textfile_dir=metrics.textfile_dir,
         dcgm_job_mapping_dir=metrics.dcgm_job_mapping_dir,
+        site_health_program=site.cluster.health.site_program,
     )
 
 

@@ -118,6 +118,14 @@ class Health(Strict):
         pattern=ABS_PATH,
         description="HealthCheckProgram: the absolute path of `gpushare-node-health`; null: no health check",
     )
+    site_program: str | None = Field(
+        None,
+        pattern=ABS_PATH,
+        description=(
+            "the site's own health program (e.g. NHC), run by `gpushare-node-health` before its own checks; "
+            "its exit code and the drains it makes are kept apart from ours. null: none"
+        ),
+    )
     interval: int = Field(300, ge=10, le=86400, description="HealthCheckInterval in seconds")
     node_state: list[Literal["ANY", "ALLOC", "IDLE", "MIXED", "NONDRAINED_IDLE", "CYCLE"]] = Field(
         ["ANY"], description="HealthCheckNodeState: ANY alone, or states, with CYCLE to spread the runs"
@@ -474,6 +482,19 @@ class Route(Strict):
     )
 
 
+class SiteLua(Strict):
+    """A site's own job_submit.lua, kept as a module that the generated job_submit.lua runs."""
+
+    path: str = Field(
+        pattern=ABS_PATH,
+        description="where the site's job_submit.lua is kept (`gpushare install` moves it there), e.g. "
+        "/etc/slurm/job_submit_site.lua",
+    )
+    order: Literal["before", "after"] = Field(
+        "before", description="run the site's rules before or after ours; the first to refuse a job decides"
+    )
+
+
 class Submission(Strict):
     reject_multi_slice: bool = Field(True, description="reject shard:N>1 and shared GRES asked per task or socket")
     fail_open: bool = Field(
@@ -487,6 +508,9 @@ class Submission(Strict):
         {}, description=('name: "gpu:<type>" | "shard" | "mps:<1-100>", so --gres=gpu:<name>:1 works')
     )
     routes: list[Route] = Field([], description="class routing, first match wins (what `gpushare plan` writes)")
+    site_lua: SiteLua | None = Field(
+        None, description="a site's own job_submit.lua, chained before or after ours; null: none"
+    )
 
 
 class Billing(Strict):

@@ -206,7 +206,7 @@ def prelude(site: Site, data: dict | None = None) -> str:
     ``data`` replaces the policy tables (tests inject broken ones).
     """
     tables = build_tables(site)
-    data = lua_data(tables) if data is None else data
+    data = lua_data(tables) | site_lua_data(site) if data is None else data
     messages = lua_texts(_texts({**tb.MESSAGES, **tb.SCRIPT_MESSAGES}, tables))
     codes = lua_texts(_texts(tb.CODES, tables))
     return (
@@ -214,6 +214,12 @@ def prelude(site: Site, data: dict | None = None) -> str:
         .get_template(PRELUDE)
         .render(version=site.version, tables=to_lua(data), messages=messages, codes=codes)
     )
+
+
+def site_lua_data(site: Site) -> dict:
+    """The site's own job_submit.lua the program chains (policy submission.site_lua), when there is one."""
+    chained = site.policy.submission.site_lua
+    return {} if chained is None else {"site_lua": {"path": chained.path, "order": chained.order}}
 
 
 def render_body(site: Site, data: dict | None = None) -> str:

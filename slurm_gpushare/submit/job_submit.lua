@@ -1200,3 +1200,48 @@ end
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
   return guarded("slurm_job_modify", modify_job, job_desc, job_rec, modify_uid)
 end
+
+-- A site's own job_submit.lua (policy submission.site_lua), kept as a module and run before or after
+-- these rules: the first that does not return SUCCESS decides. An error inside it rejects the job
+-- (slurmctld would let it through past our rules).
+if P.site_lua ~= nil then
+  local ours_submit, ours_modify = slurm_job_submit, slurm_job_modify
+  slurm_job_submit, slurm_job_modify = nil, nil
+  dofile(P.site_lua.path)
+  local site_submit, site_modify = slurm_job_submit, slurm_job_modify
+  local function site_guarded(fn, where)
+    if fn == nil then
+      return nil
+    end
+    return function(...)
+      local ok, rc = pcall(fn, ...)
+      if ok and type(rc) == "number" then
+        return rc
+      end
+      slurm.log_error("%s", msg("site_lua_error", { path = P.site_lua.path, where = where, error = tostring(rc) }))
+      slurm.log_user("%s", msg("site_lua_user", {}))
+      return slurm.ERROR
+    end
+  end
+  local function chain(first, second)
+    return function(...)
+      if first ~= nil then
+        local rc = first(...)
+        if rc ~= slurm.SUCCESS then
+          return rc
+        end
+      end
+      if second == nil then
+        return slurm.SUCCESS
+      end
+      return second(...)
+    end
+  end
+  site_submit = site_guarded(site_submit, "slurm_job_submit")
+  site_modify = site_guarded(site_modify, "slurm_job_modify")
+  if P.site_lua.order == "after" then
+    slurm_job_submit, slurm_job_modify = chain(ours_submit, site_submit), chain(ours_modify, site_modify)
+  else
+    slurm_job_submit, slurm_job_modify = chain(site_submit, ours_submit), chain(site_modify, ours_modify)
+  end
+end

@@ -117,6 +117,9 @@ SCRIPT_MESSAGES = {
     "internal_user": "gpushare: internal error in gpushare's job_submit.lua, so the job was rejected to be safe "
     "(fail closed); please tell your cluster admins. Error: {error}",
     "bad_return": "returned {value} instead of a return code",
+    "site_lua_error": "gpushare job_submit: the site's {path} failed in {where}: {error} (the job is rejected)",
+    "site_lua_user": "gpushare: the site's own job submission rules failed, so the job was rejected to be safe; "
+    "please tell your cluster admins",
 }
 CODES = {
     "bad_request": "BAD_REQUEST {field}",

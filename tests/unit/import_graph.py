@@ -128,6 +128,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "outfiles",
         "examples",
         "systemd",
+        "siteconf",
     ),
     ("sim",),
     ("policy", "hardware", "gpu", "slurm", "slurmversion", "sitepolicy"),

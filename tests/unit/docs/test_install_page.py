@@ -28,7 +28,7 @@ def test_the_install_page_has_a_block_for_every_step_and_role():
         "pip install 'slurm-gpushare[nvml]'",
         "gpushare validate",
         "gpushare render",
-        "Include ",
+        "gpushare install /etc/gpushare/policy.yaml",
         "gpushare node install",
         "gpushare node gres-conf",
         "scontrol reconfigure",
@@ -36,7 +36,7 @@ def test_the_install_page_has_a_block_for_every_step_and_role():
         "slurm_gpushare.systemd",
         "gpushare-exporter.service",
         "gpushare-live.service",
-        "slurm.conf.before-gpushare slurm.conf",
+        "gpushare install --slurm-conf-dir /etc/slurm --rollback",
         "gpushare node reconcile",
         "state=resume",
     ):

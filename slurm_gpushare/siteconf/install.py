@@ -1,0 +1,229 @@
+"""`gpushare install`: join the site's slurm.conf directory, with a backup that rollback restores byte for byte.
+
+``plan_install`` (pure) takes the policy, its rendered files and what the directory holds today, and
+gives the files to write, every change with its reason, and what it refuses. ``execute_install``
+copies the original bytes (and modes) of every file it will change into
+``DIR/.gpushare-backup/<timestamp>/`` with a manifest, then writes each file atomically.
+``rollback`` restores the newest backup (files the install created are removed) and marks it
+rolled back, so a second rollback undoes the install before it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hostlist import expand_hostlist
+
+from ..errors import GpushareError
+from ..policy import Site
+from ..render.header import header_ok
+from . import conf
+from .gres import plan_gres_conf
+from .jobsubmit import plan_job_submit
+from .merge import OWNED, Change, Options, plan_slurm_conf, unmerge
+
+BACKUP = ".gpushare-backup"
+MANIFEST = "manifest.json"
+FRAGMENT = "slurm-gpushare.conf"
+_MARK = "# Merged by `gpushare install` for this directory's slurm.conf; content-sha256: "
+
+
+class InstallError(GpushareError):
+    """The install would take over what the site set, or cannot read or write the directory."""
+
+    exit_code = 1
+
+
+@dataclass
+class Plan:
+    files: dict[str, str] = field(default_factory=dict)  # absolute path -> text to write (changed ones only)
+    changes: list[Change] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def marked(text: str) -> str:
+    return f"{_MARK}{hashlib.sha256(text.encode()).hexdigest()}\n{text}"
+
+
+def marked_ok(text: str) -> bool:
+    """The include as `gpushare install` wrote it, unedited."""
+    first, _, body = text.partition("\n")
+    return first.startswith(_MARK) and first[len(_MARK) :] == hashlib.sha256(body.encode()).hexdigest()
+
+
+def paths_to_read(site: Site, directory: Path) -> list[Path]:
+    names = [directory / n for n in ("slurm.conf", FRAGMENT, "gres.conf", "job_submit.lua", "cgroup.conf")]
+    chained = site.policy.submission.site_lua
+    return names + ([Path(chained.path)] if chained else [])
+
+
+def read_existing(paths: list[Path]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for path in paths:
+        try:
+            out[str(path)] = path.read_bytes().decode("utf-8", errors="surrogateescape")
+        except FileNotFoundError:
+            out[str(path)] = None
+        except OSError as exc:
+            raise InstallError(f"cannot read {path}: {exc.strerror}") from None
+    return out
+
+
+def plan_install(
+    site: Site, rendered: dict[str, str], directory: Path, existing: dict[str, str | None], opts: Options
+) -> Plan:
+    """Every file the install writes and why (pure: ``existing`` is what each path holds, None if absent)."""
+    plan, d = Plan(), str(directory)
+    slurm_conf = existing.get(f"{d}/slurm.conf")
+    if slurm_conf is None:
+        raise InstallError(f"{d}/slurm.conf does not exist: a new cluster starts from `gpushare render`'s slurm.conf")
+    merged = plan_slurm_conf(slurm_conf, rendered[FRAGMENT], opts)
+    plan.changes += merged.changes
+    plan.refusals += merged.refusals
+    fragment_now = existing.get(f"{d}/{FRAGMENT}")
+    if fragment_now is not None and not (marked_ok(fragment_now) or header_ok(fragment_now) or opts.force):
+        plan.refusals.append(f"{d}/{FRAGMENT} was edited or not written by gpushare: move it away, or --force")
+    site_nodes = frozenset(_site_nodes(slurm_conf))
+    gres, gres_changes = plan_gres_conf(
+        existing.get(f"{d}/gres.conf"), rendered["gres.conf"], opts.policy_nodes, site_nodes
+    )
+    plan.changes += gres_changes
+    wanted = {f"{d}/slurm.conf": merged.slurm_conf, f"{d}/{FRAGMENT}": marked(merged.fragment), f"{d}/gres.conf": gres}
+    if site.cluster.hooks.job_submit_lua:
+        chained = site.policy.submission.site_lua
+        site_lua = (chained.path, chained.order) if chained else None
+        module_now = existing.get(chained.path) if chained else None
+        files, changes, refusals = plan_job_submit(
+            d, existing.get(f"{d}/job_submit.lua"), rendered["job_submit.lua"], site_lua, module_now, opts.force
+        )
+        wanted.update(files)
+        plan.changes += changes
+        plan.refusals += refusals
+    plan.files = {p: t for p, t in wanted.items() if existing.get(p) != t}
+    plan.notes += _notes(site, existing.get(f"{d}/cgroup.conf"), gres, site_nodes - opts.policy_nodes)
+    plan.notes += include_notes(slurm_conf, d)
+    return plan
+
+
+def _site_nodes(slurm_conf: str) -> list[str]:
+    out = []
+    for line in conf.parse(unmerge(slurm_conf)):
+        name = line.get("NodeName") if line.record == "nodename" else None
+        if name and name.upper() != "DEFAULT":
+            out += expand_hostlist(name)
+    return out
+
+
+def _notes(site: Site, cgroup: str | None, gres: str, outside: frozenset[str]) -> list[str]:
+    notes = []
+    constrained = cgroup is not None and any(
+        p.name == "constraindevices" and p.value.lower() == "yes" for line in conf.parse(cgroup) for p in line.pairs
+    )
+    if not constrained:
+        notes.append(
+            "cgroup.conf has no ConstrainDevices=yes: jobs would see every GPU; "
+            "add it (or copy the rendered cgroup.conf)"
+        )
+    if outside and f"Include {site.cluster.paths.gres_include}" in gres:
+        notes.append(
+            f"gres.conf includes {site.cluster.paths.gres_include} on every node: on the nodes outside the policy "
+            f"({len(outside)}) make it an empty file (`install -D -m 0644 /dev/null {site.cluster.paths.gres_include}`)"
+        )
+    if outside and site.cluster.health.program:
+        notes.append(
+            f"HealthCheckProgram {site.cluster.health.program} is one program for every node: the nodes outside the "
+            f"policy ({len(outside)}) run it too, and it is installed only on the policy's nodes"
+        )
+    return notes
+
+
+def include_notes(slurm_conf: str, directory: str) -> list[str]:
+    """The site's own Include lines: what they set is not read by the merge."""
+    return [
+        f"slurm.conf includes {line.get('Include')} (line {line.number}): keys, nodes and partitions set there "
+        "are not merged; check them against the changes above"
+        for line in conf.parse(unmerge(slurm_conf))
+        if line.first is not None and line.first.name == "include"
+    ]
+
+
+# ---- side effects ----------------------------------------------------------------------------------
+
+
+def execute_install(plan: Plan, directory: Path, now: float | None = None) -> Path | None:
+    """Back up every file the plan changes, then write each atomically. The backup directory, or None when
+    nothing changes."""
+    if not plan.files:
+        return None
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now if now is not None else time.time()))
+    backup = directory / BACKUP / stamp
+    n = 0
+    while backup.exists():
+        n += 1
+        backup = directory / BACKUP / f"{stamp}.{n}"
+    backup.mkdir(parents=True, mode=0o700)
+    entries = []
+    for i, path in enumerate(sorted(plan.files)):
+        entries.append(_save(Path(path), backup, i))
+    manifest = {"format": 1, "created": stamp, "files": entries}
+    from ..atomic import atomic_write
+
+    atomic_write(backup / MANIFEST, json.dumps(manifest, indent=2) + "\n", mode=0o600)
+    for path, text in plan.files.items():
+        mode = next((e["mode"] for e in entries if e["path"] == path and e["existed"]), 0o644)
+        atomic_write(path, text.encode("utf-8", errors="surrogateescape"), mode=mode)
+    return backup
+
+
+def _save(path: Path, backup: Path, i: int) -> dict:
+    from ..atomic import atomic_write
+
+    try:
+        data, st = path.read_bytes(), path.stat()
+    except FileNotFoundError:
+        return {"path": str(path), "existed": False}
+    atomic_write(backup / f"file{i}", data, mode=0o600)
+    sha = hashlib.sha256(data).hexdigest()
+    return {"path": str(path), "existed": True, "copy": f"file{i}", "mode": st.st_mode & 0o7777, "sha256": sha}
+
+
+def rollback(directory: Path) -> list[str]:
+    """Restore the newest backup not yet rolled back; one line per file."""
+    from ..atomic import atomic_write
+
+    root = directory / BACKUP
+    backups = (
+        sorted(p for p in root.iterdir() if p.is_dir() and not p.name.endswith(".rolled-back")) if root.is_dir() else []
+    )
+    if not backups:
+        raise InstallError(f"no install to roll back in {root}")
+    backup = backups[-1]
+    manifest = json.loads((backup / MANIFEST).read_text(encoding="utf-8"))
+    copies = {}
+    for entry in manifest["files"]:
+        if entry["existed"]:
+            copies[entry["path"]] = data = (backup / entry["copy"]).read_bytes()
+            if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+                raise InstallError(
+                    f"{backup / entry['copy']}: not the bytes of {entry['path']} it backed up; nothing restored"
+                )
+    lines = []
+    for entry in manifest["files"]:
+        path = Path(entry["path"])
+        if not entry["existed"]:
+            path.unlink(missing_ok=True)
+            lines.append(f"removed {path} (the install created it)")
+            continue
+        atomic_write(path, copies[entry["path"]], mode=entry["mode"])
+        lines.append(f"restored {path} ({len(copies[entry['path']])} bytes, mode {entry['mode']:04o})")
+    os.rename(backup, backup.with_name(backup.name + ".rolled-back"))
+    return lines
+
+
+__all__ = ["OWNED", "InstallError", "Plan", "execute_install", "plan_install", "read_existing", "rollback"]

@@ -1,0 +1,47 @@
+"""A realistic existing site (tests/unit/siteconf/site/): its own prolog and epilog, NHC, a job_submit.lua rule,
+a partition with AllowGroups, a QOS, OverSubscribe, DefMemPerGPU, a licence in the accounted TRES, and GPU nodes
+outside the policy; and the mixed-production policy that joins it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+SITE = Path(__file__).parent / "site"
+
+
+def policy_for(tmp: Path, directory: Path, **changes) -> Path:
+    raw = yaml.safe_load((ROOT / "etc" / "mixed-production.yaml").read_text())
+    raw["cluster"].setdefault("paths", {})["slurm_conf_dir"] = str(directory)
+    if changes.get("site_program", True):
+        raw["cluster"].setdefault("health", {})["site_program"] = "/usr/sbin/nhc"
+    if changes.get("site_lua", True):
+        raw.setdefault("submission", {})["site_lua"] = {
+            "path": str(directory / "job_submit_site.lua"),
+            "order": "before",
+        }
+    path = tmp / "policy.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.fixture
+def site_dir(tmp_path) -> Path:
+    directory = tmp_path / "etc-slurm"
+    shutil.copytree(SITE, directory)
+    (directory / "cgroup.conf").write_text("ConstrainDevices=yes\n")
+    return directory
+
+
+def snapshot(directory: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under ``directory`` but the backups: its bytes and mode."""
+    return {
+        str(p.relative_to(directory)): (p.read_bytes(), p.stat().st_mode & 0o7777)
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and ".gpushare-backup" not in p.parts
+    }
