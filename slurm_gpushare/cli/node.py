@@ -459,6 +459,7 @@ def install(
     from ..live.view import live_policy_path
     from ..node import install as inst
     from ..policy import load_file
+    from ..render.context import job_container, ns_caps_path
 
     site = load_file(policy_path)
     policy = str(Path(policy_path).resolve())
@@ -489,6 +490,7 @@ def install(
             mps_control=mps_control,
             health_program=c.health.program,
             live_policy=live_policy_path(site) if site.policy.live.enabled else None,
+            ns_caps=ns_caps_path(site) if job_container(site) is not None else None,
         )
     except ValueError as exc:
         raise NodeError(str(exc)) from None

@@ -95,6 +95,7 @@ class Device:
     visible: str | None = None
     profile: str | None = None
     start: int | None = None
+    minor: int | None = None  # per-job MIG: the GPU's device minor (/dev/nvidia<minor>), for its capability files
 
     @property
     def per_job(self) -> bool:
@@ -120,7 +121,7 @@ class Device:
         return self.mode in (Mode.MPS, Mode.SHARD)
 
 
-_PER_JOB = ("profile", "start")  # Device's per-job MIG fields: in a journal only when set
+_PER_JOB = ("profile", "start", "minor")  # Device's per-job MIG fields: in a journal only when set
 
 
 @record

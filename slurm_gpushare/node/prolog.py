@@ -187,7 +187,8 @@ def _device(job: JobEnv, index: int, node: NodeLayout, live: ObservedState, reas
         # a job without a record holds the GPU whole and gets its full instance, made the same way
         from .perjob import planned
 
-        return planned(Device(index, gpu.index, gpu.uuid, mode), job.mig_profile, node.models.get(gpu.index, ""))
+        device = Device(index, gpu.index, gpu.uuid, mode, minor=gpu.minor)
+        return planned(device, job.mig_profile, node.models.get(gpu.index, ""))
     if (mig is not None) != share.is_mig:
         reasons.append(
             f"{gpu.label}: gres.conf declares it {'as MIG instances' if mig else 'whole'} but the policy "
