@@ -95,7 +95,7 @@ class Device:
     visible: str | None = None
     profile: str | None = None
     start: int | None = None
-    minor: int | None = None  # per-job MIG: the GPU's device minor (/dev/nvidia<minor>), for its capability files
+    minor: int | None = None  # MIG devices: the GPU's device minor (/dev/nvidia<minor>), for its capability files
 
     @property
     def per_job(self) -> bool:

@@ -201,7 +201,9 @@ def _device(job: JobEnv, index: int, node: NodeLayout, live: ObservedState, reas
             [p for p in gpu.processes if (p.gi_id, p.ci_id) == (mig.gi_id, mig.ci_id)],
             reasons,
         )
-        return Device(index, gpu.index, gpu.uuid, mode, mig.uuid, mig.gi_id, mig.ci_id, visible=mig.uuid)
+        return Device(
+            index, gpu.index, gpu.uuid, mode, mig.uuid, mig.gi_id, mig.ci_id, visible=mig.uuid, minor=gpu.minor
+        )
     if share.mode is Mode.MPS and job.mps_percentage is not None:
         return Device(index, gpu.index, gpu.uuid, mode, visible=gpu.uuid)
     if share.mode is Mode.SHARD:
