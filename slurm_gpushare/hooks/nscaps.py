@@ -23,9 +23,9 @@ def ns_caps(environ, runner=None) -> None:
     job_id = job_id_from_env(environ)
     ns = ns_file(environ)
     config, spec = load(environ)
-    store = JournalStore(spec.state_dir)
-    with store.locked():
-        journal = store.read(job_id)
+    # without the journal lock: another job's prolog holds it while it makes instances (tens of seconds), longer
+    # than CloneNSScript_Wait; this job's prolog has ended and written its journal whole
+    journal = JournalStore(spec.state_dir).peek(job_id)
     if journal is None or not needs_isolation(journal, {g.index: g.share for g in spec.gpus}):
         return
     _build(job_id, ns, journal, config, runner)

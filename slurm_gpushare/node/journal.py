@@ -304,6 +304,18 @@ class JournalStore:
             aside = self._set_aside(job_id, path, str(bad))
             raise JournalError(f"{aside}; what the job holds on the GPUs is unknown") from None
 
+    def peek(self, job_id: int) -> Journal | None:
+        """The job's journal read without the lock (a journal is replaced whole, by rename), for a hook that must
+        not wait on other jobs' prologs: None without one; an unreadable one raises JournalError naming it and
+        is left where it is (only a holder of the lock sets one aside)."""
+        path = self.file(job_id)
+        try:
+            return _parse(job_id, path)
+        except FileNotFoundError:
+            return None
+        except _Bad as bad:
+            raise JournalError(f"{path}: {bad}") from None
+
     def remove(self, job_id: int) -> bool:
         _unlink(self.task_file(job_id))
         try:

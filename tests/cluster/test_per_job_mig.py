@@ -49,7 +49,8 @@ POLICY = {
     "version": 1,
     "cluster": {
         "name": "lab",
-        "slurm_version": "24.11",
+        # rendered for the suite's Slurm: job_container/tmpfs on 24.11, namespace/tmpfs on 26.05 (SLURM_SUITE=sid)
+        "slurm_version": "26.05" if os.environ.get("SLURM_SUITE") == "sid" else "24.11",
         "controller": "slurmctld",
         "accounting": {"host": "slurmdbd"},
         "slurmd_config_overrides": True,

@@ -173,3 +173,24 @@ def test_the_caps_major_is_the_drivers_or_the_fakes(tmp_path):
     assert caps_major(fake=True, path=str(devices)) == FAKE_CAPS_MAJOR
     with pytest.raises(MigMinorsError, match="no nvidia-caps character device"):
         caps_major(path=str(devices))
+
+
+def test_the_journal_is_read_without_waiting_for_other_jobs_prologs(node):
+    """Another job's prolog holds the journal lock while it makes instances (tens of seconds, more than
+    CloneNSScript_Wait): the hook reads its own job's journal, written whole, without the lock."""
+    made(node, 69)
+    store = JournalStore(node.state_dir)
+    with store.locked():  # as a neighbour's prolog would, for the whole run
+        run = Recorder()
+        assert nscaps_hook.main(ns_env(node, 69), runner=run) == 0
+    assert any(c[0] == "mknod" for c in run.inside())
+
+
+def test_an_unreadable_journal_fails_the_job_and_is_left_for_the_lock_holders(node, capsys):
+    made(node, 70)
+    path = JournalStore(node.state_dir).file(70)
+    with open(path, "w") as fh:
+        fh.write("{not json")
+    assert nscaps_hook.main(ns_env(node, 70), runner=Recorder()) == 1
+    assert "70.json" in capsys.readouterr().err
+    assert open(path).read() == "{not json"
