@@ -62,6 +62,48 @@ if [[ ${GPUSHARE_NODE_EXPORTER:-1} == 1 ]]; then
   fi
 fi
 
+# A job container (JobContainerType / NamespaceType: per-job MIG isolation) binds each job's new mount namespace
+# file under BasePath, and the kernel refuses that bind (EINVAL, "ns base mount failed") unless the new namespace's
+# id is above that of slurmd's own namespace (fs/namespace.c mnt_ns_loop). On a real node slurmd runs in the
+# initial namespace, the lowest id; in this container its namespace is one of many on the host, and Linux 6.18
+# hands namespace ids out from per-CPU ranges, so a job's namespace made on another CPU can get a lower id than
+# the container's (seen: ids 12278-12287 refused beside the container's 15337, 15357 and up accepted). Before
+# slurmd starts, each CPU makes throwaway namespaces until it hands out ids above the container's.
+if grep -Eq '^(JobContainerType|NamespaceType)=' /etc/slurm/slurm.conf 2>/dev/null; then
+  python3 - <<'PY' || say "could not raise the mount namespace ids (jobs may fail: ns base mount failed)"
+import fcntl, os, struct, sys
+NS_GET_MNTNS_ID = (2 << 30) | (8 << 16) | (0xB7 << 8) | 5  # _IOR(0xb7, 5, __u64), Linux 6.10+
+def ns_id(path="/proc/self/ns/mnt"):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        buf = bytearray(8)
+        fcntl.ioctl(fd, NS_GET_MNTNS_ID, buf)
+        return struct.unpack("Q", buf)[0]
+    finally:
+        os.close(fd)
+try:
+    own = ns_id()
+except OSError:
+    sys.exit(0)  # an older kernel: ids are one sequence, always above the container's
+made = 0
+for cpu in sorted(os.sched_getaffinity(0)):
+    os.sched_setaffinity(0, {cpu})
+    for _ in range(20000):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.unshare(os.CLONE_NEWNS)
+            os.write(w, struct.pack("Q", ns_id()))
+            os._exit(0)
+        got = struct.unpack("Q", os.read(r, 8))[0]
+        os.waitpid(pid, 0); os.close(r); os.close(w)
+        made += 1
+        if got > own:
+            break
+print(f"gpushare-node: {made} throwaway mount namespaces; new ids are above this container's ({own})", file=sys.stderr)
+PY
+fi
+
 "$LIB/entrypoint.sh" munged
 args=(-D)
 [[ -n ${SLURMD_NODENAME:-} ]] && args+=(-N "$SLURMD_NODENAME")

@@ -524,6 +524,7 @@ def install(
     from ..live.view import live_policy_path
     from ..node import install as inst
     from ..policy import load_file
+    from ..render.context import job_container, ns_caps_path
     from ..systemd import BOOT_UNIT
 
     site = load_file(policy_path)
@@ -533,14 +534,7 @@ def install(
         policy = policy[len(top) :]  # as the node will see it
     c = site.cluster
     try:
-        unsafe = inst.code_problems(sys.executable, *inst.probe_code(sys.executable))
-        if unsafe:
-            raise NodeError(
-                "the hooks would run as root code that others may change; nothing installed:\n  "
-                + "\n  ".join(unsafe)
-                + "\n(make each path root's and not writable by its group or "
-                "others, e.g. chown -R root: and chmod -R go-w, or install into a venv that is)"
-            )
+        _refuse_unsafe_code(inst)
         wants = inst.plan_install(
             python=sys.executable,
             import_dirs=inst.probe_import_dirs(sys.executable),
@@ -556,6 +550,7 @@ def install(
             health_program=c.health.program,
             live_policy=live_policy_path(site) if site.policy.live.enabled else None,
             boot_unit=(BOOT_UNIT, (systemd.DIR / BOOT_UNIT).read_text(encoding="utf-8")),
+            ns_caps=ns_caps_path(site) if job_container(site) is not None else None,
         )
     except ValueError as exc:
         raise NodeError(str(exc)) from None
@@ -563,6 +558,18 @@ def install(
     if not dry_run:
         inst.apply(plan, root)
     _say_installed(inst.lines(plan, root, dry_run), plan, dry_run)
+
+
+def _refuse_unsafe_code(inst) -> None:
+    """NodeError when the hooks would run as root code that others may change (each path and why)."""
+    unsafe = inst.code_problems(sys.executable, *inst.probe_code(sys.executable))
+    if unsafe:
+        raise NodeError(
+            "the hooks would run as root code that others may change; nothing installed:\n  "
+            + "\n  ".join(unsafe)
+            + "\n(make each path root's and not writable by its group or "
+            "others, e.g. chown -R root: and chmod -R go-w, or install into a venv that is)"
+        )
 
 
 def _say_installed(lines: list[str], plan, dry_run: bool) -> None:

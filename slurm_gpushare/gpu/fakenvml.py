@@ -40,7 +40,7 @@ from ..atomic import atomic_write
 from ..errors import GpushareError
 from ..hardware import CatalogueError, GpuModel, MigProfile, get_model
 from ..records import record
-from .migminors import mig_minors_text
+from .migminors import mig_minors_path, mig_minors_text
 
 TYPE_CHECKING = False  # typing costs every node hook a few ms at start-up: for type checkers only
 if TYPE_CHECKING:
@@ -537,9 +537,7 @@ class FakeNvml:
         """``euid``: the effective uid root-only calls are judged by (default: this process's, read per call).
         ``sleep``: what waits out a call's latency (default ``time.sleep``; tests pass a recorder)."""
         self.state_file = os.fspath(state_path)  # str, and pathlib imported only when asked: the hooks open a fake
-        self.mig_minors_file = (
-            self.state_file + ".mig-minors"
-        )  # on every job, and pathlib costs them ~17 M instructions
+        self.mig_minors_file = mig_minors_path(self.state_file)  # on every job, and pathlib costs them ~17 M
         self._lock_path = self.state_file + ".lock"
         self._inits = 0
         self._euid = euid

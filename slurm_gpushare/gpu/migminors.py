@@ -32,6 +32,36 @@ _CANONICAL = re.compile(r"(?:(?:config|monitor|gpu[0-9]+/gi[0-9]+(?:/ci[0-9]+)?/
 _OTHER = frozenset({"config", "monitor"})
 
 
+PROC_DEVICES = "/proc/devices"
+CAPS_DEVICE = "nvidia-caps"  # the driver's character device name in /proc/devices, the major of /dev/nvidia-caps/*
+# The major the test cluster's fake capability files use (docker/fake_gpus.py DEFAULT_CAPS_MAJOR): a container's
+# /proc/devices is its host's, which has no NVIDIA driver.
+FAKE_CAPS_MAJOR = 509
+
+
+def mig_minors_path(fake_state: str | None) -> str:
+    """Where the node's mig-minors table is: the driver's, or a fake NVML's beside its state file."""
+    return MIG_MINORS if fake_state is None else fake_state + ".mig-minors"
+
+
+def caps_major(fake: bool = False, path: str = PROC_DEVICES) -> int:
+    """The character major of /dev/nvidia-caps/nvidia-cap<N> (the driver's ``nvidia-caps`` in /proc/devices);
+    ``fake``: FAKE_CAPS_MAJOR where the file names none (a test node)."""
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read().decode("ascii", "replace")
+    except OSError as exc:
+        raise MigMinorsError(f"cannot read {path}: {exc.strerror}") from None
+    block = text.split("Block devices:", 1)[0]
+    for line in block.splitlines():
+        number, _, name = line.strip().partition(" ")
+        if name.strip() == CAPS_DEVICE and number.isdigit():
+            return int(number)
+    if fake:
+        return FAKE_CAPS_MAJOR
+    raise MigMinorsError(f"{path} lists no {CAPS_DEVICE} character device (is the NVIDIA driver loaded?)")
+
+
 class MigMinorsError(GpushareError):
     """A mig-minors file that cannot be read or has a line we do not understand."""
 

@@ -123,7 +123,9 @@ def ours(text: str) -> bool:
 # ---- planning (pure) ------------------------------------------------------------------
 
 
-PROLOG, EPILOG, TASK_PROLOG, HEALTH = (SCRIPT_MODULES[k] for k in ("prolog", "epilog", "task_prolog", "health"))
+PROLOG, EPILOG, TASK_PROLOG, HEALTH, NS_CAPS = (
+    SCRIPT_MODULES[k] for k in ("prolog", "epilog", "task_prolog", "health", "ns_caps")
+)
 # pip's console scripts import the same modules, but for the task prolog's, which goes through slurm_gpushare.hooks
 TASK_PROLOG_CONSOLE = "slurm_gpushare.hooks.taskprolog"
 
@@ -292,9 +294,18 @@ def script_wants(
     prolog: str | None = None,
     epilog: str | None = None,
     health_program: str | None = None,
+    ns_caps: str | None = None,
 ) -> list[Want]:
-    """The hook scripts at the given paths (None: not installed; the task prolog has a default)."""
-    _check_paths(python=python, prolog=prolog, epilog=epilog, task_prolog=task_prolog, health_program=health_program)
+    """The hook scripts at the given paths (None: not installed; the task prolog has a default). ``ns_caps``:
+    job_container.conf's CloneNSScript where per-job MIG isolates its jobs (render.context.ns_caps_path)."""
+    _check_paths(
+        python=python,
+        prolog=prolog,
+        epilog=epilog,
+        task_prolog=task_prolog,
+        health_program=health_program,
+        ns_caps=ns_caps,
+    )
     for where in import_dirs:
         if not _absolute(where):
             raise ValueError(
@@ -312,6 +323,7 @@ def script_wants(
             TASK_PROLOG_CONSOLE,
         ),
         (health_program, "health check (cluster.health.program, HealthCheckProgram)", HEALTH, HEALTH),
+        (ns_caps, "namespace capabilities (job_container.conf CloneNSScript)", NS_CAPS, NS_CAPS),
     ]
     return [
         Want(path, "file", 0o755, what, hook_script(python, import_dirs, module), accepts=entry(console))
@@ -345,6 +357,7 @@ def plan_install(
     health_program: str | None = None,
     live_policy: str | None = None,
     boot_unit: tuple[str, str] | None = None,
+    ns_caps: str | None = None,
 ) -> list[Want]:
     """What a node needs, in order (directories before what may lie in them). ``import_dirs``: what ``site``
     gives ``python`` (``probe_import_dirs``), written into the hook scripts. ``prolog``, ``epilog``: the
@@ -357,12 +370,8 @@ def plan_install(
         policy=policy, state_dir=state_dir, fake_nvml=fake_nvml, mps_control=mps_control, live_policy=live_policy
     )
     values = {"policy": policy, "state_dir": state_dir.rstrip("/") or "/"}
-    if fake_nvml:
-        values["fake_nvml"] = fake_nvml
-    if mps_control:
-        values["mps_control"] = mps_control
-    if live_policy:
-        values["live_policy"] = live_policy
+    extra = {"fake_nvml": fake_nvml, "mps_control": mps_control, "live_policy": live_policy}
+    values.update({key: value for key, value in extra.items() if value})
     wants = [Want(values["state_dir"], "dir", 0o711, "state dir (cluster.paths.state_dir)")]
     if textfile_dir:
         wants.append(
@@ -387,6 +396,7 @@ def plan_install(
         prolog=prolog,
         epilog=epilog,
         health_program=health_program,
+        ns_caps=ns_caps,
     )
 
 

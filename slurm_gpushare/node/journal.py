@@ -95,6 +95,7 @@ class Device:
     visible: str | None = None
     profile: str | None = None
     start: int | None = None
+    minor: int | None = None  # MIG devices: the GPU's device minor (/dev/nvidia<minor>), for its capability files
 
     @property
     def per_job(self) -> bool:
@@ -120,7 +121,7 @@ class Device:
         return self.mode in (Mode.MPS, Mode.SHARD)
 
 
-_PER_JOB = ("profile", "start")  # Device's per-job MIG fields: in a journal only when set
+_PER_JOB = ("profile", "start", "minor")  # Device's per-job MIG fields: in a journal only when set
 
 
 @record
@@ -302,6 +303,18 @@ class JournalStore:
         except _Bad as bad:
             aside = self._set_aside(job_id, path, str(bad))
             raise JournalError(f"{aside}; what the job holds on the GPUs is unknown") from None
+
+    def peek(self, job_id: int) -> Journal | None:
+        """The job's journal read without the lock (a journal is replaced whole, by rename), for a hook that must
+        not wait on other jobs' prologs: None without one; an unreadable one raises JournalError naming it and
+        is left where it is (only a holder of the lock sets one aside)."""
+        path = self.file(job_id)
+        try:
+            return _parse(job_id, path)
+        except FileNotFoundError:
+            return None
+        except _Bad as bad:
+            raise JournalError(f"{path}: {bad}") from None
 
     def remove(self, job_id: int) -> bool:
         _unlink(self.task_file(job_id))

@@ -66,7 +66,8 @@ else:
 NODE_CONFIG = paths.NODE_CONFIG
 DEFAULT_POLICY = paths.DEFAULT_POLICY
 CONFIG_ENV = paths.CONFIG_ENV
-SPEC_FORMAT = "gpushare-node-spec/3"  # 2: GPUs carry compute_mode; 3: a GPU's share (policy.share.Share) whole
+SPEC_FORMAT = "gpushare-node-spec/4"  # 2: GPUs carry compute_mode; 3: a GPU's share (policy.share.Share) whole;
+# 4: a per-job share's isolation (an older cache would read as not isolated: rebuilt instead)
 
 
 class NodeConfigError(GpushareError):

@@ -28,6 +28,7 @@ SCRIPT_MODULES = {
     "epilog": "slurm_gpushare.hooks.epilog",
     "task_prolog": "slurm_gpushare.node.taskprolog",
     "health": "slurm_gpushare.hooks.health",
+    "ns_caps": "slurm_gpushare.hooks.nscaps",
 }
 
 

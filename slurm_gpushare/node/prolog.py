@@ -187,7 +187,8 @@ def _device(job: JobEnv, index: int, node: NodeLayout, live: ObservedState, reas
         # a job without a record holds the GPU whole and gets its full instance, made the same way
         from .perjob import planned
 
-        return planned(Device(index, gpu.index, gpu.uuid, mode), job.mig_profile, node.models.get(gpu.index, ""))
+        device = Device(index, gpu.index, gpu.uuid, mode, minor=gpu.minor)
+        return planned(device, job.mig_profile, node.models.get(gpu.index, ""))
     if (mig is not None) != share.is_mig:
         reasons.append(
             f"{gpu.label}: gres.conf declares it {'as MIG instances' if mig else 'whole'} but the policy "
@@ -200,7 +201,9 @@ def _device(job: JobEnv, index: int, node: NodeLayout, live: ObservedState, reas
             [p for p in gpu.processes if (p.gi_id, p.ci_id) == (mig.gi_id, mig.ci_id)],
             reasons,
         )
-        return Device(index, gpu.index, gpu.uuid, mode, mig.uuid, mig.gi_id, mig.ci_id, visible=mig.uuid)
+        return Device(
+            index, gpu.index, gpu.uuid, mode, mig.uuid, mig.gi_id, mig.ci_id, visible=mig.uuid, minor=gpu.minor
+        )
     if share.mode is Mode.MPS and job.mps_percentage is not None:
         return Device(index, gpu.index, gpu.uuid, mode, visible=gpu.uuid)
     if share.mode is Mode.SHARD:

@@ -149,7 +149,7 @@ def _resolve_group(spec, path, nodes, version, problems, declared) -> Group | No
     before = len(problems)
     slots: dict[int, GpuSlot] = {}
     for j, sharing in enumerate(spec.sharing):
-        _resolve_sharing(sharing, f"{path}.sharing[{j}]", spec.gpu.count, model, slots, problems)
+        _resolve_sharing(sharing, f"{path}.sharing[{j}]", spec.gpu.count, model, slots, problems, version)
     for index in range(spec.gpu.count):
         slots.setdefault(index, GpuSlot(index, model))
     _check_mode_mix(list(slots.values()), f"{path}.sharing", version, problems)
@@ -202,13 +202,13 @@ def gpus_value(indexes: Iterable[int]) -> int | str:
     return int(text) if text.isdigit() else text
 
 
-def _resolve_sharing(sharing: Sharing, path, count, model: GpuModel, slots, problems) -> None:
+def _resolve_sharing(sharing: Sharing, path, count, model: GpuModel, slots, problems, version: SlurmVersion) -> None:
     try:
         indexes = parse_indexes(sharing.gpus, count)
     except ValueError as exc:
         problems.append(Problem(f"{path}.gpus", str(exc)))
         return
-    share = _make_share(sharing, path, model, problems)
+    share = _make_share(sharing, path, model, problems, version)
     for index in indexes:
         if index in slots:
             problems.append(Problem(f"{path}.gpus", f"GPU {index} already has a sharing mode from an earlier entry"))
@@ -219,7 +219,7 @@ def _resolve_sharing(sharing: Sharing, path, count, model: GpuModel, slots, prob
         slots[index] = GpuSlot(index, model, share)
 
 
-def _make_share(sharing: Sharing, path, model: GpuModel, problems) -> Share | None:
+def _make_share(sharing: Sharing, path, model: GpuModel, problems, version: SlurmVersion) -> Share | None:
     before = len(problems)
     mode = sharing.mode
     for key, why in misplaced_keys(mode, sharing.model_dump()):
@@ -228,9 +228,15 @@ def _make_share(sharing: Sharing, path, model: GpuModel, problems) -> Share | No
     if share.type == model.slurm_type:
         share = replace(share, type="")  # the model's own type: as if not given
     if mode is Mode.MIG and sharing.per_job:
-        return perjob.resolve(sharing, path, model, share, problems) if len(problems) == before else None
+        return perjob.resolve(sharing, path, model, share, problems, version) if len(problems) == before else None
     if mode is Mode.MIG and sharing.profiles is not None:
         problems.append(Problem(f"{path}.profiles", "only for per_job: true (the profiles a per-job range allows)"))
+    if mode is Mode.MIG and sharing.isolation is not None:
+        problems.append(
+            Problem(
+                f"{path}.isolation", "only for per_job: true (a fixed layout's instances are isolated by gres.conf)"
+            )
+        )
     if mode is Mode.MIG and sharing.on_slice_failure is not None:
         problems.append(
             Problem(

@@ -45,6 +45,14 @@ class Hooks(Strict):
     job_submit_lua: bool = Field(
         False, description="JobSubmitPlugins=lua (job_submit.lua is rendered beside slurm.conf)"
     )
+    ns_caps: str | None = Field(
+        None,
+        pattern=ABS_PATH,
+        description=(
+            "absolute path of `gpushare-ns-caps`, job_container.conf's CloneNSScript where per-job MIG GPUs are "
+            "isolated (sharing isolation: namespace); unset: beside the prolog"
+        ),
+    )
 
 
 class Paths(Strict):
@@ -317,6 +325,16 @@ class Sharing(Strict):
             "job is refused, never the node; its tasks fail with the reason): requeue (the default) has the node's "
             "health check requeue it, at most 3 times by Slurm's restart count, after which it fails; fail lets it "
             "fail with the reason. Interactive jobs (salloc, srun) cannot be requeued and fail either way"
+        ),
+    )
+    isolation: Literal["namespace", "none"] | None = Field(
+        None,
+        description=(
+            "mode mig with per_job: how a job is kept from its neighbours' instances on the same GPU. namespace "
+            "gives each job a private read-only /dev/nvidia-caps holding only its own instance's capabilities "
+            "(gpushare-ns-caps run by job_container/tmpfs, namespace/tmpfs from 25.11; needs Slurm 24.11 or newer); "
+            "none leaves device cgroups alone, which let a job open a neighbour's instance. Default: namespace on "
+            "Slurm 24.11 and newer, none before"
         ),
     )
     replicas: int | None = Field(None, description="mode shard: shards per GPU (2-1024)")

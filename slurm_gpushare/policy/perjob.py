@@ -19,8 +19,14 @@ from itertools import combinations
 from ..errors import Problem
 from ..hardware import CatalogueError, GpuModel, models
 from ..hardware.migweights import Weights, exact_weights, obstruction
+from ..slurmversion import SlurmVersion
 from .model import Policy, Sharing
-from .share import REQUEUE, Share
+from .share import NAMESPACE, NO_ISOLATION, REQUEUE, Share
+
+# The first release whose job_container/tmpfs runs a script in each job's new mount namespace (CloneNSScript,
+# Slurm commit e6a24f1c31), which isolation: namespace needs; 25.11 renamed the plugin namespace/tmpfs.
+CLONE_NS_SCRIPT = SlurmVersion(24, 11)
+NAMESPACE_TMPFS = SlurmVersion(25, 11)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -59,8 +65,11 @@ def default_weights(model: GpuModel) -> Weights | None:
     return found[0] if found else None
 
 
-def resolve(sharing: Sharing, path: str, model: GpuModel, share: Share, problems: list[Problem]) -> Share | None:
-    """A per-job MIG entry as a share with its profiles and weights; None (and problems) where it is wrong."""
+def resolve(
+    sharing: Sharing, path: str, model: GpuModel, share: Share, problems: list[Problem], version: SlurmVersion
+) -> Share | None:
+    """A per-job MIG entry as a share with its profiles, weights and isolation; None (and problems) where it is
+    wrong."""
     if not model.mig_capable:
         mig = ", ".join(m.name for m in models() if m.mig_capable)
         problems.append(Problem(f"{path}.per_job", f"{model.name} does not support MIG; MIG models: {mig}"))
@@ -75,7 +84,8 @@ def resolve(sharing: Sharing, path: str, model: GpuModel, share: Share, problems
         )
         return None
     weights = _weights(sharing.profiles, f"{path}.profiles", model, problems)
-    if weights is None:
+    isolation = _isolation(sharing.isolation, f"{path}.isolation", version, problems)
+    if weights is None or isolation is None:
         return None
     return Share(
         share.mode,
@@ -84,7 +94,26 @@ def resolve(sharing: Sharing, path: str, model: GpuModel, share: Share, problems
         weights=weights.weights,
         capacity=weights.capacity,
         on_slice_failure=sharing.on_slice_failure or REQUEUE,
+        isolation=isolation,
     )
+
+
+def _isolation(given: str | None, path: str, version: SlurmVersion, problems: list[Problem]) -> str | None:
+    """The entry's isolation: as given, else namespace where the Slurm version can have it; None (and a problem)
+    for namespace on a release without a script in the job's namespace."""
+    if given is None:
+        return NAMESPACE if version >= CLONE_NS_SCRIPT else NO_ISOLATION
+    if given == NAMESPACE and version < CLONE_NS_SCRIPT:
+        problems.append(
+            Problem(
+                path,
+                f"namespace needs Slurm {CLONE_NS_SCRIPT} or newer (job_container/tmpfs CloneNSScript runs "
+                f"gpushare-ns-caps in each job's mount namespace); Slurm {version} has no such hook, so per-job MIG "
+                "jobs there can open their neighbours' instances. Upgrade Slurm, or set isolation: none to accept that",
+            )
+        )
+        return None
+    return given
 
 
 def _weights(profiles: list[str] | None, path: str, model: GpuModel, problems: list[Problem]) -> Weights | None:

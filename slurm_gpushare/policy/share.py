@@ -35,7 +35,7 @@ SHARED_GRES = (Mode.MPS.value, Mode.SHARD.value)  # the shared GRES names, in sl
 
 # The keys of a policy ``sharing`` entry besides ``gpus`` and ``mode``, and the modes that use each.
 KEYS: dict[Mode, tuple[str, ...]] = {
-    Mode.MIG: ("layout", "per_job", "profiles", "on_slice_failure"),
+    Mode.MIG: ("layout", "per_job", "profiles", "on_slice_failure", "isolation"),
     Mode.SHARD: ("replicas", "type"),
     Mode.MPS: ("units", "type", "compute_mode", "client_mem_limit_mib"),
     Mode.EXCLUSIVE: ("type",),
@@ -45,6 +45,7 @@ SHARING_KEYS = (
     "per_job",
     "profiles",
     "on_slice_failure",
+    "isolation",
     "replicas",
     "units",
     "type",
@@ -61,6 +62,12 @@ RECORD_PREFIX = "gpushare-mig="
 REQUEUE, FAIL = "requeue", "fail"
 ON_SLICE_FAILURE = (REQUEUE, FAIL)
 MAX_SLICE_REQUEUES = 3
+# How a per-job MIG job is kept from its neighbours' instances on the same GPU (``Share.isolation``): NAMESPACE, a
+# private read-only /dev/nvidia-caps in the job's mount namespace holding only its own instances' capabilities
+# (gpushare-ns-caps, run by Slurm's job_container/tmpfs CloneNSScript: node.nscaps), or NO_ISOLATION (device
+# cgroups only: a job can open a neighbour's capability files, docs/admins/per-job-mig.md#isolation).
+NAMESPACE, NO_ISOLATION = "namespace", "none"
+ISOLATIONS = (NAMESPACE, NO_ISOLATION)
 # slurm.conf PrologEpilogTimeout and BatchStartTimeout (s) where any GPU is per-job MIG (render.context.hooks). A
 # per-job prolog's NVML calls take ~30 s (its epilog's ~21 s) at the latencies NVIDIA's driver code notes (a MIG
 # device walk O(10 s), a GPU's handle by UUID O(10 s), a GI destroy O(1 s): tests/unit/hooks/test_perjob.py counts
@@ -110,6 +117,7 @@ class Share:
     weights: tuple[int, ...] = ()  # per-job mig: each profile's carrier weight, in ``profiles`` order
     capacity: int = 0  # per-job mig: carrier units per GPU (shard Count)
     on_slice_failure: str = ""  # per-job mig: REQUEUE or FAIL, a batch job whose instance could not be made
+    isolation: str = ""  # per-job mig: NAMESPACE or NO_ISOLATION (resolved: policy.perjob)
 
     @property
     def is_mig(self) -> bool:
@@ -120,6 +128,11 @@ class Share:
     def is_per_job_mig(self) -> bool:
         """Per-job MIG: Slurm sees the whole GPU (gpu) and its carrier shards; the instances come and go with jobs."""
         return self.mode is Mode.MIG and self.per_job
+
+    @property
+    def isolated(self) -> bool:
+        """Per-job MIG whose jobs each see only their own instances' capability files (a private /dev/nvidia-caps)."""
+        return self.is_per_job_mig and self.isolation == NAMESPACE
 
     @property
     def is_whole_gpu(self) -> bool:
@@ -194,6 +207,8 @@ class Share:
             entry.update(per_job=True, profiles=list(self.profiles))
             if self.on_slice_failure == FAIL:
                 entry["on_slice_failure"] = FAIL
+            if self.isolation == NO_ISOLATION:
+                entry["isolation"] = NO_ISOLATION
         if self.mode is Mode.MPS:
             entry["units"] = self.units
             if self.compute_mode and self.compute_mode != "default":
@@ -224,6 +239,7 @@ class Share:
             bool(entry.get("per_job")) and mode is Mode.MIG,
             (profiles,) if isinstance(profiles, str) else tuple(profiles),
             on_slice_failure=str(entry.get("on_slice_failure") or "") if mode is Mode.MIG else "",
+            isolation=str(entry.get("isolation") or "") if mode is Mode.MIG else "",
         )
 
     def to_json(self) -> dict:

@@ -6,7 +6,13 @@ from collections import Counter
 
 from ..policy import Group, Site, TierView
 from ..policy.groups import format_indexes
+from ..policy.perjob import NAMESPACE_TMPFS
 from ..policy.share import PER_JOB_PROLOG_TIMEOUT_S, SHARED_GRES, Mode
+
+NS_CAPS = "gpushare-ns-caps"  # the console script job_container.conf's CloneNSScript names (hooks/nscaps.py)
+# CloneNSScript_Wait (s): the hook reads the job's journal and runs a few mount/mknod commands (well under a
+# second); Slurm's default of 10 s leaves a loaded node little room, and a timeout fails the job.
+NS_CAPS_WAIT_S = 30
 
 
 def gres_types(site: Site) -> str:
@@ -116,6 +122,11 @@ def hooks(site: Site) -> list[tuple[str, str]]:
             # job is not counted missing while it runs (policy.share.PER_JOB_PROLOG_TIMEOUT_S says why this much)
             out.insert(1, ("PrologEpilogTimeout", str(PER_JOB_PROLOG_TIMEOUT_S)))
             out.insert(2, ("BatchStartTimeout", str(PER_JOB_PROLOG_TIMEOUT_S)))
+        container = job_container(site)
+        if container is not None:
+            # isolation: namespace: each job's own mount namespace, where gpushare-ns-caps gives it a private
+            # /dev/nvidia-caps (job_container.conf)
+            out.append((container["key"], container["plugin"]))
     if h.job_submit_lua:
         out.append(("JobSubmitPlugins", "lua"))
     health = site.cluster.health
@@ -127,6 +138,35 @@ def hooks(site: Site) -> list[tuple[str, str]]:
             ("HealthCheckNodeState", ",".join(health.node_state)),
         ]
     return out
+
+
+def isolated(site: Site) -> bool:
+    """Whether any per-job MIG GPU isolates its jobs in their mount namespaces (sharing ``isolation: namespace``)."""
+    return any(s.share.isolated for g in site.groups for s in g.gpus)
+
+
+def ns_caps_path(site: Site) -> str:
+    """Where gpushare-ns-caps is: cluster.hooks.ns_caps, else beside the prolog."""
+    hooks = site.cluster.hooks
+    if hooks.ns_caps:
+        return hooks.ns_caps
+    return (hooks.prolog or "/usr/local/bin/x").rsplit("/", 1)[0] + "/" + NS_CAPS
+
+
+def job_container(site: Site) -> dict | None:
+    """The job container plugin per-job MIG isolation needs (its slurm.conf key, plugin, and job_container.conf's
+    values), or None where no GPU isolates or no prolog makes instances: job_container/tmpfs on 24.11 and 25.05,
+    the same plugin renamed namespace/tmpfs from 25.11 (still reading job_container.conf)."""
+    if not (isolated(site) and site.cluster.hooks.prolog and site.cluster.cgroups):
+        return None
+    renamed = site.version >= NAMESPACE_TMPFS
+    return {
+        "key": "NamespaceType" if renamed else "JobContainerType",
+        "plugin": "namespace/tmpfs" if renamed else "job_container/tmpfs",
+        "base_path": site.cluster.paths.spool_dir.rstrip("/") + "/gpushare-ns",
+        "script": ns_caps_path(site),
+        "wait": NS_CAPS_WAIT_S,
+    }
 
 
 def mig_nodes(site: Site) -> list[dict]:

@@ -9,6 +9,7 @@ from .header import COMMENT, with_header
 from .jobsubmit import render_body as job_submit_lua_body
 
 OUTPUTS = ("slurm.conf", "slurm-gpushare.conf", "gres.conf", "cgroup.conf", "job_submit.lua")
+JOB_CONTAINER = "job_container.conf"  # only where per-job MIG isolates its jobs (context.job_container)
 
 
 def _base(site: Site) -> dict:
@@ -31,15 +32,21 @@ def cgroup_conf(site: Site) -> str:
     return environment().get_template("cgroup.conf.j2").render(**_base(site))
 
 
+def job_container_conf(site: Site) -> str:
+    return environment().get_template("job_container.conf.j2").render(**_base(site))
+
+
 _RENDERERS = {
     "slurm.conf": slurm_conf,
     "slurm-gpushare.conf": slurm_fragment,
     "gres.conf": gres_conf,
     "cgroup.conf": cgroup_conf,
     "job_submit.lua": job_submit_lua_body,
+    JOB_CONTAINER: job_container_conf,
 }
 
 
 def render_all(site: Site) -> dict[str, str]:
     """Every output file, each with its header; same site in, byte-identical text out."""
-    return {name: with_header(site, name, _RENDERERS[name](site), COMMENT.get(name, "#")) for name in OUTPUTS}
+    names = OUTPUTS + ((JOB_CONTAINER,) if ctx.job_container(site) is not None else ())
+    return {name: with_header(site, name, _RENDERERS[name](site), COMMENT.get(name, "#")) for name in names}

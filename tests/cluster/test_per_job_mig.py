@@ -17,7 +17,11 @@ destroys the instance. Checked here:
 - a prolog killed (SIGKILL) between making the GPU instance and recording it is healed by slurmd's own health
   runs: the node is back, the half-made instance gone, the job run again;
 - a restart of the node (its container: the fake NVML loses every instance, as a reboot does) while slices
-  exist: the node comes back idle, not drained, and makes slices again.
+  exist: the node comes back idle, not drained, and makes slices again;
+- isolation (the policy's default, ``isolation: namespace``): two jobs on one GPU each see, in their own
+  /dev/nvidia-caps, only their instance's GI and CI capability files, though the node's /dev/nvidia-caps holds
+  every capability (as nvidia-modprobe leaves a real node); the neighbour's file is not there (ENOENT), and
+  nothing can be made there (EROFS).
 
 Own compose project (GPUSHARE_PERJOB_PROJECT, default "perjob"); always taken down (GPUSHARE_PERJOB_KEEP=1
 keeps it for debugging).
@@ -50,7 +54,8 @@ POLICY = {
     "version": 1,
     "cluster": {
         "name": "lab",
-        "slurm_version": "24.11",
+        # rendered for the suite's Slurm: job_container/tmpfs on 24.11, namespace/tmpfs on 26.05 (SLURM_SUITE=sid)
+        "slurm_version": "26.05" if os.environ.get("SLURM_SUITE") == "sid" else "24.11",
         "controller": "slurmctld",
         "accounting": {"host": "slurmdbd"},
         "slurmd_config_overrides": True,
@@ -95,8 +100,25 @@ if op == "instances":
         for g in b.gpu_instances(i):
             name = model.profile_for_constant(g.profile_constant).name
             uuids = [u for (gi, ci), u in devs.items() if gi == g.id]
-            out.append({"gpu": i, "gi": g.id, "profile": name, "start": g.start, "uuids": uuids})
+            cis = [ci for (gi, ci) in devs if gi == g.id]
+            out.append({"gpu": i, "gi": g.id, "profile": name, "start": g.start, "uuids": uuids, "cis": cis})
     print(json.dumps(out))
+elif op == "caps":  # every GI and CI capability file of GPUs 0-1 in the node's /dev/nvidia-caps, or none of them
+    import os
+    from slurm_gpushare.gpu.migminors import FAKE_CAPS_MAJOR, mig_minors_path, read_mig_minors
+    made = 0
+    os.makedirs("/dev/nvidia-caps", mode=0o755, exist_ok=True)
+    for (gpu, gi, ci), minor in read_mig_minors(mig_minors_path(state)).items():
+        path = f"/dev/nvidia-caps/nvidia-cap{minor}"
+        if gpu > 1:
+            continue
+        if args[0] == "make" and not os.path.exists(path):
+            os.mknod(path, 0o20444, os.makedev(FAKE_CAPS_MAJOR, minor))
+            made += 1
+        elif args[0] == "remove" and os.path.exists(path):
+            os.unlink(path)
+            made += 1
+    print(json.dumps({"files": made}))
 elif op == "block":  # an instance nobody's job owns, held by another NVML client: in the way of every slice
     index, profile, start = int(args[0]), model.profile(args[1]), int(args[2])
     ids = {p.constant: p.id for p in b.gpu_instance_profiles(index)}
@@ -328,3 +350,91 @@ def test_a_node_restart_while_slices_exist_comes_back_idle_and_makes_slices_agai
     assert rec["State"] == "COMPLETED" and "MIG-" in output(c, job), (rec, output(c, job))
     quiet(c)
     print(f"\nnode restarted under jobs {jobs}: back {states['state']}; the next slice job {rec['State']}")
+
+
+# The job's view of /dev/nvidia-caps (as its user): what it holds, how it is mounted, and, once the test names
+# them in /shared/pjiso-<job>.in, whether the neighbour's capability files can be stat()ed, and whether a file or
+# a device node can be made there.
+ISOLATION_SCRIPT = r"""python3 - <<'PY'
+import errno, json, os, time
+job = os.environ["SLURM_JOB_ID"]
+caps = "/dev/nvidia-caps"
+out = {"own": sorted(os.listdir(caps))}
+out["mount"] = [l.split(" - ")[1].split()[0] + " " + l.split()[5] for l in open("/proc/self/mountinfo")
+                if l.split()[4] == caps]
+path = f"/shared/pjiso-{job}.in"
+deadline = time.time() + 120
+while not (os.path.exists(path) and os.path.getsize(path)) and time.time() < deadline:
+    time.sleep(0.5)
+def errname(call):
+    try:
+        call()
+        return "ok"
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
+out["neighbour"] = {p: errname(lambda p=p: os.stat(p)) for p in json.load(open(path))}
+out["create"] = errname(lambda: open(caps + "/made-by-job", "w"))
+out["mknod"] = errname(lambda: os.mknod(caps + "/nvidia-cap9999", 0o20444, os.makedev(509, 9999)))
+print("RESULT " + json.dumps(out))
+PY
+"""
+
+
+def cap_files(instance: dict) -> list[str]:
+    """The GI and CI capability files of a fake-NVML instance (the fake's GPU minor is its index)."""
+    from slurm_gpushare.gpu.migminors import ci_access_minor, gi_access_minor
+
+    gpu, gi = instance["gpu"], instance["gi"]
+    minors = [gi_access_minor(gpu, gi)] + [ci_access_minor(gpu, gi, ci) for ci in instance["cis"]]
+    return sorted(f"nvidia-cap{m}" for m in minors)
+
+
+def test_two_jobs_on_one_gpu_each_see_only_their_own_capabilities(perjob_cluster):
+    c = perjob_cluster
+    assert node_py(c, "caps", "make")["files"] > 0
+    big = submit(c, "gpu:a100_40g_7g.40gb:1")  # fills one GPU, so the two slices share the other
+    jobs: list[int] = []
+    try:
+        wait_for(f"job {big} running", lambda: env_of(c, big).get("CUDA_VISIBLE_DEVICES"), 120)
+        jobs = [submit(c, "gpu:a100_40g_1g.5gb:1", script=ISOLATION_SCRIPT) for _ in range(2)]
+        envs = {
+            j: wait_for(
+                f"job {j}'s instance", lambda j=j: env_of(c, j).get("CUDA_VISIBLE_DEVICES") and env_of(c, j), 120
+            )
+            for j in jobs
+        }
+        assert envs[jobs[0]]["SLURM_JOB_GPUS"] == envs[jobs[1]]["SLURM_JOB_GPUS"], envs
+        by_uuid = {u: inst for inst in node_py(c, "instances") for u in inst["uuids"]}
+        own = {j: cap_files(by_uuid[envs[j]["CUDA_VISIBLE_DEVICES"]]) for j in jobs}
+        for j, other in ((jobs[0], jobs[1]), (jobs[1], jobs[0])):
+            paths = [f"/dev/nvidia-caps/{n}" for n in own[other]]
+            for p in paths:  # the node has them: the job's private view hides them
+                c.exec(NODE, ["stat", "-c", "%F %t:%T", p])
+            text = json.dumps(paths)
+            c.exec(
+                "slurmctld",
+                [
+                    "bash",
+                    "-c",
+                    f"echo '{text}' >/shared/pjiso-{j}.tmp && mv /shared/pjiso-{j}.tmp /shared/pjiso-{j}.in",
+                ],
+            )
+        results = {}
+        for j in jobs:
+            rec = c.wait(j, timeout=180)
+            line = next((t for t in output(c, j).splitlines() if t.startswith("RESULT ")), None)
+            assert rec["State"] == "COMPLETED" and line, (rec, output(c, j))
+            results[j] = json.loads(line[len("RESULT ") :])
+        for j, other in ((jobs[0], jobs[1]), (jobs[1], jobs[0])):
+            got = results[j]
+            assert got["own"] == own[j], f"job {j} sees {got['own']}, its own capabilities are {own[j]}"
+            assert got["mount"] and got["mount"][-1].startswith("tmpfs ro"), got["mount"]
+            assert set(got["neighbour"].values()) == {"ENOENT"}, (own[other], got["neighbour"])
+            assert got["create"] == "EROFS" and got["mknod"] == "EROFS", got
+        print(f"\nisolation: jobs {jobs} on GPU {envs[jobs[0]]['SLURM_JOB_GPUS']}: " + json.dumps(results))
+    finally:
+        cancel(c, big, *jobs)
+        node_py(c, "caps", "remove")
+        c.exec("slurmctld", ["bash", "-c", "rm -f /shared/pjiso-*"], check=False)
+    quiet(c)
+    assert "DRAIN" not in node_flags(c)

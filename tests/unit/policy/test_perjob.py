@@ -220,3 +220,42 @@ def test_a_refused_slice_is_requeued_unless_the_policy_says_fail():
     assert share.on_slice_failure == "fail" and share.to_entry()["on_slice_failure"] == "fail"
     assert Share.from_json(share.to_json()) == share
     assert build_site(raw(), "t.yaml").group("lab-mig").gpus[0].share.on_slice_failure == ""
+
+
+# ---- isolation (issue 35, part 4) ---------------------------------------------------------------------
+
+
+def test_per_job_gpus_are_isolated_where_slurm_can_and_not_before():
+    assert build_site(raw(), "t.yaml").group("lab-perjob").gpus[0].share.isolated
+    for version in ("24.11", "25.05", "26.05"):
+        assert build_site(raw(), "t.yaml", slurm_version=version).group("lab-perjob").gpus[0].share.isolated
+    old = build_site(raw(), "t.yaml", slurm_version="24.05").group("lab-perjob").gpus[0].share
+    assert old.is_per_job_mig and old.isolation == "none" and not old.isolated
+
+
+def test_isolation_none_is_kept_and_round_trips():
+    policy = raw()
+    perjob_entry(policy)["isolation"] = "none"
+    share = build_site(policy, "t.yaml").group("lab-perjob").gpus[0].share
+    assert not share.isolated and share.to_entry()["isolation"] == "none"
+    assert Share.from_json(share.to_json()) == share
+
+
+def test_isolation_where_slurm_cannot_have_it_is_refused():
+    policy = raw()
+    policy["cluster"]["slurm_version"] = "24.05"
+    perjob_entry(policy)["isolation"] = "namespace"
+    one(policy, "node_groups[3].sharing[0].isolation", "needs Slurm 24.11 or newer", "isolation: none")
+
+
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        ({"isolation": "private"}, "'namespace' or 'none'"),
+        ({"per_job": None, "profiles": None, "layout": "all-1g.5gb", "isolation": "none"}, "only for per_job: true"),
+    ],
+)
+def test_wrong_isolation_entries_are_refused(change, fragment):
+    policy = raw()
+    perjob_entry(policy).update(change)
+    one(policy, "node_groups[3].sharing[0].isolation", fragment)

@@ -3,6 +3,8 @@ file, slurm.conf picks the least loaded GPU for a slice, and the fixed-MIG inclu
 
 from __future__ import annotations
 
+import yaml
+
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.render import context as ctx
 from slurm_gpushare.render import render_all
@@ -56,3 +58,39 @@ def test_per_job_nodes_bound_the_prolog_and_hold_no_nvml_for_accounting():
     assert "AutoDetect=off" in out["gres.conf"].splitlines() and "AutoDetect=nvml" not in out["gres.conf"]
     plain = render_all(load_file(ROOT / "etc" / "small-lab.yaml"))["slurm.conf"]
     assert "PrologEpilogTimeout" not in plain and "BatchStartTimeout" not in plain and "DisableGPUAcct" not in plain
+
+
+def test_isolated_per_job_gpus_get_a_job_container_whose_clone_script_is_the_hook():
+    """isolation: namespace (the default from 24.11): job_container/tmpfs with PrologFlags Contain, its
+    job_container.conf naming gpushare-ns-caps (beside the prolog) as CloneNSScript; namespace/tmpfs from 25.11."""
+    out = render_all(load_file(POLICY))
+    fragment = out["slurm-gpushare.conf"]
+    assert "JobContainerType=job_container/tmpfs\n" in fragment and "PrologFlags=Alloc,Contain\n" in fragment
+    conf = out["job_container.conf"]
+    # one line: Slurm reads CloneNSScript only on the BasePath line
+    line = (
+        "BasePath=/var/spool/slurm/gpushare-ns AutoBasePath=true Dirs=/dev/shm "
+        "CloneNSScript=/usr/local/sbin/gpushare-ns-caps CloneNSScript_Wait=30\n"
+    )
+    assert line in conf
+    from slurm_gpushare.policy.load import build_site
+
+    raw = yaml.safe_load(POLICY.read_text())
+    raw["cluster"]["hooks"]["ns_caps"] = "/opt/site/ns-caps"
+    newer = render_all(build_site(raw, "t.yaml", slurm_version="26.05"))
+    assert "NamespaceType=namespace/tmpfs\n" in newer["slurm-gpushare.conf"]
+    assert "JobContainerType" not in newer["slurm-gpushare.conf"]
+    assert " CloneNSScript=/opt/site/ns-caps " in newer["job_container.conf"]
+
+
+def test_no_job_container_without_isolation():
+    from slurm_gpushare.policy.load import build_site
+
+    raw = yaml.safe_load(POLICY.read_text())
+    for group in raw["node_groups"]:
+        for entry in group.get("sharing", []):
+            if entry.get("per_job"):
+                entry["isolation"] = "none"
+    out = render_all(build_site(raw, "t.yaml"))
+    assert "job_container.conf" not in out and "JobContainerType" not in out["slurm.conf"]
+    assert "job_container.conf" not in render_all(load_file(ROOT / "etc" / "small-lab.yaml"))
