@@ -119,9 +119,11 @@ CLOCK = ROOT / "bench" / "doubles_clock"  # sitecustomize.py: times the doubles 
 DOUBLES = ("mps client", "daemon exit", "fake NVML", "fake NVML import")
 
 
-def build_node(tmp: Path, node: str, metrics: bool = False) -> Path:
-    """The test node's files; returns its node config."""
-    raw = yaml.safe_load((ROOT / "etc" / "small-lab.yaml").read_text())
+def build_node(
+    tmp: Path, node: str, metrics: bool = False, policy_file: Path = ROOT / "etc" / "small-lab.yaml"
+) -> Path:
+    """The test node's files (``policy_file``'s node ``node``); returns its node config."""
+    raw = yaml.safe_load(policy_file.read_text())
     raw["cluster"]["paths"] = {
         "slurm_conf_dir": str(tmp / "etc"),
         "gres_include": str(tmp / "etc" / "gres.d" / "mig.conf"),

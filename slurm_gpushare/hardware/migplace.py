@@ -11,14 +11,29 @@ may not share a memory slice, a profile may not exceed its ``max_instances``
 GPU's: the same rules as ``layout.check_layout``, applied one instance at a time.
 
 Where a new instance goes (``choose``): an idle instance of the same profile is
-reused first when the caller keeps idle instances; otherwise ``FIRST`` takes the
-lowest legal start, and ``LEAST_BLOCKING`` the start that leaves the largest
-run of free memory slices, then the most legal placements of every allowed
-profile, then the lowest start (one revision of HAMi's PR #2855 scores so);
-``MOST_PLACEMENTS`` compares those two the other way round. When only idle
-instances are in the way, the fewest of them are destroyed. ``pick_gpu`` is
-for the case where the GPU is not forced by Slurm's own pick. Pure functions
-of the catalogue: no NVML, no Slurm.
+reused first when the caller keeps idle instances; otherwise, among the legal
+starts, by the rule:
+
+- ``LARGEST_FIRST`` (the default, ``DEFAULT_RULE``): the start that keeps the
+  most legal placements of the largest allowed profiles, then of the next size
+  down, and so on (the placements left, summed per memory size, compared
+  largest size first), then the lowest start. A lone small instance goes
+  where it blocks no start of a half-GPU or whole-GPU profile when it can (on
+  an A100 a 1g.5gb at slice 6, not at 0, the only start of 4g.20gb and
+  7g.40gb), and small instances gather in the same aligned block;
+- ``LEAST_BLOCKING``: the largest run of free memory slices left, then the
+  most legal placements of every allowed profile (one revision of HAMi's PR
+  #2855 scores so); ``MOST_PLACEMENTS``: those two the other way round;
+- ``MOST_COMPLETIONS``: the most multisets of allowed profiles that could still
+  be added beside the instances (``completions``: those that fit an empty GPU
+  and so pass exact carrier weights, less those stranded by where the
+  instances sit), then as least-blocking;
+- ``FIRST``: the lowest legal start.
+
+bench/RESULTS.md ("Per-job MIG placement rules") compares them. When only
+idle instances are in the way, the fewest of them are destroyed. ``pick_gpu``
+is for the case where the GPU is not forced by Slurm's own pick. Pure
+functions of the catalogue: no NVML, no Slurm.
 """
 
 from __future__ import annotations
@@ -38,7 +53,10 @@ Instance = tuple[str, int]
 FIRST = "first"
 LEAST_BLOCKING = "least-blocking"
 MOST_PLACEMENTS = "most-placements"
-RULES = (FIRST, LEAST_BLOCKING, MOST_PLACEMENTS)
+MOST_COMPLETIONS = "most-completions"
+LARGEST_FIRST = "largest-first"
+RULES = (FIRST, LEAST_BLOCKING, MOST_PLACEMENTS, MOST_COMPLETIONS, LARGEST_FIRST)
+DEFAULT_RULE = LARGEST_FIRST
 
 
 @record
@@ -118,6 +136,48 @@ def surviving_placements(model: GpuModel, instances: Sequence[Instance], allowed
     return sum(len(legal_starts(model, name, instances)) for name in allowed)
 
 
+def completions(model: GpuModel, instances: Sequence[Instance], allowed: Iterable[str] | None = None) -> int:
+    """How many multisets of the allowed profiles (the empty one included) could still be added beside
+    ``instances`` where they are placed. Every start of the same new instance leaves the GPU the same multiset,
+    so the start that keeps the most of them leaves the fewest multisets that fit an empty GPU (that exact carrier
+    weights admit) without a placement here."""
+    names = tuple(model.profile(n).name for n in allowed) if allowed is not None else _all(model)
+    key = tuple(sorted(instances))
+    if CATALOGUE.get(model.name) is model:
+        return _completions_catalogued(model.name, key, names)
+    return len(_added_multisets(model, key, names))
+
+
+@lru_cache(maxsize=65_536)
+def _completions_catalogued(model_name: str, instances: tuple[Instance, ...], names: tuple[str, ...]) -> int:
+    return len(_added_multisets(CATALOGUE[model_name], instances, names))
+
+
+def _added_multisets(model: GpuModel, instances: Sequence[Instance], names: tuple[str, ...]) -> set[tuple[int, ...]]:
+    """Counts (in ``names`` order) of every set of instances that can be added: sets of (profile, start) pairs
+    walked once each, in the pairs' order, on bit masks."""
+    profiles = [model.profile(n) for n in names]
+    pairs = [(i, _bits(p, s)) for i, p in enumerate(profiles) for s in p.placements]
+    held = [model.profile(n) for n, _ in instances]
+    room = [p.max_instances - held.count(p) for p in profiles]
+    out: set[tuple[int, ...]] = set()
+    counts = [0] * len(profiles)
+
+    def walk(first: int, mask: int, compute: int) -> None:
+        out.add(tuple(counts))
+        for j in range(first, len(pairs)):
+            i, bits = pairs[j]
+            size = profiles[i].compute_slices
+            if mask & bits or compute + size > model.compute_slices or counts[i] >= room[i]:
+                continue
+            counts[i] += 1
+            walk(j + 1, mask | bits, compute + size)
+            counts[i] -= 1
+
+    walk(0, occupancy(model, instances), sum(p.compute_slices for p in held))
+    return out
+
+
 def choose(
     model: GpuModel,
     profile_name: str,
@@ -125,14 +185,14 @@ def choose(
     *,
     idle: Sequence[Instance] = (),
     allowed: Sequence[str] | None = None,
-    rule: str = LEAST_BLOCKING,
+    rule: str = DEFAULT_RULE,
 ) -> Choice | None:
     """Where a new ``profile_name`` instance goes beside ``instances`` (None: nowhere).
 
     ``instances`` are every instance on the GPU, ``idle`` those of them no job
     holds (kept for reuse; pass none to never reuse). ``allowed`` are the
     profiles the GPU's group allows (default: all the model's), whose legal
-    placements ``LEAST_BLOCKING`` and ``MOST_PLACEMENTS`` keep.
+    placements (or completions) the rules other than ``FIRST`` keep.
     """
     profile = model.profile(profile_name)
     if rule not in RULES:
@@ -156,24 +216,25 @@ def pick_gpu(
     gpus: Sequence[tuple[Sequence[Instance], Sequence[Instance]]],
     *,
     allowed: Sequence[str] | None = None,
-    rule: str = LEAST_BLOCKING,
+    rule: str = DEFAULT_RULE,
 ) -> int | None:
     """Which of the candidate GPUs (index into ``gpus``, each (instances, idle)) takes the instance.
 
     For when Slurm's pick is not forced (the caller passes only the GPUs Slurm
     would accept). The GPU where an idle instance is reused first, then the one
     that destroys the fewest idle instances, then the one that loses the fewest
-    legal placements of the allowed profiles (best fit), then the fullest, then
-    the lowest index. None if no GPU has a placement.
+    legal placements of the allowed profiles (best fit; under ``LARGEST_FIRST``
+    counted per memory size, the largest first), then the fullest, then the
+    lowest index. None if no GPU has a placement.
     """
     names = tuple(model.profile(n).name for n in allowed) if allowed is not None else _all(model)
-    best: tuple[tuple[int, int, int, int, int], int] | None = None
+    best: tuple[tuple, int] | None = None
     for index, (instances, idle) in enumerate(gpus):
         choice = choose(model, profile_name, instances, idle=idle, allowed=names, rule=rule)
         if choice is None:
             continue
         after = _after(model, profile_name, instances, choice)
-        loss = surviving_placements(model, instances, names) - surviving_placements(model, after, names)
+        loss = _lost(model, instances, after, names, rule)
         key = (0 if choice.reuse else 1, len(choice.destroy), loss, -_held(model, after), index)
         if best is None or key < best[0]:
             best = (key, index)
@@ -244,11 +305,22 @@ def _best(
 
 def _score(
     model: GpuModel, after: Sequence[Instance], allowed: tuple[str, ...], rule: str, start: int
-) -> tuple[int, int, int]:
-    """Larger is better: (free run, surviving placements) in the rule's order, then the lower start."""
+) -> tuple[int, ...]:
+    """Larger is better: the rule's figures (see ``choose``), then the lower start."""
+    if rule == LARGEST_FIRST:
+        return (*_placements_by_size(model, after, allowed), -start)
     run = largest_free_run(model, after)
     left = surviving_placements(model, after, allowed)
+    if rule == MOST_COMPLETIONS:
+        return (completions(model, after, allowed), run, left, -start)
     return (left, run, -start) if rule == MOST_PLACEMENTS else (run, left, -start)
+
+
+def _placements_by_size(model: GpuModel, after: Sequence[Instance], allowed: tuple[str, ...]) -> tuple[int, ...]:
+    """The legal placements left of the allowed profiles, summed per memory size, the largest size first."""
+    sizes = sorted({model.profile(n).memory_slices for n in allowed}, reverse=True)
+    left = {n: len(legal_starts(model, n, after)) for n in allowed}
+    return tuple(sum(k for n, k in left.items() if model.profile(n).memory_slices == size) for size in sizes)
 
 
 def _making_room(
@@ -260,7 +332,7 @@ def _making_room(
     rule: str,
 ) -> Choice | None:
     """Place where the fewest idle instances must go; among equals, by the rule on the GPU after."""
-    options: list[tuple[int, tuple[int, int, int], Choice]] = []
+    options: list[tuple[int, tuple[int, ...], Choice]] = []
     for start in profile.placements:
         bits = _bits(profile, start)
         doomed = tuple(i for i in idle if occupancy(model, [i]) & bits)
@@ -272,6 +344,16 @@ def _making_room(
     if not options:
         return None
     return max(options, key=lambda o: (o[0], o[1]))[2]
+
+
+def _lost(
+    model: GpuModel, before: Sequence[Instance], after: Sequence[Instance], names: tuple[str, ...], rule: str
+) -> tuple[int, ...]:
+    """The legal placements the GPU loses: in all, or per memory size (largest first) under ``LARGEST_FIRST``."""
+    if rule == LARGEST_FIRST:
+        was, now = _placements_by_size(model, before, names), _placements_by_size(model, after, names)
+        return tuple(a - b for a, b in zip(was, now, strict=True))
+    return (surviving_placements(model, before, names) - surviving_placements(model, after, names),)
 
 
 def _after(model: GpuModel, name: str, instances: Sequence[Instance], choice: Choice) -> list[Instance]:

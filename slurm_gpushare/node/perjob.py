@@ -8,9 +8,10 @@ nothing placed yet), under a lock per GPU (``gpu_lock``, as the MPS lock: an flo
 
 - observe (``observe_gpu``): the GPU's GIs and the GI profiles NVML offers on it;
 - plan (``plan_slice``, pure): the profile must be one the GPU allows; the start is hardware.migplace's
-  least-blocking choice, never the reuse of an idle instance (bench/RESULTS.md, "Per-job MIG churn": reuse
-  helps only the first-start rule a little and is mixed for the others; and nothing of the job before is
-  left in an instance made for each job); no legal start refuses the job;
+  choice by its default rule (largest-first: the most placements of the largest profiles left), never the
+  reuse of an idle instance (bench/RESULTS.md, "Per-job MIG churn": reuse helps only the first-start rule a
+  little and is mixed for the others; and nothing of the job before is left in an instance made for each
+  job); no legal start refuses the job;
 - execute (``make_slice``): the journal records the intent (profile, start) before anything is made, then the
   GI's id once made, then the CI's, then the MIG device's UUID, which the task file hands the job as its
   CUDA_VISIBLE_DEVICES (``taskprolog``).
@@ -139,7 +140,7 @@ def observe_gpu(backend, index: int) -> GpuSlices:
 
 
 def plan_slice(device: Device, model_name: str, allowed: tuple[str, ...], seen: GpuSlices) -> SlicePlan | SliceRefused:
-    """Where the device's instance goes (least blocking, no reuse), or why it cannot be made."""
+    """Where the device's instance goes (migplace's default rule, no reuse), or why it cannot be made."""
     from ..hardware import CatalogueError, get_model, migplace
 
     where = f"GPU {device.gpu_index} ({device.gpu_uuid})"
@@ -160,7 +161,9 @@ def plan_slice(device: Device, model_name: str, allowed: tuple[str, ...], seen: 
         model = get_model(model_name)
         profile = model.profile(device.profile)
         instances = [(model.profile_for_constant(g.profile_constant).name, g.start) for g in seen.gis]
-        choice = migplace.choose(model, profile.name, instances, allowed=None if whole else allowed)
+        choice = migplace.choose(
+            model, profile.name, instances, allowed=None if whole else allowed, rule=migplace.DEFAULT_RULE
+        )
     except (CatalogueError, ValueError) as exc:
         return SliceRefused(f"{where}: its instances cannot be read against the catalogue: {exc}")
     if profile.nvml_constant not in seen.profile_ids:

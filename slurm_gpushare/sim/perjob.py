@@ -5,7 +5,7 @@ carrier shards (``policy.perjob``); a job asking for a slice of profile p
 takes ``weight(p)`` shards of one GPU, the GPU Slurm's own pick gives it
 (first fit, or least loaded with LL_SHARED_GRES: ``slurmmodel``). Slurm never
 sees the instances: the prolog then places the slice on that GPU
-(``hardware.migplace.choose``, least-blocking unless told otherwise, no reuse:
+(``hardware.migplace.choose``, its default rule unless told otherwise, no reuse:
 the epilog destroys each instance), and a slice with no legal placement there
 is refused and the job requeued. ``Carrier`` is one per-job GPU kind (model,
 profiles, weights, count, placement rule); ``Slices`` holds the instances of
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from ..hardware import get_model
-from ..hardware.migplace import LEAST_BLOCKING, Instance, choose
+from ..hardware.migplace import DEFAULT_RULE, Instance, choose
 
 GpuKey = tuple  # a per-job GPU: (node index, GPU index) in the Slurm model, (node name, GPU index) in a churn replay
 
@@ -31,7 +31,7 @@ class Carrier:
     model: str
     slices: tuple[tuple[str, int], ...]
     capacity: int
-    rule: str = LEAST_BLOCKING
+    rule: str = DEFAULT_RULE
 
     @property
     def profiles(self) -> tuple[str, ...]:

@@ -16,12 +16,16 @@ import pytest
 
 from slurm_gpushare.hardware import get_model, models, place_layout
 from slurm_gpushare.hardware.migplace import (
+    DEFAULT_RULE,
     FIRST,
+    LARGEST_FIRST,
     LEAST_BLOCKING,
+    MOST_COMPLETIONS,
     MOST_PLACEMENTS,
     RULES,
     Choice,
     choose,
+    completions,
     largest_free_run,
     legal_starts,
     occupancy,
@@ -134,6 +138,11 @@ def test_the_rules_on_an_empty_a100():
     assert choose(A100, "1g.5gb", [], allowed=PLAIN, rule=MOST_PLACEMENTS) == Choice(6)
     assert choose(A100, "3g.20gb", [("1g.5gb", 6)], rule=LEAST_BLOCKING) == Choice(0)
     assert choose(A100, "7g.40gb", [("1g.5gb", 6)]) is None
+    # the default keeps 4g.20gb's and 7g.40gb's only start free: a lone 1g.5gb at 6, a 3g.20gb or 2g.10gb at 4
+    assert DEFAULT_RULE == LARGEST_FIRST
+    assert [choose(A100, p, [], allowed=PLAIN).start for p in PLAIN] == [6, 4, 4, 0, 0]
+    assert choose(A100, "1g.5gb", [], allowed=PLAIN, rule=MOST_COMPLETIONS) == Choice(6)
+    assert choose(A100, "1g.5gb", [], rule=MOST_COMPLETIONS) == Choice(5)  # with 1g.10gb: 6 would block its start
 
 
 @pytest.mark.parametrize("name", ("A100-SXM4-40GB", "A30-24GB"))
@@ -158,8 +167,59 @@ def _scores(model, profile, layout, names, rule):
     for s in legal_starts(model, profile, layout):
         after = [*layout, (profile, s)]
         run, left = largest_free_run(model, after), surviving_placements(model, after, names)
-        out[s] = {FIRST: (-s,), LEAST_BLOCKING: (run, left, -s), MOST_PLACEMENTS: (left, run, -s)}[rule]
+        sizes = sorted({model.profile(n).memory_slices for n in names}, reverse=True)
+        by_size = tuple(
+            sum(len(_brute_legal(model, model.profile(n), after)) for n in names if model.profile(n).memory_slices == z)
+            for z in sizes
+        )
+        out[s] = {
+            FIRST: (-s,),
+            LEAST_BLOCKING: (run, left, -s),
+            MOST_PLACEMENTS: (left, run, -s),
+            MOST_COMPLETIONS: (completions(model, after, names), run, left, -s),
+            LARGEST_FIRST: (*by_size, -s),
+        }[rule]
     return out
+
+
+@pytest.mark.parametrize("name", ("A100-SXM4-40GB", "A30-24GB", "H100-SXM5-80GB"))
+def test_completions_count_the_multisets_the_table_still_adds(name):
+    """Against the table read directly: the distinct multisets of every disjoint set that holds the instances,
+    less the instances; at every layout of at most two instances."""
+    model = get_model(name)
+    everything = _brute_layouts(name)
+    for layout in (lay for lay in everything if len(lay) <= 2):
+        added = {
+            tuple(sorted(n for n, s in big if (n, s) not in layout)) for big in everything if set(layout) <= set(big)
+        }
+        assert completions(model, layout) == len(added), layout
+    assert completions(A100, [("7g.40gb", 0)]) == 1  # only the empty multiset
+
+
+def test_largest_first_keeps_the_large_starts_and_gathers_the_small_instances():
+    names = tuple(p.name for p in A100.mig_profiles)
+    # a second 1g.10gb joins the first in its half: 3g.20gb keeps its start at 4
+    assert choose(A100, "1g.10gb", [("1g.10gb", 0)]) == Choice(2)
+    assert legal_starts(A100, "3g.20gb", [("1g.10gb", 0), ("1g.10gb", 2)]) == (4,)
+    # least-blocking sends it to the other half (same free run, more placements) and strands 3g.20gb
+    assert choose(A100, "1g.10gb", [("1g.10gb", 0)], rule=LEAST_BLOCKING) == Choice(6)
+    # the diagnosis of least-blocking under exact weights: a lone 1g.5gb at 0 left no start for 4g.20gb
+    assert choose(A100, "1g.5gb", [], rule=LEAST_BLOCKING) == Choice(0)
+    assert legal_starts(A100, "4g.20gb", [("1g.5gb", choose(A100, "1g.5gb", []).start)]) == (0,)
+    # at every reachable layout, no legal start keeps more placements of the largest size that can still be had
+    for layout in reachable_layouts(A100):
+        for profile in names:
+            choice = choose(A100, profile, layout)
+            if choice is None:
+                continue
+            kept = {s: _largest_kept(layout, profile, s, names) for s in legal_starts(A100, profile, layout)}
+            assert kept[choice.start] == max(kept.values()), (layout, profile)
+
+
+def _largest_kept(layout, profile, start, names):
+    after = [*layout, (profile, start)]
+    size = max(A100.profile(n).memory_slices for n in names)
+    return sum(len(legal_starts(A100, n, after)) for n in names if A100.profile(n).memory_slices == size)
 
 
 def test_an_idle_instance_of_the_same_profile_is_reused_first():
@@ -185,6 +245,7 @@ def test_pick_gpu_reuses_then_fits_best_then_none():
     idle = ([("1g.5gb", 3)], [("1g.5gb", 3)])
     assert pick_gpu(A100, "1g.5gb", [empty, half, idle], allowed=PLAIN) == 2
     assert pick_gpu(A100, "1g.5gb", [empty, half], allowed=PLAIN) == 1  # beside the 3g, not on the empty GPU
+    assert pick_gpu(A100, "1g.5gb", [empty, half], allowed=PLAIN, rule=LEAST_BLOCKING) == 1
     assert pick_gpu(A100, "7g.40gb", [half, half]) is None
     assert pick_gpu(A100, "7g.40gb", [half, empty]) == 1
     assert pick_gpu(A100, "1g.5gb", []) is None

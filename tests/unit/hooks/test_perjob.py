@@ -1,4 +1,4 @@
-"""Per-job MIG on a node (node/perjob.py; issue 35): the prolog makes the job's instance at the least-blocking
+"""Per-job MIG on a node (node/perjob.py; issue 35): the prolog makes the job's instance at the default rule's
 placement beside its neighbours, the task prolog hands the job exactly that instance, the epilog destroys it; a
 slice that cannot be made refuses the job and never the node; a crash after the create is cleaned by the epilog
 and by the health check's reconcile; the fake NVML's latencies change none of it. On the fake NVML, through the
@@ -79,7 +79,7 @@ def test_the_record_is_read_strictly():
         assert mig_record(hostile) == ""  # present, not a record: nothing of it is kept
 
 
-def test_the_plan_takes_the_least_blocking_start_and_never_reuses():
+def test_the_plan_takes_the_default_rules_start_and_never_reuses():
     dev = Device(0, 0, "GPU-a", "mig", profile="1g.5gb")
     seen = GpuSlices(((_gi(1, "3g.20gb", 0)),), {p.nvml_constant: p.profile_id for p in A100.mig_profiles})
     plan = plan_slice(dev, A100.name, ALLOWED, seen)

@@ -54,13 +54,14 @@ def test_slices_are_placed_on_the_gpu_slurm_picked():
 
 
 def test_an_admitted_slice_without_a_placement_is_refused_and_its_allocation_undone():
-    # 1g + 3 x 2g weigh 14 of 15, and fit an empty GPU together, but the least-blocking start of the 1g and
-    # of the first two 2g slices leave the third no legal start
-    reqs = [slice_req("1g.5gb"), slice_req("2g.10gb"), slice_req("2g.10gb"), slice_req("2g.10gb", cpus=5)]
+    # 1g + 1g + 2g + 3g weigh 15 of 15, and fit an empty GPU together, but the largest-first starts of the two
+    # 1g (6, then 4: both keep 4g.20gb's and 3g.20gb's start at 0) and of the 2g (0) leave the 3g no legal start
+    reqs = [slice_req("1g.5gb"), slice_req("1g.5gb"), slice_req("2g.10gb"), slice_req("3g.20gb", cpus=5)]
     policy, placed = run(reqs, cluster())
     assert placed == [True, True, True, False]
+    assert sorted(policy.slices.on[(0, 0)]) == [("1g.5gb", 4), ("1g.5gb", 6), ("2g.10gb", 0)]
     s = policy.state
-    assert s.sh_used.tolist() == [[10]] and s.room[2].tolist() == [[5]]
+    assert s.sh_used.tolist() == [[8]] and s.room[2].tolist() == [[7]]
     assert s.cpu.tolist() == [61]  # the refused job's 5 CPUs came back
     assert policy.metrics()["slices_refused"] == 1.0
     assert len(policy.slices.on[(0, 0)]) == 3
