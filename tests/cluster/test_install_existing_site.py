@@ -175,7 +175,7 @@ SITE_SETUP = f"""\
 groupadd gpuusers
 for u in alice bob carol; do usermod -aG gpuusers "$u"; done
 sacctmgr -i add qos batchpart
-sacctmgr -i modify qos normal set MaxWall=04:00:00 Flags=DenyOnLimit
+sacctmgr -i modify qos where name=normal set MaxWall=04:00:00 Flags=DenyOnLimit
 sacctmgr -i add account physics,biology,chemistry
 sacctmgr -i add user alice,bob account=physics
 sacctmgr -i add user carol account=biology
