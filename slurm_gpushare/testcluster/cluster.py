@@ -106,6 +106,8 @@ class TestCluster:
     # The files of the slurm.conf directory (name -> text) to start with, instead of the policy's rendering:
     # a site's own configuration.
     conf_files: dict[str, str] | None = None
+    # Nodes of that configuration the policy does not describe: a container each (no node setup).
+    extra_nodes: tuple[str, ...] = ()
     site: Site = field(init=False)
 
     def __post_init__(self) -> None:
@@ -134,7 +136,8 @@ class TestCluster:
             atomic_write(prom, prometheus_config(site, site.cluster.controller, exporter_tls=bool(self.exporter_tls)))
         tls = str(self.exporter_tls) if self.exporter_tls else None
         atomic_write(
-            self.workdir / "nodes.yml", nodes_compose(site, str(prom) if prom else None, tls, self.cgroup_parent)
+            self.workdir / "nodes.yml",
+            nodes_compose(site, str(prom) if prom else None, tls, self.cgroup_parent, self.extra_nodes),
         )
 
     @property
@@ -146,7 +149,7 @@ class TestCluster:
     def cgroup_tops(self) -> list[str]:
         """What ``remove_cgroup_trees`` removes for this project."""
         parent = self.cgroup_parent
-        return [parent] if parent else [f"slurm_{n}" for n in self.nodes()]
+        return [parent] if parent else [f"slurm_{n}" for n in [*self.nodes(), *self.extra_nodes]]
 
     @property
     def env(self) -> dict[str, str]:

@@ -169,6 +169,7 @@ def nodes_compose(
     prometheus_config_path: str | None = None,
     exporter_tls_dir: str | None = None,
     cgroup_parent: str | None = None,
+    extra_nodes: tuple[str, ...] = (),
 ) -> str:
     """The second compose file: node services, and slurmctld waiting for all of them.
 
@@ -178,10 +179,13 @@ def nodes_compose(
     output) a ``prometheus`` service is added; with ``exporter_tls_dir`` (a
     host directory with ``prometheus/`` and ``exporter/``) each side mounts
     its part of the exporter's TLS files. With ``cgroup_parent`` the nodes' cgroups live under that
-    cgroup of the host's v1 hierarchies (``cgroup_volumes``).
+    cgroup of the host's v1 hierarchies (``cgroup_volumes``). ``extra_nodes``: nodes of a site's own
+    slurm.conf that the policy does not describe, each the same service without the node setup.
     """
-    names = nodes(site)
+    names = nodes(site) + [n for n in extra_nodes if n not in nodes(site)]
     services = {n: node_service(n, site.cluster.cgroups, cgroup_parent, site.cluster.paths.state_dir) for n in names}
+    for n in extra_nodes:
+        services[n]["environment"]["GPUSHARE_NODE_SETUP"] = "0"
     services["slurmctld"] = {"depends_on": {n: {"condition": "service_started"} for n in names}}
     if prometheus_config_path:
         services["prometheus"] = prometheus_service(prometheus_config_path, exporter_tls_dir)

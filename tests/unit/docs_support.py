@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from click.testing import CliRunner
+
+from slurm_gpushare.cli import main
 from tests.conftest import ROOT
 
 DOCS = ROOT / "docs"
@@ -94,3 +99,15 @@ def command_table(text: str, heading: str = "## Commands") -> dict[str, str]:
             words = [w for w in m[1].split() if w == w.lower()]
             rows[" ".join(words)] = line
     return rows
+
+
+def gpushare_command_problem(line: str) -> str:
+    """For a shell line `gpushare WORDS ... --options`: "" when `gpushare WORDS --help` works and lists every
+    option the line gives; what is wrong otherwise."""
+    words = shlex.split(line, comments=True)
+    path = list(itertools.takewhile(lambda w: re.fullmatch(r"[a-z][a-z-]*", w), words[1:4]))
+    done = CliRunner().invoke(main, [*path, "--help"])
+    if done.exit_code != 0 or "Usage: " not in done.output:
+        return f"{line}: {done.output}"
+    missing = [o for o in (w.split("=", 1)[0] for w in words if w.startswith("--")) if o not in done.output]
+    return f"{', '.join(missing)} not options of `gpushare {' '.join(path)}`" if missing else ""

@@ -189,3 +189,13 @@ def test_exporter_tls_scrapes_over_https_with_a_client_certificate_and_basic_aut
     assert f"/tmp/x/tls/prometheus:{PROMETHEUS_TLS_DIR}:ro" in services["prometheus"]["volumes"]
     assert services["slurmctld"]["volumes"] == [f"/tmp/x/tls/exporter:{EXPORTER_TLS_DIR}:ro"]
     assert "scheme" not in {k for j in yaml.safe_load(prometheus_config(SITE))["scrape_configs"] for k in j}
+
+
+def test_a_sites_nodes_outside_the_policy_get_a_service_without_the_node_setup():
+    services = yaml.safe_load(nodes_compose(SITE, extra_nodes=("gpu-x01",)))["services"]
+    plain = yaml.safe_load(nodes_compose(SITE))["services"]
+    assert set(services) - set(plain) == {"gpu-x01"}
+    assert services["gpu-x01"]["environment"]["GPUSHARE_NODE_SETUP"] == "0"
+    assert services["gpu-x01"]["hostname"] == "gpu-x01"
+    assert "gpu-x01" in services["slurmctld"]["depends_on"]
+    assert all(services[n]["environment"]["GPUSHARE_NODE_SETUP"] == "1" for n in plain if n != "slurmctld")
