@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_gpushare.siteconf.merge import END
 from slurm_gpushare.testcluster.cluster import TestCluster
 from tests.cluster.conftest import own_cluster, wait_for
 from tests.cluster.install_support import (
@@ -161,7 +162,7 @@ def test_every_block_ran_where_the_page_says(installed):
 def test_slurm_runs_the_site_conf_with_the_gpu_part_included(installed):
     c, _ = installed
     conf = c.exec("slurmctld", ["cat", "/etc/slurm/slurm.conf"]).stdout
-    assert conf.rstrip().endswith("Include slurm-gpushare.conf"), conf[-300:]
+    assert conf.rstrip().endswith(f"Include slurm-gpushare.conf\n{END}"), conf[-300:]  # gpushare install's block
     assert "#gpushare# NodeName=gpu-a01 CPUs=8 RealMemory=16000 Gres=gpu:2" in conf
     assert "\nGresTypes=gpu\n" not in conf and "#gpushare# GresTypes=gpu\n" in conf
     config = show_config(c)

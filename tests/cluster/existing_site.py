@@ -1,5 +1,9 @@
 """docs/admins/install.md, as written, on a realistic existing site: does the site keep what it had?
 
+NOT COLLECTED YET (not named test_*): its cluster does not come up (the fixture times out waiting for the
+site's partition QOS), and the product's global Prolog/Epilog/TaskProlog/HealthCheckProgram are not yet set
+up on the GPU node outside the policy. tests/unit/siteconf/test_cluster_site.py uses its site files.
+
 The project ("siteinstall") starts, like test_install_plain_slurm.py, from gpushare-slurm:<suite>-plain, but
 its slurm.conf directory is a site's that has run Slurm for years:
 
