@@ -295,26 +295,27 @@ class JournalStore:
     def read(self, job_id: int) -> Journal | None:
         """The job's journal, None without one. An unreadable one is set aside (under the lock) and raises
         JournalError naming the file: it is the job this caller acts for, and what it holds is unknown."""
-        path = self.file(job_id)
         try:
-            return _parse(job_id, path)
-        except FileNotFoundError:
-            return None
+            return self._load(job_id)
         except _Bad as bad:
-            aside = self._set_aside(job_id, path, str(bad))
+            aside = self._set_aside(job_id, self.file(job_id), str(bad))
             raise JournalError(f"{aside}; what the job holds on the GPUs is unknown") from None
 
     def peek(self, job_id: int) -> Journal | None:
         """The job's journal read without the lock (a journal is replaced whole, by rename), for a hook that must
         not wait on other jobs' prologs: None without one; an unreadable one raises JournalError naming it and
         is left where it is (only a holder of the lock sets one aside)."""
-        path = self.file(job_id)
         try:
-            return _parse(job_id, path)
+            return self._load(job_id)
+        except _Bad as bad:
+            raise JournalError(f"{self.file(job_id)}: {bad}") from None
+
+    def _load(self, job_id: int) -> Journal | None:
+        """The job's journal as its file holds it, None without one; _Bad when it cannot be read as one."""
+        try:
+            return _parse(job_id, self.file(job_id))
         except FileNotFoundError:
             return None
-        except _Bad as bad:
-            raise JournalError(f"{path}: {bad}") from None
 
     def remove(self, job_id: int) -> bool:
         _unlink(self.task_file(job_id))
