@@ -29,7 +29,10 @@ def _policy_nodes(site) -> frozenset[str]:
     "take_over",
     multiple=True,
     metavar="KEY",
-    help="Replace the site's value of KEY (a slurm.conf key, PartitionName=NAME, or Default); repeatable.",
+    help=(
+        "Replace the site's value of KEY (a slurm.conf key, PartitionName=NAME, Default, or CloneNSScript of "
+        "job_container.conf); repeatable."
+    ),
 )
 @click.option("--force", is_flag=True, help="Take over every key, and replace files gpushare did not write.")
 @click.option("--rollback", "undo", is_flag=True, help="Restore the files of the newest install, byte for byte.")
