@@ -8,7 +8,7 @@ import click
 
 from ..policy import load_file
 from ..render import render_all
-from ..siteconf.install import InstallError, execute_install, paths_to_read, plan_install, read_existing, rollback
+from ..siteconf.install import InstallError, execute_install, plan_install, read_site, rollback
 from ..siteconf.merge import Options
 
 
@@ -29,7 +29,10 @@ def _policy_nodes(site) -> frozenset[str]:
     "take_over",
     multiple=True,
     metavar="KEY",
-    help="Replace the site's value of KEY (a slurm.conf key, PartitionName=NAME, or Default); repeatable.",
+    help=(
+        "Replace the site's value of KEY (a slurm.conf key, PartitionName=NAME, Default, or CloneNSScript of "
+        "job_container.conf); repeatable."
+    ),
 )
 @click.option("--force", is_flag=True, help="Take over every key, and replace files gpushare did not write.")
 @click.option("--rollback", "undo", is_flag=True, help="Restore the files of the newest install, byte for byte.")
@@ -41,7 +44,9 @@ def install(
     Merges slurm.conf (it includes slurm-gpushare.conf; PrologFlags, AccountingStorageTRES, GresTypes,
     JobSubmitPlugins and SchedulerParameters are unions; the site's Prolog/Epilog keep running), keeps
     the site's partition options and nodes outside the policy, keeps gres.conf lines of nodes outside
-    the policy, and chains a site job_submit.lua (submission.site_lua). Prints every change and why;
+    the policy, chains a site job_submit.lua (submission.site_lua), and adds gpushare-ns-caps to a site's
+    job_container.conf for the policy's nodes. Reads the files slurm.conf includes as the site's (never
+    edits them). Prints every change and why;
     refuses (exit 1, writing nothing) to replace a value the site set unless --take-over KEY. The
     original bytes of every file it changes go to DIR/.gpushare-backup/<time>/ for --rollback.
     """
@@ -62,7 +67,7 @@ def install(
         force=force,
         site_health=site.cluster.health.site_program,
     )
-    plan = plan_install(site, render_all(site), directory, read_existing(paths_to_read(site, directory)), opts)
+    plan = plan_install(site, render_all(site), directory, read_site(site, directory), opts)
     for change in plan.changes:
         click.echo(str(change))
     for note in plan.notes:

@@ -12,8 +12,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+TOP = "slurm.conf"  # Line.file of the top file's lines
 RECORD_KEYS = frozenset({"nodename", "partitionname", "nodeset", "downnodes", "frontendname", "switchname"})
 _PAIR = re.compile(r'\s*([A-Za-z][A-Za-z0-9_]*)(?:=("(?:[^"]*)"|\S*))?')
+_INCLUDE = re.compile(r"(include)\s+(\S+)", re.IGNORECASE)  # parse_config.c _parse_include_directive
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,16 @@ class Line:
     number: int  # 1-based, in its file
     raw: str  # the line as written, without its newline
     pairs: tuple[Pair, ...]
+    file: str = TOP  # the file it is in: TOP, or the path of a file slurm.conf includes
+
+    @property
+    def included(self) -> bool:
+        """In a file slurm.conf includes (gpushare never edits those)."""
+        return self.file != TOP
+
+    @property
+    def where(self) -> str:
+        return f"{self.file} line {self.number}"
 
     @property
     def record(self) -> str | None:
@@ -63,9 +75,9 @@ def strip_comment(text: str) -> str:
 
 def parse_pairs(text: str) -> tuple[Pair, ...]:
     body, pairs, pos = strip_comment(text).strip(), [], 0
-    head, _, rest = body.partition(" ")
-    if head.lower() == "include":
-        return (Pair(head, rest.strip()),)
+    include = _INCLUDE.match(body)
+    if include:
+        return (Pair(include[1], include[2]),)
     while pos < len(body):
         m = _PAIR.match(body, pos)
         if m is None or m.end() == pos:
@@ -77,9 +89,9 @@ def parse_pairs(text: str) -> tuple[Pair, ...]:
     return tuple(pairs)
 
 
-def parse(text: str) -> list[Line]:
-    """Every line of ``text`` (comments and blanks too, with no pairs)."""
-    return [Line(i, raw, parse_pairs(raw)) for i, raw in enumerate(text.splitlines(), 1)]
+def parse(text: str, file: str = TOP) -> list[Line]:
+    """Every line of ``text`` (comments and blanks too, with no pairs); ``file``: where it is."""
+    return [Line(i, raw, parse_pairs(raw), file) for i, raw in enumerate(text.splitlines(), 1)]
 
 
 def keys(lines: list[Line]) -> dict[str, list[tuple[Line, Pair]]]:

@@ -1,7 +1,9 @@
 """`gpushare install`: join the site's slurm.conf directory, with a backup that rollback restores byte for byte.
 
-``plan_install`` (pure) takes the policy, its rendered files and what the directory holds today, and
-gives the files to write, every change with its reason, and what it refuses. ``execute_install``
+``read_site`` reads what the directory holds today, and every file slurm.conf includes (as Slurm
+resolves them); ``plan_install`` (pure) takes the policy, its rendered files and those texts, and
+gives the files to write, every change with its reason, and what it refuses. Files slurm.conf
+includes are read, never written. ``execute_install``
 copies the original bytes (and modes) of every file it will change into
 ``DIR/.gpushare-backup/<timestamp>/`` with a manifest, then writes each file atomically.
 ``rollback`` restores the newest backup (files the install created are removed) and marks it
@@ -21,9 +23,11 @@ from hostlist import expand_hostlist
 
 from ..errors import GpushareError
 from ..policy import Site
+from ..render.files import JOB_CONTAINER
 from ..render.header import header_ok
-from . import conf
+from . import conf, includes
 from .gres import plan_gres_conf
+from .jobcontainer import plan_job_container
 from .jobsubmit import plan_job_submit
 from .merge import OWNED, Change, Options, plan_slurm_conf, unmerge
 
@@ -58,9 +62,25 @@ def marked_ok(text: str) -> bool:
 
 
 def paths_to_read(site: Site, directory: Path) -> list[Path]:
-    names = [directory / n for n in ("slurm.conf", FRAGMENT, "gres.conf", "job_submit.lua", "cgroup.conf")]
+    own = ("slurm.conf", FRAGMENT, "gres.conf", "job_submit.lua", "cgroup.conf", JOB_CONTAINER)
+    names = [directory / n for n in own]
     chained = site.policy.submission.site_lua
     return names + ([Path(chained.path)] if chained else [])
+
+
+def read_site(site: Site, directory: Path) -> dict[str, str | None]:
+    """What ``plan_install`` reads: the directory's files, and every file the site's slurm.conf includes."""
+    existing = read_existing(paths_to_read(site, directory))
+    top = existing.get(f"{directory}/slurm.conf")
+    if top is not None:
+
+        def read(path: str) -> str | None:
+            if path not in existing:
+                existing.update(read_existing([Path(path)]))
+            return existing[path]
+
+        includes.resolve(unmerge(top), str(directory), read)
+    return existing
 
 
 def read_existing(paths: list[Path]) -> dict[str, str | None]:
@@ -83,13 +103,15 @@ def plan_install(
     slurm_conf = existing.get(f"{d}/slurm.conf")
     if slurm_conf is None:
         raise InstallError(f"{d}/slurm.conf does not exist: a new cluster starts from `gpushare render`'s slurm.conf")
-    merged = plan_slurm_conf(slurm_conf, rendered[FRAGMENT], opts)
+    merged = plan_slurm_conf(slurm_conf, rendered[FRAGMENT], opts, existing.get, d)
     plan.changes += merged.changes
     plan.refusals += merged.refusals
+    plan.notes += [f"read {f.path} ({f.by.where} includes it); gpushare never edits it" for f in merged.included]
+    plan.notes += merged.notes
     fragment_now = existing.get(f"{d}/{FRAGMENT}")
     if fragment_now is not None and not (marked_ok(fragment_now) or header_ok(fragment_now) or opts.force):
         plan.refusals.append(f"{d}/{FRAGMENT} was edited or not written by gpushare: move it away, or --force")
-    site_nodes = frozenset(_site_nodes(slurm_conf))
+    site_nodes = frozenset(_site_nodes(merged.site))
     gres, gres_changes = plan_gres_conf(
         existing.get(f"{d}/gres.conf"), rendered["gres.conf"], opts.policy_nodes, site_nodes
     )
@@ -105,15 +127,22 @@ def plan_install(
         wanted.update(files)
         plan.changes += changes
         plan.refusals += refusals
+    if JOB_CONTAINER in rendered:
+        text, changes, refusals = plan_job_container(
+            existing.get(f"{d}/{JOB_CONTAINER}"), rendered[JOB_CONTAINER], opts
+        )
+        wanted[f"{d}/{JOB_CONTAINER}"] = text
+        plan.changes += changes
+        plan.refusals += refusals
     plan.files = {p: t for p, t in wanted.items() if existing.get(p) != t}
     plan.notes += _notes(site, existing.get(f"{d}/cgroup.conf"), gres, site_nodes - opts.policy_nodes)
-    plan.notes += include_notes(slurm_conf, d)
     return plan
 
 
-def _site_nodes(slurm_conf: str) -> list[str]:
+def _site_nodes(site: list[conf.Line]) -> list[str]:
+    """Every node the site's slurm.conf defines, in the files it includes too."""
     out = []
-    for line in conf.parse(unmerge(slurm_conf)):
+    for line in site:
         name = line.get("NodeName") if line.record == "nodename" else None
         if name and name.upper() != "DEFAULT":
             out += expand_hostlist(name)
@@ -141,16 +170,6 @@ def _notes(site: Site, cgroup: str | None, gres: str, outside: frozenset[str]) -
             f"policy ({len(outside)}) run it too, and it is installed only on the policy's nodes"
         )
     return notes
-
-
-def include_notes(slurm_conf: str, directory: str) -> list[str]:
-    """The site's own Include lines: what they set is not read by the merge."""
-    return [
-        f"slurm.conf includes {line.get('Include')} (line {line.number}): keys, nodes and partitions set there "
-        "are not merged; check them against the changes above"
-        for line in conf.parse(unmerge(slurm_conf))
-        if line.first is not None and line.first.name == "include"
-    ]
 
 
 # ---- side effects ----------------------------------------------------------------------------------

@@ -17,6 +17,11 @@ need and ends with a block that includes slurm-gpushare.conf. Each key of the in
 A site line the include replaces is commented out with ``#gpushare# `` in front; the block at the
 end holds what the merge adds. ``unmerge`` gives back the site's file, so a second install starts
 from it and gives the same result.
+
+The files slurm.conf includes (``includes.resolve``) are the site's too, and are never edited: the block
+is read after them, so the include's keys win there as well (a key also set in such a file is noted:
+Slurm logs it as set twice). What Slurm would refuse to read twice (a tier's partition, a policy node,
+the product's own prolog or epilog defined in such a file) is refused, naming the file and line.
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ from dataclasses import dataclass, field
 
 from hostlist import collect_hostlist, expand_hostlist
 
-from . import conf
+from . import conf, includes
 from .conf import Line, Pair
+from .includes import Reader, no_files
 
 OWNED, UNION, CHAIN, SITE = "owned", "union", "chain", "site"
 COMMENTED = "#gpushare# "
@@ -94,6 +100,9 @@ class Merged:
     refusals: list[str] = field(default_factory=list)
     commented: dict[int, str] = field(default_factory=dict)  # site line number -> why
     tail: list[str] = field(default_factory=list)  # lines after the Include in the block
+    notes: list[str] = field(default_factory=list)
+    site: list[Line] = field(default_factory=list)  # every site line, included files' too, as Slurm reads them
+    included: list[includes.Included] = field(default_factory=list)  # the files slurm.conf includes
 
 
 def unmerge(text: str) -> str:
@@ -110,14 +119,15 @@ def unmerge(text: str) -> str:
     return "".join(out)
 
 
-def where(line: Line) -> str:
-    return f"slurm.conf line {line.number}"
-
-
-def plan_slurm_conf(site_text: str, fragment: str, opts: Options) -> Merged:
-    """The merged slurm.conf and include for ``site_text`` (a merged file is unmerged first)."""
-    site = conf.parse(unmerge(site_text))
-    merged = Merged()
+def plan_slurm_conf(
+    site_text: str, fragment: str, opts: Options, read: Reader = no_files, directory: str = "."
+) -> Merged:
+    """The merged slurm.conf and include for ``site_text`` (a merged file is unmerged first), with the files
+    it includes read through ``read`` (relative names relative to ``directory``, slurm.conf's)."""
+    resolved = includes.resolve(unmerge(site_text), directory, read)
+    site = resolved.lines
+    merged = Merged(site=site, included=resolved.files)
+    _read_problems(resolved, directory, opts, merged)
     site_keys = conf.keys(site)
     frag_out, frag = [], conf.parse(fragment)
     site_default = _site_default(site, frag, opts, merged)
@@ -134,15 +144,41 @@ def plan_slurm_conf(site_text: str, fragment: str, opts: Options) -> Merged:
     return merged
 
 
+def _read_problems(resolved: includes.Resolved, directory: str, opts: Options, merged: Merged) -> None:
+    """What Slurm could not read is refused (--force reads on without it); an include of the product's own
+    file outside the block would define its nodes and partitions twice."""
+    for problem in resolved.problems:
+        if opts.force:
+            merged.notes.append(f"{problem}; read on without it (--force)")
+        else:
+            merged.refusals.append(f"{problem}: fix slurm.conf first (or --force to merge without that file)")
+    ours = f"{directory.rstrip('/')}/{opts.include}"
+    for entry in resolved.files:
+        if entry.path == ours:
+            merged.refusals.append(
+                f"{entry.by.where} includes {opts.include} itself: take that line out (`gpushare install` adds "
+                "its own Include at the end of slurm.conf)"
+            )
+
+
 def _assemble(site: list[Line], opts: Options, merged: Merged) -> str:
-    out = [COMMENTED + line.raw if line.number in merged.commented else line.raw for line in site]
+    top = [line for line in site if not line.included]
+    out = [COMMENTED + line.raw if line.number in merged.commented else line.raw for line in top]
     out += [BEGIN, f"Include {opts.include}", *merged.tail, END]
     return "\n".join(out) + "\n"
 
 
 def _comment(entries: list[tuple[Line, Pair]], merged: Merged, why: str) -> None:
-    for line, _ in entries:
-        merged.commented[line.number] = why
+    """Comment out the site's lines in slurm.conf; a line in an included file stays, and is noted."""
+    for line, pair in entries:
+        if not line.included:
+            merged.commented[line.number] = why
+            continue
+        merged.notes.append(
+            f"{pair.key}={pair.value} is also set in {line.where}, which gpushare never edits: the include is read "
+            f"after it and its value is the one Slurm keeps; Slurm logs {pair.key} as set more than once until "
+            "that line is taken out"
+        )
 
 
 def _key(pair: Pair, entries: list[tuple[Line, Pair]], opts: Options, merged: Merged) -> str:
@@ -155,7 +191,7 @@ def _key(pair: Pair, entries: list[tuple[Line, Pair]], opts: Options, merged: Me
     if kind == UNION:
         return _union(pair, entries, opts, merged, why)
     if pair.name in ("prolog", "epilog"):
-        _chain_script(pair, entries, merged)
+        _chain_script(pair, entries, opts, merged)
         return ours
     if pair.name == "healthcheckprogram":
         _chain_health(pair, entries, opts, merged)
@@ -174,7 +210,7 @@ def _key(pair: Pair, entries: list[tuple[Line, Pair]], opts: Options, merged: Me
 
 def _refusal(key: str, site_value: str, ours: str, line: Line, why: str) -> str:
     return (
-        f"{key}={site_value} is the site's ({where(line)}); slurm-gpushare sets {key}={ours} ({why}). "
+        f"{key}={site_value} is the site's ({line.where}); slurm-gpushare sets {key}={ours} ({why}). "
         f"Pass --take-over {key} to replace it, or keep the site's value and change the policy"
     )
 
@@ -197,13 +233,13 @@ def _union(pair: Pair, entries: list[tuple[Line, Pair]], opts: Options, merged: 
         items[name] = item
     if conflicts and not opts.may_take(pair.key):
         merged.refusals.append(
-            f"{pair.key}: the site's {', '.join(conflicts)} ({where(entries[-1][0])}); pass --take-over "
+            f"{pair.key}: the site's {', '.join(conflicts)} ({entries[-1][0].where}); pass --take-over "
             f"{pair.key} for the product's values, or change the policy"
         )
     value = ",".join(items.values())
     problem = _flag_conflict(pair.name, items)
     if problem:
-        merged.refusals.append(f"{pair.key}={value}: {problem} ({where(entries[-1][0])})")
+        merged.refusals.append(f"{pair.key}={value}: {problem} ({entries[-1][0].where})")
     _comment(entries, merged, "merged into the include")
     note = "nothing added" if value == site_value else why
     merged.changes.append(Change(UNION, pair.key, site_value, value, note))
@@ -220,12 +256,14 @@ def _flag_conflict(name: str, items: dict[str, str]) -> str | None:
     return None
 
 
-def _chain_script(pair: Pair, entries: list[tuple[Line, Pair]], merged: Merged) -> None:
+def _chain_script(pair: Pair, entries: list[tuple[Line, Pair]], opts: Options, merged: Merged) -> None:
     """Every Prolog=/Epilog= line runs, in the order read: the site's prologs stay before the include,
     its epilogs move after it (ours undo the job's GPU state first)."""
     what = pair.key
     for line, site in entries:
-        if site.value == pair.value:
+        if line.included:
+            _chain_included(pair, line, site, opts, merged)
+        elif site.value == pair.value:
             merged.commented[line.number] = "the product's own, set in the include"
             merged.changes.append(Change(CHAIN, what, site.value, pair.value, "the product's own; set once"))
         elif pair.name == "prolog":
@@ -238,6 +276,29 @@ def _chain_script(pair: Pair, entries: list[tuple[Line, Pair]], merged: Merged) 
             merged.changes.append(
                 Change(CHAIN, what, site.value, f"{pair.value}, then {site.value}", "the site's epilog runs after")
             )
+
+
+def _chain_included(pair: Pair, line: Line, site: Pair, opts: Options, merged: Merged) -> None:
+    """A Prolog=/Epilog= line in an included file stays where it is, read before the include: a prolog
+    runs before ours as in slurm.conf; an epilog would run before ours, and ours twice is refused."""
+    if site.value == pair.value:
+        merged.refusals.append(
+            f"{pair.key}={site.value} ({line.where}) is the product's own, which the include sets too: it would run "
+            f"twice; take that line out of {line.file}"
+        )
+    elif pair.name == "prolog":
+        why = f"the site's prolog ({line.where}) runs first"
+        merged.changes.append(Change(CHAIN, pair.key, site.value, f"{site.value}, then {pair.value}", why))
+    elif opts.may_take(pair.key):
+        why = f"--take-over {pair.key}: the site's epilog ({line.where}) runs first; if it fails, ours does not"
+        merged.changes.append(Change(CHAIN, pair.key, site.value, f"{site.value}, then {pair.value}", why))
+    else:
+        merged.refusals.append(
+            f"{pair.key}={site.value} is the site's ({line.where}, read before the include, which gpushare never "
+            f"edits): it would run before the product's epilog, and a failure there would leave the job's GPU state "
+            f"behind. Move that line into slurm.conf (the install then runs it after ours), or pass --take-over "
+            f"{pair.key} to keep this order"
+        )
 
 
 def _chain_health(pair: Pair, entries: list[tuple[Line, Pair]], opts: Options, merged: Merged) -> None:
@@ -254,7 +315,7 @@ def _chain_health(pair: Pair, entries: list[tuple[Line, Pair]], opts: Options, m
         merged.changes.append(Change(OWNED, pair.key, site_value, pair.value, "taken over: the site's no longer runs"))
     else:
         merged.refusals.append(
-            f"HealthCheckProgram={site_value} is the site's ({where(entries[-1][0])}): set "
+            f"HealthCheckProgram={site_value} is the site's ({entries[-1][0].where}): set "
             f"cluster.health.site_program: {site_value} in the policy so the gpushare health check runs it first "
             "(its exit code and drains kept apart from ours), or pass --take-over HealthCheckProgram to stop it"
         )
@@ -269,6 +330,14 @@ def _nodes(site: list[Line], opts: Options, merged: Merged) -> None:
         names = expand_hostlist(name)
         inside = [n for n in names if n in opts.policy_nodes]
         if not inside:
+            continue
+        if line.included:
+            merged.refusals.append(
+                f"NodeName={name} ({line.where}) defines {collect_hostlist(inside)}, which the policy defines in "
+                f"the include: slurmctld will not start with a node defined twice, and gpushare never edits "
+                f"{line.file}. Move that line into slurm.conf (the install then keeps its other nodes), or take "
+                "the policy's nodes out of it"
+            )
             continue
         outside = [n for n in names if n not in opts.policy_nodes]
         merged.commented[line.number] = "nodes defined by the policy"
@@ -285,6 +354,15 @@ def _partition(line: Line, site: list[Line], opts: Options, merged: Merged) -> s
     theirs = [s for s in site if s.record == "partitionname" and s.pairs[0].value == name]
     ours = list(line.pairs)
     key = f"PartitionName={name}"
+    elsewhere = [s for s in theirs if s.included]
+    if elsewhere:
+        merged.refusals.append(
+            f"{key} is defined in {elsewhere[0].where}, and the policy's tier {name} in the include: slurmctld will "
+            f"not start with a partition defined twice, and gpushare never edits {elsewhere[0].file}. Move that "
+            "line into slurm.conf (the install then keeps its options in the tier's definition), or give the tier "
+            "another name in the policy"
+        )
+        return line.raw
     if not theirs:
         merged.changes.append(Change(OWNED, key, None, "(new)", "a tier of the policy"))
         return line.raw
@@ -294,7 +372,7 @@ def _partition(line: Line, site: list[Line], opts: Options, merged: Merged) -> s
         merged.commented[s.number] = "merged into the include's partition"
     if differ and not opts.may_take(key):
         merged.refusals.append(
-            f"{key} ({where(theirs[-1])}): the site sets {', '.join(differ)}; pass --take-over {key} for the "
+            f"{key} ({theirs[-1].where}): the site sets {', '.join(differ)}; pass --take-over {key} for the "
             "policy's values, or give the tier the site's values in the policy"
         )
     why = f"the site's {', '.join(passed)} kept" if passed else "no site option to keep"

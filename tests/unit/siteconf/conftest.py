@@ -13,6 +13,8 @@ import yaml
 from tests.conftest import ROOT
 
 SITE = Path(__file__).parent / "site"
+SITE_INCLUDES = Path(__file__).parent / "site-includes"  # the same site, its slurm.conf split with Include lines
+SITE_PERJOB = Path(__file__).parent / "site-perjob"  # a site with a job container of its own, for per-job MIG
 
 
 def policy_for(tmp: Path, directory: Path, **changes) -> Path:
@@ -35,6 +37,31 @@ def site_dir(tmp_path) -> Path:
     directory = tmp_path / "etc-slurm"
     shutil.copytree(SITE, directory)
     (directory / "cgroup.conf").write_text("ConstrainDevices=yes\n")
+    return directory
+
+
+def perjob_policy(tmp: Path, directory: Path) -> Path:
+    """tests/data/policies/perjob-lab.yaml (per-job MIG, isolated: it renders job_container.conf) for ``directory``."""
+    raw = yaml.safe_load((ROOT / "tests" / "data" / "policies" / "perjob-lab.yaml").read_text())
+    raw["cluster"].setdefault("paths", {})["slurm_conf_dir"] = str(directory)
+    path = tmp / "perjob.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.fixture
+def includes_dir(site_dir) -> Path:
+    """The realistic site with its slurm.conf split: accounting.conf, nodes.conf (lower-case include),
+    conf.d/%c-partitions.conf (the default partition), which includes conf.d/legacy.conf (nested, relative to
+    slurm.conf's directory)."""
+    shutil.copytree(SITE_INCLUDES, site_dir, dirs_exist_ok=True)
+    return site_dir
+
+
+@pytest.fixture
+def perjob_dir(tmp_path) -> Path:
+    directory = tmp_path / "etc-slurm-lab"
+    shutil.copytree(SITE_PERJOB, directory)
     return directory
 
 

@@ -72,9 +72,14 @@ def test_the_installed_job_submit_lua_runs_the_site_rule(tmp_path, site_dir):
     assert script.submit({"time_limit": 30, "tres_per_node": "gres/shard:1"}).rc == 0
 
 
-def test_notes_say_what_the_merge_does_not_see(tmp_path, site_dir):
+def test_notes_count_the_nodes_outside_the_policy_in_included_files_too(tmp_path, site_dir):
     conf = site_dir / "slurm.conf"
     conf.write_text(conf.read_text() + "Include nodes-extra.conf\n")
     res = install(str(policy_for(tmp_path, site_dir)), "--dry-run")
-    assert "note: slurm.conf includes nodes-extra.conf (line 31): keys, nodes and partitions set there" in res.output
-    assert "the nodes outside the policy (6) run it too" in res.output
+    assert (
+        res.exit_code == 1 and f"slurm.conf line 31 includes {site_dir}/nodes-extra.conf, which does not" in res.output
+    )
+    (site_dir / "nodes-extra.conf").write_text("NodeName=viz[01-02] CPUs=32 RealMemory=128000\n")
+    res = install(str(policy_for(tmp_path, site_dir)), "--dry-run")
+    assert res.exit_code == 0 and f"note: read {site_dir}/nodes-extra.conf (slurm.conf line 31" in res.output
+    assert "the nodes outside the policy (8) run it too" in res.output
