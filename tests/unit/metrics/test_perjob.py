@@ -10,6 +10,7 @@ import pytest
 
 from slurm_gpushare.metrics import collect, textfile
 from slurm_gpushare.policy import load_file
+from slurm_gpushare.policy.billing import carried_slices
 from slurm_gpushare.slurm.model import GresUse
 from tests.conftest import ROOT
 from tests.unit.metrics.test_exporter import _job, _node
@@ -74,3 +75,22 @@ def test_the_reference_lists_every_family():
     )
     node = set(re.findall(r"^# TYPE (\S+) ", textfile.render(state), re.M))
     assert exporter - listed == set() and node - listed == set()
+
+
+def test_a_pending_per_job_slice_is_labelled_as_the_slice_it_asks_for():
+    """Job 4 pends on the per-job tier asking 7 carrier shards, the weight of 3g.20gb: it is counted under gpu and
+    that profile's type, as a pending fixed 3g.20gb slice is, never as shards."""
+    got = families()
+    key = ("gpu", "a100_40g_3g.20gb", "Resources")
+    assert got["gpushare_jobs_pending"].samples == {key: 1.0}
+    slice_type, fraction = carried_slices(SITE.groups)[7]  # billing's: 7 shards carry a 3g.20gb, half an A100
+    assert slice_type == "gpu:a100_40g_3g.20gb"
+    assert got["gpushare_pending_gpu_equivalents"].samples == {key: pytest.approx(fraction)}
+    assert set(got["gpushare_pending_oldest_age_seconds"].samples) <= {("gpu", "a100_40g_3g.20gb")}
+
+
+def test_pending_shards_of_a_shard_tier_stay_shards():
+    shard = _job(6, "PENDING", {"shard": 2}, partition="shared", reason="Priority")
+    snap = collect.SlurmRead([shard], None, None, None, 0.0)
+    fams = {f.name: f for f in collect.families(collect.SiteMetrics(SITE), snap)}
+    assert fams["gpushare_jobs_pending"].samples == {("shard", "", "Priority"): 1.0}
