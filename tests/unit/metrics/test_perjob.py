@@ -8,11 +8,12 @@ import re
 
 import pytest
 
-from slurm_gpushare.metrics import collect, textfile
+from slurm_gpushare.metrics import collect
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.policy.billing import carried_slices
 from slurm_gpushare.slurm.model import GresUse
 from tests.conftest import ROOT
+from tests.unit.metrics.test_dashboard import node_textfile_metrics
 from tests.unit.metrics.test_exporter import _job, _node
 
 SITE = load_file(ROOT / "tests" / "data" / "policies" / "perjob-lab.yaml")
@@ -67,13 +68,7 @@ def test_the_reference_lists_every_family():
     doc = (ROOT / "docs" / "reference" / "metrics.md").read_text(encoding="utf-8")
     listed = set(re.findall(r"`(gpushare_[a-z_]+)`", doc))
     exporter = {f.name + ("_total" if f.type == "counter" else "") for f in families().values()}
-    state = textfile.observed(
-        textfile.empty_state(),
-        textfile.NodeObservation(
-            journals_present=0, mps_daemons_running=0, mig={0: True}, mig_slices={0: {"1g.5gb": 0}}, slice_seconds=1
-        ),
-    )
-    node = set(re.findall(r"^# TYPE (\S+) ", textfile.render(state), re.M))
+    node = node_textfile_metrics()
     assert exporter - listed == set() and node - listed == set()
 
 
