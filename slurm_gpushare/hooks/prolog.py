@@ -41,7 +41,7 @@ def _locked(job, spec, backend, store, mps, seen: Seen) -> None:
     seen.live = live = observe_prolog(job, node, backend, store, mps)
     journal, actions = plan_prolog(job, node, live)
     if any(d.per_job for d in journal.devices):  # a per-job MIG slice: made now, or the job refused
-        journal, actions = _slices(journal, actions, node, backend, store, job.restarts, seen)
+        journal, actions = _slices(journal, actions, node, live.journals, backend, store, job.restarts, seen)
     limits = None
     if job.mps_percentage is not None:  # the share on the job's cgroup, where the node offers it (node.mpsmem)
         from ..node.mpsmem import apply_memory_limits, refusal_env
@@ -66,27 +66,34 @@ def _locked(job, spec, backend, store, mps, seen: Seen) -> None:
 def _await_whole(job, spec, backend) -> None:
     """A job without a per-job record holds its per-job GPUs whole: wait (bounded, node.perjob.await_empty) for
     instances of ended jobs to leave them. The locked run then makes the full instance, or refuses the job."""
+    from ..node.journal import JournalError, JournalStore
     from ..node.perjob import await_empty
     from ..node.prolog import gpus_of_records, load_layout
 
     node = load_layout(spec, backend)
     by_minor = {g.minor: g.index for g in backend.gpus()}
     indexes = gpus_of_records(node.records, job.gpu_indexes, by_minor)
-    await_empty(backend, spec.state_dir, [i for i in indexes if i in node.shares and node.shares[i].is_per_job_mig])
+    try:  # a rerun's own instances are reused, not waited for (read without the lock: the locked run reads again)
+        own = JournalStore(spec.state_dir).peek(job.job_id)
+    except JournalError:
+        own = None
+    per_job = [i for i in indexes if i in node.shares and node.shares[i].is_per_job_mig]
+    await_empty(backend, spec.state_dir, per_job, own)
 
 
-def _slices(journal, actions, node, backend, store, restarts: int, seen: Seen):
+def _slices(journal, actions, node, journals, backend, store, restarts: int, seen: Seen):
     """Make the job's per-job MIG instance (node.perjob); one that cannot be made refuses the job, not the node:
     its tasks fail with the reason (node.prolog.refused_journal), and where the policy requeues (and Slurm's
     restart count allows) a request is left for the health check, which requeues the job (the prolog must not
     call Slurm). ``seen`` gets how long making it took (the GPU's lock, observing it, the GI and CI, the UUID),
-    or the refusal's code, for the node metrics."""
+    or the refusal's code, for the node metrics. An instance the job's journal from an earlier run records
+    (``journals``: the node's) is reused while NVML still has it."""
     from ..node.perjob import REQUEUE_CODE, prolog_slices, refusal_code, request_requeue, rewrite
     from ..node.prolog import refused_journal
 
     start = time.monotonic()
     code, note = refusal_code(journal, node, restarts)
-    journal, refused = prolog_slices(journal, node, backend, store)
+    journal, refused = prolog_slices(journal, node, backend, store, journals)
     if refused is None:
         seen.slice_seconds = time.monotonic() - start
     else:

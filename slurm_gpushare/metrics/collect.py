@@ -250,6 +250,9 @@ def _per_node(job: Job) -> Iterable[tuple[str, str, int]]:
 
 
 def pending(sm: SiteMetrics, jobs: Iterable[Job], now: float) -> list[Family]:
+    """Pending jobs, the GPU-equivalents they ask for and the oldest's age, by what they ask for: a per-job MIG
+    slice (carried by shards: its profile's weight, ``policy.billing.carried_slices``) as the gpu type of its
+    profile, like a fixed slice of that profile."""
     labels = ("gres", "gres_type", "reason")
     count = Family(
         "gpushare_jobs_pending",
@@ -271,9 +274,12 @@ def pending(sm: SiteMetrics, jobs: Iterable[Job], now: float) -> list[Family]:
         partition = job.partition.split(",")[0]
         asks = [(k, c) for k, c in job.gres_request.items() if split(k)[0] in GPU_GRES] or [("", 0)]
         for key, n in asks:
+            kind, carried, equivalents = sm.units(partition, key, n) if n > 0 else ("", "", 0.0)
             name, gtype = split(key)
+            if name == "shard" and kind == "mig":  # a per-job slice's carrier shards: the slice the job asked for
+                name, gtype = "gpu", carried
             count.add((name, gtype, job.reason), 1)
-            gpus.add((name, gtype, job.reason), sm.units(partition, key, n)[2] if n > 0 else 0.0)
+            gpus.add((name, gtype, job.reason), equivalents)
             if job.submit_time:
                 oldest[name, gtype] = min(oldest.get((name, gtype), job.submit_time), job.submit_time)
     age = Family(

@@ -16,6 +16,12 @@ nothing placed yet), under a lock per GPU (``gpu_lock``, as the MPS lock: an flo
   GI's id once made, then the CI's, then the MIG device's UUID, which the task file hands the job as its
   CUDA_VISIBLE_DEVICES (``taskprolog``).
 
+A prolog run again for a job whose journal it finds (Slurm runs the prolog again when it retries it; a heal of
+the node may too) reuses the instance that journal records for the job on the same GPU (``earlier``) when NVML
+still has it whole: its GI at the same start, of the same profile and id, its CI and its MIG device
+(``plan_reuse``, pure). Only when it is gone is a new one planned; what is left of it (a GI without its CI or
+MIG device) is destroyed first, so the job's journal never names two instances, nor leaves one unnamed.
+
 A slice that cannot be placed or made (NVML_ERROR_INSUFFICIENT_RESOURCES and the like) refuses the job, never
 the node: the prolog writes its journal ready with ``taskprolog.REFUSE_ENV`` and the reason (as ``mpsmem``
 does), so its tasks fail with a message in the job's output; what this run made is destroyed again, or left in
@@ -217,22 +223,90 @@ def make_slice(plan: SlicePlan, journal: Journal, backend, store) -> Device:
     return replace(dev, mig_uuid=uuid, visible=uuid)
 
 
-def prolog_slices(journal: Journal, node, backend, store) -> tuple[Journal, SliceRefused | None]:
+def earlier(device: Device, journals: dict[int, Journal], job_id: int) -> Device | None:
+    """The instance the job's journal from an earlier prolog run records on the device's GPU, with the device's
+    profile and mode, placed (its GI's id journaled), and that no other job's journal claims (its start on that
+    GPU); None without one."""
+    previous = journals.get(job_id)
+    if previous is None:
+        return None
+    claimed = {(d.gpu_index, d.start) for j in journals.values() if j.job_id != job_id for d in j.devices if d.per_job}
+    same = (device.gpu_index, device.gpu_uuid, device.profile, device.mode)
+    return next(
+        (
+            d
+            for d in previous.devices
+            if d.per_job
+            and d.start is not None
+            and d.gi is not None
+            and (d.gpu_index, d.gpu_uuid, d.profile, d.mode) == same
+            and (d.gpu_index, d.start) not in claimed
+        ),
+        None,
+    )
+
+
+def plan_reuse(old: Device, model_name: str, seen: GpuSlices, migs, cis) -> Device | None:
+    """Pure: ``old`` (the job's instance from an earlier run, ``earlier``) as the device to hand the job again when
+    NVML still has it whole: its GI (``leftover``), the journaled CI in it (``cis``: the GI's compute instances'
+    ids), and the MIG device of that GI and CI with the journaled UUID. None when it is not whole."""
+    if not leftover(old, model_name, seen) or old.ci is None or old.mig_uuid is None or old.ci not in cis:
+        return None
+    if not any((m.uuid, m.gi_id, m.ci_id) == (old.mig_uuid, old.gi, old.ci) for m in migs):
+        return None
+    return replace(old, visible=old.mig_uuid)
+
+
+def leftover(old: Device, model_name: str, seen: GpuSlices) -> bool:
+    """Pure: the GPU still holds ``old``'s GI (its journaled id, at its start, of its profile), whole or not."""
+    from ..hardware import CatalogueError, get_model
+
+    try:
+        constant = get_model(model_name).profile(old.profile or "").nvml_constant
+    except (CatalogueError, ValueError):
+        return False
+    return any(g.id == old.gi and g.start == old.start and g.profile_constant == constant for g in seen.gis)
+
+
+def prolog_slices(
+    journal: Journal, node, backend, store, journals: dict[int, Journal] | None = None
+) -> tuple[Journal, SliceRefused | None]:
     """Make the journal's pending slices, each under its GPU's lock: the journal with them and None, or the
-    journal holding only what is left of them and why the job is refused (``node``: prolog.NodeLayout)."""
+    journal holding only what is left of them and why the job is refused (``node``: prolog.NodeLayout). An
+    instance that the job's journal from an earlier run (in ``journals``, the node's) records is reused while
+    NVML has it whole; what is left of one that is not is destroyed before a new one is planned."""
     for dev in pending(journal):
         with flocked(gpu_lock(node.state_dir, dev.gpu_index)):
-            share = node.shares[dev.gpu_index]
-            seen = observe_gpu(backend, dev.gpu_index)
-            plan = plan_slice(dev, node.models.get(dev.gpu_index, ""), share.profiles, seen)
-            if isinstance(plan, SliceRefused):
-                return _without_slices(journal, None), _refusal(dev, plan)
+            share, model = node.shares[dev.gpu_index], node.models.get(dev.gpu_index, "")
+            old = earlier(dev, journals or {}, journal.job_id)
             try:
-                made = make_slice(plan, journal, backend, store)
+                seen, again = _reused(dev, old, model, backend)
+                if again is None:
+                    plan = plan_slice(dev, model, share.profiles, seen)
+                    if isinstance(plan, SliceRefused):
+                        return _without_slices(journal, None), _refusal(dev, plan)
+                    again = make_slice(plan, journal, backend, store)
             except SliceFailed as exc:
                 return _without_slices(journal, exc.left), _refusal(dev, SliceRefused(str(exc)))
-        journal = with_device(journal, made)
+        journal = with_device(journal, again)
     return journal, None
+
+
+def _reused(dev: Device, old: Device | None, model: str, backend) -> tuple[GpuSlices, Device | None]:
+    """What the GPU holds now, and the job's earlier instance there (``old``) to hand it again where NVML has it
+    whole (with the device's GRES index and minor), else None, having destroyed what was left of it (SliceFailed
+    where that fails: the GPU would hold an instance of the job that its journal does not name)."""
+    seen = observe_gpu(backend, dev.gpu_index)
+    if old is None or not leftover(old, model, seen):
+        return seen, None
+    cis = [c.id for c in backend.compute_instances(dev.gpu_index, old.gi)]
+    again = plan_reuse(old, model, seen, backend.mig_devices(dev.gpu_index), cis)
+    if again is not None:
+        return seen, replace(again, slurm_index=dev.slurm_index, minor=dev.minor)
+    why = destroy_instances(backend, old, tries=1)
+    if why:
+        raise SliceFailed(why, old)
+    return observe_gpu(backend, dev.gpu_index), None
 
 
 def _refusal(dev: Device, refused: SliceRefused) -> SliceRefused:
@@ -247,23 +321,25 @@ def _without_slices(journal: Journal, left: Device | None) -> Journal:
     return replace(journal, devices=kept + ((left,) if left is not None else ()))
 
 
-def await_empty(backend, state_dir: str, indexes) -> list[int]:
+def await_empty(backend, state_dir: str, indexes, own: Journal | None = None) -> list[int]:
     """Wait, at most ``WHOLE_WAIT_S``, until these per-job GPUs (allocated whole) hold no GPU instance: instances
     of jobs whose epilog has not run yet, or has not finished. Each try reads one GPU under its lock, and no lock
     is held between tries (the caller holds no journal lock either: the epilog that destroys them needs it).
-    The GPUs still occupied (their prolog then refuses the job, never the node)."""
+    The instances ``own`` (the job's journal from an earlier run of its prolog) records do not count: the prolog
+    reuses them. The GPUs still occupied (their prolog then refuses the job, never the node)."""
+    mine = {(d.gpu_index, d.gi, d.start) for d in (own.devices if own else ()) if d.per_job and d.gi is not None}
     deadline = time.monotonic() + WHOLE_WAIT_S
     left = list(indexes)
     while True:
-        left = [i for i in left if _occupied(backend, state_dir, i)]
+        left = [i for i in left if _occupied(backend, state_dir, i, mine)]
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(WHOLE_WAIT_STEP_S)
 
 
-def _occupied(backend, state_dir: str, index: int) -> bool:
+def _occupied(backend, state_dir: str, index: int, mine=frozenset()) -> bool:
     with flocked(gpu_lock(state_dir, index)):
-        return bool(backend.gpu_instances(index))
+        return any((index, g.id, g.start) not in mine for g in backend.gpu_instances(index))
 
 
 # ---- the epilog's side ----------------------------------------------------------------------

@@ -122,6 +122,7 @@ from .tables import (
     merged,
     message,
     offers,
+    untyped_target,
 )
 
 
@@ -276,7 +277,7 @@ def check_request(t: Tables, r: Gres) -> Violation | None:
         return violation("unknown_shared_type", key=r.key, name=r.name, type=r.type, types=t.texts[r.name + "_types"])
     most = per[r.type]
     if r.name == "mps" and r.count > most:
-        return violation("mps_range", n=r.count, most=most)
+        return violation("mps_range", n=r.count, most=most, whole=t.texts["whole"])
     return _multi_slice(t, r)
 
 
@@ -287,7 +288,7 @@ def _multi_slice(t: Tables, r: Gres) -> Violation | None:
     if unit:
         return violation("scope", name=r.name, field=r.field, unit=unit, n=r.count)
     if r.name == "shard" and r.count > 1:
-        return violation("over_shard", n=r.count)
+        return violation("over_shard", n=r.count, whole=t.texts["whole"])
     return None
 
 
@@ -484,18 +485,6 @@ def per_job(tiers: list[TierCaps], parsed, partition: str):
     carrier = replace(r, name="shard", type="", count=weight, alias=r.alias or r.type)
     out = {n: [carrier if e is r else e for e in v] for n, v in parsed.items()}
     return [], out, RECORD_PREFIX + profile
-
-
-def untyped_target(tier: TierCaps, caps: TierCaps, set_type: bool) -> str | None:
-    """The type an untyped gpu request gets on ``tier`` (``caps``: what it serves where the constraint allows):
-    '' to leave it untyped, a type to write, None when it is refused (rule 5b)."""
-    if tier.untyped == "refuse":
-        return None
-    if tier.untyped != "whole":
-        return tier.untyped if tier.untyped in caps.gpu else None
-    if all(x in caps.whole for x in caps.gpu):
-        return caps.gpu[0] if set_type and len(caps.gpu) == 1 else ""
-    return caps.whole[0] if len(caps.whole) == 1 else None
 
 
 def untyped_violation(t: Tables, r: Gres, tiers: list[TierCaps], allowed) -> Violation:

@@ -261,7 +261,7 @@ local function multi_slice(r)
     return violation("scope", { name = r.name, field = r.field, unit = unit, n = r.count })
   end
   if r.name == "shard" and r.count > 1 then
-    return violation("over_shard", { n = r.count })
+    return violation("over_shard", { n = r.count, whole = P.texts.whole })
   end
   return nil
 end
@@ -282,7 +282,7 @@ local function check_request(r)
   end
   local most = per[r.type]
   if r.name == "mps" and r.count > most then
-    return violation("mps_range", { n = r.count, most = most })
+    return violation("mps_range", { n = r.count, most = most, whole = P.texts.whole })
   end
   return multi_slice(r)
 end

@@ -37,7 +37,7 @@ MESSAGES = {
     # parsing a tres_per_* string (parse.py)
     "not_string": "{field} is not a string",
     "too_long": "{field} is {size} characters long; at most {max} are accepted",
-    "empty": "{field} is empty; request e.g. --gres=gpu:1, or leave it out",
+    "empty": "{field} is empty; name what the job asks for (name[:type][:count]), or leave it out",
     "empty_entry": "{field}: '{text}' has an empty entry (a doubled or trailing comma)",
     "negative": "{field}: '{raw}' asks for a negative count; a count is a whole number of at least 1",
     "not_count": "{field}: '{raw}': '{text}' is not a count (a whole number of at least 1, "
@@ -56,12 +56,12 @@ MESSAGES = {
     "unknown_shared": "no GPU on this cluster is shared as {name}; it offers: {offers}",
     "unknown_shared_type": "no GPU of type '{type}' is shared as {name} here; {name} GPUs: {types}",
     "mps_range": "an MPS share is part of one GPU: 1 to {most} here, where {most} is the whole GPU; {n} is more than "
-    "one GPU can give, and Slurm takes a shared request from one GPU. Ask for whole GPUs instead, e.g. --gres=gpu:1",
+    "one GPU can give, and Slurm takes a shared request from one GPU. Ask for whole GPUs instead, e.g. --gres={whole}",
     "scope": "{name} in {field} is requested per {unit}, so a job with several {unit}s on a node holds several "
     "slices of the same GPU (reject_multi_slice); ask per node instead, e.g. --gres={name}:{n}",
     "over_shard": "{n} shards are not {n} GPUs: they are {n} time slices of the same GPU, "
     "one device reserved {n} times, "
-    "and the job gets no more of it than with one. Ask for --gres=shard:1, or for whole GPUs with --gres=gpu:1",
+    "and the job gets no more of it than with one. Ask for --gres=shard:1, or for whole GPUs with --gres={whole}",
     "mixed": "one job cannot combine {kinds}: it gets whole GPUs or MIG slices (gpu), or shards, or an MPS "
     "share, one kind only (Slurm refuses the mix); submit separate jobs",
     "mps_tasks": "an MPS share is enforced per process, not per job: NVIDIA MPS applies the thread percentage and "
@@ -89,7 +89,7 @@ MESSAGES = {
     "per_job_extra": "partition {partition} makes MIG slices per job and records a job's slice in its extra field "
     "(gpushare-mig=<profile>), so the field is gpushare's there: submit without --extra, and do not change it "
     "(scontrol update Extra=)",
-    # an untyped gpu request (tiers[].untyped_gpu; decide.untyped_target)
+    # an untyped gpu request (tiers[].untyped_gpu; untyped_target)
     "untyped": "'{key}' names no GPU type, and an untyped GPU request (--gres=gpu:N, --gpus=N, --gpus-per-node=N) "
     "asks for whole GPUs, never MIG slices nor GPUs kept for MPS or shards; in partition {tier} {reason}. Name "
     "the type, e.g. --gres=gpu:{example}:{n}",
@@ -149,9 +149,9 @@ RECORD_PREFIX = share.RECORD_PREFIX
 # Where MPS_TASKS steers a job that needs isolation (Tables.texts['isolation'], chosen once per site).
 ISOLATION = {
     "mig": "for isolation that holds however many processes the job starts, ask for a MIG slice "
-    "(e.g. --gres=gpu:{type}:1) or a whole GPU (--gres=gpu:1)",
+    "(e.g. --gres=gpu:{type}:1) or a whole GPU (--gres={whole})",
     "whole": "for isolation that holds however many processes the job starts, ask for a whole GPU "
-    "(--gres=gpu:1; this cluster has no MIG slices)",
+    "(--gres={whole}; this cluster has no MIG slices)",
 }
 # Slurm's "not set" values in job_desc (slurm.h): NO_VAL for 32-bit counts, NO_VAL16 for 16-bit ones;
 # a task count at or above them is unset, as is 0.
@@ -395,10 +395,36 @@ def build_tables(site: Site) -> Tables:
     return _with_texts(tables)
 
 
+def untyped_target(tier: TierCaps, caps: TierCaps, set_type: bool) -> str | None:
+    """The type an untyped gpu request gets on ``tier`` (``caps``: what it serves where the constraint allows):
+    '' to leave it untyped, a type to write, None when it is refused (rule 5b)."""
+    if tier.untyped == "refuse":
+        return None
+    if tier.untyped != "whole":
+        return tier.untyped if tier.untyped in caps.gpu else None
+    if all(x in caps.whole for x in caps.gpu):
+        return caps.gpu[0] if set_type and len(caps.gpu) == 1 else ""
+    return caps.whole[0] if len(caps.whole) == 1 else None
+
+
+def whole_request(t: Tables) -> str:
+    """The request for one whole GPU that refusals suggest (MPS_RANGE, OVER, MPS_TASKS), one the same policy
+    accepts: ``gpu:1`` where a job naming no partition gets its meaning by it (rule 5b on the tier routing picks,
+    or on the default tier), else a GPU type by name (a tier with ``untyped_gpu: refuse``, several whole types,
+    or only GPUs kept for MPS or shards, which a typed request gets whole): the first whole type, else the first
+    type that is no MIG slice."""
+    tiers = [x for x in (t.tiers if t.route_by_gres else (t.default_tier,)) if x.gpu]
+    if any(untyped_target(x, x, t.set_gpu_type) is not None for x in tiers):
+        return "gpu:1"
+    whole = [w for x in t.tiers for w in x.whole] + [x for x in t.gpu_types if x not in t.mig_types]
+    return f"gpu:{whole[0]}:1" if whole else "gpu:1"
+
+
 def _isolation(t: Tables) -> str:
     """Where MPS_TASKS steers a job that needs isolation: a MIG slice when the site has any, else a whole GPU."""
     mig = [x for x in t.gpu_types if x in t.mig_types]
-    return ISOLATION["mig"].format(type=mig[0]) if mig else ISOLATION["whole"]
+    whole = whole_request(t)
+    return ISOLATION["mig"].format(type=mig[0], whole=whole) if mig else ISOLATION["whole"].format(whole=whole)
 
 
 def offers(gpu_types, shared) -> list[str]:
@@ -411,6 +437,7 @@ def _with_texts(t: Tables) -> Tables:
     offered = offers(t.gpu_types, t.shared)
     texts = {
         "isolation": _isolation(t),
+        "whole": whole_request(t),
         "gres_names": ", ".join(GRES_NAMES),
         "gpu_types": ", ".join(t.gpu_types) or "(none)",
         "aliases": ", ".join(sorted(t.aliases)),

@@ -8,10 +8,12 @@ import re
 
 import pytest
 
-from slurm_gpushare.metrics import collect, textfile
+from slurm_gpushare.metrics import collect
 from slurm_gpushare.policy import load_file
+from slurm_gpushare.policy.billing import carried_slices
 from slurm_gpushare.slurm.model import GresUse
 from tests.conftest import ROOT
+from tests.unit.metrics.test_dashboard import node_textfile_metrics
 from tests.unit.metrics.test_exporter import _job, _node
 
 SITE = load_file(ROOT / "tests" / "data" / "policies" / "perjob-lab.yaml")
@@ -66,11 +68,24 @@ def test_the_reference_lists_every_family():
     doc = (ROOT / "docs" / "reference" / "metrics.md").read_text(encoding="utf-8")
     listed = set(re.findall(r"`(gpushare_[a-z_]+)`", doc))
     exporter = {f.name + ("_total" if f.type == "counter" else "") for f in families().values()}
-    state = textfile.observed(
-        textfile.empty_state(),
-        textfile.NodeObservation(
-            journals_present=0, mps_daemons_running=0, mig={0: True}, mig_slices={0: {"1g.5gb": 0}}, slice_seconds=1
-        ),
-    )
-    node = set(re.findall(r"^# TYPE (\S+) ", textfile.render(state), re.M))
+    node = node_textfile_metrics()
     assert exporter - listed == set() and node - listed == set()
+
+
+def test_a_pending_per_job_slice_is_labelled_as_the_slice_it_asks_for():
+    """Job 4 pends on the per-job tier asking 7 carrier shards, the weight of 3g.20gb: it is counted under gpu and
+    that profile's type, as a pending fixed 3g.20gb slice is, never as shards."""
+    got = families()
+    key = ("gpu", "a100_40g_3g.20gb", "Resources")
+    assert got["gpushare_jobs_pending"].samples == {key: 1.0}
+    slice_type, fraction = carried_slices(SITE.groups)[7]  # billing's: 7 shards carry a 3g.20gb, half an A100
+    assert slice_type == "gpu:a100_40g_3g.20gb"
+    assert got["gpushare_pending_gpu_equivalents"].samples == {key: pytest.approx(fraction)}
+    assert set(got["gpushare_pending_oldest_age_seconds"].samples) <= {("gpu", "a100_40g_3g.20gb")}
+
+
+def test_pending_shards_of_a_shard_tier_stay_shards():
+    shard = _job(6, "PENDING", {"shard": 2}, partition="shared", reason="Priority")
+    snap = collect.SlurmRead([shard], None, None, None, 0.0)
+    fams = {f.name: f for f in collect.families(collect.SiteMetrics(SITE), snap)}
+    assert fams["gpushare_jobs_pending"].samples == {("shard", "", "Priority"): 1.0}

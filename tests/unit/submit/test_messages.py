@@ -92,5 +92,5 @@ def test_the_python_rules_hold_no_text():
 
 def test_pieces_alternate_literals_and_names():
     assert tb.pieces("{n} shards are not {n} GPUs") == ["", "n", " shards are not ", "n", " GPUs"]
-    assert tb.message("over_shard", n=2).startswith("2 shards are not 2 GPUs")
+    assert tb.message("over_shard", n=2, whole="gpu:1").startswith("2 shards are not 2 GPUs")
     assert tb.code("scope", name="shard", field="tres_per_task") == "SCOPE shard tres_per_task"
