@@ -77,4 +77,25 @@ def test_notes_say_what_the_merge_does_not_see(tmp_path, site_dir):
     conf.write_text(conf.read_text() + "Include nodes-extra.conf\n")
     res = install(str(policy_for(tmp_path, site_dir)), "--dry-run")
     assert "note: slurm.conf includes nodes-extra.conf (line 31): keys, nodes and partitions set there" in res.output
-    assert "the nodes outside the policy (6) run it too" in res.output
+    assert "on the nodes outside the policy (6) it must exist, empty" in res.output
+
+
+def test_install_lists_the_nodes_outside_the_policy_that_need_node_install(tmp_path, site_dir):
+    """The site's CPU nodes and its old GPU nodes run the include's hooks too: each needs
+    `gpushare node install --outside-policy`, and install names them (as a hostlist) and the keys."""
+    res = install(str(policy_for(tmp_path, site_dir)), "--dry-run")
+    (note,) = [line for line in res.output.splitlines() if line.startswith("note: nodes outside the policy")]
+    assert note.startswith(
+        "note: nodes outside the policy (6): cpu[01-04],gpu-old[01-02]: slurm.conf's Prolog, Epilog, TaskProlog, "
+        "HealthCheckProgram run there too; on each, before the reconfigure, run `gpushare node install "
+        "--outside-policy --policy POLICY`"
+    ), note
+
+
+def test_no_outside_note_when_every_node_is_the_policys(tmp_path, site_dir):
+    conf = site_dir / "slurm.conf"
+    conf.write_text(
+        conf.read_text().replace("NodeName=cpu[01-04]", "#NodeName=cpu[01-04]").replace(",gpu-old[01-02]", "")
+    )
+    res = install(str(policy_for(tmp_path, site_dir)), "--dry-run")
+    assert "outside the policy" not in res.output, res.output
