@@ -194,12 +194,17 @@ def boot(node_config: str | None, policy_path: str | None, node_name: str | None
     GPUs that no job's journal names, the MPS GPUs' compute modes, then the gres include
     from the live MIG state. Exit 1, changing nothing, when something blocks it (an A100
     or A30 whose MIG mode is off needs a GPU reset; processes on a GPU that would change;
-    another GPU model): slurmd, which requires the unit, then stays down."""
+    another GPU model): slurmd, which requires the unit, then stays down. On a node outside
+    the policy (node.yaml outside_policy: yes) it changes nothing and exits 0."""
     from ..node.boot import run_boot, write_gres_include
     from ..node.journal import JournalStore
     from ..node.nodeconfig import config_path, read_config
 
     config = read_config(node_config or config_path())
+    if config.outside_policy:  # the hooks do nothing of ours here either: no mode of a GPU is the policy's
+        name = node_name or socket.gethostname().split(".", 1)[0]
+        click.echo(f"node {name}: outside the policy (outside_policy in {config.path_str}): nothing to do at boot")
+        return
     policy, which = _boot_policy(config, policy_path)
     site, name, slots = _target(policy, node_name)
     click.echo(f"node {name}: policy {policy} ({which})")
@@ -504,8 +509,28 @@ def _follows(config_file: Path, policy: Path, fake_state: str | None) -> str | N
 @click.option("--mps-control", default=None, help="Write mps_control: PATH into node.yaml (default: found on PATH).")
 @click.option("--force", is_flag=True, help="Replace files gpushare node install did not write (or that were edited).")
 @click.option("--dry-run", is_flag=True, help="Print what would be done; change nothing.")
+@click.option(
+    "--outside-policy",
+    is_flag=True,
+    help="This node is not in the policy but the merged slurm.conf runs the product's hooks on it: install "
+    "hooks that do nothing of gpushare's (the health check runs the site's program only).",
+)
+@click.option(
+    "--node",
+    "node_name",
+    default=None,
+    help="Slurm node name, checked against the policy (default: this host's short name; with --root and "
+    "without --node, not checked).",
+)
 def install(
-    policy_path: str, root: str, fake_state: str | None, mps_control: str | None, force: bool, dry_run: bool
+    policy_path: str,
+    root: str,
+    fake_state: str | None,
+    mps_control: str | None,
+    force: bool,
+    dry_run: bool,
+    outside_policy: bool,
+    node_name: str | None,
 ) -> None:
     """Install what the node hooks need: the hook scripts (prolog, epilog, task
     prolog, health check, at the policy's paths: python -IS, for this
@@ -519,45 +544,122 @@ def install(
     refused with each path and why, and nothing is written. Files it did
     not write are refused (exit 1) unless --force;
     pip's console script of the same hook at a hook's path is kept, a link to
-    it replaced by the script."""
-    from .. import systemd
-    from ..live.view import live_policy_path
+    it replaced by the script.
+
+    The node's name must be in the policy, else it refuses. On a node the
+    policy does not describe that the site's merged slurm.conf reaches (it
+    runs the product's Prolog, Epilog, TaskProlog and HealthCheckProgram
+    there too), --outside-policy installs the same hook scripts and a
+    node.yaml saying outside_policy: yes (with the site's health program),
+    and an empty gres include where gres.conf includes one: the hooks then
+    do nothing of gpushare's, and no GPU is touched."""
     from ..node import install as inst
     from ..policy import load_file
-    from ..render.context import job_container, ns_caps_path
-    from ..systemd import BOOT_UNIT
 
     site = load_file(policy_path)
-    policy = str(Path(policy_path).resolve())
-    top = str(Path(root).resolve()).rstrip("/")
-    if top and (policy + "/").startswith(top + "/"):
-        policy = policy[len(top) :]  # as the node will see it
-    c = site.cluster
+    click.echo(_install_node(site, policy_path, node_name, root, outside_policy))
     try:
         _refuse_unsafe_code(inst)
-        wants = inst.plan_install(
-            python=sys.executable,
-            import_dirs=inst.probe_import_dirs(sys.executable),
-            policy=policy,
-            state_dir=c.paths.state_dir,
-            task_prolog=c.hooks.task_prolog,
-            prolog=c.hooks.prolog,
-            epilog=c.hooks.epilog,
-            textfile_dir=c.metrics.textfile_dir,
-            dcgm_job_mapping_dir=c.metrics.dcgm_job_mapping_dir,
-            fake_nvml=fake_state,
-            mps_control=mps_control,
-            health_program=c.health.program,
-            live_policy=live_policy_path(site) if site.policy.live.enabled else None,
-            boot_unit=(BOOT_UNIT, (systemd.DIR / BOOT_UNIT).read_text(encoding="utf-8")),
-            ns_caps=ns_caps_path(site) if job_container(site) is not None else None,
-        )
+        python, dirs = sys.executable, inst.probe_import_dirs(sys.executable)
+        if outside_policy:
+            wants = _outside_wants(site, python, dirs)
+        else:
+            wants = _policy_wants(site, _as_node_sees(policy_path, root), python, dirs, fake_state, mps_control)
     except ValueError as exc:
         raise NodeError(str(exc)) from None
     plan = inst.steps(wants, root, force)
     if not dry_run:
         inst.apply(plan, root)
     _say_installed(inst.lines(plan, root, dry_run), plan, dry_run)
+
+
+def _install_node(site, policy_path: str, node_name: str | None, root: str, outside: bool) -> str:
+    """What node install was told this node is, and why (a line to print); NodeError when the node's name says
+    otherwise: a name the policy does not have is a node outside it only when the admin says so, never guessed
+    (a typo in the policy's node names would otherwise leave a GPU node of the policy without its hooks)."""
+    name = node_name or socket.gethostname().split(".", 1)[0]
+    if node_name is None and str(Path(root).resolve()) != "/":
+        mode = "outside the policy (--outside-policy)" if outside else "a node of the policy"
+        return f"node install: for {mode}; node name not checked (--root without --node: an image)"
+    try:
+        group = site.group_for_node(name).name
+    except KeyError:
+        group = None
+    if outside and group is not None:
+        raise NodeError(
+            f"node {name} is in node group {group} of the policy ({policy_path}): it needs the policy's hooks; "
+            "run without --outside-policy (or give its Slurm name with --node)"
+        )
+    if outside:
+        return (
+            f"node {name}: outside the policy (--outside-policy; no node group of {policy_path} names it): "
+            "the hooks do nothing of gpushare's here, the health check runs only the site's program"
+        )
+    if group is None:
+        from hostlist import collect_hostlist
+
+        nodes = collect_hostlist([n for g in site.groups for n in g.nodes])
+        raise NodeError(
+            f"node {name} is in no node group of the policy ({policy_path}: {nodes}). On a node the "
+            "policy does not describe, which the merged slurm.conf still reaches, run `gpushare node install "
+            "--outside-policy`; on a node of the policy whose Slurm name is not this host's, pass --node NAME"
+        )
+    return f"node {name}: node group {group} of the policy"
+
+
+def _as_node_sees(policy_path: str, root: str) -> str:
+    policy = str(Path(policy_path).resolve())
+    top = str(Path(root).resolve()).rstrip("/")
+    if top and (policy + "/").startswith(top + "/"):
+        policy = policy[len(top) :]  # as the node will see it
+    return policy
+
+
+def _policy_wants(site, policy: str, python: str, dirs, fake_state: str | None, mps_control: str | None) -> list:
+    """What a node of the policy needs (node.install.plan_install)."""
+    from .. import systemd
+    from ..live.view import live_policy_path
+    from ..node import install as inst
+    from ..render.context import job_container, ns_caps_path
+    from ..systemd import BOOT_UNIT
+
+    c = site.cluster
+    return inst.plan_install(
+        python=python,
+        import_dirs=dirs,
+        policy=policy,
+        state_dir=c.paths.state_dir,
+        task_prolog=c.hooks.task_prolog,
+        prolog=c.hooks.prolog,
+        epilog=c.hooks.epilog,
+        textfile_dir=c.metrics.textfile_dir,
+        dcgm_job_mapping_dir=c.metrics.dcgm_job_mapping_dir,
+        fake_nvml=fake_state,
+        mps_control=mps_control,
+        health_program=c.health.program,
+        live_policy=live_policy_path(site) if site.policy.live.enabled else None,
+        boot_unit=(BOOT_UNIT, (systemd.DIR / BOOT_UNIT).read_text(encoding="utf-8")),
+        ns_caps=ns_caps_path(site) if job_container(site) is not None else None,
+    )
+
+
+def _outside_wants(site, python: str, dirs) -> list:
+    """What a node outside the policy needs (node.install.plan_outside): the hooks the merged slurm.conf names."""
+    from ..node import install as inst
+    from ..render.context import job_container, mig_nodes, ns_caps_path
+
+    c = site.cluster
+    return inst.plan_outside(
+        python=python,
+        import_dirs=dirs,
+        task_prolog=c.hooks.task_prolog,
+        prolog=c.hooks.prolog,
+        epilog=c.hooks.epilog,
+        health_program=c.health.program,
+        site_health_program=c.health.site_program,
+        ns_caps=ns_caps_path(site) if job_container(site) is not None else None,
+        gres_include=c.paths.gres_include if mig_nodes(site) else None,
+    )
 
 
 def _refuse_unsafe_code(inst) -> None:

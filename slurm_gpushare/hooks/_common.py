@@ -50,12 +50,13 @@ def drain(node: str, reason: str, environ, runner=None) -> None:
 
 
 def load(environ):
-    """(node config, node spec) for the node Slurm names."""
+    """(node config, node spec) for the node Slurm names; (node config, None) on a node outside the policy
+    (node.yaml ``outside_policy: yes``), where the hook has nothing of ours to do."""
     from ..node.nodeconfig import config_path, node_spec, read_config
 
     node = node_name(environ)
     config = read_config(config_path(environ))
-    return config, node_spec(config, node)
+    return config, None if config.outside_policy else node_spec(config, node)
 
 
 def guarded(hook: str, body, environ=None, runner=None, metrics: str | None = None) -> int:

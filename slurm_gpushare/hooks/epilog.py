@@ -15,6 +15,8 @@ def epilog(environ, runner=None, mps=None, kill=None, seen: Seen | None = None) 
 
     seen = Seen() if seen is None else seen
     config, spec = load(environ)
+    if spec is None:
+        return  # a node outside the policy: no journal, no GPU of ours
     seen.spec = spec
     job_id = seen.job_id = job_id_from_env(environ)
     store = JournalStore(spec.state_dir)

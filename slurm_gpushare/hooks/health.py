@@ -10,7 +10,9 @@ A site's own health program (``cluster.health.site_program``, e.g. NHC) runs
 first, with slurmd's environment: its output and exit code are printed as its
 own (``site health program PATH: ...``), and the drains it makes carry its
 own reasons, which ours never resumes (node/health.py). The exit code is ours
-when ours failed, else the site program's.
+when ours failed, else the site program's. On a node outside the policy
+(node.yaml ``outside_policy: yes``) only the site's program runs, the one
+node.yaml names (``site_health_program``), with the same output and exit code.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ def health(environ, runner=None, mps=None, kill=None, is_device=None, out=print,
 
     node = node_name_or_none(environ) or socket.gethostname().split(".", 1)[0]
     config = read_config(config_path(environ))
+    if config.outside_policy:
+        return outside(node, config, environ, runner, out, site_rc)
     spec = node_spec(config, node)
     if spec.site_health_program:
         rc = run_site_program(spec.site_health_program, environ, runner, out)
@@ -79,6 +83,20 @@ def health(environ, runner=None, mps=None, kill=None, is_device=None, out=print,
     for line in report.lines():
         out(line)
     return report
+
+
+def outside(node: str, config, environ, runner, out, site_rc) -> None:
+    """A node outside the policy (node.yaml ``outside_policy: yes``): the site's health program, when node.yaml
+    names one, and nothing of ours (no GPU, no drain, no resume)."""
+    program = config.site_health_program_str
+    out(
+        f"node {node}: outside the policy ({config.path_str}): no gpushare checks; "
+        + (f"the site's health program {program} runs" if program else "no site health program")
+    )
+    if program:
+        rc = run_site_program(program, environ, runner, out)
+        if site_rc is not None:
+            site_rc.append(rc)
 
 
 def main(environ=None, runner=None, mps=None, kill=None, is_device=None) -> int:

@@ -21,8 +21,10 @@ def ns_caps(environ, runner=None) -> None:
     from ._common import load
 
     job_id = job_id_from_env(environ)
-    ns = ns_file(environ)
     config, spec = load(environ)
+    if spec is None:
+        return  # a node outside the policy: the job keeps its namespace as the plugin made it
+    ns = ns_file(environ)
     # without the journal lock: another job's prolog holds it while it makes instances (tens of seconds), longer
     # than CloneNSScript_Wait; this job's prolog has ended and written its journal whole
     journal = JournalStore(spec.state_dir).peek(job_id)

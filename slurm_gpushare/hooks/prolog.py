@@ -21,6 +21,8 @@ def prolog(environ, runner=None, mps=None, seen: Seen | None = None) -> None:
 
     seen = Seen() if seen is None else seen
     config, spec = load(environ)
+    if spec is None:
+        return  # a node outside the policy: the site's own Prolog= lines are Slurm's to run, nothing is ours
     seen.spec = spec
     job = job_from_env(environ)
     store, mps = JournalStore(spec.state_dir), mps or MpsControl(runner or run, **mps_command(config))

@@ -42,6 +42,11 @@ What is installed:
   (slurmd does not start when it fails) and ``multi-user.target.wants/``.
   systemd reads it at the next boot, or after ``systemctl daemon-reload``.
 
+On a node the policy does not describe (``--outside-policy``: ``plan_outside``)
+it installs the same hook scripts, a node config saying ``outside_policy:
+yes`` (and the site's health program), and an empty gres include where
+gres.conf includes one; nothing else.
+
 Files it writes carry ``# written by gpushare node install`` and a
 ``# content-sha256:`` line over the rest: such a file, unedited, is replaced
 when the wanted text changes; any other file (someone else's, or ours
@@ -60,7 +65,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import atomic_write, trust_problem
-from .paths import NODE_CONFIG, SCRIPT_MODULES, _absolute
+from .paths import NODE_CONFIG, OUTSIDE, SCRIPT_MODULES, _absolute
 
 MARK = "# written by gpushare node install"
 _HASH = "# content-sha256: "
@@ -398,6 +403,44 @@ def plan_install(
         health_program=health_program,
         ns_caps=ns_caps,
     )
+
+
+def plan_outside(
+    *,
+    python: str,
+    import_dirs: Sequence[str],
+    task_prolog: str | None = None,
+    prolog: str | None = None,
+    epilog: str | None = None,
+    health_program: str | None = None,
+    site_health_program: str | None = None,
+    ns_caps: str | None = None,
+    gres_include: str | None = None,
+    node_config: str = NODE_CONFIG,
+) -> list[Want]:
+    """What a node outside the policy needs, which the merged slurm.conf still gives the product's hooks: the
+    same hook scripts (Slurm runs them there too), a node config that says ``outside_policy: yes`` (with the
+    site's health program, which ours runs alone there), and, where gres.conf includes ``gres_include`` on every
+    node, that file empty. No state dir, metrics dirs or boot unit: nothing of ours runs there."""
+    _check_paths(site_health_program=site_health_program, gres_include=gres_include)
+    values = {OUTSIDE: "yes"}
+    if health_program and site_health_program:
+        values["site_health_program"] = site_health_program
+    wants = [Want(node_config, "file", 0o644, "node config (outside the policy)", node_config_text(values))]
+    if gres_include:
+        what = "gres include (cluster.paths.gres_include), empty: gres.conf includes it on every node"
+        wants.append(Want(gres_include, "file", 0o644, what, ""))
+    scripts = script_wants(
+        python=python,
+        import_dirs=import_dirs,
+        task_prolog=task_prolog,
+        prolog=prolog,
+        epilog=epilog,
+        health_program=health_program,
+        ns_caps=ns_caps,
+    )
+    # no cluster.hooks.task_prolog: slurm.conf names no TaskProlog of ours, so none at the default path either
+    return wants + [w for w in scripts if task_prolog or w.accepts != entry(TASK_PROLOG_CONSOLE)]
 
 
 SYSTEMD_DIR = "/etc/systemd/system"

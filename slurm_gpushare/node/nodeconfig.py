@@ -21,6 +21,18 @@ policy).
 
 No file means: real NVML, the policy at /etc/gpushare/policy.yaml.
 
+On a node the policy does not describe, which the site's merged slurm.conf
+still gives the product's Prolog, Epilog, TaskProlog and HealthCheckProgram,
+``gpushare node install --outside-policy`` writes instead::
+
+    outside_policy: yes
+    site_health_program: /usr/sbin/nhc       # cluster.health.site_program, when the policy names one
+
+and nothing else (``paths.parse_flat`` refuses the keys of a policy node
+beside it): the prolog, epilog and ns-caps hook exit 0 doing nothing, the
+task prolog exports nothing, the health check runs only the site's program,
+``gpushare node boot`` changes nothing. No policy is read, no GPU touched.
+
 ``live_policy`` names the file `gpushare live apply` writes (the
 policy's ``live.policy_file``): the admin's policy with the MIG layouts the
 live planner changed. While that file exists it is the policy every hook,
@@ -109,8 +121,13 @@ class NodeConfig:
         mps_control: str | Path | None = None,
         state_dir: str | Path | None = None,
         live_policy: str | Path | None = None,
+        outside_policy: str | None = None,
+        site_health_program: str | Path | None = None,
     ):
         self.path_str = paths.plain(path)
+        # a node the policy does not describe: the hooks do nothing of ours (paths.parse_flat keeps the rest out)
+        self.outside_policy = outside_policy == "yes"
+        self.site_health_program_str = _norm(site_health_program)
         self.live_policy_str = _norm(live_policy)
         self.admin_policy_str = paths.plain(policy)
         self.state_dir_str = _norm(state_dir)

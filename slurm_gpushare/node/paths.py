@@ -20,7 +20,20 @@ DEFAULT_STATE_DIR = "/var/lib/gpushare"
 SPEC_CACHE_NAME = "node-spec.json"
 JOURNAL_FORMAT = "gpushare-journal/1"
 TASK_FORMAT = "gpushare-task/1"
-CONFIG_KEYS = ("policy", "fake_nvml", "spec_cache", "mps_control", "state_dir", "live_policy")
+CONFIG_KEYS = (
+    "policy",
+    "fake_nvml",
+    "spec_cache",
+    "mps_control",
+    "state_dir",
+    "live_policy",
+    "outside_policy",
+    "site_health_program",
+)
+# A node the policy does not describe (``gpushare node install --outside-policy``): ``outside_policy: yes``, and
+# the site's health program when the policy names one; the hooks then do nothing of gpushare's there.
+OUTSIDE = "outside_policy"
+OUTSIDE_KEYS = frozenset((OUTSIDE, "site_health_program"))
 # The module whose ``main`` each hook script runs (``gpushare node install`` writes the scripts; the health
 # check knows Slurm's Prolog / Epilog as ours by the line that imports it).
 SCRIPT_MODULES = {
@@ -33,7 +46,8 @@ SCRIPT_MODULES = {
 
 
 def parse_flat(text: str, source: str) -> dict[str, str]:
-    """The node config's flat ``key: /absolute/path`` lines; ValueError names the line."""
+    """The node config's flat ``key: /absolute/path`` lines (``outside_policy: yes`` the one that is no path);
+    ValueError names the line, or the keys that do not go together."""
     values: dict[str, str] = {}
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
@@ -48,10 +62,34 @@ def parse_flat(text: str, source: str) -> dict[str, str]:
             )
         if key in values:
             raise ValueError(f"{source}:{number}: {key} given twice")
-        if not _absolute(value):
+        if key == OUTSIDE and value != "yes":
+            raise ValueError(
+                f"{source}:{number}: {OUTSIDE}: {value!r}: the one value is 'yes' (a node outside the policy); "
+                "leave the key out on a node of the policy"
+            )
+        if key != OUTSIDE and not _absolute(value):
             raise ValueError(f"{source}:{number}: {key}: {value!r} is not an absolute path")
         values[key] = value
+    _check_outside(values, source)
     return values
+
+
+def _check_outside(values: dict[str, str], source: str) -> None:
+    """A node outside the policy has no policy, state dir or GPUs of ours; a node of the policy runs the
+    policy's site health program (cluster.health.site_program), not one of node.yaml's."""
+    if OUTSIDE in values:
+        other = sorted(k for k in values if k not in OUTSIDE_KEYS)
+        if other:
+            raise ValueError(
+                f"{source}: {OUTSIDE}: yes (a node outside the policy) takes only site_health_program besides; "
+                f"{', '.join(other)} belong to a node of the policy (`gpushare node install` without "
+                "--outside-policy writes them)"
+            )
+    elif "site_health_program" in values:
+        raise ValueError(
+            f"{source}: site_health_program is for a node outside the policy ({OUTSIDE}: yes); a node of the "
+            "policy runs the policy's cluster.health.site_program"
+        )
 
 
 def _absolute(value: str) -> bool:

@@ -15,7 +15,9 @@ Exclusive and shard jobs keep Slurm's value and get only CUDA_DEVICE_ORDER.
 
 A GPU task without a task file means the prolog did not run for it, or has
 not finished: the task prolog fails rather than leave the task with an
-index CUDA would misread.
+index CUDA would misread. On a node outside the policy (node.yaml
+``outside_policy: yes``) there is none to read: nothing is printed, and the
+task keeps the environment Slurm gave it.
 
 A task file with an ``env GPUSHARE_REFUSE <reason>`` line is a job the prolog
 refused without draining the node (``mpsmem``: the node sets an MPS job's
@@ -32,7 +34,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .paths import CONFIG_ENV, DEFAULT_STATE_DIR, NODE_CONFIG, TASK_FORMAT, parse_flat, task_path
+from .paths import CONFIG_ENV, DEFAULT_STATE_DIR, NODE_CONFIG, OUTSIDE, TASK_FORMAT, parse_flat, task_path
 
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_=,./:-")
 _GPU_VARS = ("CUDA_VISIBLE_DEVICES", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS")
@@ -47,8 +49,9 @@ class JobRefused(TaskPrologError):
     """The prolog refused the job (the task file says why): its tasks fail with a line in the job's output."""
 
 
-def state_dir(environ) -> str:
-    """The node config's state_dir (the root hooks check it against the policy), or the default."""
+def state_dir(environ) -> str | None:
+    """The node config's state_dir (the root hooks check it against the policy), or the default; None on a node
+    outside the policy (``outside_policy: yes``), where no job has a task file of ours."""
     config = environ.get(CONFIG_ENV) or NODE_CONFIG
     try:
         with open(config, encoding="utf-8") as fh:
@@ -57,6 +60,8 @@ def state_dir(environ) -> str:
         return DEFAULT_STATE_DIR
     except (OSError, ValueError) as exc:
         raise TaskPrologError(f"node config: {exc}") from None
+    if OUTSIDE in values:
+        return None
     return values.get("state_dir", DEFAULT_STATE_DIR)
 
 
@@ -111,7 +116,10 @@ def run(environ, out) -> None:
     job = environ.get("SLURM_JOB_ID", "")
     if not job.isdigit() or len(job) > 10 or job.startswith("0"):
         raise TaskPrologError(f"SLURM_JOB_ID={job[:20]!r} is not a job id")
-    path = task_path(state_dir(environ), int(job))
+    directory = state_dir(environ)
+    if directory is None:
+        return  # a node outside the policy: the task keeps the environment Slurm gave it
+    path = task_path(directory, int(job))
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()

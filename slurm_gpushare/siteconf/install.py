@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hostlist import expand_hostlist
+from hostlist import collect_hostlist, expand_hostlist
 
 from ..errors import GpushareError
 from ..policy import Site
@@ -162,14 +162,30 @@ def _notes(site: Site, cgroup: str | None, gres: str, outside: frozenset[str]) -
     if outside and f"Include {site.cluster.paths.gres_include}" in gres:
         notes.append(
             f"gres.conf includes {site.cluster.paths.gres_include} on every node: on the nodes outside the policy "
-            f"({len(outside)}) make it an empty file (`install -D -m 0644 /dev/null {site.cluster.paths.gres_include}`)"
+            f"({len(outside)}) it must exist, empty (`gpushare node install --outside-policy` writes it)"
         )
-    if outside and site.cluster.health.program:
+    hooks = outside_hooks(site)
+    if outside and hooks:
         notes.append(
-            f"HealthCheckProgram {site.cluster.health.program} is one program for every node: the nodes outside the "
-            f"policy ({len(outside)}) run it too, and it is installed only on the policy's nodes"
+            f"nodes outside the policy ({len(outside)}): {collect_hostlist(sorted(outside))}: slurm.conf's "
+            f"{', '.join(hooks)} run there too; on each, before the reconfigure, run `gpushare node install "
+            "--outside-policy --policy POLICY` (the policy file as the node sees it): the hooks then do nothing of "
+            "gpushare's there. Without them the node's first job fails the prolog and drains the node"
         )
     return notes
+
+
+def outside_hooks(site: Site) -> list[str]:
+    """The slurm.conf keys of the include naming a program of ours that slurmd runs on every node (the
+    job_container.conf merge gives our clone script to the policy's nodes only)."""
+    hooks, health = site.cluster.hooks, site.cluster.health
+    named = {
+        "Prolog": hooks.prolog,
+        "Epilog": hooks.epilog,
+        "TaskProlog": hooks.task_prolog,
+        "HealthCheckProgram": health.program,
+    }
+    return [key for key, path in named.items() if path]
 
 
 # ---- side effects ----------------------------------------------------------------------------------

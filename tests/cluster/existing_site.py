@@ -1,8 +1,7 @@
 """docs/admins/install.md, as written, on a realistic existing site: does the site keep what it had?
 
 NOT COLLECTED YET (not named test_*): its cluster does not come up (the fixture times out waiting for the
-site's partition QOS), and the product's global Prolog/Epilog/TaskProlog/HealthCheckProgram are not yet set
-up on the GPU node outside the policy. tests/unit/siteconf/test_cluster_site.py uses its site files.
+site's partition QOS). tests/unit/siteconf/test_cluster_site.py uses its site files.
 
 The project ("siteinstall") starts, like test_install_plain_slurm.py, from gpushare-slurm:<suite>-plain, but
 its slurm.conf directory is a site's that has run Slurm for years:
@@ -15,7 +14,10 @@ its slurm.conf directory is a site's that has run Slurm for years:
   (batchpart) and DefMemPerGPU; a licence (Licenses=matlab) in AccountingStorageTRES; a limit on the
   default QOS (normal: MaxWall 4 h, DenyOnLimit);
 - a GPU node the policy does not describe (gpu-x01, 2 untyped GPUs, partition `legacy`) and an account the
-  policy does not list (chemistry: dave).
+  policy does not list (chemistry: dave). The merged slurm.conf runs the product's Prolog, Epilog, TaskProlog
+  and HealthCheckProgram there too: the page's blocks for all nodes and for nodes outside the policy (the
+  package, `gpushare node install --outside-policy`) run on it, so its jobs, the site's prolog and epilog
+  markers and the site's health program go on as before, and nothing of the product's runs there.
 
 A partition's QOS must exist in slurmdbd before slurmctld reads it (slurmctld stops otherwise), so the
 cluster boots without `QOS=batchpart`; the site's setup makes the QOS, the group and the accounts, then
@@ -391,7 +393,31 @@ def test_every_install_block_ran(installed):
     c, _sums, _features, ran = installed
     install, _rollback = page_blocks()
     assert all(ran[b.id] or b.node == "mig" for b in install), ran
-    assert OUTSIDE not in {n for where in ran.values() for n in where}
+    outside = [b.id for b in install if OUTSIDE in ran[b.id]]
+    assert outside == [b.id for b in install if b.node in ("all", "outside")] and outside, (outside, ran)
+    assert "outside" in {b.node for b in install}, "the page has no block for the nodes outside the policy"
+
+
+def test_the_node_outside_the_policy_has_hooks_that_do_nothing_of_ours(installed):
+    """`gpushare node install --outside-policy` as the page ran it: the hook scripts, a node.yaml saying so with
+    the site's health program; no journal directory, no boot unit; `node boot` changes nothing; a GPU job there
+    runs with the site's prolog and epilog, and the node is not drained."""
+    c, *_ = installed
+    config = c.exec(OUTSIDE, ["cat", "/etc/gpushare/node.yaml"]).stdout.splitlines()
+    assert config[3:] == ["outside_policy: yes", "site_health_program: /etc/slurm/site/health.sh"], config
+    scripts = "/usr/local/sbin/gpushare-prolog /usr/local/sbin/gpushare-epilog /usr/local/bin/gpushare-task-prolog"
+    scripts += " /usr/local/sbin/gpushare-node-health"
+    missing = c.exec(OUTSIDE, ["bash", "-c", f"for f in {scripts}; do test -x $f || echo $f; done"]).stdout
+    assert not missing.strip(), f"not installed on {OUTSIDE}: {missing.split()}"
+    absent = ["/var/lib/gpushare/jobs", "/etc/systemd/system/gpushare-node-boot.service"]
+    assert c.exec(OUTSIDE, ["ls", "-d", *absent], check=False).returncode != 0
+    boot = c.exec(OUTSIDE, ["gpushare", "node", "boot"]).stdout
+    assert "outside the policy" in boot and "nothing to do at boot" in boot, boot
+    job = submit(c, "dave", "chemistry", partition="legacy", gres="gpu:1")
+    assert not ran_on(c, job, OUTSIDE), ran_on(c, job, OUTSIDE)
+    assert markers(c, job, OUTSIDE) == ""
+    state = c.node_states()[OUTSIDE]
+    assert not any("DRAIN" in f for f in state["flags"]), state
 
 
 def test_the_site_keeps_its_features(installed):

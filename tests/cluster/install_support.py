@@ -10,8 +10,8 @@ A cluster started from gpushare-slurm:<suite>-plain (no package) with a site's o
    bash -euo pipefail, in page order, on every container of its role (extracted from the page now, not
    copied); a block that fails fails with its output. ``rollback`` runs the blocks after it.
 
-Roles: controller (slurmctld), gpu (the policy's nodes; a site node outside the policy is none of them),
-all (both), mig (the policy's nodes with MIG GPUs).
+Roles: controller (slurmctld), gpu (the policy's nodes), outside (the site's nodes the policy does not
+describe: the cluster's extra_nodes), all (every one of them), mig (the policy's nodes with MIG GPUs).
 """
 
 from __future__ import annotations
@@ -48,8 +48,10 @@ def page_blocks() -> tuple[list[ClusterBlock], list[ClusterBlock]]:
 
 def containers(c: TestCluster, role: str) -> list[str]:
     gpu = [n for n in c.nodes()]
+    outside = [n for n in c.extra_nodes if n not in gpu]
     mig = [n for n in gpu if any(s.mode == "mig" for s in c.site.group_for_node(n).gpus)]
-    return {"controller": ["slurmctld"], "gpu": gpu, "all": ["slurmctld", *gpu], "mig": mig}[role]
+    roles = {"controller": ["slurmctld"], "gpu": gpu, "outside": outside, "all": ["slurmctld", *gpu, *outside]}
+    return {**roles, "mig": mig}[role]
 
 
 def run_block(c: TestCluster, block: ClusterBlock) -> list[str]:

@@ -16,9 +16,10 @@ from tests.conftest import ROOT
 DOCS = ROOT / "docs"
 MARKER = re.compile(r"^<!-- runnable(?: exit=(\d+))? -->$")
 # Blocks a test cluster runs (tests/cluster/test_install_plain_slurm.py): node=controller (the slurmctld
-# host), gpu (every GPU node), all (both), mig (the GPU nodes with MIG GPUs).
+# host), gpu (every GPU node of the policy), outside (the site's nodes the policy does not describe), all (every
+# one of them), mig (the GPU nodes with MIG GPUs).
 CLUSTER_MARKER = re.compile(r"^<!-- cluster-runnable node=([a-z]+) -->$")
-CLUSTER_ROLES = ("controller", "gpu", "all", "mig")
+CLUSTER_ROLES = ("controller", "gpu", "outside", "all", "mig")
 
 
 @dataclass(frozen=True)

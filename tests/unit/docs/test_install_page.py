@@ -18,7 +18,7 @@ BLOCKS = cluster_blocks(PAGE)
 def test_the_install_page_has_a_block_for_every_step_and_role():
     text = PAGE.read_text()
     roles = [b.node for b in BLOCKS]
-    assert {"all", "controller", "gpu", "mig"} == set(roles), roles
+    assert {"all", "controller", "gpu", "outside", "mig"} == set(roles), roles
     scripts = "\n".join(b.script for b in BLOCKS)
     for step in (
         "pip install 'slurm-gpushare[nvml]'",
@@ -26,6 +26,7 @@ def test_the_install_page_has_a_block_for_every_step_and_role():
         "gpushare render",
         "gpushare install /etc/gpushare/policy.yaml",
         "gpushare node install",
+        "gpushare node install --outside-policy",
         "gpushare node gres-conf",
         "scontrol reconfigure",
         "gpushare accounts apply",
@@ -52,7 +53,7 @@ def test_each_gpushare_command_of_a_block_exists(block):
 def test_a_cluster_marker_with_an_unknown_role_is_an_error(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("<!-- cluster-runnable node=login -->\n```sh\ntrue\n```\n")
-    with pytest.raises(ValueError, match="node=login is not one of controller, gpu, all, mig"):
+    with pytest.raises(ValueError, match="node=login is not one of controller, gpu, outside, all, mig"):
         cluster_blocks(page)
     page.write_text("<!-- cluster-runnable node=gpu -->\n\n```sh\ntrue\n```\n")
     with pytest.raises(ValueError, match="cluster-runnable marker must be followed at once by a ```sh block"):

@@ -82,4 +82,26 @@ def test_notes_count_the_nodes_outside_the_policy_in_included_files_too(tmp_path
     (site_dir / "nodes-extra.conf").write_text("NodeName=viz[01-02] CPUs=32 RealMemory=128000\n")
     res = install(str(policy_for(tmp_path, site_dir)), "--dry-run")
     assert res.exit_code == 0 and f"note: read {site_dir}/nodes-extra.conf (slurm.conf line 31" in res.output
-    assert "the nodes outside the policy (8) run it too" in res.output
+    assert "on the nodes outside the policy (8) it must exist, empty" in res.output
+    assert "note: nodes outside the policy (8): cpu[01-04],gpu-old[01-02],viz[01-02]: " in res.output
+
+
+def test_install_lists_the_nodes_outside_the_policy_that_need_node_install(tmp_path, site_dir):
+    """The site's CPU nodes and its old GPU nodes run the include's hooks too: each needs
+    `gpushare node install --outside-policy`, and install names them (as a hostlist) and the keys."""
+    res = install(str(policy_for(tmp_path, site_dir)), "--dry-run")
+    (note,) = [line for line in res.output.splitlines() if line.startswith("note: nodes outside the policy")]
+    assert note.startswith(
+        "note: nodes outside the policy (6): cpu[01-04],gpu-old[01-02]: slurm.conf's Prolog, Epilog, TaskProlog, "
+        "HealthCheckProgram run there too; on each, before the reconfigure, run `gpushare node install "
+        "--outside-policy --policy POLICY`"
+    ), note
+
+
+def test_no_outside_note_when_every_node_is_the_policys(tmp_path, site_dir):
+    conf = site_dir / "slurm.conf"
+    conf.write_text(
+        conf.read_text().replace("NodeName=cpu[01-04]", "#NodeName=cpu[01-04]").replace(",gpu-old[01-02]", "")
+    )
+    res = install(str(policy_for(tmp_path, site_dir)), "--dry-run")
+    assert "outside the policy" not in res.output, res.output
