@@ -69,6 +69,7 @@ LONGEST = (
     "test_accounting.py",
     "test_live_planner.py",
     "test_install_plain_slurm.py",
+    "test_install_existing_site.py",
     "test_node_health.py",
     "test_node_boot.py",
     "test_mig_growth.py",

@@ -1,4 +1,4 @@
-"""What the cluster tests of docs/admins/install.md share (test_install_plain_slurm.py, existing_site.py).
+"""What the cluster tests of docs/admins/install.md share (test_install_plain_slurm.py, test_install_existing_site.py).
 
 A cluster started from gpushare-slurm:<suite>-plain (no package) with a site's own configuration gets:
 

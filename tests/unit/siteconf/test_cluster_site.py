@@ -1,4 +1,4 @@
-"""The existing site that tests/cluster/existing_site.py describes joins as the install page's
+"""The existing site that tests/cluster/test_install_existing_site.py describes joins as the install page's
 `gpushare install` (no --take-over) runs it: nothing refused, each site feature kept in the files, and the
 rollback gives back every file byte for byte. The cluster test then shows Slurm acting on them."""
 
@@ -8,7 +8,7 @@ import yaml
 from click.testing import CliRunner
 
 from slurm_gpushare.cli import main
-from tests.cluster.existing_site import POLICY, SITE_FILES, SITE_SLURM_CONF
+from tests.cluster.test_install_existing_site import POLICY, SITE_FILES, SITE_SLURM_CONF
 from tests.unit.siteconf.conftest import snapshot
 
 

@@ -1,7 +1,6 @@
 """docs/admins/install.md, as written, on a realistic existing site: does the site keep what it had?
 
-NOT COLLECTED YET (not named test_*): its cluster does not come up (the fixture times out waiting for the
-site's partition QOS). tests/unit/siteconf/test_cluster_site.py uses its site files.
+tests/unit/siteconf/test_cluster_site.py uses its site files.
 
 The project ("siteinstall") starts, like test_install_plain_slurm.py, from gpushare-slurm:<suite>-plain, but
 its slurm.conf directory is a site's that has run Slurm for years:
