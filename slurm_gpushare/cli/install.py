@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from hostlist import collect_hostlist
 
 from ..policy import load_file
 from ..render import render_all
@@ -36,8 +37,22 @@ def _policy_nodes(site) -> frozenset[str]:
 )
 @click.option("--force", is_flag=True, help="Take over every key, and replace files gpushare did not write.")
 @click.option("--rollback", "undo", is_flag=True, help="Restore the files of the newest install, byte for byte.")
+@click.option(
+    "--gres-changes",
+    is_flag=True,
+    help=(
+        "Print only the policy's nodes whose GRES the install changes (a hostlist, empty when none: drain them "
+        "before the reconfigure) and write nothing."
+    ),
+)
 def install(
-    policy: Path | None, slurm_conf_dir: Path | None, dry_run: bool, take_over: tuple[str, ...], force: bool, undo: bool
+    policy: Path | None,
+    slurm_conf_dir: Path | None,
+    dry_run: bool,
+    take_over: tuple[str, ...],
+    force: bool,
+    undo: bool,
+    gres_changes: bool,
 ) -> None:
     """Join the site's slurm.conf with the GPU part rendered from POLICY, keeping what the site set.
 
@@ -68,6 +83,9 @@ def install(
         site_health=site.cluster.health.site_program,
     )
     plan = plan_install(site, render_all(site), directory, read_site(site, directory), opts)
+    if gres_changes:
+        click.echo(collect_hostlist(list(plan.gres_changed)) if plan.gres_changed else "")
+        return
     for change in plan.changes:
         click.echo(str(change))
     for note in plan.notes:

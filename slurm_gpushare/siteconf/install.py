@@ -27,6 +27,8 @@ from ..render.files import JOB_CONTAINER
 from ..render.header import header_ok
 from . import conf, includes
 from .gres import plan_gres_conf
+from .gresdiff import gres_changes as diff_gres
+from .gresdiff import node_gres
 from .jobcontainer import plan_job_container
 from .jobsubmit import plan_job_submit
 from .merge import OWNED, Change, Options, plan_slurm_conf, unmerge
@@ -49,6 +51,7 @@ class Plan:
     changes: list[Change] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    gres_changed: dict[str, tuple[str, str]] = field(default_factory=dict)  # node -> (Gres now, Gres after)
 
 
 def marked(text: str) -> str:
@@ -112,6 +115,8 @@ def plan_install(
     if fragment_now is not None and not (marked_ok(fragment_now) or header_ok(fragment_now) or opts.force):
         plan.refusals.append(f"{d}/{FRAGMENT} was edited or not written by gpushare: move it away, or --force")
     site_nodes = frozenset(_site_nodes(merged.site))
+    now = node_gres(merged.site) | node_gres(conf.parse(fragment_now) if fragment_now is not None else [])
+    plan.gres_changed = diff_gres(now, node_gres(conf.parse(merged.fragment)), opts.policy_nodes)
     gres, gres_changes = plan_gres_conf(
         existing.get(f"{d}/gres.conf"), rendered["gres.conf"], opts.policy_nodes, site_nodes
     )
@@ -136,7 +141,19 @@ def plan_install(
         plan.refusals += refusals
     plan.files = {p: t for p, t in wanted.items() if existing.get(p) != t}
     plan.notes += _notes(site, existing.get(f"{d}/cgroup.conf"), gres, site_nodes - opts.policy_nodes)
+    plan.notes += _gres_note(plan.gres_changed)
     return plan
+
+
+def _gres_note(changed: dict[str, tuple[str, str]]) -> list[str]:
+    if not changed:
+        return []
+    each = "; ".join(f"{node} {now} -> {after}" for node, (now, after) in changed.items())
+    return [
+        f"GRES change on {len(changed)} node(s): {collect_hostlist(list(changed))} ({each}): at the reconfigure "
+        "Slurm requeues the jobs holding GRES there, so drain them and wait until they are empty first "
+        "(`gpushare install POLICY --gres-changes` prints them as a hostlist; docs/admins/switching.md)"
+    ]
 
 
 def _site_nodes(site: list[conf.Line]) -> list[str]:

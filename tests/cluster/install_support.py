@@ -16,12 +16,14 @@ describe: the cluster's extra_nodes), all (every one of them), mig (the policy's
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from slurm_gpushare.gpu.fakenvml import FakeNvml
@@ -32,6 +34,7 @@ from tests.conftest import ROOT
 from tests.unit.docs_support import ClusterBlock, cluster_blocks
 
 PAGE = ROOT / "docs" / "admins" / "install.md"
+SWITCHING = ROOT / "docs" / "admins" / "switching.md"
 FAKE_DIR = "/var/lib/fake-nvml"
 FAKE = f"{FAKE_DIR}/state.json"
 WHEELHOUSE = "/shared/wheelhouse"
@@ -163,3 +166,27 @@ def show_config_lists(c: TestCluster) -> dict[str, list[str]]:
     for key, value in re.findall(r"^(\w+)(?:\[\d+\])?\s+= (.*)$", c.slurm(["scontrol", "show", "config"]).stdout, re.M):
         config.setdefault(key, []).append(value)
     return config
+
+
+def slurmd_registered_at(c: TestCluster, node: str) -> int:
+    """The node's SlurmdStartTime as slurmctld has it (epoch seconds; 0 when unknown)."""
+    out = c.slurm(["scontrol", "show", "node", node, "--json"], check=False).stdout
+    try:
+        value = json.loads(out)["nodes"][0]["slurmd_start_time"]
+    except (ValueError, KeyError, IndexError):
+        return 0
+    return int(value.get("number", 0) if isinstance(value, dict) else value or 0)
+
+
+def restart_slurmds(c: TestCluster, nodes: list[str]) -> None:
+    """SIGKILL every node's slurmd at once (a crash; the node's entrypoint starts it again, as
+    slurmd.service's Restart=on-failure would, and running jobs' slurmstepd live on) and wait until each
+    registered again. A slurmd younger than 10 s is left to age first: the entrypoint takes a slurmd that
+    dies that young for a bad configuration and stops the node."""
+    before = {n: slurmd_registered_at(c, n) for n in nodes}
+    now = int(c.exec("slurmctld", ["date", "+%s"]).stdout)
+    time.sleep(max(0, 11 - (now - min(before.values()))))
+    for node in nodes:
+        c.exec(node, ["bash", "-c", 'kill -9 "$(cat /run/slurmd.pid)"'])
+    for node in nodes:
+        wait_for(f"{node}'s slurmd to register again", lambda n=node: slurmd_registered_at(c, n) > before[n], 120)

@@ -40,11 +40,15 @@ from slurm_gpushare.testcluster.cluster import ClusterError, TestCluster
 from tests.cluster.conftest import own_cluster, wait_for
 from tests.cluster.install_support import (
     ENV_SCRIPT,
+    SWITCHING,
     install_as_the_page_says,
     page_blocks,
+    restart_slurmds,
     rollback_as_the_page_says,
+    run_block,
     show_config_lists,
 )
+from tests.unit.docs_support import cluster_blocks
 
 PROJECT = os.environ.get("GPUSHARE_SITEINSTALL_PROJECT", "siteinstall")
 MARKERS = "/shared/site-markers"
@@ -484,3 +488,80 @@ def test_zz_rollback_gives_back_every_file_and_a_working_site(installed):
     job = submit(c, "alice", "physics", partition="batch", gres="gpu:1")
     assert not ran_on(c, job), ran_on(c, job)
     assert markers(c, job, c.sacct(job)[0]["NodeList"]) == ""
+
+
+# ---- switching the live site (last: on the site as the rollback gave it back) -------------------------
+
+
+def in_service_but(c: TestCluster, drained: set[str]) -> dict[str, str]:
+    """Nodes drained, down or with an invalid registration, other than ``drained`` (node -> state and reason)."""
+    bad = {}
+    for node, s in c.node_states().items():
+        flags = {f for f in s["flags"] if f.startswith(("DRAIN", "INVAL", "FAIL", "DOWN", "NOT_RESP"))}
+        if node not in drained and (flags or s["base"] in ("DOWN", "FAIL") or "INVALID_REG" in s["state"]):
+            bad[node] = f"{s['state']} Reason={s['reason']}"
+    return bad
+
+
+def test_zzz_switching_in_the_pages_order_survives_a_slurmd_restart_after_every_step(installed):
+    """docs/admins/switching.md's steps as commands, on the site as the rollback gave it back (the package
+    and the node hooks stay installed), with a job running on the node outside the policy, whose GRES do
+    not change, and one on a node that changes when the drain starts. After every step every slurmd is
+    killed and comes back: no node but the drained ones leaves service, the first job runs on untouched,
+    the second ends on its own (the drain waits for it, nothing requeues it); after the last step every
+    node is in service with the policy's GRES and the product's jobs run."""
+    c, *_ = installed
+    assert c.exec("slurmctld", ["cat", "/etc/slurm/slurm.conf"]).stdout == SITE_SLURM_CONF
+    every = [*c.nodes(), OUTSIDE]
+    steady = c.sbatch(
+        "sleep 900\n",
+        user="dave",
+        account="chemistry",
+        partition="legacy",
+        gres="gpu:2",
+        time="30:00",
+        output="/dev/null",
+    )
+    wait_for("the outside node's job to run", lambda: running_on(c, steady) == OUTSIDE, 120)
+    drained: set[str] = set()
+    for block in cluster_blocks(SWITCHING):
+        ending = None
+        if "--gres-changes" in block.script:
+            ending = c.sbatch(
+                "sleep 40\n",
+                user="alice",
+                account="physics",
+                partition="batch",
+                gres="gpu:1",
+                time=5,
+                output="/dev/null",
+            )
+            wait_for("a job on a node that changes to run", lambda j=ending: running_on(c, j), 120)
+        run_block(c, block)
+        if ending is not None:
+            drained = set(c.exec("slurmctld", ["cat", "/etc/gpushare/gres-changed"]).stdout.strip().split(","))
+            assert drained == {"gpu-a01", "gpu-m01", "gpu-s01"}, drained
+            rec = c.sacct(ending)[0]
+            assert rec["State"] == "COMPLETED" and c.job(ending).get("Restarts", "0") == "0", rec
+        if "state=resume" in block.script:
+            drained = set()
+            wait_for("the policy's nodes idle after the switch", lambda: policy_nodes_idle(c), 240)
+        restart_slurmds(c, every)
+        problems = in_service_but(c, drained)
+        assert not problems, f"after {block.id} and a slurmd restart: {problems}"
+        assert running_on(c, steady) == OUTSIDE, f"after {block.id}: {c.job(steady)}"
+    assert "mps:a30:100" in c.node_states()["gpu-m01"]["gres"], c.node_states()["gpu-m01"]
+    for gres, user, account, node in (
+        ("shard:1", "bob", "physics", "gpu-s01"),
+        ("mps:25", "carol", "biology", "gpu-m01"),
+    ):
+        job = submit(c, user, account, gres=gres)
+        assert not ran_on(c, job, node), ran_on(c, job, node)
+    assert c.job(steady).get("Restarts") == "0", c.job(steady)
+    c.slurm(["scancel", str(steady)])
+
+
+def running_on(c: TestCluster, job: int) -> str:
+    """The node ``job`` runs on; "" while it does not run."""
+    rec = c.job(job)
+    return rec.get("NodeList", "") if rec.get("JobState") == "RUNNING" else ""

@@ -13,6 +13,8 @@ from tests.unit.docs_support import cluster_blocks, gpushare_command_problem, ru
 
 PAGE = ROOT / "docs" / "admins" / "install.md"
 BLOCKS = cluster_blocks(PAGE)
+SWITCHING = ROOT / "docs" / "admins" / "switching.md"  # run by tests/cluster/test_install_existing_site.py
+SWITCHING_BLOCKS = cluster_blocks(SWITCHING)
 
 
 def test_the_install_page_has_a_block_for_every_step_and_role():
@@ -43,7 +45,16 @@ def test_the_install_page_has_a_block_for_every_step_and_role():
     assert not runnable_blocks(PAGE)  # none of them runs on the unit tier
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
+def test_the_switching_page_runs_its_steps_in_the_tables_order():
+    scripts = [b.script for b in SWITCHING_BLOCKS]
+    order = ("gpushare render", "--gres-changes", "accounts apply", "node install --policy", "--outside-policy")
+    order += ("gpushare install /etc/gpushare/policy.yaml\n", "scontrol reconfigure", "state=resume")
+    found = [next(i for i, text in enumerate(scripts) if step in text + "\n") for step in order]
+    assert found == sorted(found), dict(zip(order, found, strict=True))
+    assert not runnable_blocks(SWITCHING)
+
+
+@pytest.mark.parametrize("block", BLOCKS + SWITCHING_BLOCKS, ids=[b.id for b in BLOCKS + SWITCHING_BLOCKS])
 def test_each_gpushare_command_of_a_block_exists(block):
     for line in block.script.splitlines():
         if line.startswith("gpushare "):
