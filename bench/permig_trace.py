@@ -19,7 +19,12 @@ Slurm as live/sim.py (FIFO per GRES type, node choice as eval_nodes.c); the hori
 - fixed: every GPU in the layouts of hardware.packing.pack, the packing `gpushare plan` writes for a MIG pool,
   fed with the trace's mix by Little's law (live/sim.py static_layouts), never changed;
 - live: the same start, with the product's live planner (plan_live) every ``--interval`` s carried out as
-  `gpushare live apply` does (lock, drain 120 s, relayout): each relayout is a drain;
+  `gpushare live apply` does (lock, drain 120 s, relayout): each relayout is a drain; each seed prints how
+  many of its plan_live calls proposed a change and which limit held the others back;
+- fixed / live from the first 10 %: the start is the packing of the mix of the first 10 % of the seed's
+  arrivals (a layout not fitted to the whole trace, as a site's layout is when its mix drifts), kept fixed or
+  with the live loop; live, max_wait 1 day: the fitted start, the live loop with max_wait 86400 s (the one
+  limit that holds its changes back on this trace);
 - per-job: every GPU per-job MIG (profiles: every profile the jobs ask for; carrier shards per GPU as
   Slurm counts them), Slurm's GPU pick first fit or LL_SHARED_GRES, the prolog's placement rule
   (hardware.migplace: first, least-blocking, most-placements) without reuse; weights exact (the count admits
@@ -53,6 +58,7 @@ from slurm_gpushare.hardware.migplace import FIRST, LEAST_BLOCKING, MOST_PLACEME
 from slurm_gpushare.hardware.migweights import exact_weights, placeable_multisets, safe_weights  # noqa: E402
 from slurm_gpushare.hardware.packing import covering  # noqa: E402
 from slurm_gpushare.live import sim as livesim  # noqa: E402
+from slurm_gpushare.live.plan import plan_live  # noqa: E402
 from slurm_gpushare.sim.perjob import Carrier, Slices  # noqa: E402
 from slurm_gpushare.sim.slurmmodel import consec_pick  # noqa: E402
 from slurm_gpushare.sim.trace import load_pod_times, load_pods  # noqa: E402
@@ -63,6 +69,8 @@ RULES = (FIRST, LEAST_BLOCKING, MOST_PLACEMENTS)
 PICKS = ("first-fit", "LL_SHARED_GRES")
 LIMITS = {"enabled": True, "min_pending": 300, "min_dwell": 3600, "min_benefit_jobs": 1, "max_draining": 1}
 LIMITS |= {"max_wait": 3600, "change_cost": 120}
+EARLY = 0.1  # the share of a seed's first arrivals whose mix makes the unfitted start
+LOOSE_WAIT = 86400  # s: max_wait of the "live, max_wait 1 day" row
 
 
 # ---- the trace's jobs --------------------------------------------------------------------------------------------
@@ -214,10 +222,13 @@ def one_seed(args, rows, seed: int, cars: dict[str, Carrier]) -> dict[str, dict]
     )
     out: dict[str, dict] = {}
     for name, live in (("fixed", False), ("live", True)):
-        t = time.perf_counter()
+        t, tally = time.perf_counter(), Tally()
         doc = livesim.site_doc(args.nodes, layouts, live=LIMITS)
-        r = livesim.simulate(doc, jobs, horizon=horizon, live=live, interval=args.interval, name=name)
+        r = livesim.simulate(doc, jobs, horizon=horizon, live=live, interval=args.interval, decide=tally, name=name)
+        if live:
+            print(f"  {name}: {tally.line()}; {r.relayouts} relayout(s)", flush=True)
         out[name] = _figures(r, gpus, len(jobs), (r.started, r.started, 0, 0), r.relayouts, time.perf_counter() - t)
+    out |= drift_rows(args, jobs, pool, layouts)
     shape = livesim.site_doc(args.nodes, layouts)  # the nodes' CPUs and memory; PerJobSim keeps no layout
     for weights, car in cars.items():
         for rule in RULES if weights == "exact" else (car.rule,):
@@ -231,6 +242,67 @@ def one_seed(args, rows, seed: int, cars: dict[str, Carrier]) -> dict[str, dict]
                 out[name] = _figures(r, gpus, len(jobs), counts, 0, time.perf_counter() - t)
     for name, f in out.items():
         print(f"  {name}: {json.dumps({k: round(v, 3) for k, v in f.items()})}", flush=True)
+    return out
+
+
+# ---- the live loop from an unfitted start, and what holds it back ------------------------------------------------
+
+
+class Tally:
+    """The product's plan_live, counting per call: calls with pending jobs, changes proposed, and the limit that
+    held each change back (the held lines that carry a change), by the limit's name in the held line."""
+
+    LIMITS = ("max_wait", "min_dwell", "min_benefit_jobs", "max_draining", "no end time", "policy refuses")
+
+    def __init__(self) -> None:
+        self.calls = self.with_pending = self.proposed = 0
+        self.held: Counter[str] = Counter()
+
+    def __call__(self, site, view):
+        plan = plan_live(site, view)
+        self.calls += 1
+        self.with_pending += bool(view.pending)
+        self.proposed += len(plan.proposals)
+        for h in plan.held:
+            if h.change is not None:
+                self.held[next((k for k in self.LIMITS if k in h.why), "other")] += 1
+        return plan
+
+    def line(self) -> str:
+        held = ", ".join(f"{k} {n}" for k, n in self.held.most_common()) or "none"
+        return (
+            f"{self.calls} plan_live calls, {self.with_pending} with jobs pending, {self.proposed} change(s)"
+            f" proposed; changes held by {held}"
+        )
+
+
+def early_layouts(pool, jobs, gpus: int) -> list[tuple[str, ...]]:
+    """static_layouts of the mix of the first ``EARLY`` of ``jobs`` (in arrival order)."""
+    first = jobs[: max(1, int(len(jobs) * EARLY))]
+    mix = Counter(j.profile for j in first)
+    phase = livesim.Phase("early", first[-1].submit / 3600, tuple((p, n / len(first)) for p, n in sorted(mix.items())))
+    return livesim.static_layouts(pool, phase, gpus)
+
+
+def drift_rows(args, jobs, pool, fitted) -> dict[str, dict]:
+    """The start of the first 10 % kept fixed and with the live loop; the fitted start with max_wait 1 day.
+    Prints the start and, for each live run, its Tally line."""
+    gpus, horizon = args.nodes * args.gpus, jobs[-1].submit
+    early = early_layouts(pool, jobs, args.gpus)
+    print(f"  start from the first {EARLY:.0%} of arrivals, per node: {' | '.join('+'.join(x) for x in early)}")
+    runs = (
+        ("fixed from the first 10 %", early, False, LIMITS),
+        ("live from the first 10 %", early, True, LIMITS),
+        ("live, max_wait 1 day", fitted, True, LIMITS | {"max_wait": LOOSE_WAIT}),
+    )
+    out: dict[str, dict] = {}
+    for name, layouts, live, limits in runs:
+        t, tally = time.perf_counter(), Tally()
+        doc = livesim.site_doc(args.nodes, layouts, live=limits)
+        r = livesim.simulate(doc, jobs, horizon=horizon, live=live, interval=args.interval, decide=tally, name=name)
+        if live:
+            print(f"  {name}: {tally.line()}; {r.relayouts} relayout(s)", flush=True)
+        out[name] = _figures(r, gpus, len(jobs), (r.started, r.started, 0, 0), r.relayouts, time.perf_counter() - t)
     return out
 
 
