@@ -51,6 +51,7 @@ from ..policy import Site, build_site, perjob
 from .choose import choose, verdict_lines
 from .demand import Demand
 from .knobs import Knobs, default_candidates
+from .migtune import plan_weights
 from .report import plan_report
 
 
@@ -122,6 +123,9 @@ def plan(
         else []
     )
     raw, why = (copy.deepcopy(base), [verdict[-1]]) if keep_given else (got.raw, list(got.why))
+    if not keep_given and got.knobs.mig_per_job:  # per-job MIG: carrier weights tuned on the demand
+        raw, tuned = plan_weights(raw, build_site(raw, "planned policy"), demand)
+        why += tuned
     new_site = site if keep_given else build_site(raw, "planned policy")
     report = plan_report(demand, site, new_site, why, list(got.tried) if evaluate else [], raw, verdict, got.given)
     score = (got.given if keep_given else got.score) if evaluate else None
