@@ -19,7 +19,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..hardware import GpuModel
+from ..hardware import GpuModel, get_model
 from ..hardware.migplace import DEFAULT_RULE
 from ..hardware.migweights import Weights
 from ..hardware.packing import covering
@@ -222,8 +222,11 @@ def plan_weights(raw: dict, site: Site, demand: Demand) -> tuple[dict, list[str]
 
 
 def _with_weights(raw: dict, weights: Weights) -> dict:
+    """``raw`` with ``weights`` as the carrier_weights of every per-job entry of a group of their model."""
     out = copy.deepcopy(raw)
     for group in out.get("node_groups", []):
+        if get_model(group["gpu"]["model"]).name != weights.model:
+            continue
         for entry in group.get("sharing", []):
             if entry.get("per_job"):
                 entry["carrier_weights"] = weights.as_dict()
