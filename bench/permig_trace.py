@@ -1,7 +1,7 @@
 """Per-job MIG on the production trace: fixed layouts, the live relayout loop and per-job MIG, with departures.
 
     nice -n 19 python bench/permig_trace.py [--seeds 1-3] [--sample 0.8] [--nodes 4] [--gpus 8] [--load 0.8]
-        [--requeue-delay 120] [--interval 300] [--safe-extra 4] [--json out.json]
+        [--requeue-delay 120] [--interval 300] [--safe-extra 4] [--tune-seeds 1-10] [--no-live] [--json out.json]
 
 Jobs: the trace's (tests/data/gpu-trace/openb_pod_list_default.csv) one-GPU fractional pods, each share
 rounded up to the A100-SXM4-40GB MIG profile that covers it (S2's rule, hardware.packing.covering); created
@@ -27,10 +27,13 @@ Slurm as live/sim.py (FIFO per GRES type, node choice as eval_nodes.c); the hori
   limit that holds its changes back on this trace);
 - per-job: every GPU per-job MIG (profiles: every profile the jobs ask for; carrier shards per GPU as
   Slurm counts them), Slurm's GPU pick first fit or LL_SHARED_GRES, the prolog's placement rule
-  (hardware.migplace: first, least-blocking, most-placements) without reuse; weights exact (the count admits
-  exactly what fits on an empty GPU) or safe (hardware.migweights.safe_weights for that rule: no admitted
-  order leaves a slice without a start). A slice with no legal start on the GPU Slurm gave is refused and the
-  job requeued after ``--requeue-delay`` s (its shards released). Never a drain.
+  (hardware.migplace: first, least-blocking, most-placements, largest-first) without reuse; weights exact (the
+  count admits exactly what fits on an empty GPU), safe (hardware.migweights.safe_weights for that rule: no
+  admitted order leaves a slice without a start) or tuned (``--tune-seeds``: the weights the product's tuner,
+  planner.migtune.tune, picks on those seeds' jobs with its own replay, sim.perjob.churn, LL_SHARED_GRES and
+  largest-first, as `gpushare plan` does on a demand; report them on other seeds). A slice with no legal start
+  on the GPU Slurm gave is refused and the job requeued after ``--requeue-delay`` s (its shards released).
+  Never a drain.
 
 Figures per row, summed or averaged over the seeds: GPU-equivalents allocated (compute slices of running
 instances / 7, time-averaged), mean wait (arrival to start; a job still waiting at the horizon counts to it),
@@ -54,18 +57,19 @@ sys.path.insert(0, str(ROOT))
 
 from bench.placement import seeds_of  # noqa: E402
 from slurm_gpushare.hardware import get_model  # noqa: E402
-from slurm_gpushare.hardware.migplace import FIRST, LEAST_BLOCKING, MOST_PLACEMENTS  # noqa: E402
+from slurm_gpushare.hardware.migplace import FIRST, LARGEST_FIRST, LEAST_BLOCKING, MOST_PLACEMENTS  # noqa: E402
 from slurm_gpushare.hardware.migweights import exact_weights, placeable_multisets, safe_weights  # noqa: E402
 from slurm_gpushare.hardware.packing import covering  # noqa: E402
 from slurm_gpushare.live import sim as livesim  # noqa: E402
 from slurm_gpushare.live.plan import plan_live  # noqa: E402
-from slurm_gpushare.sim.perjob import Carrier, Slices  # noqa: E402
+from slurm_gpushare.planner.migtune import churn_evaluator, tune  # noqa: E402
+from slurm_gpushare.sim.perjob import LEAST_LOADED, Carrier, ChurnJob, Slices  # noqa: E402
 from slurm_gpushare.sim.slurmmodel import consec_pick  # noqa: E402
 from slurm_gpushare.sim.trace import load_pod_times, load_pods  # noqa: E402
 
 TRACE = ROOT / "tests" / "data" / "gpu-trace" / "openb_pod_list_default.csv"
 MODEL = get_model(livesim.MODEL)
-RULES = (FIRST, LEAST_BLOCKING, MOST_PLACEMENTS)
+RULES = (FIRST, LEAST_BLOCKING, MOST_PLACEMENTS, LARGEST_FIRST)
 PICKS = ("first-fit", "LL_SHARED_GRES")
 LIMITS = {"enabled": True, "min_pending": 300, "min_dwell": 3600, "min_benefit_jobs": 1, "max_draining": 1}
 LIMITS |= {"max_wait": 3600, "change_cost": 120}
@@ -184,6 +188,27 @@ class PerJobSim(livesim.LiveSim):
 # ---- runs and figures ------------------------------------------------------------------------------------------
 
 
+def tuned_carrier(args, rows, exact) -> Carrier:
+    """The weights the product's tuner (planner.migtune.tune) picks on the training seeds ``--tune-seeds``: each
+    seed's jobs replayed by sim.perjob.churn (LL_SHARED_GRES, largest-first), the profiles the jobs ask for."""
+    t = time.perf_counter()
+    workloads = []
+    for seed in args.tune_seeds:
+        jobs, _ = seed_jobs(rows, seed, args.sample, args.load, args.nodes * args.gpus)
+        workloads.append([ChurnJob(j.submit, j.duration, j.profile) for j in jobs])
+    asked = tuple(p for p in exact.profiles if any(j.profile == p for w in workloads for j in w))
+    evaluate = churn_evaluator(MODEL, workloads, args.nodes, args.gpus, LARGEST_FIRST, LEAST_LOADED)
+    got = tune(MODEL, exact, evaluate, raise_only=asked)
+    for name, w in (("exact", got.exact), ("tuned", got.chosen)):
+        trial = got.trial(w)
+        print(
+            f"  tuner, {name} on seeds {args.tune_seeds} (its own replay): {w.as_dict()} of {w.capacity},"
+            f" {100 * trial.requeue_share:.2f} % requeued, allocation {100 * trial.allocation:.2f} %"
+        )
+    print(f"  tuner: {len(got.trials)} vectors in {time.perf_counter() - t:.1f} s, target met: {got.met}")
+    return Carrier(MODEL.name, tuple(got.chosen.as_dict().items()), got.chosen.capacity, LARGEST_FIRST)
+
+
 def carriers(profiles: tuple[str, ...], safe_extra: int) -> dict[str, Carrier]:
     """The per-job carriers: exact weights, and the safe weights of each rule (printed with their cost)."""
     exact = exact_weights(MODEL, profiles)
@@ -193,7 +218,7 @@ def carriers(profiles: tuple[str, ...], safe_extra: int) -> dict[str, Carrier]:
     print(f"per-job profiles {', '.join(exact.profiles)}; {placeable} multisets fit one GPU")
     print(f"  exact: {exact.as_dict()} of {exact.capacity} (admits all {placeable})")
     out = {"exact": Carrier(MODEL.name, tuple(exact.as_dict().items()), exact.capacity)}
-    for rule in RULES:
+    for rule in RULES if safe_extra >= 0 else ():
         t = time.perf_counter()
         found = safe_weights(MODEL, profiles, rule, safe_extra)
         assert found is not None
@@ -221,14 +246,15 @@ def one_seed(args, rows, seed: int, cars: dict[str, Carrier]) -> dict[str, dict]
         flush=True,
     )
     out: dict[str, dict] = {}
-    for name, live in (("fixed", False), ("live", True)):
+    for name, live in (("fixed", False), ("live", True)) if args.live else (("fixed", False),):
         t, tally = time.perf_counter(), Tally()
         doc = livesim.site_doc(args.nodes, layouts, live=LIMITS)
         r = livesim.simulate(doc, jobs, horizon=horizon, live=live, interval=args.interval, decide=tally, name=name)
         if live:
             print(f"  {name}: {tally.line()}; {r.relayouts} relayout(s)", flush=True)
         out[name] = _figures(r, gpus, len(jobs), (r.started, r.started, 0, 0), r.relayouts, time.perf_counter() - t)
-    out |= drift_rows(args, jobs, pool, layouts)
+    if args.live:
+        out |= drift_rows(args, jobs, pool, layouts)
     shape = livesim.site_doc(args.nodes, layouts)  # the nodes' CPUs and memory; PerJobSim keeps no layout
     for weights, car in cars.items():
         for rule in RULES if weights == "exact" else (car.rule,):
@@ -352,7 +378,11 @@ def main() -> None:
     ap.add_argument("--load", type=float, default=0.8)
     ap.add_argument("--requeue-delay", type=float, default=120.0)
     ap.add_argument("--interval", type=float, default=300.0)
-    ap.add_argument("--safe-extra", type=int, default=4, help="capacities above the exact one safe_weights tries")
+    ap.add_argument(
+        "--safe-extra", type=int, default=4, help="capacities above the exact one safe_weights tries (-1: no safe rows)"
+    )
+    ap.add_argument("--tune-seeds", type=seeds_of, help="a 'tuned' row: weights the product's tuner picks on these")
+    ap.add_argument("--no-live", dest="live", action="store_false", help="no live-loop row")
     ap.add_argument("--trace", type=Path, default=TRACE)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -365,6 +395,10 @@ def main() -> None:
         f" requeue delay {args.requeue_delay:.0f} s, live loop every {args.interval:.0f} s"
     )
     cars = carriers(profiles, args.safe_extra)
+    if args.tune_seeds:
+        exact = exact_weights(MODEL, profiles)
+        assert exact is not None
+        cars["tuned"] = tuned_carrier(args, rows, exact)
     runs = [one_seed(args, rows, seed, cars) for seed in args.seeds]
     table(runs)
     print(f"\nwall {time.perf_counter() - began:.1f} s")

@@ -48,9 +48,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..policy import Site, build_site, perjob
-from .choose import choose, verdict_lines
+from .choose import Choice, choose, verdict_lines
 from .demand import Demand
 from .knobs import Knobs, default_candidates
+from .migtune import plan_weights
 from .report import plan_report
 
 
@@ -121,11 +122,19 @@ def plan(
         if evaluate and got.given is not None
         else []
     )
-    raw, why = (copy.deepcopy(base), [verdict[-1]]) if keep_given else (got.raw, list(got.why))
+    raw, why = (copy.deepcopy(base), [verdict[-1]]) if keep_given else _planned(got, demand)
     new_site = site if keep_given else build_site(raw, "planned policy")
     report = plan_report(demand, site, new_site, why, list(got.tried) if evaluate else [], raw, verdict, got.given)
     score = (got.given if keep_given else got.score) if evaluate else None
     return PlanResult(raw, new_site, report, got.knobs, score, list(got.tried), keep_given, got.given)
+
+
+def _planned(got: Choice, demand: Demand) -> tuple[dict, list[str]]:
+    """The chosen policy and its reasons; with per-job MIG, its carrier weights tuned on the demand (migtune)."""
+    if not got.knobs.mig_per_job:
+        return got.raw, list(got.why)
+    raw, tuned = plan_weights(got.raw, build_site(got.raw, "planned policy"), demand)
+    return raw, [*got.why, *tuned]
 
 
 def _tries(site: Site, given: Sequence[Knobs] | None, scored: bool, isolating: bool, mig_all: bool) -> list[Knobs]:

@@ -231,6 +231,10 @@ def _make_share(sharing: Sharing, path, model: GpuModel, problems, version: Slur
         return perjob.resolve(sharing, path, model, share, problems, version) if len(problems) == before else None
     if mode is Mode.MIG and sharing.profiles is not None:
         problems.append(Problem(f"{path}.profiles", "only for per_job: true (the profiles a per-job range allows)"))
+    if mode is Mode.MIG and sharing.carrier_weights is not None:
+        problems.append(
+            Problem(f"{path}.carrier_weights", "only for per_job: true (the shards each per-job profile carries)")
+        )
     if mode is Mode.MIG and sharing.isolation is not None:
         problems.append(
             Problem(

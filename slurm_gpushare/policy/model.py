@@ -318,6 +318,17 @@ class Sharing(Strict):
             "set of the model's profiles"
         ),
     )
+    carrier_weights: dict[str, int] | None = Field(
+        None,
+        description=(
+            "mode mig with per_job: the shards each allowed profile carries ({1g.5gb: 8, 1g.10gb: 10, ...}), one "
+            "positive whole number per profile, no two alike, for every profile of profiles; the shard Count per "
+            "GPU stays the exact one, and every set of slices the weights admit on one GPU must fit on an empty GPU. "
+            "Raising small profiles' weights admits fewer of them per GPU and requeues fewer jobs for fragmentation "
+            "(`gpushare plan` tunes them on a demand). Default: the exact weights (Slurm admits exactly the sets that "
+            "fit)"
+        ),
+    )
     on_slice_failure: Literal["requeue", "fail"] | None = Field(
         None,
         description=(

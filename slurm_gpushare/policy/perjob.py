@@ -5,7 +5,9 @@ A per-job GPU is declared to Slurm as the whole GPU (``gpu``, typed as the
 model) with ``capacity`` shards; a job asking for a slice of profile p is
 given ``shard:<weight of p>`` by the submission filter. The weights come from
 ``hardware.migweights`` and are exact: Slurm's per-GPU count admits exactly
-the sets of profiles that have a legal placement on an empty GPU. A profile
+the sets of profiles that have a legal placement on an empty GPU; or, where the
+entry gives ``carrier_weights``, the site's own (``given_weights``: at the exact
+capacity, distinct, admitting only sets that fit on an empty GPU). A profile
 set without exact weights is refused, naming the largest subsets that have
 them. The search is exhaustive, so results are cached per model and set, and
 a set is first tested for an obstruction (a quick proof that no weights exist).
@@ -18,7 +20,7 @@ from itertools import combinations
 
 from ..errors import Problem
 from ..hardware import CatalogueError, GpuModel, models
-from ..hardware.migweights import Weights, exact_weights, obstruction
+from ..hardware.migweights import Weights, boundary_multisets, exact_weights, obstruction, placeable_multisets
 from ..slurmversion import SlurmVersion
 from .model import Policy, Sharing
 from .share import NAMESPACE, NO_ISOLATION, REQUEUE, Share
@@ -30,6 +32,8 @@ NAMESPACE_TMPFS = SlurmVersion(25, 11)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from .site import GpuSlot, Group
 
 
@@ -84,6 +88,8 @@ def resolve(
         )
         return None
     weights = _weights(sharing.profiles, f"{path}.profiles", model, problems)
+    if weights is not None and sharing.carrier_weights is not None:
+        weights = given_weights(sharing.carrier_weights, f"{path}.carrier_weights", model, weights, problems)
     isolation = _isolation(sharing.isolation, f"{path}.isolation", version, problems)
     if weights is None or isolation is None:
         return None
@@ -93,6 +99,7 @@ def resolve(
         profiles=weights.profiles,
         weights=weights.weights,
         capacity=weights.capacity,
+        tuned=sharing.carrier_weights is not None,
         on_slice_failure=sharing.on_slice_failure or REQUEUE,
         isolation=isolation,
     )
@@ -134,6 +141,87 @@ def _weights(profiles: list[str] | None, path: str, model: GpuModel, problems: l
     if found is None:
         problems.append(Problem(path, _no_weights(model, names)))
     return found
+
+
+def given_weights(
+    given: Mapping[str, int], path: str, model: GpuModel, exact: Weights, problems: list[Problem]
+) -> Weights | None:
+    """A policy's ``carrier_weights`` for the profiles of ``exact``, at its capacity; None (and problems) where a
+    profile is unknown, missing or extra, a weight is not in 1..capacity, two profiles share one, or the weights
+    admit a set of slices that does not fit on an empty GPU."""
+    allowed = ", ".join(exact.profiles)
+    named: dict[str, int] = {}
+    for key, weight in given.items():
+        try:
+            name = model.profile(key).name
+        except CatalogueError as exc:
+            problems.append(Problem(f"{path}.{key}", f"{exc}; give a weight for each of: {allowed}"))
+            return None
+        if name in named:
+            problems.append(Problem(f"{path}.{key}", f"{name} is given twice (as {key} and an alias)"))
+            return None
+        named[name] = weight
+    found = _missing_or_extra(named, exact.profiles) or _out_of_range(named, exact.capacity)
+    found = found or _shared(named) or _unplaceable(model, named, exact)
+    if found:
+        problems.append(Problem(path, found))
+        return None
+    return Weights(model.name, exact.profiles, tuple(named[p] for p in exact.profiles), exact.capacity)
+
+
+def _missing_or_extra(named: Mapping[str, int], profiles: tuple[str, ...]) -> str:
+    missing = [p for p in profiles if p not in named]
+    extra = [p for p in named if p not in profiles]
+    if not missing and not extra:
+        return ""
+    parts = [f"no weight for {', '.join(missing)}"] if missing else []
+    parts += [f"{', '.join(extra)} not among the allowed profiles"] if extra else []
+    what = "; ".join(parts)
+    return f"{what}: give one weight for each allowed profile ({', '.join(profiles)}), no other"
+
+
+def _out_of_range(named: Mapping[str, int], capacity: int) -> str:
+    bad = [f"{p}={w}" for p, w in named.items() if not 1 <= w <= capacity]
+    return f"{', '.join(bad)}: a weight is a whole number from 1 to the shard Count per GPU ({capacity})" if bad else ""
+
+
+def _shared(named: Mapping[str, int]) -> str:
+    by_weight: dict[int, list[str]] = {}
+    for p, w in named.items():
+        by_weight.setdefault(w, []).append(p)
+    same = [f"{' and '.join(ps)} both weigh {w}" for w, ps in sorted(by_weight.items()) if len(ps) > 1]
+    return (
+        f"{'; '.join(same)}: give each profile its own weight (a job's shard count names its profile to the "
+        "node, billing and usage)"
+        if same
+        else ""
+    )
+
+
+def _unplaceable(model: GpuModel, named: Mapping[str, int], exact: Weights) -> str:
+    """The lightest set of slices the weights admit that has no placement on an empty GPU ('' for none): every set
+    that does not fit holds a boundary one, so the boundary sets are enough."""
+    weights = [named[p] for p in exact.profiles]
+    admitted = [
+        (sum(w * n for w, n in zip(weights, counts, strict=True)), counts)
+        for counts in _boundary(model, exact.profiles)
+        if sum(w * n for w, n in zip(weights, counts, strict=True)) <= exact.capacity
+    ]
+    if not admitted:
+        return ""
+    weighs, counts = min(admitted)
+    slices = " + ".join(f"{n} x {p}" for p, n in zip(exact.profiles, counts, strict=True) if n)
+    exact_text = ", ".join(f"{p}={w}" for p, w in zip(exact.profiles, exact.weights, strict=True))
+    return (
+        f"these weights admit {slices} on one GPU (weighs {weighs} of {exact.capacity}), which does not fit on "
+        f"{model.name}: raise a weight of that set so that it weighs more than {exact.capacity} (weights at or "
+        f"above the exact ones, {exact_text}, always fit)"
+    )
+
+
+@cache
+def _boundary(model: GpuModel, profiles: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
+    return tuple(sorted(boundary_multisets(placeable_multisets(model, profiles))))
 
 
 def _no_weights(model: GpuModel, names: tuple[str, ...]) -> str:

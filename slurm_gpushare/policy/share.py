@@ -35,7 +35,7 @@ SHARED_GRES = (Mode.MPS.value, Mode.SHARD.value)  # the shared GRES names, in sl
 
 # The keys of a policy ``sharing`` entry besides ``gpus`` and ``mode``, and the modes that use each.
 KEYS: dict[Mode, tuple[str, ...]] = {
-    Mode.MIG: ("layout", "per_job", "profiles", "on_slice_failure", "isolation"),
+    Mode.MIG: ("layout", "per_job", "profiles", "carrier_weights", "on_slice_failure", "isolation"),
     Mode.SHARD: ("replicas", "type"),
     Mode.MPS: ("units", "type", "compute_mode", "client_mem_limit_mib"),
     Mode.EXCLUSIVE: ("type",),
@@ -44,6 +44,7 @@ SHARING_KEYS = (
     "layout",
     "per_job",
     "profiles",
+    "carrier_weights",
     "on_slice_failure",
     "isolation",
     "replicas",
@@ -102,7 +103,8 @@ class Share:
     A MIG GPU has a fixed ``layout``, or is ``per_job``: an instance of one of
     ``profiles`` is made for each job, and Slurm counts them with the carrier
     GRES (shards, ``capacity`` per GPU, profile i weighing ``weights[i]``:
-    hardware.migweights, exact, so the count admits exactly what fits).
+    hardware.migweights, exact, so the count admits exactly what fits; or the
+    policy's ``carrier_weights``, ``tuned``, which admit only sets that fit).
     """
 
     mode: Mode = Mode.EXCLUSIVE
@@ -116,6 +118,7 @@ class Share:
     profiles: tuple[str, ...] = ()  # per-job mig: the profiles it allows (catalogue names)
     weights: tuple[int, ...] = ()  # per-job mig: each profile's carrier weight, in ``profiles`` order
     capacity: int = 0  # per-job mig: carrier units per GPU (shard Count)
+    tuned: bool = False  # per-job mig: ``weights`` are the policy's carrier_weights, not the exact ones
     on_slice_failure: str = ""  # per-job mig: REQUEUE or FAIL, a batch job whose instance could not be made
     isolation: str = ""  # per-job mig: NAMESPACE or NO_ISOLATION (resolved: policy.perjob)
 
@@ -205,6 +208,8 @@ class Share:
             entry["layout"] = list(self.layout)
         if self.is_per_job_mig:
             entry.update(per_job=True, profiles=list(self.profiles))
+            if self.tuned:
+                entry["carrier_weights"] = dict(zip(self.profiles, self.weights, strict=True))
             if self.on_slice_failure == FAIL:
                 entry["on_slice_failure"] = FAIL
             if self.isolation == NO_ISOLATION:

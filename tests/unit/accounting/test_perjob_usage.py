@@ -94,3 +94,25 @@ def test_usage_and_fair_share_count_per_job_and_fixed_slices_alike():
     assert alice.fs_seconds == pytest.approx(bob.fs_seconds)
     kinds = aggregate(s, records, T0, T0 + 2 * HOUR, by="gpu-kind").groups
     assert set(kinds) == {"gpu:a30_2g.12gb_me"} and kinds["gpu:a30_2g.12gb_me"].jobs == 2
+
+
+def test_custom_carrier_weights_are_read_back_as_their_profiles():
+    """A site's own weights (carrier_weights): a job holding the raised weight of 1g.5gb is a 1g.5gb slice in
+    usage and fair share, as with the exact weights."""
+    raw = copy.deepcopy(_raw())
+    entry = next(g for g in raw["node_groups"] if g["name"] == "lab-perjob")["sharing"][0]
+    entry["carrier_weights"] = {"1g.5gb": 3, "2g.10gb": 5, "3g.20gb": 7, "4g.20gb": 8, "7g.40gb": 14}
+    raw["billing"]["gpu_weights"] = {"L40S": 100, "A100-SXM4-40GB": 100}
+    s = build_site(raw, "perjob-lab")
+    assert slot(s).share.weight("1g.5gb") == 3
+    assert per_job(s, "1g.5gb").kinds == fixed(s, "1g.5gb").kinds  # lab-mig's fixed layout is 1g.5gb slices
+    model = slot(s).model
+    for profile in ("2g.10gb", "3g.20gb"):
+        kind = f"gpu:{model.mig_slurm_type(profile)}"
+        assert per_job(s, profile).kinds == ((kind, pytest.approx(model.profile(profile).fraction(model))),)
+    record = JobRecord(
+        "1", "alice", "physics", "perjob", "COMPLETED", T0, T0 + HOUR, 3600, "gres/shard=3,node=1", "", "perjob"
+    )
+    kinds = aggregate(s, [record], T0, T0 + 2 * HOUR, by="gpu-kind").groups
+    assert set(kinds) == {"gpu:a100_40g_1g.5gb"}
+    assert kinds["gpu:a100_40g_1g.5gb"].gpu_seconds == pytest.approx(HOUR / 7)

@@ -664,6 +664,14 @@ def test_per_job_candidate_makes_the_mig_pool_per_job_and_says_so():
     text = "\n".join(result.report)
     assert "MIG per job on the pool's nodes" in text and "--partition=mig --gres=gpu:<slice>:1" in text
     assert "mig per job (1g.5gb=4" in text and "(16 mig per job)" in text
+    # the carrier weights tuned on the demand: written where they differ from the exact ones, with both figures
+    assert "per-job MIG carrier weights tuned on the demand's slices" in text
+    assert "exact weights (1g.5gb=4, 1g.10gb=7" in text and "written as carrier_weights" in text
+    entries = [e for g in result.policy["node_groups"] for e in g.get("sharing", []) if e.get("per_job")]
+    tuned = entries[0]["carrier_weights"]
+    assert all(e["carrier_weights"] == tuned for e in entries)
+    assert all(s.share.tuned and s.share.weights == tuple(tuned.values()) for s in per_job)
+    assert tuned["1g.5gb"] > 4  # the small slices strand on this demand: raised
     render_all(result.site)  # the planned policy renders
 
 

@@ -259,3 +259,94 @@ def test_wrong_isolation_entries_are_refused(change, fragment):
     policy = raw()
     perjob_entry(policy).update(change)
     one(policy, "node_groups[3].sharing[0].isolation", fragment)
+
+
+# ---- carrier_weights: the site's own weights -------------------------------------------------------------------
+
+RAISED = {"1g.5gb": 3, "2g.10gb": 5, "3g.20gb": 7, "4g.20gb": 8, "7g.40gb": 14}  # exact: 2, 4, 7, 8, 14 of 15
+
+
+def with_weights(weights: dict) -> dict:
+    policy = raw()
+    perjob_entry(policy)["carrier_weights"] = weights
+    return policy
+
+
+def test_raised_carrier_weights_are_taken_at_the_exact_count_and_round_trip():
+    share = build_site(with_weights(RAISED), "t.yaml").group("lab-perjob").gpus[0].share
+    assert (share.weights, share.capacity, share.tuned) == ((3, 5, 7, 8, 14), 15, True)
+    assert share.to_entry()["carrier_weights"] == RAISED
+    assert Share.from_json(share.to_json()) == share
+    fit = placeable_multisets(get_model("A100-SXM4-40GB"), share.profiles)
+    from itertools import product
+
+    for counts in product(*(range(share.capacity // w + 1) for w in share.weights)):  # every admitted set fits
+        if sum(w * n for w, n in zip(share.weights, counts, strict=True)) <= share.capacity:
+            assert counts in fit, counts
+
+
+def test_carrier_weights_name_profiles_as_profiles_does():
+    weights = {("1G.5GB" if k == "1g.5gb" else k): v for k, v in RAISED.items()}  # any case, as profiles takes
+    share = build_site(with_weights(weights), "t.yaml").group("lab-perjob").gpus[0].share
+    assert share.weight("1g.5gb") == 3
+    twice = problems(with_weights({**RAISED, "1G.5GB": 6}))
+    assert any("1g.5gb is given twice" in p for p in twice), twice
+
+
+def test_weights_admitting_a_set_that_does_not_fit_are_refused_naming_it():
+    one(
+        with_weights({**RAISED, "1g.5gb": 1}),
+        "node_groups[3].sharing[0].carrier_weights",
+        "admit 8 x 1g.5gb on one GPU (weighs 8 of 15)",
+        "does not fit on A100-SXM4-40GB",
+    )
+    found = problems(with_weights({**RAISED, "1g.5gb": 2, "2g.10gb": 3}))
+    assert any("carrier_weights: these weights admit" in p and "2g.10gb" in p for p in found), found
+
+
+def test_two_profiles_of_one_weight_are_refused():
+    one(
+        with_weights({**RAISED, "1g.5gb": 5}),
+        "node_groups[3].sharing[0].carrier_weights",
+        "1g.5gb and 2g.10gb both weigh 5",
+        "its own weight",
+    )
+
+
+@pytest.mark.parametrize(
+    ("weights", "fragments"),
+    [
+        ({k: v for k, v in RAISED.items() if k != "4g.20gb"}, ("no weight for 4g.20gb", "1g.5gb, 2g.10gb, 3g.20gb")),
+        ({**RAISED, "1g.10gb": 6}, ("1g.10gb not among the allowed profiles",)),
+        ({**RAISED, "7g.40gb": 16}, ("7g.40gb=16", "from 1 to the shard Count per GPU (15)")),
+        ({**RAISED, "1g.5gb": 0}, ("1g.5gb=0",)),
+    ],
+)
+def test_missing_extra_or_out_of_range_weights_are_refused(weights, fragments):
+    one(with_weights(weights), "node_groups[3].sharing[0].carrier_weights", *fragments)
+
+
+def test_an_unknown_profile_in_carrier_weights_is_refused_naming_the_allowed():
+    one(
+        with_weights({**RAISED, "9g.1tb": 20}),
+        "node_groups[3].sharing[0].carrier_weights.9g.1tb",
+        "give a weight for each of: 1g.5gb, 2g.10gb",
+    )
+
+
+def test_carrier_weights_only_on_a_per_job_range():
+    policy = raw()
+    index = next(i for i, g in enumerate(policy["node_groups"]) if g["name"] == "lab-mig")
+    policy["node_groups"][index]["sharing"][0]["carrier_weights"] = RAISED
+    one(policy, f"node_groups[{index}].sharing[0].carrier_weights", "only for per_job: true")
+
+
+def test_custom_weights_reach_billing_and_the_submission_tables():
+    from slurm_gpushare.policy.billing import carried_slices
+    from slurm_gpushare.submit.tables import slice_caps
+
+    site = build_site(with_weights(RAISED), "t.yaml")
+    groups = next(t for t in site.tiers if t.name == "perjob").groups
+    assert carried_slices(groups)[3] == ("gpu:a100_40g_1g.5gb", pytest.approx(1 / 7))
+    assert carried_slices(groups)[5][0] == "gpu:a100_40g_2g.10gb"
+    assert slice_caps(groups)["a100_40g_1g.5gb"] == (3, "1g.5gb")
