@@ -12,6 +12,7 @@ GPUSHARE_REQUIRE_CLUSTER=1 (set by .ci/run): then it fails.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -202,6 +203,16 @@ def own_cluster(name: str, project: str, write_policy, keep_env: str | None = No
         if not (keep_env and os.environ.get(keep_env) == "1"):
             cluster.down()
             shutil.rmtree(work, ignore_errors=True)
+
+
+def slurmd_start_time(c: TestCluster, node: str) -> int:
+    """The node's SlurmdStartTime as slurmctld has it (epoch seconds; 0 when unknown)."""
+    out = c.slurm(["scontrol", "show", "node", node, "--json"], check=False).stdout
+    try:
+        value = json.loads(out)["nodes"][0]["slurmd_start_time"]
+    except (ValueError, KeyError, IndexError):
+        return 0
+    return int(value.get("number", 0) if isinstance(value, dict) else value or 0)
 
 
 def wait_for(what: str, probe, timeout: float = 60, every: float = 1.0):

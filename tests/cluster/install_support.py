@@ -16,7 +16,6 @@ describe: the cluster's extra_nodes), all (every one of them), mig (the policy's
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -29,7 +28,7 @@ from pathlib import Path
 from slurm_gpushare.gpu.fakenvml import FakeNvml
 from slurm_gpushare.proc import run
 from slurm_gpushare.testcluster.cluster import TestCluster
-from tests.cluster.conftest import wait_for
+from tests.cluster.conftest import slurmd_start_time, wait_for
 from tests.conftest import ROOT
 from tests.unit.docs_support import ClusterBlock, cluster_blocks
 
@@ -38,6 +37,32 @@ SWITCHING = ROOT / "docs" / "admins" / "switching.md"
 FAKE_DIR = "/var/lib/fake-nvml"
 FAKE = f"{FAKE_DIR}/state.json"
 WHEELHOUSE = "/shared/wheelhouse"
+# The start of both install tests' site slurm.conf: a Slurm site's daemons, paths and accounting as its admins
+# wrote them (each test adds its GPUs, nodes and partitions).
+SITE_HEADER = """\
+# slurm.conf of the cluster "site", written by its admins (not by slurm-gpushare)
+ClusterName=site
+SlurmctldHost=slurmctld
+SlurmUser=slurm
+AuthType=auth/munge
+StateSaveLocation=/var/spool/slurm/ctld
+SlurmdSpoolDir=/var/spool/slurm/d
+SlurmctldPidFile=/run/slurmctld.pid
+SlurmdPidFile=/run/slurmd.pid
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+ReturnToService=2
+MpiDefault=none
+SchedulerType=sched/backfill
+ProctrackType=proctrack/cgroup
+TaskPlugin=task/cgroup,task/affinity
+JobAcctGatherType=jobacct_gather/cgroup
+# the containers have fewer CPUs than the nodes declare
+SlurmdParameters=config_overrides
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=slurmdbd
+AccountingStorageEnforce=associations,limits,qos
+"""
 ENV_SCRIPT = "env | grep -E '^(CUDA_|SLURM_JOB_GPUS=|SLURM_JOB_NODELIST=)' | sort\n"
 
 
@@ -168,25 +193,15 @@ def show_config_lists(c: TestCluster) -> dict[str, list[str]]:
     return config
 
 
-def slurmd_registered_at(c: TestCluster, node: str) -> int:
-    """The node's SlurmdStartTime as slurmctld has it (epoch seconds; 0 when unknown)."""
-    out = c.slurm(["scontrol", "show", "node", node, "--json"], check=False).stdout
-    try:
-        value = json.loads(out)["nodes"][0]["slurmd_start_time"]
-    except (ValueError, KeyError, IndexError):
-        return 0
-    return int(value.get("number", 0) if isinstance(value, dict) else value or 0)
-
-
 def restart_slurmds(c: TestCluster, nodes: list[str]) -> None:
     """SIGKILL every node's slurmd at once (a crash; the node's entrypoint starts it again, as
     slurmd.service's Restart=on-failure would, and running jobs' slurmstepd live on) and wait until each
     registered again. A slurmd younger than 10 s is left to age first: the entrypoint takes a slurmd that
     dies that young for a bad configuration and stops the node."""
-    before = {n: slurmd_registered_at(c, n) for n in nodes}
+    before = {n: slurmd_start_time(c, n) for n in nodes}
     now = int(c.exec("slurmctld", ["date", "+%s"]).stdout)
     time.sleep(max(0, 11 - (now - min(before.values()))))
     for node in nodes:
         c.exec(node, ["bash", "-c", 'kill -9 "$(cat /run/slurmd.pid)"'])
     for node in nodes:
-        wait_for(f"{node}'s slurmd to register again", lambda n=node: slurmd_registered_at(c, n) > before[n], 120)
+        wait_for(f"{node}'s slurmd to register again", lambda n=node: slurmd_start_time(c, n) > before[n], 120)

@@ -40,6 +40,7 @@ from slurm_gpushare.testcluster.cluster import ClusterError, TestCluster
 from tests.cluster.conftest import own_cluster, wait_for
 from tests.cluster.install_support import (
     ENV_SCRIPT,
+    SITE_HEADER,
     SWITCHING,
     install_as_the_page_says,
     page_blocks,
@@ -89,29 +90,9 @@ submission:
   site_lua: {path: /etc/slurm/job_submit_site.lua, order: before}
 """
 
-SITE_SLURM_CONF = """\
-# slurm.conf of the cluster "site", written by its admins (not by slurm-gpushare)
-ClusterName=site
-SlurmctldHost=slurmctld
-SlurmUser=slurm
-AuthType=auth/munge
-StateSaveLocation=/var/spool/slurm/ctld
-SlurmdSpoolDir=/var/spool/slurm/d
-SlurmctldPidFile=/run/slurmctld.pid
-SlurmdPidFile=/run/slurmd.pid
-SlurmctldLogFile=/var/log/slurm/slurmctld.log
-SlurmdLogFile=/var/log/slurm/slurmd.log
-ReturnToService=2
-MpiDefault=none
-SchedulerType=sched/backfill
-ProctrackType=proctrack/cgroup
-TaskPlugin=task/cgroup,task/affinity
-JobAcctGatherType=jobacct_gather/cgroup
-# the containers have fewer CPUs than the nodes declare
-SlurmdParameters=config_overrides
-AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=slurmdbd
-AccountingStorageEnforce=associations,limits,qos
+SITE_SLURM_CONF = (
+    SITE_HEADER
+    + """\
 # partition access (AllowGroups) checked when a job is submitted
 EnforcePartLimits=ALL
 # the site's licences, accounted
@@ -137,6 +118,7 @@ PartitionName=batch Nodes=gpu-a01,gpu-s01,gpu-m01 Default=YES MaxTime=1-00:00:00
 QOS=batchpart DefMemPerGPU=4000 State=UP
 PartitionName=legacy Nodes=gpu-x01 MaxTime=12:00:00 State=UP
 """
+)
 
 SITE_JOB_SUBMIT = """\
 -- The site's own job_submit.lua: every job needs a time limit; checked jobs say so in their comment.

@@ -36,6 +36,7 @@ from slurm_gpushare.testcluster.cluster import TestCluster
 from tests.cluster.conftest import own_cluster, wait_for
 from tests.cluster.install_support import (
     ENV_SCRIPT,
+    SITE_HEADER,
     containers,
     install_as_the_page_says,
     page_blocks,
@@ -80,29 +81,9 @@ live:
   enabled: true
 """
 
-SITE_SLURM_CONF = """\
-# slurm.conf of the cluster "site", written by its admins (not by slurm-gpushare)
-ClusterName=site
-SlurmctldHost=slurmctld
-SlurmUser=slurm
-AuthType=auth/munge
-StateSaveLocation=/var/spool/slurm/ctld
-SlurmdSpoolDir=/var/spool/slurm/d
-SlurmctldPidFile=/run/slurmctld.pid
-SlurmdPidFile=/run/slurmd.pid
-SlurmctldLogFile=/var/log/slurm/slurmctld.log
-SlurmdLogFile=/var/log/slurm/slurmd.log
-ReturnToService=2
-MpiDefault=none
-SchedulerType=sched/backfill
-ProctrackType=proctrack/cgroup
-TaskPlugin=task/cgroup,task/affinity
-JobAcctGatherType=jobacct_gather/cgroup
-# the containers have fewer CPUs than the nodes declare
-SlurmdParameters=config_overrides
-AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=slurmdbd
-AccountingStorageEnforce=associations,limits,qos
+SITE_SLURM_CONF = (
+    SITE_HEADER
+    + """\
 # GPUs as the site had them: whole GPUs, untyped
 GresTypes=gpu
 SelectType=select/cons_tres
@@ -112,6 +93,7 @@ NodeName=gpu-s01 CPUs=8 RealMemory=16000 Gres=gpu:1 State=UNKNOWN
 NodeName=gpu-m01 CPUs=8 RealMemory=16000 Gres=gpu:1 State=UNKNOWN
 PartitionName=batch Nodes=gpu-a01,gpu-s01,gpu-m01 Default=YES MaxTime=1-00:00:00 State=UP
 """
+)
 
 SITE_FILES = {
     "slurm.conf": SITE_SLURM_CONF,

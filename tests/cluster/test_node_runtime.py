@@ -19,7 +19,7 @@ import yaml
 from slurm_gpushare.node.relayout import parse_node_gres
 from slurm_gpushare.policy import load_file
 from slurm_gpushare.testcluster.cluster import TestCluster
-from tests.cluster.conftest import POLICY, mig_uuids_by_index, own_cluster, wait_for
+from tests.cluster.conftest import POLICY, mig_uuids_by_index, own_cluster, slurmd_start_time, wait_for
 from tests.cluster.tuning import FAST_REQUEUE, tuned
 
 PROJECT = os.environ.get("GPUSHARE_HOOKS_PROJECT", "hooks")
@@ -108,17 +108,6 @@ def kill_slurmd(c: TestCluster, node: str) -> None:
     wait_for(f"a new slurmd on {node}", lambda: slurmd_pid(c, node) not in ("", before), 60)
     # and registered with slurmctld (a job's cancel sent before then reaches no slurmd)
     wait_for(f"the new slurmd of {node} to register", lambda: slurmd_start_time(c, node) > started, 120)
-
-
-def slurmd_start_time(c: TestCluster, node: str) -> int:
-    import json
-
-    out = c.slurm(["scontrol", "show", "node", node, "--json"], check=False).stdout
-    try:
-        value = json.loads(out)["nodes"][0]["slurmd_start_time"]
-    except (ValueError, KeyError, IndexError):
-        return 0
-    return int(value.get("number", 0) if isinstance(value, dict) else value or 0)
 
 
 def running(c: TestCluster, job: int) -> bool:

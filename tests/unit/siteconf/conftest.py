@@ -72,3 +72,20 @@ def snapshot(directory: Path) -> dict[str, tuple[bytes, int]]:
         for p in sorted(directory.rglob("*"))
         if p.is_file() and ".gpushare-backup" not in p.parts
     }
+
+
+def cluster_test_site(tmp: Path) -> tuple[Path, Path]:
+    """tests/cluster/test_install_existing_site.py's site files in ``tmp``/etc-slurm and its policy pointed
+    there: (the directory, the policy file)."""
+    from tests.cluster.test_install_existing_site import POLICY, SITE_FILES
+
+    site = tmp / "etc-slurm"
+    for name, text in SITE_FILES.items():
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text(text)
+    raw = yaml.safe_load(POLICY)
+    raw["cluster"].setdefault("paths", {})["slurm_conf_dir"] = str(site)
+    raw["submission"]["site_lua"]["path"] = str(site / "job_submit_site.lua")
+    policy = tmp / "policy.yaml"
+    policy.write_text(yaml.safe_dump(raw))
+    return site, policy

@@ -4,24 +4,15 @@ rollback gives back every file byte for byte. The cluster test then shows Slurm 
 
 from __future__ import annotations
 
-import yaml
 from click.testing import CliRunner
 
 from slurm_gpushare.cli import main
-from tests.cluster.test_install_existing_site import POLICY, SITE_FILES, SITE_SLURM_CONF
-from tests.unit.siteconf.conftest import snapshot
+from tests.cluster.test_install_existing_site import SITE_FILES, SITE_SLURM_CONF
+from tests.unit.siteconf.conftest import cluster_test_site, snapshot
 
 
 def test_the_cluster_tests_site_joins_without_take_over_and_rolls_back(tmp_path):
-    site = tmp_path / "etc-slurm"
-    for name, text in SITE_FILES.items():
-        (site / name).parent.mkdir(parents=True, exist_ok=True)
-        (site / name).write_text(text)
-    raw = yaml.safe_load(POLICY)
-    raw["cluster"].setdefault("paths", {})["slurm_conf_dir"] = str(site)
-    raw["submission"]["site_lua"]["path"] = str(site / "job_submit_site.lua")
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(yaml.safe_dump(raw))
+    site, policy = cluster_test_site(tmp_path)
     before = snapshot(site)
     done = CliRunner().invoke(main, ["install", str(policy)])
     assert done.exit_code == 0 and "refused" not in done.output, done.output

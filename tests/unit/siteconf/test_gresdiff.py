@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import yaml
 from click.testing import CliRunner
 
 from slurm_gpushare.cli import main
 from slurm_gpushare.siteconf import conf
 from slurm_gpushare.siteconf.gresdiff import gres_changes, gres_items, node_gres
-from tests.cluster.test_install_existing_site import POLICY, SITE_FILES
+from tests.unit.siteconf.conftest import cluster_test_site
 
 
 def test_gres_items_write_counts_out_and_drop_socket_bindings():
@@ -31,23 +30,10 @@ def test_changed_nodes_are_those_defined_now_with_other_gres():
     assert gres_changes(now, after, ["c"]) == {"c": ("gpu:1", "(none)")}
 
 
-def _site(tmp_path):
-    site = tmp_path / "etc-slurm"
-    for name, text in SITE_FILES.items():
-        (site / name).parent.mkdir(parents=True, exist_ok=True)
-        (site / name).write_text(text)
-    raw = yaml.safe_load(POLICY)
-    raw["cluster"].setdefault("paths", {})["slurm_conf_dir"] = str(site)
-    raw["submission"]["site_lua"]["path"] = str(site / "job_submit_site.lua")
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(yaml.safe_dump(raw))
-    return site, policy
-
-
 def test_install_names_the_nodes_to_drain_and_none_once_installed(tmp_path):
     """Before the install every policy node of the site changes (untyped GPUs become typed, shards, MPS); the
     node outside the policy never does; once installed, the same policy changes nothing."""
-    site, policy = _site(tmp_path)
+    site, policy = cluster_test_site(tmp_path)
     before = CliRunner().invoke(main, ["install", str(policy), "--gres-changes"])
     assert before.exit_code == 0 and before.output == "gpu-a01,gpu-m01,gpu-s01\n", before.output
     assert not (site / "slurm-gpushare.conf").exists()
