@@ -199,8 +199,8 @@ def restart_slurmds(c: TestCluster, nodes: list[str]) -> None:
     registered again. A slurmd younger than 10 s is left to age first: the entrypoint takes a slurmd that
     dies that young for a bad configuration and stops the node."""
     before = {n: slurmd_start_time(c, n) for n in nodes}
-    now = int(c.exec("slurmctld", ["date", "+%s"]).stdout)
-    time.sleep(max(0, 11 - (now - min(before.values()))))
+    ages = [c.exec(n, ["bash", "-c", 'ps -o etimes= -p "$(cat /run/slurmd.pid)"']).stdout for n in nodes]
+    time.sleep(max(0, 11 - min(int(a) for a in ages)))
     for node in nodes:
         c.exec(node, ["bash", "-c", 'kill -9 "$(cat /run/slurmd.pid)"'])
     for node in nodes:
