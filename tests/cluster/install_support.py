@@ -37,6 +37,7 @@ SWITCHING = ROOT / "docs" / "admins" / "switching.md"
 FAKE_DIR = "/var/lib/fake-nvml"
 FAKE = f"{FAKE_DIR}/state.json"
 WHEELHOUSE = "/shared/wheelhouse"
+DOCKER_LIB = "/usr/local/lib/gpushare-docker"  # the image's test-only helpers (docker/entrypoint-node.sh LIB)
 # The start of both install tests' site slurm.conf: a Slurm site's daemons, paths and accounting as its admins
 # wrote them (each test adds its GPUs, nodes and partitions).
 SITE_HEADER = """\
@@ -100,6 +101,19 @@ def run_block(c: TestCluster, block: ClusterBlock) -> list[str]:
     return where
 
 
+def run_block_as_a_node_would(c: TestCluster, block: ClusterBlock) -> list[str]:
+    """``run_block``; after a block that writes the nodes' gres include, the MIG capability device files it
+    names are made on the MIG nodes (docker/fake_gpus.py), as the NVIDIA driver's nvidia-modprobe makes them
+    on a real node: the fake NVML makes instances, not device files, and the image made its devices when the
+    container started, from the site's gres.conf."""
+    where = run_block(c, block)
+    if "gpushare node gres-conf" in block.script:
+        include = c.site.cluster.paths.gres_include
+        for node in containers(c, "mig"):
+            c.exec(node, ["python3", f"{DOCKER_LIB}/fake_gpus.py", "--gres-conf", include, "--node", node])
+    return where
+
+
 def wheelhouse(c: TestCluster, work: Path) -> Path:
     """The working tree's wheel and every wheel it needs with [nvml], for the image's Python (pip in a
     container of the plain image, on the host's network: as docker/bootstrap.sh builds the default image)."""
@@ -136,12 +150,15 @@ def copy_wheelhouse(c: TestCluster, out: Path) -> None:
 
 
 def fake_gpus(c: TestCluster, work: Path) -> None:
-    """Each policy node's stand-in GPUs: a fake NVML state of the policy's model and count, seeded by its name."""
+    """Each policy node's stand-in GPUs: a fake NVML state of the policy's model and count, seeded by its name,
+    MIG mode on where the policy lays out MIG (an A100 takes a GPU reset for it, which the site's admin made
+    before the install: the page's `node mig apply` lays out instances, it cannot reset a GPU)."""
     for node in c.nodes():
         group = c.site.group_for_node(node)
         local = work / node / "state.json"
         local.parent.mkdir(parents=True)
-        FakeNvml.build(local, model=group.model.name, count=len(group.gpus), mig_enabled=[], seed=node)
+        mig = [s.index for s in group.gpus if s.mode == "mig"]
+        FakeNvml.build(local, model=group.model.name, count=len(group.gpus), mig_enabled=mig, seed=node)
         c.exec(node, ["mkdir", "-p", FAKE_DIR])
         for f in local.parent.iterdir():
             c.exec(node, ["bash", "-c", f"cat > {FAKE_DIR}/{shlex.quote(f.name)}"], input=f.read_text())
@@ -162,7 +179,7 @@ def install_as_the_page_says(c: TestCluster, registered) -> dict[str, list[str]]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     install, _rollback = page_blocks()
-    ran = {b.id: run_block(c, b) for b in install}
+    ran = {b.id: run_block_as_a_node_would(c, b) for b in install}
     c.wait_idle(timeout=240)
     try:
         wait_for("the GPU nodes to register the policy's GRES", lambda: registered(c), 180)

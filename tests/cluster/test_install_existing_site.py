@@ -46,7 +46,7 @@ from tests.cluster.install_support import (
     page_blocks,
     restart_slurmds,
     rollback_as_the_page_says,
-    run_block,
+    run_block_as_a_node_would,
     show_config_lists,
 )
 from tests.unit.docs_support import cluster_blocks
@@ -75,8 +75,8 @@ cluster:
     interval: 60
     node_state: [ANY]
 node_groups:
-  - {name: whole, nodes: gpu-a01, gpu: {model: L40S, count: 2}, cpus: 8, memory_mb: 16000,
-     sharing: [{gpus: "0-1", mode: exclusive}]}
+  - {name: whole, nodes: gpu-a01, gpu: {model: A100-SXM4-40GB, count: 2}, cpus: 8, memory_mb: 16000,
+     sharing: [{gpus: 0, mode: exclusive}, {gpus: 1, mode: mig, layout: [3g.20gb, 3g.20gb]}]}
   - {name: shard, nodes: gpu-s01, gpu: {model: L40S, count: 1}, cpus: 8, memory_mb: 16000,
      sharing: [{gpus: 0, mode: shard, replicas: 4}]}
   - {name: mps, nodes: gpu-m01, gpu: {model: A30-24GB, count: 1}, cpus: 8, memory_mb: 16000,
@@ -221,7 +221,7 @@ def site(site_cluster):
 @pytest.fixture(scope="module")
 def installed(site):
     c, sums, features = site
-    ran = install_as_the_page_says(c, lambda c: "mps:a30:100" in c.node_states()["gpu-m01"]["gres"])
+    ran = install_as_the_page_says(c, policy_gres_registered)
     return c, sums, features, ran
 
 
@@ -377,7 +377,8 @@ def site_features(c: TestCluster) -> tuple[list[str], dict[str, str]]:
 def test_every_install_block_ran(installed):
     c, _sums, _features, ran = installed
     install, _rollback = page_blocks()
-    assert all(ran[b.id] or b.node == "mig" for b in install), ran
+    assert all(ran[b.id] for b in install), ran  # every role has a node here, MIG too (gpu-a01's GPU 1)
+    assert {n for b in install if b.node == "mig" for n in ran[b.id]} == {"gpu-a01"}, ran
     outside = [b.id for b in install if OUTSIDE in ran[b.id]]
     assert outside == [b.id for b in install if b.node in ("all", "outside")] and outside, (outside, ran)
     assert "outside" in {b.node for b in install}, "the page has no block for the nodes outside the policy"
@@ -423,11 +424,23 @@ def test_the_site_scripts_run_beside_ours(installed):
     assert "license/matlab" in config["AccountingStorageTRES"][0], config["AccountingStorageTRES"]
 
 
+def policy_gres_registered(c: TestCluster) -> bool:
+    """The policy's GRES registered: the MPS node's shares and the MIG GPU's two slices."""
+    states = c.node_states()
+    return "mps:a30:100" in states["gpu-m01"]["gres"] and "a100_40g_3g.20gb:2" in states["gpu-a01"]["gres"]
+
+
 def test_the_products_gpu_jobs_work(installed):
+    """A job of each mode: a whole GPU, a MIG slice (its own instance's UUID), a shard, an MPS share."""
     c, *_ = installed
-    whole = submit(c, "alice", "physics", gres="gpu:l40s:2")
+    whole = submit(c, "alice", "physics", gres="gpu:a100_40g:1")
     assert not ran_on(c, whole, "gpu-a01"), ran_on(c, whole, "gpu-a01")
-    assert "CUDA_VISIBLE_DEVICES=" in c.read_shared(f"siteinstall-{whole}.out")
+    assert "CUDA_VISIBLE_DEVICES=0" in c.read_shared(f"siteinstall-{whole}.out")
+    mig = submit(c, "alice", "physics", gres="gpu:a100_40g_3g.20gb:1")
+    assert not ran_on(c, mig, "gpu-a01"), ran_on(c, mig, "gpu-a01")
+    assert "CUDA_VISIBLE_DEVICES=MIG-" in c.read_shared(f"siteinstall-{mig}.out"), c.read_shared(
+        f"siteinstall-{mig}.out"
+    )
     shard = submit(c, "bob", "physics", gres="shard:1")
     assert not ran_on(c, shard, "gpu-s01"), ran_on(c, shard, "gpu-s01")
     mps = submit(c, "carol", "biology", gres="mps:25")
@@ -519,7 +532,7 @@ def test_zzz_switching_in_the_pages_order_survives_a_slurmd_restart_after_every_
                 output="/dev/null",
             )
             wait_for("a job on a node that changes to run", lambda j=ending: running_on(c, j), 120)
-        run_block(c, block)
+        run_block_as_a_node_would(c, block)
         if ending is not None:
             drained = set(c.exec("slurmctld", ["cat", "/etc/gpushare/gres-changed"]).stdout.strip().split(","))
             assert drained == {"gpu-a01", "gpu-m01", "gpu-s01"}, drained
@@ -532,7 +545,7 @@ def test_zzz_switching_in_the_pages_order_survives_a_slurmd_restart_after_every_
         problems = in_service_but(c, drained)
         assert not problems, f"after {block.id} and a slurmd restart: {problems}"
         assert running_on(c, steady) == OUTSIDE, f"after {block.id}: {c.job(steady)}"
-    assert "mps:a30:100" in c.node_states()["gpu-m01"]["gres"], c.node_states()["gpu-m01"]
+    assert policy_gres_registered(c), c.node_states()
     for gres, user, account, node in (
         ("shard:1", "bob", "physics", "gpu-s01"),
         ("mps:25", "carol", "biology", "gpu-m01"),

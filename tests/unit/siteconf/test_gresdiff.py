@@ -39,7 +39,10 @@ def test_install_names_the_nodes_to_drain_and_none_once_installed(tmp_path):
     assert not (site / "slurm-gpushare.conf").exists()
     dry = CliRunner().invoke(main, ["install", str(policy), "--dry-run"])
     (note,) = [line for line in dry.output.splitlines() if line.startswith("note: GRES change")]
-    assert note.startswith("note: GRES change on 3 node(s): gpu-a01,gpu-m01,gpu-s01 (gpu-a01 gpu:2 -> gpu:l40s:2;")
+    assert note.startswith(
+        "note: GRES change on 3 node(s): gpu-a01,gpu-m01,gpu-s01 "
+        "(gpu-a01 gpu:2 -> gpu:a100_40g:1,gpu:a100_40g_3g.20gb:2;"
+    )
     assert CliRunner().invoke(main, ["install", str(policy)]).exit_code == 0
     after = CliRunner().invoke(main, ["install", str(policy), "--gres-changes"])
     assert after.exit_code == 0 and after.output == "\n", after.output
