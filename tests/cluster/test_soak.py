@@ -228,20 +228,25 @@ def scavengers_placed(c: TestCluster) -> bool:
 
 
 def running_of(c: TestCluster, kind: str) -> set[int]:
-    """The ids of the soak jobs of this kind that run (or complete) now."""
-    return {i for i, k, state, _r in queue(c) if k == kind and state in ("RUNNING", "COMPLETING")}
+    """The ids of the soak jobs of this kind that run (or complete) now, from a squeue that answered (a busy
+    slurmctld's failed answer would read as none running: the jobs a fault strikes must all be known)."""
+    rows = wait_for("squeue --json to answer", lambda: queue(c, strict=True), 60)
+    return {i for i, k, state, _r in rows[1:] if k == kind and state in ("RUNNING", "COMPLETING")}
 
 
 def ended(c: TestCluster) -> int:
     return sum(1 for job in soak_jobs(c) if final_state(job) not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING"))
 
 
-def queue(c: TestCluster) -> list[tuple[int, str, str, str]]:
-    """(job id, soak kind, state, reason) of each soak job in the queue, read through squeue --json."""
-    out = c.slurm(["squeue", "--json"], check=False, timeout=120).stdout
+def queue(c: TestCluster, strict: bool = False) -> list:
+    """(job id, soak kind, state, reason) of each soak job in the queue, read through squeue --json; no rows when
+    squeue fails. ``strict``: [] when squeue fails, else [None, *rows] (true even for an empty queue: wait_for)."""
+    done = c.slurm(["squeue", "--json"], check=False, timeout=120)
     try:
-        jobs = json.loads(out).get("jobs", [])
+        jobs = json.loads(done.stdout).get("jobs", []) if done.returncode == 0 else None
     except ValueError:
+        jobs = None
+    if jobs is None:
         return []
     rows = []
     for job in jobs:
@@ -249,7 +254,7 @@ def queue(c: TestCluster) -> list[tuple[int, str, str, str]]:
         if kind:
             state = (job.get("job_state") or ["UNKNOWN"])[0]
             rows.append((job.get("job_id", 0), kind, state, job.get("state_reason", "")))
-    return rows
+    return [None, *rows] if strict else rows
 
 
 def left(c: TestCluster, *kinds: str) -> int:
