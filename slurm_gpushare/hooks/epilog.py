@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import sys
+
 from . import Seen
 
 
 def epilog(environ, runner=None, mps=None, kill=None, seen: Seen | None = None) -> None:
-    """Undo what the job's journal records (node.epilog); no journal, nothing to do.
+    """Undo what the job's journal records (node.epilog); no journal, nothing to do; a journal a later run of the
+    same job wrote (``Journal.later_than``) is that run's, and left to it.
 
     ``seen`` receives what the run learnt (spec, job id, live state) for the metrics."""
-    from ..node.jobenv import job_id_from_env
+    from ..node.jobenv import job_id_from_env, start_time
     from ..node.journal import JournalStore
     from ._common import load
 
@@ -24,6 +27,16 @@ def epilog(environ, runner=None, mps=None, kill=None, seen: Seen | None = None) 
         journal = store.read(job_id)
         if journal is None:
             return  # nothing was set up, or a previous run undid it: a no-op
+        if journal.later_than(start_time(environ)):
+            # Slurm started this job again here (slurmctld, restarted, had lost this run's end) and the new run's
+            # prolog came first: the journal, its daemon, its instances and its dcgm mapping are the new run's now
+            seen.job_id = None
+            print(
+                f"gpushare-epilog: job {job_id}: a later run of this job (started {journal.start_time}, this one "
+                f"{start_time(environ)}) holds its journal: left to that run's epilog",
+                file=sys.stderr,
+            )
+            return
         if not journal.devices and journal.mps is None:
             store.remove(job_id)  # a job without GPUs here: nothing to check
             return
@@ -38,8 +51,6 @@ def epilog(environ, runner=None, mps=None, kill=None, seen: Seen | None = None) 
 def _sweep(state_dir: str, mps) -> None:
     """Remove the key dirs set aside under ``<state_dir>/mps`` (node.aside), within the epilog's budget; what is
     left, or cannot be removed, is a note on stderr (the health check goes on with it): never a failure."""
-    import sys
-
     from ..node.aside import EPILOG_BUDGET, Budget, sweep
 
     for note in [*getattr(mps, "notes", []), *sweep(state_dir.rstrip("/") + "/mps", Budget(*EPILOG_BUDGET))]:

@@ -8,8 +8,10 @@ that would have been accepted. Job-controlled strings (job name, comment,
 work dir, ...) are never read at all, but for SLURM_JOB_EXTRA, which per-job
 MIG's submission filter sets (``gpushare-mig=<profile>``) and which is read
 only as that record: its profile when the value is exactly a record, else
-nothing of it (``mig_profile``), and SLURM_JOB_RESTART_COUNT, read leniently
-(``restarts``: a value that is no number only stops a requeue). The one exception is the task prolog
+nothing of it (``mig_profile``), SLURM_JOB_RESTART_COUNT, read leniently
+(``restarts``: a value that is no number only stops a requeue), and
+SLURM_JOB_START_TIME, read leniently too (``start_time``: a value that is no
+number only stops telling two runs of one job apart). The one exception is the task prolog
 (as the user, on every task start), which reads SLURM_JOB_ID and the GPU
 index lists itself without importing ``re`` (node/taskprolog.py: its budget
 is the interpreter's start-up).
@@ -53,6 +55,9 @@ class JobEnv:
     # SLURM_JOB_RESTART_COUNT (Slurm's requeues of the job; unset: 0), None where it is not a whole number: only
     # per-job MIG's requeue of a refused job reads it (node.perjob.refusal_code), and None never requeues
     restarts: int | None = 0
+    # SLURM_JOB_START_TIME (Slurm's start of this run of the job, from its credential; unset or not a number:
+    # None): the journal records it, so an earlier run's epilog knows a later run's journal (Journal.later_than)
+    start_time: int | None = None
 
 
 def _get(env: Mapping[str, str], name: str, pattern: re.Pattern, form: str) -> str:
@@ -106,7 +111,15 @@ def job_from_env(env: Mapping[str, str]) -> JobEnv:
         percentage,
         mig_record(env.get("SLURM_JOB_EXTRA")),
         int(restarts) if _UINT.match(restarts) else None,
+        start_time(env),
     )
+
+
+def start_time(env: Mapping[str, str]) -> int | None:
+    """SLURM_JOB_START_TIME (24.11 sets it in the Prolog and Epilog environment from the job's credential) as a
+    whole number of seconds, None where it is unset or anything else: it only tells two runs of one job apart."""
+    value = env.get("SLURM_JOB_START_TIME") or ""
+    return int(value) if _UINT.match(value) else None
 
 
 def mig_record(extra: str | None) -> str | None:

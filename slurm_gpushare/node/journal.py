@@ -48,7 +48,7 @@ from contextlib import contextmanager
 from ..atomic import atomic_write
 from ..errors import GpushareError
 from ..policy.share import Mode
-from ..records import field, record
+from ..records import field, record, replace
 from .paths import JOURNAL_FORMAT, TASK_FORMAT, journal_dir, plain
 
 TYPE_CHECKING = False  # pathlib and typing cost every node hook milliseconds at start-up: for type checkers only
@@ -152,6 +152,9 @@ class Journal:
     devices: tuple[Device, ...] = ()
     mps: MpsDaemon | None = None
     env: dict[str, str] = field(default_factory=dict)
+    # SLURM_JOB_START_TIME of the run the prolog set up (None where Slurm gave none): which run of the job this is,
+    # when Slurm starts the same job id again on the node before the earlier run's epilog (``later_run``)
+    start_time: int | None = None
 
     def to_json(self) -> dict:
         data = {
@@ -165,6 +168,8 @@ class Journal:
             "env": dict(self.env),
             "mps": None,
         }
+        if self.start_time is not None:
+            data["start_time"] = self.start_time
         if self.mps is not None:
             data["mps"] = {k: list(v) if isinstance(v, tuple) else v for k, v in vars(self.mps).items()}
         return data
@@ -186,12 +191,20 @@ class Journal:
                 devices=tuple(Device(**d) for d in data["devices"]),
                 mps=None if mps is None else MpsDaemon(**_daemon_fields(mps)),
                 env={str(k): str(v) for k, v in data["env"].items()},
+                start_time=None if data.get("start_time") is None else int(data["start_time"]),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise JournalError(f"{source}: unreadable journal ({exc})") from None
 
     def with_state(self, state: str) -> Journal:
-        return Journal(self.job_id, self.uid, self.gid, self.node, state, self.devices, self.mps, self.env)
+        return replace(self, state=state)
+
+    def later_than(self, start_time: int | None) -> bool:
+        """Was this journal written for a later run of the job than the one that started at ``start_time``? True
+        only where both times are known: Slurm started the job again on this node (slurmctld, restarted, had lost
+        the earlier run's end) and the later run's prolog came before the earlier run's epilog. That epilog must
+        leave the journal, the daemon and the instances to the later run (docs/reference/slurm-behaviour.md)."""
+        return self.start_time is not None and start_time is not None and self.start_time > start_time
 
 
 def _daemon_fields(mps: dict) -> dict[str, Any]:

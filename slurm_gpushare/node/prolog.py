@@ -337,7 +337,7 @@ def plan_prolog(job: JobEnv, node: NodeLayout, live: ObservedState) -> tuple[Jou
         env.update(mps_env(daemon, pct, client_mem_limits(node, live, daemon.gpu_indexes, pct)))
     elif daemon is not None:
         env.update(mps_env(daemon))
-    journal = Journal(job.job_id, job.uid, job.gid, job.node, "ready", tuple(devices), daemon, env)
+    journal = Journal(job.job_id, job.uid, job.gid, job.node, "ready", tuple(devices), daemon, env, job.start_time)
     actions: list = [WriteJournal(journal.with_state("preparing"))]
     if daemon is not None and daemon.key not in live.mps_alive:
         actions.append(StartMps(daemon))

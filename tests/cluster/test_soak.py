@@ -62,6 +62,7 @@ TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 DCGM_DIR = "/var/lib/dcgm-exporter/job-mapping"
 USERS = (("carol", "biology"), ("dave", "biology-imaging"))
 MPS, MIG = ("mps25", "mps50"), ("mig1", "mig2")  # the kinds the faults on lab-mps01 and lab-mig01 need
+OUTPUT = "/shared/soak-%j.out"  # each job's output, read back for a job that ends other than its kind should
 
 # name -> (sbatch options, script, final state). Job i of the plain ones is of kind PLAIN[i % len(PLAIN)].
 PLAIN = {
@@ -131,9 +132,7 @@ def submit_hostile(c: TestCluster) -> dict[str, int]:
     for kind, (options, script, _state, count) in HOSTILE.items():
         for i in range(count):
             name = f"soak-{kind}" + (f'|{i}\n\t="{HOSTILE_TEXT}' if kind == "hostile-text" else "")
-            c.sbatch(
-                script, user=HOSTILE_USER[0], account=HOSTILE_USER[1], output="/dev/null", job_name=name, **options
-            )
+            c.sbatch(script, user=HOSTILE_USER[0], account=HOSTILE_USER[1], output=OUTPUT, job_name=name, **options)
     return {kind: count for kind, (_o, _s, _state, count) in HOSTILE.items()}
 
 
@@ -191,7 +190,7 @@ def submit_all(c: TestCluster) -> dict[str, int]:
         user = USERS[n % len(USERS)]
         n += 1
         counts[kind] = counts.get(kind, 0) + 1
-        lines[user].append(f"sbatch -Q --account={user[1]} -o /dev/null -J soak-{kind} {options} --wrap '{script}'")
+        lines[user].append(f"sbatch -Q --account={user[1]} -o {OUTPUT} -J soak-{kind} {options} --wrap '{script}'")
 
     def send() -> None:
         for (user, _account), script in lines.items():
@@ -328,6 +327,26 @@ def print_stuck_nodes(c) -> None:
             )
 
 
+def explain(c: TestCluster, job: dict, want: str) -> str:
+    """What a job that ended other than its kind should needs to be understood: its record, its output and what
+    its node's slurmd logged about it."""
+    job_id, node = job.get("job_id"), job.get("nodes") or ""
+    exit_code = job.get("exit_code", {})
+    lines = [
+        f"soak: job {job_id} ({kind_of(job.get('name', ''))}) ended {final_state(job)}, not {want}, on {node!r}: "
+        f"exit {exit_code.get('return_code')} signal {exit_code.get('signal')}, "
+        f"reason {job.get('state', {}).get('reason')!r}, runs {1 + int(job.get('restart_cnt') or 0)}"
+    ]
+    out = c.exec("slurmctld", ["tail", "-c", "2000", f"/shared/soak-{job_id}.out"], check=False)
+    lines.append("  output: " + (out.stdout or out.stderr).strip().replace("\n", "\n  output: "))
+    if node and node in NODES:
+        log = node_shell(
+            c, node, f"grep -E 'JobId={job_id}( |$)|job[ _]?{job_id}( |$)' /var/log/slurm/slurmd.log", check=False
+        )
+        lines.append("  slurmd: " + log.stdout.strip().replace("\n", "\n  slurmd: "))
+    return "\n".join(lines)
+
+
 def test_soak_with_faults_heals_without_a_hand(soak_cluster):
     c = soak_cluster
     start = time.monotonic()
@@ -415,8 +434,11 @@ def test_soak_with_faults_heals_without_a_hand(soak_cluster):
     wait_for("slurmdbd to record every soak job's end", lambda: ended(c) >= total, 180, every=3)
     finals: dict[str, dict[str, int]] = {}
     requeued, preempted, lost_daemon = 0, 0, 0
+    expected = {kind: spec[2] for kind, spec in (*PLAIN.items(), *EXTRA.items(), *HOSTILE.items())}
     for job in soak_jobs(c):
         kind, state, restarts = kind_of(job["name"]), final_state(job), int(job.get("restart_cnt") or 0)
+        if state != expected.get(kind):
+            print(explain(c, job, expected.get(kind, "?")))
         if kind == "hostile-pipe" and state == "FAILED" and job.get("job_id") in struck:
             lost_daemon += 1  # its daemon was killed under it (above): failing is what it should do
         finals.setdefault(kind, {}).setdefault(state, 0)
@@ -441,17 +463,14 @@ def test_soak_with_faults_heals_without_a_hand(soak_cluster):
     want.update({kind: {state: counts[kind]} for kind, (_o, _s, state, _n) in HOSTILE.items()})
     if lost_daemon:  # the hostile jobs whose daemon the fault killed may fail
         print(f"soak: hostile MPS jobs that failed with their daemon killed under them: {lost_daemon}")
-    # KNOWN GAP, not a pass: in CI (2 cores, the 26.05 subset beside) every hostile pipe-dir job FAILED twice
-    # in a row, none of them running when the daemon was killed; run locally they complete. Why is not found
-    # yet (a pipe dir set aside under them by the repair of the killed epilog is the suspect). Until it is, the
-    # soak only counts them (they must end, COMPLETED or FAILED; the node's journals and drains are checked
-    # below as for every job); tests/cluster/hostile/test_pipe_dir_contents.py holds them to COMPLETED.
+    # The hostile jobs whose daemon the fault killed may fail; every other one completes. (In CI at c9a6970,
+    # 0e98c48 and baa0f84 jobs that slurmctld's kill made Slurm run a second time under the same id failed: the
+    # first run's epilog, come late, undid the second run's journal. Journals now record the run's start time and
+    # an earlier run's epilog leaves a later run's: docs/reference/slurm-behaviour.md.)
     hostile = finals.get("hostile-pipe", {})
-    assert set(hostile) <= {"COMPLETED", "FAILED"} and sum(hostile.values()) == counts["hostile-pipe"], hostile
-    unexplained = hostile.get("FAILED", 0) - lost_daemon
-    if unexplained > 0:
-        print(f"soak: KNOWN GAP: {unexplained} hostile pipe-dir job(s) FAILED with no fault under them")
-    want["hostile-pipe"] = hostile
+    assert hostile.get("FAILED", 0) <= lost_daemon, f"hostile pipe-dir jobs failed with no fault under them: {hostile}"
+    want["hostile-pipe"] = {"COMPLETED": counts["hostile-pipe"] - lost_daemon, "FAILED": lost_daemon}
+    want["hostile-pipe"] = {state: n for state, n in want["hostile-pipe"].items() if n}
     assert finals == want
     assert preempted, "no scavenger job was preempted (requeued by a batch job)"
 

@@ -191,3 +191,47 @@ def test_write_journal_action_in_plan_is_the_ending_state():
     assert isinstance(actions[0], WriteJournal) and actions[0].journal.state == "ending"
     with pytest.raises(EpilogRefused):
         raise EpilogRefused(1, "n", ["x"])
+
+
+# ---- one job id, two runs: Slurm starts the job again before the first run's epilog ------------------------------
+
+
+def test_an_earlier_runs_epilog_leaves_a_later_runs_journal_daemon_and_task_file(mps_node):
+    """slurmctld, SIGKILLed just after a job ended, recovers it as pending from its saved state and starts it again
+    under the same id; the new run's prolog may come before the old run's epilog (docs/reference/slurm-behaviour.md).
+    That epilog must not undo the new run: before this was known, it removed the new run's journal and task file and
+    quit the daemon under it (in the soak, the new run's task prolog then exported nothing)."""
+    first, second = mps_node.env(51, "0", 25), mps_node.env(51, "0", 25)
+    first["SLURM_JOB_START_TIME"], second["SLURM_JOB_START_TIME"] = "1700000000", "1700000007"
+    assert prolog_hook.main(first, runner=no_scontrol, mps=mps_node.mps) == 0
+    assert prolog_hook.main(second, runner=no_scontrol, mps=mps_node.mps) == 0  # the second run's prolog, first
+    store = JournalStore(mps_node.state_dir)
+    daemon = store.read(51).mps
+    assert store.read(51).start_time == 1700000007
+    assert epilog_hook.main(first, runner=no_scontrol, mps=mps_node.mps) == 0  # the first run's epilog, late
+    assert store.read(51).start_time == 1700000007 and mps_node.mps.alive(daemon)
+    assert (mps_node.state_dir / "jobs" / "51.task").exists()
+    assert epilog_hook.main(second, runner=no_scontrol, mps=mps_node.mps) == 0  # the second run's: all undone
+    assert not mps_node.mps.alive(daemon) and mps_node.journals() == []
+
+
+def test_a_later_runs_epilog_undoes_an_earlier_runs_journal(mps_node):
+    """Where Slurm ran the second run without its prolog (the first run's terminate never reached slurmd, so the
+    job's credential was still cached), the first run's journal served it: the second run's epilog undoes it."""
+    first, second = mps_node.env(52, "0", 25), mps_node.env(52, "0", 25)
+    first["SLURM_JOB_START_TIME"], second["SLURM_JOB_START_TIME"] = "1700000000", "1700000009"
+    assert prolog_hook.main(first, runner=no_scontrol, mps=mps_node.mps) == 0
+    daemon = JournalStore(mps_node.state_dir).read(52).mps
+    assert epilog_hook.main(second, runner=no_scontrol, mps=mps_node.mps) == 0
+    assert not mps_node.mps.alive(daemon) and mps_node.journals() == []
+
+
+@pytest.mark.parametrize(("journal_start", "epilog_start", "later"), [(7, 3, True), (7, 7, False), (3, 7, False)])
+def test_only_a_journal_of_a_later_run_is_left(journal_start, epilog_start, later):
+    assert Journal(5, 5, 5, "n1", start_time=journal_start).later_than(epilog_start) is later
+
+
+@pytest.mark.parametrize(("journal_start", "epilog_start"), [(None, 3), (7, None), (None, None)])
+def test_without_both_start_times_the_journal_is_the_epilogs(journal_start, epilog_start):
+    """Slurm versions or journals without a start time: the epilog undoes the journal, as it always did."""
+    assert not Journal(5, 5, 5, "n1", start_time=journal_start).later_than(epilog_start)

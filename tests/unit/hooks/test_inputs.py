@@ -30,6 +30,16 @@ BASE = {"SLURM_JOB_ID": "17", "SLURM_JOB_UID": "2001", "SLURM_JOB_GID": "2000", 
 # ---- Slurm's environment ------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("value", "start"), [(None, None), ("", None), ("1700000000", 1700000000), ("0", 0), ("17e3", None), ("-5", None)]
+)
+def test_the_runs_start_time_is_read_leniently(value, start):
+    """SLURM_JOB_START_TIME only tells two runs of one job apart: a value that is no number is no start time,
+    never a failed hook."""
+    env = dict(BASE) if value is None else {**BASE, "SLURM_JOB_START_TIME": value}
+    assert job_from_env(env).start_time == start
+
+
 def test_job_from_prolog_env_as_observed():
     job = job_from_env(
         {**BASE, "SLURM_JOB_GPUS": "0,1", "CUDA_VISIBLE_DEVICES": "0,1", "SLURM_JOB_COMMENT": "$(reboot)"}

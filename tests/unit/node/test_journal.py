@@ -271,6 +271,7 @@ def test_a_journal_written_by_the_previous_version_reads(tmp_path):
         "/var/log/gpushare/mps/g0-u1001-p25",
     )
     assert old.devices[0].visible == "GPU-3c1a6f1e-0000-4000-8000-000000000001" and old.state == "ready"
+    assert old.start_time is None  # written before journals recorded the run's start: the epilog's, as before
     store.write(old.with_state("ending"))  # the epilog's rewrite
     assert store.read(812) == old.with_state("ending")
 
@@ -284,6 +285,15 @@ def test_a_field_added_later_with_a_default_is_absent_from_an_older_file(tmp_pat
     store.dir.mkdir(parents=True)
     store.path(7).write_text(json.dumps(data))
     assert store.read(7) == journal(7)
+
+
+def test_the_runs_start_time_is_written_and_read_back(tmp_path):
+    store = JournalStore(tmp_path)
+    store.dir.mkdir(parents=True)
+    stamped = Journal(9, 5, 5, "n1", "ready", (DEV,), start_time=1700000123)
+    store.write(stamped)
+    assert json.loads(store.path(9).read_text())["start_time"] == 1700000123
+    assert store.read(9) == stamped and store.read(9).with_state("ending").start_time == 1700000123
 
 
 # ---- permissions -------------------------------------------------------------------------------------
