@@ -33,6 +33,8 @@ def prolog(environ, runner=None, mps=None, seen: Seen | None = None) -> None:
             _await_whole(job, spec, backend)  # before the journal lock: the epilog it may wait for needs it
         with store.locked(), mps_lock(spec.state_dir, uses_mps):
             _locked(job, spec, backend, store, mps, seen)
+    for note in getattr(mps, "notes", []):  # never a failure: slurmd's log keeps them
+        print(f"gpushare-prolog: note: {note}", file=sys.stderr)
 
 
 def _locked(job, spec, backend, store, mps, seen: Seen) -> None:

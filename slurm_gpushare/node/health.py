@@ -63,6 +63,8 @@ SLURM_USER = "slurm"  # SlurmUser of the rendered slurm.conf
 HOOK_PREFIXES = ("gpushare-prolog:", "gpushare-epilog:")  # the reasons the root hooks set when they fail
 HOOK_MODULES = {hook: SCRIPT_MODULES[hook] for hook in ("prolog", "epilog")}  # the root hooks Slurm runs per job
 UNFINISHED = "health-unfinished-hooks"  # <state_dir>/...: "<epoch s> <prolog|epilog> <job id>" per line
+REPAIRS = "health-repairs.log"  # <state_dir>/...: "<UTC time> <what was repaired>" per line, the last REPAIRS_KEEP
+REPAIRS_KEEP = 2000
 HEAL_LIMIT = 3  # resumes of such drains per node per hour
 HEAL_WINDOW_S = 3600
 REASON_MAX = 200
@@ -114,8 +116,11 @@ def check_devices(records, is_device=device_ok) -> list[str]:
     return missing
 
 
-def check_mps(journals, answers) -> list[str]:
-    """A daemon named by a (running job's) journal whose control socket does not answer."""
+def check_mps(journals, answers, is_mount=None) -> list[str]:
+    """A daemon named by a (running job's) journal whose control socket does not answer, or whose key dir is not
+    its own tmpfs (``mps.MpsControl.mount_key``)."""
+    if is_mount is None:
+        from .mps import is_mount
     notes, seen = [], set()
     for job_id in sorted(journals):
         daemon = journals[job_id].mps
@@ -126,6 +131,11 @@ def check_mps(journals, answers) -> list[str]:
             notes.append(
                 f"MPS daemon {daemon.key} of job {job_id} does not answer (pipe {daemon.pipe_dir}); "
                 "the next MPS prolog for it starts a fresh one"
+            )
+        elif not is_mount(os.path.dirname(daemon.pipe_dir)):
+            notes.append(
+                f"MPS daemon {daemon.key} of job {job_id} has no tmpfs of its own (the prolog could not mount one: "
+                "slurmd's log says why): its user can fill the directory the other users' daemons start in"
             )
     return notes
 
@@ -243,6 +253,11 @@ class Report:
         return out
 
 
+def local_jobs() -> set[int]:
+    """``jobs_with_steps`` (a seam for tests: the unit tests' nodes have no slurmstepd)."""
+    return jobs_with_steps()
+
+
 def observe_and_repair(
     node: str,
     state_dir: str,
@@ -279,6 +294,8 @@ def observe_and_repair(
     running = running_jobs(client, node)  # Slurm, no lock held
     started = batch_jobs_started(findings, client, node)  # Slurm, no lock held
     with store.locked(), mps_lock(state_dir):
+        # a job with a slurmstepd here runs here: its journal is never an orphan, whatever squeue said
+        running = running | local_jobs()
         repair_locked(
             findings, node, state_dir, store, before, running, backend, mps, killer, dry_run, metrics, per_job
         )
@@ -420,6 +437,18 @@ def lost_jobs(started: dict[int, int], stepds: set[int], now: float, after: floa
 
 
 _STEPD = re.compile(rb"^slurmstepd: \[(\d+)\.batch\]")
+_ANY_STEPD = re.compile(rb"^slurmstepd: \[(\d+)\.[A-Za-z0-9_]+\]")
+
+
+def jobs_with_steps(proc: Path = Path("/proc"), stepd: tuple[str, ...] | None = None) -> set[int]:
+    """Job ids with any step's slurmstepd on this node (``[JOB.extern]``, ``[JOB.batch]``, ``[JOB.N]``): jobs that
+    run here, whatever slurmctld says (a slurmctld restarted from an older saved state can list such a job as
+    pending). Read as ``stepd_jobs`` reads titles; an empty set when the list is not known."""
+    from .procscan import cmdlines, executable_paths
+
+    paths = executable_paths("slurmstepd") if stepd is None else stepd
+    titles = cmdlines(paths, 0, str(proc)) if paths else None
+    return {int(m[1]) for title in (titles or {}).values() if (m := _ANY_STEPD.match(title))}
 
 
 def stepd_jobs(proc: Path = Path("/proc"), stepd: tuple[str, ...] | None = None) -> set[int] | None:
@@ -664,6 +693,7 @@ def run_health(
         current.state, current.reason, findings.problems(), current.reason_user, len(heals), attributed
     )
     if not dry_run:
+        log_repairs(Path(state_dir) / REPAIRS, findings.repaired)
         if isinstance(decision, Drain):
             client.drain(node, decision.reason)
         elif isinstance(decision, Resume):
@@ -672,6 +702,27 @@ def run_health(
                 record_heal(heal_log, heals)
                 used_evidence(Path(state_dir) / UNFINISHED, current.reason)
     return Report(node, findings, decision)
+
+
+def log_repairs(path: Path, repaired: list[str], now: float | None = None) -> None:
+    """Append what this run repaired to ``path`` (one line each, after the UTC time), keeping the last
+    ``REPAIRS_KEEP`` lines: what the health check undid on the node, for the admin. Never a failure."""
+    import time
+
+    if not repaired:
+        return
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if now is None else now))
+    try:
+        try:
+            old = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except FileNotFoundError:
+            old = []
+        lines = old + [f"{stamp} {_PRINTABLE.sub('?', line)[:500]}" for line in repaired]
+        from ..atomic import atomic_write
+
+        atomic_write(path, "".join(f"{line}\n" for line in lines[-REPAIRS_KEEP:]), mode=0o644)
+    except OSError:
+        pass  # a log that cannot be written never fails the health check
 
 
 def recent_heals(path: Path, now: float | None = None) -> list[float]:

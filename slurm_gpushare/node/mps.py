@@ -16,7 +16,10 @@ Root never acts on a daemon through a name the job's user can write
 (docs/admins/mps-security.md). Per key, under ``<state_dir>/mps`` (root, 0711:
 no user can list the keys)::
 
-    <key>/            root 0711
+    <key>/            root 0711, the daemon's own size-capped tmpfs (``PIPE_TMPFS``,
+                      mounted by the prolog that starts it, detached when it
+                      quits): a job's user can fill their own daemon's, never
+                      the one another user's daemon starts in
     <key>/pipe/       the daemon's CUDA_MPS_PIPE_DIRECTORY: root 0700 while the
                       daemon starts, then the job user's (0700)
     <key>/root/       root 0700: hard links to what the daemon created in its
@@ -32,7 +35,10 @@ no user can list the keys)::
 ``<state_dir>/mps`` holds everything a job's user can write (its pipe dir):
 a size-capped tmpfs mounted there keeps a job from filling the filesystem of
 the journals (docs/reference/node-files.md); the health check notes a node
-without one. Nothing the user wrote is walked under the locks: a key dir is
+without one. Each key dir is a tmpfs of its own within it, so one user
+cannot fill it for the others. Nothing the user wrote is walked under the
+locks: a key dir's tmpfs is detached (``umount --lazy``) when its daemon
+quits; a key dir that is no mount of its own (a node that cannot mount) is
 renamed into ``.aside`` in one step and removed, within a budget, by the
 epilog after its locks or by the health check.
 
@@ -71,6 +77,11 @@ CONTROL = ("nvidia-cuda-mps-control",)
 _SOCKET_MAX = 100  # sun_path is 108 bytes; leave room
 CONNECT_TIMEOUT = 0.25  # a probe's connect: a daemon that answers does so within ms
 RECORD, ALIAS = "daemon.json", "root"
+# Each key dir is its own size-capped tmpfs (``MpsControl.cap``): what a job's user writes in its pipe dir fills
+# that daemon's tmpfs only, never the directory other users' daemons start in. A few files per daemon and client
+# are all MPS writes there; the memory a user's writes take is charged to the writing job's memory cgroup.
+PIPE_TMPFS = "size=16m,nr_inodes=4096,mode=0711,uid=0,gid=0,nosuid,nodev,noexec"
+TMPFS_SOURCE = "gpushare-mps"  # the mount's source in /proc/mounts: the health check and tests know ours by it
 KEY = re.compile(r"^g[0-9]+(_[0-9]+)*-u[0-9]+-p[0-9]+$")  # daemon_key's names (not .aside)
 
 
@@ -130,8 +141,10 @@ class MpsControl:
         clock=time.monotonic,
         quit_timeout: float = 5.0,
         start_wait: float = 10.0,
+        cap: str | None = PIPE_TMPFS,
     ):
         self.runner, self.command, self.timeout, self.quit_wait = runner, tuple(command), timeout, quit_wait
+        self.cap = cap  # the tmpfs options of each key dir's own mount; None: the key dirs share <state_dir>/mps
         self.quit_timeout, self.start_wait = quit_timeout, start_wait
         self._sleep, self._clock = sleep, clock
         self.notes: list[str] = []  # what a quit could not clean up (never a failure): the caller reports them
@@ -173,10 +186,11 @@ class MpsControl:
         if any(os.path.lexists(p) for p in (daemon.pipe_dir, alias_dir(daemon.pipe_dir), record_path(daemon.pipe_dir))):
             stop_recorded(daemon.pipe_dir)  # a dead or hung daemon of this key ...
             kill_leftovers(daemon.pipe_dir)  # ... and the servers it left
-            notes = remove_pipe_dir(daemon)
+            notes = self.remove_key(daemon)
             if notes:
                 raise MpsError(f"MPS daemon {daemon.key}: the previous daemon's directories are in the way: {notes[0]}")
             _own_dir(key, 0o711)
+        self.mount_key(key)
         os.mkdir(daemon.pipe_dir, 0o700)
         _set_owner(daemon.pipe_dir, os.geteuid(), os.getegid())
 
@@ -207,7 +221,47 @@ class MpsControl:
             self._quit_unrecorded(daemon)
         else:
             self._quit_recorded(daemon, record)
-        self.notes += remove_pipe_dir(daemon)
+        self.notes += self.remove_key(daemon)
+
+    def mount_key(self, key: str) -> None:
+        """Mount the key dir's own size-capped tmpfs (``cap``) on ``key`` (empty, root's), unless it is one
+        already. Where the node cannot mount (no CAP_SYS_ADMIN, no ``mount`` on the hooks' PATH) the key dir
+        stays on ``<state_dir>/mps``, shared with the other daemons' as before, and a note says so."""
+        if self.cap is None or is_mount(key):
+            return
+        mount = _which("mount", SAFE_PATH)
+        problem = "no mount program on " + SAFE_PATH if mount is None else None
+        if mount is not None:
+            argv = [mount, "-t", "tmpfs", "-o", self.cap, TMPFS_SOURCE, key]
+            try:
+                self.runner(argv, env={"PATH": SAFE_PATH}, timeout=self.timeout)
+            except GpushareError as exc:
+                problem = str(exc)[-200:]  # the end: what mount said
+        if problem is not None:
+            self.notes.append(
+                f"{key}: not given its own tmpfs ({problem}): this daemon's pipe dir shares "
+                f"{os.path.dirname(key)} with the other daemons', so its user's writes can fill it for them"
+            )
+
+    def remove_key(self, daemon: MpsDaemon) -> list[str]:
+        """The daemon's key dir gone: its own tmpfs detached (``umount --lazy``: whatever the job's user left in
+        it goes with the mount, nothing of it walked), then the empty mount point removed; a key dir that is no
+        mount of its own is set aside (``remove_pipe_dir``). Returns notes, as ``remove_pipe_dir``."""
+        key = os.path.dirname(daemon.pipe_dir)
+        if os.path.lexists(key) and is_mount(key):
+            umount = _which("umount", SAFE_PATH)
+            if umount is None:
+                return [f"MPS daemon {daemon.key}: {key} not unmounted: no umount program on {SAFE_PATH}"]
+            try:
+                self.runner([umount, "--lazy", key], env={"PATH": SAFE_PATH}, timeout=self.timeout)
+            except GpushareError as exc:
+                return [f"MPS daemon {daemon.key}: {key} not unmounted: {str(exc)[:200]}"]
+            try:
+                os.rmdir(key)
+                return []
+            except OSError:
+                pass  # not empty on the parent's filesystem (written there before a mount): set aside below
+        return remove_pipe_dir(daemon)
 
     def _quit_recorded(self, daemon: MpsDaemon, record: dict) -> None:
         handle = ProcessHandle.open(record)
@@ -523,6 +577,15 @@ def running_daemons(state_dir: str) -> int:
     except OSError:  # none yet, or unreadable: no daemon of ours to count
         return 0
     return sum(answers(str(key / "pipe")) for key in keys)
+
+
+def is_mount(path: str) -> bool:
+    """Is the directory ``path`` (no link followed) the root of a filesystem other than its parent's? False when
+    it is missing."""
+    try:
+        return os.lstat(path).st_dev != os.lstat(os.path.dirname(path.rstrip("/")) or "/").st_dev
+    except OSError:
+        return False
 
 
 def remove_pipe_dir(daemon: MpsDaemon) -> list[str]:

@@ -15,7 +15,8 @@ slurmctld.service's Restart=on-failure would).
 
 A hostile user (alice) submits among the others: MPS jobs that fill and deepen their own pipe directory
 (thousands of entries, a tree deeper than PATH_MAX, a FIFO, a socket, links to root's files, a name that
-is not UTF-8, a directory she makes unreadable) and jobs whose name, comment and extra hold newlines,
+is not UTF-8, a directory she makes unreadable; until no room is left where two of her jobs share a daemon)
+and jobs whose name, comment and extra hold newlines,
 tabs, ``|``, ``=`` and quotes that forge other records when split. They must end as their kind ends and
 leave no node drained; the soak reads Slurm's records through JSON, so its own counts cannot be forged.
 
@@ -86,33 +87,44 @@ EXTRA = {  # submitted first, a few of each
 HOSTILE_USER = ("alice", "physics")
 FILL_PIPE_DIR = r"""#!/bin/bash
 python3 - "$CUDA_MPS_PIPE_DIRECTORY" <<'PY'
-import os, socket, sys
+import errno, os, socket, sys
 assert sys.argv[1] and os.path.isdir(sys.argv[1]), sys.argv[1]
 d = os.path.join(sys.argv[1], "job" + os.environ["SLURM_JOB_ID"])  # a daemon may serve two of alice's jobs
-os.mkdir(d)
-wide = os.path.join(d, "wide")
-os.mkdir(wide)
-for i in range(3000):
-    open(os.path.join(wide, f"f{i}"), "w").close()
-fd = os.open(d, os.O_RDONLY)
-for _ in range(300):  # 300 x 51 bytes: a path far past PATH_MAX, below any recursion limit's guess
-    os.mkdir("d" * 50, dir_fd=fd)
-    nfd = os.open("d" * 50, os.O_RDONLY, dir_fd=fd)
+
+
+def fill():
+    os.mkdir(d)
+    wide = os.path.join(d, "wide")
+    os.mkdir(wide)
+    for i in range(1500):
+        open(os.path.join(wide, f"f{i}"), "w").close()
+    fd = os.open(d, os.O_RDONLY)
+    for _ in range(300):  # 300 x 51 bytes: a path far past PATH_MAX, below any recursion limit's guess
+        os.mkdir("d" * 50, dir_fd=fd)
+        nfd = os.open("d" * 50, os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = nfd
     os.close(fd)
-    fd = nfd
-os.close(fd)
-os.mkfifo(os.path.join(d, "fifo"))
-socket.socket(socket.AF_UNIX).bind(os.path.join(d, "sock"))
-os.symlink("/etc/shadow", os.path.join(d, "shadow"))
-os.symlink("/", os.path.join(d, "root"))
-open(os.path.join(os.fsencode(d), b"not-utf8-\xff\n|name"), "w").close()
-with open(os.path.join(d, "big"), "wb") as fh:
-    fh.write(b"\0" * (4 << 20))
-locked = os.path.join(d, "locked")
-os.mkdir(locked)
-open(os.path.join(locked, "x"), "w").close()
-os.chmod(locked, 0)
-print("filled", d)
+    os.mkfifo(os.path.join(d, "fifo"))
+    socket.socket(socket.AF_UNIX).bind(os.path.join(d, "sock"))
+    os.symlink("/etc/shadow", os.path.join(d, "shadow"))
+    os.symlink("/", os.path.join(d, "root"))
+    open(os.path.join(os.fsencode(d), b"not-utf8-\xff\n|name"), "w").close()
+    with open(os.path.join(d, "big"), "wb") as fh:
+        fh.write(b"\0" * (4 << 20))
+    locked = os.path.join(d, "locked")
+    os.mkdir(locked)
+    open(os.path.join(locked, "x"), "w").close()
+    os.chmod(locked, 0)
+
+
+try:
+    fill()
+    print("filled", d)
+except OSError as exc:  # her daemon's own tmpfs is full (two of her jobs at once): what an attacker aims for
+    if exc.errno != errno.ENOSPC:
+        raise
+    print("filled until no room", d)
 PY
 """
 HOSTILE_TEXT = "x\ny|z\t=\"q\" 'w', 1|RUNNING|gpu:l40s:8\nsoak-whole|COMPLETED"
@@ -341,7 +353,12 @@ def explain(c: TestCluster, job: dict, want: str) -> str:
     lines.append("  output: " + (out.stdout or out.stderr).strip().replace("\n", "\n  output: "))
     if node and node in NODES:
         log = node_shell(
-            c, node, f"grep -E 'JobId={job_id}( |$)|job[ _]?{job_id}( |$)' /var/log/slurm/slurmd.log", check=False
+            c,
+            node,
+            f"grep -B 25 -A 8 -m 1 -E 'Launching batch job {job_id} ' /var/log/slurm/slurmd.log | "
+            "grep -v -e _memcg_initialize -e batch_bind; "
+            f"grep -E 'job {job_id}( |:|$)' {STATE}/health-repairs.log 2>/dev/null | sed 's/^/health: /'",
+            check=False,
         )
         lines.append("  slurmd: " + log.stdout.strip().replace("\n", "\n  slurmd: "))
     return "\n".join(lines)

@@ -88,7 +88,8 @@ class HookNode:
 
 
 def stop_daemons(state_dir: Path) -> None:
-    """Quit every fake MPS daemon a test left under ``state_dir`` (real processes)."""
+    """Quit every fake MPS daemon a test left under ``state_dir`` (real processes), then detach the key dirs'
+    own tmpfs mounts left there (the hooks mount them where they may: as root)."""
     for control in sorted(Path(state_dir).glob("mps/*/pipe/control")):
         run(
             list(FAKE_MPS),
@@ -97,6 +98,26 @@ def stop_daemons(state_dir: Path) -> None:
             check=False,
             timeout=10,
         )
+    unmount_key_dirs(state_dir)
+
+
+def key_dir_mounts(root: Path) -> list[str]:
+    """The MPS key dirs' own tmpfs mounts (source ``mps.TMPFS_SOURCE``) at or under ``root``."""
+    from slurm_gpushare.node.mps import TMPFS_SOURCE
+
+    root_text = str(Path(root).resolve()).rstrip("/") + "/"
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields, _sep, rest = line.partition(" - ")
+        point = fields.split(" ")[4].replace("\\040", " ")
+        if rest.split(" ")[1:2] == [TMPFS_SOURCE] and (point + "/").startswith(root_text):
+            found.append(point)
+    return found
+
+
+def unmount_key_dirs(root: Path) -> None:
+    for point in key_dir_mounts(root):
+        run(["umount", "--lazy", point], check=False, timeout=10)
 
 
 def no_scontrol(argv, **_kw):

@@ -217,6 +217,43 @@ def test_orphan_journal_is_repaired_without_a_drain(excl_node):
     assert any(line.startswith("node lab-excl01: repaired: job 11 is not running here") for line in lines)
 
 
+def test_a_job_with_a_slurmstepd_here_is_never_an_orphan_whatever_slurm_lists(excl_node, monkeypatch):
+    """slurmctld SIGKILLed just after allocating a job recovers it as pending from its older saved state, while the
+    job runs on the node: squeue does not list it here. Its slurmstepd does: its journal is kept. The repair of an
+    ended job's journal is logged for the admin (health-repairs.log)."""
+    from slurm_gpushare.node import health as health_mod
+
+    assert prolog_hook.main(excl_node.env(31, "0"), runner=no_scontrol) == 0
+    assert prolog_hook.main(excl_node.env(32, "1"), runner=no_scontrol) == 0
+    monkeypatch.setattr(health_mod, "local_jobs", lambda: {31})  # job 31's steps run here; job 32's do not
+    slurm = FakeSlurm("lab-excl01", "gpu:l40s:2", jobs={})  # Slurm lists neither
+    report, _ = run(excl_node, slurm)
+    assert excl_node.journals() == ["31.json"]
+    assert [line.split(":")[0] for line in report.findings.repaired] == ["job 32 is not running here"]
+    logged = (excl_node.state_dir / health_mod.REPAIRS).read_text().splitlines()
+    assert len(logged) == 1 and logged[0].endswith(report.findings.repaired[0]) and logged[0][:2] == "20"
+
+
+def test_jobs_with_steps_reads_every_steps_slurmstepd_title(tmp_path):
+    from slurm_gpushare.node.health import jobs_with_steps
+
+    for pid, title in (
+        (10, b"slurmstepd: [466.batch]\0"),
+        (11, b"slurmstepd: [467.extern]\0"),
+        (12, b"/usr/bin/python3\0slurmstepd: [9.batch]\0"),
+        (13, b""),
+        (14, b"slurmstepd: [468.0]\0"),
+        (15, b"slurmstepd: [469.interactive]\0"),
+    ):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cmdline").write_bytes(title)
+        (tmp_path / str(pid) / "status").write_text("Uid:\t0\t0\t0\t0\n")
+        (tmp_path / str(pid) / "exe").symlink_to("/usr/sbin/slurmstepd")
+    (tmp_path / "self").mkdir()
+    assert jobs_with_steps(tmp_path, ("/usr/sbin/slurmstepd",)) == {466, 467, 468, 469}
+    assert jobs_with_steps(tmp_path, ()) == set()  # no slurmstepd on this node: nothing known, nothing kept
+
+
 def test_a_job_slurm_runs_is_never_an_orphan(excl_node):
     """A job Slurm lists (its prolog wrote the journal under the lock the health check takes) keeps it."""
     assert prolog_hook.main(excl_node.env(21, "0"), runner=no_scontrol) == 0

@@ -34,7 +34,7 @@ from slurm_gpushare.node import mps as mps_module
 from slurm_gpushare.node.journal import JournalStore
 from slurm_gpushare.node.mps import MpsControl, mps_lock
 from slurm_gpushare.proc import run
-from tests.unit.hooks_support import FAKE_MPS, HookNode, stop_daemons
+from tests.unit.hooks_support import FAKE_MPS, HookNode, stop_daemons, unmount_key_dirs
 
 BOUND = 3.0  # how long the epilog waits for a prolog that the lock holds back
 
@@ -274,6 +274,7 @@ def test_reconcile_kills_a_server_that_outlived_its_daemon_and_pipe_dir(node):
     store = JournalStore(node.state_dir)
     journal = store.read(61)
     store.remove(61)
+    unmount_key_dirs(Path(daemon.pipe_dir).parent)  # the key dir's own tmpfs, where the hooks could mount it
     shutil.rmtree(Path(daemon.pipe_dir).parent)
     found = mps_processes_under(str(node.state_dir))
     assert sorted(found) == sorted(orphans) and set(found.values()) == {daemon.pipe_dir}

@@ -6,6 +6,11 @@ unreadable or unwritable. The epilog of such a job and the health check after a 
 succeed, drain nothing and leave nothing (the tree is set aside under the locks and removed after them,
 node/aside.py, tested on its own in test_aside.py); a key dir that cannot be set aside is a note; and the
 daemon whose pipe dir is handed over is identified by its pid file and executable as well as its socket.
+
+Where the hooks can mount (as root), each daemon's key dir is a size-capped tmpfs of its own
+(node.mps.PIPE_TMPFS): a job that fills its pipe dir fills that tmpfs only (another user's daemon still
+starts), cannot hard-link a file from outside it, and all it wrote goes with the mount when its daemon
+quits. The set-aside tests run on a node that cannot mount (``shared_node``), as the fallback.
 """
 
 from __future__ import annotations
@@ -47,7 +52,10 @@ def hostile_tree(top: Path, outside: Path) -> None:
     sock.close()
     (top / "to-outside").symlink_to(outside)
     (top / "to-file").symlink_to(outside / "keep")
-    os.link(outside / "keep", top / "hardlink")
+    try:
+        os.link(outside / "keep", top / "hardlink")
+    except OSError as exc:  # the key dir's own tmpfs (node.mps.PIPE_TMPFS): no hard link to a file outside it
+        assert exc.errno == errno.EXDEV, exc
     os.mkdir(os.fsencode(top) + b"/\xff\xfe-not-utf8")
     (top / "new\nline").write_text("x")
     (top / ("n" * 255)).write_text("x")
@@ -60,6 +68,27 @@ def hostile_tree(top: Path, outside: Path) -> None:
     os.chmod(top / "readonly", 0o500)
     if os.geteuid() == 0:
         os.mknod(top / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+
+
+def shared_node(tmp_path):
+    """A test MPS node whose hooks cannot mount: the key dirs share ``<state_dir>/mps`` and are set aside."""
+    from tests.unit.hooks_support import HookNode
+
+    node = HookNode(tmp_path, "lab-mps01")
+    node.mps.cap = None
+    return node
+
+
+def fill_until_full(top: Path) -> int:
+    """Empty files in a new directory ``top`` until the filesystem refuses one (ENOSPC); how many were made."""
+    top.mkdir()
+    for made in range(1_000_000):
+        try:
+            (top / f"f{made}").touch()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+            return made
+    raise AssertionError(f"{top}: a million files and no ENOSPC: the pipe dir has no cap of its own")
 
 
 @pytest.fixture
@@ -90,9 +119,9 @@ def test_epilog_of_a_job_that_filled_its_pipe_dir_succeeds_and_leaves_nothing(tm
     from slurm_gpushare.hooks import epilog as epilog_hook
     from slurm_gpushare.hooks import prolog as prolog_hook
     from slurm_gpushare.node.journal import JournalStore
-    from tests.unit.hooks_support import HookNode, stop_daemons
+    from tests.unit.hooks_support import stop_daemons
 
-    node = HookNode(tmp_path, "lab-mps01")
+    node = shared_node(tmp_path)
     drains = []
 
     def scontrol(argv, **_kw):
@@ -122,9 +151,9 @@ def test_health_cleans_up_after_a_job_whose_epilog_never_ran_without_a_drain_or_
     from slurm_gpushare.hooks import prolog as prolog_hook
     from slurm_gpushare.node.journal import JournalStore
     from tests.unit.hooks.test_repair import FakeSlurm
-    from tests.unit.hooks_support import HookNode, no_scontrol, stop_daemons
+    from tests.unit.hooks_support import no_scontrol, stop_daemons
 
-    node = HookNode(tmp_path, "lab-mps01")
+    node = shared_node(tmp_path)
     try:
         assert prolog_hook.main(node.env(92, "0", 25, uid=USER), runner=no_scontrol, mps=node.mps) == 0
         store = JournalStore(node.state_dir)
@@ -149,9 +178,9 @@ def test_health_cleans_up_after_a_job_whose_epilog_never_ran_without_a_drain_or_
 def test_a_key_dir_that_cannot_be_set_aside_is_a_note_not_a_failed_epilog(tmp_path, monkeypatch):
     from slurm_gpushare.hooks import epilog as epilog_hook
     from slurm_gpushare.hooks import prolog as prolog_hook
-    from tests.unit.hooks_support import HookNode, no_scontrol, stop_daemons
+    from tests.unit.hooks_support import no_scontrol, stop_daemons
 
-    node = HookNode(tmp_path, "lab-mps01")
+    node = shared_node(tmp_path)
     try:
         assert prolog_hook.main(node.env(93, "0", 25, uid=USER), runner=no_scontrol, mps=node.mps) == 0
 
@@ -165,6 +194,39 @@ def test_a_key_dir_that_cannot_be_set_aside_is_a_note_not_a_failed_epilog(tmp_pa
     finally:
         stop_daemons(node.state_dir)
     assert node.journals() == []
+
+
+@as_root
+def test_a_filled_pipe_dir_fills_its_own_tmpfs_only_and_goes_with_it(tmp_path, outside):
+    """One user fills their pipe dir until the node says no room: that is their daemon's own tmpfs; another
+    user's daemon then starts on the same node and GPU, and the first job's epilog detaches the tmpfs with all it
+    held (nothing walked, nothing set aside), drains nothing and leaves no mount."""
+    from slurm_gpushare.hooks import epilog as epilog_hook
+    from slurm_gpushare.hooks import prolog as prolog_hook
+    from slurm_gpushare.node.journal import JournalStore
+    from slurm_gpushare.node.mps import is_mount
+    from tests.unit.hooks_support import HookNode, key_dir_mounts, no_scontrol, stop_daemons
+
+    node = HookNode(tmp_path, "lab-mps01")
+    store = JournalStore(node.state_dir)
+    try:
+        assert prolog_hook.main(node.env(96, "0", 25, uid=USER), runner=no_scontrol, mps=node.mps) == 0
+        full = store.read(96).mps
+        assert is_mount(str(Path(full.pipe_dir).parent)), node.mps.notes
+        fill(Path(full.pipe_dir), outside)
+        assert 0 < fill_until_full(Path(full.pipe_dir) / "flood") < 4096  # PIPE_TMPFS's nr_inodes
+        assert prolog_hook.main(node.env(97, "0", 25, uid=USER + 1), runner=no_scontrol, mps=node.mps) == 0
+        other = store.read(97).mps
+        assert other.key != full.key and node.mps.alive(other) and "GPUSHARE_REFUSE" not in store.read(97).env
+        assert epilog_hook.main(node.env(96, "0", 25, uid=USER), runner=no_scontrol, mps=node.mps) == 0
+        assert not os.path.lexists(Path(full.pipe_dir).parent) and node.mps.alive(other)
+        assert key_dir_mounts(node.state_dir) == [str(Path(other.pipe_dir).parent.resolve())]
+        assert list((node.state_dir / "mps" / ".aside").iterdir()) == []
+        assert epilog_hook.main(node.env(97, "0", 25, uid=USER + 1), runner=no_scontrol, mps=node.mps) == 0
+    finally:
+        stop_daemons(node.state_dir)
+    assert node.journals() == [] and key_dir_mounts(node.state_dir) == []
+    assert (outside / "keep").read_text() == "root's"
 
 
 @as_root
@@ -222,9 +284,9 @@ def test_a_full_mps_directory_refuses_the_job_not_the_node(tmp_path, monkeypatch
     from slurm_gpushare.hooks import taskprolog as task_hook
     from slurm_gpushare.node import mps as mps_module
     from slurm_gpushare.node.journal import JournalStore
-    from tests.unit.hooks_support import HookNode, stop_daemons
+    from tests.unit.hooks_support import stop_daemons
 
-    node = HookNode(tmp_path, "lab-mps01")
+    node = shared_node(tmp_path)
     drains = []
 
     def scontrol(argv, **_kw):
@@ -261,3 +323,35 @@ def test_a_full_mps_directory_refuses_the_job_not_the_node(tmp_path, monkeypatch
     finally:
         stop_daemons(node.state_dir)
     assert drains == [] and node.journals() == []
+
+
+def test_a_node_that_cannot_mount_starts_the_daemon_and_says_so(tmp_path, capsys):
+    """No CAP_SYS_ADMIN (mount fails): the daemon still starts, in a key dir on <state_dir>/mps shared with the
+    other daemons'; the prolog notes it in slurmd's log and the health check notes it on every run."""
+    from slurm_gpushare.hooks import epilog as epilog_hook
+    from slurm_gpushare.hooks import prolog as prolog_hook
+    from slurm_gpushare.node.health import check_mps
+    from slurm_gpushare.node.journal import JournalStore
+    from slurm_gpushare.node.mps import MpsControl, answers
+    from slurm_gpushare.proc import CommandError, Result, run
+    from tests.unit.hooks_support import FAKE_MPS, HookNode, key_dir_mounts, no_scontrol, stop_daemons
+
+    def no_mount(argv, **kw):
+        if os.path.basename(argv[0]) == "mount":
+            raise CommandError(Result(tuple(argv), 32, "", "mount: permission denied"))
+        return run(argv, **kw)
+
+    node = HookNode(tmp_path, "lab-mps01")
+    node.mps = MpsControl(no_mount, FAKE_MPS, quit_wait=5)
+    try:
+        assert prolog_hook.main(node.env(98, "0", 25), runner=no_scontrol, mps=node.mps) == 0
+        err = capsys.readouterr().err
+        assert "not given its own tmpfs" in err and "permission denied" in err, err
+        journals = JournalStore(node.state_dir).all()
+        notes = check_mps(journals, answers)
+        assert len(notes) == 1 and "has no tmpfs of its own" in notes[0], notes
+        assert key_dir_mounts(node.state_dir) == []
+        assert epilog_hook.main(node.env(98, "0", 25), runner=no_scontrol, mps=node.mps) == 0
+    finally:
+        stop_daemons(node.state_dir)
+    assert node.journals() == []
