@@ -237,19 +237,7 @@ def test_a_job_with_a_slurmstepd_here_is_never_an_orphan_whatever_slurm_lists(ex
 def test_jobs_with_steps_reads_every_steps_slurmstepd_title(tmp_path):
     from slurm_gpushare.node.health import jobs_with_steps
 
-    for pid, title in (
-        (10, b"slurmstepd: [466.batch]\0"),
-        (11, b"slurmstepd: [467.extern]\0"),
-        (12, b"/usr/bin/python3\0slurmstepd: [9.batch]\0"),
-        (13, b""),
-        (14, b"slurmstepd: [468.0]\0"),
-        (15, b"slurmstepd: [469.interactive]\0"),
-    ):
-        (tmp_path / str(pid)).mkdir()
-        (tmp_path / str(pid) / "cmdline").write_bytes(title)
-        (tmp_path / str(pid) / "status").write_text("Uid:\t0\t0\t0\t0\n")
-        (tmp_path / str(pid) / "exe").symlink_to("/usr/sbin/slurmstepd")
-    (tmp_path / "self").mkdir()
+    fake_proc(tmp_path, [*STEPD_TITLES, b"slurmstepd: [469.interactive]\0"])
     assert jobs_with_steps(tmp_path, ("/usr/sbin/slurmstepd",)) == {466, 467, 468, 469}
     assert jobs_with_steps(tmp_path, ()) == set()  # no slurmstepd on this node: nothing known, nothing kept
 
@@ -478,21 +466,29 @@ def test_lost_jobs_are_the_old_running_ones_without_a_slurmstepd():
     assert lost_jobs(started, stepds=set(), now=2000.0) == [1, 2]
 
 
+STEPD_TITLES = (
+    b"slurmstepd: [466.batch]\0",
+    b"slurmstepd: [467.extern]\0",
+    b"/usr/bin/python3\0slurmstepd: [9.batch]\0",
+    b"",
+    b"slurmstepd: [468.0]\0",
+)
+
+
+def fake_proc(root, titles) -> None:
+    """A /proc under ``root`` with one root-owned slurmstepd process per title (pids from 10 on)."""
+    for pid, title in enumerate(titles, 10):
+        (root / str(pid)).mkdir()
+        (root / str(pid) / "cmdline").write_bytes(title)
+        (root / str(pid) / "status").write_text("Uid:\t0\t0\t0\t0\n")  # root's (test_procscan: others')
+        (root / str(pid) / "exe").symlink_to("/usr/sbin/slurmstepd")
+    (root / "self").mkdir()
+
+
 def test_stepd_jobs_reads_slurmstepd_titles(tmp_path):
     from slurm_gpushare.node.health import stepd_jobs
 
-    for pid, title in (
-        (10, b"slurmstepd: [466.batch]\0"),
-        (11, b"slurmstepd: [467.extern]\0"),
-        (12, b"/usr/bin/python3\0slurmstepd: [9.batch]\0"),
-        (13, b""),
-        (14, b"slurmstepd: [468.0]\0"),
-    ):
-        (tmp_path / str(pid)).mkdir()
-        (tmp_path / str(pid) / "cmdline").write_bytes(title)
-        (tmp_path / str(pid) / "status").write_text("Uid:\t0\t0\t0\t0\n")  # root's (test_procscan: others')
-        (tmp_path / str(pid) / "exe").symlink_to("/usr/sbin/slurmstepd")
-    (tmp_path / "self").mkdir()
+    fake_proc(tmp_path, STEPD_TITLES)
     # only batch steps: the extern step (PrologFlags=Contain) starts before the launch that can be lost
     assert stepd_jobs(tmp_path, ("/usr/sbin/slurmstepd",)) == {466}
 
