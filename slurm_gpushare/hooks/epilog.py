@@ -27,13 +27,14 @@ def epilog(environ, runner=None, mps=None, kill=None, seen: Seen | None = None) 
         journal = store.read(job_id)
         if journal is None:
             return  # nothing was set up, or a previous run undid it: a no-op
-        if journal.later_than(start_time(environ)):
+        started = start_time(environ)
+        if journal.later_than(started):
             # Slurm started this job again here (slurmctld, restarted, had lost this run's end) and the new run's
             # prolog came first: the journal, its daemon, its instances and its dcgm mapping are the new run's now
             seen.job_id = None
             print(
                 f"gpushare-epilog: job {job_id}: a later run of this job (started {journal.start_time}, this one "
-                f"{start_time(environ)}) holds its journal: left to that run's epilog",
+                f"{started}) holds its journal: left to that run's epilog",
                 file=sys.stderr,
             )
             return

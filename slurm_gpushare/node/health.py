@@ -116,11 +116,11 @@ def check_devices(records, is_device=device_ok) -> list[str]:
     return missing
 
 
-def check_mps(journals, answers, is_mount=None) -> list[str]:
+def check_mps(journals, answers) -> list[str]:
     """A daemon named by a (running job's) journal whose control socket does not answer, or whose key dir is not
     its own tmpfs (``mps.MpsControl.mount_key``)."""
-    if is_mount is None:
-        from .mps import is_mount
+    from .mps import is_mount
+
     notes, seen = [], set()
     for job_id in sorted(journals):
         daemon = journals[job_id].mps
@@ -444,11 +444,7 @@ def jobs_with_steps(proc: Path = Path("/proc"), stepd: tuple[str, ...] | None = 
     """Job ids with any step's slurmstepd on this node (``[JOB.extern]``, ``[JOB.batch]``, ``[JOB.N]``): jobs that
     run here, whatever slurmctld says (a slurmctld restarted from an older saved state can list such a job as
     pending). Read as ``stepd_jobs`` reads titles; an empty set when the list is not known."""
-    from .procscan import cmdlines, executable_paths
-
-    paths = executable_paths("slurmstepd") if stepd is None else stepd
-    titles = cmdlines(paths, 0, str(proc)) if paths else None
-    return {int(m[1]) for title in (titles or {}).values() if (m := _ANY_STEPD.match(title))}
+    return {int(m[1]) for title in stepd_titles(proc, stepd) or () if (m := _ANY_STEPD.match(title))}
 
 
 def stepd_jobs(proc: Path = Path("/proc"), stepd: tuple[str, ...] | None = None) -> set[int] | None:
@@ -458,13 +454,20 @@ def stepd_jobs(proc: Path = Path("/proc"), stepd: tuple[str, ...] | None = None)
     SEARCH_PATH, links resolved); only such a process's title is read, never another's (a user's process
     takes any title, and a read of its memory can be made to hang: node/procscan.py). None when the list is
     not known (no slurmstepd found, or the scan did not finish in time): then no launch counts as lost."""
+    titles = stepd_titles(proc, stepd)
+    if titles is None:
+        return None
+    return {int(m[1]) for title in titles if (m := _STEPD.match(title))}
+
+
+def stepd_titles(proc: Path, stepd: tuple[str, ...] | None) -> list[bytes] | None:
+    """The titles of root's slurmstepd processes (``stepd``: its executables, default the one on SEARCH_PATH),
+    read only of such processes (node/procscan.py); None when not known."""
     from .procscan import cmdlines, executable_paths
 
     paths = executable_paths("slurmstepd") if stepd is None else stepd
     titles = cmdlines(paths, 0, str(proc)) if paths else None
-    if titles is None:
-        return None
-    return {int(m[1]) for title in titles.values() if (m := _STEPD.match(title))}
+    return None if titles is None else list(titles.values())
 
 
 def batch_jobs_started(findings: Findings, client, node: str) -> dict[int, int] | None:
